@@ -1,0 +1,73 @@
+"""Exceptions conveyor raises, and the ones job code raises to steer the outcome."""
+
+from __future__ import annotations
+
+
+class ConveyorError(Exception):
+    """Base class of every error conveyor raises itself."""
+
+
+class Fail(Exception):  # noqa: N818 - the short name reads well in job code: raise Fail("...")
+    """Raised by job code for a business failure: the job ends ``failed``, is never retried.
+
+    The message is kept as the job's reason and shown in batch summaries.
+    """
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class Retry(Exception):  # noqa: N818 - job code says raise Retry(in_seconds=30)
+    """Raised by job code to ask for a retry after ``in_seconds`` (counts as an attempt)."""
+
+    def __init__(self, message: str = "", in_seconds: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.in_seconds = in_seconds
+
+
+class PayloadError(ConveyorError, ValueError):
+    """Arguments cannot be stored: not JSON (with the path of the bad value) or too large."""
+
+
+class UnknownJobError(ConveyorError, LookupError):
+    """No job is registered under that name."""
+
+
+class JobNotFound(ConveyorError, LookupError):
+    """No job with that id is stored (never existed, or trimmed by retention)."""
+
+
+class BatchNotFound(ConveyorError, LookupError):
+    """No batch with that id is stored."""
+
+
+class BatchClosedError(ConveyorError):
+    """Jobs were added to a batch that has already finished."""
+
+
+class StorageURLError(ConveyorError, ValueError):
+    """A storage URL that conveyor cannot open (unknown scheme, missing part)."""
+
+
+class StorageUnavailable(ConveyorError):
+    """The storage could not be reached (Redis down, file not writable)."""
+
+
+class JobTimeout(ConveyorError):
+    """A job ran past its ``timeout``; recorded as an error and retried like any other."""
+
+
+class JobFailed(ConveyorError):
+    """Raised by ``JobRef.result()`` when the job ended failed, dead or cancelled."""
+
+    def __init__(self, job_id: str, state: str, message: str | None) -> None:
+        super().__init__(f"job {job_id} ended {state}: {message or 'no message'}")
+        self.job_id = job_id
+        self.state = state
+        self.message = message
+
+
+class ResultTimeout(ConveyorError, TimeoutError):
+    """``JobRef.result(timeout=...)`` gave up waiting."""

@@ -1,0 +1,101 @@
+"""JSON payloads: encode job arguments once at enqueue, decode them in the worker.
+
+JSON only, never pickle: anyone who can write to the storage must not be able to run code in
+every worker (DESIGN §7). A value JSON cannot hold is rejected at enqueue with its path, e.g.
+``args[1]['when']: datetime is not JSON``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from conveyor.errors import PayloadError
+
+DEFAULT_MAX_PAYLOAD = 512 * 1024
+
+_encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+_decoder = json.JSONDecoder()
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text of a value; raises ``PayloadError`` naming the bad part."""
+    try:
+        return _encoder.encode(value)
+    except (TypeError, ValueError) as exc:
+        where = find_bad_value(value, "value")
+        raise PayloadError(where or str(exc)) from exc
+
+
+def encode_payload(
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    meta: Mapping[str, Any] | None = None,
+    max_bytes: int = DEFAULT_MAX_PAYLOAD,
+) -> str:
+    """The stored payload text ``{"a": args, "k": kwargs, "m": meta}``.
+
+    Raises ``PayloadError`` for a value that is not JSON (with its path) or a payload over
+    ``max_bytes`` (with both sizes).
+    """
+    body: dict[str, Any] = {"a": list(args), "k": dict(kwargs)}
+    if meta:
+        body["m"] = dict(meta)
+    try:
+        text = _encoder.encode(body)
+    except (TypeError, ValueError) as exc:
+        where = find_bad_value(list(args), "args") or find_bad_value(dict(kwargs), "kwargs")
+        if where is None and meta:
+            where = find_bad_value(dict(meta), "meta")
+        raise PayloadError(where or f"arguments are not JSON: {exc}") from exc
+    # len(str) undercounts multi-byte characters; only encode when it could matter.
+    if len(text) * 4 > max_bytes and len(text.encode()) > max_bytes:
+        raise PayloadError(
+            f"payload is {len(text.encode())} bytes, over the limit of {max_bytes} bytes; "
+            "store large data elsewhere and pass a reference"
+        )
+    return text
+
+
+def decode_payload(payload: str) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+    """(args, kwargs, meta) from stored payload text; raises ``PayloadError`` if malformed."""
+    try:
+        body = _decoder.decode(payload)
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"payload is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise PayloadError(f"payload must be a JSON object, got {type(body).__name__}")
+    args, kwargs, meta = body.get("a", []), body.get("k", {}), body.get("m", {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict) or not isinstance(meta, dict):
+        raise PayloadError("payload must hold a list 'a', an object 'k' and an object 'm'")
+    return args, kwargs, meta
+
+
+def loads(text: str) -> Any:
+    """Parse JSON text."""
+    return _decoder.decode(text)
+
+
+def find_bad_value(value: Any, path: str) -> str | None:
+    """Path and reason of the first value JSON cannot hold, or None if all is JSON."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{path}: {value!r} is not JSON"
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = find_bad_value(item, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{path}: key {key!r} is {type(key).__name__}, JSON keys are strings"
+            found = find_bad_value(item, f"{path}[{key!r}]")
+            if found:
+                return found
+        return None
+    return f"{path}: {type(value).__name__} is not JSON"

@@ -1,0 +1,248 @@
+"""The storage boundary: what every backend (memory, SQLite, Redis) must do, atomically.
+
+``Storage`` is the hot path used by clients and workers; each method is one atomic
+transition per job (a Lua script on Redis, one ``BEGIN IMMEDIATE`` transaction on SQLite).
+``Inspector`` is what the CLI, web UI and metrics read and do.
+
+Rules every backend honours (checked by ``tests/conformance``):
+
+* Times that decide leases, schedules and retention come from the storage's own clock
+  (``now()``), never from a worker's.
+* Every transition appends an ``Event`` to the job and moves the job's batch counters in the
+  same atomic step (Redis: a second, idempotent step made *before* the acknowledgement).
+* An ``Ack`` is applied only when its ``token`` is the job's current lease; otherwise it is
+  refused (returns False) and an ``ack_refused`` event is recorded.
+* Jobs whose lease expired go back to ``pending`` (``recovered``), and to ``dead`` after more
+  than ``max_recoveries`` recoveries. A recovery is not an error attempt.
+* A job whose ``deadline`` passed before it could start is moved to ``dead`` (``expired``) by
+  ``dequeue`` and never handed out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from conveyor.job import (
+    Ack,
+    BatchSpec,
+    BatchStatus,
+    EnqueueResult,
+    Event,
+    HeartbeatReply,
+    JobRecord,
+    JobSpec,
+    JobState,
+    LeasedJob,
+    QueueStats,
+    WorkerInfo,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long finished work is kept before ``Storage.trim`` removes it."""
+
+    succeeded_seconds: float = 7 * 24 * 3600.0
+    failed_seconds: float = 180 * 24 * 3600.0
+    dead_seconds: float = 180 * 24 * 3600.0
+    dead_max: int = 10_000
+    batch_seconds: float = 7 * 24 * 3600.0
+    worker_ttl: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobTotals:
+    """All-time outcome counters for one (queue, job name), for metrics."""
+
+    queue: str
+    name: str
+    processed: int
+    failed: int
+    dead: int
+    retried: int
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """The hot path. Each method is atomic per job; bulk methods take many jobs per call."""
+
+    url: str
+
+    def now(self) -> float:
+        """The storage's clock, in epoch seconds: the only clock leases are compared with."""
+        ...
+
+    def enqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+        """Store jobs (pending, or scheduled when ``run_at`` is in the future).
+
+        Bulk: one transaction per chunk. A spec with ``flow.unique_key`` whose lock is held
+        returns the existing job's id with ``created=False``. A spec whose ``batch_id`` names a
+        finished batch raises ``BatchClosedError``; an unknown batch, ``BatchNotFound``.
+        Enqueuing an id that already exists is a no-op that returns ``created=False``.
+        """
+        ...
+
+    def dequeue(
+        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float
+    ) -> list[LeasedJob]:
+        """Lease up to ``count`` pending jobs, taking from ``queues`` in the order given.
+
+        Paused queues are skipped, and flow-control limits are honoured. Each job becomes
+        ``active`` with a ``started`` event, ``attempt`` + 1, and a fresh lease token.
+        """
+        ...
+
+    def wait(self, queues: Sequence[str], timeout: float) -> bool:
+        """Block until a job may be ready on ``queues`` or ``timeout`` passes.
+
+        Returns True when woken by new work. Must not busy-poll the server; a spurious
+        wake-up is allowed, a missed one only delays by ``timeout``.
+        """
+        ...
+
+    def ack(self, acks: Sequence[Ack]) -> list[bool]:
+        """Apply outcomes (one per ``Ack``), each fenced by its lease token.
+
+        Returns, per ack, True if applied and False if refused because the lease is gone.
+        ``RETRY`` schedules the next run ``retry_in`` seconds after ``now()``.
+        """
+        ...
+
+    def log(self, job_id: str, token: str, events: Sequence[Event],
+            progress: tuple[int, int] | None = None) -> bool:
+        """Append a running job's own messages and progress (live view); fenced like ``ack``."""
+        ...
+
+    def heartbeat(
+        self, info: WorkerInfo, leases: Mapping[str, str], lease_seconds: float
+    ) -> HeartbeatReply:
+        """Register the worker and extend the leases it holds (job id → token) in one call.
+
+        Returns the job ids whose lease is no longer this worker's, the ids whose
+        cancellation was requested, and a pending remote command (consumed).
+        """
+        ...
+
+    def unregister_worker(self, worker_id: str) -> None:
+        """Remove a worker from the registry at clean shutdown."""
+        ...
+
+    def promote_due(self, limit: int = 1000) -> int:
+        """Move scheduled and retrying jobs whose time has come to pending; returns how many."""
+        ...
+
+    def reclaim_expired(self, max_recoveries: int = 5, limit: int = 1000) -> int:
+        """Put active jobs with expired (or missing) leases back to pending; returns how many."""
+        ...
+
+    def cancel(self, job_id: str) -> JobState | None:
+        """Cancel a job: waiting states become ``cancelled``; an active job gets a cancellation
+        request its worker sees at the next heartbeat. Returns the resulting state, or None
+        when no such job exists."""
+        ...
+
+    def create_batch(self, spec: BatchSpec) -> None:
+        """Create an open batch; jobs join it through ``JobSpec.batch_id``."""
+        ...
+
+    def close_batch(self, batch_id: str) -> None:
+        """Mark a batch as fully enqueued: it completes once every job is terminal.
+
+        Closing a batch whose jobs are all already terminal completes it at once.
+        """
+        ...
+
+    def trim(self, retention: Retention) -> int:
+        """Delete finished jobs, batches and silent workers past retention; returns jobs removed."""
+        ...
+
+    def close(self) -> None:
+        """Release connections. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class Inspector(Protocol):
+    """Reads and operator actions for the CLI, web UI and metrics."""
+
+    def queues(self) -> list[QueueStats]:
+        """Every known queue with sizes, latency, paused flag and outcome totals."""
+        ...
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        """A job with its full event log, or None."""
+        ...
+
+    def list_jobs(
+        self,
+        *,
+        state: JobState | None = None,
+        queue: str | None = None,
+        batch_id: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+        with_events: bool = False,
+    ) -> list[JobRecord]:
+        """Jobs filtered by state/queue/batch, oldest first, paged."""
+        ...
+
+    def count_jobs(
+        self, *, state: JobState | None = None, queue: str | None = None,
+        batch_id: str | None = None,
+    ) -> int:
+        """How many jobs ``list_jobs`` would page through."""
+        ...
+
+    def retry_jobs(self, job_ids: Sequence[str]) -> int:
+        """Dead, failed, cancelled or retrying jobs → pending now (``retried``); returns count."""
+        ...
+
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        """Delete jobs that are not active; returns how many were deleted."""
+        ...
+
+    def kill_jobs(self, job_ids: Sequence[str]) -> int:
+        """Waiting jobs (scheduled, pending, retrying) → dead (``killed``); returns count."""
+        ...
+
+    def retry_all(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
+        """Retry every job in ``state`` (dead by default)."""
+        ...
+
+    def clear(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
+        """Delete every job in a terminal ``state`` (dead by default)."""
+        ...
+
+    def pause_queue(self, queue: str) -> None:
+        """Stop every worker from taking jobs from ``queue``."""
+        ...
+
+    def resume_queue(self, queue: str) -> None:
+        """Undo ``pause_queue``."""
+        ...
+
+    def workers(self) -> list[WorkerInfo]:
+        """Workers seen within the registry's time-to-live."""
+        ...
+
+    def command_worker(self, worker_id: str, command: str) -> bool:
+        """Queue ``quiet`` or ``stop`` for a worker; it acts at its next heartbeat."""
+        ...
+
+    def get_batch(self, batch_id: str) -> BatchStatus | None:
+        """Counters and timings of a batch, in O(1)."""
+        ...
+
+    def list_batches(self, offset: int = 0, limit: int = 50) -> list[BatchStatus]:
+        """Batches, newest first."""
+        ...
+
+    def cancel_batch(self, batch_id: str) -> int:
+        """Cancel every waiting job of a batch and request cancellation of its active ones."""
+        ...
+
+    def job_totals(self) -> list[JobTotals]:
+        """All-time outcome counters per (queue, job name)."""
+        ...
