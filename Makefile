@@ -1,0 +1,51 @@
+# The README's first commands are a contract with a new user on a fresh machine:
+#   make demo   installs conveyor and runs the spreadsheet-import batch on embedded SQLite
+#   make test   installs what the tests need (a real redis-server included) and runs them all
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install system-deps demo test lint typecheck unit bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,web]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Debian packages the suite runs against for real: redis-server (single server and a local
+# Cluster), faketime (clock-skew faults) and chromium (web UI end to end).
+system-deps:
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \
+	command -v faketime >/dev/null || missing="$$missing faketime"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+demo: install
+	$(PY) examples/import_products/demo.py
+
+lint: install
+	$(VENV)/bin/ruff check src tests examples benchmarks
+	$(VENV)/bin/mypy
+
+test: system-deps install lint
+	$(PY) -m pytest -q
+
+unit: install
+	$(PY) -m pytest -q tests/unit tests/conformance -k "memory or sqlite"
+
+bench: install system-deps
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
