@@ -1,0 +1,141 @@
+"""Periodic jobs: cron schedules enqueued exactly once per tick, however many workers run.
+
+Every worker runs a ``CronScheduler``. Each tick is enqueued with a unique key made of the
+schedule's name and the tick's time, so the storage's atomic unique lock lets exactly one
+worker's enqueue through and the others get the existing job back. A scheduler looks back
+``catch_up`` seconds at start, so a tick that fell while every worker was restarting is still
+enqueued (once) when the first one comes back [sidekiq-cron, asynq scheduler].
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone, tzinfo
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from conveyor.clock import Clock
+from conveyor.job import FlowControl, JobSpec, new_id
+from conveyor.serializer import encode_payload
+from conveyor.storage.base import Storage
+
+log = logging.getLogger("conveyor.periodic")
+
+try:  # croniter is the optional "cron" extra; _cron() says how to get it
+    import croniter as _croniter
+except ImportError:  # pragma: no cover - exercised only without the extra
+    _croniter = None  # type: ignore[assignment]
+
+
+def _cron() -> type[_croniter.croniter]:
+    if _croniter is None:
+        raise RuntimeError("periodic jobs need croniter: pip install 'conveyor[cron]'")
+    return _croniter.croniter
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """One periodic job: a cron expression in a time zone, and what to enqueue."""
+
+    name: str
+    cron: str
+    job_name: str
+    queue: str = "default"
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    tz: str = "UTC"
+    max_retries: int = 25
+
+    def zone(self) -> tzinfo:
+        """The schedule's time zone."""
+        return timezone.utc if self.tz == "UTC" else ZoneInfo(self.tz)
+
+    def ticks_between(self, start: float, end: float) -> list[float]:
+        """Tick times t with start < t <= end, as epoch seconds."""
+        it = _cron()(self.cron, datetime.fromtimestamp(start, self.zone()))
+        ticks: list[float] = []
+        while True:
+            t = float(it.get_next(float))
+            if t > end:
+                return ticks
+            ticks.append(t)
+
+    def spec(self, tick: float, unique_for: float) -> JobSpec:
+        """The job for one tick; its unique key makes a second enqueue of the tick a no-op."""
+        return JobSpec(
+            id=new_id(),
+            name=self.job_name,
+            queue=self.queue,
+            payload=encode_payload(self.args, self.kwargs, {"periodic": self.name, "tick": tick}),
+            max_retries=self.max_retries,
+            flow=FlowControl(unique_key=f"periodic:{self.name}:{int(tick)}", unique_for=unique_for),
+        )
+
+
+def validate_cron(expr: str) -> None:
+    """Raise ``ValueError`` with the reason when a cron expression is not valid."""
+    if not _cron().is_valid(expr):
+        raise ValueError(f"invalid cron expression {expr!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class CronConfig:
+    """How often the scheduler looks, and how far back it catches up after a restart."""
+
+    interval: float = 1.0
+    catch_up: float = 300.0
+
+
+class CronScheduler:
+    """Worker component that enqueues due ticks of every schedule (DESIGN §3 shape)."""
+
+    def __init__(self, storage: Storage, clock: Clock, config: CronConfig,
+                 schedules: Sequence[Schedule]) -> None:
+        self.storage = storage
+        self.clock = clock
+        self.config = config
+        self.schedules = list(schedules)
+        self._last: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.enqueued = 0
+
+    def tick(self) -> int:
+        """Enqueue every tick due since the last look; returns how many this worker created."""
+        now = self.clock.now()
+        since = now - self.config.catch_up if self._last is None else self._last
+        self._last = now
+        specs = [
+            s.spec(t, unique_for=self.config.catch_up * 2)
+            for s in self.schedules
+            for t in s.ticks_between(since, now)
+        ]
+        if not specs:
+            return 0
+        created = sum(1 for r in self.storage.enqueue(specs) if r.created)
+        self.enqueued += created
+        return created
+
+    def start(self) -> None:
+        """Run ``tick`` every ``interval`` seconds in a daemon thread."""
+        if not self.schedules:
+            return
+        self._thread = threading.Thread(target=self._run, name="conveyor-cron", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.config.interval):
+            try:
+                self.tick()
+            except Exception:  # a storage hiccup must not end periodic scheduling
+                log.exception("periodic scheduler tick failed; will try again")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread and wait for it."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
