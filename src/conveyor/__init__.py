@@ -1,6 +1,22 @@
 """conveyor: a background-job engine with batch tracking, on SQLite, Redis and Redis Cluster."""
 
+from conveyor.app import Conveyor
+from conveyor.client import JobRef
+from conveyor.clock import FakeClock
+from conveyor.context import JobContext, current_job
 from conveyor.errors import Fail, Retry
+from conveyor.job import Event, JobRecord, JobState
 
-__all__ = ["Fail", "Retry"]
+__all__ = [
+    "Conveyor",
+    "Event",
+    "Fail",
+    "FakeClock",
+    "JobContext",
+    "JobRecord",
+    "JobRef",
+    "JobState",
+    "Retry",
+    "current_job",
+]
 __version__ = "0.1.0"

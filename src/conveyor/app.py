@@ -1,0 +1,316 @@
+"""``Conveyor``: the application object users create once and import in their code and workers.
+
+::
+
+    app = Conveyor("sqlite:///jobs.db")
+
+    @app.job(queue="mail", retry=5)
+    def send_welcome(user_id: int) -> None: ...
+
+    send_welcome.enqueue(42)
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any, Literal, overload
+
+from conveyor.batch import Batch, Callback
+from conveyor.client import (
+    EnqueueDraft,
+    JobRef,
+    SpecBuffer,
+    build_spec,
+    run_at_from,
+)
+from conveyor.clock import SYSTEM_CLOCK, Clock
+from conveyor.context import current_batch
+from conveyor.errors import BatchNotFound
+from conveyor.job import JobRecord, JobState
+from conveyor.middleware import MiddlewareChain
+from conveyor.registry import (
+    JobFunction,
+    JobOptions,
+    KeyOption,
+    Registry,
+    default_name,
+    make_options,
+    split_item,
+)
+from conveyor.serializer import DEFAULT_MAX_PAYLOAD
+from conveyor.storage import DEFAULT_URL, Backend, Retention, open_storage
+
+__all__ = ["Conveyor"]
+
+_FAILURES_SHOWN = 10
+
+
+class Conveyor:
+    """A job application: its storage, registered jobs and middleware.
+
+    ``url`` names the storage (``sqlite:///path.db``, ``redis://…``, ``memory://``); None
+    means ``$CONVEYOR_URL`` or ``sqlite:///conveyor.db``. The storage is opened on first use
+    and opened again in a child process after ``fork`` (so worker processes never share a
+    connection with their parent); a ``storage=`` object given here is used as is.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        storage: Backend | None = None,
+        clock: Clock | None = None,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+        retention: Retention = Retention(),  # noqa: B008 - frozen dataclass, safe as a default
+    ) -> None:
+        if url is None:
+            env = os.environ.get("CONVEYOR_URL")
+            url = storage.url if storage is not None else env or DEFAULT_URL
+        self.url = url
+        self.clock: Clock = clock or SYSTEM_CLOCK
+        self.max_payload = max_payload
+        self.retention = retention
+        self.registry = Registry()
+        self.client_middleware = MiddlewareChain()
+        self.server_middleware = MiddlewareChain()
+        self._injected = storage is not None
+        self._storage: Backend | None = storage
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<Conveyor {self.url.split('@')[-1]} jobs={len(self.registry)}>"
+
+    @property
+    def storage(self) -> Backend:
+        """The storage backend, opened on first use (and again after a fork)."""
+        pid = os.getpid()
+        storage = self._storage
+        if storage is not None and (self._injected or self._pid == pid):
+            return storage
+        with self._lock:
+            if self._storage is None or (not self._injected and self._pid != pid):
+                # A parent's connection is dropped, never closed, in the child: closing it
+                # could disturb the parent's session on the shared socket or file.
+                self._storage = open_storage(self.url, self.clock)
+                self._pid = pid
+            return self._storage
+
+    def close(self) -> None:
+        """Close the storage if this process opened it. The app can be used again afterwards."""
+        with self._lock:
+            storage, self._storage = self._storage, None
+            if storage is not None and (self._injected or self._pid == os.getpid()):
+                storage.close()
+            self._injected = False
+
+    # -- registration -----------------------------------------------------------------------
+
+    @overload
+    def job(self, func: Callable[..., Any], /) -> JobFunction: ...
+
+    @overload
+    def job(
+        self, func: None = None, /, *, name: str | None = None, queue: str = "default",
+        retry: int | bool = 25, timeout: float | None = None, expires_in: float | None = None,
+        retry_in: Callable[[int, BaseException], float] | None = None,
+        unique_for: float | None = None, unique_key: KeyOption = None,
+        concurrency_key: KeyOption = None, concurrency: int = 0, rate_key: KeyOption = None,
+        rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
+    ) -> Callable[[Callable[..., Any]], JobFunction]: ...
+
+    def job(
+        self, func: Callable[..., Any] | None = None, /, *, name: str | None = None,
+        queue: str = "default", retry: int | bool = 25, timeout: float | None = None,
+        expires_in: float | None = None,
+        retry_in: Callable[[int, BaseException], float] | None = None,
+        unique_for: float | None = None, unique_key: KeyOption = None,
+        concurrency_key: KeyOption = None, concurrency: int = 0, rate_key: KeyOption = None,
+        rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
+    ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
+        """Register a job function; use as ``@app.job`` or ``@app.job(queue=..., ...)``.
+
+        Options: ``queue`` ("default"); ``retry``: retries after an error (25; True = 25,
+        False = 0: an error goes straight to dead); ``timeout`` seconds per run;
+        ``expires_in``: seconds the job may wait to start before it is dropped as expired;
+        ``retry_in(attempt, exc) -> seconds`` to replace the default backoff;
+        ``unique_for`` seconds (+ ``unique_key``, default a hash of name and arguments):
+        an equal job enqueued meanwhile is not stored again; ``concurrency=N`` (+
+        ``concurrency_key``): at most N running at once; ``rate_limit=N`` per
+        ``rate_period`` seconds (+ ``rate_key``); ``order_key``: one at a time, in order.
+        Keys are strings or callables given the job's arguments, e.g.
+        ``concurrency_key=lambda seller_id, **_: f"seller:{seller_id}"``; without a key the
+        limit applies to the job name.
+        """
+        opts = make_options(
+            queue=queue, retry=retry, timeout=timeout, expires_in=expires_in, retry_in=retry_in,
+            unique_for=unique_for, unique_key=unique_key, concurrency_key=concurrency_key,
+            concurrency=concurrency, rate_key=rate_key, rate_limit=rate_limit,
+            rate_period=rate_period, order_key=order_key,
+        )
+
+        def register(f: Callable[..., Any]) -> JobFunction:
+            fn = JobFunction(self, f, name or default_name(f), opts)
+            self.registry.add(fn)
+            return fn
+
+        return register if func is None else register(func)
+
+    # -- enqueue ----------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | float | None = None,
+        **options: Any,
+    ) -> JobRef | None:
+        """Enqueue a job by name (for operators and other services); ``options`` are those of
+        ``job`` and override the registered job's. Returns None if a middleware stopped it."""
+        fn = self.registry.get(name)
+        opts = make_options(fn.opts if fn is not None else None, **options)
+        draft = self._draft(name, opts, args, kwargs or {}, delay, at)
+        draft.meta.update(meta or {})
+        return self.client_middleware.run_client(draft, partial(self._route, draft, None))
+
+    def enqueue_function(
+        self,
+        fn: JobFunction,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        *,
+        delay: float | timedelta | None = None,
+        at: datetime | float | None = None,
+    ) -> JobRef | None:
+        """What ``JobFunction.enqueue``/``enqueue_in``/``enqueue_at`` call."""
+        draft = self._draft(fn.name, fn.opts, args, kwargs, delay, at)
+        return self.client_middleware.run_client(draft, partial(self._route, draft, None))
+
+    @overload
+    def enqueue_many_function(
+        self, fn: JobFunction, items: Iterable[Any], *, return_refs: Literal[True]
+    ) -> list[JobRef]: ...
+
+    @overload
+    def enqueue_many_function(
+        self, fn: JobFunction, items: Iterable[Any], *, return_refs: Literal[False]
+    ) -> int: ...
+
+    def enqueue_many_function(
+        self, fn: JobFunction, items: Iterable[Any], *, return_refs: bool
+    ) -> list[JobRef] | int:
+        """What ``JobFunction.enqueue_many`` calls: one middleware pass per item, stored in
+        chunks (inside a batch block, through the batch's buffer)."""
+        bulk = SpecBuffer(self.storage.enqueue)
+        refs: list[JobRef] = []
+        count = 0
+        for index, item in enumerate(items):
+            args, kwargs = split_item(item, index)
+            draft = self._draft(fn.name, fn.opts, args, kwargs, None, None)
+            ref = self.client_middleware.run_client(draft, partial(self._route, draft, bulk))
+            if ref is not None:
+                count += 1
+                if return_refs:
+                    refs.append(ref)
+        bulk.flush()
+        return refs if return_refs else count
+
+    def _draft(
+        self, name: str, opts: JobOptions, args: Sequence[Any], kwargs: Mapping[str, Any],
+        delay: float | timedelta | None, at: datetime | float | None,
+    ) -> EnqueueDraft:
+        scope = current_batch()
+        return EnqueueDraft(
+            name=name, args=list(args), kwargs=dict(kwargs), options=opts,
+            run_at=run_at_from(self.clock.now(), delay, at),
+            batch_id=scope.id if scope is not None else None,
+        )
+
+    def _route(self, draft: EnqueueDraft, bulk: SpecBuffer | None) -> JobRef:
+        """The last step of the client chain: store the draft, or buffer it."""
+        spec = build_spec(draft, self.clock.now(), self.max_payload)
+        scope = current_batch()
+        sink = scope if scope is not None and spec.batch_id == scope.id else bulk
+        if sink is None:
+            [result] = self.storage.enqueue([spec])
+            return JobRef(result.id, result.created, self)
+        ref = JobRef(spec.id, True, self)
+        sink.add(spec, ref)
+        return ref
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        """A stored job with its state and events, or None."""
+        return self.storage.get_job(job_id)
+
+    def cancel(self, job_id: str) -> JobState | None:
+        """Cancel a waiting job, or ask a running one to stop; None if no such job."""
+        return self.storage.cancel(job_id)
+
+    # -- batches ----------------------------------------------------------------------------
+
+    def batch(
+        self,
+        batch_id: str | None = None,
+        *,
+        description: str | None = None,
+        on_complete: Callback = None,
+        on_success: Callback = None,
+        on_death: Callback = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Batch:
+        """A batch to fill in a ``with`` block (see ``conveyor.batch``); given ``batch_id``,
+        re-opens that existing batch to add jobs."""
+        return Batch(
+            self, batch_id, description=description, on_complete=on_complete,
+            on_success=on_success, on_death=on_death, meta=meta,
+        )
+
+    def batch_status(self, batch_id: str) -> dict[str, Any]:
+        """The batch's counters, progress and timings (``BatchStatus.as_dict``), plus
+        ``failures``: the first 10 failed or dead jobs with their arguments and message.
+        Raises ``BatchNotFound``."""
+        status = self.storage.get_batch(batch_id)
+        if status is None:
+            raise BatchNotFound(f"batch {batch_id} does not exist (or was trimmed)")
+        out = status.as_dict(self.storage.now())
+        out["failures"] = [_failure(r) for r in self._failures(batch_id)]
+        return out
+
+    def _failures(self, batch_id: str) -> list[JobRecord]:
+        found: list[JobRecord] = []
+        for state in (JobState.FAILED, JobState.DEAD):
+            found += self.storage.list_jobs(state=state, batch_id=batch_id, limit=_FAILURES_SHOWN)
+        found.sort(key=lambda r: (r.finished_at or 0.0, r.id))
+        return found[:_FAILURES_SHOWN]
+
+    def batch_jobs(
+        self, batch_id: str, state: JobState | str | None = None, offset: int = 0, limit: int = 50
+    ) -> list[JobRecord]:
+        """A page of the batch's jobs (optionally in one state), with their events."""
+        return self.storage.list_jobs(
+            state=JobState(state) if state is not None else None, batch_id=batch_id,
+            offset=offset, limit=limit, with_events=True,
+        )
+
+
+def _failure(record: JobRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "name": record.name,
+        "state": record.state.value,
+        "args": record.args,
+        "kwargs": record.kwargs,
+        "message": record.message,
+        "errors": record.errors,
+        "finished_at": record.finished_at,
+    }

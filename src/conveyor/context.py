@@ -1,0 +1,178 @@
+"""The running job's context: ``current_job()`` from inside job code, messages and progress.
+
+The worker builds a ``JobContext`` per execution and wraps the run in ``activate(ctx)``. The
+context lives in a ``contextvars.ContextVar``, so it is right both for a job run in a pool
+thread (the worker activates it in that thread) and for an ``async def`` job (each asyncio task
+has its own copy of the context).
+
+Messages and progress are buffered here, never written by job code directly: the worker
+drains them into the acknowledgement (or a live ``Storage.log`` call for long jobs), so a job
+that logs in a tight loop costs no storage round trip per line.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar, Token
+from typing import TYPE_CHECKING, Any, Protocol
+
+from conveyor.job import Event, EventKind, JobSpec, LeasedJob
+from conveyor.serializer import decode_payload
+
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
+    from conveyor.client import JobRef
+
+__all__ = ["BatchScope", "JobContext", "activate", "current_batch", "current_job",
+           "pop_batch", "push_batch"]
+
+
+class JobContext:
+    """What a running job knows about itself, and its channel back to the job's event log."""
+
+    def __init__(
+        self,
+        *,
+        app: Conveyor,
+        job_id: str,
+        name: str,
+        queue: str = "default",
+        attempt: int = 1,
+        errors: int = 0,
+        batch_id: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        worker_id: str = "",
+        args: list[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.app = app
+        self.job_id = job_id
+        self.name = name
+        self.queue = queue
+        self.attempt = attempt
+        self.errors = errors
+        self.batch_id = batch_id
+        self.meta: dict[str, Any] = dict(meta or {})
+        self.worker_id = worker_id
+        self.args: list[Any] = list(args or [])
+        self.kwargs: dict[str, Any] = dict(kwargs or {})
+        # log() may be called from threads the job starts itself.
+        self._lock = threading.Lock()
+        self._events: list[Event] = []
+        self._progress: tuple[int, int] | None = None
+        self._progress_dirty = False
+        self._cancel = threading.Event()
+
+    @classmethod
+    def from_leased(cls, app: Conveyor, job: LeasedJob, worker_id: str = "") -> JobContext:
+        """The context for a leased job; raises ``PayloadError`` if its payload is damaged."""
+        args, kwargs, meta = decode_payload(job.payload)
+        return cls(
+            app=app, job_id=job.id, name=job.name, queue=job.queue, attempt=job.attempt,
+            errors=job.errors, batch_id=job.batch_id, meta=meta, worker_id=worker_id,
+            args=args, kwargs=kwargs,
+        )
+
+    def __repr__(self) -> str:
+        return f"<JobContext {self.name} id={self.job_id} attempt={self.attempt}>"
+
+    def log(self, message: str, **data: Any) -> None:
+        """Add a message to the job's event log (shown in the CLI, web UI and batch views).
+
+        Keyword arguments are stored as the event's data; keep them JSON (others are stored
+        as their ``str``).
+        """
+        event = Event(
+            ts=self.app.clock.now(), kind=EventKind.MESSAGE, message=str(message),
+            worker=self.worker_id or None, attempt=self.attempt, data=data or None,
+        )
+        with self._lock:
+            self._events.append(event)
+
+    def progress(self, done: int, total: int | None = None) -> None:
+        """Report progress, e.g. ``ctx.progress(40, 100)``; ``total`` defaults to the last one
+        given (0 means unknown)."""
+        with self._lock:
+            if total is None:
+                total = self._progress[1] if self._progress else 0
+            self._progress = (int(done), int(total))
+            self._progress_dirty = True
+            self._events.append(Event(
+                ts=self.app.clock.now(), kind=EventKind.PROGRESS, worker=self.worker_id or None,
+                attempt=self.attempt, data={"done": int(done), "total": int(total)},
+            ))
+
+    @property
+    def cancelled(self) -> bool:
+        """True once cancellation was requested; long jobs should check it and return early."""
+        return self._cancel.is_set()
+
+    def request_cancel(self) -> None:
+        """Called by the worker when the storage reports a cancellation request for this job."""
+        self._cancel.set()
+
+    def drain(self) -> tuple[tuple[Event, ...], tuple[int, int] | None]:
+        """Hand the buffered events, and the progress if it changed, to the worker; clears both."""
+        with self._lock:
+            events, self._events = tuple(self._events), []
+            progress = self._progress if self._progress_dirty else None
+            self._progress_dirty = False
+        return events, progress
+
+
+class BatchScope(Protocol):
+    """Where the client sends jobs enqueued inside ``with app.batch(...)`` (see ``batch.py``)."""
+
+    @property
+    def id(self) -> str:
+        """The batch id every job enqueued in the block gets."""
+        ...
+
+    def add(self, spec: JobSpec, ref: JobRef | None = None) -> None:
+        """Buffer a job of this batch; it is stored (and ``ref`` updated) at the next flush."""
+        ...
+
+
+_current_job: ContextVar[JobContext | None] = ContextVar("conveyor_job", default=None)
+_current_batch: ContextVar[BatchScope | None] = ContextVar("conveyor_batch", default=None)
+
+
+def current_job() -> JobContext:
+    """The context of the job running in this thread or task; ``RuntimeError`` outside a job."""
+    ctx = _current_job.get()
+    if ctx is None:
+        raise RuntimeError("current_job() called outside a running conveyor job")
+    return ctx
+
+
+@contextmanager
+def activate(ctx: JobContext) -> Iterator[JobContext]:
+    """Make ``ctx`` the current job for the duration of the block (the worker's wrapper).
+
+    It also hides any batch block of the caller (e.g. ``conveyor.testing.drain`` run inside
+    ``with app.batch()``), so jobs a job enqueues join a batch only when it says so.
+    """
+    job_token = _current_job.set(ctx)
+    batch_token = _current_batch.set(None)
+    try:
+        yield ctx
+    finally:
+        _current_batch.reset(batch_token)
+        _current_job.reset(job_token)
+
+
+def current_batch() -> BatchScope | None:
+    """The batch whose ``with`` block is active in this thread or task, if any."""
+    return _current_batch.get()
+
+
+def push_batch(scope: BatchScope) -> Token[BatchScope | None]:
+    """Route enqueues in this context to ``scope`` until ``pop_batch`` (``Batch.__enter__``)."""
+    return _current_batch.set(scope)
+
+
+def pop_batch(token: Token[BatchScope | None]) -> None:
+    """Undo the ``push_batch`` that returned ``token`` (``Batch.__exit__``)."""
+    _current_batch.reset(token)
