@@ -1,0 +1,483 @@
+"""The memory backend's state and its hot path (the ``Storage`` protocol).
+
+Every public method takes one lock, so each is atomic exactly as a Lua script or a SQLite
+transaction would be. All job movement goes through ``_move``, which keeps the per-state
+indexes, queue counters, flow-control bookkeeping, batch counters and the event log in step.
+"""
+
+from __future__ import annotations
+
+import heapq
+import secrets
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from conveyor.clock import Clock
+from conveyor.errors import ConveyorError
+from conveyor.job import (
+    Ack,
+    BatchSpec,
+    EnqueueResult,
+    Event,
+    EventKind,
+    HeartbeatReply,
+    JobRecord,
+    JobSpec,
+    JobState,
+    LeasedJob,
+    Outcome,
+    WorkerInfo,
+)
+from conveyor.storage.base import Retention
+from conveyor.storage.memory_batches import BatchBook
+from conveyor.storage.memory_flow import FlowGate, ScanBudget
+
+WAITING_STATES = frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.RETRYING})
+_DUE_STATES = (JobState.SCHEDULED, JobState.RETRYING)
+
+
+@dataclass(slots=True, eq=False)
+class Entry:
+    """One stored job: its record plus what only the storage sees."""
+
+    rec: JobRecord
+    seq: int  # enqueue order, the tie-breaker of "oldest first"
+    token: str | None = None
+    version: int = 0  # bumped on every move; stale schedule-heap entries are skipped by it
+    pending_since: float = 0.0
+
+
+@dataclass(slots=True)
+class Totals:
+    """All-time outcome counters of one (queue, job name)."""
+
+    processed: int = 0
+    failed: int = 0
+    dead: int = 0
+    retried: int = 0
+
+
+def day_of(ts: float) -> str:
+    """The UTC date of a storage timestamp, the key of "today" counters."""
+    return time.strftime("%Y-%m-%d", time.gmtime(ts))
+
+
+class MemoryCore:
+    """State and hot path of the memory backend; ``MemoryStorage`` adds the inspector."""
+
+    def __init__(self, url: str, clock: Clock) -> None:
+        self.url = url
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._wakeups = 0
+        self._seq = 0
+        self._jobs: dict[str, Entry] = {}
+        self._pending: dict[str, dict[str, None]] = defaultdict(dict)
+        self._due: list[tuple[float, int, int, str]] = []
+        self._active: dict[str, None] = {}
+        self._counts: dict[tuple[str, JobState], int] = defaultdict(int)
+        self._queues: dict[str, None] = {}
+        self._paused: set[str] = set()
+        self._totals: dict[tuple[str, str], Totals] = {}
+        self._daily: dict[tuple[str, str, str], int] = defaultdict(int)
+        self._workers: dict[str, WorkerInfo] = {}
+        self._commands: dict[str, str] = {}
+        self._batches = BatchBook()
+        self._flow = FlowGate(self._lookup)
+
+    def now(self) -> float:
+        """The storage's clock."""
+        return self._clock.now()
+
+    # -- enqueue -----------------------------------------------------------------------------
+
+    def enqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+        """Store jobs; see ``Storage.enqueue``. All or nothing: batches are checked first."""
+        with self._lock:
+            now = self.now()
+            for batch_id in {s.batch_id for s in specs if s.batch_id}:
+                self._batches.check_open(batch_id)
+            return [self._store(spec, now) for spec in specs]
+
+    def _store(self, spec: JobSpec, now: float) -> EnqueueResult:
+        if spec.id in self._jobs:
+            return EnqueueResult(spec.id, created=False)
+        holder = self._flow.unique_holder(spec.flow, now)
+        if holder is not None:
+            return EnqueueResult(holder, created=False)
+        scheduled = spec.run_at is not None and spec.run_at > now
+        state = JobState.SCHEDULED if scheduled else JobState.PENDING
+        rec = JobRecord(
+            id=spec.id, name=spec.name, queue=spec.queue, payload=spec.payload, state=state,
+            max_retries=spec.max_retries, timeout=spec.timeout, deadline=spec.deadline,
+            created_at=now, run_at=spec.run_at, batch_id=spec.batch_id, flow=spec.flow,
+            events=[Event(ts=now, kind=EventKind.SCHEDULED if scheduled else EventKind.ENQUEUED,
+                          state=state.value)],
+        )
+        self._seq += 1
+        entry = Entry(rec, self._seq, pending_since=now)
+        self._jobs[spec.id] = entry
+        self._queues.setdefault(spec.queue)
+        self._counts[(spec.queue, state)] += 1
+        self._flow.joined(rec, entry.seq)
+        if spec.batch_id:
+            self._batches.joined(spec.batch_id, state)
+        if scheduled:
+            heapq.heappush(self._due, (now if spec.run_at is None else spec.run_at,
+                                       entry.seq, entry.version, spec.id))
+        else:
+            self._pending[spec.queue][spec.id] = None
+            self._wake()
+        return EnqueueResult(spec.id)
+
+    # -- dequeue -----------------------------------------------------------------------------
+
+    def dequeue(
+        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float
+    ) -> list[LeasedJob]:
+        """Lease up to ``count`` pending jobs; see ``Storage.dequeue``."""
+        with self._lock:
+            now = self.now()
+            picked: list[Entry] = []
+            expired: list[Entry] = []
+            budget = ScanBudget()
+            for queue in dict.fromkeys(queues):
+                if len(picked) >= count:
+                    break
+                if queue not in self._paused:
+                    self._scan(queue, now, count - len(picked), budget, picked, expired)
+            for entry in expired:
+                self._move(entry, JobState.DEAD, EventKind.EXPIRED, now,
+                           message="deadline passed before the job could start")
+            return [self._lease(entry, worker_id, now, lease_seconds) for entry in picked]
+
+    def _scan(self, queue: str, now: float, wanted: int, budget: ScanBudget,
+              picked: list[Entry], expired: list[Entry]) -> None:
+        taken = 0
+        for job_id in self._pending.get(queue, ()):
+            if taken >= wanted:
+                return
+            entry = self._jobs[job_id]
+            rec = entry.rec
+            if rec.deadline is not None and now > rec.deadline:
+                expired.append(entry)
+            elif self._flow.allows(rec, now, budget):
+                # Over-limit jobs are skipped, not retried: they keep their place and attempts.
+                self._flow.reserve(rec, budget)
+                picked.append(entry)
+                taken += 1
+
+    def _lease(self, entry: Entry, worker_id: str, now: float, lease_seconds: float) -> LeasedJob:
+        rec = entry.rec
+        rec.attempt += 1
+        rec.worker = worker_id
+        rec.started_at = now
+        rec.lease_expires_at = now + lease_seconds
+        entry.token = secrets.token_hex(12)
+        self._move(entry, JobState.ACTIVE, EventKind.STARTED, now, worker=worker_id)
+        return LeasedJob(
+            id=rec.id, name=rec.name, queue=rec.queue, payload=rec.payload, token=entry.token,
+            attempt=rec.attempt, errors=rec.errors, max_retries=rec.max_retries,
+            timeout=rec.timeout, batch_id=rec.batch_id, recoveries=rec.recoveries,
+        )
+
+    def wait(self, queues: Sequence[str], timeout: float) -> bool:
+        """Block until new work is stored (any queue: spurious wake-ups are allowed)."""
+        with self._cond:
+            seen = self._wakeups
+            return self._cond.wait_for(lambda: self._wakeups != seen, timeout=timeout)
+
+    def _wake(self) -> None:
+        self._wakeups += 1
+        self._cond.notify_all()
+
+    # -- acknowledgements --------------------------------------------------------------------
+
+    def ack(self, acks: Sequence[Ack]) -> list[bool]:
+        """Apply outcomes, each fenced by its lease token; see ``Storage.ack``."""
+        with self._lock:
+            now = self.now()
+            return [self._apply(ack, now) for ack in acks]
+
+    def _holder(self, job_id: str, token: str) -> Entry | None:
+        entry = self._jobs.get(job_id)
+        if entry is None or entry.rec.state is not JobState.ACTIVE or entry.token != token:
+            return None
+        return entry
+
+    def _apply(self, ack: Ack, now: float) -> bool:
+        entry = self._holder(ack.job_id, ack.token)
+        if entry is None:
+            stale = self._jobs.get(ack.job_id)
+            if stale is not None:
+                assert stale.rec.events is not None
+                stale.rec.events.append(Event(
+                    ts=now, kind=EventKind.ACK_REFUSED, state=stale.rec.state.value,
+                    message="acknowledgement refused: this worker no longer holds the lease",
+                    attempt=stale.rec.attempt, data={"outcome": ack.outcome.value}))
+            return False
+        rec = entry.rec
+        assert rec.events is not None
+        rec.events.extend(ack.events)
+        if ack.progress is not None:
+            rec.progress = ack.progress
+        error = ack.error.to_wire() if ack.error else None
+        message = ack.message or (ack.error.message if ack.error else None)
+        if message is not None:
+            rec.message = message
+        self._finish(entry, ack, now, message, error)
+        return True
+
+    def _finish(self, entry: Entry, ack: Ack, now: float, message: str | None,
+                error: dict[str, Any] | None) -> None:
+        rec, outcome, worker = entry.rec, ack.outcome, entry.rec.worker
+        if outcome is Outcome.SUCCEEDED:
+            rec.result = ack.result
+            self._move(entry, JobState.SUCCEEDED, EventKind.SUCCEEDED, now, worker=worker,
+                       message=ack.message)
+        elif outcome is Outcome.FAILED:
+            self._move(entry, JobState.FAILED, EventKind.FAILED, now, worker=worker,
+                       message=message, data=error)
+        elif outcome is Outcome.RETRY:
+            rec.errors += 1
+            delay = max(ack.retry_in or 0.0, 0.0)
+            rec.run_at = now + delay
+            self._totals_of(rec).retried += 1
+            self._move(entry, JobState.RETRYING, EventKind.ERROR, now, worker=worker,
+                       message=message,
+                       data={**(error or {}), "retry": True, "retry_in": delay})
+        elif outcome is Outcome.DEAD:
+            rec.errors += 1 if ack.error else 0
+            self._move(entry, JobState.DEAD, EventKind.DEAD, now, worker=worker,
+                       message=message, data=error)
+        elif outcome is Outcome.CANCELLED:
+            self._move(entry, JobState.CANCELLED, EventKind.CANCELLED, now, worker=worker,
+                       message=message)
+        else:  # INTERRUPTED: put back untouched; a shutdown is not an error attempt
+            self._move(entry, JobState.PENDING, EventKind.INTERRUPTED, now, worker=worker,
+                       message=message or "interrupted by worker shutdown")
+
+    def log(self, job_id: str, token: str, events: Sequence[Event],
+            progress: tuple[int, int] | None = None) -> bool:
+        """Append a running job's messages and progress; fenced like ``ack``."""
+        with self._lock:
+            entry = self._holder(job_id, token)
+            if entry is None:
+                return False
+            assert entry.rec.events is not None
+            entry.rec.events.extend(events)
+            if progress is not None:
+                entry.rec.progress = progress
+            return True
+
+    # -- leases, workers, schedules ----------------------------------------------------------
+
+    def heartbeat(
+        self, info: WorkerInfo, leases: Mapping[str, str], lease_seconds: float
+    ) -> HeartbeatReply:
+        """Register the worker, extend its leases; see ``Storage.heartbeat``."""
+        with self._lock:
+            now = self.now()
+            self._workers[info.id] = replace(info, last_seen=now)
+            lost: set[str] = set()
+            cancel: set[str] = set()
+            for job_id, token in leases.items():
+                entry = self._holder(job_id, token)
+                if entry is None:
+                    lost.add(job_id)
+                    continue
+                entry.rec.lease_expires_at = now + lease_seconds
+                if entry.rec.cancel_requested:
+                    cancel.add(job_id)
+            command = self._commands.pop(info.id, None)
+            return HeartbeatReply(frozenset(lost), frozenset(cancel), command)
+
+    def unregister_worker(self, worker_id: str) -> None:
+        """Remove a worker from the registry."""
+        with self._lock:
+            self._workers.pop(worker_id, None)
+            self._commands.pop(worker_id, None)
+
+    def promote_due(self, limit: int = 1000) -> int:
+        """Scheduled and retrying jobs whose time came → pending; returns how many."""
+        with self._lock:
+            now = self.now()
+            moved = 0
+            while self._due and moved < limit:
+                run_at, _, version, job_id = self._due[0]
+                entry = self._jobs.get(job_id)
+                if entry is not None and entry.version == version and run_at > now:
+                    break
+                heapq.heappop(self._due)
+                if entry is not None and entry.version == version:
+                    self._move(entry, JobState.PENDING, EventKind.ENQUEUED, now)
+                    moved += 1
+            return moved
+
+    def reclaim_expired(self, max_recoveries: int = 5, limit: int = 1000) -> int:
+        """Active jobs whose lease expired → pending (or dead past ``max_recoveries``)."""
+        with self._lock:
+            now = self.now()
+            expired = [
+                self._jobs[job_id] for job_id in self._active
+                if (self._jobs[job_id].rec.lease_expires_at or 0.0) <= now
+            ][:limit]
+            for entry in expired:
+                rec = entry.rec
+                rec.recoveries += 1
+                if rec.recoveries > max_recoveries:
+                    rec.message = f"recovered {rec.recoveries} times (poison job?)"
+                    self._move(entry, JobState.DEAD, EventKind.DEAD, now, worker=rec.worker,
+                               message=rec.message)
+                else:
+                    self._move(entry, JobState.PENDING, EventKind.RECOVERED, now,
+                               worker=rec.worker, message="lease expired; put back to pending")
+            return len(expired)
+
+    def cancel(self, job_id: str) -> JobState | None:
+        """Cancel a waiting job, or request cancellation of an active one."""
+        with self._lock:
+            entry = self._jobs.get(job_id)
+            if entry is None:
+                return None
+            rec = entry.rec
+            now = self.now()
+            if rec.state in WAITING_STATES:
+                self._move(entry, JobState.CANCELLED, EventKind.CANCELLED, now)
+            elif rec.state is JobState.ACTIVE and not rec.cancel_requested:
+                rec.cancel_requested = True
+                self._event(rec, now, EventKind.CANCEL_REQUESTED, worker=rec.worker)
+            return rec.state
+
+    # -- batches -----------------------------------------------------------------------------
+
+    def create_batch(self, spec: BatchSpec) -> None:
+        """Create an open batch."""
+        with self._lock:
+            self._batches.create(spec, self.now())
+
+    def close_batch(self, batch_id: str) -> None:
+        """Mark a batch fully enqueued; completes it when every job is already terminal."""
+        with self._lock:
+            now = self.now()
+            self._fire(self._batches.close(batch_id, now), now)
+
+    def _fire(self, callbacks: list[JobSpec], now: float) -> None:
+        for spec in callbacks:
+            try:
+                if spec.batch_id:
+                    self._batches.check_open(spec.batch_id)
+            except ConveyorError:
+                # The parent batch is gone or finished: run the callback on its own rather
+                # than raise inside the acknowledgement that completed this batch.
+                spec = replace(spec, batch_id=None)
+            self._store(spec, now)
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def trim(self, retention: Retention) -> int:
+        """Delete finished jobs, batches and silent workers past retention."""
+        with self._lock:
+            now = self.now()
+            keep_for = {
+                JobState.SUCCEEDED: retention.succeeded_seconds,
+                JobState.FAILED: retention.failed_seconds,
+                JobState.CANCELLED: retention.failed_seconds,
+                JobState.DEAD: retention.dead_seconds,
+            }
+            doomed = [e for e in self._jobs.values() if e.rec.state in keep_for
+                      and (e.rec.finished_at or 0.0) < now - keep_for[e.rec.state]]
+            gone = {e.rec.id for e in doomed}
+            dead = sorted((e for e in self._jobs.values()
+                           if e.rec.state is JobState.DEAD and e.rec.id not in gone),
+                          key=lambda e: (e.rec.finished_at or 0.0, e.seq))
+            doomed += dead[: max(len(dead) - retention.dead_max, 0)]
+            for entry in doomed:
+                # Batches keep their counters: they are the record of what happened.
+                self._remove(entry, now, touch_batch=False)
+            self._batches.trim(now - retention.batch_seconds)
+            for worker_id, info in list(self._workers.items()):
+                if info.last_seen < now - retention.worker_ttl:
+                    self.unregister_worker(worker_id)
+            return len(doomed)
+
+    def close(self) -> None:
+        """Nothing to release; named instances keep their data for other users."""
+
+    # -- the one place jobs move -------------------------------------------------------------
+
+    def _move(self, entry: Entry, new: JobState, kind: str, now: float, *,
+              message: str | None = None, data: Mapping[str, Any] | None = None,
+              worker: str | None = None) -> None:
+        rec, old = entry.rec, entry.rec.state
+        if old is JobState.PENDING:
+            self._pending[rec.queue].pop(rec.id, None)
+        elif old is JobState.ACTIVE:
+            del self._active[rec.id]
+            self._flow.stopped(rec)
+            entry.token = None
+            rec.lease_expires_at = None
+        self._counts[(rec.queue, old)] -= 1
+        self._counts[(rec.queue, new)] += 1
+        rec.state = new
+        entry.version += 1
+        rec.finished_at = now if new.terminal else None
+        if new is JobState.PENDING:
+            rec.worker = None
+            entry.pending_since = now
+            self._pending[rec.queue][rec.id] = None
+            self._wake()
+        elif new is JobState.ACTIVE:
+            self._active[rec.id] = None
+            self._flow.started(rec, now)
+        elif new in _DUE_STATES:
+            run_at = now if rec.run_at is None else rec.run_at
+            heapq.heappush(self._due, (run_at, entry.seq, entry.version, rec.id))
+        self._count_outcome(rec, new, now)
+        self._event(rec, now, kind, message=message, data=data, worker=worker)
+        if rec.batch_id:
+            self._fire(self._batches.moved(rec.batch_id, old, new, now), now)
+
+    @staticmethod
+    def _event(rec: JobRecord, now: float, kind: str, *, message: str | None = None,
+               data: Mapping[str, Any] | None = None, worker: str | None = None) -> None:
+        assert rec.events is not None
+        rec.events.append(Event(ts=now, kind=kind, state=rec.state.value, message=message,
+                                worker=worker, attempt=rec.attempt, data=data))
+
+    def _count_outcome(self, rec: JobRecord, new: JobState, now: float) -> None:
+        if new is JobState.SUCCEEDED:
+            self._totals_of(rec).processed += 1
+            self._daily[(rec.queue, day_of(now), "processed")] += 1
+        elif new in (JobState.FAILED, JobState.DEAD):
+            totals = self._totals_of(rec)
+            if new is JobState.FAILED:
+                totals.failed += 1
+            else:
+                totals.dead += 1
+            self._daily[(rec.queue, day_of(now), "failed")] += 1
+
+    def _totals_of(self, rec: JobRecord) -> Totals:
+        key = (rec.queue, rec.name)
+        totals = self._totals.get(key)
+        if totals is None:
+            totals = self._totals[key] = Totals()
+        return totals
+
+    def _remove(self, entry: Entry, now: float, *, touch_batch: bool = True) -> None:
+        rec = entry.rec
+        del self._jobs[rec.id]
+        if rec.state is JobState.PENDING:
+            self._pending[rec.queue].pop(rec.id, None)
+        self._counts[(rec.queue, rec.state)] -= 1
+        if touch_batch and rec.batch_id:
+            self._fire(self._batches.left(rec.batch_id, rec.state, now), now)
+
+    def _lookup(self, job_id: str) -> tuple[JobRecord, int] | None:
+        entry = self._jobs.get(job_id)
+        return None if entry is None else (entry.rec, entry.seq)

@@ -1,0 +1,146 @@
+"""Flow control for the memory backend: unique locks, concurrency limits, ordered keys, rates.
+
+``FlowGate`` holds only bookkeeping; the storage calls it under its own lock, so nothing here
+locks. Rules (the same every backend enforces):
+
+* ``unique_key``: held while the holder is not terminal, and at least ``unique_for`` seconds
+  after it was enqueued.
+* ``concurrency_key``: never more active jobs of a key than the job's ``concurrency_limit``.
+* ``order_key``: one job of a key at a time, in enqueue order; the oldest job of the key that is
+  not terminal holds it (so a retrying job keeps its place).
+* ``rate_key``: at most ``rate_limit`` starts in any ``rate_period`` seconds (sliding window).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from conveyor.job import FlowControl, JobRecord
+
+
+@dataclass(slots=True)
+class ScanBudget:
+    """What one ``dequeue`` call has tentatively taken, so limits hold within the call too."""
+
+    concurrency: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    ordered: set[str] = field(default_factory=set)
+    rate: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+class FlowGate:
+    """Flow-control bookkeeping over the storage's jobs (looked up through ``lookup``)."""
+
+    def __init__(self, lookup: Callable[[str], tuple[JobRecord, int] | None]) -> None:
+        self._lookup = lookup
+        self._unique: dict[str, str] = {}
+        self._active: dict[str, int] = defaultdict(int)
+        self._order_heads: dict[str, list[tuple[int, str]]] = {}
+        self._order_active: dict[str, int] = defaultdict(int)
+        self._starts: dict[str, deque[float]] = {}
+
+    # -- unique ------------------------------------------------------------------------------
+
+    def unique_holder(self, flow: FlowControl | None, now: float) -> str | None:
+        """Id of the job holding ``flow.unique_key``, or None when the lock is free."""
+        if flow is None or not flow.unique_key:
+            return None
+        holder = self._unique.get(flow.unique_key)
+        found = self._lookup(holder) if holder else None
+        if found is None:
+            return None
+        rec = found[0]
+        unique_for = rec.flow.unique_for if rec.flow else None
+        held_until = rec.created_at + (unique_for or 0.0)
+        if not rec.state.terminal or now < held_until:
+            return holder
+        return None
+
+    def joined(self, rec: JobRecord, seq: int) -> None:
+        """A job was stored: take its unique lock and its place in its order key."""
+        flow = rec.flow
+        if flow is None:
+            return
+        if flow.unique_key:
+            self._unique[flow.unique_key] = rec.id
+        if flow.order_key:
+            heapq.heappush(self._order_heads.setdefault(flow.order_key, []), (seq, rec.id))
+
+    def reopened(self, rec: JobRecord, seq: int) -> None:
+        """A terminal job was retried by hand: it needs its order place back."""
+        if rec.flow and rec.flow.order_key:
+            heapq.heappush(self._order_heads.setdefault(rec.flow.order_key, []), (seq, rec.id))
+
+    # -- dequeue -----------------------------------------------------------------------------
+
+    def allows(self, rec: JobRecord, now: float, budget: ScanBudget) -> bool:
+        """Whether ``rec`` may start now, counting what this dequeue call already took."""
+        flow = rec.flow
+        if flow is None:
+            return True
+        key = flow.concurrency_key
+        if key and 0 < flow.concurrency_limit <= self._active[key] + budget.concurrency[key]:
+            return False
+        key = flow.order_key
+        if key and (
+            key in budget.ordered or self._order_active[key] > 0 or self._order_head(key) != rec.id
+        ):
+            return False
+        key = flow.rate_key
+        if not key or flow.rate_limit <= 0:
+            return True
+        return self._recent_starts(key, flow.rate_period, now) + budget.rate[key] < flow.rate_limit
+
+    def reserve(self, rec: JobRecord, budget: ScanBudget) -> None:
+        """Count ``rec`` as taken within the current dequeue call."""
+        flow = rec.flow
+        if flow is None:
+            return
+        if flow.concurrency_key:
+            budget.concurrency[flow.concurrency_key] += 1
+        if flow.order_key:
+            budget.ordered.add(flow.order_key)
+        if flow.rate_key:
+            budget.rate[flow.rate_key] += 1
+
+    def started(self, rec: JobRecord, now: float) -> None:
+        """``rec`` became active."""
+        flow = rec.flow
+        if flow is None:
+            return
+        if flow.concurrency_key:
+            self._active[flow.concurrency_key] += 1
+        if flow.order_key:
+            self._order_active[flow.order_key] += 1
+        if flow.rate_key and flow.rate_limit > 0:
+            self._starts.setdefault(flow.rate_key, deque()).append(now)
+
+    def stopped(self, rec: JobRecord) -> None:
+        """``rec`` left the active state."""
+        flow = rec.flow
+        if flow is None:
+            return
+        if flow.concurrency_key:
+            self._active[flow.concurrency_key] -= 1
+        if flow.order_key:
+            self._order_active[flow.order_key] -= 1
+
+    def _order_head(self, key: str) -> str | None:
+        heap = self._order_heads.get(key)
+        while heap:
+            seq, job_id = heap[0]
+            found = self._lookup(job_id)
+            if found is not None and found[1] == seq and not found[0].state.terminal:
+                return job_id
+            heapq.heappop(heap)  # finished or deleted: it no longer holds the key
+        return None
+
+    def _recent_starts(self, key: str, period: float, now: float) -> int:
+        starts = self._starts.get(key)
+        if not starts:
+            return 0
+        while starts and starts[0] <= now - period:
+            starts.popleft()
+        return len(starts)

@@ -1,0 +1,226 @@
+"""The memory backend's ``Inspector``: reads and operator actions over ``MemoryCore``'s state."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+
+from conveyor.errors import BatchNotFound
+from conveyor.job import (
+    TERMINAL_STATES,
+    BatchStatus,
+    EventKind,
+    JobRecord,
+    JobState,
+    QueueStats,
+    WorkerInfo,
+)
+from conveyor.storage.base import JobTotals, Retention
+from conveyor.storage.memory_core import WAITING_STATES, Entry, MemoryCore, day_of
+
+_RETRYABLE = frozenset({JobState.DEAD, JobState.FAILED, JobState.CANCELLED, JobState.RETRYING})
+_WORKER_TTL = Retention().worker_ttl
+WORKER_COMMANDS = ("quiet", "stop")
+
+
+class MemoryInspector(MemoryCore):
+    """``MemoryCore`` plus the ``Inspector`` protocol."""
+
+    def queues(self) -> list[QueueStats]:
+        """Every known queue with sizes, latency, paused flag and outcome totals."""
+        with self._lock:
+            now = self.now()
+            return [self._queue_stats(q, now) for q in sorted({*self._queues, *self._paused})]
+
+    def _queue_stats(self, queue: str, now: float) -> QueueStats:
+        pending = self._pending.get(queue, {})
+        oldest = next(iter(pending), None)
+        latency = now - self._jobs[oldest].pending_since if oldest is not None else 0.0
+        totals = [t for (q, _), t in self._totals.items() if q == queue]
+        today = day_of(now)
+        return QueueStats(
+            name=queue,
+            pending=len(pending),
+            scheduled=self._counts[(queue, JobState.SCHEDULED)],
+            active=self._counts[(queue, JobState.ACTIVE)],
+            retrying=self._counts[(queue, JobState.RETRYING)],
+            latency=max(latency, 0.0),
+            paused=queue in self._paused,
+            processed=sum(t.processed for t in totals),
+            failed=sum(t.failed + t.dead for t in totals),
+            dead=self._counts[(queue, JobState.DEAD)],
+            processed_today=self._daily.get((queue, today, "processed"), 0),
+            failed_today=self._daily.get((queue, today, "failed"), 0),
+        )
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        """A copy of the job with its full event log, or None."""
+        with self._lock:
+            entry = self._jobs.get(job_id)
+            return None if entry is None else _copy(entry.rec, with_events=True)
+
+    def list_jobs(
+        self,
+        *,
+        state: JobState | None = None,
+        queue: str | None = None,
+        batch_id: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+        with_events: bool = False,
+    ) -> list[JobRecord]:
+        """Jobs filtered by state/queue/batch, oldest (first enqueued) first, paged."""
+        with self._lock:
+            out: list[JobRecord] = []
+            for i, entry in enumerate(self._matching(state, queue, batch_id)):
+                if len(out) >= limit:
+                    break
+                if i >= offset:
+                    out.append(_copy(entry.rec, with_events=with_events))
+            return out
+
+    def count_jobs(
+        self, *, state: JobState | None = None, queue: str | None = None,
+        batch_id: str | None = None,
+    ) -> int:
+        """How many jobs ``list_jobs`` would page through (from counters when it can)."""
+        with self._lock:
+            if batch_id is None:
+                states = [state] if state is not None else list(JobState)
+                queues = [queue] if queue is not None else list(self._queues)
+                return sum(self._counts.get((q, s), 0) for q in queues for s in states)
+            if queue is None:
+                status = self._batches.status(batch_id)
+                if status is None:
+                    return 0
+                return status.total if state is None else status.counts.get(state.value, 0)
+            return sum(1 for _ in self._matching(state, queue, batch_id))
+
+    def _matching(
+        self, state: JobState | None, queue: str | None, batch_id: str | None
+    ) -> Iterator[Entry]:
+        for entry in self._jobs.values():
+            rec = entry.rec
+            if (state is None or rec.state is state) and (queue is None or rec.queue == queue) \
+                    and (batch_id is None or rec.batch_id == batch_id):
+                yield entry
+
+    def retry_jobs(self, job_ids: Sequence[str]) -> int:
+        """Dead, failed, cancelled or retrying jobs → pending now (``retried``)."""
+        with self._lock:
+            now = self.now()
+            done = 0
+            for job_id in job_ids:
+                entry = self._jobs.get(job_id)
+                if entry is None or entry.rec.state not in _RETRYABLE:
+                    continue
+                if entry.rec.state.terminal:
+                    self._flow.reopened(entry.rec, entry.seq)
+                entry.rec.run_at = None
+                entry.rec.cancel_requested = False
+                self._move(entry, JobState.PENDING, EventKind.RETRIED, now)
+                done += 1
+            return done
+
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        """Delete jobs that are not active."""
+        with self._lock:
+            now = self.now()
+            done = 0
+            for job_id in job_ids:
+                entry = self._jobs.get(job_id)
+                if entry is not None and entry.rec.state is not JobState.ACTIVE:
+                    self._remove(entry, now)
+                    done += 1
+            return done
+
+    def kill_jobs(self, job_ids: Sequence[str]) -> int:
+        """Waiting jobs → dead (``killed``)."""
+        with self._lock:
+            now = self.now()
+            done = 0
+            for job_id in job_ids:
+                entry = self._jobs.get(job_id)
+                if entry is not None and entry.rec.state in WAITING_STATES:
+                    entry.rec.message = "killed by hand"
+                    self._move(entry, JobState.DEAD, EventKind.KILLED, now,
+                               message=entry.rec.message)
+                    done += 1
+            return done
+
+    def retry_all(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
+        """Retry every job in ``state``."""
+        with self._lock:
+            return self.retry_jobs([e.rec.id for e in self._matching(state, queue, None)])
+
+    def clear(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
+        """Delete every job in a terminal ``state``."""
+        if state not in TERMINAL_STATES:
+            raise ValueError(f"clear() deletes finished jobs only, not {state.value!r} ones")
+        with self._lock:
+            return self.delete_jobs([e.rec.id for e in self._matching(state, queue, None)])
+
+    def pause_queue(self, queue: str) -> None:
+        """Stop every worker from taking jobs from ``queue``."""
+        with self._lock:
+            self._paused.add(queue)
+
+    def resume_queue(self, queue: str) -> None:
+        """Undo ``pause_queue``."""
+        with self._lock:
+            self._paused.discard(queue)
+            self._wake()
+
+    def workers(self) -> list[WorkerInfo]:
+        """Workers seen within the registry's time-to-live."""
+        with self._lock:
+            cutoff = self.now() - _WORKER_TTL
+            live = [w for w in self._workers.values() if w.last_seen >= cutoff]
+            return sorted(live, key=lambda w: (w.started_at, w.id))
+
+    def command_worker(self, worker_id: str, command: str) -> bool:
+        """Queue ``quiet`` or ``stop`` for a known worker; False when it is not registered."""
+        if command not in WORKER_COMMANDS:
+            raise ValueError(f"unknown worker command {command!r}; use one of {WORKER_COMMANDS}")
+        with self._lock:
+            if worker_id not in self._workers:
+                return False
+            self._commands[worker_id] = command
+            return True
+
+    def get_batch(self, batch_id: str) -> BatchStatus | None:
+        """Counters and timings of a batch."""
+        with self._lock:
+            return self._batches.status(batch_id)
+
+    def list_batches(self, offset: int = 0, limit: int = 50) -> list[BatchStatus]:
+        """Batches, newest first."""
+        with self._lock:
+            return self._batches.page(offset, limit)
+
+    def cancel_batch(self, batch_id: str) -> int:
+        """Cancel waiting jobs of a batch, request cancellation of active ones; returns both."""
+        with self._lock:
+            if self._batches.status(batch_id) is None:
+                raise BatchNotFound(f"no batch with id {batch_id!r}")
+            self._batches.mark_cancelled(batch_id)
+            ids = [e.rec.id for e in self._matching(None, None, batch_id)
+                   if e.rec.state in WAITING_STATES
+                   or (e.rec.state is JobState.ACTIVE and not e.rec.cancel_requested)]
+            for job_id in ids:
+                self.cancel(job_id)
+            return len(ids)
+
+    def job_totals(self) -> list[JobTotals]:
+        """All-time outcome counters per (queue, job name)."""
+        with self._lock:
+            return [
+                JobTotals(queue=q, name=n, processed=t.processed, failed=t.failed, dead=t.dead,
+                          retried=t.retried)
+                for (q, n), t in sorted(self._totals.items())
+            ]
+
+
+def _copy(rec: JobRecord, *, with_events: bool) -> JobRecord:
+    events = list(rec.events or []) if with_events else None
+    return replace(rec, events=events)

@@ -1,0 +1,108 @@
+"""Small builders and readers the conformance tests share (black-box: public protocol only)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from conveyor.clock import FakeClock
+from conveyor.job import (
+    Ack,
+    ErrorInfo,
+    Event,
+    FlowControl,
+    JobSpec,
+    JobState,
+    LeasedJob,
+    Outcome,
+    WorkerInfo,
+)
+from conveyor.storage import Backend
+
+_ids = itertools.count(1)
+
+
+def new_job_id(prefix: str = "j") -> str:
+    """Ids that sort in creation order, so "oldest first" is predictable on every backend."""
+    return f"{prefix}{next(_ids):09d}"
+
+
+def spec(
+    queue: str = "default",
+    *,
+    name: str = "tests.noop",
+    args: Sequence[Any] = (),
+    job_id: str | None = None,
+    flow: FlowControl | None = None,
+    **options: Any,
+) -> JobSpec:
+    """A ``JobSpec`` with a small valid payload."""
+    payload = json.dumps({"a": list(args), "k": {}}, separators=(",", ":"))
+    return JobSpec(id=job_id or new_job_id(), name=name, queue=queue, payload=payload,
+                   flow=flow, **options)
+
+
+def put(store: Backend, queue: str = "default", **kwargs: Any) -> str:
+    """Enqueue one job; returns its id (asserting it was created)."""
+    result = store.enqueue([spec(queue, **kwargs)])[0]
+    assert result.created
+    return result.id
+
+
+def take(store: Backend, queues: Sequence[str] = ("default",), *, count: int = 1,
+         worker: str = "w1", lease: float = 30.0) -> list[LeasedJob]:
+    """Dequeue up to ``count`` jobs."""
+    return store.dequeue(list(queues), worker, count, lease)
+
+
+def take_one(store: Backend, queues: Sequence[str] = ("default",), *, worker: str = "w1",
+             lease: float = 30.0) -> LeasedJob:
+    """Dequeue exactly one job (fails the test otherwise)."""
+    jobs = take(store, queues, worker=worker, lease=lease)
+    assert len(jobs) == 1, f"expected one job, got {len(jobs)}"
+    return jobs[0]
+
+
+def ack(store: Backend, job: LeasedJob, outcome: Outcome = Outcome.SUCCEEDED,
+        **kwargs: Any) -> bool:
+    """Acknowledge one leased job; returns whether the storage applied it."""
+    return store.ack([Ack(job_id=job.id, token=job.token, outcome=outcome, **kwargs)])[0]
+
+
+def boom(message: str = "boom") -> ErrorInfo:
+    """An error as a worker reports it."""
+    return ErrorInfo(type="ValueError", message=message,
+                     traceback=f'Traceback (most recent call last):\nValueError: {message}\n')
+
+
+def state_of(store: Backend, job_id: str) -> JobState:
+    """The job's current state (the job must exist)."""
+    record = store.get_job(job_id)
+    assert record is not None, f"job {job_id} is missing"
+    return record.state
+
+
+def events_of(store: Backend, job_id: str) -> list[Event]:
+    """The job's event log."""
+    record = store.get_job(job_id)
+    assert record is not None and record.events is not None
+    return record.events
+
+
+def kinds_of(store: Backend, job_id: str) -> list[str]:
+    """Kinds of the job's events, in order."""
+    return [e.kind for e in events_of(store, job_id)]
+
+
+def last_event(store: Backend, job_id: str) -> Event:
+    """The newest event of the job."""
+    return events_of(store, job_id)[-1]
+
+
+def worker_info(clock: FakeClock, worker_id: str = "w1", queues: Sequence[str] = ("default",),
+                status: str = "running") -> WorkerInfo:
+    """A worker as it reports itself in a heartbeat."""
+    return WorkerInfo(id=worker_id, hostname="testhost", pid=4242, queues=tuple(queues),
+                      concurrency=5, started_at=clock.now(), status=status)
