@@ -1,0 +1,1 @@
+"""The embedded SQLite backend (the default storage): ``open_sqlite(url, clock)``."""

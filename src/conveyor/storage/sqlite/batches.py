@@ -1,0 +1,155 @@
+"""Batch bookkeeping inside the caller's transaction: counters per state, completion, callbacks.
+
+Every job transition reports ``(batch_id, from_state, to_state)`` moves here, in the same
+``BEGIN IMMEDIATE`` transaction as the job update, so counters never disagree with the jobs and
+a batch's callbacks are enqueued exactly once, by the transaction that completes it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from conveyor.errors import BatchClosedError, BatchNotFound
+from conveyor.job import (
+    ALL_STATES,
+    BatchSpec,
+    BatchStatus,
+    FlowControl,
+    JobSpec,
+    JobState,
+)
+
+# (batch_id, from_state or None for a new job, to_state or None for a deleted job)
+Move = tuple[str, "str | None", "str | None"]
+EnqueueFn = Callable[[sqlite3.Cursor, float, Sequence[JobSpec]], object]
+
+_TERMINAL_SUM = "n_succeeded + n_failed + n_dead + n_cancelled"
+BATCH_COLUMNS = (
+    "id, description, meta, created_at, total, closed, cancelled, started_at, finished_at, "
+    "callbacks_fired, " + ", ".join(f"n_{s.value}" for s in ALL_STATES)
+)
+
+
+def spec_to_wire(spec: JobSpec) -> dict[str, Any]:
+    """A callback ``JobSpec`` as stored in the batch row."""
+    return {
+        "id": spec.id, "name": spec.name, "queue": spec.queue, "payload": spec.payload,
+        "max_retries": spec.max_retries, "timeout": spec.timeout, "deadline": spec.deadline,
+        "run_at": spec.run_at, "batch_id": spec.batch_id,
+        "flow": spec.flow.to_wire() if spec.flow else None,
+    }
+
+
+def spec_from_wire(raw: dict[str, Any]) -> JobSpec:
+    """Inverse of ``spec_to_wire``."""
+    return JobSpec(
+        id=raw["id"], name=raw["name"], queue=raw["queue"], payload=raw["payload"],
+        max_retries=int(raw.get("max_retries", 25)), timeout=raw.get("timeout"),
+        deadline=raw.get("deadline"), run_at=raw.get("run_at"), batch_id=raw.get("batch_id"),
+        flow=FlowControl.from_wire(raw.get("flow")),
+    )
+
+
+def create(cur: sqlite3.Cursor, now: float, spec: BatchSpec) -> None:
+    """Insert an open batch (creating an existing id again is a no-op)."""
+    callbacks = {event: spec_to_wire(job) for event, job in spec.callbacks.items()}
+    cur.execute(
+        "INSERT OR IGNORE INTO batches (id, description, meta, callbacks, created_at) "
+        "VALUES (?, ?, ?, ?, ?)",
+        (spec.id, spec.description, json.dumps(dict(spec.meta)), json.dumps(callbacks), now),
+    )
+
+
+def check_open(cur: sqlite3.Cursor, batch_ids: Iterable[str]) -> None:
+    """Raise ``BatchNotFound`` / ``BatchClosedError`` unless every batch can take new jobs."""
+    for batch_id in set(batch_ids):
+        row = cur.execute("SELECT finished_at FROM batches WHERE id = ?", (batch_id,)).fetchone()
+        if row is None:
+            raise BatchNotFound(f"no batch {batch_id!r}")
+        if row[0] is not None:
+            raise BatchClosedError(f"batch {batch_id!r} has finished; it takes no new jobs")
+
+
+def apply(cur: sqlite3.Cursor, now: float, moves: Iterable[Move], enqueue: EnqueueFn) -> None:
+    """Move the counters, then complete batches and fire callbacks as they become due."""
+    deltas: dict[str, Counter[str]] = {}
+    for batch_id, before, after in moves:
+        delta = deltas.setdefault(batch_id, Counter())
+        if before is None:
+            delta["total"] += 1
+        else:
+            delta[f"n_{before}"] -= 1
+        if after is None:
+            delta["total"] -= 1
+        else:
+            delta[f"n_{after}"] += 1
+    for batch_id, delta in deltas.items():
+        changes = {col: n for col, n in delta.items() if n}
+        if changes:
+            sets = ", ".join(f"{col} = {col} + ?" for col in changes)
+            started = ", started_at = coalesce(started_at, ?)" if delta["n_active"] > 0 else ""
+            params: list[object] = list(changes.values())
+            if started:
+                params.append(now)
+            cur.execute(f"UPDATE batches SET {sets}{started} WHERE id = ?", (*params, batch_id))
+        settle(cur, now, batch_id, enqueue)
+
+
+def settle(cur: sqlite3.Cursor, now: float, batch_id: str, enqueue: EnqueueFn) -> None:
+    """Fire the callbacks that have become due for one batch, each exactly once."""
+    row = cur.execute(
+        f"SELECT closed, total, {_TERMINAL_SUM}, n_succeeded, n_dead, callbacks, "
+        "callbacks_fired, finished_at FROM batches WHERE id = ?",
+        (batch_id,),
+    ).fetchone()
+    if row is None:
+        return
+    closed, total, done, succeeded, dead, callbacks_text, fired_text, finished_at = row
+    fired = [name for name in fired_text.split(",") if name]
+    due: list[str] = []
+    if dead > 0 and "death" not in fired:
+        due.append("death")
+    complete = bool(closed) and done >= total
+    if complete and finished_at is None:
+        due.append("complete")
+        if succeeded >= total:
+            due.append("success")
+    if not due and not (complete and finished_at is None):
+        return
+    callbacks = json.loads(callbacks_text or "{}")
+    cur.execute(
+        "UPDATE batches SET callbacks_fired = ?, finished_at = ? WHERE id = ?",
+        (",".join(fired + due), now if complete and finished_at is None else finished_at,
+         batch_id),
+    )
+    specs = [spec_from_wire(callbacks[name]) for name in due if name in callbacks]
+    if specs:
+        enqueue(cur, now, specs)
+
+
+def close(cur: sqlite3.Cursor, now: float, batch_id: str, enqueue: EnqueueFn) -> None:
+    """Mark a batch fully enqueued and complete it at once if every job is already terminal."""
+    updated = cur.execute("UPDATE batches SET closed = 1 WHERE id = ?", (batch_id,)).rowcount
+    if not updated:
+        raise BatchNotFound(f"no batch {batch_id!r}")
+    settle(cur, now, batch_id, enqueue)
+
+
+def status_from_row(row: Sequence[Any]) -> BatchStatus:
+    """A ``BatchStatus`` from a row selected with ``BATCH_COLUMNS``."""
+    counts = {state.value: int(n) for state, n in zip(ALL_STATES, row[10:], strict=True)}
+    return BatchStatus(
+        id=row[0], description=row[1], meta=json.loads(row[2] or "{}"), created_at=row[3],
+        total=int(row[4]), counts=counts, closed=bool(row[5]), cancelled=bool(row[6]),
+        started_at=row[7], finished_at=row[8],
+        callbacks_fired=tuple(name for name in (row[9] or "").split(",") if name),
+    )
+
+
+def state_column(state: JobState | str) -> str:
+    """The counter column of a state."""
+    return f"n_{JobState(state).value}"

@@ -1,0 +1,146 @@
+"""SQLite connections: URL parsing, one connection per thread, fork safety, transactions.
+
+A ``sqlite3.Connection`` must never cross a ``fork``: the child would share the parent's file
+locks and WAL index. Connections are therefore keyed by (pid, thread); a child opens its own and
+leaves the inherited ones untouched (closing them could release the parent's locks).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from conveyor.errors import StorageUnavailable, StorageURLError
+
+BUSY_TIMEOUT_MS = 10_000
+
+
+def parse_sqlite_url(url: str) -> Path:
+    """The database path a ``sqlite:///relative.db`` or ``sqlite:////absolute.db`` URL names."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() != "sqlite":
+        raise StorageURLError(f"not a SQLite URL: {url!r}; expected sqlite:///path/to.db")
+    if not rest.startswith("/"):
+        raise StorageURLError(
+            f"SQLite URL {url!r} has a host part; write sqlite:///relative/path.db "
+            "or sqlite:////absolute/path.db"
+        )
+    path = rest[1:].split("?", 1)[0]
+    if not path:
+        raise StorageURLError(f"SQLite URL {url!r} names no file; e.g. sqlite:///conveyor.db")
+    if path == ":memory:":
+        raise StorageURLError(
+            "sqlite:///:memory: cannot be shared between threads and processes; use memory://"
+        )
+    return Path(path)
+
+
+def check_path(path: Path) -> None:
+    """Raise ``StorageUnavailable`` with the reason when ``path`` cannot hold a database."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        raise StorageUnavailable(
+            f"cannot open SQLite database {str(path)!r}: directory {str(parent)!r} does not exist"
+        )
+    if not parent.is_dir():
+        raise StorageUnavailable(
+            f"cannot open SQLite database {str(path)!r}: {str(parent)!r} is not a directory"
+        )
+    if path.is_dir():
+        raise StorageUnavailable(f"cannot open SQLite database {str(path)!r}: it is a directory")
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        raise StorageUnavailable(
+            f"cannot open SQLite database {str(path)!r}: the file is not readable and writable"
+        )
+    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise StorageUnavailable(
+            f"cannot create SQLite database {str(path)!r}: directory {str(parent)!r} "
+            "is not writable"
+        )
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    try:
+        conn = sqlite3.connect(
+            str(path), isolation_level=None, check_same_thread=False, cached_statements=256
+        )
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if str(mode).lower() != "wal":
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = OFF")
+    except sqlite3.Error as exc:
+        raise StorageUnavailable(f"cannot open SQLite database {str(path)!r}: {exc}") from exc
+    return conn
+
+
+class Database:
+    """Per-thread, per-process connections to one database file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._mine: list[sqlite3.Connection] = []
+        # Connections inherited through fork: kept referenced so they are never finalised
+        # (and their locks never touched) in the child.
+        self._inherited: list[sqlite3.Connection] = []
+        self._closed = False
+
+    def conn(self) -> sqlite3.Connection:
+        """This thread's connection in this process, opened on first use."""
+        pid = os.getpid()
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and getattr(self._local, "pid", None) == pid:
+            return conn
+        if self._closed:
+            raise StorageUnavailable(f"SQLite storage {str(self.path)!r} is closed")
+        with self._lock:
+            if pid != self._pid:
+                self._inherited.extend(self._mine)
+                self._mine = []
+                self._pid = pid
+            conn = _connect(self.path)
+            self._mine.append(conn)
+        self._local.conn = conn
+        self._local.pid = pid
+        return conn
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Cursor]:
+        """A ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on error."""
+        conn = self.conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StorageUnavailable(f"SQLite database {str(self.path)!r}: {exc}") from exc
+        cur = conn.cursor()
+        try:
+            yield cur
+        except BaseException:
+            conn.rollback()
+            raise
+        else:
+            conn.commit()
+        finally:
+            cur.close()
+
+    def read(self) -> sqlite3.Connection:
+        """The connection for plain reads (each statement sees a consistent snapshot)."""
+        return self.conn()
+
+    def close(self) -> None:
+        """Close this process's connections. Idempotent."""
+        with self._lock:
+            self._closed = True
+            if os.getpid() == self._pid:
+                for conn in self._mine:
+                    conn.close()
+            self._mine = []
+        self._local = threading.local()

@@ -1,0 +1,136 @@
+"""Flow control inside the dequeue/enqueue transaction: unique locks, concurrency, order, rate.
+
+Jobs with a concurrency, order or rate key are "gated": a queue holding any pending gated job
+is dequeued by walking its pending jobs in order and admitting each one that its limits allow.
+Jobs over a limit stay pending (no attempt is spent); queues without gated jobs take the fast
+single-statement path in ``storage.py``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+
+from conveyor.job import TERMINAL_STATES, FlowControl, JobSpec
+
+_TERMINAL = frozenset(s.value for s in TERMINAL_STATES)
+_PAGE = 256
+_MAX_SCAN = 4096  # bound the work of one dequeue when many pending jobs are held back
+
+
+def validate(flow: FlowControl) -> None:
+    """Raise ``ValueError`` for settings that could never admit a job."""
+    if flow.concurrency_key is not None and flow.concurrency_limit < 1:
+        raise ValueError(f"concurrency_key {flow.concurrency_key!r} needs concurrency_limit >= 1")
+    if flow.rate_key is not None and (flow.rate_limit < 1 or flow.rate_period <= 0):
+        raise ValueError(f"rate_key {flow.rate_key!r} needs rate_limit >= 1 and rate_period > 0")
+
+
+def is_gated(flow: FlowControl | None) -> bool:
+    """True when the job waits on a concurrency, order or rate limit."""
+    return flow is not None and bool(flow.concurrency_key or flow.order_key or flow.rate_key)
+
+
+def unique_holder(cur: sqlite3.Cursor, now: float, key: str) -> str | None:
+    """The id of the job holding a unique lock, or None when the lock is free."""
+    row = cur.execute(
+        "SELECT u.job_id, u.until, j.state FROM unique_locks u "
+        "LEFT JOIN jobs j ON j.id = u.job_id WHERE u.key = ?",
+        (key,),
+    ).fetchone()
+    if row is None:
+        return None
+    job_id, until, state = row
+    if until > now or (state is not None and state not in _TERMINAL):
+        return str(job_id)
+    return None
+
+
+def lock_unique(cur: sqlite3.Cursor, now: float, spec: JobSpec) -> None:
+    """Take the unique lock for a new job (lock state is checked by ``unique_holder``)."""
+    assert spec.flow is not None and spec.flow.unique_key is not None
+    cur.execute(
+        "INSERT OR REPLACE INTO unique_locks (key, job_id, until) VALUES (?, ?, ?)",
+        (spec.flow.unique_key, spec.id, now + (spec.flow.unique_for or 0.0)),
+    )
+
+
+@dataclass
+class _Gates:
+    """Counts seen so far in one dequeue call, so each key is read once."""
+
+    active: dict[str, int] = field(default_factory=dict)
+    order_blocked: set[str] = field(default_factory=set)
+    rate_used: dict[str, int] = field(default_factory=dict)
+
+
+def pick(cur: sqlite3.Cursor, now: float, queue: str, need: int) -> list[str]:
+    """Ids of up to ``need`` pending jobs of ``queue`` that their limits admit, in order."""
+    gates = _Gates()
+    chosen: list[str] = []
+    offset = 0
+    while len(chosen) < need and offset < _MAX_SCAN:
+        rows = cur.execute(
+            "SELECT id, concurrency_key, concurrency_limit, order_key, rate_key, rate_limit, "
+            "rate_period FROM jobs WHERE state = 'pending' AND queue = ? "
+            "ORDER BY ready_at LIMIT ? OFFSET ?",
+            (queue, _PAGE, offset),
+        ).fetchall()
+        if not rows:
+            break
+        offset += len(rows)
+        for row in rows:
+            if _admit(cur, now, row, gates):
+                chosen.append(row[0])
+                if len(chosen) >= need:
+                    break
+    return chosen
+
+
+def _admit(cur: sqlite3.Cursor, now: float, row: tuple[object, ...], gates: _Gates) -> bool:
+    job_id, ckey, climit, okey, rkey, rlimit, rperiod = row
+    if ckey is not None and _active(cur, str(ckey), gates) >= int(climit):  # type: ignore[call-overload]
+        return False
+    if okey is not None and not _first_in_order(cur, str(okey), str(job_id), gates):
+        return False
+    if rkey is not None and _rate_used(cur, now, str(rkey), float(rperiod), gates) >= int(rlimit):  # type: ignore[arg-type,call-overload]
+        return False
+    if ckey is not None:
+        gates.active[str(ckey)] += 1
+    if okey is not None:
+        gates.order_blocked.add(str(okey))
+    if rkey is not None:
+        gates.rate_used[str(rkey)] += 1
+        cur.execute("INSERT INTO rate_hits (key, ts) VALUES (?, ?)", (rkey, now))
+    return True
+
+
+def _active(cur: sqlite3.Cursor, key: str, gates: _Gates) -> int:
+    if key not in gates.active:
+        gates.active[key] = int(cur.execute(
+            "SELECT count(*) FROM jobs WHERE state = 'active' AND concurrency_key = ?", (key,)
+        ).fetchone()[0])
+    return gates.active[key]
+
+
+def _first_in_order(cur: sqlite3.Cursor, key: str, job_id: str, gates: _Gates) -> bool:
+    if key in gates.order_blocked:
+        return False
+    row = cur.execute(
+        "SELECT id FROM jobs WHERE order_key = ? AND state IN ('pending', 'active', 'retrying') "
+        "ORDER BY rowid LIMIT 1",
+        (key,),
+    ).fetchone()
+    if row is None or row[0] != job_id:
+        gates.order_blocked.add(key)
+        return False
+    return True
+
+
+def _rate_used(cur: sqlite3.Cursor, now: float, key: str, period: float, gates: _Gates) -> int:
+    if key not in gates.rate_used:
+        cur.execute("DELETE FROM rate_hits WHERE key = ? AND ts <= ?", (key, now - period))
+        gates.rate_used[key] = int(cur.execute(
+            "SELECT count(*) FROM rate_hits WHERE key = ?", (key,)
+        ).fetchone()[0])
+    return gates.rate_used[key]

@@ -1,0 +1,275 @@
+"""The SQLite ``Inspector``: reads and operator actions for the CLI, web UI and metrics.
+
+It is the base class of ``SqliteStorage``; both share one ``Database`` and clock.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from conveyor.clock import Clock
+from conveyor.job import (
+    ALL_STATES,
+    BatchStatus,
+    EventKind,
+    JobRecord,
+    JobState,
+    QueueStats,
+    WorkerInfo,
+)
+from conveyor.storage.base import JobTotals
+from conveyor.storage.sqlite import batches, jobs
+from conveyor.storage.sqlite.connection import Database
+from conveyor.storage.sqlite.wakeup import Wakeup
+
+WORKER_TTL = 60.0
+_WAITING = ("scheduled", "pending", "retrying")
+_RETRYABLE = ("dead", "failed", "cancelled", "retrying")
+
+
+class SqliteInspector:
+    """Reads and operator actions over one SQLite database."""
+
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self._db = db
+        self._clock = clock
+        self._wakeup = Wakeup()
+
+    def now(self) -> float:
+        """The storage's clock."""
+        return self._clock.now()
+
+    def queues(self) -> list[QueueStats]:
+        """Every known queue with sizes, latency, paused flag and totals."""
+        db = self._db.read()
+        now = self.now()
+        today = time.strftime("%Y-%m-%d", time.gmtime(now))
+        sizes: dict[tuple[str, str], int] = {
+            (q, s): n for q, s, n in db.execute(
+                "SELECT queue, state, count(*) FROM jobs WHERE state IN "
+                "('pending', 'scheduled', 'active', 'retrying', 'dead') GROUP BY queue, state"
+            )
+        }
+        totals = {q: (p, f) for q, p, f in db.execute(
+            "SELECT queue, sum(processed), sum(failed) + sum(dead) FROM job_totals GROUP BY queue"
+        )}
+        daily = {q: (p, f) for q, p, f in db.execute(
+            "SELECT queue, processed, failed FROM daily_totals WHERE day = ?", (today,)
+        )}
+        out = []
+        for name, paused in db.execute("SELECT name, paused FROM queues ORDER BY name"):
+            oldest = db.execute(
+                "SELECT min(ready_at) FROM jobs WHERE state = 'pending' AND queue = ?", (name,)
+            ).fetchone()[0]
+            out.append(QueueStats(
+                name=name, pending=sizes.get((name, "pending"), 0),
+                scheduled=sizes.get((name, "scheduled"), 0),
+                active=sizes.get((name, "active"), 0),
+                retrying=sizes.get((name, "retrying"), 0),
+                latency=max(0.0, now - oldest) if oldest is not None else 0.0,
+                paused=bool(paused), processed=totals.get(name, (0, 0))[0],
+                failed=totals.get(name, (0, 0))[1], dead=sizes.get((name, "dead"), 0),
+                processed_today=daily.get(name, (0, 0))[0],
+                failed_today=daily.get(name, (0, 0))[1],
+            ))
+        return out
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        """A job with its full event log, or None."""
+        row = self._db.read().execute(
+            f"SELECT {jobs.JOB_COLUMNS}, events FROM jobs WHERE id = ?", (job_id,)
+        ).fetchone()
+        return jobs.record(row[:-1], row[-1]) if row else None
+
+    @staticmethod
+    def _filter(
+        state: JobState | None, queue: str | None, batch_id: str | None
+    ) -> tuple[str, list[Any]]:
+        terms, params = [], []
+        for column, value in (("state", state.value if state else None), ("queue", queue),
+                              ("batch_id", batch_id)):
+            if value is not None:
+                terms.append(f"{column} = ?")
+                params.append(value)
+        return (" WHERE " + " AND ".join(terms) if terms else ""), params
+
+    def list_jobs(
+        self,
+        *,
+        state: JobState | None = None,
+        queue: str | None = None,
+        batch_id: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+        with_events: bool = False,
+    ) -> list[JobRecord]:
+        """Jobs filtered by state/queue/batch, oldest first, paged."""
+        where, params = self._filter(state, queue, batch_id)
+        extra = ", events" if with_events else ""
+        rows = self._db.read().execute(
+            f"SELECT {jobs.JOB_COLUMNS}{extra} FROM jobs{where} "
+            "ORDER BY created_at, rowid LIMIT ? OFFSET ?",
+            (*params, limit, offset),
+        ).fetchall()
+        if with_events:
+            return [jobs.record(r[:-1], r[-1]) for r in rows]
+        return [jobs.record(r) for r in rows]
+
+    def count_jobs(
+        self, *, state: JobState | None = None, queue: str | None = None,
+        batch_id: str | None = None,
+    ) -> int:
+        """How many jobs ``list_jobs`` would page through."""
+        where, params = self._filter(state, queue, batch_id)
+        return int(self._db.read().execute(
+            f"SELECT count(*) FROM jobs{where}", params
+        ).fetchone()[0])
+
+    def _select(self, cur: sqlite3.Cursor, ids: Sequence[str], states: Sequence[str]) -> list[Any]:
+        return cur.execute(
+            "SELECT id, state, batch_id FROM jobs WHERE id IN (SELECT value FROM json_each(?)) "
+            "AND state IN (SELECT value FROM json_each(?))",
+            (jobs.ids_param(ids), json.dumps(list(states))),
+        ).fetchall()
+
+    def retry_jobs(self, job_ids: Sequence[str]) -> int:
+        """Dead, failed, cancelled or retrying jobs → pending now."""
+        with self._db.write() as cur:
+            now = self.now()
+            rows = self._select(cur, job_ids, _RETRYABLE)
+            moves = jobs.move(cur, now, rows, JobState.PENDING, EventKind.RETRIED,
+                              sets=f"errors = 0, recoveries = 0, message = NULL, {jobs.REQUEUE}")
+            batches.apply(cur, now, moves, jobs.insert)
+        if rows:
+            self._wakeup.notify()
+        return len(rows)
+
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        """Delete jobs that are not active."""
+        with self._db.write() as cur:
+            now = self.now()
+            states = [s.value for s in ALL_STATES if s is not JobState.ACTIVE]
+            rows = self._select(cur, job_ids, states)
+            cur.execute("DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(?))",
+                        (jobs.ids_param(r[0] for r in rows),))
+            moves: list[batches.Move] = [(b, s, None) for _, s, b in rows if b]
+            batches.apply(cur, now, moves, jobs.insert)
+        return len(rows)
+
+    def kill_jobs(self, job_ids: Sequence[str]) -> int:
+        """Waiting jobs → dead (``killed``)."""
+        with self._db.write() as cur:
+            now = self.now()
+            rows = self._select(cur, job_ids, _WAITING)
+            moves = jobs.move(cur, now, rows, JobState.DEAD, EventKind.KILLED,
+                              "killed by hand", f"message = :msg, {jobs.FINISH}")
+            batches.apply(cur, now, moves, jobs.insert)
+        return len(rows)
+
+    def _ids_in(self, state: JobState, queue: str | None) -> list[str]:
+        where, params = self._filter(state, queue, None)
+        return [r[0] for r in self._db.read().execute(f"SELECT id FROM jobs{where}", params)]
+
+    def retry_all(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
+        """Retry every job in ``state``."""
+        return self.retry_jobs(self._ids_in(state, queue))
+
+    def clear(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
+        """Delete every job in a terminal ``state``."""
+        if not JobState(state).terminal:
+            raise ValueError(f"clear() deletes finished jobs only, not {JobState(state).value!r}")
+        return self.delete_jobs(self._ids_in(state, queue))
+
+    def pause_queue(self, queue: str) -> None:
+        """Stop every worker from taking jobs from ``queue``."""
+        self._set_paused(queue, 1)
+
+    def resume_queue(self, queue: str) -> None:
+        """Undo ``pause_queue``."""
+        self._set_paused(queue, 0)
+        self._wakeup.notify()
+
+    def _set_paused(self, queue: str, paused: int) -> None:
+        with self._db.write() as cur:
+            cur.execute(
+                "INSERT INTO queues (name, paused) VALUES (?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET paused = excluded.paused",
+                (queue, paused),
+            )
+
+    def workers(self) -> list[WorkerInfo]:
+        """Workers seen within the registry's time-to-live."""
+        rows = self._db.read().execute(
+            "SELECT info FROM workers WHERE last_seen >= ? ORDER BY id",
+            (self.now() - WORKER_TTL,),
+        ).fetchall()
+        return [WorkerInfo.from_wire(json.loads(r[0])) for r in rows]
+
+    def command_worker(self, worker_id: str, command: str) -> bool:
+        """Queue ``quiet`` or ``stop`` for a worker."""
+        if command not in ("quiet", "stop"):
+            raise ValueError(f"unknown worker command {command!r}; expected 'quiet' or 'stop'")
+        with self._db.write() as cur:
+            return bool(cur.execute(
+                "UPDATE workers SET command = ? WHERE id = ?", (command, worker_id)
+            ).rowcount)
+
+    def get_batch(self, batch_id: str) -> BatchStatus | None:
+        """Counters and timings of a batch."""
+        row = self._db.read().execute(
+            f"SELECT {batches.BATCH_COLUMNS} FROM batches WHERE id = ?", (batch_id,)
+        ).fetchone()
+        return batches.status_from_row(row) if row else None
+
+    def list_batches(self, offset: int = 0, limit: int = 50) -> list[BatchStatus]:
+        """Batches, newest first."""
+        rows = self._db.read().execute(
+            f"SELECT {batches.BATCH_COLUMNS} FROM batches "
+            "ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?",
+            (limit, offset),
+        ).fetchall()
+        return [batches.status_from_row(r) for r in rows]
+
+    def cancel_batch(self, batch_id: str) -> int:
+        """Cancel every waiting job of a batch and request cancellation of its active ones."""
+        with self._db.write() as cur:
+            now = self.now()
+            cur.execute("UPDATE batches SET cancelled = 1 WHERE id = ?", (batch_id,))
+            ids = [r[0] for r in cur.execute(
+                "SELECT id FROM jobs WHERE batch_id = ? AND state IN "
+                "('scheduled', 'pending', 'retrying', 'active')", (batch_id,)
+            )]
+            for job_id in ids:
+                self._cancel_rows(cur, now, job_id)
+        return len(ids)
+
+    def _cancel_rows(self, cur: sqlite3.Cursor, now: float, job_id: str) -> JobState | None:
+        """Cancel one job inside the caller's transaction; returns its resulting state."""
+        row = cur.execute(
+            "SELECT id, state, batch_id, cancel_requested FROM jobs WHERE id = ?", (job_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        state = JobState(row[1])
+        if state.value in _WAITING:
+            moves = jobs.move(cur, now, [row[:3]], JobState.CANCELLED, EventKind.CANCELLED,
+                              sets=jobs.FINISH)
+            batches.apply(cur, now, moves, jobs.insert)
+            return JobState.CANCELLED
+        if state is JobState.ACTIVE and not row[3]:
+            cur.execute(
+                "UPDATE jobs SET cancel_requested = 1, events = events || ? WHERE id = ?",
+                (jobs.event_line(now, EventKind.CANCEL_REQUESTED, "active"), job_id),
+            )
+        return state
+
+    def job_totals(self) -> list[JobTotals]:
+        """All-time outcome counters per (queue, job name)."""
+        return [JobTotals(*row) for row in self._db.read().execute(
+            "SELECT queue, name, processed, failed, dead, retried FROM job_totals "
+            "ORDER BY queue, name"
+        )]

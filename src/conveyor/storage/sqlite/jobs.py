@@ -1,0 +1,191 @@
+"""Job rows inside the caller's transaction: insert (enqueue), generic transitions, records.
+
+Shared by the hot path (``storage.py``) and the operator actions (``inspect.py``) so every
+transition appends its event and moves its batch counters the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from conveyor.job import (
+    EnqueueResult,
+    FlowControl,
+    JobRecord,
+    JobSpec,
+    JobState,
+    decode_events,
+)
+from conveyor.storage.sqlite import batches, flow
+
+JOB_COLUMNS = (
+    "id, name, queue, payload, state, attempt, errors, recoveries, max_retries, timeout, "
+    "deadline, created_at, run_at, started_at, finished_at, batch_id, worker, "
+    "lease_expires_at, cancel_requested, result, message, progress, flow"
+)
+
+_INSERT = (
+    "INSERT INTO jobs (id, name, queue, payload, state, max_retries, timeout, deadline, "
+    "created_at, run_at, ready_at, batch_id, flow, unique_key, concurrency_key, "
+    "concurrency_limit, order_key, rate_key, rate_limit, rate_period, gated, events) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def event_line(now: float, kind: str, state: str | None, message: str | None = None) -> str:
+    """One NDJSON event line, as ``Event.to_json`` writes it, for rows sharing one event."""
+    out: dict[str, Any] = {"t": now, "k": kind}
+    if state is not None:
+        out["s"] = state
+    if message is not None:
+        out["m"] = message
+    return json.dumps(out, separators=(",", ":")) + "\n"
+
+
+def ids_param(ids: Iterable[str]) -> str:
+    """A JSON array of ids, to be expanded with ``json_each`` (no parameter-count limit)."""
+    return json.dumps(list(ids))
+
+
+def _row(spec: JobSpec, now: float, state: str, event: str) -> tuple[Any, ...]:
+    fc = spec.flow or FlowControl()
+    return (
+        spec.id, spec.name, spec.queue, spec.payload, state, spec.max_retries, spec.timeout,
+        spec.deadline, now, spec.run_at, now if state == "pending" else None, spec.batch_id,
+        json.dumps(fc.to_wire()) if spec.flow else None, fc.unique_key, fc.concurrency_key,
+        fc.concurrency_limit, fc.order_key, fc.rate_key, fc.rate_limit, fc.rate_period,
+        1 if flow.is_gated(spec.flow) else 0, event,
+    )
+
+
+def insert(cur: sqlite3.Cursor, now: float, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+    """Store new jobs; existing ids and held unique locks give ``created=False``."""
+    batches.check_open(cur, (s.batch_id for s in specs if s.batch_id))
+    existing = {row[0] for row in cur.execute(
+        "SELECT id FROM jobs WHERE id IN (SELECT value FROM json_each(?))",
+        (ids_param(s.id for s in specs),),
+    )}
+    events = {
+        "pending": event_line(now, "enqueued", "pending"),
+        "scheduled": event_line(now, "scheduled", "scheduled"),
+    }
+    results: list[EnqueueResult] = []
+    rows: list[tuple[Any, ...]] = []
+    moves: list[batches.Move] = []
+    locks: dict[str, str] = {}  # unique keys taken by this call (their rows are not in yet)
+    for spec in specs:
+        holder = _holder(cur, now, spec, existing, locks)
+        if holder is not None:
+            results.append(EnqueueResult(holder, created=False))
+            continue
+        existing.add(spec.id)
+        state = "scheduled" if spec.run_at is not None and spec.run_at > now else "pending"
+        rows.append(_row(spec, now, state, events[state]))
+        if spec.batch_id:
+            moves.append((spec.batch_id, None, state))
+        results.append(EnqueueResult(spec.id, created=True))
+    cur.executemany(_INSERT, rows)
+    cur.executemany(
+        "INSERT OR IGNORE INTO queues (name) VALUES (?)", [(q,) for q in {r[2] for r in rows}]
+    )
+    batches.apply(cur, now, moves, insert)
+    return results
+
+
+def _holder(
+    cur: sqlite3.Cursor, now: float, spec: JobSpec, existing: set[str], locks: dict[str, str]
+) -> str | None:
+    """The id that stands in for ``spec`` (itself if stored, a unique-lock holder), or None."""
+    if spec.id in existing:
+        return spec.id
+    if spec.flow is None:
+        return None
+    flow.validate(spec.flow)
+    if spec.flow.unique_key is None:
+        return None
+    key = spec.flow.unique_key
+    holder = locks.get(key) or flow.unique_holder(cur, now, key)
+    if holder is None:
+        flow.lock_unique(cur, now, spec)
+        locks[key] = spec.id
+    return holder
+
+
+def move(
+    cur: sqlite3.Cursor,
+    now: float,
+    rows: Sequence[tuple[str, str, str | None]],
+    to: JobState,
+    kind: str,
+    message: str | None = None,
+    sets: str = "",
+) -> list[batches.Move]:
+    """Move jobs ``(id, state, batch_id)`` to ``to`` with one event; returns the batch moves.
+
+    ``sets`` adds SQL assignments (``"finished_at = :now, token = NULL"``); the caller applies
+    the returned moves with ``batches.apply`` once per transaction.
+    """
+    if not rows:
+        return []
+    msg = ", 'm', :msg" if message is not None else ""
+    cur.execute(
+        f"UPDATE jobs SET state = :to, {sets + ', ' if sets else ''}"
+        f"events = events || json_object('t', :now, 'k', :kind, 's', :to{msg}, "
+        "'a', attempt) || char(10) "
+        "WHERE id IN (SELECT value FROM json_each(:ids))",
+        {"to": to.value, "now": now, "kind": kind, "msg": message,
+         "ids": ids_param(r[0] for r in rows)},
+    )
+    return [(b, s, to.value) for _, s, b in rows if b]
+
+
+FINISH = "finished_at = :now, token = NULL, lease_expires_at = NULL, cancel_requested = 0"
+REQUEUE = "ready_at = :now, finished_at = NULL, token = NULL, lease_expires_at = NULL"
+
+
+def add_totals(cur: sqlite3.Cursor, now: float, counts: Counter[tuple[str, str, str]]) -> None:
+    """Add outcome counts keyed (queue, name, processed|failed|dead|retried) to the totals."""
+    per_job: dict[tuple[str, str], Counter[str]] = {}
+    per_day: dict[str, Counter[str]] = {}
+    for (queue, name, kind), n in counts.items():
+        per_job.setdefault((queue, name), Counter())[kind] += n
+        day = per_day.setdefault(queue, Counter())
+        if kind == "processed":
+            day["processed"] += n
+        elif kind in ("failed", "dead"):
+            day["failed"] += n
+    cur.executemany(
+        "INSERT INTO job_totals (queue, name, processed, failed, dead, retried) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (queue, name) DO UPDATE SET "
+        "processed = processed + excluded.processed, failed = failed + excluded.failed, "
+        "dead = dead + excluded.dead, retried = retried + excluded.retried",
+        [(q, n, c["processed"], c["failed"], c["dead"], c["retried"])
+         for (q, n), c in per_job.items()],
+    )
+    today = time.strftime("%Y-%m-%d", time.gmtime(now))
+    cur.executemany(
+        "INSERT INTO daily_totals (queue, day, processed, failed) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (queue, day) DO UPDATE SET processed = processed + excluded.processed, "
+        "failed = failed + excluded.failed",
+        [(q, today, c["processed"], c["failed"]) for q, c in per_day.items()],
+    )
+
+
+def record(row: Sequence[Any], events: str | None = None) -> JobRecord:
+    """A ``JobRecord`` from a row selected with ``JOB_COLUMNS`` (plus the event log if given)."""
+    progress = json.loads(row[21]) if row[21] else None
+    return JobRecord(
+        id=row[0], name=row[1], queue=row[2], payload=row[3], state=JobState(row[4]),
+        attempt=row[5], errors=row[6], recoveries=row[7], max_retries=row[8], timeout=row[9],
+        deadline=row[10], created_at=row[11], run_at=row[12], started_at=row[13],
+        finished_at=row[14], batch_id=row[15], worker=row[16], lease_expires_at=row[17],
+        cancel_requested=bool(row[18]), result=row[19], message=row[20],
+        progress=(int(progress[0]), int(progress[1])) if progress else None,
+        flow=FlowControl.from_wire(json.loads(row[22])) if row[22] else None,
+        events=decode_events(events) if events is not None else None,
+    )

@@ -1,0 +1,305 @@
+"""The embedded SQLite backend: ``open_sqlite("sqlite:///conveyor.db")``.
+
+Every transition is one ``BEGIN IMMEDIATE`` transaction that updates the job rows, appends
+their events and moves their batch counters. Dequeue is one ``UPDATE … RETURNING`` per queue
+that sets the lease; acknowledgements of a whole list are one fenced ``UPDATE … FROM``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from conveyor.clock import SYSTEM_CLOCK, Clock
+from conveyor.job import (
+    Ack,
+    BatchSpec,
+    EnqueueResult,
+    Event,
+    EventKind,
+    HeartbeatReply,
+    JobSpec,
+    JobState,
+    LeasedJob,
+    WorkerInfo,
+)
+from conveyor.storage.base import Retention
+from conveyor.storage.sqlite import acks as ack_sql
+from conveyor.storage.sqlite import batches, flow, jobs
+from conveyor.storage.sqlite.connection import Database, check_path, parse_sqlite_url
+from conveyor.storage.sqlite.inspect import SqliteInspector
+from conveyor.storage.sqlite.migrate import migrate
+
+ENQUEUE_CHUNK = 5000
+
+_LEASE = """
+UPDATE jobs SET state = 'active', attempt = attempt + 1, worker = :worker,
+    token = lower(hex(randomblob(12))), lease_expires_at = :expires, started_at = :now,
+    cancel_requested = 0,
+    events = events || json_object('t', :now, 'k', 'started', 's', 'active', 'w', :worker,
+                                   'a', attempt + 1) || char(10)
+WHERE {where}
+RETURNING id, name, queue, payload, token, attempt, errors, max_retries, timeout, batch_id,
+    recoveries, ready_at, rowid
+"""
+_LEASE_FIRST = _LEASE.format(
+    where="id IN (SELECT id FROM jobs WHERE state = 'pending' AND queue = :queue "
+    "ORDER BY ready_at LIMIT :count)"
+)
+_LEASE_IDS = _LEASE.format(
+    where="id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'"
+)
+_EXPIRE = (
+    "SELECT id, state, batch_id FROM jobs WHERE state = 'pending' AND queue = ? "
+    "AND deadline IS NOT NULL AND deadline < ?"
+)
+_EXPIRED_MESSAGE = "deadline passed before the job could start"
+
+
+def open_sqlite(url: str, clock: Clock | None = None) -> SqliteStorage:
+    """Open (creating and migrating if needed) the database a ``sqlite://`` URL names."""
+    path = parse_sqlite_url(url)
+    check_path(path)
+    db = Database(path)
+    migrate(db.conn())
+    return SqliteStorage(url, db, clock or SYSTEM_CLOCK)
+
+
+class SqliteStorage(SqliteInspector):
+    """``Storage`` and ``Inspector`` over one SQLite file, safe across threads and processes."""
+
+    def __init__(self, url: str, db: Database, clock: Clock) -> None:
+        super().__init__(db, clock)
+        self.url = url
+
+    def enqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+        """Store jobs, one transaction per chunk of ``ENQUEUE_CHUNK``."""
+        results: list[EnqueueResult] = []
+        for start in range(0, len(specs), ENQUEUE_CHUNK):
+            chunk = specs[start:start + ENQUEUE_CHUNK]
+            with self._db.write() as cur:
+                results.extend(jobs.insert(cur, self.now(), chunk))
+            self._wakeup.notify()
+        return results
+
+    def dequeue(
+        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float
+    ) -> list[LeasedJob]:
+        """Lease up to ``count`` pending jobs, queue by queue in the order given."""
+        if count <= 0 or not queues:
+            return []
+        leased: list[LeasedJob] = []
+        with self._db.write() as cur:
+            now = self.now()
+            paused = {r[0] for r in cur.execute("SELECT name FROM queues WHERE paused = 1")}
+            moves: list[batches.Move] = []
+            params: dict[str, Any] = {"worker": worker_id, "now": now,
+                                      "expires": now + lease_seconds}
+            for queue in dict.fromkeys(queues):
+                need = count - len(leased)
+                if need <= 0:
+                    break
+                if queue in paused:
+                    continue
+                expired = cur.execute(_EXPIRE, (queue, now)).fetchall()
+                moves += jobs.move(cur, now, expired, JobState.DEAD, EventKind.EXPIRED,
+                                   _EXPIRED_MESSAGE, f"message = :msg, {jobs.FINISH}")
+                rows = self._lease(cur, now, queue, need, params)
+                leased += [_leased(r) for r in rows]
+                moves += [(r[9], "pending", "active") for r in rows if r[9]]
+            batches.apply(cur, now, moves, jobs.insert)
+        return leased
+
+    def _lease(
+        self, cur: Any, now: float, queue: str, need: int, params: dict[str, Any]
+    ) -> list[Any]:
+        gated = cur.execute(
+            "SELECT 1 FROM jobs WHERE state = 'pending' AND gated = 1 AND queue = ? LIMIT 1",
+            (queue,),
+        ).fetchone()
+        if gated:
+            ids = flow.pick(cur, now, queue, need)
+            if not ids:
+                return []
+            rows = cur.execute(_LEASE_IDS, {**params, "ids": jobs.ids_param(ids)}).fetchall()
+        else:
+            rows = cur.execute(_LEASE_FIRST, {**params, "queue": queue, "count": need}).fetchall()
+        rows.sort(key=lambda r: (r[11], r[12]))
+        return list(rows)
+
+    def wait(self, queues: Sequence[str], timeout: float) -> bool:
+        """Block until work may be ready on ``queues`` (see ``wakeup.py``)."""
+        names = jobs.ids_param(queues)
+
+        def has_work() -> bool:
+            row = self._db.read().execute(
+                "SELECT 1 FROM jobs WHERE state = 'pending' AND queue IN "
+                "(SELECT value FROM json_each(?) WHERE value NOT IN "
+                "(SELECT name FROM queues WHERE paused = 1)) LIMIT 1",
+                (names,),
+            ).fetchone()
+            return row is not None
+
+        return self._wakeup.wait(self._db.read, has_work, timeout)
+
+    def ack(self, acks: Sequence[Ack]) -> list[bool]:
+        """Apply outcomes, fenced by lease token, all in one transaction."""
+        if not acks:
+            return []
+        with self._db.write() as cur:
+            now = self.now()
+            applied, moves = ack_sql.apply(cur, now, acks)
+            batches.apply(cur, now, moves, jobs.insert)
+        if any(a.outcome.value == "interrupted" for a in acks):
+            self._wakeup.notify()
+        return applied
+
+    def log(self, job_id: str, token: str, events: Sequence[Event],
+            progress: tuple[int, int] | None = None) -> bool:
+        """Append a running job's messages and progress, fenced by its lease token."""
+        text = "".join(e.to_json() + "\n" for e in events)
+        with self._db.write() as cur:
+            updated = cur.execute(
+                "UPDATE jobs SET events = events || ?, progress = coalesce(?, progress) "
+                "WHERE id = ? AND token = ? AND state = 'active'",
+                (text, json.dumps(list(progress)) if progress else None, job_id, token),
+            ).rowcount
+        return bool(updated)
+
+    def heartbeat(
+        self, info: WorkerInfo, leases: Mapping[str, str], lease_seconds: float
+    ) -> HeartbeatReply:
+        """Register the worker, extend its leases, report lost/cancelled jobs and a command."""
+        with self._db.write() as cur:
+            now = self.now()
+            wire = {**info.to_wire(), "last_seen": now}
+            command = cur.execute(
+                "INSERT INTO workers (id, info, last_seen) VALUES (?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET info = excluded.info, "
+                "last_seen = excluded.last_seen RETURNING command",
+                (info.id, json.dumps(wire), now),
+            ).fetchone()[0]
+            if command is not None:
+                cur.execute("UPDATE workers SET command = NULL WHERE id = ?", (info.id,))
+            held = cur.execute(
+                "UPDATE jobs SET lease_expires_at = :expires FROM "
+                "(SELECT key AS id, value AS tok FROM json_each(:leases)) AS l "
+                "WHERE jobs.id = l.id AND jobs.token = l.tok AND jobs.state = 'active' "
+                "RETURNING jobs.id, jobs.cancel_requested",
+                {"expires": now + lease_seconds, "leases": json.dumps(dict(leases))},
+            ).fetchall() if leases else []
+        kept = {row[0] for row in held}
+        return HeartbeatReply(
+            lost=frozenset(set(leases) - kept),
+            cancel=frozenset(row[0] for row in held if row[1]),
+            command=command,
+        )
+
+    def unregister_worker(self, worker_id: str) -> None:
+        """Remove a worker from the registry."""
+        with self._db.write() as cur:
+            cur.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
+
+    def promote_due(self, limit: int = 1000) -> int:
+        """Scheduled and retrying jobs whose time has come → pending."""
+        with self._db.write() as cur:
+            now = self.now()
+            rows = cur.execute(
+                "SELECT id, state, batch_id FROM jobs WHERE state IN ('scheduled', 'retrying') "
+                "AND run_at <= ? ORDER BY run_at LIMIT ?",
+                (now, limit),
+            ).fetchall()
+            moves = jobs.move(cur, now, rows, JobState.PENDING, EventKind.ENQUEUED,
+                              sets="ready_at = :now")
+            batches.apply(cur, now, moves, jobs.insert)
+        if rows:
+            self._wakeup.notify()
+        return len(rows)
+
+    def reclaim_expired(self, max_recoveries: int = 5, limit: int = 1000) -> int:
+        """Active jobs with an expired or missing lease → pending (or dead: a poison job)."""
+        with self._db.write() as cur:
+            now = self.now()
+            rows = cur.execute(
+                "SELECT id, state, batch_id, recoveries, queue, name FROM jobs "
+                "WHERE state = 'active' AND lease_expires_at < :now UNION ALL "
+                "SELECT id, state, batch_id, recoveries, queue, name FROM jobs "
+                "WHERE state = 'active' AND lease_expires_at IS NULL LIMIT :limit",
+                {"now": now, "limit": limit},
+            ).fetchall()
+            back = [r[:3] for r in rows if r[3] + 1 <= max_recoveries]
+            moves = jobs.move(cur, now, back, JobState.PENDING, EventKind.RECOVERED,
+                              "lease expired", f"recoveries = recoveries + 1, {jobs.REQUEUE}")
+            for r in rows:
+                if r[3] + 1 > max_recoveries:
+                    moves += jobs.move(
+                        cur, now, [r[:3]], JobState.DEAD, EventKind.DEAD,
+                        f"recovered {r[3]} times (poison job?)",
+                        f"recoveries = recoveries + 1, message = :msg, {jobs.FINISH}",
+                    )
+            dead = Counter((r[4], r[5], "dead") for r in rows if r[3] + 1 > max_recoveries)
+            if dead:
+                jobs.add_totals(cur, now, dead)
+            batches.apply(cur, now, moves, jobs.insert)
+        if back:
+            self._wakeup.notify()
+        return len(rows)
+
+    def cancel(self, job_id: str) -> JobState | None:
+        """Cancel a waiting job, or request cancellation of an active one."""
+        with self._db.write() as cur:
+            now = self.now()
+            state = self._cancel_rows(cur, now, job_id)
+        return state
+
+    def create_batch(self, spec: BatchSpec) -> None:
+        """Create an open batch."""
+        with self._db.write() as cur:
+            batches.create(cur, self.now(), spec)
+
+    def close_batch(self, batch_id: str) -> None:
+        """Mark a batch fully enqueued; complete it now if every job is already terminal."""
+        with self._db.write() as cur:
+            batches.close(cur, self.now(), batch_id, jobs.insert)
+        self._wakeup.notify()
+
+    def trim(self, retention: Retention) -> int:
+        """Delete finished jobs, batches and silent workers past retention."""
+        removed = 0
+        with self._db.write() as cur:
+            now = self.now()
+            for state, keep in (("succeeded", retention.succeeded_seconds),
+                                ("failed", retention.failed_seconds),
+                                ("dead", retention.dead_seconds),
+                                ("cancelled", retention.failed_seconds)):
+                removed += cur.execute(
+                    "DELETE FROM jobs WHERE state = ? AND finished_at < ?", (state, now - keep)
+                ).rowcount
+            removed += cur.execute(
+                "DELETE FROM jobs WHERE state = 'dead' AND id IN (SELECT id FROM jobs "
+                "WHERE state = 'dead' ORDER BY finished_at DESC LIMIT -1 OFFSET ?)",
+                (retention.dead_max,),
+            ).rowcount
+            cur.execute("DELETE FROM batches WHERE finished_at < ?",
+                        (now - retention.batch_seconds,))
+            cur.execute("DELETE FROM workers WHERE last_seen < ?", (now - retention.worker_ttl,))
+            cur.execute(
+                "DELETE FROM unique_locks WHERE until < ? AND NOT EXISTS (SELECT 1 FROM jobs "
+                "WHERE jobs.id = unique_locks.job_id AND state NOT IN "
+                "('succeeded', 'failed', 'dead', 'cancelled'))",
+                (now,),
+            )
+        return removed
+
+    def close(self) -> None:
+        """Release this process's connections. Idempotent."""
+        self._db.close()
+
+
+def _leased(row: Sequence[Any]) -> LeasedJob:
+    return LeasedJob(
+        id=row[0], name=row[1], queue=row[2], payload=row[3], token=row[4], attempt=row[5],
+        errors=row[6], max_retries=row[7], timeout=row[8], batch_id=row[9], recoveries=row[10],
+    )
