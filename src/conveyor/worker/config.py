@@ -1,0 +1,98 @@
+"""Worker settings as one frozen value, and the queue order used for each fetch."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from conveyor.job import new_id
+
+__all__ = ["QueueWeight", "WorkerConfig", "parse_queue", "queue_order"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueWeight:
+    """A queue a worker takes jobs from, and how often it is polled first (its weight)."""
+
+    name: str
+    weight: int = 1
+
+
+def parse_queue(text: str) -> QueueWeight:
+    """``"critical,3"`` → ``QueueWeight("critical", 3)``; raises ``ValueError`` with the reason."""
+    name, sep, weight = text.strip().partition(",")
+    name = name.strip()
+    if not name:
+        raise ValueError(f"queue {text!r} has no name")
+    if not sep:
+        return QueueWeight(name)
+    try:
+        value = int(weight)
+    except ValueError:
+        raise ValueError(f"queue weight in {text!r} is not a whole number") from None
+    if value < 1:
+        raise ValueError(f"queue weight in {text!r} must be at least 1")
+    return QueueWeight(name, value)
+
+
+def queue_order(
+    queues: Sequence[QueueWeight], strict: bool, rng: random.Random | None = None
+) -> list[str]:
+    """Queue names in the order one fetch tries them.
+
+    Strict keeps the given order. Otherwise a weighted random order without replacement
+    (Efraimidis-Spirakis keys), so ``critical,3`` comes first three times as often as a weight
+    1 queue, yet every queue is still tried on every fetch [sidekiq, asynq].
+    """
+    if strict or len(queues) < 2:
+        return [q.name for q in queues]
+    draw = (rng or random).random
+    keyed = sorted(queues, key=lambda q: draw() ** (1.0 / q.weight), reverse=True)
+    return [q.name for q in keyed]
+
+
+def _default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{new_id()[-6:]}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """Everything a worker process needs to know; the CLI builds one from its flags.
+
+    Intervals are seconds. ``lease`` must be comfortably longer than ``heartbeat_interval``
+    so one slow heartbeat does not lose every lease.
+    """
+
+    queues: tuple[QueueWeight, ...] = (QueueWeight("default"),)
+    strict: bool = False
+    concurrency: int = 10
+    shutdown_timeout: float = 25.0
+    lease: float = 10.0
+    heartbeat_interval: float = 2.0
+    recover_interval: float = 1.0
+    poll_interval: tuple[float, float] = (0.5, 1.0)
+    janitor_interval: float = 300.0
+    log_flush_interval: float = 1.0
+    idle_wait: float = 1.0
+    max_recoveries: int = 5
+    ack_batch: int = 500
+    worker_id: str = field(default_factory=_default_worker_id)
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if not self.queues:
+            raise ValueError("a worker needs at least one queue")
+        if self.lease <= self.heartbeat_interval:
+            raise ValueError(
+                f"lease ({self.lease}s) must be longer than the heartbeat interval "
+                f"({self.heartbeat_interval}s)"
+            )
+
+    @property
+    def queue_names(self) -> tuple[str, ...]:
+        """Queue names in the order given."""
+        return tuple(q.name for q in self.queues)

@@ -1,0 +1,184 @@
+"""Where jobs run: a fixed pool of threads for sync jobs, one asyncio loop for ``async def``.
+
+Thread jobs cannot be killed in Python. When one runs past its timeout, the watchdog records
+it as an error (``JobTimeout``, retried like any other), marks its thread *abandoned* and
+starts a replacement thread so the worker keeps its full concurrency. The stuck thread is a
+daemon: it finishes (its late result is discarded) or dies with the process. Async jobs are
+really cancelled (``asyncio.wait_for``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+from conveyor.job import Ack
+from conveyor.worker.inflight import Entry
+from conveyor.worker.processor import Processor
+
+__all__ = ["AsyncExecutor", "Finish", "ThreadExecutor"]
+
+log = logging.getLogger("conveyor.worker")
+
+Finish = Callable[[Entry, Ack], None]
+
+
+class _Slot:
+    """One pool thread and the job it is running now."""
+
+    __slots__ = ("abandoned", "current", "thread")
+
+    def __init__(self) -> None:
+        self.current: Entry | None = None
+        self.abandoned = False
+        self.thread: threading.Thread | None = None
+
+
+class ThreadExecutor:
+    """``size`` daemon threads taking entries from one queue (no thread per job)."""
+
+    def __init__(self, size: int, processor: Processor, finish: Finish) -> None:
+        self.size = size
+        self.processor = processor
+        self.finish = finish
+        self._queue: queue.SimpleQueue[Entry | None] = queue.SimpleQueue()
+        self._slots: list[_Slot] = []
+        self._lock = threading.Lock()
+        self._counter = 0
+        self.abandoned = 0
+
+    def start(self) -> None:
+        """Start the pool threads."""
+        for _ in range(self.size - len(self._slots)):
+            self._spawn()
+
+    def _spawn(self) -> None:
+        slot = _Slot()
+        with self._lock:
+            self._counter += 1
+            slot.thread = threading.Thread(
+                target=self._work, args=(slot,), name=f"conveyor-job-{self._counter}", daemon=True
+            )
+            self._slots.append(slot)
+        slot.thread.start()
+
+    def submit(self, entry: Entry) -> None:
+        """Queue an entry; a free pool thread picks it up."""
+        self._queue.put(entry)
+
+    def _work(self, slot: _Slot) -> None:
+        run, finish, get = self.processor.run, self.finish, self._queue.get
+        while True:
+            entry = get()
+            if entry is None:
+                return
+            slot.current = entry
+            ack = run(entry)
+            slot.current = None
+            finish(entry, ack)  # a no-op when the watchdog already claimed the entry
+            if slot.abandoned:
+                log.warning("abandoned thread %s finished job %s after its timeout; exiting",
+                            threading.current_thread().name, entry.job.id)
+                return
+
+    def reap(self, now: float) -> list[Entry]:
+        """Abandon the threads whose job is past its deadline; return those entries.
+
+        A replacement thread is started for each, so the pool keeps ``size`` live threads.
+        """
+        overdue: list[Entry] = []
+        with self._lock:
+            slots = list(self._slots)
+        for slot in slots:
+            entry = slot.current
+            if entry is None or slot.abandoned or entry.deadline is None or now < entry.deadline:
+                continue
+            slot.abandoned = True
+            with self._lock:
+                self._slots.remove(slot)
+            self.abandoned += 1
+            overdue.append(entry)
+            log.error(
+                "job %s (%s) ran past its timeout; thread %s is abandoned (Python cannot kill "
+                "a thread) and a replacement started", entry.job.id, entry.job.name,
+                slot.thread.name if slot.thread else "?",
+            )
+            self._spawn()
+        return overdue
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Ask idle threads to exit; busy ones are daemons and do not hold the process."""
+        with self._lock:
+            slots = list(self._slots)
+            self._slots.clear()
+        for _ in slots:
+            self._queue.put(None)
+        for slot in slots:
+            if slot.thread is not None and slot.current is None:
+                slot.thread.join(timeout)
+
+
+class AsyncExecutor:
+    """One asyncio event loop on its own thread, started on the first async job."""
+
+    def __init__(self, processor: Processor, finish: Finish) -> None:
+        self.processor = processor
+        self.finish = finish
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+                self._thread = threading.Thread(
+                    target=self._serve, args=(loop, ready), name="conveyor-asyncio", daemon=True
+                )
+                self._thread.start()
+                ready.wait()
+                self._loop = loop
+            return self._loop
+
+    @staticmethod
+    def _serve(loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
+        asyncio.set_event_loop(loop)
+        loop.call_soon(ready.set)
+        loop.run_forever()
+
+    def submit(self, entry: Entry) -> None:
+        """Start the job as a task on the loop."""
+        self._ensure_loop().call_soon_threadsafe(self._spawn, entry)
+
+    def _spawn(self, entry: Entry) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(entry))
+        entry.task = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, entry: Entry) -> None:
+        try:
+            ack = await self.processor.run_async(entry)
+        except asyncio.CancelledError:
+            return  # shutdown: the launcher acknowledges the job as interrupted
+        self.finish(entry, ack)
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Cancel what still runs and stop the loop."""
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+
+        def _cancel_all() -> None:
+            for task in list(self._tasks):
+                task.cancel()
+            loop.call_soon(loop.stop)
+
+        loop.call_soon_threadsafe(_cancel_all)
+        if self._thread is not None:
+            self._thread.join(timeout)

@@ -1,0 +1,128 @@
+"""Fetcher: leases as many jobs as there are free slots, in one storage call, and dispatches.
+
+It never takes more than the free slots: a job waiting behind another in this process would
+be a job another worker could have run. When nothing is ready it blocks in
+``Storage.wait`` (no busy polling) and is woken by new work.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+
+from conveyor.clock import Clock
+from conveyor.job import Ack
+from conveyor.storage.base import Storage
+from conveyor.worker.acker import Acker
+from conveyor.worker.config import WorkerConfig, queue_order
+from conveyor.worker.executors import AsyncExecutor, ThreadExecutor
+from conveyor.worker.inflight import Entry, InFlight
+from conveyor.worker.processor import Processor
+
+__all__ = ["Fetcher"]
+
+log = logging.getLogger("conveyor.worker")
+
+_ERROR_DELAYS = (0.5, 1.0, 2.0, 5.0)
+
+
+class Fetcher:
+    """Fetch → dispatch loop on its own thread; ``tick()`` is one fetch (for tests)."""
+
+    name = "fetcher"
+
+    def __init__(
+        self,
+        storage: Storage,
+        clock: Clock,
+        config: WorkerConfig,
+        *,
+        processor: Processor,
+        inflight: InFlight,
+        acker: Acker,
+        threads: ThreadExecutor,
+        loop: AsyncExecutor,
+    ) -> None:
+        self.storage = storage
+        self.clock = clock
+        self.config = config
+        self.processor = processor
+        self.inflight = inflight
+        self.acker = acker
+        self.threads = threads
+        self.loop = loop
+        self._quiet = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._rng = random.Random()
+        self._errors = 0
+        self.fetched = 0
+
+    def tick(self) -> int:
+        """One fetch of up to ``inflight.free`` jobs; returns how many were leased."""
+        free = self.inflight.free
+        if free <= 0 or self._quiet.is_set():
+            return 0
+        order = queue_order(self.config.queues, self.config.strict, self._rng)
+        jobs = self.storage.dequeue(order, self.config.worker_id, free, self.config.lease)
+        for job in jobs:
+            prepared = self.processor.prepare(job)
+            if isinstance(prepared, Ack):
+                self.acker.add(prepared)
+            else:
+                self.dispatch(prepared)
+        self.fetched += len(jobs)
+        return len(jobs)
+
+    def dispatch(self, entry: Entry) -> None:
+        """Hand a prepared job to the executor that fits it."""
+        self.inflight.add(entry)
+        if entry.fn.is_async:
+            self.loop.submit(entry)
+        else:
+            self.threads.submit(entry)
+
+    def start(self) -> None:
+        """Run the fetch loop on a thread."""
+        if self._thread is None:
+            self._quiet.clear()
+            self._thread = threading.Thread(target=self._run, name="conveyor-fetcher", daemon=True)
+            self._thread.start()
+
+    def quiet(self) -> None:
+        """Stop fetching; jobs already running finish normally."""
+        self._quiet.set()
+        self.inflight.wake()
+
+    @property
+    def quieted(self) -> bool:
+        """True once ``quiet`` was called."""
+        return self._quiet.is_set()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Quiet, then wait for the loop to leave ``Storage.wait``."""
+        self.quiet()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout)
+
+    def _run(self) -> None:
+        queues = self.config.queue_names
+        while not self._quiet.is_set():
+            if not self.inflight.wait_for_slot(self.config.idle_wait):
+                continue
+            try:
+                got = self.tick()
+            except Exception:
+                delay = _ERROR_DELAYS[min(self._errors, len(_ERROR_DELAYS) - 1)]
+                self._errors += 1
+                log.exception("fetching jobs failed; trying again in %.1fs", delay)
+                self._quiet.wait(delay)
+                continue
+            self._errors = 0
+            if got == 0 and not self._quiet.is_set():
+                try:
+                    self.storage.wait(queues, self.config.idle_wait)
+                except Exception:
+                    log.exception("waiting for jobs failed")
+                    self._quiet.wait(1.0)

@@ -1,0 +1,114 @@
+"""Heartbeater: registers the worker and extends every lease it holds, in one storage call.
+
+The reply steers the worker: leases found lost are never acknowledged (another worker owns
+the job now), cancellation requests reach the running job's context, and a remote ``quiet``
+or ``stop`` command (from the CLI or web UI) is handed to the launcher.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+
+from conveyor.clock import Clock
+from conveyor.job import HeartbeatReply, WorkerInfo
+from conveyor.storage.base import Storage
+from conveyor.worker.acker import Acker
+from conveyor.worker.component import PeriodicComponent
+from conveyor.worker.config import WorkerConfig
+from conveyor.worker.inflight import InFlight
+
+__all__ = ["Heartbeater"]
+
+log = logging.getLogger("conveyor.worker")
+
+
+def _ignore_command(command: str) -> None:
+    log.warning("remote command %r ignored: no launcher is listening", command)
+
+
+class Heartbeater(PeriodicComponent):
+    """Beats every ``config.heartbeat_interval`` seconds (2 s by default)."""
+
+    name = "heartbeat"
+
+    def __init__(
+        self,
+        storage: Storage,
+        clock: Clock,
+        config: WorkerConfig,
+        *,
+        inflight: InFlight,
+        acker: Acker | None = None,
+        on_command: Callable[[str], None] = _ignore_command,
+    ) -> None:
+        super().__init__(storage, clock, config)
+        self.inflight = inflight
+        self.acker = acker
+        self.on_command = on_command
+        self.status = "running"
+        self.started_at = clock.now()
+        self.hostname = socket.gethostname()
+        self.last_reply: HeartbeatReply | None = None
+
+    def info(self) -> WorkerInfo:
+        """This worker as the registry shows it."""
+        return WorkerInfo(
+            id=self.config.worker_id,
+            hostname=self.hostname,
+            pid=os.getpid(),
+            queues=self.config.queue_names,
+            concurrency=self.config.concurrency,
+            started_at=self.started_at,
+            status=self.status,
+            busy=self.inflight.busy(),
+            last_seen=self.clock.now(),
+        )
+
+    def leases(self) -> dict[str, str]:
+        """Every lease this process holds: running jobs and acks not yet written."""
+        leases = self.inflight.leases()
+        if self.acker is not None:
+            leases.update(self.acker.leases())
+        return leases
+
+    def tick(self) -> None:
+        """One heartbeat, and act on its reply."""
+        reply = self.storage.heartbeat(self.info(), self.leases(), self.config.lease)
+        self.last_reply = reply
+        self.handle(reply)
+
+    def handle(self, reply: HeartbeatReply) -> None:
+        """Mark lost leases, pass on cancellations, run a remote command."""
+        for job_id in reply.lost:
+            entry = self.inflight.get(job_id)
+            if entry is not None and not entry.lost:
+                entry.lost = True
+                entry.ctx.request_cancel()
+                log.warning(
+                    "lost the lease of job %s (%s); its outcome will not be recorded here",
+                    job_id, entry.job.name,
+                )
+        for job_id in reply.cancel:
+            entry = self.inflight.get(job_id)
+            if entry is not None and not entry.ctx.cancelled:
+                entry.ctx.request_cancel()
+                if entry.task is not None:
+                    entry.task.get_loop().call_soon_threadsafe(entry.task.cancel)
+                log.info("cancellation requested for job %s (%s)", job_id, entry.job.name)
+        if reply.command:
+            log.warning("remote command received: %s", reply.command)
+            self.on_command(reply.command)
+
+    def interval(self) -> float:
+        """``config.heartbeat_interval``."""
+        return self.config.heartbeat_interval
+
+    def unregister(self) -> None:
+        """Leave the worker registry (clean shutdown)."""
+        try:
+            self.storage.unregister_worker(self.config.worker_id)
+        except Exception:
+            log.exception("could not unregister worker %s", self.config.worker_id)

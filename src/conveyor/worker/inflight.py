@@ -1,0 +1,97 @@
+"""The jobs this worker process holds: running ones, and finished ones not yet acknowledged.
+
+Shared by the fetcher (adds), executors (finish), the acker (acknowledges), the heartbeater
+(extends every lease held, handles lost leases and cancellations) and the launcher (hard
+shutdown). Whoever *claims* an entry first decides its outcome: the job itself, the timeout
+watchdog, or the hard shutdown; the others see ``claim()`` return False and drop theirs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from conveyor.context import JobContext
+from conveyor.job import BusySlot, LeasedJob
+from conveyor.registry import JobFunction
+
+__all__ = ["Entry", "InFlight"]
+
+
+@dataclass(eq=False, slots=True)
+class Entry:
+    """One running job: its lease, function, decoded arguments and context."""
+
+    job: LeasedJob
+    fn: JobFunction
+    ctx: JobContext
+    args: list[Any]
+    kwargs: dict[str, Any]
+    started: float
+    deadline: float | None = None  # clock time after which the job has timed out
+    lost: bool = False  # the lease went to someone else: never acknowledge
+    task: Any = None  # the asyncio task of an async job, to cancel it
+    logged_at: float = field(default=0.0)
+
+
+class InFlight:
+    """Running entries by job id, plus a wake-up for the fetcher when a slot frees."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._running: dict[str, Entry] = {}
+        self._slot_freed = threading.Event()
+
+    def add(self, entry: Entry) -> None:
+        """Register a job that is about to run."""
+        self._running[entry.job.id] = entry
+
+    def claim(self, entry: Entry) -> bool:
+        """Take the right to acknowledge ``entry``; True only for the first caller.
+
+        ``dict.pop`` is atomic under the GIL, so no lock is needed on this per-job path.
+        """
+        if self._running.pop(entry.job.id, None) is not entry:
+            return False
+        if not self._slot_freed.is_set():
+            self._slot_freed.set()
+        return True
+
+    @property
+    def free(self) -> int:
+        """Slots not taken by a running job."""
+        return self.capacity - len(self._running)
+
+    def __len__(self) -> int:
+        return len(self._running)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(list(self._running.values()))
+
+    def get(self, job_id: str) -> Entry | None:
+        """The running entry for a job id, or None."""
+        return self._running.get(job_id)
+
+    def wait_for_slot(self, timeout: float) -> bool:
+        """Block until a slot is free or ``timeout`` passes; True when one is free."""
+        if self.free > 0:
+            return True
+        self._slot_freed.clear()
+        if self.free > 0:  # freed between the check and the clear
+            return True
+        self._slot_freed.wait(timeout)
+        return self.free > 0
+
+    def wake(self) -> None:
+        """Wake a fetcher waiting for a slot (used at shutdown)."""
+        self._slot_freed.set()
+
+    def leases(self) -> dict[str, str]:
+        """Job id → lease token of every running job this process still owns."""
+        return {e.job.id: e.job.token for e in self if not e.lost}
+
+    def busy(self) -> tuple[BusySlot, ...]:
+        """What each busy slot runs, for the worker registry."""
+        return tuple(BusySlot(e.job.id, e.job.name, e.job.queue, e.started) for e in self)

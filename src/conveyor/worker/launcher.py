@@ -1,0 +1,209 @@
+"""Launcher: one worker process — starts the components, reacts to signals, shuts down.
+
+Start order: heartbeat, recoverer, poller, cron, janitor, processors (acker, executors,
+watchdog, fetcher). Stop runs in reverse with the heartbeat last, so leases stay alive while
+in-flight jobs drain [asynq]. Stop = quiet, wait up to ``shutdown_timeout`` for running jobs,
+then hard shutdown: every unfinished job is acknowledged ``INTERRUPTED`` (the storage puts it
+back to pending with an ``interrupted`` event), so a stop never waits forever and never
+loses a job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Any, Protocol
+
+from conveyor import __version__
+from conveyor.app import Conveyor
+from conveyor.clock import Clock
+from conveyor.job import Ack
+from conveyor.periodic import CronConfig, CronScheduler
+from conveyor.storage import redact
+from conveyor.worker.acker import Acker
+from conveyor.worker.config import WorkerConfig
+from conveyor.worker.executors import AsyncExecutor, ThreadExecutor
+from conveyor.worker.fetcher import Fetcher
+from conveyor.worker.heartbeat import Heartbeater
+from conveyor.worker.inflight import Entry, InFlight
+from conveyor.worker.janitor import Janitor
+from conveyor.worker.logs import reopen_logs
+from conveyor.worker.poller import Poller
+from conveyor.worker.processor import Processor
+from conveyor.worker.recoverer import Recoverer
+from conveyor.worker.signals import SignalPipe, log_stacks
+from conveyor.worker.watchdog import Watchdog
+
+__all__ = ["Launcher"]
+
+log = logging.getLogger("conveyor.worker")
+
+_QUIET = {signal.SIGTSTP, signal.SIGUSR1}
+_STOP = {signal.SIGTERM, signal.SIGINT}
+
+
+class _Component(Protocol):
+    def start(self) -> None: ...
+    def stop(self, timeout: float = ...) -> None: ...
+
+
+class Launcher:
+    """Builds and runs every component of one worker process for ``app``."""
+
+    def __init__(self, app: Conveyor, config: WorkerConfig, clock: Clock | None = None) -> None:
+        self.app = app
+        self.config = config
+        self.clock = clock or app.clock
+        storage = self.storage = app.storage
+        self.inflight = InFlight(config.concurrency)
+        self.processor = Processor(app, config.worker_id, self.clock)
+        self.acker = Acker(storage, self.clock, config)
+        self.threads = ThreadExecutor(config.concurrency, self.processor, self.finish)
+        self.loop = AsyncExecutor(self.processor, self.finish)
+        self.heartbeat = Heartbeater(storage, self.clock, config, inflight=self.inflight,
+                                     acker=self.acker, on_command=self.command)
+        self.recoverer = Recoverer(storage, self.clock, config)
+        self.poller = Poller(storage, self.clock, config)
+        self.janitor = Janitor(storage, self.clock, config, retention=app.retention)
+        schedules: Any = getattr(app, "schedules", None) or ()
+        self.cron = CronScheduler(storage, self.clock, CronConfig(), list(schedules))
+        self.watchdog = Watchdog(storage, self.clock, config, inflight=self.inflight,
+                                 threads=self.threads, timed_out=self.processor.timed_out,
+                                 finish=self.finish)
+        self.fetcher = Fetcher(storage, self.clock, config, processor=self.processor,
+                               inflight=self.inflight, acker=self.acker, threads=self.threads,
+                               loop=self.loop)
+        self.signals: SignalPipe | None = None
+        self._stop = threading.Event()
+        self._started = False
+
+    # -- the per-job hand-off -------------------------------------------------------------
+    def finish(self, entry: Entry, ack: Ack) -> None:
+        """Record a job's outcome unless someone else (timeout, shutdown) already did."""
+        if self.inflight.claim(entry) and not entry.lost:
+            self.acker.add(ack)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def _components(self) -> list[_Component]:
+        return [self.heartbeat, self.recoverer, self.poller, self.cron, self.janitor,
+                self.acker, self.threads, self.watchdog, self.fetcher]
+
+    def start(self) -> None:
+        """Log the banner, warn about storage settings, start every component in order."""
+        queues = " ".join(f"{q.name},{q.weight}" if q.weight != 1 else q.name
+                          for q in self.config.queues)
+        log.info("conveyor %s worker %s starting: storage=%s queues=%s%s concurrency=%d pid=%d",
+                 __version__, self.config.worker_id, redact(self.storage.url), queues,
+                 " (strict)" if self.config.strict else "", self.config.concurrency, os.getpid())
+        self._check_server()
+        self.heartbeat.safe_tick()  # registered before the first job is taken
+        for component in self._components():
+            component.start()
+        self._started = True
+
+    def _check_server(self) -> None:
+        check = getattr(self.storage, "check_server", None)
+        if not callable(check):
+            return
+        try:
+            warnings = list(check())
+        except Exception:
+            log.exception("could not check the storage server's settings")
+            return
+        for warning in warnings:
+            log.warning("!!! STORAGE SERVER WARNING: %s", warning)
+
+    def quiet(self) -> None:
+        """Stop taking new jobs; running ones finish."""
+        if not self.fetcher.quieted:
+            log.info("quiet: no new jobs will be taken; %d running", len(self.inflight))
+        self.fetcher.quiet()
+        self.heartbeat.status = "quiet"
+
+    def request_stop(self) -> None:
+        """Ask ``run()`` to shut down (from any thread)."""
+        self._stop.set()
+        if self.signals is not None:
+            self.signals.wake()
+
+    def command(self, command: str) -> None:
+        """A remote command from the heartbeat reply."""
+        if command == "quiet":
+            self.quiet()
+        elif command == "stop":
+            self.request_stop()
+        else:
+            log.warning("unknown remote command %r ignored", command)
+
+    def run(self) -> int:
+        """Run until TERM/INT (or a remote ``stop``); returns the exit code (0)."""
+        self.signals = SignalPipe().install()
+        try:
+            self.start()
+            while not self._stop.is_set():
+                for signum in self.signals.wait(None):
+                    self.on_signal(signum)
+            self.stop(self.config.shutdown_timeout)
+        finally:
+            self.signals.restore()
+            self.signals = None
+        return 0
+
+    def on_signal(self, signum: int) -> bool:
+        """Act on one signal; True when it asks for a stop."""
+        if signum in _QUIET:
+            self.quiet()
+        elif signum in _STOP:
+            log.info("received %s: stopping", signal.Signals(signum).name)
+            self._stop.set()
+            return True
+        elif signum == signal.SIGTTIN:
+            log_stacks()
+        elif signum == signal.SIGUSR2:
+            reopen_logs()
+        return False
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Quiet, wait up to ``timeout`` for running jobs, hard-stop the rest, stop components."""
+        timeout = self.config.shutdown_timeout if timeout is None else timeout
+        self.quiet()
+        self.heartbeat.status = "stopping"
+        self.fetcher.stop(5.0)  # no dispatch may race the wait below
+        if not self._wait_for_jobs(timeout):
+            self.hard_shutdown()
+        for component in reversed(self._components()[1:-1]):
+            component.stop(5.0)
+        self.loop.stop()
+        self.heartbeat.stop()
+        self.heartbeat.unregister()
+        self._started = False
+        log.info("worker %s stopped (%d acks refused)", self.config.worker_id, self.acker.refused)
+
+    def _wait_for_jobs(self, timeout: float) -> bool:
+        """True when every running job ended within ``timeout``; a second TERM/INT cuts it."""
+        deadline = time.monotonic() + timeout
+        while len(self.inflight):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if self.signals is None:
+                time.sleep(min(left, 0.05))
+                continue
+            for signum in self.signals.wait(min(left, 0.1)):
+                if signum in _STOP:
+                    log.warning("second %s: hard shutdown now", signal.Signals(signum).name)
+                    return False
+                self.on_signal(signum)
+        return True
+
+    def hard_shutdown(self) -> None:
+        """Acknowledge every unfinished job INTERRUPTED: back to pending, not an error."""
+        entries = list(self.inflight)
+        for entry in entries:
+            self.finish(entry, self.processor.interrupted(entry))
+        if entries:
+            log.warning("hard shutdown: %d unfinished job(s) put back to pending: %s",
+                        len(entries), ", ".join(e.job.id for e in entries))

@@ -1,0 +1,169 @@
+"""Processor: turns one leased job into an ``Ack`` — decode, look up, run, map the outcome.
+
+The same path serves worker threads, the asyncio loop and ``conveyor.testing.drain``, so a
+user's tests exercise exactly what production runs. Nothing here raises: every way a job can
+end, including bad input, becomes an ``Ack`` (DESIGN §7: no crash loop on bad input).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import traceback
+from typing import Any
+
+from conveyor.app import Conveyor
+from conveyor.clock import Clock
+from conveyor.context import JobContext, activate
+from conveyor.errors import Fail, JobTimeout, PayloadError, Retry, UnknownJobError
+from conveyor.job import Ack, ErrorInfo, LeasedJob, Outcome
+from conveyor.retry import backoff
+from conveyor.serializer import decode_payload, dumps
+from conveyor.worker.inflight import Entry
+
+__all__ = ["Processor", "error_info"]
+
+log = logging.getLogger("conveyor.worker")
+
+
+def error_info(exc: BaseException) -> ErrorInfo:
+    """Type, message and traceback of an exception, as stored with the job."""
+    cls = type(exc)
+    name = cls.__qualname__
+    if cls.__module__ != "builtins":
+        name = f"{cls.__module__}.{name}"
+    text = "".join(traceback.format_exception(cls, exc, exc.__traceback__))
+    return ErrorInfo(type=name, message=str(exc), traceback=text)
+
+
+class Processor:
+    """Runs jobs of one app for one worker id; stateless between jobs, safe across threads."""
+
+    def __init__(self, app: Conveyor, worker_id: str, clock: Clock) -> None:
+        self.app = app
+        self.worker_id = worker_id
+        self.clock = clock
+
+    def prepare(self, job: LeasedJob) -> Entry | Ack:
+        """Decode the payload and find the function; an ``Ack`` (dead) when either fails."""
+        fn = self.app.registry.get(job.name)
+        if fn is None:
+            exc: Exception = UnknownJobError(
+                f"no job named {job.name!r} is registered in this worker's app; "
+                "deploy the code that defines it, then retry the job from the dead set"
+            )
+            return self._dead(job, exc)
+        try:
+            args, kwargs, meta = decode_payload(job.payload)
+        except PayloadError as bad:
+            return self._dead(job, bad)
+        ctx = JobContext(
+            job_id=job.id, name=job.name, queue=job.queue, attempt=job.attempt,
+            errors=job.errors, batch_id=job.batch_id, meta=meta, worker_id=self.worker_id,
+            args=args, kwargs=kwargs, app=self.app,
+        )
+        now = self.clock.now()
+        timeout = job.timeout if job.timeout is not None else fn.opts.timeout
+        deadline = now + timeout if timeout else None
+        return Entry(job, fn, ctx, args, kwargs, started=now, deadline=deadline, logged_at=now)
+
+    def _dead(self, job: LeasedJob, exc: Exception) -> Ack:
+        log.error("job %s (%s) cannot run: %s", job.id, job.name, exc)
+        return Ack(job.id, job.token, Outcome.DEAD, message=str(exc), error=error_info(exc))
+
+    def run(self, entry: Entry) -> Ack:
+        """Run a sync job in this thread, through the server middleware."""
+        call = functools.partial(entry.fn.func, *entry.args, **entry.kwargs)
+        try:
+            with activate(entry.ctx):
+                result = self.app.server_middleware.run(entry.ctx, call)
+        except (Exception, SystemExit) as exc:
+            return self.failure(entry, exc)
+        return self.success(entry, result)
+
+    async def run_async(self, entry: Entry) -> Ack:
+        """Run an ``async def`` job on the current loop, cancelled at its timeout."""
+        async def call() -> Any:
+            return await entry.fn.func(*entry.args, **entry.kwargs)
+
+        timeout = None if entry.deadline is None else entry.deadline - entry.started
+        try:
+            with activate(entry.ctx):
+                coro = self.app.server_middleware.run_async(entry.ctx, call)
+                result = await asyncio.wait_for(coro, timeout) if timeout else await coro
+        except asyncio.CancelledError as exc:
+            if not entry.ctx.cancelled:
+                raise  # the loop is shutting down: the launcher acks INTERRUPTED
+            return self.failure(entry, exc)
+        except asyncio.TimeoutError as exc:
+            # wait_for's own timeout is chained from the CancelledError it caused; a
+            # TimeoutError raised by the job's code is an ordinary error.
+            if isinstance(exc.__cause__, asyncio.CancelledError):
+                return self.failure(entry, self.timeout_error(entry))
+            return self.failure(entry, exc)
+        except (Exception, SystemExit) as exc:
+            return self.failure(entry, exc)
+        return self.success(entry, result)
+
+    def success(self, entry: Entry, result: Any) -> Ack:
+        """SUCCEEDED with the JSON result (CANCELLED when cancellation was requested)."""
+        if entry.ctx.cancelled:
+            return self._ack(entry, Outcome.CANCELLED, message="cancelled while running")
+        try:
+            text = dumps(result)
+        except PayloadError as exc:
+            bad = PayloadError(
+                f"job {entry.job.name} returned a value that is not JSON ({exc}); "
+                "return only JSON values (dict, list, str, int, float, bool, None)"
+            )
+            return self.failure(entry, bad)
+        return self._ack(entry, Outcome.SUCCEEDED, result=text)
+
+    def failure(self, entry: Entry, exc: BaseException) -> Ack:
+        """Map an exception to FAILED, RETRY, DEAD or CANCELLED."""
+        job = entry.job
+        if entry.ctx.cancelled:
+            return self._ack(entry, Outcome.CANCELLED, message="cancelled while running")
+        if isinstance(exc, Fail):
+            return self._ack(entry, Outcome.FAILED, message=exc.message or type(exc).__name__)
+        if isinstance(exc, Retry):
+            delay = exc.in_seconds if exc.in_seconds is not None else backoff(job.errors + 1)
+            return self._ack(entry, Outcome.RETRY, message=exc.message or "retry requested",
+                             retry_in=max(0.0, float(delay)))
+        info = error_info(exc)
+        if job.errors < job.max_retries:
+            return self._ack(entry, Outcome.RETRY, message=info.message, error=info,
+                             retry_in=self.retry_delay(entry, exc))
+        return self._ack(entry, Outcome.DEAD, message=info.message, error=info)
+
+    def retry_delay(self, entry: Entry, exc: BaseException) -> float:
+        """Seconds before the next attempt: the job's ``retry_in`` or the default backoff."""
+        attempt = entry.job.errors + 1
+        custom = entry.fn.opts.retry_in
+        if custom is not None:
+            try:
+                return max(0.0, float(custom(attempt, exc)))
+            except Exception:
+                log.exception("retry_in of job %s failed; using the default backoff",
+                              entry.job.name)
+        return backoff(attempt)
+
+    def timeout_error(self, entry: Entry) -> JobTimeout:
+        """The error recorded for a job that ran past its timeout."""
+        limit = 0.0 if entry.deadline is None else entry.deadline - entry.started
+        return JobTimeout(f"job {entry.job.name} ran longer than its timeout of {limit:g}s")
+
+    def timed_out(self, entry: Entry) -> Ack:
+        """The ack for a thread job the watchdog gave up on (the thread is abandoned)."""
+        return self.failure(entry, self.timeout_error(entry))
+
+    def interrupted(self, entry: Entry) -> Ack:
+        """The ack of hard shutdown: the storage puts the job back to pending."""
+        return self._ack(entry, Outcome.INTERRUPTED,
+                         message="worker shut down before the job ended")
+
+    def _ack(self, entry: Entry, outcome: Outcome, **fields: Any) -> Ack:
+        events, progress = entry.ctx.drain()
+        return Ack(entry.job.id, entry.job.token, outcome, events=events, progress=progress,
+                   **fields)

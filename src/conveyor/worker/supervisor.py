@@ -1,0 +1,159 @@
+"""Supervisor: forks N worker processes, forwards signals, restarts children that die.
+
+Used by ``conveyor worker --processes N``. The parent holds no storage connection and no
+threads (the app opens its storage lazily, in each child after the fork). A child that dies
+unexpectedly (crash, OOM kill, ``kill -9``) is restarted after a backoff that doubles while it
+keeps dying young, so a crash loop does not spin. After TERM/INT the supervisor waits for every
+child's own graceful stop, and exits when all are gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from conveyor.worker.signals import HANDLED, SignalPipe
+
+__all__ = ["Supervisor"]
+
+log = logging.getLogger("conveyor.worker")
+
+_FORWARD = frozenset(HANDLED)
+_STOP = frozenset({signal.SIGTERM, signal.SIGINT})
+_YOUNG = 10.0  # a child that dies sooner than this counts as a crash loop
+_MAX_BACKOFF = 30.0
+
+
+@dataclass(slots=True)
+class _Child:
+    slot: int
+    pid: int = 0
+    started: float = 0.0
+    crashes: int = 0
+    restart_at: float | None = None
+
+
+class Supervisor:
+    """Runs ``target`` (a worker process body returning an exit code) in N forked children."""
+
+    def __init__(self, processes: int, target: Callable[[], int], *,
+                 shutdown_timeout: float = 25.0) -> None:
+        if processes < 1:
+            raise ValueError("processes must be at least 1")
+        self.processes = processes
+        self.target = target
+        self.shutdown_timeout = shutdown_timeout
+        self.children = [_Child(slot) for slot in range(processes)]
+        self.stopping = False
+        self._kill_at: float | None = None
+        self._pipe: SignalPipe | None = None
+        self.restarts = 0
+
+    def run(self) -> int:
+        """Fork the children and supervise them until they have all stopped after a TERM."""
+        self._pipe = SignalPipe((*HANDLED, signal.SIGCHLD)).install()
+        try:
+            log.info("supervisor pid=%d starting %d worker processes", os.getpid(), self.processes)
+            for child in self.children:
+                self._spawn(child)
+            while self._alive() or (not self.stopping and self._pending_restart()):
+                for signum in self._pipe.wait(self._wait_time()):
+                    self._on_signal(signum)
+                self._reap()
+                self._restart_due()
+                self._kill_stragglers()
+        finally:
+            self._pipe.restore()
+            self._pipe = None
+        log.info("supervisor stopped (%d restarts)", self.restarts)
+        return 0
+
+    def _alive(self) -> list[_Child]:
+        return [c for c in self.children if c.pid]
+
+    def _pending_restart(self) -> bool:
+        return any(c.restart_at is not None for c in self.children)
+
+    def _wait_time(self) -> float:
+        due = [c.restart_at for c in self.children if c.restart_at is not None]
+        return max(0.0, min([*due, time.monotonic() + 1.0]) - time.monotonic())
+
+    def _spawn(self, child: _Child) -> None:
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the supervisor's loop
+            code = 1
+            try:
+                if self._pipe is not None:
+                    self._pipe.restore()
+                # Own process group: a terminal's Ctrl-C reaches the supervisor only, which
+                # forwards it once; a child seeing INT twice would hard-stop at once.
+                os.setpgid(0, 0)
+                code = self.target()
+            except BaseException:
+                log.exception("worker process crashed")
+            finally:
+                logging.shutdown()
+                os._exit(code)
+        child.pid, child.started, child.restart_at = pid, time.monotonic(), None
+        log.info("started worker process %d (slot %d)", pid, child.slot)
+
+    def _on_signal(self, signum: int) -> None:
+        if signum in _FORWARD:
+            for child in self._alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signum)
+        if signum in _STOP and not self.stopping:
+            log.info("received %s: stopping %d worker processes",
+                     signal.Signals(signum).name, len(self._alive()))
+            self.stopping = True
+            self._kill_at = time.monotonic() + self.shutdown_timeout + 15.0
+            for child in self.children:
+                child.restart_at = None
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = next((c for c in self.children if c.pid == pid), None)
+            if child is not None:
+                self._exited(child, status)
+
+    def _exited(self, child: _Child, status: int) -> None:
+        child.pid = 0
+        code = os.waitstatus_to_exitcode(status)
+        if self.stopping or code == 0:
+            log.info("worker process (slot %d) exited with %d", child.slot, code)
+            return
+        lived = time.monotonic() - child.started
+        child.crashes = child.crashes + 1 if lived < _YOUNG else 1
+        delay = min(_MAX_BACKOFF, 0.5 * 2 ** (child.crashes - 1))
+        child.restart_at = time.monotonic() + delay
+        how = f"signal {-code}" if code < 0 else f"code {code}"
+        log.error("worker process (slot %d) died with %s after %.1fs; restarting in %.1fs",
+                  child.slot, how, lived, delay)
+
+    def _restart_due(self) -> None:
+        now = time.monotonic()
+        for child in self.children:
+            if child.restart_at is not None and child.restart_at <= now and not self.stopping:
+                self.restarts += 1
+                self._spawn(child)
+
+    def _kill_stragglers(self) -> None:
+        # A child is itself bounded by its shutdown timeout; this only catches a wedged one.
+        if self._kill_at is None or time.monotonic() < self._kill_at:
+            return
+        for child in self._alive():
+            log.error("worker process %d did not stop in time; killing it", child.pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGKILL)
+        self._kill_at = None
