@@ -30,8 +30,15 @@ class Acker:
 
     name = "acker"
 
-    def __init__(self, storage: Storage, clock: Clock, config: WorkerConfig) -> None:
+    def __init__(
+        self, storage: Storage, clock: Clock, config: WorkerConfig,
+        write_lock: threading.Lock | None = None,
+    ) -> None:
         self.storage = storage
+        # Shared with the fetcher: SQLite lets one writer in at a time, and two threads of one
+        # process contending in its busy handler sleep for milliseconds; a Python lock hands
+        # over in microseconds.
+        self.write_lock = write_lock or threading.Lock()
         self.clock = clock
         self.config = config
         self._pending: list[Ack] = []
@@ -70,7 +77,8 @@ class Acker:
         if not batch:
             return 0
         try:
-            results = self.storage.ack(batch)
+            with self.write_lock:
+                results = self.storage.ack(batch)
         except Exception:
             self._failures += 1
             log.exception("writing %d ack(s) failed; keeping them and retrying", len(batch))

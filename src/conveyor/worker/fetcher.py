@@ -43,7 +43,9 @@ class Fetcher:
         acker: Acker,
         threads: ThreadExecutor,
         loop: AsyncExecutor,
+        write_lock: threading.Lock | None = None,
     ) -> None:
+        self.write_lock = write_lock or threading.Lock()
         self.storage = storage
         self.clock = clock
         self.config = config
@@ -64,7 +66,8 @@ class Fetcher:
         if free <= 0 or self._quiet.is_set():
             return 0
         order = queue_order(self.config.queues, self.config.strict, self._rng)
-        jobs = self.storage.dequeue(order, self.config.worker_id, free, self.config.lease)
+        with self.write_lock:
+            jobs = self.storage.dequeue(order, self.config.worker_id, free, self.config.lease)
         for job in jobs:
             prepared = self.processor.prepare(job)
             if isinstance(prepared, Ack):

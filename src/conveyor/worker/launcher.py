@@ -60,7 +60,8 @@ class Launcher:
         storage = self.storage = app.storage
         self.inflight = InFlight(config.concurrency)
         self.processor = Processor(app, config.worker_id, self.clock)
-        self.acker = Acker(storage, self.clock, config)
+        write_lock = threading.Lock()
+        self.acker = Acker(storage, self.clock, config, write_lock)
         self.threads = ThreadExecutor(config.concurrency, self.processor, self.finish)
         self.loop = AsyncExecutor(self.processor, self.finish)
         self.heartbeat = Heartbeater(storage, self.clock, config, inflight=self.inflight,
@@ -75,7 +76,7 @@ class Launcher:
                                  finish=self.finish)
         self.fetcher = Fetcher(storage, self.clock, config, processor=self.processor,
                                inflight=self.inflight, acker=self.acker, threads=self.threads,
-                               loop=self.loop)
+                               loop=self.loop, write_lock=write_lock)
         self.signals: SignalPipe | None = None
         self._stop = threading.Event()
         self._started = False
