@@ -1,0 +1,28 @@
+"""Doing a worker's part by hand through the storage protocol: dequeue, then acknowledge."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from conveyor import Conveyor
+from conveyor.job import Ack, LeasedJob, Outcome
+
+
+def run_by_hand(
+    app: Conveyor,
+    outcome: Outcome = Outcome.SUCCEEDED,
+    *,
+    result: Any = None,
+    message: str | None = None,
+    queues: Sequence[str] = ("default",),
+) -> LeasedJob:
+    """Lease the next job of ``queues`` and acknowledge it with ``outcome``, as a worker would."""
+    [job] = app.storage.dequeue(list(queues), "hand", 1, 30.0)
+    ack = Ack(
+        job_id=job.id, token=job.token, outcome=outcome, message=message,
+        result=None if result is None else json.dumps(result),
+    )
+    assert app.storage.ack([ack]) == [True]
+    return job
