@@ -11,6 +11,7 @@ import json
 import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from conveyor.errors import BatchClosedError, BatchNotFound
@@ -20,14 +21,13 @@ from conveyor.job import (
     BatchStatus,
     FlowControl,
     JobSpec,
-    JobState,
 )
 
 # (batch_id, from_state or None for a new job, to_state or None for a deleted job)
 Move = tuple[str, "str | None", "str | None"]
 EnqueueFn = Callable[[sqlite3.Cursor, float, Sequence[JobSpec]], object]
 
-_TERMINAL_SUM = "n_succeeded + n_failed + n_dead + n_cancelled"
+TERMINAL_SUM = "n_succeeded + n_failed + n_dead + n_cancelled"
 BATCH_COLUMNS = (
     "id, description, meta, created_at, total, closed, cancelled, started_at, finished_at, "
     "callbacks_fired, " + ", ".join(f"n_{s.value}" for s in ALL_STATES)
@@ -100,35 +100,47 @@ def apply(cur: sqlite3.Cursor, now: float, moves: Iterable[Move], enqueue: Enque
 
 
 def settle(cur: sqlite3.Cursor, now: float, batch_id: str, enqueue: EnqueueFn) -> None:
-    """Fire the callbacks that have become due for one batch, each exactly once."""
+    """Update completion and fire the callbacks that have become due, each exactly once.
+
+    A job retried by hand re-opens a finished batch; ``success`` may therefore come after
+    ``complete`` (a dead job retried and then succeeded).
+    """
     row = cur.execute(
-        f"SELECT closed, total, {_TERMINAL_SUM}, n_succeeded, n_dead, callbacks, "
+        f"SELECT closed, total, {TERMINAL_SUM}, n_succeeded, n_dead, callbacks, "
         "callbacks_fired, finished_at FROM batches WHERE id = ?",
         (batch_id,),
     ).fetchone()
-    if row is None:
+    if row is None:  # trimmed away while its jobs lived on
         return
     closed, total, done, succeeded, dead, callbacks_text, fired_text, finished_at = row
-    fired = [name for name in fired_text.split(",") if name]
-    due: list[str] = []
-    if dead > 0 and "death" not in fired:
-        due.append("death")
     complete = bool(closed) and done >= total
-    if complete and finished_at is None:
-        due.append("complete")
-        if succeeded >= total:
-            due.append("success")
-    if not due and not (complete and finished_at is None):
-        return
+    moments = [m for m, due in (("death", dead > 0), ("complete", complete),
+                                ("success", complete and succeeded >= total)) if due]
     callbacks = json.loads(callbacks_text or "{}")
+    fired = [name for name in fired_text.split(",") if name]
+    due = [m for m in moments if m in callbacks and m not in fired]
+    finished = (finished_at if finished_at is not None else now) if complete else None
+    if not due and finished == finished_at:
+        return
     cur.execute(
         "UPDATE batches SET callbacks_fired = ?, finished_at = ? WHERE id = ?",
-        (",".join(fired + due), now if complete and finished_at is None else finished_at,
-         batch_id),
+        (",".join(fired + due), finished, batch_id),
     )
-    specs = [spec_from_wire(callbacks[name]) for name in due if name in callbacks]
+    specs = [_detached(cur, spec_from_wire(callbacks[name])) for name in due]
     if specs:
         enqueue(cur, now, specs)
+
+
+def _detached(cur: sqlite3.Cursor, spec: JobSpec) -> JobSpec:
+    """The callback as it can be stored: outside its target batch if that one cannot take it
+    (rather than raise inside the acknowledgement that completed this batch)."""
+    if spec.batch_id is None:
+        return spec
+    try:
+        check_open(cur, [spec.batch_id])
+    except (BatchNotFound, BatchClosedError):
+        return replace(spec, batch_id=None)
+    return spec
 
 
 def close(cur: sqlite3.Cursor, now: float, batch_id: str, enqueue: EnqueueFn) -> None:
@@ -148,8 +160,3 @@ def status_from_row(row: Sequence[Any]) -> BatchStatus:
         started_at=row[7], finished_at=row[8],
         callbacks_fired=tuple(name for name in (row[9] or "").split(",") if name),
     )
-
-
-def state_column(state: JobState | str) -> str:
-    """The counter column of a state."""
-    return f"n_{JobState(state).value}"

@@ -224,7 +224,7 @@ class SqliteStorage(SqliteInspector):
             now = self.now()
             rows = cur.execute(
                 "SELECT id, state, batch_id, recoveries, queue, name FROM jobs "
-                "WHERE state = 'active' AND lease_expires_at < :now UNION ALL "
+                "WHERE state = 'active' AND lease_expires_at <= :now UNION ALL "
                 "SELECT id, state, batch_id, recoveries, queue, name FROM jobs "
                 "WHERE state = 'active' AND lease_expires_at IS NULL LIMIT :limit",
                 {"now": now, "limit": limit},
@@ -236,7 +236,7 @@ class SqliteStorage(SqliteInspector):
                 if r[3] + 1 > max_recoveries:
                     moves += jobs.move(
                         cur, now, [r[:3]], JobState.DEAD, EventKind.DEAD,
-                        f"recovered {r[3]} times (poison job?)",
+                        f"recovered {r[3] + 1} times (poison job?)",
                         f"recoveries = recoveries + 1, message = :msg, {jobs.FINISH}",
                     )
             dead = Counter((r[4], r[5], "dead") for r in rows if r[3] + 1 > max_recoveries)
@@ -282,8 +282,10 @@ class SqliteStorage(SqliteInspector):
                 "WHERE state = 'dead' ORDER BY finished_at DESC LIMIT -1 OFFSET ?)",
                 (retention.dead_max,),
             ).rowcount
-            cur.execute("DELETE FROM batches WHERE finished_at < ?",
-                        (now - retention.batch_seconds,))
+            cur.execute(
+                f"DELETE FROM batches WHERE finished_at < ? AND {batches.TERMINAL_SUM} >= total",
+                (now - retention.batch_seconds,),
+            )
             cur.execute("DELETE FROM workers WHERE last_seen < ?", (now - retention.worker_ttl,))
             cur.execute(
                 "DELETE FROM unique_locks WHERE until < ? AND NOT EXISTS (SELECT 1 FROM jobs "
