@@ -13,7 +13,15 @@ from collections.abc import Sequence
 
 from conveyor.errors import ConveyorError
 
-COMMANDS = ("conveyor.cli.worker",)
+COMMANDS = (
+    "conveyor.cli.worker",
+    "conveyor.cli.stats",
+    "conveyor.cli.jobs",
+    "conveyor.cli.workers",
+    "conveyor.cli.batches",
+    "conveyor.cli.enqueue",
+    "conveyor.cli.serve",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

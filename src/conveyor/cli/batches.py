@@ -1,0 +1,148 @@
+"""``conveyor batch list|show ID|watch ID|cancel ID``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any, TextIO
+
+from conveyor.cli.common import add_source_args, guarded, open_backend, print_json, short, table
+from conveyor.job import ALL_STATES
+from conveyor.storage.base import Inspector
+from conveyor.web.views import batch_state, batch_view, fmt_duration, fmt_time, get_batch
+
+BAR_WIDTH = 30
+
+
+def register(sub: Any) -> None:
+    """Add ``batch``."""
+    batch = sub.add_parser("batch", help="list, show, watch or cancel batches")
+    bsub = batch.add_subparsers(dest="batch_command", required=True, metavar="ACTION")
+    lst = bsub.add_parser("list", help="batches, newest first")
+    lst.add_argument("--offset", type=int, default=0)
+    lst.add_argument("--limit", type=int, default=20)
+    add_source_args(lst)
+    lst.set_defaults(func=cmd_list)
+    show = bsub.add_parser("show", help="counts, timings, ETA and failures of a batch")
+    show.add_argument("batch_id")
+    add_source_args(show)
+    show.set_defaults(func=cmd_show)
+    watch = bsub.add_parser("watch", help="live progress until the batch is complete")
+    watch.add_argument("batch_id")
+    watch.add_argument("--interval", type=float, default=0.5, help="seconds between redraws")
+    watch.add_argument("--timeout", type=float, default=None,
+                       help="give up (exit 1) after this many seconds")
+    add_source_args(watch, json_flag=False)
+    watch.set_defaults(func=cmd_watch)
+    cancel = bsub.add_parser("cancel", help="cancel every job of a batch that has not finished")
+    cancel.add_argument("batch_id")
+    add_source_args(cancel, json_flag=False)
+    cancel.set_defaults(func=cmd_cancel)
+
+
+@guarded
+def cmd_list(args: argparse.Namespace) -> int:
+    """One line per batch."""
+    with open_backend(args) as backend:
+        now = backend.now()
+        batches = [b.as_dict(now) for b in backend.list_batches(args.offset, args.limit)]
+    if args.json:
+        print_json(batches)
+        return 0
+    if not batches:
+        print("no batches")
+        return 0
+    print(table(
+        ("ID", "DESCRIPTION", "DONE", "TOTAL", "%", "FAILED", "STATE", "CREATED"),
+        [(b["id"], short(b["description"] or "", 40), b["done"], b["total"], b["percent"],
+          b["counts"]["failed"] + b["counts"]["dead"], batch_state(b), fmt_time(b["created_at"]))
+         for b in batches],
+    ))
+    return 0
+
+
+
+@guarded
+def cmd_show(args: argparse.Namespace) -> int:
+    """A batch's counts, timings, ETA and failures."""
+    with open_backend(args) as backend:
+        view = batch_view(backend, args.batch_id)
+    print_json(view) if args.json else print(format_batch(view))
+    return 0
+
+
+def format_batch(view: dict[str, Any]) -> str:
+    """The text form of ``batch_view``."""
+    lines = [f"batch {view['id']}  {view['description'] or ''}".rstrip(),
+             f"  {progress_line(view)}",
+             f"  state       {batch_state(view)}",
+             f"  created     {fmt_time(view['created_at'])}",
+             f"  started     {fmt_time(view['started_at'])}",
+             f"  finished    {fmt_time(view['finished_at'])}",
+             f"  elapsed     {fmt_duration(view['elapsed'])}",
+             f"  eta         {fmt_duration(view['eta'])}"]
+    if view["callbacks_fired"]:
+        lines.append(f"  callbacks   {', '.join(view['callbacks_fired'])}")
+    if view["failures"]:
+        lines.append("failures:")
+        lines.extend(f"  {f['id']} [{f['state']}] {f['message'] or '(no message)'}"
+                     for f in view["failures"])
+    return "\n".join(lines)
+
+
+def progress_line(view: dict[str, Any]) -> str:
+    """``[#####-----]  40.0%  4/10  pending 6 · succeeded 3 · failed 1``."""
+    filled = int(BAR_WIDTH * view["percent"] / 100)
+    bar = "#" * filled + "-" * (BAR_WIDTH - filled)
+    counts = " · ".join(f"{s.value} {view['counts'][s.value]}" for s in ALL_STATES
+                        if view["counts"][s.value])
+    eta = f"  eta {fmt_duration(view['eta'])}" if view["eta"] is not None else ""
+    return (f"[{bar}] {view['percent']:5.1f}%  {view['done']}/{view['total']}  "
+            f"{counts or 'no jobs yet'}{eta}")
+
+
+@guarded
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Redraw the progress line until the batch is complete, then print the summary."""
+    with open_backend(args) as backend:
+        complete = watch(backend, args.batch_id, sys.stdout, args.interval, args.timeout)
+        print(format_batch(batch_view(backend, args.batch_id)))
+    return 0 if complete else 1
+
+
+def watch(inspector: Inspector, batch_id: str, out: TextIO, interval: float,
+          timeout: float | None) -> bool:
+    """Draw progress in place on a TTY, or one plain line per change otherwise.
+
+    Returns True once the batch is complete, False when ``timeout`` passes first.
+    """
+    tty = out.isatty()
+    started = time.monotonic()
+    last = ""
+    while True:
+        view = get_batch(inspector, batch_id).as_dict(getattr(inspector, "now", time.time)())
+        line = progress_line(view)
+        if tty:
+            out.write("\r\x1b[2K" + line)
+        elif line != last:
+            out.write(line + "\n")
+        out.flush()
+        last = line
+        if view["complete"]:
+            out.write("\n" if tty else "")
+            return True
+        if timeout is not None and time.monotonic() - started >= timeout:
+            out.write("\ntimed out before the batch completed\n")
+            return False
+        time.sleep(interval)
+
+
+@guarded
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """Cancel a batch's waiting jobs and ask its running ones to stop."""
+    with open_backend(args) as backend:
+        get_batch(backend, args.batch_id)
+        count = backend.cancel_batch(args.batch_id)
+    print(f"cancelled batch {args.batch_id}: {count} job(s) cancelled or asked to stop")
+    return 0

@@ -1,0 +1,71 @@
+"""``conveyor enqueue NAME --args '[…]' [--kwargs '{…}'] [--queue Q] [--in SECONDS]``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from conveyor.app import Conveyor
+from conveyor.cli.common import (
+    add_source_args,
+    guarded,
+    load_app,
+    parse_json_arg,
+    print_json,
+    storage_url,
+)
+from conveyor.errors import ConveyorError
+
+
+def register(sub: Any) -> None:
+    """Add ``enqueue``."""
+    parser = sub.add_parser(
+        "enqueue", help="enqueue a job by name (checked against --app; or --force)",
+        description="With --app, NAME must be registered in that app and its options apply; "
+                    "with --force (and --url), any NAME is enqueued as given.")
+    parser.add_argument("name", help="registered job name, e.g. myapp.send_welcome")
+    parser.add_argument("--args", default="[]", help="JSON array of positional arguments")
+    parser.add_argument("--kwargs", default="{}", help="JSON object of keyword arguments")
+    parser.add_argument("--queue", default=None, help="queue (default: the job's own)")
+    parser.add_argument("--in", dest="delay", type=float, default=None, metavar="SECONDS",
+                        help="run after this many seconds")
+    parser.add_argument("--force", action="store_true",
+                        help="enqueue even though NAME is not registered (or there is no --app)")
+    add_source_args(parser)
+    parser.set_defaults(func=cmd_enqueue)
+
+
+@guarded
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    """Validate the arguments and enqueue one job."""
+    job_args = parse_json_arg(args.args, "--args", list)
+    job_kwargs = parse_json_arg(args.kwargs, "--kwargs", dict)
+    if args.app:
+        app: Conveyor = load_app(args.app)
+        if app.registry.get(args.name) is None and not args.force:
+            known = ", ".join(sorted(app.registry.names())) or "none"
+            raise ConveyorError(f"no job named {args.name!r} in {args.app} (registered: "
+                                f"{known}); use --force to enqueue it anyway")
+        return _enqueue(app, args, job_args, job_kwargs)
+    if not args.force:
+        raise ConveyorError("enqueue needs --app MODULE:ATTR so the job name can be checked, "
+                            "or --force to enqueue by name on --url only")
+    app = Conveyor(storage_url(args))
+    try:
+        return _enqueue(app, args, job_args, job_kwargs)
+    finally:
+        app.close()
+
+
+def _enqueue(app: Conveyor, args: argparse.Namespace, job_args: list[Any],
+             job_kwargs: dict[str, Any]) -> int:
+    options: dict[str, Any] = {"queue": args.queue} if args.queue else {}
+    ref = app.enqueue(args.name, job_args, job_kwargs, delay=args.delay, **options)
+    if ref is None:
+        print("a client middleware stopped the enqueue")
+        return 1
+    if args.json:
+        print_json({"id": ref.id, "created": ref.created})
+    else:
+        print(ref.id if ref.created else f"{ref.id} (a unique job already existed)")
+    return 0

@@ -1,0 +1,163 @@
+"""``conveyor jobs …``, ``dead …``, ``retrying list`` and ``scheduled list``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from conveyor.cli.common import (
+    add_source_args,
+    guarded,
+    open_backend,
+    print_json,
+    short,
+    table,
+)
+from conveyor.errors import ConveyorError
+from conveyor.job import JobState
+from conveyor.web.views import fmt_time, get_job, job_row, job_view, parse_state
+
+
+def register(sub: Any) -> None:
+    """Add ``jobs``, ``dead``, ``retrying`` and ``scheduled``."""
+    jobs = sub.add_parser("jobs", help="list, show, retry, delete or kill jobs")
+    jsub = jobs.add_subparsers(dest="jobs_command", required=True, metavar="ACTION")
+    lst = jsub.add_parser("list", help="jobs filtered by queue, state and batch")
+    lst.add_argument("--state", default=None, help="scheduled, pending, active, retrying, "
+                     "succeeded, failed, dead or cancelled (default: all)")
+    _list_args(lst)
+    lst.add_argument("--batch", default=None, help="only jobs of this batch")
+    lst.set_defaults(func=cmd_list, fixed_state=None)
+    show = jsub.add_parser("show", help="a job's args, options, events and errors")
+    show.add_argument("job_id")
+    add_source_args(show)
+    show.set_defaults(func=cmd_show)
+    for action, helptext in (("retry", "dead/failed/cancelled/retrying jobs → pending now"),
+                             ("delete", "delete jobs that are not active"),
+                             ("kill", "waiting jobs → dead")):
+        p = jsub.add_parser(action, help=helptext)
+        p.add_argument("job_ids", nargs="+", metavar="ID")
+        add_source_args(p, json_flag=False)
+        p.set_defaults(func=cmd_action, action=action)
+
+    dead = sub.add_parser("dead", help="the dead set: list, retry-all, clear")
+    dsub = dead.add_subparsers(dest="dead_command", required=True, metavar="ACTION")
+    _state_list(dsub, JobState.DEAD)
+    for action, helptext in (("retry-all", "retry every dead job"),
+                             ("clear", "delete every dead job")):
+        p = dsub.add_parser(action, help=helptext)
+        p.add_argument("--queue", default=None, help="only this queue")
+        add_source_args(p, json_flag=False)
+        p.set_defaults(func=cmd_dead_bulk, action=action)
+
+    for state in (JobState.RETRYING, JobState.SCHEDULED):
+        parser = sub.add_parser(state.value, help=f"{state.value} jobs")
+        _state_list(parser.add_subparsers(dest=f"{state.value}_command", required=True,
+                                          metavar="ACTION"), state)
+
+
+def _list_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--queue", default=None, help="only this queue")
+    parser.add_argument("--offset", type=int, default=0)
+    parser.add_argument("--limit", type=int, default=50)
+    add_source_args(parser)
+
+
+def _state_list(sub: Any, state: JobState) -> None:
+    parser = sub.add_parser("list", help=f"{state.value} jobs, oldest first")
+    _list_args(parser)
+    parser.set_defaults(func=cmd_list, fixed_state=state, state=None, batch=None)
+
+
+@guarded
+def cmd_list(args: argparse.Namespace) -> int:
+    """List jobs, paged."""
+    try:
+        state = args.fixed_state or parse_state(args.state)
+    except ValueError as exc:
+        raise ConveyorError(str(exc)) from None
+    with open_backend(args) as backend:
+        jobs = backend.list_jobs(state=state, queue=args.queue, batch_id=args.batch,
+                                 offset=args.offset, limit=args.limit,
+                                 with_events=True)
+        total = backend.count_jobs(state=state, queue=args.queue, batch_id=args.batch)
+    rows = [job_row(j) for j in jobs]
+    if args.json:
+        print_json({"total": total, "offset": args.offset, "jobs": rows})
+        return 0
+    if not rows:
+        print("no jobs")
+        return 0
+    when = "run_at" if state in (JobState.SCHEDULED, JobState.RETRYING) else "created_at"
+    print(table(
+        ("ID", "STATE", "QUEUE", "NAME", "ARGS", "TRY", when.upper().replace("_", " "), "MESSAGE"),
+        [(r["id"], r["state"], r["queue"], r["name"], short(r["args"], 40), r["attempt"],
+          fmt_time(r[when]), short(r["message"] or "", 50)) for r in rows],
+    ))
+    print(f"\n{args.offset + 1}-{args.offset + len(rows)} of {total}")
+    return 0
+
+
+@guarded
+def cmd_show(args: argparse.Namespace) -> int:
+    """Print a job in full."""
+    with open_backend(args) as backend:
+        view = job_view(get_job(backend, args.job_id))
+    if args.json:
+        print_json(view)
+        return 0
+    print(format_job(view))
+    return 0
+
+
+def format_job(view: dict[str, Any]) -> str:
+    """The text form of ``job_view``."""
+    lines = [f"job {view['id']}  {view['name']}  [{view['state']}]"]
+    for key in ("queue", "batch_id", "attempt", "errors", "recoveries", "worker", "message"):
+        if view.get(key) not in (None, ""):
+            lines.append(f"  {key:<11} {view[key]}")
+    for key in ("created_at", "run_at", "started_at", "finished_at"):
+        if view.get(key):
+            lines.append(f"  {key:<11} {fmt_time(view[key])}")
+    lines.append(f"  {'args':<11} {short(view['args'], 400)}")
+    lines.append(f"  {'kwargs':<11} {short(view['kwargs'], 400)}")
+    opts = {k: v for k, v in view["options"].items() if v not in (None, {})}
+    lines.append(f"  {'options':<11} {short(opts, 400)}")
+    if view.get("result") is not None:
+        lines.append(f"  {'result':<11} {short(view['result'], 400)}")
+    lines.append("events:")
+    for e in view.get("events") or []:
+        text = e["message"] or ""
+        lines.append(f"  {fmt_time(e['ts'])}  {e['kind']:<16} {e['state'] or '':<10} "
+                     f"{'#' + str(e['attempt']) if e['attempt'] else '':<4} {text}".rstrip())
+    for err in view["errors_detail"]:
+        lines.append(f"error on attempt {err['attempt']}: {err['type']}: {err['message']}")
+        lines.extend("    " + line for line in (err["traceback"] or "").rstrip().splitlines())
+    return "\n".join(lines)
+
+
+@guarded
+def cmd_action(args: argparse.Namespace) -> int:
+    """Retry, delete or kill jobs by id; exit 1 when none of them could be acted on."""
+    with open_backend(args) as backend:
+        missing = [i for i in args.job_ids if backend.get_job(i) is None]
+        if len(missing) == len(args.job_ids):
+            raise ConveyorError(f"no job with id {', '.join(missing)}")
+        method = {"retry": backend.retry_jobs, "delete": backend.delete_jobs,
+                  "kill": backend.kill_jobs}[args.action]
+        done = method(args.job_ids)
+    past = {"retry": "retried", "delete": "deleted", "kill": "killed"}[args.action]
+    print(f"{past} {done} of {len(args.job_ids)} job(s)"
+          + (f"; not found: {', '.join(missing)}" if missing else ""))
+    return 0 if done else 1
+
+
+@guarded
+def cmd_dead_bulk(args: argparse.Namespace) -> int:
+    """Retry or delete the whole dead set (optionally one queue's)."""
+    with open_backend(args) as backend:
+        if args.action == "retry-all":
+            print(f"retried {backend.retry_all(JobState.DEAD, queue=args.queue)} dead job(s)")
+        else:
+            print(f"deleted {backend.clear(JobState.DEAD, queue=args.queue)} dead job(s)")
+    return 0

@@ -1,0 +1,76 @@
+"""``conveyor stats``, ``conveyor pause QUEUE`` and ``conveyor resume QUEUE``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from conveyor.cli.common import add_source_args, guarded, open_backend, print_json, table
+from conveyor.web.views import fmt_duration, stats_view
+
+
+def register(sub: Any) -> None:
+    """Add the queue-level commands."""
+    parser = sub.add_parser("stats", help="per-queue sizes, latency and totals")
+    add_source_args(parser)
+    parser.set_defaults(func=cmd_stats)
+    for name, helptext in (("pause", "stop workers taking jobs from a queue"),
+                           ("resume", "let workers take jobs from a paused queue again")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("queue", nargs="+", help="queue name(s)")
+        add_source_args(p, json_flag=False)
+        p.set_defaults(func=cmd_pause if name == "pause" else cmd_resume)
+
+
+@guarded
+def cmd_stats(args: argparse.Namespace) -> int:
+    """Print one row per queue, then the totals and worker slot usage."""
+    with open_backend(args) as backend:
+        view = stats_view(backend)
+    if args.json:
+        print_json(view)
+        return 0
+    print(format_stats(view))
+    return 0
+
+
+def format_stats(view: dict[str, Any]) -> str:
+    """The text form of ``stats_view``."""
+    headers = ("QUEUE", "PENDING", "SCHEDULED", "ACTIVE", "RETRYING", "LATENCY", "PAUSED",
+               "PROCESSED", "FAILED", "DEAD", "TODAY OK", "TODAY FAILED")
+    rows = [
+        (q["name"], q["pending"], q["scheduled"], q["active"], q["retrying"],
+         fmt_duration(q["latency"]), "yes" if q["paused"] else "no", q["processed"],
+         q["failed"], q["dead"], q["processed_today"], q["failed_today"])
+        for q in view["queues"]
+    ]
+    if not rows:
+        return "no queues yet"
+    t, w = view["totals"], view["workers"]
+    return (
+        table(headers, rows)
+        + f"\n\ntotal: {t['pending']} pending, {t['active']} active, {t['retrying']} retrying,"
+        f" {t['scheduled']} scheduled, {t['dead']} dead; processed {t['processed']},"
+        f" failed {t['failed']}"
+        + f"\nworkers: {w['count']} ({w['busy']}/{w['slots']} slots busy)"
+    )
+
+
+@guarded
+def cmd_pause(args: argparse.Namespace) -> int:
+    """Pause each named queue."""
+    with open_backend(args) as backend:
+        for queue in args.queue:
+            backend.pause_queue(queue)
+            print(f"paused {queue}")
+    return 0
+
+
+@guarded
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Resume each named queue."""
+    with open_backend(args) as backend:
+        for queue in args.queue:
+            backend.resume_queue(queue)
+            print(f"resumed {queue}")
+    return 0

@@ -1,0 +1,170 @@
+"""Routing of GET requests, and the overview, queues and workers pages.
+
+Pages are rendered on the server (one escaping path, ``render.e``); the script re-fetches the
+``#live`` region with ``?partial=1`` every couple of seconds, so pages stay live without a
+JSON-to-HTML renderer in the browser.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from conveyor.job import JobState
+from conveyor.metrics import CONTENT_TYPE, render_inspector
+from conveyor.web import pages_jobs
+from conveyor.web.http import Request, Response, StorageCaller, json_response
+from conveyor.web.render import badge, button_form, e, layout, link, page, table, when
+from conveyor.web.views import (
+    batch_view,
+    fmt_duration,
+    get_job,
+    job_view,
+    stats_view,
+    workers_view,
+)
+
+Dashboard = StorageCaller
+Page = Callable[[Dashboard, Request, str, re.Match[str]], Awaitable[Response]]
+
+
+
+async def overview(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
+    """Totals, live charts of throughput and queue sizes, and the queue table."""
+    view = await dash.call(stats_view)
+    t, w = view["totals"], view["workers"]
+    cards = [("processed", t["processed"]), ("failed", t["failed"]), ("dead", t["dead"]),
+             ("pending", t["pending"]), ("active", t["active"]), ("retrying", t["retrying"]),
+             ("scheduled", t["scheduled"]), ("busy slots", f"{w['busy']}/{w['slots']}")]
+    live = '<div class="cards">' + "".join(
+        f'<div class="card"><b>{e(v)}</b><span>{e(k)}</span></div>' for k, v in cards
+    ) + "</div>" + _queue_table(view["queues"], csrf, "/", actions=False)
+    charts = ('<section class="charts">'
+              '<figure><figcaption>Jobs per second <span class="key ok">processed</span>'
+              '<span class="key bad">failed</span></figcaption>'
+              '<svg id="chart-rate" class="chart" viewBox="0 0 600 160"></svg></figure>'
+              '<figure><figcaption>Queue sizes (pending)</figcaption>'
+              '<svg id="chart-queues" class="chart" viewBox="0 0 600 160"></svg>'
+              '<div id="chart-queues-legend" class="legend"></div></figure></section>')
+    return page("Overview", "/", live, request, csrf, before=charts)
+
+
+def _queue_table(queues: list[dict[str, Any]], csrf: str, here: str, actions: bool) -> str:
+    rows = []
+    for q in queues:
+        row = [link(f"/jobs?queue={q['name']}", q["name"]), e(q["pending"]), e(q["active"]),
+               e(q["scheduled"]), e(q["retrying"]), e(q["dead"]), e(fmt_duration(q["latency"])),
+               badge("paused") if q["paused"] else badge("running")]
+        if actions:
+            row += [e(q["processed"]), e(q["failed"]),
+                    e(f"{q['processed_today']} / {q['failed_today']}"),
+                    button_form("resume" if q["paused"] else "pause",
+                                "Resume" if q["paused"] else "Pause", csrf, here, queue=q["name"])]
+        rows.append(row)
+    headers = ["Queue", "Pending", "Active", "Scheduled", "Retrying", "Dead", "Latency", "State"]
+    if actions:
+        headers += ["Processed", "Failed", "Today ok / failed", ""]
+    return table(headers, rows, "queues")
+
+
+async def queues(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
+    """Every queue with pause/resume."""
+    view = await dash.call(stats_view)
+    return page("Queues", "/queues", _queue_table(view["queues"], csrf, "/queues", True),
+                request, csrf)
+
+
+async def workers(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
+    """Live workers, what each busy slot runs, and quiet/stop buttons."""
+    view = await dash.call(workers_view)
+    rows = []
+    for w in view:
+        slots = "".join(
+            f'<li>{link("/jobs/" + s["job_id"], s["name"])} <small>{e(s["queue"])} · '
+            f'{e(fmt_duration(s["running_for"]))}</small></li>' for s in w["busy"])
+        buttons = (button_form("quiet", "Quiet", csrf, "/workers", worker=w["id"]) +
+                   button_form("stop", "Stop", csrf, "/workers", cls="danger", worker=w["id"],
+                               confirm=f"Stop worker {w['id']}?"))
+        rows.append([e(w["id"]), e(w["hostname"]), e(w["pid"]), e(", ".join(w["queues"])),
+                     f'<meter min="0" max="{w["concurrency"]}" value="{w["busy_count"]}">'
+                     f'</meter> {w["busy_count"]}/{w["concurrency"]}',
+                     badge(w["status"]), when(w["started_at"]), f"<ul>{slots}</ul>", buttons])
+    live = table(("Worker", "Host", "PID", "Queues", "Busy", "Status", "Started", "Running",
+                  ""), rows, "workers")
+    return page("Workers", "/workers", live, request, csrf)
+
+
+async def api_stats(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
+    """``stats_view`` as JSON (the overview charts poll it)."""
+    return json_response(await dash.call(stats_view))
+
+
+async def api_workers(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
+    """``workers_view`` as JSON."""
+    return json_response(await dash.call(workers_view))
+
+
+async def api_job(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
+    """One job in full as JSON."""
+    return json_response(await dash.call(lambda insp: job_view(get_job(insp, m["id"]))))
+
+
+async def api_batch(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
+    """A batch's status and failures as JSON."""
+    return json_response(await dash.call(lambda insp: batch_view(insp, m["id"])))
+
+
+async def metrics(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
+    """Prometheus text."""
+    return Response(await dash.call(render_inspector), 200, CONTENT_TYPE)
+
+
+def _state_page(state: JobState) -> Page:
+    async def show(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
+        return await pages_jobs.jobs(dash, request, csrf, state, f"/{state.value}")
+
+    return show
+
+
+async def _jobs(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
+    return await pages_jobs.jobs(dash, request, csrf, None, "/jobs")
+
+
+ROUTES: list[tuple[re.Pattern[str], Page]] = [
+    (re.compile(p), f) for p, f in (
+        (r"/", overview), (r"/queues", queues), (r"/workers", workers), (r"/jobs", _jobs),
+        (r"/scheduled", _state_page(JobState.SCHEDULED)),
+        (r"/retrying", _state_page(JobState.RETRYING)), (r"/dead", _state_page(JobState.DEAD)),
+        (r"/jobs/(?P<id>[^/]+)", pages_jobs.job), (r"/batches", pages_jobs.batches),
+        (r"/batches/(?P<id>[^/]+)", pages_jobs.batch), (r"/metrics", metrics),
+        (r"/api/stats", api_stats), (r"/api/workers", api_workers),
+        (r"/api/jobs/(?P<id>[^/]+)", api_job), (r"/api/batches/(?P<id>[^/]+)", api_batch),
+    )
+]
+
+
+async def route(dash: Dashboard, request: Request, csrf: str) -> Response:
+    """Dispatch a GET to its page."""
+    path = request.path.rstrip("/") or "/"
+    for pattern, handler in ROUTES:
+        match = pattern.fullmatch(path)
+        if match:
+            return await handler(dash, request, csrf, match)
+    return error_page(f"no page at {request.path}", 404, csrf)
+
+
+def error_page(message: str, status: int, csrf: str) -> Response:
+    """A page that says what went wrong."""
+    return Response(layout("Not found" if status == 404 else "Error", "",
+                           f'<p class="error">{e(message)}</p>', csrf, refresh=0), status)
+
+
+def login_page(path: str) -> Response:
+    """The token form shown to a browser without a session (a GET, so no CSRF needed)."""
+    body = ('<!doctype html><html lang=en><head><meta charset=utf-8><title>conveyor · sign in'
+            '</title><link rel="stylesheet" href="/static/style.css"></head><body class="login">'
+            f'<form method="get" action="{e(path)}"><h1>conveyor</h1>'
+            '<label>Access token <input type="password" name="token" autofocus></label>'
+            '<button>Sign in</button></form></body></html>')
+    return Response(body, 401)

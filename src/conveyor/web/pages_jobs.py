@@ -1,0 +1,220 @@
+"""The jobs list (by state, with bulk actions), job detail, batches list and batch pages."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlencode
+
+from conveyor.job import ALL_STATES, JobState
+from conveyor.storage.base import Inspector
+from conveyor.web.http import Request, Response, StorageCaller
+from conveyor.web.render import (
+    badge,
+    button_form,
+    e,
+    js,
+    link,
+    page,
+    pager,
+    progress,
+    short,
+    table,
+    when,
+)
+from conveyor.web.views import (
+    batch_jobs_view,
+    batch_state,
+    batch_view,
+    fmt_duration,
+    get_job,
+    job_row,
+    job_view,
+    parse_state,
+)
+
+PAGE = 50
+
+
+
+def _state_arg(request: Request) -> JobState | None:
+    try:
+        return parse_state(request.arg("state"))
+    except ValueError:
+        return None
+
+
+def _here(path: str, query: dict[str, str]) -> str:
+    query = {k: v for k, v in query.items() if v}
+    return path + ("?" + urlencode(query) if query else "")
+
+
+async def jobs(dash: StorageCaller, request: Request, csrf: str, fixed: JobState | None,
+               path: str) -> Response:
+    """Jobs filtered by state and queue, with checkboxes and bulk retry/delete/kill."""
+    state = fixed or _state_arg(request)
+    queue = request.arg("queue") or None
+    offset = request.int_arg("offset", 0, high=10**9)
+
+    def read(insp: Inspector) -> tuple[list[dict[str, Any]], int, dict[str, int]]:
+        rows = [job_row(j) for j in insp.list_jobs(state=state, queue=queue, offset=offset,
+                                                   limit=PAGE, with_events=True)]
+        counts = {s.value: insp.count_jobs(state=s, queue=queue) for s in ALL_STATES}
+        return rows, insp.count_jobs(state=state, queue=queue), counts
+
+    rows, total, counts = await dash.call(read)
+    query = {"state": state.value if state and not fixed else "", "queue": queue or ""}
+    here = _here(path, query)
+    live = "" if fixed else _state_tabs(state, queue, counts)
+    live += _bulk_form(rows, csrf, here, state)
+    live += pager(path, {k: v for k, v in query.items() if v}, offset, PAGE, total)
+    title = f"{state.value.capitalize()} jobs" if state else "Jobs"
+    return page(title + (f" in {queue}" if queue else ""), path, live, request, csrf)
+
+
+def _state_tabs(state: JobState | None, queue: str | None, counts: dict[str, int]) -> str:
+    tabs = [link(_here("/jobs", {"queue": queue or ""}), "all",
+                 "tab on" if state is None else "tab")]
+    for s in ALL_STATES:
+        href = _here("/jobs", {"state": s.value, "queue": queue or ""})
+        tabs.append(f'<a class="tab{" on" if s == state else ""}" href="{e(href)}">'
+                    f'{e(s.value)} <small>{counts[s.value]}</small></a>')
+    return f'<nav class="tabs">{"".join(tabs)}</nav>'
+
+
+def _bulk_form(rows: list[dict[str, Any]], csrf: str, here: str, state: JobState | None) -> str:
+    body = table(
+        ("", "Job", "State", "Queue", "Args", "Try", "Created", "Last message"),
+        ([f'<input type="checkbox" name="ids" value="{e(r["id"])}" aria-label="select">',
+          link(f"/jobs/{r['id']}", r["name"]) + f"<br><small>{e(r['id'])}</small>",
+          badge(r["state"]), e(r["queue"]), f"<code>{e(short(r['args']))}</code>",
+          e(r["attempt"]), when(r["created_at"]), e(short(r["message"] or "", 120))]
+         for r in rows), "jobs")
+    buttons = "".join(
+        f'<button name="op" value="{op}" class="{cls}">{label} selected</button>'
+        for op, label, cls in (("retry", "Retry", ""), ("kill", "Kill", "warn"),
+                               ("delete", "Delete", "danger")))
+    form = (f'<form method="post" action="/action" class="bulk">'
+            f'<input type="hidden" name="csrf" value="{e(csrf)}">'
+            f'<input type="hidden" name="next" value="{e(here)}">'
+            f'<div class="toolbar"><label><input type="checkbox" class="select-all"> all</label>'
+            f"{buttons}</div>{body}</form>")
+    if state is not None and state.terminal:
+        form = ('<div class="toolbar">'
+                + button_form("retry-all", f"Retry all {state.value}", csrf, here,
+                              state=state.value,
+                              confirm=f"Retry every {state.value} job?")
+                + button_form("clear", f"Delete all {state.value}", csrf, here, cls="danger",
+                              state=state.value, confirm=f"Delete every {state.value} job?")
+                + "</div>" + form)
+    return form
+
+
+async def job(dash: StorageCaller, request: Request, csrf: str, m: re.Match[str]) -> Response:
+    """One job: fields, args, options, actions, event timeline and errors with tracebacks."""
+    view = await dash.call(lambda insp: job_view(get_job(insp, m["id"])))
+    here = f"/jobs/{view['id']}"
+    fields = [("State", badge(view["state"])), ("Queue", e(view["queue"])),
+              ("Attempt", e(f"{view['attempt']} (errors {view['errors']}, recoveries "
+                            f"{view['recoveries']}, max retries {view['max_retries']})")),
+              ("Batch", link(f"/batches/{view['batch_id']}", view["batch_id"])
+               if view["batch_id"] else "-"),
+              ("Worker", e(view["worker"] or "-")), ("Created", when(view["created_at"])),
+              ("Run at", when(view["run_at"])), ("Started", when(view["started_at"])),
+              ("Finished", when(view["finished_at"])), ("Message", e(view["message"] or "-"))]
+    actions = "".join(button_form(op, label, csrf, here, cls=cls, ids=view["id"])
+                      for op, label, cls in (("retry", "Retry", ""), ("kill", "Kill", "warn"),
+                                             ("delete", "Delete", "danger")))
+    dl = "".join(f"<dt>{e(k)}</dt><dd>{v}</dd>" for k, v in fields)
+    live = (f'<p class="sub">{e(view["name"])} · <code>{e(view["id"])}</code></p>'
+            f'<div class="toolbar">{actions}</div><div class="cols"><dl>{dl}</dl><div>'
+            f"<h3>Args</h3><pre>{js(view['args'])}</pre><h3>Kwargs</h3>"
+            f"<pre>{js(view['kwargs'])}</pre><h3>Options</h3><pre>{js(view['options'])}</pre>"
+            + (f"<h3>Result</h3><pre>{js(view['result'])}</pre>" if view["result"] else "")
+            + f"</div></div><h2>Timeline</h2>{_timeline(view['events'] or [])}"
+            + _errors(view["errors_detail"]))
+    return page(f"Job {view['name']}", "/jobs", live, request, csrf)
+
+
+def _timeline(events: list[dict[str, Any]]) -> str:
+    items = []
+    for ev in events:
+        # error data (type, message, traceback) is shown once, in the Errors section
+        shown = {k: v for k, v in (ev["data"] or {}).items()
+                 if k not in ("type", "message", "traceback")}
+        data = f"<pre>{js(shown)}</pre>" if shown else ""
+        items.append(f'<li class="ev k-{e(ev["kind"])}">{when(ev["ts"])} <b>{e(ev["kind"])}</b>'
+                     + (f" {badge(ev['state'])}" if ev["state"] else "")
+                     + (f" <small>attempt {e(ev['attempt'])}</small>" if ev["attempt"] else "")
+                     + (f" <small>{e(ev['worker'])}</small>" if ev["worker"] else "")
+                     + (f'<div class="msg">{e(ev["message"])}</div>' if ev["message"] else "")
+                     + data + "</li>")
+    return f'<ol class="timeline">{"".join(items)}</ol>'
+
+
+def _errors(errors: list[dict[str, Any]]) -> str:
+    if not errors:
+        return ""
+    parts = [f"<details{' open' if i == len(errors) - 1 else ''}><summary>attempt "
+             f"{e(err['attempt'])}: {e(err['type'])}: {e(err['message'])}</summary>"
+             f"<pre>{e(err['traceback'])}</pre></details>" for i, err in enumerate(errors)]
+    return "<h2>Errors</h2>" + "".join(parts)
+
+
+async def batches(dash: StorageCaller, request: Request, csrf: str,
+                  m: re.Match[str]) -> Response:
+    """Batches, newest first, each with its progress bar."""
+    offset = request.int_arg("offset", 0, high=10**9)
+
+    def read(insp: Inspector) -> list[dict[str, Any]]:
+        now = insp.now() if hasattr(insp, "now") else 0.0
+        return [b.as_dict(now or None) for b in insp.list_batches(offset, PAGE)]
+
+    rows = [[link(f"/batches/{b['id']}", b["description"] or b["id"])
+             + f"<br><small>{e(b['id'])}</small>",
+             progress(b["counts"], b["total"], b["percent"]),
+             e(f"{b['done']}/{b['total']}"), e(b["counts"]["failed"] + b["counts"]["dead"]),
+             badge(batch_state(b)), when(b["created_at"]), e(fmt_duration(b["elapsed"]))]
+            for b in await dash.call(read)]
+    live = table(("Batch", "Progress", "Done", "Failed", "State", "Created", "Elapsed"), rows,
+                 "batches")
+    if offset or len(rows) == PAGE:
+        live += (f'<div class="pager">{link(f"/batches?offset={offset + PAGE}", "older →")}'
+                 "</div>")
+    return page("Batches", "/batches", live, request, csrf)
+
+
+
+async def batch(dash: StorageCaller, request: Request, csrf: str, m: re.Match[str]) -> Response:
+    """A batch: live progress bar, counts, timings, ETA, failures and its jobs by state."""
+    state = _state_arg(request)
+    offset = request.int_arg("offset", 0, high=10**9)
+
+    def read(insp: Inspector) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
+        view = batch_view(insp, m["id"])
+        rows = batch_jobs_view(insp, m["id"], state, offset, PAGE)
+        return view, rows, insp.count_jobs(state=state, batch_id=m["id"])
+
+    view, rows, total = await dash.call(read)
+    here = _here(f"/batches/{view['id']}", {"state": state.value if state else ""})
+    tabs = [link(f"/batches/{view['id']}", f"all {view['total']}",
+                 "tab on" if state is None else "tab")]
+    tabs += [f'<a class="tab{" on" if s == state else ""}" '
+             f'href="/batches/{e(view["id"])}?state={s.value}">{s.value} '
+             f'<small>{view["counts"][s.value]}</small></a>' for s in ALL_STATES]
+    facts = (f'<p class="sub">{e(view["done"])}/{e(view["total"])} done · '
+             f'{badge(batch_state(view))} · elapsed {e(fmt_duration(view["elapsed"]))} · '
+             f'ETA {e(fmt_duration(view["eta"]))} · created {when(view["created_at"])}</p>')
+    cancel = "" if view["complete"] or view["cancelled"] else button_form(
+        "cancel-batch", "Cancel batch", csrf, here, cls="danger", batch=view["id"],
+        confirm="Cancel every unfinished job of this batch?")
+    jobs_table = table(("Job", "State", "Args", "Try", "Last message"), (
+        [link(f"/jobs/{r['id']}", r["name"]) + f"<br><small>{e(r['id'])}</small>",
+         badge(r["state"]), f"<code>{e(short(r['args']))}</code>", e(r["attempt"]),
+         e(short(r["message"] or "", 160))] for r in rows), "jobs")
+    live = (progress(view["counts"], view["total"], view["percent"]) + facts
+            + f'<div class="toolbar">{cancel}</div><nav class="tabs">{"".join(tabs)}</nav>'
+            + jobs_table + pager(f"/batches/{view['id']}",
+                                 {"state": state.value} if state else {}, offset, PAGE, total))
+    title = f"Batch {view['description'] or view['id']}"
+    return page(title, "/batches", live, request, csrf)

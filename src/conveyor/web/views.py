@@ -1,0 +1,190 @@
+"""JSON-ready views of what the ``Inspector`` reports, shared by the CLI, web UI and metrics.
+
+One place shapes the data so ``conveyor stats --json`` and ``/api/stats`` agree, and so a
+backend only has to implement the ``Inspector`` protocol to get every operations surface.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from conveyor.errors import BatchNotFound, JobNotFound
+from conveyor.job import BatchStatus, Event, EventKind, JobRecord, JobState, WorkerInfo
+from conveyor.storage.base import Inspector
+
+FAILURE_STATES = (JobState.FAILED, JobState.DEAD)
+
+
+def storage_now(inspector: Inspector) -> float:
+    """The storage's clock when it has one (every ``Backend`` does), else the machine's."""
+    now = getattr(inspector, "now", None)
+    return float(now()) if callable(now) else time.time()
+
+
+def stats_view(inspector: Inspector) -> dict[str, Any]:
+    """Every queue with sizes and totals, summed totals, and worker slot usage."""
+    queues = [dataclasses.asdict(q) for q in inspector.queues()]
+    keys = ("pending", "scheduled", "active", "retrying", "processed", "failed", "dead",
+            "processed_today", "failed_today")
+    totals = {k: sum(int(q[k]) for q in queues) for k in keys}
+    workers = inspector.workers()
+    return {
+        "now": storage_now(inspector),
+        "queues": queues,
+        "totals": totals,
+        "workers": {
+            "count": len(workers),
+            "slots": sum(w.concurrency for w in workers),
+            "busy": sum(len(w.busy) for w in workers),
+        },
+    }
+
+
+def worker_view(worker: WorkerInfo, now: float) -> dict[str, Any]:
+    """A worker with each busy slot's job and how long it has been running."""
+    out = worker.to_wire()
+    out["busy"] = [
+        {"job_id": b.job_id, "name": b.name, "queue": b.queue, "started_at": b.started_at,
+         "running_for": max(0.0, now - b.started_at)}
+        for b in worker.busy
+    ]
+    out["busy_count"] = len(worker.busy)
+    return out
+
+
+def workers_view(inspector: Inspector) -> list[dict[str, Any]]:
+    """Every live worker (see ``worker_view``)."""
+    now = storage_now(inspector)
+    return [worker_view(w, now) for w in inspector.workers()]
+
+
+def error_events(events: Sequence[Event] | None) -> list[dict[str, Any]]:
+    """The error events of a job with their exception type, message and traceback."""
+    out = []
+    for event in events or ():
+        if event.kind not in (EventKind.ERROR, EventKind.DEAD) or not event.data:
+            continue
+        data = dict(event.data)
+        if "type" in data or "traceback" in data:
+            out.append({"ts": event.ts, "attempt": event.attempt, "type": data.get("type"),
+                        "message": data.get("message", event.message),
+                        "traceback": data.get("traceback", "")})
+    return out
+
+
+def job_view(record: JobRecord) -> dict[str, Any]:
+    """A job with args, options, its full event log and its errors with tracebacks."""
+    out = record.as_dict(with_events=True)
+    out["options"] = {
+        "max_retries": record.max_retries, "timeout": record.timeout,
+        "deadline": record.deadline,
+        "flow": record.flow.to_wire() if record.flow else None,
+    }
+    out["errors_detail"] = error_events(record.events)
+    return out
+
+
+def get_job(inspector: Inspector, job_id: str) -> JobRecord:
+    """A job with events, or ``JobNotFound`` naming the id."""
+    record = inspector.get_job(job_id)
+    if record is None:
+        raise JobNotFound(f"no job with id {job_id!r} (never existed, or trimmed by retention)")
+    return record
+
+
+def get_batch(inspector: Inspector, batch_id: str) -> BatchStatus:
+    """A batch's status, or ``BatchNotFound`` naming the id."""
+    status = inspector.get_batch(batch_id)
+    if status is None:
+        raise BatchNotFound(f"no batch with id {batch_id!r}")
+    return status
+
+
+def last_message(record: JobRecord) -> str | None:
+    """The newest human-readable line of a job: its final message, else its last logged one."""
+    if record.message:
+        return record.message
+    for event in reversed(record.events or []):
+        if event.message:
+            return event.message
+    return None
+
+
+def batch_view(inspector: Inspector, batch_id: str, failures: int = 20) -> dict[str, Any]:
+    """A batch's counts, timings and ETA plus its first failed or dead jobs with messages."""
+    status = get_batch(inspector, batch_id)
+    out = status.as_dict(storage_now(inspector))
+    found: list[dict[str, Any]] = []
+    for state in FAILURE_STATES:
+        for job in inspector.list_jobs(state=state, batch_id=batch_id, limit=failures,
+                                       with_events=True):
+            found.append({"id": job.id, "name": job.name, "state": job.state.value,
+                          "args": job.args, "message": last_message(job)})
+    out["failures"] = found[:failures]
+    return out
+
+
+def batch_jobs_view(
+    inspector: Inspector, batch_id: str, state: JobState | None, offset: int, limit: int
+) -> list[dict[str, Any]]:
+    """A page of a batch's jobs, each with its state and last message."""
+    jobs = inspector.list_jobs(state=state, batch_id=batch_id, offset=offset, limit=limit,
+                               with_events=True)
+    return [job_row(j) for j in jobs]
+
+
+def job_row(job: JobRecord) -> dict[str, Any]:
+    """The short form of a job used in lists."""
+    return {
+        "id": job.id, "name": job.name, "queue": job.queue, "state": job.state.value,
+        "args": job.args, "kwargs": job.kwargs, "attempt": job.attempt, "errors": job.errors,
+        "created_at": job.created_at, "run_at": job.run_at, "finished_at": job.finished_at,
+        "batch_id": job.batch_id, "message": last_message(job),
+    }
+
+
+def parse_state(value: str | None) -> JobState | None:
+    """A ``JobState`` from its name; ``None`` for empty/"all"; ``ValueError`` listing choices."""
+    if value in (None, "", "all"):
+        return None
+    try:
+        return JobState(str(value).lower())
+    except ValueError:
+        choices = ", ".join(s.value for s in JobState)
+        raise ValueError(f"unknown state {value!r}; expected one of: {choices}") from None
+
+
+def batch_state(view: dict[str, Any]) -> str:
+    """``cancelled``, ``complete``, ``running`` (closed) or ``open`` for a batch dict."""
+    if view["cancelled"]:
+        return "cancelled"
+    return "complete" if view["complete"] else ("running" if view["closed"] else "open")
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """``3h 4m``, ``2m 5s``, ``4.2s`` or ``-``: short, for tables and progress lines."""
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, float(seconds))
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    total = int(seconds)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {secs}s" if minutes else f"{secs}s"
+
+
+def fmt_time(ts: float | None) -> str:
+    """An epoch time as ``2026-01-02 03:04:05`` UTC, or ``-``."""
+    if not ts:
+        return "-"
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")

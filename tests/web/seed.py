@@ -1,0 +1,78 @@
+"""Jobs in every state, a batch and a live worker, made through the real storage protocol.
+
+Shared by the CLI and web tests: each outcome is produced the way a worker produces it
+(``dequeue`` with a lease, then a fenced ``ack``), so what the pages show is real data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from conveyor import Conveyor
+from conveyor.job import Ack, BusySlot, ErrorInfo, Outcome, WorkerInfo
+from conveyor.storage import Backend
+
+XSS = "<script>alert('pwned')</script>"
+TRACEBACK = 'Traceback (most recent call last):\n  File "shop.py", line 9\nConnectionError: down'
+
+
+@dataclass
+class Seeded:
+    """Ids of what ``seed`` created."""
+
+    ids: dict[str, str] = field(default_factory=dict)
+    batch_id: str = ""
+    worker_id: str = "w-test-1"
+
+
+def make_app(url: str) -> Conveyor:
+    """An app with the job names the seed uses."""
+    app = Conveyor(url)
+
+    @app.job(name="shop.register", queue="default")
+    def register(seller: int, product: object) -> None:
+        """Stand-in job; tests complete it through the storage."""
+
+    @app.job(name="shop.export", queue="exports")
+    def export(part: int) -> None:
+        """Stand-in job in a second queue."""
+
+    return app
+
+
+def run_one(storage: Backend, queue: str, outcome: Outcome, **ack: object) -> str:
+    """Lease the next job of ``queue`` and acknowledge it with ``outcome``; returns its id."""
+    [job] = storage.dequeue([queue], "w-seed", 1, 60.0)
+    assert storage.ack([Ack(job.id, job.token, outcome, **ack)]) == [True]  # type: ignore[arg-type]
+    return job.id
+
+
+def seed(app: Conveyor) -> Seeded:
+    """Create one job per interesting state, a four-job batch and a busy worker."""
+    s = Seeded()
+    st = app.storage
+    error = ErrorInfo("ConnectionError", "inventory service down", TRACEBACK)
+    for key, outcome, ack in (
+        ("succeeded", Outcome.SUCCEEDED, {"result": '{"ok": true}'}),
+        ("failed", Outcome.FAILED, {"message": "seller not qualified"}),
+        ("dead", Outcome.DEAD, {"message": "gave up", "error": error}),
+        ("retrying", Outcome.RETRY, {"error": error, "retry_in": 3600.0}),
+    ):
+        app.enqueue("shop.register", [1, key])
+        s.ids[key] = run_one(st, "default", outcome, **ack)
+    ref = app.enqueue("shop.register", [2, XSS], {"note": XSS})
+    assert ref is not None
+    s.ids["xss"] = ref.id
+    sched = app.enqueue("shop.register", [3, "later"], delay=3600)
+    assert sched is not None
+    s.ids["scheduled"] = sched.id
+    with app.batch(description="import products.csv") as batch:
+        for part in range(4):
+            app.enqueue("shop.export", [part])
+    s.batch_id = batch.id
+    now = st.now()
+    info = WorkerInfo(s.worker_id, "host-a", 4242, ("default", "exports"), 5, now - 60,
+                      busy=(BusySlot(s.ids["xss"], "shop.register", "default", now - 3),),
+                      last_seen=now)
+    st.heartbeat(info, {}, 60.0)
+    return s
