@@ -115,27 +115,29 @@ def test_a_process_killed_inside_a_write_transaction_loses_nothing(tmp_path: Pat
     store.close()
 
 
-def _enqueue_later(url: str, go: Path) -> None:
+def _enqueue_until(url: str, done: Path) -> None:
+    """Keep adding work until the parent says it woke (it may not be waiting yet at first)."""
     store = open_sqlite(url)
-    for _ in range(2000):
-        if go.exists():
+    for i in range(1000):
+        if done.exists():
             break
-        time.sleep(0.005)
-    store.enqueue(_specs(1, queue="remote"))
+        store.enqueue([JobSpec(id=f"r{i}", name="tests.noop", queue="remote", payload="{}")])
+        time.sleep(0.02)
     store.close()
 
 
 def test_wait_wakes_on_a_job_enqueued_by_another_process(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'wake.db'}"
     store = open_sqlite(url)
-    go = tmp_path / "go"
-    child = FORK.Process(target=_enqueue_later, args=(url, go))
+    done = tmp_path / "done"
+    child = FORK.Process(target=_enqueue_until, args=(url, done))
     child.start()
-    go.write_text("go")
     # No in-process notification can reach us from the child: only data_version can.
-    assert store.wait(["remote"], 30.0) is True
-    child.join(10)
-    assert [j.queue for j in store.dequeue(["remote"], "w", 5, 30.0)] == ["remote"]
+    woke = store.wait(["remote"], 30.0)
+    done.write_text("done")
+    child.join(30)
+    assert woke is True
+    assert {j.queue for j in store.dequeue(["remote"], "w", 5, 30.0)} == {"remote"}
     store.close()
 
 

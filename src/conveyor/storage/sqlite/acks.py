@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.job import Ack, Event, EventKind, Outcome
+from conveyor.job import Ack, EventKind, Outcome
 from conveyor.storage.sqlite import batches, jobs
 
 _APPLY = """
@@ -90,14 +90,11 @@ def apply(
     refused = [a for a in acks if a.job_id not in applied]
     if refused:
         cur.executemany(
-            "UPDATE jobs SET events = events || ? WHERE id = ?",
-            [(_refused_event(now, a), a.job_id) for a in refused],
+            "UPDATE jobs SET events = events || json_object('t', ?, 'k', ?, 's', state, "
+            "'m', ?, 'd', json(?)) || char(10) WHERE id = ?",
+            [(now, EventKind.ACK_REFUSED, f"stale lease: {a.outcome.value} refused",
+              json.dumps({"token": a.token, "outcome": a.outcome.value}), a.job_id)
+             for a in refused],
         )
     return [a.job_id in applied for a in acks], moves
 
-
-def _refused_event(now: float, ack: Ack) -> str:
-    return Event(
-        ts=now, kind=EventKind.ACK_REFUSED, message=f"stale lease: {ack.outcome.value} refused",
-        data={"token": ack.token, "outcome": ack.outcome.value},
-    ).to_json() + "\n"

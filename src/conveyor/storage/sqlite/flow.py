@@ -60,7 +60,8 @@ class _Gates:
     """Counts seen so far in one dequeue call, so each key is read once."""
 
     active: dict[str, int] = field(default_factory=dict)
-    order_blocked: set[str] = field(default_factory=set)
+    order_first: dict[str, str | None] = field(default_factory=dict)
+    order_taken: set[str] = field(default_factory=set)
     rate_used: dict[str, int] = field(default_factory=dict)
 
 
@@ -98,7 +99,7 @@ def _admit(cur: sqlite3.Cursor, now: float, row: tuple[object, ...], gates: _Gat
     if ckey is not None:
         gates.active[str(ckey)] += 1
     if okey is not None:
-        gates.order_blocked.add(str(okey))
+        gates.order_taken.add(str(okey))
     if rkey is not None:
         gates.rate_used[str(rkey)] += 1
         cur.execute("INSERT INTO rate_hits (key, ts) VALUES (?, ?)", (rkey, now))
@@ -114,17 +115,17 @@ def _active(cur: sqlite3.Cursor, key: str, gates: _Gates) -> int:
 
 
 def _first_in_order(cur: sqlite3.Cursor, key: str, job_id: str, gates: _Gates) -> bool:
-    if key in gates.order_blocked:
+    """True when ``job_id`` is the oldest unfinished job of its order key and none runs."""
+    if key in gates.order_taken:
         return False
-    row = cur.execute(
-        "SELECT id FROM jobs WHERE order_key = ? AND state IN ('pending', 'active', 'retrying') "
-        "ORDER BY rowid LIMIT 1",
-        (key,),
-    ).fetchone()
-    if row is None or row[0] != job_id:
-        gates.order_blocked.add(key)
-        return False
-    return True
+    if key not in gates.order_first:
+        row = cur.execute(
+            "SELECT id FROM jobs WHERE order_key = ? "
+            "AND state IN ('pending', 'active', 'retrying') ORDER BY rowid LIMIT 1",
+            (key,),
+        ).fetchone()
+        gates.order_first[key] = row[0] if row else None
+    return gates.order_first[key] == job_id
 
 
 def _rate_used(cur: sqlite3.Cursor, now: float, key: str, period: float, gates: _Gates) -> int:
