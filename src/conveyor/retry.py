@@ -1,6 +1,6 @@
 """Retry timing: Sidekiq's polynomial backoff, so a failing job backs off from seconds to days.
 
-With the default 25 retries the last attempt comes about 21 days after the first error,
+With the default 25 retries the last attempt comes about 25 days after the first error,
 long enough to deploy a fix before the job is moved to the dead set.
 """
 
