@@ -1,0 +1,1 @@
+"""The Redis backend (Redis, Valkey, Redis Cluster): Lua transitions, fenced leases."""

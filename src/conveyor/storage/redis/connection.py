@@ -1,0 +1,181 @@
+"""Redis connections from a storage URL, with retries and clear errors.
+
+``redis://[user:pass@]host:port/db``, ``rediss://`` (TLS), ``valkey://``,
+``redis+cluster://host1:7000,host2:7001`` (``rediss+cluster://`` with TLS); the query may hold
+``prefix=NAME`` (default ``conveyor``) and redis-py options such as ``ssl_ca_certs``.
+Passwords never reach a log line or an error message (``conveyor.storage.redact``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.connection import Connection
+from redis.retry import Retry
+
+import redis
+from conveyor.errors import StorageUnavailable, StorageURLError
+from conveyor.storage import redact
+
+T = TypeVar("T")
+
+DEFAULT_PREFIX = "conveyor"
+SOCKET_TIMEOUT = 30.0  # longer than any blocking wait() we issue
+CONNECT_TIMEOUT = 5.0
+TRANSIENT = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What a storage URL says: where Redis is, how to log in, and the key prefix."""
+
+    url: str
+    cluster: bool
+    prefix: str
+    hosts: tuple[tuple[str, int], ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+    single_url: str = ""
+
+
+def parse_url(url: str) -> Settings:
+    """Split a storage URL into client settings; raises ``StorageURLError`` when malformed."""
+    scheme = url.partition("://")[0].lower()
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    prefix = query.pop("prefix", DEFAULT_PREFIX) or DEFAULT_PREFIX
+    if scheme in ("redis+cluster", "rediss+cluster"):
+        return _cluster_settings(url, scheme, parts.netloc, query, prefix)
+    if scheme not in ("redis", "rediss", "valkey", "valkeys"):
+        raise StorageURLError(f"not a Redis URL: {redact(url)!r}")
+    real_scheme = "rediss" if scheme in ("rediss", "valkeys") else "redis"
+    clean = urlunsplit((real_scheme, parts.netloc, parts.path, urlencode(query), ""))
+    if not parts.hostname:
+        raise StorageURLError(f"Redis URL {redact(url)!r} names no host")
+    return Settings(url=url, cluster=False, prefix=prefix, single_url=clean,
+                    hosts=((parts.hostname, parts.port or 6379),))
+
+
+def _cluster_settings(
+    url: str, scheme: str, netloc: str, query: dict[str, str], prefix: str
+) -> Settings:
+    creds, _, hostlist = netloc.rpartition("@")
+    user, colon, password = creds.partition(":")
+    hosts = []
+    for item in filter(None, hostlist.split(",")):
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise StorageURLError(f"bad host:port {item!r} in {redact(url)!r}")
+        hosts.append((host, int(port)))
+    if not hosts:
+        raise StorageURLError(f"Redis Cluster URL {redact(url)!r} names no host")
+    options: dict[str, Any] = dict(query)
+    if user:
+        options["username"] = user
+    if colon:
+        options["password"] = password
+    if scheme == "rediss+cluster":
+        options["ssl"] = True
+    return Settings(url=url, cluster=True, prefix=prefix, hosts=tuple(hosts), options=options)
+
+
+def make_client(settings: Settings) -> redis.Redis | RedisCluster:
+    """A redis-py client; the storage does its own retrying, so redis-py's is turned off."""
+    common: dict[str, Any] = {
+        "decode_responses": True,
+        "socket_timeout": SOCKET_TIMEOUT,
+        "socket_connect_timeout": CONNECT_TIMEOUT,
+    }
+    if settings.cluster:
+        nodes = [ClusterNode(host, port)  # type: ignore[no-untyped-call]
+                 for host, port in settings.hosts]
+        return RedisCluster(startup_nodes=nodes, **common, **settings.options)
+    return redis.Redis.from_url(
+        settings.single_url, retry=Retry(NoBackoff(), 0), **common
+    )
+
+
+class Link:
+    """Runs commands with retries on transient errors, turning outages into
+    ``StorageUnavailable`` with a message that names the server but never the password.
+
+    On a single server each thread keeps one raw connection: a round trip through it costs
+    a third of a pooled ``execute_command``, which is what makes one-by-one enqueue fast.
+    """
+
+    def __init__(self, settings: Settings, client: redis.Redis | RedisCluster) -> None:
+        self.settings = settings
+        self.client = client
+        self.where = redact(settings.url.split("?", 1)[0])
+        self._local = threading.local()
+        self._conns: list[Connection] = []
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def _conn(self) -> Connection:
+        conn: Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            assert isinstance(self.client, redis.Redis)
+            conn = self.client.connection_pool.make_connection()  # type: ignore[assignment]
+            assert conn is not None
+            self._local.conn = conn
+            with self._lock:
+                self._conns.append(conn)
+        return conn
+
+    def raw(self, *args: Any) -> Any:
+        """One command, one attempt."""
+        if self.settings.cluster:
+            assert isinstance(self.client, RedisCluster)
+            return self.client.execute_command(*args)  # type: ignore[no-untyped-call]
+        conn = self._conn()
+        try:
+            conn.send_command(*args)  # type: ignore[no-untyped-call]
+            return conn.read_response()
+        except TRANSIENT:
+            conn.disconnect()  # type: ignore[no-untyped-call]
+            raise
+
+    def call(self, *args: Any, patience: float = 5.0) -> Any:
+        """One command, retried with backoff for up to ``patience`` seconds of outage."""
+        return self.retrying(lambda: self.raw(*args), patience)
+
+    def retrying(self, fn: Callable[[], T], patience: float = 5.0) -> T:
+        """Run ``fn``, retrying transient failures with exponential backoff."""
+        deadline = time.monotonic() + patience
+        delay = 0.02
+        while True:
+            try:
+                return fn()
+            except redis.AuthenticationError as exc:
+                raise StorageUnavailable(f"Redis at {self.where} refused the login: "
+                                         f"{self.scrub(exc)}") from None
+            except TRANSIENT as exc:
+                if self.closed or time.monotonic() + delay > deadline:
+                    raise StorageUnavailable(
+                        f"Redis at {self.where} is unreachable: {self.scrub(exc)}"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    def scrub(self, exc: BaseException) -> str:
+        """An error's text with the password taken out, should a library ever echo it."""
+        text = str(exc) or type(exc).__name__
+        password = urlsplit(self.settings.url.replace(",", "")).password or ""
+        password = password or str(self.settings.options.get("password", ""))
+        return text.replace(password, "***") if password else text
+
+    def close(self) -> None:
+        """Drop every connection. Idempotent."""
+        self.closed = True
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            conn.disconnect()  # type: ignore[no-untyped-call]
+        self.client.close()

@@ -1,0 +1,187 @@
+"""What the Redis storage and inspector share: connection, scripts, clock, queue registry,
+enqueue, and the batch bookkeeping every transition feeds."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from conveyor.clock import Clock
+from conveyor.errors import BatchClosedError, BatchNotFound
+from conveyor.job import EnqueueResult, JobSpec
+from conveyor.storage.redis import codec
+from conveyor.storage.redis.connection import Link, Settings
+from conveyor.storage.redis.keys import Keys, QueueKeys
+from conveyor.storage.redis.scripts import Scripts
+
+log = logging.getLogger("conveyor.storage.redis")
+
+ENQUEUE_CHUNK = 2000  # jobs per enqueue.lua call: 10,000 ARGV, well within Lua's limits
+Move = Sequence[str]  # (batch id, job id, "state:queue") as the scripts report them
+
+
+class RedisCore:
+    """Connection, scripts and helpers; ``RedisStorage`` adds the protocol methods."""
+
+    def __init__(self, settings: Settings, link: Link, clock: Clock | None) -> None:
+        self.url = settings.url
+        self.settings = settings
+        self.link = link
+        self.keys = Keys(settings.prefix)
+        self.scripts = Scripts(link)
+        self._clock = clock
+        self._queues: set[str] = set()
+        self._scan: dict[str, str] = {}  # reclaim's HSCAN cursor per queue
+
+    def __repr__(self) -> str:
+        return f"<RedisStorage {self.link.where} prefix={self.settings.prefix!r}>"
+
+    # -- time ---------------------------------------------------------------------------
+
+    def now(self) -> float:
+        """The storage clock: Redis ``TIME``, or the explicit clock given at open (tests)."""
+        if self._clock is not None:
+            return self._clock.now()
+        sec, usec = self.link.call("TIME")
+        return int(sec) + int(usec) / 1e6
+
+    def now_arg(self) -> str:
+        """ARGV[1] of every script: '' tells the script to read the server's ``TIME``."""
+        return "" if self._clock is None else repr(self._clock.now())
+
+    # -- queues -------------------------------------------------------------------------
+
+    def register_queue(self, name: str) -> QueueKeys:
+        """The queue's keys, recording the queue in the registry the first time we see it."""
+        if name not in self._queues:
+            self.link.call("SADD", self.keys.queues, name)
+            self._queues.add(name)
+        return self.keys.queue(name)
+
+    def known_queues(self) -> list[str]:
+        """Every queue any client has enqueued to, sorted."""
+        names = set(self.link.call("SMEMBERS", self.keys.queues))
+        self._queues |= names
+        return sorted(names)
+
+    def find_queue(self, job_id: str, token: str | None = None) -> str | None:
+        """The queue holding a job: from its lease token when given, else by looking."""
+        if token:
+            _, sep, queue = token.partition("/")
+            if sep:
+                return queue
+        for queue in self.known_queues():
+            if self.link.call("HEXISTS", self.keys.queue(queue).jobs, job_id):
+                return queue
+        return None
+
+    def group_by_queue(self, job_ids: Iterable[str]) -> dict[str, list[str]]:
+        """Job ids grouped by the queue that holds them; unknown ids are left out."""
+        groups: dict[str, list[str]] = defaultdict(list)
+        for job_id in job_ids:
+            queue = self.find_queue(job_id)
+            if queue is not None:
+                groups[queue].append(job_id)
+        return groups
+
+    # -- enqueue ------------------------------------------------------------------------
+
+    def enqueue_specs(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+        """Store jobs: batch membership first (so a batch never completes without them),
+        then one enqueue.lua call per queue and chunk."""
+        for spec in specs:
+            if spec.flow is not None and (spec.flow.concurrency_key or spec.flow.rate_key
+                                          or spec.flow.order_key):
+                raise NotImplementedError(
+                    "the Redis storage does not support concurrency_key, rate_key or "
+                    "order_key yet; only unique_key/unique_for"
+                )
+        batched = [s for s in specs if s.batch_id]
+        if batched:
+            self._join_batches(batched)
+        results: list[EnqueueResult | None] = [None] * len(specs)
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, spec in enumerate(specs):
+            groups[spec.queue].append(i)
+        for queue, idxs in groups.items():
+            qk = self.register_queue(queue)
+            keys = [qk.jobs, qk.pending, qk.scheduled, qk.notify, qk.unique]
+            for start in range(0, len(idxs), ENQUEUE_CHUNK):
+                chunk = idxs[start:start + ENQUEUE_CHUNK]
+                args: list[str] = [self.now_arg()]
+                for i in chunk:
+                    args.extend(codec.enqueue_args(specs[i]))
+                reply = self.scripts.run("enqueue", keys, args)
+                for i, code in zip(chunk, reply, strict=True):
+                    results[i] = _result(specs[i].id, code)
+        done = [r for r in results if r is not None]
+        self._leave_batches(
+            [s for s, r in zip(specs, done, strict=True) if s.batch_id and r.id != s.id])
+        return done
+
+    def _join_batches(self, specs: Sequence[JobSpec]) -> None:
+        now = self.now()
+        pairs: dict[str, list[str]] = defaultdict(list)
+        for spec in specs:
+            state = "scheduled" if spec.run_at is not None and spec.run_at > now else "pending"
+            pairs[str(spec.batch_id)] += [spec.id, f"{state}:{spec.queue}"]
+        for batch_id, flat in pairs.items():
+            status = self.batch_call(batch_id, "add", flat)
+            if status == "missing":
+                raise BatchNotFound(f"no batch {batch_id!r}")
+            if status == "finished":
+                raise BatchClosedError(f"batch {batch_id!r} has already finished")
+
+    def _leave_batches(self, specs: Sequence[JobSpec]) -> None:
+        """A unique job that was not created (its lock is held) does not join the batch."""
+        self.sync_batches([(str(s.batch_id), s.id, f"deleted:{s.queue}") for s in specs])
+
+    # -- batches ------------------------------------------------------------------------
+
+    def sync_batches(self, moves: Iterable[Move]) -> None:
+        """Feed job state changes reported by a script to their batches' counters."""
+        pairs: dict[str, list[str]] = defaultdict(list)
+        for batch_id, job_id, value in moves:
+            pairs[batch_id] += [job_id, value]
+        for batch_id, flat in pairs.items():
+            self.batch_call(batch_id, "set", flat)
+
+    def batch_call(self, batch_id: str, mode: str, flat: list[str]) -> str:
+        """Run batch.lua and enqueue any callback that became due; returns its status."""
+        bk = self.keys.batch(batch_id)
+        status, due = self.scripts.run("batch", [bk.batch, bk.jobs],
+                                       [self.now_arg(), mode, *flat])
+        for event, spec_json in due:
+            self._fire(batch_id, event, spec_json)
+        return str(status)
+
+    def _fire(self, batch_id: str, event: str, spec_json: str) -> None:
+        # The callback's id is fixed when the batch is created, so a second enqueue after a
+        # crash is a no-op; it is marked fired only once it is safely stored.
+        spec = codec.spec_from_json(spec_json)
+        self.enqueue_specs([spec])
+        self.link.call("HSET", self.keys.batch(batch_id).batch, f"f:{event}", 1)
+        log.info("batch %s: %s callback %s enqueued", batch_id, event, spec.id)
+
+    def run_each(self, name: str, by_queue: dict[str, list[str]]) -> list[Any]:
+        """Run an admin script (cancel/requeue/kill/delete) per queue; returns each reply's
+        first element and feeds the batch moves on."""
+        replies = []
+        for queue, ids in by_queue.items():
+            for start in range(0, len(ids), ENQUEUE_CHUNK):
+                first, moves = self.scripts.run(
+                    name, self.keys.queue(queue).admin(),
+                    [self.now_arg(), *ids[start:start + ENQUEUE_CHUNK]])
+                self.sync_batches(moves)
+                replies.append(first)
+        return replies
+
+
+def _result(job_id: str, code: str) -> EnqueueResult:
+    if code == "1":
+        return EnqueueResult(job_id, True)
+    if code.startswith("="):
+        return EnqueueResult(code[1:], False)
+    return EnqueueResult(job_id, False)

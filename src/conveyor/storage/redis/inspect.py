@@ -1,0 +1,228 @@
+"""The Redis ``Inspector``: what the CLI, web UI and metrics read and do."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from conveyor.job import ALL_STATES, BatchStatus, JobRecord, JobState, QueueStats, WorkerInfo
+from conveyor.storage.base import JobTotals, Retention
+from conveyor.storage.redis import codec
+from conveyor.storage.redis.core import RedisCore
+
+WORKER_COMMANDS = ("quiet", "stop")
+
+
+class RedisInspector(RedisCore):
+    """Reads and operator actions; every write goes through a Lua script."""
+
+    def queues(self) -> list[QueueStats]:
+        """Every known queue with sizes, latency, paused flag and outcome totals."""
+        now = self.now()
+        return [self._queue_stats(name, now) for name in self.known_queues()]
+
+    def _queue_stats(self, name: str, now: float) -> QueueStats:
+        qk = self.keys.queue(name)
+        meta: dict[str, str] = self.link.call("HGETALL", qk.meta)
+        day = int(now // 86400)
+        latency = 0.0
+        oldest = self.link.call("LINDEX", qk.pending, -1)
+        raw = self.link.call("HGET", qk.jobs, oldest) if oldest else None
+        if raw:
+            record = json.loads(raw)
+            latency = max(0.0, now - float(record.get("pt", record["c"])))
+        return QueueStats(
+            name=name, pending=self.link.call("LLEN", qk.pending),
+            scheduled=self.link.call("ZCARD", qk.scheduled),
+            active=self.link.call("ZCARD", qk.active),
+            retrying=self.link.call("ZCARD", qk.retrying), latency=latency,
+            paused="paused" in meta, processed=_total(meta, "p:"),
+            failed=_total(meta, "f:") + _total(meta, "d:"),
+            dead=self.link.call("ZCARD", qk.dead),
+            processed_today=int(meta.get(f"pd:{day}", 0)),
+            failed_today=int(meta.get(f"fd:{day}", 0)) + int(meta.get(f"dd:{day}", 0)),
+        )
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        """A job with its full event log, or None."""
+        queue = self.find_queue(job_id)
+        if queue is None:
+            return None
+        records = self._records(queue, [job_id], with_events=True)
+        return records[0] if records else None
+
+    def _records(self, queue: str, ids: Sequence[str], with_events: bool) -> list[JobRecord]:
+        if not ids:
+            return []
+        qk = self.keys.queue(queue)
+        raws = self.link.call("HMGET", qk.jobs, *ids)
+        logs = self.link.call("HMGET", qk.events, *ids) if with_events else [None] * len(ids)
+        return [codec.to_record(i, raw, log, with_events)
+                for i, raw, log in zip(ids, raws, logs, strict=True) if raw]
+
+    def _index_ids(self, queue: str, state: JobState, start: int, stop: int) -> list[str]:
+        """Ids in ``state`` oldest first, positions ``start``..``stop`` (inclusive)."""
+        key = self.keys.queue(queue).by_state(state.value)
+        if state is JobState.PENDING:  # LPUSHed: the oldest is at the tail
+            ids: list[str] = self.link.call("LRANGE", key, -stop - 1, -start - 1)
+            return ids[::-1]
+        return list(self.link.call("ZRANGE", key, start, stop))
+
+    def _index_size(self, queue: str, state: JobState) -> int:
+        key = self.keys.queue(queue).by_state(state.value)
+        return int(self.link.call("LLEN" if state is JobState.PENDING else "ZCARD", key))
+
+    def _batch_ids(self, batch_id: str) -> dict[str, tuple[str, str]]:
+        """Job id → (state, queue) as the batch knows them."""
+        raw: dict[str, str] = self.link.call("HGETALL", self.keys.batch(batch_id).jobs)
+        out = {}
+        for job_id, value in raw.items():
+            state, _, queue = value.partition(":")
+            out[job_id] = (state, queue)
+        return out
+
+    def list_jobs(self, *, state: JobState | None = None, queue: str | None = None,
+                  batch_id: str | None = None, offset: int = 0, limit: int = 50,
+                  with_events: bool = False) -> list[JobRecord]:
+        """Jobs filtered by state/queue/batch, oldest first, paged."""
+        if limit <= 0:
+            return []
+        if batch_id is None and queue is not None and state is not None:
+            ids = self._index_ids(queue, state, offset, offset + limit - 1)
+            return self._records(queue, ids, with_events)
+        groups: dict[str, list[str]] = defaultdict(list)
+        if batch_id is not None:
+            for job_id, (_, q) in self._batch_ids(batch_id).items():
+                if queue is None or q == queue:
+                    groups[q].append(job_id)
+        else:
+            for q in [queue] if queue is not None else self.known_queues():
+                for s in [state] if state is not None else ALL_STATES:
+                    groups[q] += self._index_ids(q, s, 0, offset + limit - 1)
+        records = [r for q, ids in groups.items() for r in self._records(q, ids, with_events)
+                   if state is None or r.state is state]
+        records.sort(key=lambda r: r.created_at)
+        return records[offset:offset + limit]
+
+    def count_jobs(self, *, state: JobState | None = None, queue: str | None = None,
+                   batch_id: str | None = None) -> int:
+        """How many jobs ``list_jobs`` would page through."""
+        if batch_id is not None:
+            return sum(1 for s, q in self._batch_ids(batch_id).values()
+                       if (state is None or s == state.value) and (queue is None or q == queue))
+        queues = [queue] if queue is not None else self.known_queues()
+        if state is None:
+            return sum(int(self.link.call("HLEN", self.keys.queue(q).jobs)) for q in queues)
+        return sum(self._index_size(q, state) for q in queues)
+
+    def retry_jobs(self, job_ids: Sequence[str]) -> int:
+        """Dead, failed, cancelled or retrying jobs → pending now."""
+        return sum(int(n) for n in self.run_each("requeue", self.group_by_queue(job_ids)))
+
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        """Delete jobs that are not active."""
+        return sum(int(n) for n in self.run_each("delete", self.group_by_queue(job_ids)))
+
+    def kill_jobs(self, job_ids: Sequence[str]) -> int:
+        """Waiting jobs → dead."""
+        return sum(int(n) for n in self.run_each("kill", self.group_by_queue(job_ids)))
+
+    def _all_in(self, state: JobState, queue: str | None) -> dict[str, list[str]]:
+        queues = [queue] if queue is not None else self.known_queues()
+        return {q: self._index_ids(q, state, 0, -1 if state is not JobState.PENDING else
+                                   self._index_size(q, state) - 1) for q in queues}
+
+    def retry_all(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
+        """Retry every job in ``state``."""
+        return sum(int(n) for n in self.run_each("requeue", self._all_in(state, queue)))
+
+    def clear(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
+        """Delete every job in a terminal ``state``."""
+        if not state.terminal:
+            raise ValueError(f"clear() deletes terminal jobs only, not {state.value!r} ones")
+        return sum(int(n) for n in self.run_each("delete", self._all_in(state, queue)))
+
+    def pause_queue(self, queue: str) -> None:
+        """Stop every worker from taking jobs from ``queue``."""
+        self.link.call("HSET", self.register_queue(queue).meta, "paused", 1)
+
+    def resume_queue(self, queue: str) -> None:
+        """Undo ``pause_queue`` and wake idle workers."""
+        qk = self.register_queue(queue)
+        self.link.call("HDEL", qk.meta, "paused")
+        self.link.call("LPUSH", qk.notify, "1")
+
+    def workers(self) -> list[WorkerInfo]:
+        """Workers seen within the registry's time-to-live."""
+        since = self.now() - Retention().worker_ttl
+        alive = set(self.link.call("ZRANGEBYSCORE", self.keys.workers, since, "+inf"))
+        infos: dict[str, str] = self.link.call("HGETALL", self.keys.worker_info)
+        out = [WorkerInfo.from_wire(json.loads(raw)) for wid, raw in infos.items()
+               if wid in alive]
+        return sorted(out, key=lambda w: w.started_at)
+
+    def command_worker(self, worker_id: str, command: str) -> bool:
+        """Queue ``quiet`` or ``stop`` for a live worker; False when it is unknown."""
+        if command not in WORKER_COMMANDS:
+            raise ValueError(f"unknown worker command {command!r}; expected quiet or stop")
+        if self.link.call("ZSCORE", self.keys.workers, worker_id) is None:
+            return False
+        self.link.call("SET", self.keys.worker_command(worker_id), command)
+        return True
+
+    def get_batch(self, batch_id: str) -> BatchStatus | None:
+        """Counters and timings of a batch, from one hash."""
+        raw: dict[str, str] = self.link.call("HGETALL", self.keys.batch(batch_id).batch)
+        return _batch_status(batch_id, raw) if raw else None
+
+    def list_batches(self, offset: int = 0, limit: int = 50) -> list[BatchStatus]:
+        """Batches, newest first."""
+        ids = self.link.call("ZREVRANGE", self.keys.batches, offset, offset + limit - 1)
+        found = (self.get_batch(i) for i in ids)
+        return [b for b in found if b is not None]
+
+    def cancel_batch(self, batch_id: str) -> int:
+        """Cancel every waiting job of a batch, request cancellation of its active ones;
+        returns how many jobs were cancelled or asked to stop."""
+        if self.batch_call(batch_id, "cancel", []) == "missing":
+            return 0
+        groups: dict[str, list[str]] = defaultdict(list)
+        for job_id, (state, queue) in self._batch_ids(batch_id).items():
+            if not JobState(state).terminal:
+                groups[queue].append(job_id)
+        return sum(sum(1 for s in states if s in ("cancelled", "active"))
+                   for states in self.run_each("cancel", groups))
+
+    def job_totals(self) -> list[JobTotals]:
+        """All-time outcome counters per (queue, job name)."""
+        out = []
+        for queue in self.known_queues():
+            meta: dict[str, str] = self.link.call("HGETALL", self.keys.queue(queue).meta)
+            counts: dict[str, dict[str, int]] = defaultdict(dict)
+            for field, value in meta.items():
+                kind, sep, name = field.partition(":")
+                if sep and kind in ("p", "f", "d", "r"):
+                    counts[name][kind] = int(value)
+            out += [JobTotals(queue, name, c.get("p", 0), c.get("f", 0), c.get("d", 0),
+                              c.get("r", 0)) for name, c in sorted(counts.items())]
+        return out
+
+
+def _total(meta: dict[str, str], prefix: str) -> int:
+    return sum(int(v) for k, v in meta.items() if k.startswith(prefix))
+
+
+def _batch_status(batch_id: str, raw: dict[str, Any]) -> BatchStatus:
+    def opt(key: str) -> float | None:
+        return float(raw[key]) if raw.get(key) else None
+
+    return BatchStatus(
+        id=batch_id, description=raw.get("desc"), meta=json.loads(raw.get("meta") or "{}"),
+        created_at=float(raw.get("c", 0.0)), total=int(raw.get("total", 0)),
+        counts={k[2:]: int(v) for k, v in raw.items() if k.startswith("n:") and int(v)},
+        closed=raw.get("closed") == "1", cancelled=raw.get("cancelled") == "1",
+        started_at=opt("sa"), finished_at=opt("fa"),
+        callbacks_fired=tuple(sorted(k[2:] for k in raw if k.startswith("f:"))),
+    )

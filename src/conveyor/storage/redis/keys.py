@@ -1,0 +1,73 @@
+"""Every Redis key name conveyor uses, and nothing else spells one.
+
+All keys of a queue share the hash tag ``{q:<queue>}`` and all keys of a batch the tag
+``{b:<batch id>}``, so each Lua script touches a single slot and runs on Redis Cluster.
+Registries (queues, batches, workers) are plain keys only written outside scripts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """The keys of one queue (all in one hash slot)."""
+
+    jobs: str  # hash: job id -> record JSON
+    events: str  # hash: job id -> NDJSON event log
+    pending: str  # list: LPUSH new, RPOP oldest
+    scheduled: str  # zset: run_at
+    active: str  # zset: lease expiry
+    retrying: str  # zset: next run
+    succeeded: str  # zset: finished_at
+    failed: str
+    dead: str
+    cancelled: str
+    meta: str  # hash: paused flag, outcome counters
+    notify: str  # list: wake-up tokens for idle workers (BLPOP)
+    unique: str  # hash: unique key -> "expiry|job id"
+
+    def by_state(self, state: str) -> str:
+        """The index key holding jobs in ``state``."""
+        return str(getattr(self, state))
+
+    def admin(self) -> list[str]:
+        """KEYS of cancel/requeue/kill/delete.lua."""
+        return [self.jobs, self.events, self.pending, self.scheduled, self.active,
+                self.retrying, self.succeeded, self.failed, self.dead, self.cancelled,
+                self.meta, self.notify]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchKeys:
+    """The keys of one batch (all in one hash slot)."""
+
+    batch: str  # hash: fields, counters, callbacks
+    jobs: str  # hash: job id -> "state:queue"
+
+
+class Keys:
+    """Key names under one prefix (``?prefix=`` in the storage URL)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.queues = f"{prefix}:queues"  # set of queue names
+        self.batches = f"{prefix}:batches"  # zset: batch id -> created_at
+        self.workers = f"{prefix}:workers"  # zset: worker id -> last seen
+        self.worker_info = f"{prefix}:workers:info"  # hash: worker id -> WorkerInfo JSON
+        self.queue = lru_cache(maxsize=4096)(self._queue)
+        self.batch = lru_cache(maxsize=4096)(self._batch)
+
+    def _queue(self, name: str) -> QueueKeys:
+        base = f"{self.prefix}:{{q:{name}}}:"
+        return QueueKeys(*(base + field for field in QueueKeys.__slots__))
+
+    def _batch(self, batch_id: str) -> BatchKeys:
+        base = f"{self.prefix}:{{b:{batch_id}}}:"
+        return BatchKeys(batch=base + "batch", jobs=base + "jobs")
+
+    def worker_command(self, worker_id: str) -> str:
+        """String key: a pending remote command (quiet/stop) for one worker."""
+        return f"{self.prefix}:workers:cmd:{worker_id}"

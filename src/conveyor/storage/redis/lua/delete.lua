@@ -1,0 +1,35 @@
+-- delete.lua: delete jobs of one queue that are not active (record, events, index entry).
+-- KEYS: 1 jobs, 2 events, 3 pending, 4 scheduled, 5 active, 6 retrying, 7 succeeded,
+--       8 failed, 9 dead, 10 cancelled, 11 meta, 12 notify
+-- ARGV: 1 now|'', then job ids
+-- Returns: {how many deleted, batch moves with state "deleted"}
+local K_JOBS = KEYS[1]
+local K_EVENTS = KEYS[2]
+local K_PENDING = KEYS[3]
+local K_SCHEDULED = KEYS[4]
+local K_ACTIVE = KEYS[5]
+local K_RETRYING = KEYS[6]
+local K_SUCCEEDED = KEYS[7]
+local K_FAILED = KEYS[8]
+local K_DEAD = KEYS[9]
+local K_CANCELLED = KEYS[10]
+local K_META = KEYS[11]
+local K_NOTIFY = KEYS[12]
+local INDEX = {pending = K_PENDING, scheduled = K_SCHEDULED, active = K_ACTIVE,
+  retrying = K_RETRYING, succeeded = K_SUCCEEDED, failed = K_FAILED, dead = K_DEAD,
+  cancelled = K_CANCELLED}
+local WAITING = {pending = true, scheduled = true, retrying = true}
+local moves = {}
+local deleted = 0
+for i = 2, #ARGV do
+  local id = ARGV[i]
+  local job = load(K_JOBS, id)
+  if job and job.s ~= 'active' then
+    unindex(INDEX[job.s], job.s, id)
+    redis.call('HDEL', K_JOBS, id)
+    redis.call('HDEL', K_EVENTS, id)
+    note_batch(moves, job, id, 'deleted')
+    deleted = deleted + 1
+  end
+end
+return {deleted, moves}

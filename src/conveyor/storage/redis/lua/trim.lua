@@ -1,0 +1,38 @@
+-- trim.lua: delete finished jobs of one queue past retention, and the oldest dead jobs past
+-- the dead set's size limit.
+-- KEYS: 1 jobs, 2 events, 3 succeeded, 4 failed, 5 dead, 6 cancelled
+-- ARGV: 1 now|'', 2 succeeded seconds, 3 failed seconds, 4 dead seconds, 5 dead max, 6 limit
+-- Returns: how many jobs were deleted
+local K_JOBS = KEYS[1]
+local K_EVENTS = KEYS[2]
+local K_SUCCEEDED = KEYS[3]
+local K_FAILED = KEYS[4]
+local K_DEAD = KEYS[5]
+local K_CANCELLED = KEYS[6]
+local limit = tonumber(ARGV[6])
+local deleted = 0
+
+local function drop(K_INDEX, ids)
+  for _, id in ipairs(ids) do
+    redis.call('ZREM', K_INDEX, id)
+    redis.call('HDEL', K_JOBS, id)
+    redis.call('HDEL', K_EVENTS, id)
+    deleted = deleted + 1
+  end
+end
+
+local function older(K_INDEX, seconds)
+  if deleted >= limit then return end
+  drop(K_INDEX, redis.call('ZRANGEBYSCORE', K_INDEX, '-inf', '(' .. (NOW - seconds),
+    'LIMIT', 0, limit - deleted))
+end
+
+older(K_SUCCEEDED, tonumber(ARGV[2]))
+older(K_FAILED, tonumber(ARGV[3]))
+older(K_CANCELLED, tonumber(ARGV[3]))
+older(K_DEAD, tonumber(ARGV[4]))
+local extra = redis.call('ZCARD', K_DEAD) - tonumber(ARGV[5])
+if extra > 0 and deleted < limit then
+  drop(K_DEAD, redis.call('ZRANGE', K_DEAD, 0, math.min(extra, limit - deleted) - 1))
+end
+return deleted

@@ -1,0 +1,305 @@
+"""The Redis storage (Redis, Valkey, Redis Cluster): each transition is one Lua script on
+one queue's hash slot; leases are compared with the server's clock and fenced by tokens.
+
+``open_redis(url, clock)`` is what ``conveyor.storage.open_storage`` calls for
+``redis://``, ``rediss://``, ``valkey://`` and ``redis+cluster://`` URLs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from redis.cluster import RedisCluster
+
+from conveyor.clock import Clock
+from conveyor.errors import BatchNotFound, StorageUnavailable
+from conveyor.job import (
+    Ack,
+    BatchSpec,
+    EnqueueResult,
+    Event,
+    HeartbeatReply,
+    JobSpec,
+    JobState,
+    LeasedJob,
+    WorkerInfo,
+)
+from conveyor.storage.base import Retention
+from conveyor.storage.redis import codec
+from conveyor.storage.redis.connection import TRANSIENT, Link, make_client, parse_url
+from conveyor.storage.redis.core import Move
+from conveyor.storage.redis.inspect import RedisInspector
+
+log = logging.getLogger("conveyor.storage.redis")
+
+ACK_PATIENCE = 60.0  # an acknowledgement is retried through outages this long, never dropped
+ACK_CHUNK = 1000
+SCAN_COUNT = 200  # job records checked per queue and reclaim call for lost lease entries
+MAX_BLOCK = 25.0  # seconds; below the socket timeout
+
+
+def open_redis(url: str, clock: Clock | None = None) -> RedisStorage:
+    """Connect to the Redis a URL names; raises ``StorageUnavailable`` when it can't."""
+    settings = parse_url(url)
+    link = Link(settings, make_client(settings))
+    storage = RedisStorage(settings, link, clock)
+    try:
+        link.retrying(lambda: link.raw("PING"), patience=1.0)
+    except StorageUnavailable:
+        link.close()
+        raise
+    return storage
+
+
+class RedisStorage(RedisInspector):
+    """``Storage`` and ``Inspector`` on Redis."""
+
+    # -- hot path -----------------------------------------------------------------------
+
+    def enqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+        """Store jobs; one script call per queue and chunk of 2,000."""
+        return self.enqueue_specs(specs)
+
+    def dequeue(
+        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float
+    ) -> list[LeasedJob]:
+        """Lease up to ``count`` jobs, one script call per queue until filled."""
+        out: list[LeasedJob] = []
+        prefix = os.urandom(8).hex() + "."
+        for queue in queues:
+            if len(out) >= count:
+                break
+            qk = self.keys.queue(queue)
+            rows, moves = self.scripts.run(
+                "dequeue", [qk.pending, qk.active, qk.jobs, qk.events, qk.meta, qk.dead],
+                [self.now_arg(), worker_id, count - len(out), repr(float(lease_seconds)),
+                 prefix, "/" + queue])
+            out.extend(codec.leased(row, queue) for row in rows)
+            self.sync_batches(moves)
+        return out
+
+    def wait(self, queues: Sequence[str], timeout: float) -> bool:
+        """BLPOP the queues' wake-up lists. On Cluster only the first queue's slot is
+        watched (one blocking call cannot span slots); the others wait for ``timeout``."""
+        if not queues or timeout <= 0:
+            return False
+        keys = [self.keys.queue(q).notify for q in queues]
+        if isinstance(self.link.client, RedisCluster):
+            keys = keys[:1]
+        block = min(max(timeout, 0.01), MAX_BLOCK)
+        try:
+            return self.link.raw("BLPOP", *keys, f"{block:.3f}") is not None
+        except TRANSIENT as exc:
+            # A restart of Redis: report no work; the worker's next call reconnects.
+            log.warning("waiting for work on Redis at %s failed: %s",
+                        self.link.where, self.link.scrub(exc))
+            time.sleep(min(timeout, 0.5))
+            return False
+
+    def ack(self, acks: Sequence[Ack]) -> list[bool]:
+        """Apply outcomes; a batch job's batch is updated before the job is acknowledged."""
+        results = [False] * len(acks)
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, ack in enumerate(acks):
+            queue = self.find_queue(ack.job_id, ack.token)
+            if queue is not None:
+                groups[queue].append(i)
+        for queue, idxs in groups.items():
+            for start in range(0, len(idxs), ACK_CHUNK):
+                self._ack_chunk(queue, acks, idxs[start:start + ACK_CHUNK], results)
+        return results
+
+    def _ack_chunk(self, queue: str, acks: Sequence[Ack], idxs: list[int],
+                   results: list[bool]) -> None:
+        later: list[int] = []
+        moves: list[Move] = []
+        planned = self._ack_call(queue, acks, idxs, "plan")
+        for i, (code, batch, value) in zip(idxs, planned, strict=True):
+            if code == 2:
+                later.append(i)
+                moves.append((str(batch), acks[i].job_id, str(value)))
+            else:
+                self._ack_result(acks[i], code, batch, value, results, i, moves)
+        self.sync_batches(moves)
+        if not later:
+            return
+        moves = []
+        applied = self._ack_call(queue, acks, later, "apply")
+        for i, (code, batch, value) in zip(later, applied, strict=True):
+            self._ack_result(acks[i], code, batch, value, results, i, moves)
+        self.sync_batches(moves)
+
+    def _ack_call(self, queue: str, acks: Sequence[Ack], idxs: list[int],
+                  mode: str) -> list[list[object]]:
+        qk = self.keys.queue(queue)
+        keys = [qk.jobs, qk.events, qk.active, qk.pending, qk.retrying, qk.succeeded,
+                qk.failed, qk.dead, qk.cancelled, qk.meta, qk.notify]
+        args = [self.now_arg(), mode]
+        for i in idxs:
+            args.extend(codec.ack_args(acks[i]))
+        reply: list[list[object]] = self.scripts.run("ack", keys, args, patience=ACK_PATIENCE)
+        return reply
+
+    @staticmethod
+    def _ack_result(ack: Ack, code: object, batch: object, value: object,
+                    results: list[bool], i: int, moves: list[Move]) -> None:
+        results[i] = code == 1
+        if code != 1:
+            log.warning("acknowledgement of job %s refused: its lease is no longer token %s",
+                        ack.job_id, ack.token)
+        if batch:
+            # Applied: confirms the count. Refused: re-syncs the batch with the real state.
+            moves.append((str(batch), ack.job_id, str(value)))
+
+    def log(self, job_id: str, token: str, events: Sequence[Event],
+            progress: tuple[int, int] | None = None) -> bool:
+        """Append a running job's messages and progress, fenced by its token."""
+        queue = self.find_queue(job_id, token)
+        if queue is None:
+            return False
+        qk = self.keys.queue(queue)
+        return bool(self.scripts.run(
+            "log", [qk.jobs, qk.events],
+            [self.now_arg(), job_id, token, codec.ndjson(events), codec.progress_arg(progress)]))
+
+    def heartbeat(
+        self, info: WorkerInfo, leases: Mapping[str, str], lease_seconds: float
+    ) -> HeartbeatReply:
+        """Extend the worker's leases (one script per queue) and refresh its registry entry."""
+        lost: set[str] = set()
+        cancel: set[str] = set()
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for job_id, token in leases.items():
+            queue = self.find_queue(job_id, token)
+            if queue is None:
+                lost.add(job_id)
+            else:
+                by_queue[queue] += [job_id, token]
+        for queue, flat in by_queue.items():
+            qk = self.keys.queue(queue)
+            gone, cancelled = self.scripts.run(
+                "extend", [qk.jobs, qk.active],
+                [self.now_arg(), repr(float(lease_seconds)), *flat])
+            lost.update(gone)
+            cancel.update(cancelled)
+        now = self.now()
+        seen = dataclasses.replace(info, last_seen=now)
+        self.link.call("HSET", self.keys.worker_info, info.id, json.dumps(seen.to_wire()))
+        self.link.call("ZADD", self.keys.workers, now, info.id)
+        command = self.link.call("GETDEL", self.keys.worker_command(info.id))
+        return HeartbeatReply(lost=frozenset(lost), cancel=frozenset(cancel), command=command)
+
+    def unregister_worker(self, worker_id: str) -> None:
+        """Remove a worker from the registry."""
+        self.link.call("ZREM", self.keys.workers, worker_id)
+        self.link.call("HDEL", self.keys.worker_info, worker_id)
+        self.link.call("DEL", self.keys.worker_command(worker_id))
+
+    # -- background ---------------------------------------------------------------------
+
+    def promote_due(self, limit: int = 1000) -> int:
+        """Scheduled and retrying jobs whose time has come → pending."""
+        total = 0
+        for queue in self.known_queues():
+            qk = self.keys.queue(queue)
+            moved, moves = self.scripts.run(
+                "promote", [qk.scheduled, qk.retrying, qk.pending, qk.jobs, qk.notify],
+                [self.now_arg(), limit])
+            self.sync_batches(moves)
+            total += int(moved)
+        return total
+
+    def reclaim_expired(self, max_recoveries: int = 5, limit: int = 1000) -> int:
+        """Expired leases → pending (or dead past ``max_recoveries``); also finds active jobs
+        whose lease entry is missing, a slice of the records per call."""
+        total = 0
+        for queue in self.known_queues():
+            qk = self.keys.queue(queue)
+            cursor = self._scan.get(queue, "0")
+            done, moves, next_cursor = self.scripts.run(
+                "reclaim", [qk.active, qk.pending, qk.jobs, qk.events, qk.dead, qk.meta,
+                            qk.notify],
+                [self.now_arg(), max_recoveries, limit, cursor, SCAN_COUNT])
+            self._scan[queue] = next_cursor or "0"
+            self.sync_batches(moves)
+            total += int(done)
+        return total
+
+    def cancel(self, job_id: str) -> JobState | None:
+        """Cancel a waiting job, or request cancellation of an active one."""
+        queue = self.find_queue(job_id)
+        if queue is None:
+            return None
+        (states,) = self.run_each("cancel", {queue: [job_id]})
+        return JobState(states[0]) if states and states[0] else None
+
+    def create_batch(self, spec: BatchSpec) -> None:
+        """Create an open batch with its callbacks stored for later."""
+        now = self.now()
+        fields: list[object] = ["id", spec.id, "c", repr(now), "total", 0,
+                                "meta", json.dumps(dict(spec.meta))]
+        if spec.description is not None:
+            fields += ["desc", spec.description]
+        for event, cb in spec.callbacks.items():
+            fields += [f"cb:{event}", codec.spec_to_json(cb)]
+        self.link.call("HSET", self.keys.batch(spec.id).batch, *fields)
+        self.link.call("ZADD", self.keys.batches, now, spec.id)
+
+    def close_batch(self, batch_id: str) -> None:
+        """Mark a batch fully enqueued; it completes when every job is terminal."""
+        if self.batch_call(batch_id, "close", []) == "missing":
+            raise BatchNotFound(f"no batch {batch_id!r}")
+
+    def trim(self, retention: Retention) -> int:
+        """Delete finished jobs, finished batches and silent workers past retention."""
+        removed = 0
+        for queue in self.known_queues():
+            qk = self.keys.queue(queue)
+            removed += int(self.scripts.run(
+                "trim", [qk.jobs, qk.events, qk.succeeded, qk.failed, qk.dead, qk.cancelled],
+                [self.now_arg(), retention.succeeded_seconds, retention.failed_seconds,
+                 retention.dead_seconds, retention.dead_max, 10_000]))
+        now = self.now()
+        self._trim_batches(now - retention.batch_seconds)
+        for worker_id in self.link.call("ZRANGEBYSCORE", self.keys.workers, "-inf",
+                                        now - retention.worker_ttl):
+            self.unregister_worker(worker_id)
+        return removed
+
+    def _trim_batches(self, before: float) -> None:
+        for batch_id in self.link.call("ZRANGEBYSCORE", self.keys.batches, "-inf", before):
+            bk = self.keys.batch(batch_id)
+            if self.link.call("HEXISTS", bk.batch, "fa") or not self.link.call(
+                    "EXISTS", bk.batch):
+                self.link.call("DEL", bk.batch)
+                self.link.call("DEL", bk.jobs)
+                self.link.call("ZREM", self.keys.batches, batch_id)
+
+    def check_server(self) -> list[str]:
+        """Warnings about server settings that can lose jobs (call at worker start)."""
+        warnings = []
+        clients = (self.link.client.get_primaries()  # type: ignore[no-untyped-call]
+                   if isinstance(self.link.client, RedisCluster)
+                   else [None])
+        for node in clients:
+            config = (self.link.client.config_get("maxmemory-policy", target_nodes=node)
+                      if node is not None else self.link.client.config_get("maxmemory-policy"))
+            policy = config.get("maxmemory-policy", "noeviction")
+            if policy != "noeviction":
+                warnings.append(
+                    f"Redis at {self.link.where} has maxmemory-policy {policy}: under memory "
+                    "pressure it may evict jobs and leases; set it to noeviction")
+        for text in warnings:
+            log.warning(text)
+        return warnings
+
+    def close(self) -> None:
+        """Release connections. Idempotent."""
+        if not self.link.closed:
+            self.link.close()
