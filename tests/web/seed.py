@@ -25,8 +25,8 @@ class Seeded:
     worker_id: str = "w-test-1"
 
 
-def make_app(url: str) -> Conveyor:
-    """An app with the job names the seed uses."""
+def make_app(url: str | None) -> Conveyor:
+    """An app with the job names the seed uses (``None``: the URL from ``CONVEYOR_URL``)."""
     app = Conveyor(url)
 
     @app.job(name="shop.register", queue="default")

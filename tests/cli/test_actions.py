@@ -1,0 +1,117 @@
+"""Commands that change state: retry/delete/kill, dead set, pause/resume, workers, batches."""
+
+from __future__ import annotations
+
+import json
+
+from conveyor.job import Outcome, WorkerInfo
+from tests.cli.conftest import Env
+from tests.web.seed import run_one
+
+
+def test_retry_delete_kill(env: Env) -> None:
+    ids = env.seeded.ids
+    code, out, _ = env.run("jobs", "retry", ids["dead"], ids["failed"])
+    assert code == 0 and "retried 2 of 2" in out
+    assert env.state("dead") == "pending" and env.state("failed") == "pending"
+    code, out, _ = env.run("jobs", "kill", ids["scheduled"])
+    assert code == 0 and env.state("scheduled") == "dead"
+    code, out, _ = env.run("jobs", "delete", ids["succeeded"], "missing-id")
+    assert code == 0 and "deleted 1 of 2" in out and "not found: missing-id" in out
+    assert env.state("succeeded") == "gone"
+
+
+def test_action_on_unknown_ids_only_is_an_error(env: Env) -> None:
+    code, _, err = env.run("jobs", "retry", "nope-1", "nope-2")
+    assert code == 2 and "no job with id nope-1, nope-2" in err
+
+
+def test_action_that_changes_nothing_exits_1(env: Env) -> None:
+    code, out, _ = env.run("jobs", "kill", env.seeded.ids["succeeded"])  # finished: not killable
+    assert code == 1 and "killed 0 of 1" in out
+    assert env.state("succeeded") == "succeeded"
+
+
+def test_dead_retry_all_and_clear(env: Env) -> None:
+    code, out, _ = env.run("dead", "retry-all")
+    assert code == 0 and "retried 1 dead" in out and env.state("dead") == "pending"
+    env.run("jobs", "kill", env.seeded.ids["scheduled"])
+    code, out, _ = env.run("dead", "clear")
+    assert code == 0 and "deleted 1 dead" in out and env.state("scheduled") == "gone"
+
+
+def test_pause_and_resume(env: Env) -> None:
+    assert env.run("pause", "exports")[0] == 0
+    queues = {q["name"]: q for q in env.json("stats")["queues"]}
+    assert queues["exports"]["paused"] and not queues["default"]["paused"]
+    assert env.app.storage.dequeue(["exports"], "w", 1, 30.0) == []
+    assert env.run("resume", "exports")[0] == 0
+    assert not {q["name"]: q for q in env.json("stats")["queues"]}["exports"]["paused"]
+    assert len(env.app.storage.dequeue(["exports"], "w", 1, 30.0)) == 1
+
+
+def _heartbeat_command(env: Env) -> str | None:
+    info = WorkerInfo(env.seeded.worker_id, "host-a", 4242, ("default",), 5, 0.0)
+    return env.app.storage.heartbeat(info, {}, 60.0).command
+
+
+def test_workers_quiet_and_stop_reach_the_worker(env: Env) -> None:
+    code, out, _ = env.run("workers", "quiet", env.seeded.worker_id)
+    assert code == 0 and "sent quiet" in out
+    assert _heartbeat_command(env) == "quiet"
+    assert env.run("workers", "stop", env.seeded.worker_id)[0] == 0
+    assert _heartbeat_command(env) == "stop"
+
+
+def test_workers_unknown_id_and_missing_id(env: Env) -> None:
+    code, _, err = env.run("workers", "quiet", "ghost")
+    assert code == 2 and "no live worker with id ghost" in err
+    code, _, err = env.run("workers", "stop")
+    assert code == 2 and "needs at least one worker id" in err
+
+
+def test_batch_cancel(env: Env) -> None:
+    code, out, _ = env.run("batch", "cancel", env.seeded.batch_id)
+    assert code == 0 and "4 job(s)" in out
+    view = env.json("batch", "show", env.seeded.batch_id)
+    assert view["counts"]["cancelled"] == 4 and view["complete"]
+
+
+def test_batch_watch_of_a_complete_batch_prints_summary_and_exits_0(env: Env) -> None:
+    st = env.app.storage
+    run_one(st, "exports", Outcome.SUCCEEDED)
+    run_one(st, "exports", Outcome.FAILED, message="row 2: price is not a number")
+    run_one(st, "exports", Outcome.SUCCEEDED)
+    run_one(st, "exports", Outcome.SUCCEEDED)
+    code, out, _ = env.run("batch", "watch", env.seeded.batch_id, "--interval", "0.01")
+    assert code == 0
+    assert "100.0%" in out and "4/4" in out and "succeeded 3" in out and "failed 1" in out
+    assert "row 2: price is not a number" in out  # the summary lists failures
+    view = env.json("batch", "show", env.seeded.batch_id)
+    assert view["failures"][0]["message"] == "row 2: price is not a number"
+
+
+def test_batch_watch_gives_up_after_timeout(env: Env) -> None:
+    code, out, _ = env.run("batch", "watch", env.seeded.batch_id, "--interval", "0.01",
+                           "--timeout", "0")
+    assert code == 1 and "timed out" in out and "0/4" in out
+
+
+def test_enqueue_by_url_needs_force(env: Env) -> None:
+    code, _, err = env.run("enqueue", "shop.register", "--args", "[1, 2]")
+    assert code == 2 and "--force" in err
+    code, out, _ = env.run("enqueue", "shop.anything", "--args", '[1, "x"]', "--kwargs",
+                           '{"k": true}', "--queue", "ops", "--force", "--json")
+    assert code == 0
+    record = env.app.storage.get_job(json.loads(out)["id"])
+    assert record is not None and record.queue == "ops" and record.name == "shop.anything"
+    assert record.args == [1, "x"] and record.kwargs == {"k": True}
+
+
+def test_enqueue_bad_json_is_one_clear_error(env: Env) -> None:
+    for argv, needle in ((("--args", "[1,"), "--args is not valid JSON"),
+                         (("--args", '{"a": 1}'), "--args must be a JSON array"),
+                         (("--kwargs", "[1]"), "--kwargs must be a JSON object")):
+        code, out, err = env.run("enqueue", "shop.register", *argv, "--force")
+        assert code == 2 and out == "" and needle in err
+        assert len(err.strip().splitlines()) == 1
