@@ -67,6 +67,8 @@ class Fetcher:
             return 0
         order = queue_order(self.config.queues, self.config.strict, self._rng)
         with self.write_lock:
+            if self._quiet.is_set():  # checked under the lock: see ``quiet``
+                return 0
             jobs = self.storage.dequeue(order, self.config.worker_id, free, self.config.lease)
         for job in jobs:
             prepared = self.processor.prepare(job)
@@ -93,9 +95,15 @@ class Fetcher:
             self._thread.start()
 
     def quiet(self) -> None:
-        """Stop fetching; jobs already running finish normally."""
+        """Stop fetching; jobs already running finish normally.
+
+        Once this returns no new dequeue starts: a fetch in flight holds the write lock, and
+        the next one sees the flag under it.
+        """
         self._quiet.set()
         self.inflight.wake()
+        with self.write_lock:
+            pass
 
     @property
     def quieted(self) -> bool:

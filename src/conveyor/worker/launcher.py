@@ -43,6 +43,10 @@ log = logging.getLogger("conveyor.worker")
 
 _QUIET = {signal.SIGTSTP, signal.SIGUSR1}
 _STOP = {signal.SIGTERM, signal.SIGINT}
+# A terminal's Ctrl-C reaches every process of the group, and a supervisor forwards it too: a
+# child sees INT twice within milliseconds. Only a stop signal later than this counts as the
+# operator's second TERM/INT that asks for a hard shutdown now.
+_SECOND_STOP_AFTER = 0.5
 
 
 class _Component(Protocol):
@@ -185,7 +189,8 @@ class Launcher:
 
     def _wait_for_jobs(self, timeout: float) -> bool:
         """True when every running job ended within ``timeout``; a second TERM/INT cuts it."""
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         while len(self.inflight):
             left = deadline - time.monotonic()
             if left <= 0:
@@ -194,7 +199,7 @@ class Launcher:
                 time.sleep(min(left, 0.05))
                 continue
             for signum in self.signals.wait(min(left, 0.1)):
-                if signum in _STOP:
+                if signum in _STOP and time.monotonic() - started >= _SECOND_STOP_AFTER:
                     log.warning("second %s: hard shutdown now", signal.Signals(signum).name)
                     return False
                 self.on_signal(signum)

@@ -90,9 +90,6 @@ class Supervisor:
             try:
                 if self._pipe is not None:
                     self._pipe.restore()
-                # Own process group: a terminal's Ctrl-C reaches the supervisor only, which
-                # forwards it once; a child seeing INT twice would hard-stop at once.
-                os.setpgid(0, 0)
                 code = self.target()
             except BaseException:
                 log.exception("worker process crashed")

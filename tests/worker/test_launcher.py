@@ -1,0 +1,232 @@
+"""A whole worker (Launcher) in this process on real storage and the real clock."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from conveyor import Conveyor, FakeClock, JobState, current_job
+from conveyor.testing import drain
+from conveyor.worker.config import QueueWeight, WorkerConfig
+from conveyor.worker.executors import ThreadExecutor
+from conveyor.worker.inflight import Entry, InFlight
+from conveyor.worker.launcher import Launcher
+from conveyor.worker.processor import Processor
+from conveyor.worker.signals import SignalPipe, dump_stacks
+from conveyor.worker.watchdog import Watchdog
+from tests.worker.helpers import lease_one
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def live_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Conveyor]:
+    """An app on the system clock."""
+    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path}/l.db"
+    app = Conveyor(url)
+    try:
+        yield app
+    finally:
+        app.close()
+
+
+def _until(check: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.01)
+    return check()
+
+
+def _state(app: Conveyor, job_id: str) -> JobState | None:
+    record = app.get_job(job_id)
+    return None if record is None else record.state
+
+
+def test_runs_sync_and_async_jobs_from_weighted_queues(live_app: Conveyor) -> None:
+    @live_app.job(queue="critical")
+    def double(x: int) -> int:
+        return 2 * x
+
+    @live_app.job
+    async def triple(x: int) -> int:
+        await asyncio.sleep(0)
+        return 3 * x
+
+    refs = [double.enqueue(i) for i in range(50)] + [triple.enqueue(i) for i in range(50)]
+    config = WorkerConfig(queues=(QueueWeight("critical", 3), QueueWeight("default")),
+                          concurrency=5)
+    launcher = Launcher(live_app, config)
+    launcher.start()
+    try:
+        assert _until(lambda: all(_state(live_app, r.id) is JobState.SUCCEEDED for r in refs))
+    finally:
+        launcher.stop(5)
+    assert live_app.get_job(refs[-1].id).result == "147"  # type: ignore[union-attr]
+    assert live_app.storage.workers() == []  # unregistered at stop
+
+
+def test_never_leases_more_jobs_than_free_slots(live_app: Conveyor) -> None:
+    gate = threading.Event()
+
+    @live_app.job
+    def wait_for_gate() -> None:
+        gate.wait(10)
+
+    refs = [wait_for_gate.enqueue() for _ in range(6)]
+    launcher = Launcher(live_app, WorkerConfig(concurrency=2))
+    launcher.start()
+    try:
+        assert _until(lambda: len(launcher.inflight) == 2)
+        time.sleep(0.2)
+        states = [_state(live_app, r.id) for r in refs]
+        assert states.count(JobState.ACTIVE) == 2 and states.count(JobState.PENDING) == 4
+    finally:
+        gate.set()
+        assert _until(lambda: all(_state(live_app, r.id) is JobState.SUCCEEDED for r in refs))
+        launcher.stop(5)
+
+
+def test_stop_puts_jobs_longer_than_the_timeout_back_to_pending(live_app: Conveyor) -> None:
+    gate = threading.Event()
+    started = threading.Event()
+
+    @live_app.job
+    def slow() -> str:
+        started.set()
+        gate.wait(10)
+        return "late"
+
+    ref = slow.enqueue()
+    launcher = Launcher(live_app, WorkerConfig(concurrency=2))
+    launcher.start()
+    assert started.wait(5)
+    launcher.stop(timeout=0.2)
+    record = live_app.get_job(ref.id)
+    assert record is not None and record.state is JobState.PENDING
+    assert record.errors == 0
+    assert any(e.kind == "interrupted" for e in record.events or [])
+    gate.set()
+    # the next worker finishes it; the abandoned thread's late ack was dropped
+    again = Launcher(live_app, WorkerConfig(concurrency=2))
+    again.start()
+    try:
+        assert _until(lambda: _state(live_app, ref.id) is JobState.SUCCEEDED)
+    finally:
+        again.stop(5)
+    assert launcher.acker.refused == 0
+
+
+def test_quiet_stops_fetching_but_finishes_running_jobs(live_app: Conveyor) -> None:
+    gate = threading.Event()
+    started = threading.Event()
+
+    @live_app.job
+    def step(n: int) -> int:
+        if n == 0:
+            started.set()
+            gate.wait(10)
+        return n
+
+    first = step.enqueue(0)
+    launcher = Launcher(live_app, WorkerConfig(concurrency=2))
+    launcher.start()
+    try:
+        assert started.wait(5)
+        launcher.quiet()
+        later = step.enqueue(1)
+        gate.set()
+        assert _until(lambda: _state(live_app, first.id) is JobState.SUCCEEDED)
+        time.sleep(0.3)
+        assert _state(live_app, later.id) is JobState.PENDING
+    finally:
+        launcher.stop(5)
+
+
+def test_remote_stop_command_asks_the_launcher_to_stop(live_app: Conveyor) -> None:
+    launcher = Launcher(live_app, WorkerConfig(concurrency=1))
+    launcher.command("quiet")
+    assert launcher.fetcher.quieted
+    launcher.command("stop")
+    assert launcher._stop.is_set()
+
+
+def test_watchdog_writes_a_long_jobs_messages_while_it_runs() -> None:
+    clock = FakeClock()
+    app = Conveyor("memory://", clock=clock)
+    config = WorkerConfig(concurrency=1)
+
+    @app.job
+    def long_job() -> None:
+        pass
+
+    long_job.enqueue()
+    processor = Processor(app, "w", clock)
+    entry = lease_one(app, processor)
+    assert isinstance(entry, Entry)
+    inflight = InFlight(1)
+    inflight.add(entry)
+    watchdog = Watchdog(app.storage, clock, config, inflight=inflight,
+                        threads=ThreadExecutor(1, processor, lambda e, a: None),
+                        timed_out=processor.timed_out, finish=lambda e, a: None)
+    entry.ctx.log("halfway")
+    entry.ctx.progress(5, 10)
+    watchdog.tick()  # not yet a second old
+    assert [e.kind for e in app.get_job(entry.job.id).events or []].count("message") == 0  # type: ignore[union-attr]
+    clock.advance(1.0)
+    watchdog.tick()
+    record = app.get_job(entry.job.id)
+    assert record is not None and record.progress == (5, 10)
+    assert any(e.message == "halfway" for e in record.events or [])
+
+
+def test_drain_runs_pending_due_and_follow_up_jobs_in_this_thread() -> None:
+    clock = FakeClock()
+    app = Conveyor("memory://", clock=clock)
+    threads: set[str] = set()
+
+    @app.job(queue="mail")
+    def send(to: str) -> str:
+        threads.add(threading.current_thread().name)
+        return to
+
+    @app.job
+    def signup(user: str) -> None:
+        current_job().log("signed up")
+        send.enqueue(user)
+
+    @app.job
+    async def audit() -> int:
+        return 1
+
+    signup.enqueue("ada")
+    audit.enqueue()
+    later = send.enqueue_in(60, "bob")
+    assert drain(app) == 3
+    assert threads == {threading.current_thread().name}
+    assert _state(app, later.id) is JobState.SCHEDULED
+    clock.advance(61)
+    assert drain(app, queues=["mail"], max_jobs=5) == 1
+    assert _state(app, later.id) is JobState.SUCCEEDED
+
+
+def test_signal_pipe_hands_signals_to_the_main_loop() -> None:
+    pipe = SignalPipe((signal.SIGUSR1,)).install()
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        got: list[int] = []
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            got = pipe.wait(0.5)
+        assert got == [signal.SIGUSR1]
+        pipe.wake()
+        assert pipe.wait(0.5) == [0]
+    finally:
+        pipe.restore()
+    assert "test_signal_pipe_hands_signals_to_the_main_loop" in dump_stacks()
