@@ -209,7 +209,8 @@ class RedisStorage(RedisInspector):
         for queue in self.known_queues():
             qk = self.keys.queue(queue)
             moved, moves = self.scripts.run(
-                "promote", [qk.scheduled, qk.retrying, qk.pending, qk.jobs, qk.notify],
+                "promote",
+                [qk.scheduled, qk.retrying, qk.pending, qk.jobs, qk.notify, qk.events],
                 [self.now_arg(), limit])
             self.sync_batches(moves)
             total += int(moved)
@@ -241,6 +242,8 @@ class RedisStorage(RedisInspector):
 
     def create_batch(self, spec: BatchSpec) -> None:
         """Create an open batch with its callbacks stored for later."""
+        if self.link.call("EXISTS", self.keys.batch(spec.id).batch):
+            return  # creating an existing batch again changes nothing
         now = self.now()
         fields: list[object] = ["id", spec.id, "c", repr(now), "total", 0,
                                 "meta", json.dumps(dict(spec.meta))]

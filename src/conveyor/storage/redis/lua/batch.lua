@@ -9,8 +9,13 @@ local K_BATCH = KEYS[1]
 local K_BJOBS = KEYS[2]
 local mode = ARGV[2]
 if redis.call('EXISTS', K_BATCH) == 0 then return {'missing', {}} end
-local finished = redis.call('HGET', K_BATCH, 'fa')
-if mode == 'add' and finished then return {'finished', {}} end
+local function num(field) return tonumber(redis.call('HGET', K_BATCH, field) or '0') end
+local function done()
+  return num('n:succeeded') + num('n:failed') + num('n:dead') + num('n:cancelled')
+end
+if mode == 'add' and num('closed') == 1 and done() >= num('total') then
+  return {'finished', {}}
+end
 
 local function state_of(value)
   return string.sub(value, 1, string.find(value, ':', 1, true) - 1)
@@ -40,12 +45,13 @@ for i = 3, #ARGV, 2 do move(ARGV[i], ARGV[i + 1]) end
 if mode == 'close' then redis.call('HSET', K_BATCH, 'closed', 1) end
 if mode == 'cancel' then redis.call('HSET', K_BATCH, 'cancelled', 1) end
 
-local function num(field) return tonumber(redis.call('HGET', K_BATCH, field) or '0') end
 local total = num('total')
-local done = num('n:succeeded') + num('n:failed') + num('n:dead') + num('n:cancelled')
-if not finished and num('closed') == 1 and done >= total then
-  finished = NOWS
-  redis.call('HSET', K_BATCH, 'fa', NOWS)
+local finished = false
+if num('closed') == 1 and done() >= total then
+  finished = true
+  redis.call('HSETNX', K_BATCH, 'fa', NOWS)
+else
+  redis.call('HDEL', K_BATCH, 'fa')  -- a job retried by hand re-opens a finished batch
 end
 
 -- Callbacks not yet marked fired are reported every time until the caller marks them, so a

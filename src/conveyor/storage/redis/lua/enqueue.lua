@@ -17,7 +17,8 @@ local function unique_holder(ukey)
   local sep = string.find(held, '|', 1, true)
   local expiry = tonumber(string.sub(held, 1, sep - 1))
   local holder = string.sub(held, sep + 1)
-  if expiry > 0 and expiry <= NOW then return nil end
+  -- Held while the job is not finished, and in any case for unique_for after enqueue.
+  if expiry > NOW then return holder end
   local job = load(K_JOBS, holder)
   if not job or TERMINAL[job.s] then return nil end
   return holder

@@ -23,7 +23,7 @@ local function recover(id, job)
   if job.r > max_recoveries then
     job.s = 'dead'
     job.fa = NOW
-    job.msg = 'lease expired ' .. job.r .. ' times (max_recoveries ' .. max_recoveries .. ')'
+    job.msg = 'recovered ' .. job.r .. ' times (poison job?)'
     redis.call('ZADD', K_DEAD, NOW, id)
     count(K_META, 'd', job.n)
     append_events(K_EVENTS, id, event_line('dead', 'dead', job, job.msg))
@@ -32,7 +32,9 @@ local function recover(id, job)
     job.pt = NOW
     redis.call('RPUSH', K_PENDING, id)
     pushed = pushed + 1
-    append_events(K_EVENTS, id, event_line('recovered', 'pending', job, 'lease expired'))
+    append_events(K_EVENTS, id, event_line('recovered', 'pending', job,
+      'lease expired; put back to pending'))
+    job.w = nil
   end
   save(K_JOBS, id, job)
   note_batch(moves, job, id, job.s)
