@@ -74,6 +74,7 @@ class Batch:
                              "not when it is re-opened")
         self._buffer = SpecBuffer(lambda specs: app.storage.enqueue(specs))
         self._token: Token[BatchScope | None] | None = None
+        self._used = False
 
     def __repr__(self) -> str:
         return f"<Batch {self._id} jobs={self.enqueue_count}>"
@@ -101,8 +102,9 @@ class Batch:
         return self.app.batch_status(self._id)
 
     def __enter__(self) -> Batch:
-        if self._token is not None:
-            raise RuntimeError(f"batch {self._id} is already open")
+        if self._used:
+            raise RuntimeError(f"a Batch object opens once; re-open with app.batch({self._id!r})")
+        self._used = True
         if self.reopened:
             self._check_open()
         else:

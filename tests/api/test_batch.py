@@ -102,6 +102,8 @@ def test_reopening_needs_an_existing_open_batch(app: Conveyor) -> None:
         pass
     with pytest.raises(ValueError, match="set when a batch is created"):
         app.batch(batch.id, description="x")
+    with pytest.raises(RuntimeError, match="opens once"), batch:
+        pass
 
 
 def test_status_lists_failures_and_jobs_with_events(app: Conveyor, row: JobFunction) -> None:
