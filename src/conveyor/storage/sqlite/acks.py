@@ -1,8 +1,8 @@
-"""Acknowledgements: the whole list applied by one fenced ``UPDATE … FROM json_each``.
+"""Acknowledgements: a whole list applied in one transaction, fenced by lease token.
 
-Each ack becomes one JSON row; a single statement joins them to the jobs they name, applies
-only those whose token is still the job's lease (fencing) and returns what it changed, so a
-list of 1,000 acks costs one statement plus one upsert of the totals.
+One ``SELECT`` reads the jobs the acks name; acks whose token is still the job's lease are
+applied with one ``executemany`` by rowid, the others are refused with an ``ack_refused``
+event; outcome totals are upserted once per call, not per job.
 """
 
 from __future__ import annotations
@@ -13,31 +13,22 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.job import Ack, EventKind, Outcome
+from conveyor.job import Ack, Event, EventKind, Outcome
 from conveyor.storage.sqlite import batches, jobs
 
-_APPLY = """
-UPDATE jobs SET
-    state = a.st,
-    errors = jobs.errors + a.einc,
-    result = coalesce(a.result, jobs.result),
-    message = a.msg,
-    progress = coalesce(a.prog, jobs.progress),
-    run_at = CASE WHEN a.st = 'retrying' THEN :now + a.retry_in ELSE jobs.run_at END,
-    ready_at = CASE WHEN a.st = 'pending' THEN :now ELSE jobs.ready_at END,
-    finished_at = CASE WHEN a.fin THEN :now ELSE NULL END,
-    token = NULL, lease_expires_at = NULL, cancel_requested = 0,
-    events = jobs.events || a.pre
-        || json_object('t', :now, 'k', a.kind, 's', a.st, 'm', a.msg, 'w', jobs.worker,
-               'a', jobs.attempt, 'd', json(a.data)) || char(10)
-FROM (SELECT value ->> 0 AS id, value ->> 1 AS tok, value ->> 2 AS st, value ->> 3 AS einc,
-             value ->> 4 AS result, value ->> 5 AS msg, value ->> 6 AS prog,
-             value ->> 7 AS retry_in, value ->> 8 AS fin, value ->> 9 AS pre,
-             value ->> 10 AS kind, value ->> 11 AS data
-      FROM json_each(:acks)) AS a
-WHERE jobs.id = a.id AND jobs.token = a.tok AND jobs.state = 'active'
-RETURNING jobs.id, jobs.queue, jobs.name, jobs.batch_id, jobs.state
-"""
+_SELECT = (
+    "SELECT id, rowid, token, state, queue, name, batch_id, worker, attempt FROM jobs "
+    "WHERE id IN (SELECT value FROM json_each(?))"
+)
+# By rowid: measured several times faster than matching on the text id or UPDATE … FROM.
+_APPLY = (
+    "UPDATE jobs SET state = ?, errors = errors + ?, result = coalesce(?, result), "
+    "message = ?, progress = coalesce(?, progress), run_at = coalesce(?, run_at), "
+    "ready_at = coalesce(?, ready_at), finished_at = ?, token = NULL, "
+    "lease_expires_at = NULL, cancel_requested = 0, events = events || ? "
+    "WHERE rowid = ? AND state = 'active'"
+)
+_REFUSE = "UPDATE jobs SET events = events || ? WHERE rowid = ?"
 
 # outcome -> (new state, final event kind, terminal?, counted as)
 _OUTCOMES: dict[Outcome, tuple[str, str, bool, str | None]] = {
@@ -50,7 +41,8 @@ _OUTCOMES: dict[Outcome, tuple[str, str, bool, str | None]] = {
 }
 
 
-def _wire(ack: Ack) -> list[Any]:
+def _params(ack: Ack, now: float, row: Sequence[Any]) -> tuple[Any, ...]:
+    """The ``_APPLY`` parameters of one ack, for the job row it matched."""
     state, kind, terminal, _ = _OUTCOMES[ack.outcome]
     error = ack.error.to_wire() if ack.error else None
     data: dict[str, Any] | None = None
@@ -60,41 +52,53 @@ def _wire(ack: Ack) -> list[Any]:
         retry = ack.outcome is Outcome.RETRY
         data = {**error, "retry": retry, **({"retry_in": ack.retry_in or 0.0} if retry else {})}
         message = message or error["message"]
-    errors_added = 1 if data is not None or ack.outcome is Outcome.RETRY else 0
-    pre = "".join(e.to_json() + "\n" for e in ack.events)
-    return [
-        ack.job_id, ack.token, state, errors_added, ack.result, message,
-        json.dumps(list(ack.progress)) if ack.progress else None,
-        float(ack.retry_in or 0.0), 1 if terminal else 0, pre, kind,
-        json.dumps(data) if data else None,
-    ]
+    final = Event(ts=now, kind=kind, state=state, message=message, worker=row[7],
+                  attempt=row[8], data=data)
+    events = "".join(e.to_json() + "\n" for e in (*ack.events, final))
+    return (
+        state, 1 if data is not None or ack.outcome is Outcome.RETRY else 0, ack.result,
+        message, json.dumps(list(ack.progress)) if ack.progress else None,
+        now + (ack.retry_in or 0.0) if state == "retrying" else None,
+        now if state == "pending" else None, now if terminal else None, events, row[1],
+    )
 
 
 def apply(
     cur: sqlite3.Cursor, now: float, acks: Sequence[Ack]
 ) -> tuple[list[bool], list[batches.Move]]:
     """Apply the acks; returns applied-or-refused per ack and the batch moves to apply."""
-    rows = cur.execute(
-        _APPLY, {"now": now, "acks": json.dumps([_wire(a) for a in acks], default=str)}
-    ).fetchall()
-    applied = {row[0] for row in rows}
-    moves: list[batches.Move] = [(b, "active", state) for _, _, _, b, state in rows if b]
+    rows = {r[0]: r for r in cur.execute(_SELECT, (jobs.ids_param(a.job_id for a in acks),))}
+    applied: list[bool] = []
+    updates: list[tuple[Any, ...]] = []
+    refusals: list[tuple[str, int]] = []
+    moves: list[batches.Move] = []
     totals: Counter[tuple[str, str, str]] = Counter()
-    outcome_of = {a.job_id: a.outcome for a in acks}
-    for job_id, queue, name, _, _ in rows:
-        counted = _OUTCOMES[outcome_of[job_id]][3]
+    for ack in acks:
+        row = rows.get(ack.job_id)
+        ok = row is not None and row[3] == "active" and row[2] == ack.token
+        applied.append(ok)
+        if row is None:
+            continue
+        if not ok:
+            refusals.append((_refused(now, ack, row[3]), row[1]))
+            continue
+        rows[ack.job_id] = (*row[:3], "done", *row[4:])  # a second ack in this call is refused
+        updates.append(_params(ack, now, row))
+        state, counted = _OUTCOMES[ack.outcome][0], _OUTCOMES[ack.outcome][3]
+        if row[6]:
+            moves.append((row[6], "active", state))
         if counted:
-            totals[(queue, name, counted)] += 1
+            totals[(row[4], row[5], counted)] += 1
+    cur.executemany(_APPLY, updates)
+    cur.executemany(_REFUSE, refusals)
     if totals:
         jobs.add_totals(cur, now, totals)
-    refused = [a for a in acks if a.job_id not in applied]
-    if refused:
-        cur.executemany(
-            "UPDATE jobs SET events = events || json_object('t', ?, 'k', ?, 's', state, "
-            "'m', ?, 'd', json(?)) || char(10) WHERE id = ?",
-            [(now, EventKind.ACK_REFUSED, f"stale lease: {a.outcome.value} refused",
-              json.dumps({"token": a.token, "outcome": a.outcome.value}), a.job_id)
-             for a in refused],
-        )
-    return [a.job_id in applied for a in acks], moves
+    return applied, moves
 
+
+def _refused(now: float, ack: Ack, state: str) -> str:
+    return Event(
+        ts=now, kind=EventKind.ACK_REFUSED, state=state if state != "done" else None,
+        message=f"stale lease: {ack.outcome.value} refused",
+        data={"token": ack.token, "outcome": ack.outcome.value},
+    ).to_json() + "\n"
