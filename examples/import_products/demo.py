@@ -29,7 +29,8 @@ def write_spreadsheet(path: Path, rows: int) -> None:
         writer = csv.DictWriter(fh, fieldnames=["sku", "name", "price"])
         writer.writeheader()
         for i in range(1, rows + 1):
-            row = {"sku": f"PRD-{i:04d}", "name": f"Product {i}", "price": f"{rng.uniform(1, 99):.2f}"}
+            price = f"{rng.uniform(1, 99):.2f}"
+            row = {"sku": f"PRD-{i:04d}", "name": f"Product {i}", "price": price}
             bad = rng.random()
             if bad < 0.01:
                 row["price"] = "twelve"
@@ -45,7 +46,7 @@ def main() -> int:
     os.environ.setdefault("CONVEYOR_URL", f"sqlite:///{workdir / 'demo.db'}")
     env = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     sys.path.insert(0, str(HERE))
-    from app import app, import_row, report_import  # noqa: PLC0415 - after CONVEYOR_URL is set
+    from app import app, import_row, report_import
 
     sheet = workdir / "products.csv"
     write_spreadsheet(sheet, ROWS)

@@ -29,7 +29,8 @@ def sign_up(sale_id: int, product: dict[str, int]) -> dict[str, int]:
     if product["stock"] <= 0:
         raise Fail(f"product {product['id']}: no stock")
     if product["price"] > PRICE_CEILING:
-        raise Fail(f"product {product['id']}: price {product['price']} above ceiling {PRICE_CEILING}")
+        price = product["price"]
+        raise Fail(f"product {product['id']}: price {price} above ceiling {PRICE_CEILING}")
     if random.random() < 0.05 and ctx.attempt == 1:
         raise TimeoutError("marketplace did not answer in 5 s")
     ctx.log(f"product {product['id']} enrolled in sale {sale_id}")

@@ -7,7 +7,7 @@ class ConveyorError(Exception):
     """Base class of every error conveyor raises itself."""
 
 
-class Fail(Exception):  # noqa: N818 - the short name reads well in job code: raise Fail("...")
+class Fail(Exception):
     """Raised by job code for a business failure: the job ends ``failed``, is never retried.
 
     The message is kept as the job's reason and shown in batch summaries.
@@ -18,7 +18,7 @@ class Fail(Exception):  # noqa: N818 - the short name reads well in job code: ra
         self.message = message
 
 
-class Retry(Exception):  # noqa: N818 - job code says raise Retry(in_seconds=30)
+class Retry(Exception):
     """Raised by job code to ask for a retry after ``in_seconds`` (counts as an attempt)."""
 
     def __init__(self, message: str = "", in_seconds: float | None = None) -> None:

@@ -130,7 +130,9 @@ def decode_events(log: str | None) -> list[Event]:
         try:
             events.append(Event.from_wire(json.loads(line)))
         except (ValueError, KeyError, TypeError):
-            events.append(Event(ts=0.0, kind=EventKind.MESSAGE, message=f"unreadable event: {line[:200]}"))
+            events.append(
+                Event(ts=0.0, kind=EventKind.MESSAGE, message=f"unreadable event: {line[:200]}")
+            )
     return events
 
 
@@ -149,7 +151,8 @@ class FlowControl:
 
     def to_wire(self) -> dict[str, Any]:
         """Dict with only the settings in use."""
-        return {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) not in (None, 0, 0.0)}
+        values = {k: getattr(self, k) for k in self.__slots__}
+        return {k: v for k, v in values.items() if v not in (None, 0, 0.0)}
 
     @classmethod
     def from_wire(cls, raw: Mapping[str, Any] | None) -> FlowControl | None:
@@ -369,7 +372,7 @@ class BatchStatus:
 
     @property
     def percent(self) -> float:
-        """Share of jobs in a terminal state, 0–100."""
+        """Share of jobs in a terminal state, 0 to 100."""
         return 100.0 if self.total == 0 else round(100.0 * self.done / self.total, 2)
 
     def eta(self, now: float) -> float | None:
