@@ -99,7 +99,11 @@ class Dashboard:
             else:
                 response = await pages.route(self, request, csrf)
         except ConveyorError as exc:
-            response = pages.error_page(str(exc), 404, csrf)
+            status = 400 if request.method == "POST" else 404
+            if request.path.startswith("/api/"):
+                response = json_response({"error": str(exc)}, status)
+            else:
+                response = pages.error_page(str(exc), status, csrf)
         if CSRF_COOKIE not in request.cookies:
             response.set_cookie(CSRF_COOKIE, csrf)
         return response

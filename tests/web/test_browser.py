@@ -1,0 +1,134 @@
+"""The dashboard end to end in headless Chromium (Debian's /usr/bin/chromium via Playwright).
+
+Skipped, with the reason, when Playwright or Chromium is missing (``make test`` installs both).
+Set ``CONVEYOR_SCREENSHOTS=docs/screenshots`` to save one PNG per main page.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conveyor.job import Outcome
+from tests.web.conftest import Site
+from tests.web.seed import run_one
+
+try:
+    from playwright.sync_api import Browser, Page, sync_playwright
+except ImportError:  # pragma: no cover - depends on the environment
+    sync_playwright = None  # type: ignore[assignment]
+
+CHROMIUM = os.environ.get("CONVEYOR_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--no-first-run"]
+MAIN_PAGES = {"overview": "/", "queues": "/queues", "jobs": "/jobs", "dead": "/dead",
+              "batches": "/batches", "workers": "/workers", "retrying": "/retrying",
+              "scheduled": "/scheduled"}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if sync_playwright is None:
+        pytest.skip("playwright is not installed (pip install playwright; make test does)")
+    if not (os.access(CHROMIUM, os.X_OK) or shutil.which(CHROMIUM)):
+        pytest.skip(f"chromium not found at {CHROMIUM} (apt-get install chromium)")
+    with sync_playwright() as pw:
+        launched = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    tab = context.new_page()
+    problems: list[str] = []
+    tab.on("pageerror", lambda exc: problems.append(str(exc)))
+    tab.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    tab.on("dialog", lambda dialog: dialog.accept())  # confirm() on destructive buttons
+    yield tab
+    context.close()
+    assert problems == [], problems  # no script errors, no CSP violations, no 404 assets
+
+
+def test_main_pages_load(site: Site, page: Page) -> None:
+    shots = os.environ.get("CONVEYOR_SCREENSHOTS")
+    for name, path in MAIN_PAGES.items():
+        page.goto(site.server.url + path)
+        assert page.locator("h1").first.is_visible()
+        assert page.locator("header nav a.on").count() == 1
+        if shots:
+            if name == "overview":  # let the chart take a few samples
+                chart = page.locator("#chart-rate polyline").first
+                chart.wait_for(state="attached", timeout=15_000)
+            page.screenshot(path=str(Path(shots) / f"{name}.png"), full_page=True)
+    if shots:
+        for name, path in (("job", f"/jobs/{site.seeded.ids['dead']}"),
+                           ("batch", f"/batches/{site.seeded.batch_id}")):
+            page.goto(site.server.url + path)
+            page.screenshot(path=str(Path(shots) / f"{name}.png"), full_page=True)
+
+
+def test_script_content_in_args_stays_text(site: Site, page: Page) -> None:
+    hits: list[Any] = []
+    page.on("dialog", lambda dialog: hits.append(dialog.message))
+    page.goto(f"{site.server.url}/jobs/{site.seeded.ids['xss']}")
+    assert "<script>alert('pwned')</script>" in page.locator("pre").first.inner_text()
+    page.goto(f"{site.server.url}/jobs")
+    page.wait_for_timeout(0)
+    assert hits == []
+
+
+def test_retry_button_retries_a_dead_job(site: Site, page: Page) -> None:
+    dead = site.seeded.ids["dead"]
+    page.goto(f"{site.server.url}/dead")
+    page.check(f"input[name=ids][value='{dead}']")
+    page.click("button:has-text('Retry selected')")
+    page.wait_for_url("**/dead?flash=*")
+    assert "retried 1 job(s)" in page.locator(".flash").inner_text()
+    assert site.state("dead") == "pending"
+
+
+def test_retry_on_the_job_page(site: Site, page: Page) -> None:
+    page.goto(f"{site.server.url}/jobs/{site.seeded.ids['failed']}")
+    page.click("form.inline button:has-text('Retry')")
+    page.wait_for_url("**flash=*")
+    assert site.state("failed") == "pending"
+    assert "retried" in page.locator(".timeline").inner_text()
+
+
+def test_pause_button(site: Site, page: Page) -> None:
+    page.goto(f"{site.server.url}/queues")
+    page.locator("tr", has_text="exports").locator("button:has-text('Pause')").click()
+    page.wait_for_url("**flash=*")
+    assert {q.name: q.paused for q in site.app.storage.queues()}["exports"]
+    assert page.locator("tr", has_text="exports").locator("button:has-text('Resume')").count()
+
+
+def test_batch_progress_bar_advances_without_reload(site: Site, page: Page) -> None:
+    page.goto(f"{site.server.url}/batches/{site.seeded.batch_id}")
+    bar = "#live .progress"
+    assert page.get_attribute(bar, "data-percent") == "0.0"
+    page.evaluate("window.__sameDocument = true")  # gone if the page were reloaded
+    st = site.app.storage
+    run_one(st, "exports", Outcome.SUCCEEDED)
+    run_one(st, "exports", Outcome.FAILED, message="row 3: bad SKU")
+    # selector waits, not wait_for_function: the dashboard's CSP forbids eval, rightly
+    page.locator(f"{bar}[data-percent='50.0']").wait_for(timeout=15_000)
+    run_one(st, "exports", Outcome.SUCCEEDED)
+    run_one(st, "exports", Outcome.SUCCEEDED)
+    page.locator(f"{bar}[data-percent='100.0']").wait_for(timeout=15_000)
+    assert page.evaluate("window.__sameDocument") is True
+    page.click("a.tab:has-text('failed')")
+    assert "row 3: bad SKU" in page.locator("table.jobs").inner_text()
+
+
+def test_overview_chart_draws(site: Site, page: Page) -> None:
+    page.goto(site.server.url + "/")
+    page.locator("#chart-queues polyline").nth(1).wait_for(state="attached", timeout=15_000)
+    assert page.locator("#chart-queues-legend .key").all_inner_texts() == ["default", "exports"]

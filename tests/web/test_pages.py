@@ -1,0 +1,91 @@
+"""Every page and API over real HTTP: content, escaping, GET never changes state."""
+
+from __future__ import annotations
+
+import html
+import json
+
+import pytest
+
+from tests.web.conftest import Site
+from tests.web.seed import XSS
+
+PAGES = ["/", "/queues", "/jobs", "/jobs?state=dead", "/jobs?queue=exports", "/scheduled",
+         "/retrying", "/dead", "/batches", "/workers"]
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_pages_load_with_nav_and_security_headers(site: Site, path: str) -> None:
+    reply = site.client().get(path)
+    assert reply.status == 200
+    assert '<nav><a href="/"' in reply.body and 'id="live"' in reply.body
+    assert "script-src 'self'" in reply.headers["content-security-policy"]
+    assert reply.headers["x-frame-options"] == "DENY"
+
+
+def test_partial_returns_only_the_live_region(site: Site) -> None:
+    reply = site.client().get("/jobs?state=dead&partial=1")
+    assert reply.status == 200 and "<html" not in reply.body
+    assert site.seeded.ids["dead"] in reply.body
+
+
+def test_job_arguments_and_messages_are_escaped_everywhere(site: Site) -> None:
+    client = site.client()
+    xss_id = site.seeded.ids["xss"]
+    for path in ("/jobs", f"/jobs/{xss_id}", "/workers", f"/batches/{site.seeded.batch_id}"):
+        body = client.get(path).body
+        assert "<script>alert" not in body, path
+    assert html.escape(XSS) in client.get(f"/jobs/{xss_id}").body
+
+
+def test_job_page_shows_timeline_and_traceback(site: Site) -> None:
+    body = site.client().get(f"/jobs/{site.seeded.ids['dead']}").body
+    for needle in ("Timeline", "enqueued", "started", "gave up", "ConnectionError",
+                   "inventory service down", "File &quot;shop.py&quot;, line 9"):
+        assert needle in body
+
+
+def test_lists_show_the_right_jobs(site: Site) -> None:
+    client = site.client()
+    ids = site.seeded.ids
+    assert ids["dead"] in client.get("/dead").body
+    assert ids["dead"] not in client.get("/retrying").body
+    assert ids["retrying"] in client.get("/retrying").body
+    assert ids["scheduled"] in client.get("/scheduled").body
+    assert "host-a" in client.get("/workers").body
+    batch = client.get(f"/batches/{site.seeded.batch_id}").body
+    assert "import products.csv" in batch and 'data-percent="0.0"' in batch
+
+
+def test_json_api_and_metrics(site: Site) -> None:
+    client = site.client()
+    stats = json.loads(client.get("/api/stats").body)
+    assert stats["totals"]["pending"] == 5 and stats["workers"]["busy"] == 1
+    job = json.loads(client.get(f"/api/jobs/{site.seeded.ids['dead']}").body)
+    assert job["state"] == "dead" and job["errors_detail"][0]["type"] == "ConnectionError"
+    batch = json.loads(client.get(f"/api/batches/{site.seeded.batch_id}").body)
+    assert batch["total"] == 4
+    assert json.loads(client.get("/api/workers").body)[0]["id"] == site.seeded.worker_id
+    metrics = client.get("/metrics")
+    assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert 'conveyor_queue_jobs{queue="default",state="dead"} 1' in metrics.body
+    assert "conveyor_batches_active 1" in metrics.body
+
+
+def test_unknown_things_are_404(site: Site) -> None:
+    client = site.client()
+    assert client.get("/jobs/nope").status == 404
+    assert client.get("/api/jobs/nope").status == 404
+    assert client.get("/nowhere").status == 404
+    assert client.get("/static/../app.py").status == 404
+    assert client.get("/static/app.js").status == 200
+
+
+def test_get_never_changes_state(site: Site) -> None:
+    client = site.client()
+    dead = site.seeded.ids["dead"]
+    for path in (f"/action?op=retry&ids={dead}", f"/jobs/{dead}?op=retry",
+                 "/action?op=pause&queue=default"):
+        assert client.get(path).status in (404, 200)
+    assert site.state("dead") == "dead"
+    assert not any(q.paused for q in site.app.storage.queues())
