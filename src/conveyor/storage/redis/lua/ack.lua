@@ -32,7 +32,8 @@ end
 local function finish(id, job, state, msg, err)
   local FINAL = {succeeded = K_SUCCEEDED, failed = K_FAILED, dead = K_DEAD,
                  cancelled = K_CANCELLED}
-  redis.call('ZADD', FINAL[state], NOW, id)
+  local K_FINAL = FINAL[state]
+  redis.call('ZADD', K_FINAL, NOW, id)
   job.fa = NOW
   if state == 'succeeded' then
     count(K_META, 'p', job.n)
