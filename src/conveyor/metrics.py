@@ -131,13 +131,13 @@ class Histogram:
                  buckets: Sequence[float] = DEFAULT_BUCKETS) -> None:
         self.name, self.help, self.label_names = name, help_text, tuple(label_names)
         self.buckets = tuple(sorted(buckets))
-        self._series: dict[tuple[str, ...], list[float]] = {}  # bucket counts + [sum, count]
+        self._series: dict[tuple[str, ...], list[float]] = {}  # per-bucket counts, +Inf, sum, count
         self._lock = threading.Lock()
 
     def observe(self, value: float, *label_values: str) -> None:
         """Record one observation."""
         with self._lock:
-            series = self._series.setdefault(label_values, [0.0] * (len(self.buckets) + 2))
+            series = self._series.setdefault(label_values, [0.0] * (len(self.buckets) + 3))
             series[bisect.bisect_left(self.buckets, value)] += 1
             series[-2] += value
             series[-1] += 1
