@@ -16,10 +16,11 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture
-def app(tmp_path: Path, clock: FakeClock) -> Iterator[Conveyor]:
-    """An app on its own SQLite file."""
-    conveyor = Conveyor(f"sqlite:///{tmp_path}/t.db", clock=clock)
+@pytest.fixture(params=["sqlite", "memory"])
+def app(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Conveyor]:
+    """An app on its own SQLite file (the default engine), and on ``memory://`` (for tests)."""
+    url = f"sqlite:///{tmp_path}/t.db" if request.param == "sqlite" else "memory://"
+    conveyor = Conveyor(url, clock=clock)
     try:
         yield conveyor
     finally:
