@@ -118,7 +118,9 @@ class SqliteStorage(SqliteInspector):
         self, cur: Any, now: float, queue: str, need: int, params: dict[str, Any]
     ) -> list[Any]:
         gated = cur.execute(
-            "SELECT 1 FROM jobs WHERE state = 'pending' AND gated = 1 AND queue = ? LIMIT 1",
+            # The planner prefers (state, queue) and scans every pending job without the hint.
+            "SELECT 1 FROM jobs INDEXED BY jobs_ready_gated "
+            "WHERE state = 'pending' AND gated = 1 AND queue = ? LIMIT 1",
             (queue,),
         ).fetchone()
         if gated:
