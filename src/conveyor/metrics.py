@@ -15,7 +15,8 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
@@ -178,33 +179,32 @@ class MetricsMiddleware:
                                    "Run time of jobs executed by this process.",
                                    ("queue", "name", "outcome"), buckets)
 
-    def __call__(self, ctx: JobLike, call_next: Callable[[], Any]) -> Any:
-        """Time a synchronous job."""
+    @contextmanager
+    def _timed(self, ctx: JobLike) -> Iterator[list[str]]:
+        """Observe the block's duration; the caller sets ``outcome[0]`` when it returns."""
         start = time.perf_counter()
-        outcome = "error"
+        outcome = ["error"]
         try:
-            result = call_next()
-            outcome = "succeeded"
-            return result
+            yield outcome
         except Fail:
-            outcome = "failed"
+            outcome[0] = "failed"
             raise
         finally:
-            self.histogram.observe(time.perf_counter() - start, ctx.queue, ctx.name, outcome)
+            self.histogram.observe(time.perf_counter() - start, ctx.queue, ctx.name, outcome[0])
+
+    def __call__(self, ctx: JobLike, call_next: Callable[[], Any]) -> Any:
+        """Time a synchronous job."""
+        with self._timed(ctx) as outcome:
+            result = call_next()
+            outcome[0] = "succeeded"
+            return result
 
     async def run_async(self, ctx: JobLike, call_next: Callable[[], Awaitable[Any]]) -> Any:
         """Time an async job."""
-        start = time.perf_counter()
-        outcome = "error"
-        try:
+        with self._timed(ctx) as outcome:
             result = await call_next()
-            outcome = "succeeded"
+            outcome[0] = "succeeded"
             return result
-        except Fail:
-            outcome = "failed"
-            raise
-        finally:
-            self.histogram.observe(time.perf_counter() - start, ctx.queue, ctx.name, outcome)
 
     def render(self) -> str:
         """Exposition text of this process's histogram."""

@@ -7,7 +7,15 @@ import sys
 import time
 from typing import Any, TextIO
 
-from conveyor.cli.common import add_source_args, guarded, open_backend, print_json, short, table
+from conveyor.cli.common import (
+    add_source_args,
+    emit,
+    guarded,
+    open_backend,
+    print_json,
+    short,
+    table,
+)
 from conveyor.job import ALL_STATES
 from conveyor.storage.base import Inspector
 from conveyor.web.views import batch_state, batch_view, fmt_duration, fmt_time, get_batch
@@ -68,8 +76,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     """A batch's counts, timings, ETA and failures."""
     with open_backend(args) as backend:
         view = batch_view(backend, args.batch_id)
-    print_json(view) if args.json else print(format_batch(view))
-    return 0
+    return emit(args, view, format_batch)
 
 
 def format_batch(view: dict[str, Any]) -> str:

@@ -9,28 +9,18 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib
 import json
 import os
 import sqlite3
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any
 
+from conveyor.cli.worker import load_app
 from conveyor.errors import ConveyorError, StorageUnavailable
 from conveyor.storage import DEFAULT_URL, Backend, open_storage, redact
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-class AppLike(Protocol):
-    """What the CLI needs from a ``conveyor.Conveyor`` loaded with ``--app``."""
-
-    @property
-    def storage(self) -> Backend:
-        """The application's opened backend."""
-        ...
 
 
 def add_source_args(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
@@ -48,31 +38,12 @@ def storage_url(args: argparse.Namespace) -> str:
     return str(args.url or os.environ.get("CONVEYOR_URL") or DEFAULT_URL)
 
 
-def load_app(spec: str) -> Any:
-    """Import ``module:attribute`` (the current directory is importable, like ``python -m``)."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConveyorError(f"--app must look like module:attribute, got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConveyorError(f"cannot import app module {module_name!r}: {exc}") from exc
-    obj = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ConveyorError(f"module {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    return obj
-
 
 @contextmanager
 def open_backend(args: argparse.Namespace) -> Iterator[Backend]:
     """The storage the command line names; closed on exit when this command opened it."""
     if args.app:
-        app: AppLike = load_app(args.app)
-        yield app.storage
+        yield load_app(args.app).storage
         return
     backend = open_storage(storage_url(args))
     try:
@@ -107,6 +78,15 @@ def guarded(func: Handler) -> Handler:
 def print_json(data: Any) -> None:
     """Pretty JSON on stdout."""
     print(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def emit(args: argparse.Namespace, view: Any, as_text: Callable[[Any], str]) -> int:
+    """Print a view as JSON (``--json``) or as text; returns exit code 0."""
+    if args.json:
+        print_json(view)
+    else:
+        print(as_text(view))
+    return 0
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -9,11 +9,11 @@ from conveyor.app import Conveyor
 from conveyor.cli.common import (
     add_source_args,
     guarded,
-    load_app,
     parse_json_arg,
     print_json,
     storage_url,
 )
+from conveyor.cli.worker import load_app
 from conveyor.errors import ConveyorError
 
 
@@ -41,7 +41,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     job_args = parse_json_arg(args.args, "--args", list)
     job_kwargs = parse_json_arg(args.kwargs, "--kwargs", dict)
     if args.app:
-        app: Conveyor = load_app(args.app)
+        app = load_app(args.app)
         if app.registry.get(args.name) is None and not args.force:
             known = ", ".join(sorted(app.registry.names())) or "none"
             raise ConveyorError(f"no job named {args.name!r} in {args.app} (registered: "

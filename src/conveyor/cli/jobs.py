@@ -7,6 +7,7 @@ from typing import Any
 
 from conveyor.cli.common import (
     add_source_args,
+    emit,
     guarded,
     open_backend,
     print_json,
@@ -103,11 +104,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     """Print a job in full."""
     with open_backend(args) as backend:
         view = job_view(get_job(backend, args.job_id))
-    if args.json:
-        print_json(view)
-        return 0
-    print(format_job(view))
-    return 0
+    return emit(args, view, format_job)
 
 
 def format_job(view: dict[str, Any]) -> str:

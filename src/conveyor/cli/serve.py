@@ -7,7 +7,8 @@ import os
 import threading
 from typing import Any
 
-from conveyor.cli.common import add_source_args, guarded, load_app, open_backend, storage_url
+from conveyor.cli.common import add_source_args, guarded, open_backend, storage_url
+from conveyor.cli.worker import load_app
 from conveyor.errors import ConveyorError
 from conveyor.metrics import render_inspector, serve_metrics
 from conveyor.storage import open_storage, redact

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from conveyor.cli.common import add_source_args, guarded, open_backend, print_json, table
+from conveyor.cli.common import add_source_args, emit, guarded, open_backend, table
 from conveyor.web.views import fmt_duration, stats_view
 
 
@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
         p = sub.add_parser(name, help=helptext)
         p.add_argument("queue", nargs="+", help="queue name(s)")
         add_source_args(p, json_flag=False)
-        p.set_defaults(func=cmd_pause if name == "pause" else cmd_resume)
+        p.set_defaults(func=cmd_pause_resume, action=name)
 
 
 @guarded
@@ -27,11 +27,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     """Print one row per queue, then the totals and worker slot usage."""
     with open_backend(args) as backend:
         view = stats_view(backend)
-    if args.json:
-        print_json(view)
-        return 0
-    print(format_stats(view))
-    return 0
+    return emit(args, view, format_stats)
 
 
 def format_stats(view: dict[str, Any]) -> str:
@@ -57,20 +53,11 @@ def format_stats(view: dict[str, Any]) -> str:
 
 
 @guarded
-def cmd_pause(args: argparse.Namespace) -> int:
-    """Pause each named queue."""
+def cmd_pause_resume(args: argparse.Namespace) -> int:
+    """Pause or resume each named queue."""
     with open_backend(args) as backend:
+        change = backend.pause_queue if args.action == "pause" else backend.resume_queue
         for queue in args.queue:
-            backend.pause_queue(queue)
-            print(f"paused {queue}")
-    return 0
-
-
-@guarded
-def cmd_resume(args: argparse.Namespace) -> int:
-    """Resume each named queue."""
-    with open_backend(args) as backend:
-        for queue in args.queue:
-            backend.resume_queue(queue)
-            print(f"resumed {queue}")
+            change(queue)
+            print(f"{args.action}d {queue}")
     return 0

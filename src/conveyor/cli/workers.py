@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from conveyor.cli.common import add_source_args, guarded, open_backend, print_json, table
+from conveyor.cli.common import add_source_args, emit, guarded, open_backend, table
 from conveyor.errors import ConveyorError
 from conveyor.web.views import fmt_duration, fmt_time, workers_view
 
@@ -30,8 +30,7 @@ def cmd_workers(args: argparse.Namespace) -> int:
             raise ConveyorError("'workers list' takes no ids; did you mean 'workers quiet ID'?")
         with open_backend(args) as backend:
             view = workers_view(backend)
-        print_json(view) if args.json else print(format_workers(view))
-        return 0
+        return emit(args, view, format_workers)
     if not args.worker_ids:
         raise ConveyorError(f"'workers {args.action}' needs at least one worker id")
     with open_backend(args) as backend:
