@@ -127,6 +127,18 @@ class Batch:
             if not self.reopened:
                 self.app.storage.close_batch(self._id)
 
+    async def __aenter__(self) -> Batch:
+        """``async with app.batch(...)``: the same as ``with`` (storage calls are short)."""
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
     def _check_open(self) -> None:
         status = self.app.storage.get_batch(self._id)
         if status is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from conveyor import Conveyor, JobState
@@ -121,6 +123,18 @@ def test_status_lists_failures_and_jobs_with_events(app: Conveyor, row: JobFunct
     everything = app.batch_jobs(batch.id, limit=10)
     assert len(everything) == 4 and all(r.events for r in everything)
     assert [r.state for r in app.batch_jobs(batch.id, state=JobState.FAILED)] == [JobState.FAILED]
+
+
+def test_async_with_in_asyncio_code(app: Conveyor, row: JobFunction) -> None:
+    async def main() -> str:
+        async with app.batch() as batch:
+            row.enqueue(1)
+            await asyncio.sleep(0)
+            row.enqueue(2)
+        return batch.id
+
+    batch_id = asyncio.run(main())
+    assert (app.batch_status(batch_id)["total"], app.batch_status(batch_id)["closed"]) == (2, True)
 
 
 def test_status_of_an_unknown_batch(app: Conveyor) -> None:
