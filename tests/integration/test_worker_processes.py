@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -119,3 +120,19 @@ def test_supervisor_restarts_a_child_killed_with_9(
     supervisor.signal(signal.SIGTERM)
     assert supervisor.wait(30) == 0
     assert supervisor.children() == []
+
+
+def test_a_second_sigterm_hard_stops_at_once(
+    client: Conveyor, spawn: Callable[..., Worker], tmp_path: Path
+) -> None:
+    ref = _job(client, "hold").enqueue(str(tmp_path / "never"))
+    worker = spawn("-c", "1", "--timeout", "60")
+    assert until(lambda: _count(client, JobState.ACTIVE) == 1), worker.log()
+    worker.signal(signal.SIGTERM)
+    assert until(lambda: "stopping" in worker.log())
+    time.sleep(0.6)  # a repeat within 0.5 s is the same Ctrl-C seen twice, not a second one
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(15) == 0  # far sooner than --timeout 60
+    assert "second SIGTERM: hard shutdown now" in worker.log()
+    record = client.get_job(ref.id)
+    assert record is not None and record.state is JobState.PENDING

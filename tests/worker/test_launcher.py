@@ -230,3 +230,30 @@ def test_signal_pipe_hands_signals_to_the_main_loop() -> None:
     finally:
         pipe.restore()
     assert "test_signal_pipe_hands_signals_to_the_main_loop" in dump_stacks()
+
+
+def test_cancel_reaches_running_sync_and_async_jobs(live_app: Conveyor) -> None:
+    @live_app.job
+    def looping() -> str:
+        ctx = current_job()
+        for _ in range(1000):
+            if ctx.cancelled:
+                return "stopped early"
+            time.sleep(0.01)
+        return "ran to the end"
+
+    @live_app.job
+    async def waiting() -> None:
+        await asyncio.sleep(30)
+
+    refs = [looping.enqueue(), waiting.enqueue()]
+    config = WorkerConfig(concurrency=2, heartbeat_interval=0.05, lease=2.0)
+    launcher = Launcher(live_app, config)
+    launcher.start()
+    try:
+        assert _until(lambda: all(_state(live_app, r.id) is JobState.ACTIVE for r in refs))
+        for ref in refs:
+            assert live_app.cancel(ref.id) is JobState.ACTIVE
+        assert _until(lambda: all(_state(live_app, r.id) is JobState.CANCELLED for r in refs))
+    finally:
+        launcher.stop(5)
