@@ -57,6 +57,24 @@ _EXPIRE = (
     "SELECT id, state, batch_id FROM jobs WHERE state = 'pending' AND queue = ? "
     "AND deadline IS NOT NULL AND deadline < ?"
 )
+# Hinted: the planner otherwise sorts every scheduled job by run_at.
+_PROMOTE = (
+    "SELECT id, state, batch_id FROM jobs INDEXED BY jobs_due "
+    "WHERE state IN ('scheduled', 'retrying') AND run_at <= ? ORDER BY run_at LIMIT ?"
+)
+_RECLAIM = (
+    "SELECT id, state, batch_id, recoveries, queue, name FROM jobs INDEXED BY jobs_lease "
+    "WHERE state = 'active' AND lease_expires_at <= :now UNION ALL "
+    "SELECT id, state, batch_id, recoveries, queue, name FROM jobs "
+    "WHERE state = 'active' AND lease_expires_at IS NULL LIMIT :limit"
+)
+# Hinted: the planner otherwise walks every finished job of the state.
+_TRIM = "DELETE FROM jobs INDEXED BY jobs_finished WHERE finished_at < ? AND state = ?"
+_GATED = (
+    # Hinted: the planner prefers (state, queue) and scans every pending job.
+    "SELECT 1 FROM jobs INDEXED BY jobs_ready_gated "
+    "WHERE state = 'pending' AND gated = 1 AND queue = ? LIMIT 1"
+)
 _EXPIRED_MESSAGE = "deadline passed before the job could start"
 
 
@@ -117,12 +135,7 @@ class SqliteStorage(SqliteInspector):
     def _lease(
         self, cur: Any, now: float, queue: str, need: int, params: dict[str, Any]
     ) -> list[Any]:
-        gated = cur.execute(
-            # The planner prefers (state, queue) and scans every pending job without the hint.
-            "SELECT 1 FROM jobs INDEXED BY jobs_ready_gated "
-            "WHERE state = 'pending' AND gated = 1 AND queue = ? LIMIT 1",
-            (queue,),
-        ).fetchone()
+        gated = cur.execute(_GATED, (queue,)).fetchone()
         if gated:
             ids = flow.pick(cur, now, queue, need)
             if not ids:
@@ -210,11 +223,7 @@ class SqliteStorage(SqliteInspector):
         """Scheduled and retrying jobs whose time has come → pending."""
         with self._db.write() as cur:
             now = self.now()
-            rows = cur.execute(
-                "SELECT id, state, batch_id FROM jobs WHERE state IN ('scheduled', 'retrying') "
-                "AND run_at <= ? ORDER BY run_at LIMIT ?",
-                (now, limit),
-            ).fetchall()
+            rows = cur.execute(_PROMOTE, (now, limit)).fetchall()
             moves = jobs.move(cur, now, rows, JobState.PENDING, EventKind.ENQUEUED,
                               sets="ready_at = :now")
             batches.apply(cur, now, moves, jobs.insert)
@@ -226,13 +235,7 @@ class SqliteStorage(SqliteInspector):
         """Active jobs with an expired or missing lease → pending (or dead: a poison job)."""
         with self._db.write() as cur:
             now = self.now()
-            rows = cur.execute(
-                "SELECT id, state, batch_id, recoveries, queue, name FROM jobs "
-                "WHERE state = 'active' AND lease_expires_at <= :now UNION ALL "
-                "SELECT id, state, batch_id, recoveries, queue, name FROM jobs "
-                "WHERE state = 'active' AND lease_expires_at IS NULL LIMIT :limit",
-                {"now": now, "limit": limit},
-            ).fetchall()
+            rows = cur.execute(_RECLAIM, {"now": now, "limit": limit}).fetchall()
             back = [r[:3] for r in rows if r[3] + 1 <= max_recoveries]
             moves = jobs.move(cur, now, back, JobState.PENDING, EventKind.RECOVERED,
                               "lease expired", f"recoveries = recoveries + 1, {jobs.REQUEUE}")
@@ -278,9 +281,7 @@ class SqliteStorage(SqliteInspector):
                                 ("failed", retention.failed_seconds),
                                 ("dead", retention.dead_seconds),
                                 ("cancelled", retention.failed_seconds)):
-                removed += cur.execute(
-                    "DELETE FROM jobs WHERE state = ? AND finished_at < ?", (state, now - keep)
-                ).rowcount
+                removed += cur.execute(_TRIM, (now - keep, state)).rowcount
             removed += cur.execute(
                 "DELETE FROM jobs WHERE state = 'dead' AND id IN (SELECT id FROM jobs "
                 "WHERE state = 'dead' ORDER BY finished_at DESC LIMIT -1 OFFSET ?)",

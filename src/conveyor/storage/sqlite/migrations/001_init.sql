@@ -18,7 +18,7 @@ CREATE TABLE jobs (
     run_at            REAL,
     ready_at          REAL,          -- when it last became pending: FIFO order within a queue
     started_at        REAL,
-    finished_at       REAL,
+    finished_at       REAL,          -- set in terminal states only
     batch_id          TEXT,
     worker            TEXT,
     token             TEXT,
@@ -47,8 +47,7 @@ CREATE INDEX jobs_due ON jobs (run_at) WHERE state IN ('scheduled', 'retrying');
 CREATE INDEX jobs_lease ON jobs (lease_expires_at) WHERE state = 'active';
 CREATE INDEX jobs_state_queue ON jobs (state, queue);
 CREATE INDEX jobs_batch ON jobs (batch_id, state) WHERE batch_id IS NOT NULL;
-CREATE INDEX jobs_finished ON jobs (state, finished_at)
-    WHERE state IN ('succeeded', 'failed', 'dead', 'cancelled');
+CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX jobs_concurrency ON jobs (concurrency_key)
     WHERE state = 'active' AND concurrency_key IS NOT NULL;
 CREATE INDEX jobs_order ON jobs (order_key)

@@ -1,0 +1,42 @@
+"""The hot-path statements are served by their indexes (no table scans), whatever the data.
+
+Dequeue, promotion, lease recovery and retention must stay O(log n) with millions of finished
+rows; a query plan that scans ``jobs`` would make them O(n).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conveyor.clock import FakeClock
+from conveyor.storage.sqlite import acks, storage
+from conveyor.storage.sqlite.storage import open_sqlite
+
+PLANS: dict[str, tuple[str, Any, str]] = {
+    "dequeue": (storage._LEASE_FIRST, {"worker": "w", "now": 1.0, "expires": 2.0,
+                                       "queue": "q", "count": 10}, "jobs_ready"),
+    "expire": (storage._EXPIRE, ("q", 1.0), "jobs_ready_deadline"),
+    "gated": (storage._GATED, ("q",), "jobs_ready_gated"),
+    "promote": (storage._PROMOTE, (1.0, 10), "jobs_due"),
+    "reclaim": (storage._RECLAIM, {"now": 1.0, "limit": 10}, "jobs_lease"),
+    "trim": (storage._TRIM, (1.0, "succeeded"), "jobs_finished"),
+    "ack": (acks._SELECT, ('["a"]',), "sqlite_autoindex_jobs_1"),
+}
+
+
+@pytest.fixture
+def conn(tmp_path: Path) -> sqlite3.Connection:
+    open_sqlite(f"sqlite:///{tmp_path / 'plans.db'}", FakeClock()).close()
+    return sqlite3.connect(tmp_path / "plans.db")
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_hot_statement_uses_its_index(conn: sqlite3.Connection, name: str) -> None:
+    sql, params, index = PLANS[name]
+    plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+    assert any(index in step for step in plan), plan
+    assert not any(step.startswith("SCAN jobs") for step in plan), plan
