@@ -9,7 +9,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -179,31 +179,38 @@ class JobRef:
         ``timeout`` seconds (None waits forever) and ``JobNotFound`` if it is not stored.
         Polls with a backoff from 5 ms to 200 ms.
         """
-        limit = None if timeout is None else time.monotonic() + timeout
-        delay = _POLL_FIRST
-        while True:
-            record = self._finished_record()
-            if record is not None:
-                return _outcome(record)
-            time.sleep(self._pause(limit, delay, timeout))
-            delay = min(delay * 2, _POLL_MAX)
+        waits = self._waits(timeout)
+        try:
+            while True:
+                time.sleep(next(waits))
+        except StopIteration as finished:
+            return finished.value
 
     async def aresult(self, timeout: float | None = None) -> Any:
         """``result`` for asyncio code: waits with ``asyncio.sleep`` between reads."""
+        waits = self._waits(timeout)
+        try:
+            while True:
+                await asyncio.sleep(next(waits))
+        except StopIteration as finished:
+            return finished.value
+
+    def _waits(self, timeout: float | None) -> Generator[float, None, Any]:
+        """Yields each pause between reads; returns the outcome once the job is finished.
+
+        One generator serves the blocking and the asyncio waits, which differ only in how
+        they sleep.
+        """
         limit = None if timeout is None else time.monotonic() + timeout
         delay = _POLL_FIRST
         while True:
-            record = self._finished_record()
-            if record is not None:
+            record = self.status()
+            if record is None:
+                raise JobNotFound(f"job {self.id} is not stored (never enqueued, or trimmed)")
+            if record.state.terminal:
                 return _outcome(record)
-            await asyncio.sleep(self._pause(limit, delay, timeout))
+            yield self._pause(limit, delay, timeout)
             delay = min(delay * 2, _POLL_MAX)
-
-    def _finished_record(self) -> JobRecord | None:
-        record = self.status()
-        if record is None:
-            raise JobNotFound(f"job {self.id} is not stored (never enqueued, or trimmed)")
-        return record if record.state.terminal else None
 
     def _pause(self, limit: float | None, delay: float, timeout: float | None) -> float:
         """The next sleep: the backoff step, cut short at the limit; ``ResultTimeout`` past it."""

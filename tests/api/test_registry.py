@@ -98,3 +98,14 @@ def test_backoff_is_attempt_to_the_fourth_plus_15_plus_jitter(attempt: int) -> N
     for _ in range(50):
         seconds = backoff(attempt)
         assert attempt**4 + 15 <= seconds <= attempt**4 + 15 + 10 * (attempt + 1)
+
+
+def test_retry_in_hook_is_kept_for_the_worker(app: Conveyor) -> None:
+    def every_minute(attempt: int, exc: BaseException) -> float:
+        return 60.0 * attempt
+
+    @app.job(retry_in=every_minute)
+    def flaky() -> None: ...
+
+    hook = flaky.opts.retry_in
+    assert hook is not None and hook(3, ValueError()) == 180.0
