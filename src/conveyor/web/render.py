@@ -8,10 +8,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
-from conveyor.job import ALL_STATES
+from conveyor.job import JobState
 from conveyor.web.http import Request, Response
 from conveyor.web.views import fmt_time
 
+# Finished work fills the bar from the left, waiting work stays on the right.
+BAR_ORDER = (JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, JobState.CANCELLED,
+             JobState.ACTIVE, JobState.RETRYING, JobState.PENDING, JobState.SCHEDULED)
 NAV = (("/", "Overview"), ("/queues", "Queues"), ("/jobs", "Jobs"), ("/batches", "Batches"),
        ("/workers", "Workers"), ("/scheduled", "Scheduled"), ("/retrying", "Retrying"),
        ("/dead", "Dead"))
@@ -76,7 +79,7 @@ def progress(counts: dict[str, int], total: int, percent: float) -> str:
     """A stacked bar of per-state shares as inline SVG (no inline style, CSP-safe)."""
     x = 0.0
     rects = []
-    for state in ALL_STATES:
+    for state in BAR_ORDER:
         n = counts.get(state.value, 0)
         if not n or not total:
             continue
