@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,10 +17,13 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "memory", pytest.param("redis", marks=pytest.mark.redis)])
 def app(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Conveyor]:
-    """An app on its own SQLite file (the default engine), and on ``memory://`` (for tests)."""
+    """An app on its own SQLite file (the default engine), on ``memory://`` (for users' tests)
+    and on the session's real redis-server under a key prefix of its own."""
     url = f"sqlite:///{tmp_path}/t.db" if request.param == "sqlite" else "memory://"
+    if request.param == "redis":
+        url = request.getfixturevalue("redis_server").url + f"?prefix=t{os.urandom(4).hex()}"
     conveyor = Conveyor(url, clock=clock)
     try:
         yield conveyor
