@@ -208,19 +208,25 @@ class Conveyor:
         self, fn: JobFunction, items: Iterable[Any], *, return_refs: bool
     ) -> list[JobRef] | int:
         """What ``JobFunction.enqueue_many`` calls: one middleware pass per item, stored in
-        chunks (inside a batch block, through the batch's buffer)."""
+        chunks (inside a batch block, through the batch's buffer).
+
+        An item that cannot be stored (not JSON, too large) raises; the items before it are
+        stored all the same, as if they had been enqueued one by one.
+        """
         bulk = SpecBuffer(self.storage.enqueue)
         refs: list[JobRef] = []
         count = 0
-        for index, item in enumerate(items):
-            args, kwargs = split_item(item, index)
-            draft = self._draft(fn.name, fn.opts, args, kwargs, None, None)
-            ref = self.client_middleware.run_client(draft, partial(self._route, draft, bulk))
-            if ref is not None:
-                count += 1
-                if return_refs:
-                    refs.append(ref)
-        bulk.flush()
+        try:
+            for index, item in enumerate(items):
+                args, kwargs = split_item(item, index)
+                draft = self._draft(fn.name, fn.opts, args, kwargs, None, None)
+                ref = self.client_middleware.run_client(draft, partial(self._route, draft, bulk))
+                if ref is not None:
+                    count += 1
+                    if return_refs:
+                        refs.append(ref)
+        finally:
+            bulk.flush()
         return refs if return_refs else count
 
     def _draft(
@@ -228,6 +234,8 @@ class Conveyor:
         delay: float | timedelta | None, at: datetime | float | None,
     ) -> EnqueueDraft:
         scope = current_batch()
+        # Schedules use this process's clock (leases never do): a skew of a few seconds
+        # shifts a scheduled job by as much, which is harmless.
         return EnqueueDraft(
             name=name, args=list(args), kwargs=dict(kwargs), options=opts,
             run_at=run_at_from(self.clock.now(), delay, at),

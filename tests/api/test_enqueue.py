@@ -153,7 +153,11 @@ def test_enqueue_many_accepts_args_kwargs_and_pairs(app: Conveyor, add: JobFunct
     assert [(r.args, r.kwargs) for r in records] == [
         ([1], {}), ([2, 3], {}), ([], {"a": 4}), ([5], {"b": 6})]
     with pytest.raises(TypeError, match="item 1 is a str"):
-        add.enqueue_many([[1], "oops"])
+        add.enqueue_many([[10], "oops"])
+    with pytest.raises(PayloadError, match=r"args\[0\]: object is not JSON"):
+        add.enqueue_many([[11], [object()], [12]])
+    stored_args = [r.args for r in app.storage.list_jobs(queue="math", limit=100)]
+    assert sorted(stored_args) == [[], [1], [2, 3], [5], [10], [11]]  # items before a bad one
 
 
 def test_enqueue_many_of_100000_jobs(app: Conveyor, add: JobFunction) -> None:
