@@ -1,10 +1,9 @@
-"""Job records as the Lua scripts store them (one compact JSON object per job), and back.
+"""Jobs as the Lua scripts store them, and back.
 
-Short field names keep a pending job small: n name, q queue, p payload, s state, a attempt,
-e errors, r recoveries, m max_retries, to timeout, dl deadline, c created_at, sc scheduled at
-enqueue, ra run_at, pt pending since, sa started_at, fa finished_at, b batch, w worker, le lease
-expiry, tk lease token, lt last acknowledged token, cr cancel requested, res result, msg
-message, pg progress [done, total], fl flow control.
+Each job is two entries in its queue's hashes (see ``lua/_lib.lua``): ``jobs[id]``, static
+JSON the client writes once (n name, q queue, p payload, m max_retries, to timeout,
+dl deadline, ra run_at, b batch, fl flow), and ``state[id]``, the mutable fields joined by TAB
+(order in ``STATE_FIELDS``), a newline, then the NDJSON event log.
 """
 
 from __future__ import annotations
@@ -25,13 +24,22 @@ from conveyor.job import (
     decode_events,
 )
 
+STATE_FIELDS = ("s", "c", "a", "e", "r", "tk", "w", "le", "sa", "fa", "pt", "ra", "lt", "lo",
+                "cr", "pg", "n", "b", "dl", "sc")
+_FORBIDDEN = ("\t", "\n")
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
+_loads = json.JSONDecoder().decode
 
 
-def record_tail(spec: JobSpec) -> str:
-    """The stored record of a new job without its leading ``{`` and the state and creation
-    time, which enqueue.lua adds from the storage clock."""
-    out = (f'"n":{_dumps(spec.name)},"q":{_dumps(spec.queue)},"p":{_dumps(spec.payload)},'
+def check_text(what: str, value: str) -> None:
+    """Names, queues, batch and worker ids end up in TAB-separated state lines."""
+    if "\t" in value or "\n" in value:
+        raise ValueError(f"{what} {value!r} must not contain a tab or a newline")
+
+
+def static_json(spec: JobSpec) -> str:
+    """The immutable part of a job, written once at enqueue."""
+    out = (f'{{"n":{_dumps(spec.name)},"q":{_dumps(spec.queue)},"p":{_dumps(spec.payload)},'
            f'"m":{int(spec.max_retries)}')
     if spec.timeout is not None:
         out += f',"to":{float(spec.timeout)!r}'
@@ -46,22 +54,29 @@ def record_tail(spec: JobSpec) -> str:
     return out + "}"
 
 
-def enqueue_args(spec: JobSpec) -> tuple[str, str, str, str, str]:
-    """The five ARGV entries enqueue.lua takes per job."""
+def enqueue_args(spec: JobSpec) -> tuple[str, ...]:
+    """The eight ARGV entries enqueue.lua takes per job."""
+    if any(c in spec.name for c in _FORBIDDEN) or (
+            spec.batch_id and any(c in spec.batch_id for c in _FORBIDDEN)):
+        check_text("job name", spec.name)
+        check_text("batch id", spec.batch_id or "")
     flow = spec.flow
     ukey = flow.unique_key if flow is not None and flow.unique_key else ""
     ufor = repr(float(flow.unique_for)) if flow is not None and flow.unique_for else ""
-    run_at = repr(float(spec.run_at)) if spec.run_at is not None else ""
-    return spec.id, run_at, record_tail(spec), ukey, ufor
+    return (spec.id, repr(float(spec.run_at)) if spec.run_at is not None else "",
+            static_json(spec), spec.name, spec.batch_id or "",
+            repr(float(spec.deadline)) if spec.deadline is not None else "", ukey, ufor)
 
 
 def leased(row: Sequence[Any], queue: str) -> LeasedJob:
     """A ``LeasedJob`` from one row of dequeue.lua's reply."""
+    static = _loads(row[1])
+    timeout = static.get("to")
     return LeasedJob(
-        id=row[0], name=row[1], queue=queue, payload=row[2], token=row[3],
-        attempt=int(row[4]), errors=int(row[5]), max_retries=int(row[6]),
-        timeout=float(row[7]) if row[7] != "" else None,
-        batch_id=row[8] or None, recoveries=int(row[9]),
+        id=row[0], name=static["n"], queue=queue, payload=static["p"], token=row[2],
+        attempt=int(row[3]), errors=int(row[4] or 0), max_retries=int(static["m"]),
+        timeout=float(timeout) if timeout is not None else None,
+        batch_id=static.get("b"), recoveries=int(row[5] or 0),
     )
 
 
@@ -77,43 +92,54 @@ def progress_arg(progress: tuple[int, int] | None) -> str:
 
 def ack_args(ack: Ack) -> list[str]:
     """The nine ARGV entries ack.lua takes per acknowledgement."""
+    error = ack.error
     return [
-        ack.job_id, ack.token, ack.outcome.value, ack.result or "", ack.message or "",
-        _dumps(ack.error.to_wire()) if ack.error else "",
+        ack.job_id, ack.token, ack.outcome.value, ack.result or "",
+        ack.message or (error.message if error is not None else "") or "",
+        _dumps(error.to_wire()) if error is not None else "",
         repr(float(ack.retry_in)) if ack.retry_in is not None else "",
-        ndjson(ack.events), progress_arg(ack.progress),
+        ndjson(ack.events) if ack.events else "", progress_arg(ack.progress),
     ]
 
 
-def _opt_float(raw: dict[str, Any], key: str) -> float | None:
-    value = raw.get(key)
-    return float(value) if value is not None else None
+def _opt(value: str) -> float | None:
+    return float(value) if value else None
 
 
-def to_record(job_id: str, text: str, log: str | None, with_events: bool) -> JobRecord:
-    """A ``JobRecord`` from a stored record (and its event log when asked for)."""
-    raw: dict[str, Any] = json.loads(text)
-    pg = raw.get("pg")
+def to_record(job_id: str, static_text: str, state_text: str, result: str | None,
+              message: str | None, with_events: bool) -> JobRecord:
+    """A ``JobRecord`` from a job's stored entries (and its event log when asked for)."""
+    static: dict[str, Any] = _loads(static_text)
+    head, _, log = state_text.partition("\n")
+    f = dict(zip(STATE_FIELDS, head.split("\t"), strict=False))
+    done, _, total = f.get("pg", "").partition("/")
+    state = JobState(f["s"])
     record = JobRecord(
-        id=job_id, name=raw["n"], queue=raw["q"], payload=raw["p"], state=JobState(raw["s"]),
-        attempt=int(raw.get("a", 0)), errors=int(raw.get("e", 0)),
-        recoveries=int(raw.get("r", 0)), max_retries=int(raw.get("m", 25)),
-        timeout=_opt_float(raw, "to"), deadline=_opt_float(raw, "dl"),
-        created_at=float(raw["c"]), run_at=_opt_float(raw, "ra"),
-        started_at=_opt_float(raw, "sa"), finished_at=_opt_float(raw, "fa"),
-        batch_id=raw.get("b"), worker=raw.get("w"), lease_expires_at=_opt_float(raw, "le"),
-        cancel_requested=bool(raw.get("cr")), result=raw.get("res"), message=raw.get("msg"),
-        progress=(int(pg[0]), int(pg[1])) if isinstance(pg, list) and len(pg) == 2 else None,
-        flow=FlowControl.from_wire(raw.get("fl")),
+        id=job_id, name=static["n"], queue=static["q"], payload=static["p"], state=state,
+        attempt=int(f["a"] or 0), errors=int(f["e"] or 0), recoveries=int(f["r"] or 0),
+        max_retries=int(static.get("m", 25)), timeout=static.get("to"),
+        deadline=static.get("dl"), created_at=float(f["c"]),
+        run_at=_opt(f["ra"]) if f["ra"] else static.get("ra"),
+        started_at=_opt(f["sa"]), finished_at=_opt(f["fa"]), batch_id=static.get("b"),
+        worker=f["w"] or None, lease_expires_at=_opt(f["le"]) if state is JobState.ACTIVE
+        else None, cancel_requested=bool(f["cr"]), result=result, message=message,
+        progress=(int(done), int(total)) if total else None,
+        flow=FlowControl.from_wire(static.get("fl")),
     )
     if with_events:
-        # The creation event is implied by the record (saves memory on every pending job).
-        scheduled = bool(raw.get("sc"))
+        # The creation event is implied by the state line (saves memory on every job).
+        scheduled = bool(f.get("sc"))
         first = Event(ts=record.created_at,
                       kind=EventKind.SCHEDULED if scheduled else EventKind.ENQUEUED,
                       state=(JobState.SCHEDULED if scheduled else JobState.PENDING).value)
         record.events = [first, *decode_events(log)]
     return record
+
+
+def pending_since(state_text: str) -> float | None:
+    """When a pending job became pending, from its state line."""
+    f = dict(zip(STATE_FIELDS, state_text.partition("\n")[0].split("\t"), strict=False))
+    return float(f.get("pt") or f.get("c") or 0.0) or None
 
 
 def spec_to_json(spec: JobSpec) -> str:

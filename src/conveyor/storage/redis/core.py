@@ -18,7 +18,7 @@ from conveyor.storage.redis.scripts import Scripts
 
 log = logging.getLogger("conveyor.storage.redis")
 
-ENQUEUE_CHUNK = 2000  # jobs per enqueue.lua call: 10,000 ARGV, well within Lua's limits
+ENQUEUE_CHUNK = 2000  # jobs per enqueue.lua call; scripts unpack at most 2,000 values
 Move = Sequence[str]  # (batch id, job id, "state:queue") as the scripts report them
 
 
@@ -56,6 +56,7 @@ class RedisCore:
     def register_queue(self, name: str) -> QueueKeys:
         """The queue's keys, recording the queue in the registry the first time we see it."""
         if name not in self._queues:
+            codec.check_text("queue name", name)
             self.link.call("SADD", self.keys.queues, name)
             self._queues.add(name)
         return self.keys.queue(name)
@@ -107,10 +108,10 @@ class RedisCore:
             groups[spec.queue].append(i)
         for queue, idxs in groups.items():
             qk = self.register_queue(queue)
-            keys = [qk.jobs, qk.pending, qk.scheduled, qk.notify, qk.unique]
+            keys = [qk.jobs, qk.state, qk.pending, qk.scheduled, qk.notify, qk.unique]
             for start in range(0, len(idxs), ENQUEUE_CHUNK):
                 chunk = idxs[start:start + ENQUEUE_CHUNK]
-                args: list[str] = [self.now_arg()]
+                args: list[str] = [self.now_arg(), queue]
                 for i in chunk:
                     args.extend(codec.enqueue_args(specs[i]))
                 reply = self.scripts.run("enqueue", keys, args)
@@ -173,7 +174,7 @@ class RedisCore:
             for start in range(0, len(ids), ENQUEUE_CHUNK):
                 first, moves = self.scripts.run(
                     name, self.keys.queue(queue).admin(),
-                    [self.now_arg(), *ids[start:start + ENQUEUE_CHUNK]])
+                    [self.now_arg(), queue, *ids[start:start + ENQUEUE_CHUNK]])
                 self.sync_batches(moves)
                 replies.append(first)
         return replies

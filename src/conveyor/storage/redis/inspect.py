@@ -29,10 +29,10 @@ class RedisInspector(RedisCore):
         day = int(now // 86400)
         latency = 0.0
         oldest = self.link.call("LINDEX", qk.pending, -1)
-        raw = self.link.call("HGET", qk.jobs, oldest) if oldest else None
-        if raw:
-            record = json.loads(raw)
-            latency = max(0.0, now - float(record.get("pt", record["c"])))
+        raw = self.link.call("HGET", qk.state, oldest) if oldest else None
+        since = codec.pending_since(raw) if raw else None
+        if since is not None:
+            latency = max(0.0, now - since)
         return QueueStats(
             name=name, pending=self.link.call("LLEN", qk.pending),
             scheduled=self.link.call("ZCARD", qk.scheduled),
@@ -57,10 +57,14 @@ class RedisInspector(RedisCore):
         if not ids:
             return []
         qk = self.keys.queue(queue)
-        raws = self.link.call("HMGET", qk.jobs, *ids)
-        logs = self.link.call("HMGET", qk.events, *ids) if with_events else [None] * len(ids)
-        return [codec.to_record(i, raw, log, with_events)
-                for i, raw, log in zip(ids, raws, logs, strict=True) if raw]
+        statics = self.link.call("HMGET", qk.jobs, *ids)
+        states = self.link.call("HMGET", qk.state, *ids)
+        results = self.link.call("HMGET", qk.results, *ids)
+        messages = self.link.call("HMGET", qk.messages, *ids)
+        return [codec.to_record(i, static, state, result, message, with_events)
+                for i, static, state, result, message
+                in zip(ids, statics, states, results, messages, strict=True)
+                if static and state]
 
     def _index_ids(self, queue: str, state: JobState, start: int, stop: int) -> list[str]:
         """Ids in ``state`` oldest first, positions ``start``..``stop`` (inclusive)."""

@@ -15,8 +15,8 @@ from functools import lru_cache
 class QueueKeys:
     """The keys of one queue (all in one hash slot)."""
 
-    jobs: str  # hash: job id -> record JSON
-    events: str  # hash: job id -> NDJSON event log
+    jobs: str  # hash: job id -> static JSON (name, payload, options), written once
+    state: str  # hash: job id -> TAB-separated mutable fields, "\n", NDJSON event log
     pending: str  # list: LPUSH new, RPOP oldest
     scheduled: str  # zset: run_at
     active: str  # zset: lease expiry
@@ -28,6 +28,8 @@ class QueueKeys:
     meta: str  # hash: paused flag, outcome counters
     notify: str  # list: wake-up tokens for idle workers (BLPOP)
     unique: str  # hash: unique key -> "expiry|job id"
+    results: str  # hash: job id -> result JSON of a succeeded job
+    messages: str  # hash: job id -> the job's last message (failure reason, error)
 
     def by_state(self, state: str) -> str:
         """The index key holding jobs in ``state``."""
@@ -35,9 +37,9 @@ class QueueKeys:
 
     def admin(self) -> list[str]:
         """KEYS of cancel/requeue/kill/delete.lua."""
-        return [self.jobs, self.events, self.pending, self.scheduled, self.active,
+        return [self.jobs, self.state, self.pending, self.scheduled, self.active,
                 self.retrying, self.succeeded, self.failed, self.dead, self.cancelled,
-                self.meta, self.notify]
+                self.meta, self.notify, self.results, self.messages]
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,8 @@ from conveyor.storage.redis.inspect import RedisInspector
 log = logging.getLogger("conveyor.storage.redis")
 
 ACK_PATIENCE = 60.0  # an acknowledgement is retried through outages this long, never dropped
-ACK_CHUNK = 1000
+ACK_CHUNK = 1000  # acks per ack.lua call
+MAX_DEQUEUE = 1000  # jobs per dequeue.lua call
 SCAN_COUNT = 200  # job records checked per queue and reclaim call for lost lease entries
 MAX_BLOCK = 25.0  # seconds; below the socket timeout
 
@@ -71,15 +72,16 @@ class RedisStorage(RedisInspector):
     ) -> list[LeasedJob]:
         """Lease up to ``count`` jobs, one script call per queue until filled."""
         out: list[LeasedJob] = []
+        codec.check_text("worker id", worker_id)
         prefix = os.urandom(8).hex() + "."
         for queue in queues:
             if len(out) >= count:
                 break
             qk = self.keys.queue(queue)
             rows, moves = self.scripts.run(
-                "dequeue", [qk.pending, qk.active, qk.jobs, qk.events, qk.meta, qk.dead],
-                [self.now_arg(), worker_id, count - len(out), repr(float(lease_seconds)),
-                 prefix, "/" + queue])
+                "dequeue", [qk.pending, qk.active, qk.jobs, qk.state, qk.meta, qk.dead],
+                [self.now_arg(), queue, worker_id, min(count - len(out), MAX_DEQUEUE),
+                 repr(float(lease_seconds)), prefix])
             out.extend(codec.leased(row, queue) for row in rows)
             self.sync_batches(moves)
         return out
@@ -138,9 +140,9 @@ class RedisStorage(RedisInspector):
     def _ack_call(self, queue: str, acks: Sequence[Ack], idxs: list[int],
                   mode: str) -> list[list[object]]:
         qk = self.keys.queue(queue)
-        keys = [qk.jobs, qk.events, qk.active, qk.pending, qk.retrying, qk.succeeded,
-                qk.failed, qk.dead, qk.cancelled, qk.meta, qk.notify]
-        args = [self.now_arg(), mode]
+        keys = [qk.state, qk.active, qk.pending, qk.retrying, qk.succeeded, qk.failed,
+                qk.dead, qk.cancelled, qk.meta, qk.notify, qk.results, qk.messages]
+        args = [self.now_arg(), queue, mode]
         for i in idxs:
             args.extend(codec.ack_args(acks[i]))
         reply: list[list[object]] = self.scripts.run("ack", keys, args, patience=ACK_PATIENCE)
@@ -165,8 +167,9 @@ class RedisStorage(RedisInspector):
             return False
         qk = self.keys.queue(queue)
         return bool(self.scripts.run(
-            "log", [qk.jobs, qk.events],
-            [self.now_arg(), job_id, token, codec.ndjson(events), codec.progress_arg(progress)]))
+            "log", [qk.state],
+            [self.now_arg(), queue, job_id, token, codec.ndjson(events),
+             codec.progress_arg(progress)]))
 
     def heartbeat(
         self, info: WorkerInfo, leases: Mapping[str, str], lease_seconds: float
@@ -184,8 +187,8 @@ class RedisStorage(RedisInspector):
         for queue, flat in by_queue.items():
             qk = self.keys.queue(queue)
             gone, cancelled = self.scripts.run(
-                "extend", [qk.jobs, qk.active],
-                [self.now_arg(), repr(float(lease_seconds)), *flat])
+                "extend", [qk.state, qk.active],
+                [self.now_arg(), queue, repr(float(lease_seconds)), *flat])
             lost.update(gone)
             cancel.update(cancelled)
         now = self.now()
@@ -210,8 +213,8 @@ class RedisStorage(RedisInspector):
             qk = self.keys.queue(queue)
             moved, moves = self.scripts.run(
                 "promote",
-                [qk.scheduled, qk.retrying, qk.pending, qk.jobs, qk.notify, qk.events],
-                [self.now_arg(), limit])
+                [qk.scheduled, qk.retrying, qk.pending, qk.state, qk.notify],
+                [self.now_arg(), queue, limit])
             self.sync_batches(moves)
             total += int(moved)
         return total
@@ -224,9 +227,9 @@ class RedisStorage(RedisInspector):
             qk = self.keys.queue(queue)
             cursor = self._scan.get(queue, "0")
             done, moves, next_cursor = self.scripts.run(
-                "reclaim", [qk.active, qk.pending, qk.jobs, qk.events, qk.dead, qk.meta,
-                            qk.notify],
-                [self.now_arg(), max_recoveries, limit, cursor, SCAN_COUNT])
+                "reclaim", [qk.active, qk.pending, qk.state, qk.dead, qk.meta, qk.notify,
+                            qk.messages],
+                [self.now_arg(), queue, max_recoveries, limit, cursor, SCAN_COUNT])
             self._scan[queue] = next_cursor or "0"
             self.sync_batches(moves)
             total += int(done)
@@ -265,8 +268,9 @@ class RedisStorage(RedisInspector):
         for queue in self.known_queues():
             qk = self.keys.queue(queue)
             removed += int(self.scripts.run(
-                "trim", [qk.jobs, qk.events, qk.succeeded, qk.failed, qk.dead, qk.cancelled],
-                [self.now_arg(), retention.succeeded_seconds, retention.failed_seconds,
+                "trim", [qk.jobs, qk.state, qk.succeeded, qk.failed, qk.dead, qk.cancelled,
+                         qk.results, qk.messages],
+                [self.now_arg(), queue, retention.succeeded_seconds, retention.failed_seconds,
                  retention.dead_seconds, retention.dead_max, 10_000]))
         now = self.now()
         self._trim_batches(now - retention.batch_seconds)

@@ -1,6 +1,12 @@
 -- _lib.lua: helpers prepended to every script by scripts.py (not a script by itself).
 -- ARGV[1] is always the storage clock's "now" in epoch seconds, or '' for the server's TIME.
 -- Key-holding variables are named K_* and are only ever assigned from KEYS[i].
+--
+-- A job is stored in two hash entries of its queue:
+--   jobs[id]  = immutable JSON written by the client: name, payload, options ("static")
+--   state[id] = the mutable fields below joined by TAB, then "\n", then the NDJSON event log.
+-- Parsing a TAB line and concatenating strings is far cheaper in Lua than cjson round trips,
+-- and reading or writing a whole page of jobs takes one HMGET/HSET.
 local function server_now()
   if ARGV[1] ~= '' then return tonumber(ARGV[1]) end
   local t = redis.call('TIME')
@@ -8,44 +14,83 @@ local function server_now()
 end
 local NOW = server_now()
 local NOWS = string.format('%.6f', NOW)
+local DAY = math.floor(NOW / 86400)
 local TERMINAL = {succeeded = true, failed = true, dead = true, cancelled = true}
+local WAITING = {pending = true, scheduled = true, retrying = true}
 
--- One NDJSON event line; the timestamp is spliced in by hand because cjson keeps 14 digits.
-local function event_line(kind, state, job, msg, data)
-  local e = {k = kind}
-  if state then e.s = state end
-  if msg and msg ~= '' then e.m = msg end
-  if job and job.w then e.w = job.w end
-  if job and job.a and job.a > 0 then e.a = job.a end
-  if data then e.d = data end
-  return '{"t":' .. NOWS .. ',' .. string.sub(cjson.encode(e), 2) .. '\n'
+-- Field positions in the state line.
+local S, C, A, E, R, TK, W, LE, SA, FA, PT, RA, LT, LO, CR, PG, N, B, DL, SC =
+  1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20
+local NF = 20
+
+local function parse(raw)
+  local nl = string.find(raw, '\n', 1, true)
+  local head, events = raw, ''
+  if nl then
+    head = string.sub(raw, 1, nl - 1)
+    events = string.sub(raw, nl + 1)
+  end
+  local f, pos = {}, 1
+  for i = 1, NF - 1 do
+    local tab = string.find(head, '\t', pos, true)
+    f[i] = string.sub(head, pos, tab - 1)
+    pos = tab + 1
+  end
+  f[NF] = string.sub(head, pos)
+  return f, events
 end
 
-local function append_events(K_EVENTS, id, lines)
-  local old = redis.call('HGET', K_EVENTS, id)
-  if old then lines = old .. lines end
-  redis.call('HSET', K_EVENTS, id, lines)
+local function pack(f, events)
+  return table.concat(f, '\t', 1, NF) .. '\n' .. events
 end
 
-local function save(K_JOBS, id, job)
-  redis.call('HSET', K_JOBS, id, cjson.encode(job))
+local function num(value)
+  return tonumber(value) or 0
 end
 
-local function load(K_JOBS, id)
-  local raw = redis.call('HGET', K_JOBS, id)
-  if not raw then return nil end
-  return cjson.decode(raw)
+local JSON_CACHE = {}
+local function jstr(value)
+  local out = JSON_CACHE[value]
+  if not out then
+    out = cjson.encode(value)
+    JSON_CACHE[value] = out
+  end
+  return out
 end
 
--- All-time and per-day outcome counters of a queue, per job name (for metrics and stats).
-local function count(K_META, what, name)
-  redis.call('HINCRBY', K_META, what .. ':' .. name, 1)
-  redis.call('HINCRBY', K_META, what .. 'd:' .. math.floor(NOW / 86400), 1)
+-- One NDJSON event line; data_json is JSON text already.
+local function event_line(kind, state, f, msg, data_json)
+  local out = '{"t":' .. NOWS .. ',"k":"' .. kind .. '"'
+  if state then out = out .. ',"s":"' .. state .. '"' end
+  if msg and msg ~= '' then out = out .. ',"m":' .. cjson.encode(msg) end
+  if f and f[W] ~= '' then out = out .. ',"w":' .. jstr(f[W]) end
+  if f and f[A] ~= '0' and f[A] ~= '' then out = out .. ',"a":' .. f[A] end
+  if data_json and data_json ~= '' then out = out .. ',"d":' .. data_json end
+  return out .. '}\n'
 end
 
--- Batch bookkeeping is done by a second call (batch.lua); scripts report what moved.
-local function note_batch(list, job, id, state)
-  if job.b then list[#list + 1] = {job.b, id, state .. ':' .. job.q} end
+-- Outcome counters of the queue, per job name and per day, written once per call.
+local COUNTS = {}
+local function count(what, name)
+  local k1, k2 = what .. ':' .. name, what .. 'd:' .. DAY
+  COUNTS[k1] = (COUNTS[k1] or 0) + 1
+  COUNTS[k2] = (COUNTS[k2] or 0) + 1
+end
+local function flush_counts(K_META)
+  for field, by in pairs(COUNTS) do redis.call('HINCRBY', K_META, field, by) end
+end
+
+-- Variadic commands over long argument lists, in chunks below Lua's unpack limit.
+local function bulk(command, K_KEY, args)
+  local n = #args
+  for i = 1, n, 2000 do
+    redis.call(command, K_KEY, unpack(args, i, math.min(i + 1999, n)))
+  end
+end
+
+-- Batch bookkeeping is a second call (batch.lua); scripts report what moved.
+local function note_batch(list, f, id, state)
+  if f[B] ~= '' then list[#list + 1] = {f[B], id, state .. ':' .. ARGV[2]} end
 end
 
 -- Remove a job from whichever index its state keeps it in (pending is a list, the rest zsets).
@@ -58,9 +103,17 @@ local function unindex(K_INDEX, state, id)
 end
 
 local function notify(K_NOTIFY, n)
-  if n > 0 then
-    if n > 16 then n = 16 end
-    for _ = 1, n do redis.call('LPUSH', K_NOTIFY, '1') end
-    redis.call('LTRIM', K_NOTIFY, 0, 63)
+  if n > 0 and redis.call('LLEN', K_NOTIFY) < 16 then
+    for _ = 1, math.min(n, 16) do redis.call('LPUSH', K_NOTIFY, '1') end
   end
+end
+
+local function load(K_STATE, id)
+  local raw = redis.call('HGET', K_STATE, id)
+  if not raw then return nil, nil end
+  return parse(raw)
+end
+
+local function save(K_STATE, id, f, events)
+  redis.call('HSET', K_STATE, id, pack(f, events))
 end

@@ -1,122 +1,155 @@
 -- ack.lua: apply workers' outcomes for jobs of one queue, each fenced by its lease token.
--- KEYS: 1 jobs, 2 events, 3 active, 4 pending, 5 retrying, 6 succeeded, 7 failed, 8 dead,
---       9 cancelled, 10 meta, 11 notify
--- ARGV: 1 now|'', 2 mode: "plan" (apply jobs without a batch, report batch jobs) or
---       "apply" (apply everything), then 9 per ack: id, token, outcome, result|'',
+-- KEYS: 1 state, 2 active, 3 pending, 4 retrying, 5 succeeded, 6 failed, 7 dead,
+--       8 cancelled, 9 meta, 10 notify, 11 results (hash id -> result JSON),
+--       12 messages (hash id -> last message)
+-- ARGV: 1 now|'', 2 queue, 3 mode: "plan" (apply jobs without a batch, report batch jobs)
+--       or "apply" (apply everything), then 9 per ack: id, token, outcome, result|'',
 --       message|'', error data JSON|'', retry_in|'', own events NDJSON|'', progress "d/t"|''
 -- Returns: per ack {code, batch id|'', "state:queue"|''}: 1 applied (or the same outcome was
---          applied before with this token: a retried call), 0 refused (stale lease; an ack_refused event is recorded),
---          2 valid but its batch must be updated first (plan mode only).
-local K_JOBS = KEYS[1]
-local K_EVENTS = KEYS[2]
-local K_ACTIVE = KEYS[3]
-local K_PENDING = KEYS[4]
-local K_RETRYING = KEYS[5]
-local K_SUCCEEDED = KEYS[6]
-local K_FAILED = KEYS[7]
-local K_DEAD = KEYS[8]
-local K_CANCELLED = KEYS[9]
-local K_META = KEYS[10]
-local K_NOTIFY = KEYS[11]
-local ARGV_MESSAGE = ''
-local mode = ARGV[2]
-local pushed = 0
+--          applied before with this token: a retried call), 0 refused (stale lease; an
+--          ack_refused event is recorded), 2 valid but its batch must be updated first.
+local K_STATE = KEYS[1]
+local K_ACTIVE = KEYS[2]
+local K_PENDING = KEYS[3]
+local K_RETRYING = KEYS[4]
+local K_SUCCEEDED = KEYS[5]
+local K_FAILED = KEYS[6]
+local K_DEAD = KEYS[7]
+local K_CANCELLED = KEYS[8]
+local K_META = KEYS[9]
+local K_NOTIFY = KEYS[10]
+local K_RESULTS = KEYS[11]
+local K_MESSAGES = KEYS[12]
+local mode = ARGV[3]
+local TARGET = {retry = 'retrying', interrupted = 'pending', succeeded = 'succeeded',
+                failed = 'failed', dead = 'dead', cancelled = 'cancelled'}
+local FINAL = {succeeded = {}, failed = {}, dead = {}, cancelled = {}}
+local cur, touched, unleased, retrying, requeued, results, messages = {}, {}, {}, {}, {}, {}, {}
 
-local function target(outcome)
-  if outcome == 'retry' then return 'retrying' end
-  if outcome == 'interrupted' then return 'pending' end
-  return outcome
+local function get(id, raw)
+  local job = cur[id]
+  if job == nil and raw then
+    local f, events = parse(raw)
+    job = {f = f, events = events}
+    cur[id] = job
+  end
+  return job
+end
+
+local function put(id, job)
+  if not touched[id] then
+    touched[id] = true
+    touched[#touched + 1] = id
+  end
+  cur[id] = job
 end
 
 -- The worker owns the retry policy: it sends "dead" once attempts are exhausted.
-local function finish(id, job, state, msg, err)
-  local FINAL = {succeeded = K_SUCCEEDED, failed = K_FAILED, dead = K_DEAD,
-                 cancelled = K_CANCELLED}
-  local K_FINAL = FINAL[state]
-  redis.call('ZADD', K_FINAL, NOW, id)
-  job.fa = NOW
-  if state == 'succeeded' then
-    count(K_META, 'p', job.n)
-    return event_line('succeeded', state, job, ARGV_MESSAGE)
-  elseif state == 'failed' then
-    count(K_META, 'f', job.n)
-    return event_line('failed', state, job, msg, err)
-  elseif state == 'dead' then
-    if err then job.e = (job.e or 0) + 1 end
-    count(K_META, 'd', job.n)
-    return event_line('dead', state, job, msg, err)
+local function outcome_event(f, state, msg, err, delay)
+  if state == 'retrying' then
+    local data = '{"retry":true,"retry_in":' .. delay
+    if err ~= '' and err ~= '{}' then data = data .. ',' .. string.sub(err, 2) else
+      data = data .. '}' end
+    return event_line('error', state, f, msg, data)
+  elseif state == 'pending' then
+    if msg == '' then msg = 'interrupted by worker shutdown' end
+    return event_line('interrupted', state, f, msg)
+  elseif state == 'succeeded' or state == 'cancelled' then
+    return event_line(state, state, f, msg)
   end
-  return event_line('cancelled', state, job, msg)
+  return event_line(state, state, f, msg, err)
 end
 
 local function apply(i, id, job, state)
-  local result = ARGV[i + 3]
-  local err = nil
-  if ARGV[i + 5] ~= '' then err = cjson.decode(ARGV[i + 5]) end
-  ARGV_MESSAGE = ARGV[i + 4]
-  local msg = ARGV[i + 4]
-  if msg == '' and err and err.message then msg = err.message end
-  local lines = ARGV[i + 7]
-  if ARGV[i + 8] ~= '' then
-    local sep = string.find(ARGV[i + 8], '/', 1, true)
-    job.pg = {tonumber(string.sub(ARGV[i + 8], 1, sep - 1)),
-              tonumber(string.sub(ARGV[i + 8], sep + 1))}
+  local f = job.f
+  local msg, err = ARGV[i + 4], ARGV[i + 5]
+  if ARGV[i + 8] ~= '' then f[PG] = ARGV[i + 8] end
+  unleased[#unleased + 1] = id
+  if ARGV[i + 3] ~= '' and state == 'succeeded' then
+    results[#results + 1] = id
+    results[#results + 1] = ARGV[i + 3]
   end
-  redis.call('ZREM', K_ACTIVE, id)
-  if result ~= '' and state == 'succeeded' then job.res = result end
-  if msg ~= '' then job.msg = msg end
-  job.lt = job.tk
-  job.lo = ARGV[i + 2]
-  job.tk = nil
-  job.le = nil
-  job.s = state
+  if msg ~= '' then
+    messages[#messages + 1] = id
+    messages[#messages + 1] = msg
+  end
+  local delay = ''
   if state == 'retrying' then
-    job.e = (job.e or 0) + 1
-    local delay = math.max(tonumber(ARGV[i + 6]) or 0, 0)
-    job.ra = NOW + delay
-    redis.call('ZADD', K_RETRYING, job.ra, id)
-    count(K_META, 'r', job.n)
-    err = err or {}
-    err.retry = true
-    err.retry_in = delay
-    lines = lines .. event_line('error', state, job, msg, err)
+    f[E] = tostring(num(f[E]) + 1)
+    local seconds = math.max(tonumber(ARGV[i + 6]) or 0, 0)
+    delay = tostring(seconds)
+    f[RA] = string.format('%.6f', NOW + seconds)
+    retrying[#retrying + 1] = NOW + seconds
+    retrying[#retrying + 1] = id
+    count('r', f[N])
   elseif state == 'pending' then
-    job.pt = NOW
-    redis.call('RPUSH', K_PENDING, id)
-    pushed = pushed + 1
-    if msg == '' then msg = 'interrupted by worker shutdown' end
-    lines = lines .. event_line('interrupted', state, job, msg)
-    job.w = nil
+    f[PT] = NOWS
+    requeued[#requeued + 1] = id
   else
-    lines = lines .. finish(id, job, state, msg, err)
+    f[FA] = NOWS
+    local index = FINAL[state]
+    index[#index + 1] = NOW
+    index[#index + 1] = id
+    if state == 'succeeded' then count('p', f[N])
+    elseif state == 'failed' then count('f', f[N])
+    elseif state == 'dead' then
+      count('d', f[N])
+      if err ~= '' then f[E] = tostring(num(f[E]) + 1) end
+    end
   end
-  save(K_JOBS, id, job)
-  append_events(K_EVENTS, id, lines)
+  local line = outcome_event(f, state, msg, err, delay)
+  f[LT], f[LO], f[TK], f[LE], f[S] = f[TK], ARGV[i + 2], '', '', state
+  if state == 'pending' then f[W] = '' end
+  job.events = job.events .. ARGV[i + 7] .. line
+  put(id, job)
 end
 
+local ids = {}
+for i = 4, #ARGV, 9 do ids[#ids + 1] = ARGV[i] end
+local raws = {}
+if #ids > 0 then raws = redis.call('HMGET', K_STATE, unpack(ids)) end
+
 local out = {}
-for i = 3, #ARGV, 9 do
-  local id, token = ARGV[i], ARGV[i + 1]
-  local job = load(K_JOBS, id)
+for k = 1, #ids do
+  local i = 4 + (k - 1) * 9
+  local id, token, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local job = get(id, raws[k])
   if not job then
     out[#out + 1] = {0, '', ''}
-  elseif job.lt == token and job.lo == ARGV[i + 2] then
-    -- A retried call whose first attempt was applied: report success, change nothing.
-    out[#out + 1] = {1, job.b or '', job.s .. ':' .. job.q}
-  elseif job.s ~= 'active' or job.tk ~= token then
-    append_events(K_EVENTS, id, event_line('ack_refused', job.s, {a = job.a},
+  elseif job.f[LT] == token and job.f[LO] == outcome then
+    out[#out + 1] = {1, job.f[B], job.f[S] .. ':' .. ARGV[2]}
+  elseif job.f[S] ~= 'active' or job.f[TK] ~= token then
+    job.events = job.events .. event_line('ack_refused', job.f[S], {[W] = '', [A] = job.f[A]},
       'acknowledgement refused: this worker no longer holds the lease',
-      {outcome = ARGV[i + 2]}))
-    out[#out + 1] = {0, job.b or '', job.s .. ':' .. job.q}
+      '{"outcome":' .. jstr(outcome) .. '}')
+    put(id, job)
+    out[#out + 1] = {0, job.f[B], job.f[S] .. ':' .. ARGV[2]}
   else
-    local state = target(ARGV[i + 2])
-    if job.b and mode == 'plan' then
-      out[#out + 1] = {2, job.b, state .. ':' .. job.q}
+    local state = TARGET[outcome] or 'failed'
+    if job.f[B] ~= '' and mode == 'plan' then
+      out[#out + 1] = {2, job.f[B], state .. ':' .. ARGV[2]}
     else
       apply(i, id, job, state)
-      out[#out + 1] = {1, job.b or '', state .. ':' .. job.q}
+      out[#out + 1] = {1, job.f[B], state .. ':' .. ARGV[2]}
     end
   end
 end
-notify(K_NOTIFY, pushed)
+
+local states = {}
+for _, id in ipairs(touched) do
+  states[#states + 1] = id
+  states[#states + 1] = pack(cur[id].f, cur[id].events)
+end
+bulk('HSET', K_STATE, states)
+bulk('ZREM', K_ACTIVE, unleased)
+bulk('ZADD', K_RETRYING, retrying)
+bulk('ZADD', K_SUCCEEDED, FINAL.succeeded)
+bulk('ZADD', K_FAILED, FINAL.failed)
+bulk('ZADD', K_DEAD, FINAL.dead)
+bulk('ZADD', K_CANCELLED, FINAL.cancelled)
+bulk('RPUSH', K_PENDING, requeued)
+bulk('HSET', K_RESULTS, results)
+bulk('HSET', K_MESSAGES, messages)
+flush_counts(K_META)
+notify(K_NOTIFY, #requeued)
 return out

@@ -1,10 +1,10 @@
 -- delete.lua: delete jobs of one queue that are not active (record, events, index entry).
--- KEYS: 1 jobs, 2 events, 3 pending, 4 scheduled, 5 active, 6 retrying, 7 succeeded,
---       8 failed, 9 dead, 10 cancelled, 11 meta, 12 notify
--- ARGV: 1 now|'', then job ids
+-- KEYS: 1 jobs, 2 state, 3 pending, 4 scheduled, 5 active, 6 retrying, 7 succeeded,
+--       8 failed, 9 dead, 10 cancelled, 11 meta, 12 notify, 13 results, 14 messages
+-- ARGV: 1 now|'', 2 queue, then job ids
 -- Returns: {how many deleted, batch moves with state "deleted"}
 local K_JOBS = KEYS[1]
-local K_EVENTS = KEYS[2]
+local K_STATE = KEYS[2]
 local K_PENDING = KEYS[3]
 local K_SCHEDULED = KEYS[4]
 local K_ACTIVE = KEYS[5]
@@ -15,20 +15,24 @@ local K_DEAD = KEYS[9]
 local K_CANCELLED = KEYS[10]
 local K_META = KEYS[11]
 local K_NOTIFY = KEYS[12]
+local K_RESULTS = KEYS[13]
+local K_MESSAGES = KEYS[14]
 local INDEX = {pending = K_PENDING, scheduled = K_SCHEDULED, active = K_ACTIVE,
   retrying = K_RETRYING, succeeded = K_SUCCEEDED, failed = K_FAILED, dead = K_DEAD,
   cancelled = K_CANCELLED}
-local WAITING = {pending = true, scheduled = true, retrying = true}
 local moves = {}
 local deleted = 0
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local id = ARGV[i]
-  local job = load(K_JOBS, id)
-  if job and job.s ~= 'active' then
-    unindex(INDEX[job.s], job.s, id)
+  local f = load(K_STATE, id)
+  if f and f[S] ~= 'active' then
+    local K_FROM = INDEX[f[S]]
+    unindex(K_FROM, f[S], id)
     redis.call('HDEL', K_JOBS, id)
-    redis.call('HDEL', K_EVENTS, id)
-    note_batch(moves, job, id, 'deleted')
+    redis.call('HDEL', K_STATE, id)
+    redis.call('HDEL', K_RESULTS, id)
+    redis.call('HDEL', K_MESSAGES, id)
+    note_batch(moves, f, id, 'deleted')
     deleted = deleted + 1
   end
 end

@@ -1,59 +1,69 @@
 -- enqueue.lua: store new jobs of one queue, pending or scheduled (DESIGN §2 "enqueue").
--- KEYS: 1 jobs (hash id->record JSON), 2 pending (list), 3 scheduled (zset run_at),
---       4 notify (list), 5 unique (hash unique_key -> "expiry|job id")
--- ARGV: 1 now|'', then 5 per job: id, run_at|'', record JSON tail (without "{" and state),
---       unique_key|'', unique_for seconds|''
+-- KEYS: 1 jobs (hash id -> static JSON), 2 state (hash id -> state line + events),
+--       3 pending (list), 4 scheduled (zset run_at), 5 notify (list),
+--       6 unique (hash unique key -> "expiry|job id")
+-- ARGV: 1 now|'', 2 queue, then 8 per job: id, run_at|'', static JSON, name, batch|'',
+--       deadline|'', unique_key|'', unique_for seconds|''
 -- Returns: one string per job: "1" created, "0" the id already existed, "=<id>" a unique job
 --          holding the lock already exists.
 local K_JOBS = KEYS[1]
-local K_PENDING = KEYS[2]
-local K_SCHEDULED = KEYS[3]
-local K_NOTIFY = KEYS[4]
-local K_UNIQUE = KEYS[5]
+local K_STATE = KEYS[2]
+local K_PENDING = KEYS[3]
+local K_SCHEDULED = KEYS[4]
+local K_NOTIFY = KEYS[5]
+local K_UNIQUE = KEYS[6]
 
+local FRESH = {}  -- ids created by this call (their state is written at the end)
+
+-- Held while the job is not finished, and in any case for unique_for after enqueue.
 local function unique_holder(ukey)
   local held = redis.call('HGET', K_UNIQUE, ukey)
   if not held then return nil end
   local sep = string.find(held, '|', 1, true)
-  local expiry = tonumber(string.sub(held, 1, sep - 1))
   local holder = string.sub(held, sep + 1)
-  -- Held while the job is not finished, and in any case for unique_for after enqueue.
-  if expiry > NOW then return holder end
-  local job = load(K_JOBS, holder)
-  if not job or TERMINAL[job.s] then return nil end
+  if FRESH[holder] then return holder end
+  if tonumber(string.sub(held, 1, sep - 1)) > NOW then return holder end
+  local f = load(K_STATE, holder)
+  if not f or TERMINAL[f[S]] then return nil end
   return holder
 end
 
-local out = {}
-local pushed = 0
-local head_pending = '{"s":"pending","c":' .. NOWS .. ','
-local head_scheduled = '{"s":"scheduled","sc":1,"c":' .. NOWS .. ','
-for i = 2, #ARGV, 5 do
-  local id, run_at, tail, ukey = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+local out, pending, states, scheduled = {}, {}, {}, {}
+for i = 3, #ARGV, 8 do
+  local id, run_at, ukey = ARGV[i], ARGV[i + 1], ARGV[i + 6]
   local holder = nil
   if ukey ~= '' then holder = unique_holder(ukey) end
   if holder then
     out[#out + 1] = '=' .. holder
-  elseif redis.call('HEXISTS', K_JOBS, id) == 1 then
+  elseif redis.call('HSETNX', K_JOBS, id, ARGV[i + 2]) == 0 then
     out[#out + 1] = '0'
   else
     if ukey ~= '' then
-      local ufor = tonumber(ARGV[i + 4]) or 0
+      local ufor = tonumber(ARGV[i + 7]) or 0
       local expiry = 0
       if ufor > 0 then expiry = NOW + ufor end
       redis.call('HSET', K_UNIQUE, ukey, string.format('%.6f', expiry) .. '|' .. id)
     end
     local when = tonumber(run_at)
+    local tail = '\t' .. ARGV[i + 3] .. '\t' .. ARGV[i + 4] .. '\t' .. ARGV[i + 5]
     if when and when > NOW then
-      redis.call('HSET', K_JOBS, id, head_scheduled .. tail)
-      redis.call('ZADD', K_SCHEDULED, when, id)
+      states[#states + 1] = id
+      states[#states + 1] = 'scheduled\t' .. NOWS .. '\t0\t0\t0\t\t\t\t\t\t\t' .. run_at
+        .. '\t\t\t\t' .. tail .. '\t1\n'
+      scheduled[#scheduled + 1] = when
+      scheduled[#scheduled + 1] = id
     else
-      redis.call('HSET', K_JOBS, id, head_pending .. tail)
-      redis.call('LPUSH', K_PENDING, id)
-      pushed = pushed + 1
+      states[#states + 1] = id
+      states[#states + 1] = 'pending\t' .. NOWS .. '\t0\t0\t0\t\t\t\t\t\t' .. NOWS
+        .. '\t\t\t\t\t' .. tail .. '\t\n'
+      pending[#pending + 1] = id
     end
+    FRESH[id] = true
     out[#out + 1] = '1'
   end
 end
-notify(K_NOTIFY, pushed)
+bulk('HSET', K_STATE, states)
+bulk('ZADD', K_SCHEDULED, scheduled)
+bulk('LPUSH', K_PENDING, pending)
+notify(K_NOTIFY, #pending)
 return out

@@ -1,65 +1,68 @@
 -- reclaim.lua: put active jobs of one queue whose lease expired back to pending ("recovered",
 -- not an error attempt), or to dead after more than max_recoveries recoveries. Also scans a
--- slice of the job records for active jobs that lost their lease entry (eviction, restore).
--- KEYS: 1 active (zset lease expiry), 2 pending, 3 jobs, 4 events, 5 dead, 6 meta, 7 notify
--- ARGV: 1 now|'', 2 max_recoveries, 3 limit, 4 scan cursor|'' (no scan), 5 scan count
+-- slice of the job states for active jobs that lost their lease entry (eviction, restore).
+-- KEYS: 1 active (zset lease expiry), 2 pending, 3 state, 4 dead, 5 meta, 6 notify,
+--       7 messages
+-- ARGV: 1 now|'', 2 queue, 3 max_recoveries, 4 limit, 5 scan cursor|'' (no scan),
+--       6 scan count
 -- Returns: {how many recovered or buried, batch moves, next scan cursor|''}
 local K_ACTIVE = KEYS[1]
 local K_PENDING = KEYS[2]
-local K_JOBS = KEYS[3]
-local K_EVENTS = KEYS[4]
-local K_DEAD = KEYS[5]
-local K_META = KEYS[6]
-local K_NOTIFY = KEYS[7]
-local max_recoveries = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
+local K_STATE = KEYS[3]
+local K_DEAD = KEYS[4]
+local K_META = KEYS[5]
+local K_NOTIFY = KEYS[6]
+local K_MESSAGES = KEYS[7]
+local max_recoveries = tonumber(ARGV[3])
+local limit = tonumber(ARGV[4])
 local done, pushed, moves = 0, 0, {}
 
-local function recover(id, job)
+local function recover(id, f, events)
   redis.call('ZREM', K_ACTIVE, id)
-  job.r = (job.r or 0) + 1
-  job.tk = nil
-  job.le = nil
-  if job.r > max_recoveries then
-    job.s = 'dead'
-    job.fa = NOW
-    job.msg = 'recovered ' .. job.r .. ' times (poison job?)'
+  local r = num(f[R]) + 1
+  f[R] = tostring(r)
+  f[TK] = ''
+  f[LE] = ''
+  if r > max_recoveries then
+    local msg = 'recovered ' .. r .. ' times (poison job?)'
+    f[S] = 'dead'
+    f[FA] = NOWS
     redis.call('ZADD', K_DEAD, NOW, id)
-    count(K_META, 'd', job.n)
-    append_events(K_EVENTS, id, event_line('dead', 'dead', job, job.msg))
+    redis.call('HSET', K_MESSAGES, id, msg)
+    count('d', f[N])
+    events = events .. event_line('dead', 'dead', f, msg)
   else
-    job.s = 'pending'
-    job.pt = NOW
+    f[S] = 'pending'
+    f[PT] = NOWS
     redis.call('RPUSH', K_PENDING, id)
     pushed = pushed + 1
-    append_events(K_EVENTS, id, event_line('recovered', 'pending', job,
-      'lease expired; put back to pending'))
-    job.w = nil
+    events = events .. event_line('recovered', 'pending', f, 'lease expired; put back to pending')
+    f[W] = ''
   end
-  save(K_JOBS, id, job)
-  note_batch(moves, job, id, job.s)
+  save(K_STATE, id, f, events)
+  note_batch(moves, f, id, f[S])
   done = done + 1
 end
 
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_ACTIVE, '-inf', NOW, 'LIMIT', 0, limit)) do
-  local job = load(K_JOBS, id)
-  if job and job.s == 'active' then recover(id, job) else redis.call('ZREM', K_ACTIVE, id) end
+  local f, events = load(K_STATE, id)
+  if f and f[S] == 'active' then recover(id, f, events) else redis.call('ZREM', K_ACTIVE, id) end
 end
 
 local next_cursor = ''
-if ARGV[4] ~= '' then
-  local page = redis.call('HSCAN', K_JOBS, ARGV[4], 'COUNT', tonumber(ARGV[5]))
+if ARGV[5] ~= '' then
+  local page = redis.call('HSCAN', K_STATE, ARGV[5], 'COUNT', tonumber(ARGV[6]))
   next_cursor = page[1]
   local entries = page[2]
   for i = 1, #entries, 2 do
-    if string.find(entries[i + 1], '"s":"active"', 1, true) then
-      local id = entries[i]
-      if not redis.call('ZSCORE', K_ACTIVE, id) then
-        local job = cjson.decode(entries[i + 1])
-        if (job.le or 0) <= NOW then recover(id, job) else redis.call('ZADD', K_ACTIVE, job.le, id) end
-      end
+    local id = entries[i]
+    if string.sub(entries[i + 1], 1, 7) == 'active\t' and not redis.call('ZSCORE', K_ACTIVE, id) then
+      local f, events = parse(entries[i + 1])
+      if num(f[LE]) <= NOW then recover(id, f, events) else
+        redis.call('ZADD', K_ACTIVE, f[LE], id) end
     end
   end
 end
+flush_counts(K_META)
 notify(K_NOTIFY, pushed)
 return {done, moves, next_cursor}

@@ -1,11 +1,11 @@
 -- requeue.lua: retry jobs of one queue by hand: dead, failed, cancelled or retrying jobs go
--- back to pending now with a "retried" event (errors and recoveries are reset).
--- KEYS: 1 jobs, 2 events, 3 pending, 4 scheduled, 5 active, 6 retrying, 7 succeeded,
---       8 failed, 9 dead, 10 cancelled, 11 meta, 12 notify
--- ARGV: 1 now|'', then job ids
+-- back to pending now with a "retried" event.
+-- KEYS: 1 jobs, 2 state, 3 pending, 4 scheduled, 5 active, 6 retrying, 7 succeeded,
+--       8 failed, 9 dead, 10 cancelled, 11 meta, 12 notify, 13 results, 14 messages
+-- ARGV: 1 now|'', 2 queue, then job ids
 -- Returns: {how many moved, batch moves}
 local K_JOBS = KEYS[1]
-local K_EVENTS = KEYS[2]
+local K_STATE = KEYS[2]
 local K_PENDING = KEYS[3]
 local K_SCHEDULED = KEYS[4]
 local K_ACTIVE = KEYS[5]
@@ -16,28 +16,28 @@ local K_DEAD = KEYS[9]
 local K_CANCELLED = KEYS[10]
 local K_META = KEYS[11]
 local K_NOTIFY = KEYS[12]
+local K_RESULTS = KEYS[13]
+local K_MESSAGES = KEYS[14]
 local INDEX = {pending = K_PENDING, scheduled = K_SCHEDULED, active = K_ACTIVE,
   retrying = K_RETRYING, succeeded = K_SUCCEEDED, failed = K_FAILED, dead = K_DEAD,
   cancelled = K_CANCELLED}
-local WAITING = {pending = true, scheduled = true, retrying = true}
 local moves = {}
 local AGAIN = {dead = true, failed = true, cancelled = true, retrying = true}
 local moved = 0
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local id = ARGV[i]
-  local job = load(K_JOBS, id)
-  if job and AGAIN[job.s] then
-    unindex(INDEX[job.s], job.s, id)
-    job.s = 'pending'
-    job.pt = NOW
-    job.e = 0
-    job.r = 0
-    job.fa = nil
-    job.cr = nil
+  local f, events = load(K_STATE, id)
+  if f and AGAIN[f[S]] then
+    local K_FROM = INDEX[f[S]]
+    unindex(K_FROM, f[S], id)
+    f[S] = 'pending'
+    f[PT] = NOWS
+    f[FA] = ''
+    f[CR] = ''
+    f[W] = ''
     redis.call('LPUSH', K_PENDING, id)
-    save(K_JOBS, id, job)
-    append_events(K_EVENTS, id, event_line('retried', 'pending', job))
-    note_batch(moves, job, id, 'pending')
+    save(K_STATE, id, f, events .. event_line('retried', 'pending', f))
+    note_batch(moves, f, id, 'pending')
     moved = moved + 1
   end
 end

@@ -1,22 +1,27 @@
 -- trim.lua: delete finished jobs of one queue past retention, and the oldest dead jobs past
 -- the dead set's size limit.
--- KEYS: 1 jobs, 2 events, 3 succeeded, 4 failed, 5 dead, 6 cancelled
--- ARGV: 1 now|'', 2 succeeded seconds, 3 failed seconds, 4 dead seconds, 5 dead max, 6 limit
+-- KEYS: 1 jobs, 2 state, 3 succeeded, 4 failed, 5 dead, 6 cancelled, 7 results, 8 messages
+-- ARGV: 1 now|'', 2 queue, 3 succeeded seconds, 4 failed seconds, 5 dead seconds,
+--       6 dead max, 7 limit
 -- Returns: how many jobs were deleted
 local K_JOBS = KEYS[1]
-local K_EVENTS = KEYS[2]
+local K_STATE = KEYS[2]
 local K_SUCCEEDED = KEYS[3]
 local K_FAILED = KEYS[4]
 local K_DEAD = KEYS[5]
 local K_CANCELLED = KEYS[6]
-local limit = tonumber(ARGV[6])
+local K_RESULTS = KEYS[7]
+local K_MESSAGES = KEYS[8]
+local limit = tonumber(ARGV[7])
 local deleted = 0
 
 local function drop(K_INDEX, ids)
   for _, id in ipairs(ids) do
     redis.call('ZREM', K_INDEX, id)
     redis.call('HDEL', K_JOBS, id)
-    redis.call('HDEL', K_EVENTS, id)
+    redis.call('HDEL', K_STATE, id)
+    redis.call('HDEL', K_RESULTS, id)
+    redis.call('HDEL', K_MESSAGES, id)
     deleted = deleted + 1
   end
 end
@@ -27,11 +32,11 @@ local function older(K_INDEX, seconds)
     'LIMIT', 0, limit - deleted))
 end
 
-older(K_SUCCEEDED, tonumber(ARGV[2]))
-older(K_FAILED, tonumber(ARGV[3]))
-older(K_CANCELLED, tonumber(ARGV[3]))
-older(K_DEAD, tonumber(ARGV[4]))
-local extra = redis.call('ZCARD', K_DEAD) - tonumber(ARGV[5])
+older(K_SUCCEEDED, tonumber(ARGV[3]))
+older(K_FAILED, tonumber(ARGV[4]))
+older(K_CANCELLED, tonumber(ARGV[4]))
+older(K_DEAD, tonumber(ARGV[5]))
+local extra = redis.call('ZCARD', K_DEAD) - tonumber(ARGV[6])
 if extra > 0 and deleted < limit then
   drop(K_DEAD, redis.call('ZRANGE', K_DEAD, 0, math.min(extra, limit - deleted) - 1))
 end
