@@ -1,0 +1,1 @@
+"""Fault-injection scenarios: kill -9, signals, Redis outages, clock skew (docs/reliability.md)."""

@@ -1,0 +1,1 @@
+"""Importable apps the fault suite's worker subprocesses load."""

@@ -1,0 +1,94 @@
+"""Jobs the fault suite runs inside real ``conveyor worker`` processes.
+
+Every execution appends one JSON line per step to the file named by ``CONVEYOR_FAULTS_LOG``
+(``start`` before the work, ``end`` after it, both before the worker acknowledges), so a test
+can count executions per job across processes that were killed half-way. Lines are written
+with one ``write`` on an ``O_APPEND`` descriptor, which Linux keeps whole for short lines.
+
+The worker loads ``tests.faults.apps.chaos:app``; its storage URL comes from the worker's
+``--url`` (or ``CONVEYOR_URL``). Tests build their own client app with ``register``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import time
+from typing import Any
+
+from conveyor import current_job
+from conveyor.app import Conveyor
+from conveyor.registry import JobFunction
+
+LOG_ENV = "CONVEYOR_FAULTS_LOG"
+
+
+def record(step: str, **extra: Any) -> None:
+    """Append one execution step of the current job to the shared log, if one is configured."""
+    path = os.environ.get(LOG_ENV)
+    if not path:
+        return
+    ctx = current_job()
+    line = {"j": ctx.job_id, "a": ctx.attempt, "p": os.getpid(), "s": step, "t": time.time()}
+    line.update(extra)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(line) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def work(ms: float) -> int:
+    """A short job: sleep ``ms`` milliseconds; returns the pid that ran it."""
+    record("start")
+    time.sleep(ms / 1000.0)
+    record("end")
+    return os.getpid()
+
+
+def crash(how: str) -> None:
+    """A poison job that kills its own process: ``exit`` (os._exit) or ``segv`` (NULL read)."""
+    record("start", how=how)
+    if how == "segv":
+        ctypes.string_at(0)  # reads address 0: SIGSEGV, the interpreter dies with no cleanup
+    os._exit(3)
+
+
+def write_then_die(path: str) -> int:
+    """Do a side effect (append the attempt number to ``path``), then die before the ack
+    on the first attempt. A real job would use the attempt number to dedupe."""
+    ctx = current_job()
+    record("start")
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(f"{ctx.attempt} {ctx.errors}\n")
+        out.flush()
+        os.fsync(out.fileno())
+    if ctx.attempt == 1:
+        os._exit(4)
+    record("end")
+    return ctx.attempt
+
+
+def stall() -> int:
+    """On the first attempt, freeze this whole process (SIGSTOP) right before returning, so
+    a test can wake it after its lease was re-granted; later attempts return at once."""
+    record("start")
+    if current_job().attempt == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    record("end")
+    return os.getpid()
+
+
+JOBS = {"faults.work": work, "faults.crash": crash, "faults.write_then_die": write_then_die,
+        "faults.stall": stall}
+
+
+def register(target: Conveyor) -> dict[str, JobFunction]:
+    """Register every fault job on ``target`` under its stable name; returns them by name."""
+    return {name: target.job(func, name=name) for name, func in JOBS.items()}
+
+
+app = Conveyor()
+register(app)

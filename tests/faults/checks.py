@@ -1,0 +1,110 @@
+"""What every fault scenario checks afterwards: nothing lost, counters exact, extra runs
+explained by a crash, and how long recovery took (from the jobs' own ``recovered`` events)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from conveyor.app import Conveyor
+from conveyor.job import EventKind, JobRecord, JobState
+from conveyor.registry import JobFunction
+from tests.faults.harness import ExecLog, Execution, wait_until
+
+
+def enqueue_batch(
+    app: Conveyor, fn: JobFunction, items: Sequence[Any], description: str
+) -> tuple[str, list[str]]:
+    """Enqueue ``items`` as one batch; returns the batch id and the job ids."""
+    with app.batch(description=description) as batch:
+        refs = fn.enqueue_many(items)
+    ids = [ref.id for ref in refs]
+    assert len(set(ids)) == len(items)
+    return batch.id, ids
+
+
+def wait_batch(app: Conveyor, batch_id: str, timeout: float) -> tuple[dict[str, Any], float]:
+    """Wait until the batch is complete; returns its status and the wall-clock time seen."""
+    status = wait_until(
+        lambda: _complete(app.batch_status(batch_id)), timeout, interval=0.05,
+        what=f"batch {batch_id} to complete",
+    )
+    return status, time.time()
+
+
+def _complete(status: dict[str, Any]) -> dict[str, Any] | None:
+    return status if status["complete"] else None
+
+
+def assert_batch_exact(app: Conveyor, batch_id: str, expected: dict[str, int]) -> None:
+    """The batch's live counters equal ``expected`` (other states 0), and equal a recount of
+    the stored jobs state by state."""
+    status = app.batch_status(batch_id)
+    assert status["total"] == sum(expected.values()), status
+    for state in JobState:
+        want = expected.get(state.value, 0)
+        assert status["counts"][state.value] == want, (state, status["counts"])
+        assert app.storage.count_jobs(batch_id=batch_id, state=state) == want, state
+
+
+def states(app: Conveyor, ids: Iterable[str]) -> dict[str, int]:
+    """How many of ``ids`` are in each state (``missing`` when a job is not stored at all)."""
+    out: dict[str, int] = {}
+    for job_id in ids:
+        rec = app.storage.get_job(job_id)
+        key = "missing" if rec is None else rec.state.value
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+@dataclass
+class RunStats:
+    """Executions seen in the log for a set of jobs."""
+
+    total_runs: int
+    extra_runs: int
+    jobs_run_twice: int
+    unexplained: list[str]
+
+
+def extra_runs(log: ExecLog, ids: Iterable[str], crashed_pids: set[int]) -> RunStats:
+    """Count extra executions; an extra run is explained when every execution but the last
+    ran in a process that was killed (the job was running when its worker died)."""
+    runs = log.executions()
+    total = extra = twice = 0
+    unexplained: list[str] = []
+    for job_id in ids:
+        mine: list[Execution] = runs.get(job_id, [])
+        total += len(mine)
+        if len(mine) > 1:
+            extra += len(mine) - 1
+            twice += 1
+            if any(run.pid not in crashed_pids for run in mine[:-1]):
+                unexplained.append(job_id)
+    return RunStats(total, extra, twice, unexplained)
+
+
+def recovered_events(rec: JobRecord) -> list[float]:
+    """Times of a job's ``recovered`` events."""
+    return [e.ts for e in rec.events or () if e.kind == EventKind.RECOVERED]
+
+
+def recovery_delays(app: Conveyor, log: ExecLog, kills: dict[int, float]) -> list[float]:
+    """For each execution that died with its process, seconds from the kill to the job's
+    next ``recovered`` event (when it became runnable again)."""
+    delays = []
+    for job_id, runs in log.executions().items():
+        dead_runs = [run for run in runs if run.pid in kills and run.ended is None]
+        if not dead_runs:
+            continue
+        rec = app.get_job(job_id)
+        assert rec is not None, job_id
+        back = recovered_events(rec)
+        for run in dead_runs:
+            killed = kills[run.pid]
+            later = [ts for ts in back if ts >= killed - 0.5]
+            assert later, f"job {job_id} died with pid {run.pid} but was never recovered"
+            delays.append(min(later) - killed)
+    return delays
