@@ -6,7 +6,7 @@ import json
 import threading
 
 from conveyor.clock import FakeClock
-from conveyor.job import Event, EventKind, JobState, Outcome
+from conveyor.job import Event, EventKind, JobSpec, JobState, Outcome
 from conveyor.storage import Backend
 from tests.conformance.helpers import (
     ack,
@@ -14,6 +14,7 @@ from tests.conformance.helpers import (
     events_of,
     kinds_of,
     last_event,
+    new_job_id,
     put,
     spec,
     state_of,
@@ -237,7 +238,9 @@ def test_paused_queue_is_skipped_until_resumed(backend: Backend) -> None:
 
 
 def test_bulk_enqueue_of_100000_jobs(backend: Backend) -> None:
-    specs = [spec("bulk", args=[i]) for i in range(100_000)]
+    payload = spec().payload
+    specs = [JobSpec(id=new_job_id("bulk"), name="tests.bulk", queue="bulk", payload=payload)
+             for _ in range(100_000)]
     results = backend.enqueue(specs)
     assert len(results) == 100_000 and all(r.created for r in results)
     assert backend.count_jobs(queue="bulk", state=JobState.PENDING) == 100_000

@@ -4,8 +4,9 @@ A faithful reference implementation of ``Storage`` and ``Inspector``, offered to
 their tests: the same states, events, fencing, batches and flow control as SQLite and Redis,
 held in Python dicts under one lock. Data lives as long as the process.
 
-Split for size: ``memory_core`` (state + hot path), ``memory_inspect`` (inspector),
-``memory_batches`` (batch counters, callbacks), ``memory_flow`` (unique/concurrency/order/rate).
+Split for size: ``memory_state`` (indexes and the one place jobs move), ``memory_core`` (the
+hot path), ``memory_inspect`` (the inspector), ``memory_batches`` (batch counters and
+callbacks), ``memory_flow`` (unique, concurrency, order and rate limits).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ from conveyor.job import (
     WorkerInfo,
 )
 from conveyor.storage.base import JobTotals, Retention
-from conveyor.storage.memory_core import WAITING_STATES, Entry, MemoryCore, day_of
+from conveyor.storage.memory_core import MemoryCore
+from conveyor.storage.memory_state import WAITING_STATES, Entry, day_of
 
 _RETRYABLE = frozenset({JobState.DEAD, JobState.FAILED, JobState.CANCELLED, JobState.RETRYING})
 _WORKER_TTL = Retention().worker_ttl

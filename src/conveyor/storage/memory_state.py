@@ -1,0 +1,208 @@
+"""The memory backend's state, and the one place a job moves from state to state.
+
+``MemoryState`` holds every index under one lock; ``_move`` keeps the per-state indexes, queue
+counters, flow-control bookkeeping, batch counters and the event log in step, so the hot path
+(``memory_core``) and the inspector (``memory_inspect``) never update them by hand.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from conveyor.clock import Clock
+from conveyor.errors import ConveyorError
+from conveyor.job import (
+    EnqueueResult,
+    Event,
+    EventKind,
+    JobRecord,
+    JobSpec,
+    JobState,
+    WorkerInfo,
+)
+from conveyor.storage.memory_batches import BatchBook
+from conveyor.storage.memory_flow import FlowGate
+
+WAITING_STATES = frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.RETRYING})
+_DUE_STATES = (JobState.SCHEDULED, JobState.RETRYING)
+
+
+@dataclass(slots=True, eq=False)
+class Entry:
+    """One stored job: its record plus what only the storage sees."""
+
+    rec: JobRecord
+    seq: int  # enqueue order, the tie-breaker of "oldest first"
+    token: str | None = None
+    version: int = 0  # bumped on every move; stale schedule-heap entries are skipped by it
+    pending_since: float = 0.0
+
+
+@dataclass(slots=True)
+class Totals:
+    """All-time outcome counters of one (queue, job name)."""
+
+    processed: int = 0
+    failed: int = 0
+    dead: int = 0
+    retried: int = 0
+
+
+def day_of(ts: float) -> str:
+    """The UTC date of a storage timestamp, the key of "today" counters."""
+    return time.strftime("%Y-%m-%d", time.gmtime(ts))
+
+
+class MemoryState:
+    """Indexes of the memory backend and the moves between states (callers hold the lock)."""
+
+    def __init__(self, url: str, clock: Clock) -> None:
+        self.url = url
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._wakeups = 0
+        self._seq = 0
+        self._jobs: dict[str, Entry] = {}
+        self._pending: dict[str, dict[str, None]] = defaultdict(dict)
+        self._due: list[tuple[float, int, int, str]] = []
+        self._active: dict[str, None] = {}
+        self._counts: dict[tuple[str, JobState], int] = defaultdict(int)
+        self._queues: dict[str, None] = {}
+        self._paused: set[str] = set()
+        self._totals: dict[tuple[str, str], Totals] = {}
+        self._daily: dict[tuple[str, str, str], int] = defaultdict(int)
+        self._workers: dict[str, WorkerInfo] = {}
+        self._commands: dict[str, str] = {}
+        self._batches = BatchBook()
+        self._flow = FlowGate(self._lookup)
+
+    def now(self) -> float:
+        """The storage's clock."""
+        return self._clock.now()
+
+    def _store(self, spec: JobSpec, now: float, *, wake: bool = True) -> EnqueueResult:
+        if spec.id in self._jobs:
+            return EnqueueResult(spec.id, created=False)
+        holder = self._flow.unique_holder(spec.flow, now)
+        if holder is not None:
+            return EnqueueResult(holder, created=False)
+        scheduled = spec.run_at is not None and spec.run_at > now
+        state = JobState.SCHEDULED if scheduled else JobState.PENDING
+        rec = JobRecord(
+            id=spec.id, name=spec.name, queue=spec.queue, payload=spec.payload, state=state,
+            max_retries=spec.max_retries, timeout=spec.timeout, deadline=spec.deadline,
+            created_at=now, run_at=spec.run_at, batch_id=spec.batch_id, flow=spec.flow,
+            events=[Event(ts=now, kind=EventKind.SCHEDULED if scheduled else EventKind.ENQUEUED,
+                          state=state.value)],
+        )
+        self._seq += 1
+        entry = Entry(rec, self._seq, pending_since=now)
+        self._jobs[spec.id] = entry
+        self._queues.setdefault(spec.queue)
+        self._counts[(spec.queue, state)] += 1
+        self._flow.joined(rec, entry.seq)
+        if spec.batch_id:
+            self._batches.joined(spec.batch_id, state)
+        if scheduled:
+            heapq.heappush(self._due, (now if spec.run_at is None else spec.run_at,
+                                       entry.seq, entry.version, spec.id))
+        else:
+            self._pending[spec.queue][spec.id] = None
+            if wake:
+                self._wake()
+        return EnqueueResult(spec.id)
+
+    def _wake(self) -> None:
+        self._wakeups += 1
+        self._cond.notify_all()
+
+    def _fire(self, callbacks: list[JobSpec], now: float) -> None:
+        for spec in callbacks:
+            try:
+                if spec.batch_id:
+                    self._batches.check_open(spec.batch_id)
+            except ConveyorError:
+                # The parent batch is gone or finished: run the callback on its own rather
+                # than raise inside the acknowledgement that completed this batch.
+                spec = replace(spec, batch_id=None)
+            self._store(spec, now)
+
+    # -- the one place jobs move -------------------------------------------------------------
+
+    def _move(self, entry: Entry, new: JobState, kind: str, now: float, *,
+              message: str | None = None, data: Mapping[str, Any] | None = None,
+              worker: str | None = None) -> None:
+        rec, old = entry.rec, entry.rec.state
+        if old is JobState.PENDING:
+            self._pending[rec.queue].pop(rec.id, None)
+        elif old is JobState.ACTIVE:
+            del self._active[rec.id]
+            self._flow.stopped(rec)
+            entry.token = None
+            rec.lease_expires_at = None
+        self._counts[(rec.queue, old)] -= 1
+        self._counts[(rec.queue, new)] += 1
+        rec.state = new
+        entry.version += 1
+        rec.finished_at = now if new.terminal else None
+        if new is JobState.PENDING:
+            rec.worker = None
+            entry.pending_since = now
+            self._pending[rec.queue][rec.id] = None
+            self._wake()
+        elif new is JobState.ACTIVE:
+            self._active[rec.id] = None
+            self._flow.started(rec, now)
+        elif new in _DUE_STATES:
+            run_at = now if rec.run_at is None else rec.run_at
+            heapq.heappush(self._due, (run_at, entry.seq, entry.version, rec.id))
+        self._count_outcome(rec, new, now)
+        self._event(rec, now, kind, message=message, data=data, worker=worker)
+        if rec.batch_id:
+            self._fire(self._batches.moved(rec.batch_id, old, new, now), now)
+
+    @staticmethod
+    def _event(rec: JobRecord, now: float, kind: str, *, message: str | None = None,
+               data: Mapping[str, Any] | None = None, worker: str | None = None) -> None:
+        assert rec.events is not None
+        rec.events.append(Event(ts=now, kind=kind, state=rec.state.value, message=message,
+                                worker=worker, attempt=rec.attempt, data=data))
+
+    def _count_outcome(self, rec: JobRecord, new: JobState, now: float) -> None:
+        if new is JobState.SUCCEEDED:
+            self._totals_of(rec).processed += 1
+            self._daily[(rec.queue, day_of(now), "processed")] += 1
+        elif new in (JobState.FAILED, JobState.DEAD):
+            totals = self._totals_of(rec)
+            if new is JobState.FAILED:
+                totals.failed += 1
+            else:
+                totals.dead += 1
+            self._daily[(rec.queue, day_of(now), "failed")] += 1
+
+    def _totals_of(self, rec: JobRecord) -> Totals:
+        key = (rec.queue, rec.name)
+        totals = self._totals.get(key)
+        if totals is None:
+            totals = self._totals[key] = Totals()
+        return totals
+
+    def _remove(self, entry: Entry, now: float, *, touch_batch: bool = True) -> None:
+        rec = entry.rec
+        del self._jobs[rec.id]
+        if rec.state is JobState.PENDING:
+            self._pending[rec.queue].pop(rec.id, None)
+        self._counts[(rec.queue, rec.state)] -= 1
+        if touch_batch and rec.batch_id:
+            self._fire(self._batches.left(rec.batch_id, rec.state, now), now)
+
+    def _lookup(self, job_id: str) -> tuple[JobRecord, int] | None:
+        entry = self._jobs.get(job_id)
+        return None if entry is None else (entry.rec, entry.seq)
