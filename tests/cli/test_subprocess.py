@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
 import signal
 import socket
 import subprocess
@@ -116,3 +118,31 @@ def test_web_server_serves_and_refuses_public_bind_without_token(env: Env,
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(timeout=30)
+
+
+def test_batch_watch_redraws_in_place_on_a_terminal(env: Env) -> None:
+    for _ in range(4):
+        run_one(env.app.storage, "exports", Outcome.SUCCEEDED)
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "conveyor.cli.main", "batch", "watch", env.seeded.batch_id,
+             "--url", env.url], cwd=ROOT, stdout=follower, stderr=subprocess.PIPE)
+        assert proc.wait(timeout=60) == 0
+        os.close(follower)
+        follower = -1
+        output = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the terminal's other end is closed and drained
+                break
+            if not chunk:
+                break
+            output += chunk
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    text = output.decode()
+    assert "\r\x1b[2K[" in text and "100.0%" in text and "state       complete" in text

@@ -11,6 +11,7 @@ import pytest
 
 from conveyor.cli.main import main
 from conveyor.web import RunningServer, create_app
+from tests.support.redis_server import RedisServer, redis_server_binary
 from tests.web.conftest import Client
 from tests.web.seed import Seeded, make_app, seed
 
@@ -58,3 +59,22 @@ def test_dashboard_on_redis(redis_seeded: tuple[str, Seeded]) -> None:
     finally:
         server.stop()
         app.close()
+
+
+def test_dashboard_says_when_redis_is_down() -> None:
+    if redis_server_binary() is None:
+        pytest.skip("redis-server is not installed (make test installs Debian's redis-server)")
+    server = RedisServer().start()
+    app = make_app(server.url)
+    web = RunningServer(create_app(app), "127.0.0.1", 0).start()
+    try:
+        client = Client(web.port)
+        assert client.get("/queues").status == 200
+        server.stop()
+        reply = client.get("/queues")
+        assert reply.status == 503 and "Storage unavailable" in reply.body
+    finally:
+        web.stop()
+        app.close()
+        server.stop()
+        server.cleanup()

@@ -78,9 +78,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConveyorError(str(exc)) from None
     with open_backend(args) as backend:
+        # a batch's running jobs have their latest message only in their events
         jobs = backend.list_jobs(state=state, queue=args.queue, batch_id=args.batch,
                                  offset=args.offset, limit=args.limit,
-                                 with_events=True)
+                                 with_events=args.batch is not None)
         total = backend.count_jobs(state=state, queue=args.queue, batch_id=args.batch)
     rows = [job_row(j) for j in jobs]
     if args.json:

@@ -20,7 +20,7 @@ from importlib import resources
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
-from conveyor.errors import ConveyorError
+from conveyor.errors import ConveyorError, StorageUnavailable
 from conveyor.storage.base import Inspector
 from conveyor.web import actions, pages
 from conveyor.web.http import (
@@ -99,7 +99,7 @@ class Dashboard:
             else:
                 response = await pages.route(self, request, csrf)
         except ConveyorError as exc:
-            status = 400 if request.method == "POST" else 404
+            status = _status_of(exc)
             if request.path.startswith("/api/"):
                 response = json_response({"error": str(exc)}, status)
             else:
@@ -157,6 +157,13 @@ class Dashboard:
             return Response("authentication required\n", 401, "text/plain",
                             [("www-authenticate", 'Bearer realm="conveyor"')])
         return pages.login_page(request.path)
+
+
+def _status_of(exc: ConveyorError) -> int:
+    """404 for an unknown job or batch, 503 when the storage is down, else 400."""
+    if isinstance(exc, LookupError):
+        return 404
+    return 503 if isinstance(exc, StorageUnavailable) else 400
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

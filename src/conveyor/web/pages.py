@@ -156,7 +156,8 @@ async def route(dash: Dashboard, request: Request, csrf: str) -> Response:
 
 def error_page(message: str, status: int, csrf: str) -> Response:
     """A page that says what went wrong."""
-    return Response(layout("Not found" if status == 404 else "Error", "",
+    titles = {404: "Not found", 503: "Storage unavailable"}
+    return Response(layout(titles.get(status, "Error"), "",
                            f'<p class="error">{e(message)}</p>', csrf, refresh=0), status)
 
 

@@ -58,7 +58,7 @@ async def jobs(dash: StorageCaller, request: Request, csrf: str, fixed: JobState
 
     def read(insp: Inspector) -> tuple[list[dict[str, Any]], int, dict[str, int]]:
         rows = [job_row(j) for j in insp.list_jobs(state=state, queue=queue, offset=offset,
-                                                   limit=PAGE, with_events=True)]
+                                                   limit=PAGE)]
         counts = {s.value: insp.count_jobs(state=s, queue=queue) for s in ALL_STATES}
         return rows, insp.count_jobs(state=state, queue=queue), counts
 

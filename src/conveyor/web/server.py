@@ -8,6 +8,7 @@ app, so production deployments can serve it with uvicorn or hypercorn instead.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
@@ -18,6 +19,7 @@ from conveyor.web.http import MAX_BODY, Message
 ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[Message]],
                     Callable[[Message], Awaitable[None]]], Awaitable[None]]
 HEADER_TIMEOUT = 30.0
+log = logging.getLogger("conveyor.web")
 
 
 async def _respond(writer: asyncio.StreamWriter, status: int, headers: list[tuple[bytes, bytes]],
@@ -91,8 +93,9 @@ async def _run_app(app: ASGIApp, writer: asyncio.StreamWriter, method: str, targ
     try:
         await app(scope, receive, send)
     except Exception:
+        log.exception("error serving %s %s", method, path)
         await _respond(writer, 500, [], b"internal server error")
-        raise
+        return
     await _respond(writer, int(start.get("status", 500)), list(start.get("headers", [])),
                    b"".join(chunks))
 
