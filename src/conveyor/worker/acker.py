@@ -12,17 +12,35 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any, Protocol
 
 from conveyor.clock import Clock
 from conveyor.job import Ack
 from conveyor.storage.base import Storage
 from conveyor.worker.config import WorkerConfig
 
-__all__ = ["Acker"]
+__all__ = ["Acker", "NoLock", "WriteLock"]
 
 log = logging.getLogger("conveyor.worker")
 
 _RETRY_DELAYS = (0.1, 0.5, 1.0, 2.0, 5.0)
+
+
+class WriteLock(Protocol):
+    """What the fetcher and acker hold around storage writes (``threading.Lock`` or none)."""
+
+    def __enter__(self) -> Any: ...
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any, /) -> Any: ...
+
+
+class NoLock:
+    """A lock that never blocks, for storages that serve concurrent writers well."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any, /) -> None:
+        return None
 
 
 class Acker:
@@ -32,13 +50,10 @@ class Acker:
 
     def __init__(
         self, storage: Storage, clock: Clock, config: WorkerConfig,
-        write_lock: threading.Lock | None = None,
+        write_lock: WriteLock | None = None,
     ) -> None:
         self.storage = storage
-        # Shared with the fetcher: SQLite lets one writer in at a time, and two threads of one
-        # process contending in its busy handler sleep for milliseconds; a Python lock hands
-        # over in microseconds.
-        self.write_lock = write_lock or threading.Lock()
+        self.write_lock: WriteLock = write_lock or NoLock()  # shared with the fetcher
         self.clock = clock
         self.config = config
         self._pending: list[Ack] = []

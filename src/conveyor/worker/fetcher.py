@@ -14,7 +14,7 @@ import threading
 from conveyor.clock import Clock
 from conveyor.job import Ack
 from conveyor.storage.base import Storage
-from conveyor.worker.acker import Acker
+from conveyor.worker.acker import Acker, NoLock, WriteLock
 from conveyor.worker.config import WorkerConfig, queue_order
 from conveyor.worker.executors import AsyncExecutor, ThreadExecutor
 from conveyor.worker.inflight import Entry, InFlight
@@ -43,9 +43,10 @@ class Fetcher:
         acker: Acker,
         threads: ThreadExecutor,
         loop: AsyncExecutor,
-        write_lock: threading.Lock | None = None,
+        write_lock: WriteLock | None = None,
     ) -> None:
-        self.write_lock = write_lock or threading.Lock()
+        self.write_lock: WriteLock = write_lock or NoLock()  # shared with the acker
+        self._fetch_lock = threading.Lock()  # see ``quiet``
         self.storage = storage
         self.clock = clock
         self.config = config
@@ -66,10 +67,11 @@ class Fetcher:
         if free <= 0 or self._quiet.is_set():
             return 0
         order = queue_order(self.config.queues, self.config.strict, self._rng)
-        with self.write_lock:
+        with self._fetch_lock:
             if self._quiet.is_set():  # checked under the lock: see ``quiet``
                 return 0
-            jobs = self.storage.dequeue(order, self.config.worker_id, free, self.config.lease)
+            with self.write_lock:
+                jobs = self.storage.dequeue(order, self.config.worker_id, free, self.config.lease)
         for job in jobs:
             prepared = self.processor.prepare(job)
             if isinstance(prepared, Ack):
@@ -97,12 +99,12 @@ class Fetcher:
     def quiet(self) -> None:
         """Stop fetching; jobs already running finish normally.
 
-        Once this returns no new dequeue starts: a fetch in flight holds the write lock, and
+        Once this returns no new dequeue starts: a fetch in flight holds the fetch lock, and
         the next one sees the flag under it.
         """
         self._quiet.set()
         self.inflight.wake()
-        with self.write_lock:
+        with self._fetch_lock:
             pass
 
     @property

@@ -23,7 +23,7 @@ from conveyor.clock import Clock
 from conveyor.job import Ack
 from conveyor.periodic import CronConfig, CronScheduler
 from conveyor.storage import redact
-from conveyor.worker.acker import Acker
+from conveyor.worker.acker import Acker, NoLock, WriteLock
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.executors import AsyncExecutor, ThreadExecutor
 from conveyor.worker.fetcher import Fetcher
@@ -64,7 +64,12 @@ class Launcher:
         storage = self.storage = app.storage
         self.inflight = InFlight(config.concurrency)
         self.processor = Processor(app, config.worker_id, self.clock)
-        write_lock = threading.Lock()
+        # SQLite admits one writer at a time, and two threads of one process contending in its
+        # busy handler sleep for milliseconds: a Python lock hands over in microseconds. Redis
+        # serves both at once, so its fetches and acks overlap.
+        write_lock: WriteLock = (
+            threading.Lock() if storage.url.startswith("sqlite") else NoLock()
+        )
         self.acker = Acker(storage, self.clock, config, write_lock)
         self.threads = ThreadExecutor(config.concurrency, self.processor, self.finish)
         self.loop = AsyncExecutor(self.processor, self.finish)

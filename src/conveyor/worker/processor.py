@@ -111,7 +111,7 @@ class Processor:
         if entry.ctx.cancelled:
             return self._ack(entry, Outcome.CANCELLED, message="cancelled while running")
         try:
-            text = dumps(result)
+            text = "null" if result is None else dumps(result)  # most jobs return nothing
         except PayloadError as exc:
             bad = PayloadError(
                 f"job {entry.job.name} returned a value that is not JSON ({exc}); "
