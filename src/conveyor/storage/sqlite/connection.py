@@ -17,6 +17,16 @@ from pathlib import Path
 from conveyor.errors import StorageUnavailable, StorageURLError
 
 BUSY_TIMEOUT_MS = 10_000
+MIN_SQLITE = (3, 35, 0)  # UPDATE … RETURNING
+
+
+def check_sqlite_version() -> None:
+    """Raise ``StorageUnavailable`` when the linked SQLite library is too old."""
+    if sqlite3.sqlite_version_info < MIN_SQLITE:
+        raise StorageUnavailable(
+            f"the SQLite library is {sqlite3.sqlite_version}; conveyor needs "
+            f"{'.'.join(map(str, MIN_SQLITE))} or newer (UPDATE ... RETURNING)"
+        )
 
 
 def parse_sqlite_url(url: str) -> Path:
@@ -79,6 +89,11 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        conn.rollback()
+
+
 class Database:
     """Per-thread, per-process connections to one database file."""
 
@@ -123,11 +138,13 @@ class Database:
         cur = conn.cursor()
         try:
             yield cur
-        except BaseException:
-            conn.rollback()
-            raise
-        else:
             conn.commit()
+        except sqlite3.OperationalError as exc:  # locked past busy_timeout, disk full, I/O
+            _rollback(conn)
+            raise StorageUnavailable(f"SQLite database {str(self.path)!r}: {exc}") from exc
+        except BaseException:
+            _rollback(conn)
+            raise
         finally:
             cur.close()
 

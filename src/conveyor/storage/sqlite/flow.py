@@ -9,7 +9,9 @@ single-statement path in ``storage.py``.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from conveyor.job import TERMINAL_STATES, FlowControl, JobSpec
 
@@ -88,20 +90,21 @@ def pick(cur: sqlite3.Cursor, now: float, queue: str, need: int) -> list[str]:
     return chosen
 
 
-def _admit(cur: sqlite3.Cursor, now: float, row: tuple[object, ...], gates: _Gates) -> bool:
+def _admit(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: _Gates) -> bool:
+    """Whether the limits admit this pending job now; if so, count it against them."""
     job_id, ckey, climit, okey, rkey, rlimit, rperiod = row
-    if ckey is not None and _active(cur, str(ckey), gates) >= int(climit):  # type: ignore[call-overload]
+    if ckey is not None and _active(cur, ckey, gates) >= climit:
         return False
-    if okey is not None and not _first_in_order(cur, str(okey), str(job_id), gates):
+    if okey is not None and not _first_in_order(cur, okey, job_id, gates):
         return False
-    if rkey is not None and _rate_used(cur, now, str(rkey), float(rperiod), gates) >= int(rlimit):  # type: ignore[arg-type,call-overload]
+    if rkey is not None and _rate_used(cur, now, rkey, rperiod, gates) >= rlimit:
         return False
     if ckey is not None:
-        gates.active[str(ckey)] += 1
+        gates.active[ckey] += 1
     if okey is not None:
-        gates.order_taken.add(str(okey))
+        gates.order_taken.add(okey)
     if rkey is not None:
-        gates.rate_used[str(rkey)] += 1
+        gates.rate_used[rkey] += 1
         cur.execute("INSERT INTO rate_hits (key, ts) VALUES (?, ?)", (rkey, now))
     return True
 

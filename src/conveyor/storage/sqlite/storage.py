@@ -28,7 +28,12 @@ from conveyor.job import (
 from conveyor.storage.base import Retention
 from conveyor.storage.sqlite import acks as ack_sql
 from conveyor.storage.sqlite import batches, flow, jobs
-from conveyor.storage.sqlite.connection import Database, check_path, parse_sqlite_url
+from conveyor.storage.sqlite.connection import (
+    Database,
+    check_path,
+    check_sqlite_version,
+    parse_sqlite_url,
+)
 from conveyor.storage.sqlite.inspect import SqliteInspector
 from conveyor.storage.sqlite.migrate import migrate
 
@@ -81,6 +86,7 @@ _EXPIRED_MESSAGE = "deadline passed before the job could start"
 def open_sqlite(url: str, clock: Clock | None = None) -> SqliteStorage:
     """Open (creating and migrating if needed) the database a ``sqlite://`` URL names."""
     path = parse_sqlite_url(url)
+    check_sqlite_version()
     check_path(path)
     db = Database(path)
     migrate(db.conn())
