@@ -25,7 +25,7 @@ from conveyor.job import (
 )
 
 STATE_FIELDS = ("s", "c", "a", "e", "r", "tk", "w", "le", "sa", "fa", "pt", "ra", "lt", "lo",
-                "cr", "pg", "n", "b", "dl", "sc")
+                "cr", "pg", "n", "b", "dl", "sc", "fl")
 _FORBIDDEN = ("\t", "\n")
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _loads = json.JSONDecoder().decode
@@ -55,7 +55,7 @@ def static_json(spec: JobSpec) -> str:
 
 
 def enqueue_args(spec: JobSpec) -> tuple[str, ...]:
-    """The eight ARGV entries enqueue.lua takes per job."""
+    """The nine ARGV entries enqueue.lua takes per job."""
     if any(c in spec.name for c in _FORBIDDEN) or (
             spec.batch_id and any(c in spec.batch_id for c in _FORBIDDEN)):
         check_text("job name", spec.name)
@@ -63,9 +63,11 @@ def enqueue_args(spec: JobSpec) -> tuple[str, ...]:
     flow = spec.flow
     ukey = flow.unique_key if flow is not None and flow.unique_key else ""
     ufor = repr(float(flow.unique_for)) if flow is not None and flow.unique_for else ""
+    limited = flow is not None and bool(flow.concurrency_key or flow.order_key or flow.rate_key)
     return (spec.id, repr(float(spec.run_at)) if spec.run_at is not None else "",
             static_json(spec), spec.name, spec.batch_id or "",
-            repr(float(spec.deadline)) if spec.deadline is not None else "", ukey, ufor)
+            repr(float(spec.deadline)) if spec.deadline is not None else "", ukey, ufor,
+            "1" if limited else "")
 
 
 def leased(row: Sequence[Any], queue: str) -> LeasedJob:

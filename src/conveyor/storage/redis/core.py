@@ -92,13 +92,6 @@ class RedisCore:
     def enqueue_specs(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
         """Store jobs: batch membership first (so a batch never completes without them),
         then one enqueue.lua call per queue and chunk."""
-        for spec in specs:
-            if spec.flow is not None and (spec.flow.concurrency_key or spec.flow.rate_key
-                                          or spec.flow.order_key):
-                raise NotImplementedError(
-                    "the Redis storage does not support concurrency_key, rate_key or "
-                    "order_key yet; only unique_key/unique_for"
-                )
         batched = [s for s in specs if s.batch_id]
         if batched:
             self._join_batches(batched)

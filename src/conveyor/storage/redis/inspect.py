@@ -28,13 +28,14 @@ class RedisInspector(RedisCore):
         meta: dict[str, str] = self.link.call("HGETALL", qk.meta)
         day = int(now // 86400)
         latency = 0.0
-        oldest = self.link.call("LINDEX", qk.pending, -1)
+        parked = self.link.call("ZRANGE", qk.parked, 0, 0)
+        oldest = parked[0] if parked else self.link.call("LINDEX", qk.pending, -1)
         raw = self.link.call("HGET", qk.state, oldest) if oldest else None
         since = codec.pending_since(raw) if raw else None
         if since is not None:
             latency = max(0.0, now - since)
         return QueueStats(
-            name=name, pending=self.link.call("LLEN", qk.pending),
+            name=name, pending=self._index_size(name, JobState.PENDING),
             scheduled=self.link.call("ZCARD", qk.scheduled),
             active=self.link.call("ZCARD", qk.active),
             retrying=self.link.call("ZCARD", qk.retrying), latency=latency,
@@ -68,15 +69,22 @@ class RedisInspector(RedisCore):
 
     def _index_ids(self, queue: str, state: JobState, start: int, stop: int) -> list[str]:
         """Ids in ``state`` oldest first, positions ``start``..``stop`` (inclusive)."""
-        key = self.keys.queue(queue).by_state(state.value)
-        if state is JobState.PENDING:  # LPUSHed: the oldest is at the tail
-            ids: list[str] = self.link.call("LRANGE", key, -stop - 1, -start - 1)
-            return ids[::-1]
-        return list(self.link.call("ZRANGE", key, start, stop))
+        qk = self.keys.queue(queue)
+        if state is JobState.PENDING:
+            # Parked jobs (held back by flow control) are older than the whole list, whose
+            # oldest job is at the tail (LPUSH).
+            parked: list[str] = self.link.call("ZRANGE", qk.parked, 0, -1)
+            in_list: list[str] = self.link.call("LRANGE", qk.pending, 0, -1)[::-1]
+            everything = parked + in_list
+            return everything[start:] if stop < 0 else everything[start:stop + 1]
+        return list(self.link.call("ZRANGE", qk.by_state(state.value), start, stop))
 
     def _index_size(self, queue: str, state: JobState) -> int:
-        key = self.keys.queue(queue).by_state(state.value)
-        return int(self.link.call("LLEN" if state is JobState.PENDING else "ZCARD", key))
+        qk = self.keys.queue(queue)
+        if state is JobState.PENDING:
+            return int(self.link.call("LLEN", qk.pending)) + int(
+                self.link.call("ZCARD", qk.parked))
+        return int(self.link.call("ZCARD", qk.by_state(state.value)))
 
     def _batch_ids(self, batch_id: str) -> dict[str, tuple[str, str]]:
         """Job id → (state, queue) as the batch knows them."""
@@ -135,8 +143,7 @@ class RedisInspector(RedisCore):
 
     def _all_in(self, state: JobState, queue: str | None) -> dict[str, list[str]]:
         queues = [queue] if queue is not None else self.known_queues()
-        return {q: self._index_ids(q, state, 0, -1 if state is not JobState.PENDING else
-                                   self._index_size(q, state) - 1) for q in queues}
+        return {q: self._index_ids(q, state, 0, -1) for q in queues}
 
     def retry_all(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
         """Retry every job in ``state``."""

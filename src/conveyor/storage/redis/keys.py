@@ -30,6 +30,8 @@ class QueueKeys:
     unique: str  # hash: unique key -> "expiry|job id"
     results: str  # hash: job id -> result JSON of a succeeded job
     messages: str  # hash: job id -> the job's last message (failure reason, error)
+    parked: str  # zset: pending jobs held back by flow control, in the order they were popped
+    flow: str  # hash: concurrency counts, order-key holders, rate windows
 
     def by_state(self, state: str) -> str:
         """The index key holding jobs in ``state``."""
@@ -39,7 +41,7 @@ class QueueKeys:
         """KEYS of cancel/requeue/kill/delete.lua."""
         return [self.jobs, self.state, self.pending, self.scheduled, self.active,
                 self.retrying, self.succeeded, self.failed, self.dead, self.cancelled,
-                self.meta, self.notify, self.results, self.messages]
+                self.meta, self.notify, self.results, self.messages, self.parked, self.flow]
 
 
 @dataclass(frozen=True, slots=True)

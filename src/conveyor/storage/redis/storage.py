@@ -79,7 +79,8 @@ class RedisStorage(RedisInspector):
                 break
             qk = self.keys.queue(queue)
             rows, moves = self.scripts.run(
-                "dequeue", [qk.pending, qk.active, qk.jobs, qk.state, qk.meta, qk.dead],
+                "dequeue", [qk.pending, qk.active, qk.jobs, qk.state, qk.meta, qk.dead,
+                            qk.parked, qk.flow],
                 [self.now_arg(), queue, worker_id, min(count - len(out), MAX_DEQUEUE),
                  repr(float(lease_seconds)), prefix])
             out.extend(codec.leased(row, queue) for row in rows)
@@ -141,7 +142,8 @@ class RedisStorage(RedisInspector):
                   mode: str) -> list[list[object]]:
         qk = self.keys.queue(queue)
         keys = [qk.state, qk.active, qk.pending, qk.retrying, qk.succeeded, qk.failed,
-                qk.dead, qk.cancelled, qk.meta, qk.notify, qk.results, qk.messages]
+                qk.dead, qk.cancelled, qk.meta, qk.notify, qk.results, qk.messages, qk.jobs,
+                qk.flow]
         args = [self.now_arg(), queue, mode]
         for i in idxs:
             args.extend(codec.ack_args(acks[i]))
@@ -228,7 +230,7 @@ class RedisStorage(RedisInspector):
             cursor = self._scan.get(queue, "0")
             done, moves, next_cursor = self.scripts.run(
                 "reclaim", [qk.active, qk.pending, qk.state, qk.dead, qk.meta, qk.notify,
-                            qk.messages],
+                            qk.messages, qk.jobs, qk.flow],
                 [self.now_arg(), queue, max_recoveries, limit, cursor, SCAN_COUNT])
             self._scan[queue] = next_cursor or "0"
             self.sync_batches(moves)

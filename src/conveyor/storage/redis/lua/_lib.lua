@@ -19,9 +19,9 @@ local TERMINAL = {succeeded = true, failed = true, dead = true, cancelled = true
 local WAITING = {pending = true, scheduled = true, retrying = true}
 
 -- Field positions in the state line.
-local S, C, A, E, R, TK, W, LE, SA, FA, PT, RA, LT, LO, CR, PG, N, B, DL, SC =
-  1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20
-local NF = 20
+local S, C, A, E, R, TK, W, LE, SA, FA, PT, RA, LT, LO, CR, PG, N, B, DL, SC, FL =
+  1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21
+local NF = 21
 
 local function parse(raw)
   local nl = string.find(raw, '\n', 1, true)
@@ -93,10 +93,11 @@ local function note_batch(list, f, id, state)
   if f[B] ~= '' then list[#list + 1] = {f[B], id, state .. ':' .. ARGV[2]} end
 end
 
--- Remove a job from whichever index its state keeps it in (pending is a list, the rest zsets).
-local function unindex(K_INDEX, state, id)
+-- Remove a job from whichever index its state keeps it in (pending is a list, the rest zsets;
+-- a pending job held back by flow control waits in the parked zset instead of the list).
+local function unindex(K_INDEX, K_PARKED, state, id)
   if state == 'pending' then
-    redis.call('LREM', K_INDEX, 0, id)
+    if redis.call('ZREM', K_PARKED, id) == 0 then redis.call('LREM', K_INDEX, 0, id) end
   else
     redis.call('ZREM', K_INDEX, id)
   end
@@ -116,4 +117,57 @@ end
 
 local function save(K_STATE, id, f, events)
   redis.call('HSET', K_STATE, id, pack(f, events))
+end
+
+-- Flow control (concurrency, order and rate keys) lives in the queue's flow hash, so limits
+-- apply per queue. Only jobs flagged FL pay for decoding their static JSON.
+local function flow_of(K_JOBS, id, f)
+  if f[FL] == '' then return nil end
+  local static = redis.call('HGET', K_JOBS, id)
+  if not static then return nil end
+  local fl = cjson.decode(static).fl
+  if type(fl) ~= 'table' then return nil end
+  return fl
+end
+
+local function flow_admit(K_FLOW, id, fl)
+  local climit = num(fl.concurrency_limit)
+  if fl.concurrency_key and climit > 0 and
+      num(redis.call('HGET', K_FLOW, 'c:' .. fl.concurrency_key)) >= climit then
+    return false
+  end
+  if fl.order_key then
+    local holder = redis.call('HGET', K_FLOW, 'o:' .. fl.order_key)
+    if holder and holder ~= id then return false end
+  end
+  local window = nil
+  local rlimit = num(fl.rate_limit)
+  if fl.rate_key and rlimit > 0 then
+    local start, used = NOW, 0
+    local held = redis.call('HGET', K_FLOW, 'r:' .. fl.rate_key)
+    if held then
+      local sep = string.find(held, '|', 1, true)
+      start, used = tonumber(string.sub(held, 1, sep - 1)), tonumber(string.sub(held, sep + 1))
+    end
+    if NOW >= start + num(fl.rate_period) then start, used = NOW, 0 end
+    if used >= rlimit then return false end
+    window = string.format('%.6f', start) .. '|' .. (used + 1)
+  end
+  if fl.concurrency_key and climit > 0 then
+    redis.call('HINCRBY', K_FLOW, 'c:' .. fl.concurrency_key, 1)
+  end
+  if fl.order_key then redis.call('HSET', K_FLOW, 'o:' .. fl.order_key, id) end
+  if window then redis.call('HSET', K_FLOW, 'r:' .. fl.rate_key, window) end
+  return true
+end
+
+-- An active job gives its concurrency slot back; a finished one also its order key.
+local function flow_release(K_FLOW, id, fl, was_active, finished)
+  if was_active and fl.concurrency_key and num(fl.concurrency_limit) > 0 and
+      redis.call('HINCRBY', K_FLOW, 'c:' .. fl.concurrency_key, -1) < 0 then
+    redis.call('HSET', K_FLOW, 'c:' .. fl.concurrency_key, 0)
+  end
+  if finished and fl.order_key and redis.call('HGET', K_FLOW, 'o:' .. fl.order_key) == id then
+    redis.call('HDEL', K_FLOW, 'o:' .. fl.order_key)
+  end
 end

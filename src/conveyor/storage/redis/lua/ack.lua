@@ -1,7 +1,8 @@
 -- ack.lua: apply workers' outcomes for jobs of one queue, each fenced by its lease token.
 -- KEYS: 1 state, 2 active, 3 pending, 4 retrying, 5 succeeded, 6 failed, 7 dead,
 --       8 cancelled, 9 meta, 10 notify, 11 results (hash id -> result JSON),
---       12 messages (hash id -> last message)
+--       12 messages (hash id -> last message), 13 jobs (static JSON, read for flow control),
+--       14 flow (hash)
 -- ARGV: 1 now|'', 2 queue, 3 mode: "plan" (apply jobs without a batch, report batch jobs)
 --       or "apply" (apply everything), then 9 per ack: id, token, outcome, result|'',
 --       message|'', error data JSON|'', retry_in|'', own events NDJSON|'', progress "d/t"|''
@@ -20,6 +21,8 @@ local K_META = KEYS[9]
 local K_NOTIFY = KEYS[10]
 local K_RESULTS = KEYS[11]
 local K_MESSAGES = KEYS[12]
+local K_JOBS = KEYS[13]
+local K_FLOW = KEYS[14]
 local mode = ARGV[3]
 local TARGET = {retry = 'retrying', interrupted = 'pending', succeeded = 'succeeded',
                 failed = 'failed', dead = 'dead', cancelled = 'cancelled'}
@@ -97,6 +100,8 @@ local function apply(i, id, job, state)
       if err ~= '' then f[E] = tostring(num(f[E]) + 1) end
     end
   end
+  local fl = flow_of(K_JOBS, id, f)
+  if fl then flow_release(K_FLOW, id, fl, true, TERMINAL[state]) end
   local line = outcome_event(f, state, msg, err, delay)
   f[LT], f[LO], f[TK], f[LE], f[S] = f[TK], ARGV[i + 2], '', '', state
   if state == 'pending' then f[W] = '' end

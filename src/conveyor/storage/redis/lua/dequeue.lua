@@ -1,7 +1,8 @@
 -- dequeue.lua: lease up to `count` pending jobs of one queue (DESIGN §2 "dequeue (lease)").
 -- KEYS: 1 pending (list), 2 active (zset lease expiry), 3 jobs (hash static JSON),
 --       4 state (hash state line + events), 5 meta (hash: paused flag, counters),
---       6 dead (zset finished_at)
+--       6 dead (zset finished_at), 7 parked (zset: pending jobs held back by flow control,
+--       oldest first), 8 flow (hash: concurrency counts, order holders, rate windows)
 -- ARGV: 1 now|'', 2 queue, 3 worker id, 4 count (at most 1000), 5 lease seconds,
 --       6 token prefix
 -- Returns: {leased, batch moves}; leased = {id, static JSON, token, attempt, errors,
@@ -12,6 +13,9 @@ local K_JOBS = KEYS[3]
 local K_STATE = KEYS[4]
 local K_META = KEYS[5]
 local K_DEAD = KEYS[6]
+local K_PARKED = KEYS[7]
+local K_FLOW = KEYS[8]
+local PARKED_SCAN = 200
 
 if redis.call('HEXISTS', K_META, 'paused') == 1 then return {{}, {}} end
 local want = tonumber(ARGV[4])
@@ -51,25 +55,51 @@ local function lease(id, static, f, events)
   note_batch(moves, f, id, 'active')
 end
 
-while #out < want do
-  local ids = redis.call('RPOP', K_PENDING, want - #out)
-  if not ids then break end
+local function consider(id, static, raw, parked)
+  if not raw or not static or seen[id] then
+    if parked then redis.call('ZREM', K_PARKED, id) end
+    return
+  end
+  seen[id] = true
+  -- A non-pending record is a stale entry (deleted or cancelled job): drop it.
+  local f, events = parse(raw)
+  if f[S] ~= 'pending' then
+    if parked then redis.call('ZREM', K_PARKED, id) end
+    return
+  end
+  if f[DL] ~= '' and tonumber(f[DL]) < NOW then
+    if parked then redis.call('ZREM', K_PARKED, id) end
+    return expire(id, f, events)
+  end
+  local fl = flow_of(K_JOBS, id, f)
+  if fl and not flow_admit(K_FLOW, id, fl) then
+    if not parked then
+      redis.call('ZADD', K_PARKED, redis.call('HINCRBY', K_META, 'parkseq', 1), id)
+    end
+    return
+  end
+  if parked then redis.call('ZREM', K_PARKED, id) end
+  lease(id, static, f, events)
+end
+
+local function consider_all(ids, parked)
   local raws = redis.call('HMGET', K_STATE, unpack(ids))
   local statics = redis.call('HMGET', K_JOBS, unpack(ids))
   for k, id in ipairs(ids) do
-    -- A missing or non-pending record is a stale list entry (deleted job): drop it.
-    if raws[k] and statics[k] and not seen[id] then
-      seen[id] = true
-      local f, events = parse(raws[k])
-      if f[S] == 'pending' then
-        if f[DL] ~= '' and tonumber(f[DL]) < NOW then
-          expire(id, f, events)
-        else
-          lease(id, statics[k], f, events)
-        end
-      end
-    end
+    if #out >= want then return end
+    consider(id, statics[k], raws[k], parked)
   end
+end
+
+-- Parked jobs were popped before anything still in the list, so they go first.
+local parked_ids = redis.call('ZRANGE', K_PARKED, 0, PARKED_SCAN - 1)
+if #parked_ids > 0 then consider_all(parked_ids, true) end
+local budget = want + 1000  -- jobs popped per call, so a long blocked backlog is parked in steps
+while #out < want and budget > 0 do
+  local ids = redis.call('RPOP', K_PENDING, math.min(want - #out, budget))
+  if not ids then break end
+  budget = budget - #ids
+  consider_all(ids, false)
 end
 bulk('HSET', K_STATE, states)
 bulk('ZADD', K_ACTIVE, active)

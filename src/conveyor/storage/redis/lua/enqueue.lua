@@ -2,8 +2,8 @@
 -- KEYS: 1 jobs (hash id -> static JSON), 2 state (hash id -> state line + events),
 --       3 pending (list), 4 scheduled (zset run_at), 5 notify (list),
 --       6 unique (hash unique key -> "expiry|job id")
--- ARGV: 1 now|'', 2 queue, then 8 per job: id, run_at|'', static JSON, name, batch|'',
---       deadline|'', unique_key|'', unique_for seconds|''
+-- ARGV: 1 now|'', 2 queue, then 9 per job: id, run_at|'', static JSON, name, batch|'',
+--       deadline|'', unique_key|'', unique_for seconds|'', flow-controlled "1"|''
 -- Returns: one string per job: "1" created, "0" the id already existed, "=<id>" a unique job
 --          holding the lock already exists.
 local K_JOBS = KEYS[1]
@@ -29,7 +29,7 @@ local function unique_holder(ukey)
 end
 
 local out, pending, states, scheduled = {}, {}, {}, {}
-for i = 3, #ARGV, 8 do
+for i = 3, #ARGV, 9 do
   local id, run_at, ukey = ARGV[i], ARGV[i + 1], ARGV[i + 6]
   local holder = nil
   if ukey ~= '' then holder = unique_holder(ukey) end
@@ -46,16 +46,17 @@ for i = 3, #ARGV, 8 do
     end
     local when = tonumber(run_at)
     local tail = '\t' .. ARGV[i + 3] .. '\t' .. ARGV[i + 4] .. '\t' .. ARGV[i + 5]
+    local flag = '\t' .. ARGV[i + 8] .. '\n'
     if when and when > NOW then
       states[#states + 1] = id
       states[#states + 1] = 'scheduled\t' .. NOWS .. '\t0\t0\t0\t\t\t\t\t\t\t' .. run_at
-        .. '\t\t\t\t' .. tail .. '\t1\n'
+        .. '\t\t\t\t' .. tail .. '\t1' .. flag
       scheduled[#scheduled + 1] = when
       scheduled[#scheduled + 1] = id
     else
       states[#states + 1] = id
       states[#states + 1] = 'pending\t' .. NOWS .. '\t0\t0\t0\t\t\t\t\t\t' .. NOWS
-        .. '\t\t\t\t\t' .. tail .. '\t\n'
+        .. '\t\t\t\t\t' .. tail .. '\t' .. flag
       pending[#pending + 1] = id
     end
     FRESH[id] = true

@@ -2,7 +2,7 @@
 -- not an error attempt), or to dead after more than max_recoveries recoveries. Also scans a
 -- slice of the job states for active jobs that lost their lease entry (eviction, restore).
 -- KEYS: 1 active (zset lease expiry), 2 pending, 3 state, 4 dead, 5 meta, 6 notify,
---       7 messages
+--       7 messages, 8 jobs (static JSON, read for flow control), 9 flow (hash)
 -- ARGV: 1 now|'', 2 queue, 3 max_recoveries, 4 limit, 5 scan cursor|'' (no scan),
 --       6 scan count
 -- Returns: {how many recovered or buried, batch moves, next scan cursor|''}
@@ -13,6 +13,8 @@ local K_DEAD = KEYS[4]
 local K_META = KEYS[5]
 local K_NOTIFY = KEYS[6]
 local K_MESSAGES = KEYS[7]
+local K_JOBS = KEYS[8]
+local K_FLOW = KEYS[9]
 local max_recoveries = tonumber(ARGV[3])
 local limit = tonumber(ARGV[4])
 local done, pushed, moves = 0, 0, {}
@@ -23,6 +25,8 @@ local function recover(id, f, events)
   f[R] = tostring(r)
   f[TK] = ''
   f[LE] = ''
+  local fl = flow_of(K_JOBS, id, f)
+  if fl then flow_release(K_FLOW, id, fl, true, r > max_recoveries) end
   if r > max_recoveries then
     local msg = 'recovered ' .. r .. ' times (poison job?)'
     f[S] = 'dead'

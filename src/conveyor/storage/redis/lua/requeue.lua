@@ -1,7 +1,8 @@
 -- requeue.lua: retry jobs of one queue by hand: dead, failed, cancelled or retrying jobs go
 -- back to pending now with a "retried" event.
 -- KEYS: 1 jobs, 2 state, 3 pending, 4 scheduled, 5 active, 6 retrying, 7 succeeded,
---       8 failed, 9 dead, 10 cancelled, 11 meta, 12 notify, 13 results, 14 messages
+--       8 failed, 9 dead, 10 cancelled, 11 meta, 12 notify, 13 results, 14 messages,
+--       15 parked, 16 flow
 -- ARGV: 1 now|'', 2 queue, then job ids
 -- Returns: {how many moved, batch moves}
 local K_JOBS = KEYS[1]
@@ -18,6 +19,8 @@ local K_META = KEYS[11]
 local K_NOTIFY = KEYS[12]
 local K_RESULTS = KEYS[13]
 local K_MESSAGES = KEYS[14]
+local K_PARKED = KEYS[15]
+local K_FLOW = KEYS[16]
 local INDEX = {pending = K_PENDING, scheduled = K_SCHEDULED, active = K_ACTIVE,
   retrying = K_RETRYING, succeeded = K_SUCCEEDED, failed = K_FAILED, dead = K_DEAD,
   cancelled = K_CANCELLED}
@@ -29,7 +32,7 @@ for i = 3, #ARGV do
   local f, events = load(K_STATE, id)
   if f and AGAIN[f[S]] then
     local K_FROM = INDEX[f[S]]
-    unindex(K_FROM, f[S], id)
+    unindex(K_FROM, K_PARKED, f[S], id)
     f[S] = 'pending'
     f[PT] = NOWS
     f[FA] = ''
