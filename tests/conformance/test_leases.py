@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from conveyor.clock import FakeClock
-from conveyor.job import Ack, EventKind, JobState, Outcome
+from conveyor.job import Ack, EventKind, FlowControl, JobState, Outcome
 from conveyor.storage import Backend
 from tests.conformance.helpers import (
     ack,
+    boom,
+    events_of,
     kinds_of,
     last_event,
     put,
@@ -243,3 +247,45 @@ def test_concurrent_dequeuers_never_get_the_same_job(backend: Backend) -> None:
     every = [job_id for ids in seen for job_id in ids]
     assert len(every) == len(set(every)) == 400
     assert backend.count_jobs(state=JobState.SUCCEEDED, queue="race") == 400
+
+
+def test_remote_command_for_an_unknown_worker_or_of_an_unknown_kind(backend: Backend,
+                                                                    clock: FakeClock) -> None:
+    assert backend.command_worker("nobody", "quiet") is False
+    backend.heartbeat(worker_info(clock, "w1"), {}, 30)
+    with pytest.raises(ValueError):
+        backend.command_worker("w1", "explode")
+    assert backend.heartbeat(worker_info(clock, "w1"), {}, 30).command is None
+
+
+def test_ack_of_a_recovered_job_is_refused_and_leaves_it_pending(backend: Backend,
+                                                                 clock: FakeClock) -> None:
+    job_id = put(backend)
+    job = take_one(backend, lease=5)
+    clock.advance(6)
+    assert backend.reclaim_expired() == 1
+    assert not ack(backend, job)
+    assert state_of(backend, job_id) is JobState.PENDING
+    assert kinds_of(backend, job_id)[-1] == EventKind.ACK_REFUSED
+    assert take_one(backend).id == job_id
+
+
+def test_events_are_stamped_with_the_storage_clock(backend: Backend, clock: FakeClock) -> None:
+    job_id = put(backend)
+    clock.advance(7)
+    job = take_one(backend)
+    clock.advance(5)
+    assert ack(backend, job, Outcome.RETRY, error=boom(), retry_in=1)
+    stamps = [(e.kind, e.ts) for e in events_of(backend, job_id)]
+    start = clock.now() - 12
+    assert stamps == [("enqueued", start), ("started", start + 7), ("error", start + 12)]
+
+
+def test_unique_lock_is_freed_by_kill_and_by_delete(backend: Backend) -> None:
+    flow = FlowControl(unique_key="once")
+    first = backend.enqueue([spec(flow=flow)])[0].id
+    assert backend.kill_jobs([first]) == 1
+    second = backend.enqueue([spec(flow=flow)])[0]
+    assert second.created and second.id != first
+    assert backend.delete_jobs([second.id]) == 1
+    assert backend.enqueue([spec(flow=flow)])[0].created
