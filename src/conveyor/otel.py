@@ -72,8 +72,10 @@ class TracingMiddleware:
     @contextmanager
     def _span(self, ctx: ContextLike) -> Iterator[Span]:
         parent = propagate.extract(ctx.meta.get(META_KEY) or {})
-        attributes: dict[str, str | int] = {"conveyor.job.name": ctx.name, "conveyor.job.id": ctx.job_id,
-                      "conveyor.queue": ctx.queue, "conveyor.attempt": ctx.attempt}
+        attributes: dict[str, str | int] = {
+            "conveyor.job.name": ctx.name, "conveyor.job.id": ctx.job_id,
+            "conveyor.queue": ctx.queue, "conveyor.attempt": ctx.attempt,
+        }
         if ctx.batch_id:
             attributes["conveyor.batch.id"] = ctx.batch_id
         with self.tracer.start_as_current_span(
