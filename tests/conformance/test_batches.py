@@ -9,7 +9,7 @@ import pytest
 from conveyor.clock import FakeClock
 from conveyor.errors import BatchClosedError, BatchNotFound
 from conveyor.job import Ack, BatchSpec, BatchStatus, JobState, Outcome
-from conveyor.storage import Backend
+from conveyor.storage import Backend, Retention
 from tests.conformance.helpers import (
     ack,
     boom,
@@ -273,3 +273,63 @@ def test_list_batches_newest_first(backend: Backend, clock: FakeClock) -> None:
         clock.advance(1)
     assert [b.id for b in backend.list_batches()] == made[::-1]
     assert [b.id for b in backend.list_batches(offset=1, limit=1)] == [made[1]]
+
+
+def _dead_by_ack(backend: Backend, clock: FakeClock, job_id: str) -> None:
+    assert ack(backend, take_one(backend), Outcome.DEAD, error=boom())
+
+
+def _dead_by_kill(backend: Backend, clock: FakeClock, job_id: str) -> None:
+    assert backend.kill_jobs([job_id]) == 1
+
+
+def _dead_by_poison(backend: Backend, clock: FakeClock, job_id: str) -> None:
+    for _ in range(2):
+        take_one(backend, lease=1)
+        clock.advance(2)
+        assert backend.reclaim_expired(max_recoveries=1) == 1
+
+
+def _dead_by_deadline(backend: Backend, clock: FakeClock, job_id: str) -> None:
+    clock.advance(1000)
+    assert take(backend) == []
+
+
+@pytest.mark.parametrize("die", [_dead_by_ack, _dead_by_kill, _dead_by_poison, _dead_by_deadline])
+def test_every_way_to_die_fires_the_death_callback_once(backend: Backend, clock: FakeClock,
+                                                       die: object) -> None:
+    batch = _batch(backend)
+    job_id = put(backend, batch_id=batch.id, deadline=clock.now() + 500)
+    die(backend, clock, job_id)  # type: ignore[operator]
+    assert state_of(backend, job_id) is JobState.DEAD
+    assert _counts(backend, batch.id) == {"dead": 1, "total": 1}
+    assert _fired(backend, batch.id) == ["death"]
+    backend.close_batch(batch.id)
+    assert _fired(backend, batch.id) == ["complete", "death"]
+    assert _callback_jobs(backend) == ["on_complete", "on_death"]
+
+
+def test_counters_follow_operator_actions(backend: Backend) -> None:
+    batch = _batch(backend, callbacks=False)
+    a, b, c, d = (put(backend, batch_id=batch.id) for _ in range(4))
+    assert backend.kill_jobs([a]) == 1
+    assert backend.cancel(b) is JobState.CANCELLED
+    assert _counts(backend, batch.id) == {"dead": 1, "cancelled": 1, "pending": 2, "total": 4}
+    assert backend.retry_jobs([a, b]) == 2
+    assert _counts(backend, batch.id) == {"pending": 4, "total": 4}
+    job = take_one(backend)
+    assert ack(backend, job, Outcome.INTERRUPTED)
+    assert _counts(backend, batch.id) == {"pending": 4, "total": 4}
+    assert {c, d} <= {r.id for r in backend.list_jobs(batch_id=batch.id)}
+
+
+def test_trim_forgets_finished_batches_past_retention(backend: Backend, clock: FakeClock) -> None:
+    done = _batch(backend, callbacks=False)
+    put(backend, batch_id=done.id)
+    backend.close_batch(done.id)
+    assert ack(backend, take_one(backend))
+    still_open = _batch(backend, callbacks=False)
+    clock.advance(3 * 24 * 3600)
+    backend.trim(Retention(batch_seconds=24 * 3600))
+    assert backend.get_batch(done.id) is None
+    assert backend.get_batch(still_open.id) is not None
