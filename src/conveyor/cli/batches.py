@@ -95,6 +95,10 @@ def format_batch(view: dict[str, Any]) -> str:
         lines.append("failures:")
         lines.extend(f"  {f['id']} [{f['state']}] {f['message'] or '(no message)'}"
                      for f in view["failures"])
+        more = view["counts"]["failed"] + view["counts"]["dead"] - len(view["failures"])
+        if more > 0:
+            lines.append(f"  … and {more} more: conveyor jobs list --batch {view['id']} "
+                         "--state failed (or dead)")
     return "\n".join(lines)
 
 

@@ -142,7 +142,9 @@ def _timeline(events: list[dict[str, Any]]) -> str:
         # error data (type, message, traceback) is shown once, in the Errors section
         shown = {k: v for k, v in (ev["data"] or {}).items()
                  if k not in ("type", "message", "traceback")}
-        data = f"<pre>{js(shown)}</pre>" if shown else ""
+        compact = short(shown, 10_000)
+        data = ("" if not shown else f"<pre>{js(shown)}</pre>" if len(compact) > 100
+                else f' <code class="data">{e(compact)}</code>')
         items.append(f'<li class="ev k-{e(ev["kind"])}">{when(ev["ts"])} <b>{e(ev["kind"])}</b>'
                      + (f" {badge(ev['state'])}" if ev["state"] else "")
                      + (f" <small>attempt {e(ev['attempt'])}</small>" if ev["attempt"] else "")
