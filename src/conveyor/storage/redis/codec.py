@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from conveyor.job import (
@@ -26,7 +27,6 @@ from conveyor.job import (
 
 STATE_FIELDS = ("s", "c", "a", "e", "r", "tk", "w", "le", "sa", "fa", "pt", "ra", "lt", "lo",
                 "cr", "pg", "n", "b", "dl", "sc", "fl")
-_FORBIDDEN = ("\t", "\n")
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _loads = json.JSONDecoder().decode
 
@@ -37,10 +37,16 @@ def check_text(what: str, value: str) -> None:
         raise ValueError(f"{what} {value!r} must not contain a tab or a newline")
 
 
+@lru_cache(maxsize=1024)
+def _json_name(value: str) -> str:
+    # Job names and queues repeat across a bulk enqueue; encode each once.
+    return _dumps(value)
+
+
 def static_json(spec: JobSpec) -> str:
     """The immutable part of a job, written once at enqueue."""
-    out = (f'{{"n":{_dumps(spec.name)},"q":{_dumps(spec.queue)},"p":{_dumps(spec.payload)},'
-           f'"m":{int(spec.max_retries)}')
+    out = (f'{{"n":{_json_name(spec.name)},"q":{_json_name(spec.queue)},'
+           f'"p":{_dumps(spec.payload)},"m":{int(spec.max_retries)}')
     if spec.timeout is not None:
         out += f',"to":{float(spec.timeout)!r}'
     if spec.deadline is not None:
@@ -56,18 +62,25 @@ def static_json(spec: JobSpec) -> str:
 
 def enqueue_args(spec: JobSpec) -> tuple[str, ...]:
     """The nine ARGV entries enqueue.lua takes per job."""
-    if any(c in spec.name for c in _FORBIDDEN) or (
-            spec.batch_id and any(c in spec.batch_id for c in _FORBIDDEN)):
-        check_text("job name", spec.name)
-        check_text("batch id", spec.batch_id or "")
+    _check_name(spec.name)
+    batch = spec.batch_id or ""
+    if batch:
+        check_text("batch id", batch)
     flow = spec.flow
-    ukey = flow.unique_key if flow is not None and flow.unique_key else ""
-    ufor = repr(float(flow.unique_for)) if flow is not None and flow.unique_for else ""
-    limited = flow is not None and bool(flow.concurrency_key or flow.order_key or flow.rate_key)
-    return (spec.id, repr(float(spec.run_at)) if spec.run_at is not None else "",
-            static_json(spec), spec.name, spec.batch_id or "",
-            repr(float(spec.deadline)) if spec.deadline is not None else "", ukey, ufor,
-            "1" if limited else "")
+    if flow is None:
+        ukey = ufor = limited = ""
+    else:
+        ukey = flow.unique_key or ""
+        ufor = repr(float(flow.unique_for)) if flow.unique_for else ""
+        limited = "1" if flow.concurrency_key or flow.order_key or flow.rate_key else ""
+    return (spec.id, "" if spec.run_at is None else repr(float(spec.run_at)),
+            static_json(spec), spec.name, batch,
+            "" if spec.deadline is None else repr(float(spec.deadline)), ukey, ufor, limited)
+
+
+@lru_cache(maxsize=1024)
+def _check_name(name: str) -> None:
+    check_text("job name", name)
 
 
 def leased(row: Sequence[Any], queue: str) -> LeasedJob:

@@ -34,6 +34,7 @@ class RedisCore:
         self._clock = clock
         self._queues: set[str] = set()
         self._scan: dict[str, str] = {}  # reclaim's HSCAN cursor per queue
+        self._keys_cache: dict[str, list[str]] = {}
 
     def __repr__(self) -> str:
         return f"<RedisStorage {self.link.where} prefix={self.settings.prefix!r}>"
@@ -60,6 +61,14 @@ class RedisCore:
             self.link.call("SADD", self.keys.queues, name)
             self._queues.add(name)
         return self.keys.queue(name)
+
+    def _enqueue_keys(self, queue: str) -> list[str]:
+        keys = self._keys_cache.get(queue)
+        if keys is None:
+            qk = self.register_queue(queue)
+            keys = [qk.jobs, qk.state, qk.pending, qk.scheduled, qk.notify, qk.unique]
+            self._keys_cache[queue] = keys
+        return keys
 
     def known_queues(self) -> list[str]:
         """Every queue any client has enqueued to, sorted."""
@@ -92,6 +101,11 @@ class RedisCore:
     def enqueue_specs(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
         """Store jobs: batch membership first (so a batch never completes without them),
         then one enqueue.lua call per queue and chunk."""
+        if len(specs) == 1 and not specs[0].batch_id:  # the one-by-one fast path
+            spec = specs[0]
+            reply = self.scripts.run("enqueue", self._enqueue_keys(spec.queue),
+                                     [self.now_arg(), spec.queue, *codec.enqueue_args(spec)])
+            return [_result(spec.id, reply[0])]
         batched = [s for s in specs if s.batch_id]
         if batched:
             self._join_batches(batched)
@@ -100,8 +114,7 @@ class RedisCore:
         for i, spec in enumerate(specs):
             groups[spec.queue].append(i)
         for queue, idxs in groups.items():
-            qk = self.register_queue(queue)
-            keys = [qk.jobs, qk.state, qk.pending, qk.scheduled, qk.notify, qk.unique]
+            keys = self._enqueue_keys(queue)
             for start in range(0, len(idxs), ENQUEUE_CHUNK):
                 chunk = idxs[start:start + ENQUEUE_CHUNK]
                 args: list[str] = [self.now_arg(), queue]
