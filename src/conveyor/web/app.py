@@ -31,6 +31,7 @@ from conveyor.web.http import (
     Scope,
     Send,
     json_response,
+    mount,
     redirect,
     safe_next,
 )
@@ -72,7 +73,7 @@ class Dashboard:
             return
         try:
             request = await Request.read(scope, receive)
-            response = await self.handle(request)
+            response = mount(await self.handle(request), request.root)
         except BodyTooLarge:
             response = Response("request body too large", 413, "text/plain")
         await response.send(send)

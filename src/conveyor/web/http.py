@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
@@ -45,6 +46,7 @@ class Request:
     headers: dict[str, str]
     cookies: dict[str, str]
     form: dict[str, list[str]] = field(default_factory=dict)
+    root: str = ""  # the prefix the app is mounted under (ASGI root_path), e.g. "/ops"
 
     def arg(self, name: str, default: str = "") -> str:
         """First query value of ``name``."""
@@ -71,8 +73,12 @@ class Request:
             cookie.load(headers.get("cookie", ""))
         except Exception:  # a malformed Cookie header from another app on the host
             cookie = SimpleCookie()
+        root = str(scope.get("root_path") or "").rstrip("/")
+        path = scope["path"]
+        if root and (path == root or path.startswith(root + "/")):
+            path = path[len(root):] or "/"  # ASGI paths include root_path; routes do not
         request = cls(
-            method=scope["method"].upper(), path=scope["path"],
+            method=scope["method"].upper(), path=path, root=root,
             query=parse_qs(scope.get("query_string", b"").decode("latin-1")),
             headers=headers, cookies={k: m.value for k, m in cookie.items()},
         )
@@ -125,6 +131,25 @@ class Response:
 def json_response(data: Any, status: int = 200) -> Response:
     """A JSON response."""
     return Response(json.dumps(data, default=str), status, "application/json")
+
+
+_LOCAL_LINK = re.compile(rb'((?:href|src|action|data-api)=")/(?!/)')
+
+
+def mount(response: Response, root: str) -> Response:
+    """Prefix the local links, form targets and redirects of a response with ``root``.
+
+    Pages are written with absolute paths (``/jobs``); mounted under ``/ops`` they must say
+    ``/ops/jobs``. A no-op when the app is served at the root.
+    """
+    if not root:
+        return response
+    if response.content_type.startswith("text/html"):
+        body = response.body.encode() if isinstance(response.body, str) else response.body
+        response.body = _LOCAL_LINK.sub(rb"\1" + root.encode() + b"/", body)
+    response.headers = [(k, root + v if k == "location" and v.startswith("/") else v)
+                        for k, v in response.headers]
+    return response
 
 
 def redirect(location: str) -> Response:

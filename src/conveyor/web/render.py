@@ -43,7 +43,7 @@ def layout(title: str, active: str, live: str, csrf: str, *, before: str = "",
         '<link rel="stylesheet" href="/static/style.css">'
         '<link rel="icon" href="/static/favicon.svg">'
         '<script src="/static/app.js" defer></script></head>'
-        f'<body data-csrf="{e(csrf)}"><header><a class="brand" href="/">conveyor</a>'
+        f'<body data-api="/api/stats"><header><a class="brand" href="/">conveyor</a>'
         f"<nav>{nav}</nav></header><div class=page><h1>{e(title)}</h1>{note}{before}"
         f'<main id="live" data-refresh="{refresh}">{live}</main></div></body></html>'
     )

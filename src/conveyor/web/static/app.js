@@ -142,7 +142,10 @@
     draw(queueChart, series, "");
   }
   function poll() {
-    fetch("/api/stats", { credentials: "same-origin" }).then(function (r) {
+    // the stats address comes from the page, so the app works mounted under a prefix
+    const api = new URL(document.body.getAttribute("data-api") || "/api/stats",
+      window.location.href);
+    fetch(api.toString(), { credentials: "same-origin" }).then(function (r) {
       return r.ok ? r.json() : null;
     }).then(function (stats) {
       if (!stats) return;
