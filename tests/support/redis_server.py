@@ -12,6 +12,7 @@ import random
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -59,11 +60,13 @@ def free_cluster_port() -> int:
     raise RuntimeError("no free port pair for a cluster node")
 
 
-def _send(port: int, *args: str, password: str | None = None, timeout: float = 1.0) -> bytes:
+def _send(port: int, *args: str, password: str | None = None, timeout: float = 1.0,
+          tls: ssl.SSLContext | None = None) -> bytes:
     """Send one RESP command (after AUTH when a password is set) and return the raw reply."""
     commands = ([("AUTH", password)] if password else []) + [args]
     payload = b"".join(_resp(cmd) for cmd in commands)
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+    raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    with tls.wrap_socket(raw) if tls is not None else raw as sock:
         sock.sendall(payload)
         data = b""
         deadline = time.monotonic() + timeout
@@ -89,7 +92,10 @@ def _resp(args: Sequence[str]) -> bytes:
 
 
 class RedisServer:
-    """A real ``redis-server`` on 127.0.0.1:<free port>, with its files in a temp dir."""
+    """A real ``redis-server`` on 127.0.0.1:<free port>, with its files in a temp dir.
+
+    With ``tls=(cert, key, ca)`` the port speaks TLS only and ``url`` is ``rediss://``.
+    """
 
     def __init__(
         self,
@@ -99,6 +105,7 @@ class RedisServer:
         appendfsync: str = "everysec",
         extra: Sequence[str] = (),
         port: int | None = None,
+        tls: tuple[str, str, str] | None = None,
     ) -> None:
         binary = redis_server_binary()
         if binary is None:
@@ -111,8 +118,14 @@ class RedisServer:
         self.port = port or free_port()
         self.dir = tempfile.mkdtemp(prefix=f"conveyor-redis-{self.port}-")
         self.process: subprocess.Popen[bytes] | None = None
+        self.tls = tls
+        self._tls_context: ssl.SSLContext | None = None
+        if tls is not None:
+            self._tls_context = ssl.create_default_context(cafile=tls[2])
+            self._tls_context.check_hostname = False
         auth = f":{password}@" if password else ""
-        self.url = f"redis://{auth}127.0.0.1:{self.port}/0"
+        scheme = "rediss" if tls else "redis"
+        self.url = f"{scheme}://{auth}127.0.0.1:{self.port}/0"
 
     def _args(self) -> list[str]:
         args = [
@@ -128,6 +141,11 @@ class RedisServer:
         ]
         if self.password:
             args += ["--requirepass", self.password]
+        if self.tls is not None:
+            cert, key, ca = self.tls
+            args[args.index("--port") + 1] = "0"
+            args += ["--tls-port", str(self.port), "--tls-cert-file", cert, "--tls-key-file", key,
+                     "--tls-ca-cert-file", ca, "--tls-auth-clients", "no"]
         return args + list(self.extra)
 
     def start(self) -> RedisServer:
@@ -144,7 +162,7 @@ class RedisServer:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"redis-server exited at start; see {self.dir}/redis.log")
             try:
-                reply = _send(self.port, "PING", password=self.password)
+                reply = _send(self.port, "PING", password=self.password, tls=self._tls_context)
             except OSError:
                 reply = b""
             # A server still loading its AOF answers -LOADING; wait for +PONG.
@@ -159,7 +177,7 @@ class RedisServer:
             return
         if self.process.poll() is None:
             with contextlib.suppress(OSError):
-                _send(self.port, "SHUTDOWN", password=self.password)
+                _send(self.port, "SHUTDOWN", password=self.password, tls=self._tls_context)
             try:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
