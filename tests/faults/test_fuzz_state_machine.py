@@ -1,8 +1,8 @@
 """Random sequences of lifecycle operations against every backend, checked against a model.
 
 A hypothesis ``RuleBasedStateMachine`` drives enqueue, dequeue, every acknowledgement, stale
-acknowledgements, lease expiry + reclaim, cancel, retry by hand, batch close and promotion,
-and after each step checks that the storage agrees with a small model of where every job must
+acknowledgements, heartbeats, lease expiry + reclaim, cancel, kill, retry by hand, batch close
+and promotion, and after each step checks that the storage agrees with a small model of where every job must
 be: per-state lists and counts match, no job is in two states, nothing is lost, and the batch's
 counters and callbacks match the real job states.
 """
@@ -29,7 +29,15 @@ from hypothesis.stateful import (
 
 from conveyor.clock import FakeClock
 from conveyor.errors import BatchClosedError
-from conveyor.job import TERMINAL_STATES, Ack, BatchSpec, ErrorInfo, JobState, Outcome
+from conveyor.job import (
+    TERMINAL_STATES,
+    Ack,
+    BatchSpec,
+    ErrorInfo,
+    JobState,
+    Outcome,
+    WorkerInfo,
+)
 from conveyor.storage import Backend
 from tests.conformance.backends import BACKENDS, backend_url, open_backend
 from tests.conformance.helpers import new_job_id, spec
@@ -61,6 +69,7 @@ class ModelJob:
     run_at: float | None = None
     recoveries: int = 0
     token: str | None = None
+    lease_until: float = 0.0
 
 
 class JobMachine(RuleBasedStateMachine):
@@ -72,6 +81,8 @@ class JobMachine(RuleBasedStateMachine):
         super().__init__()
         self.clock = FakeClock()
         self.store = type(self).open_store(self.clock)
+        self.worker = WorkerInfo(id="fuzz-worker", hostname="fuzz", pid=1, queues=QUEUES,
+                                 concurrency=4, started_at=self.clock.now())
         self.jobs: dict[str, ModelJob] = {}
         # (job id, old token, the outcome applied with it; None when the lease was reclaimed)
         self.stale: list[tuple[str, str, Outcome | None]] = []
@@ -114,6 +125,7 @@ class JobMachine(RuleBasedStateMachine):
             model = self.jobs[job.id]
             assert model.state is JobState.PENDING and model.queue in queues
             model.state, model.token = JobState.ACTIVE, job.token
+            model.lease_until = self.clock.now() + LEASE
 
     @precondition(lambda self: self._active())
     @rule(data=st.data(), outcome=st.sampled_from(list(AFTER_ACK)),
@@ -140,16 +152,41 @@ class JobMachine(RuleBasedStateMachine):
         outcome = Outcome.FAILED if applied is Outcome.SUCCEEDED else Outcome.SUCCEEDED
         assert self.store.ack([Ack(job_id, token, outcome, message="stale")]) == [False]
 
-    @rule()
-    def expire_leases(self) -> None:
-        self.clock.advance(LEASE + 1)
-        active = self._active()
-        assert self.store.reclaim_expired(max_recoveries=MAX_RECOVERIES) == len(active)
-        for job_id in active:
+    @rule(seconds=st.sampled_from([10.0, LEASE + 1]))
+    def expire_leases(self, seconds: float) -> None:
+        now = self.clock.advance(seconds)
+        expired = [i for i in self._active() if self.jobs[i].lease_until <= now]
+        assert self.store.reclaim_expired(max_recoveries=MAX_RECOVERIES) == len(expired)
+        for job_id in expired:
             model = self.jobs[job_id]
             model.recoveries += 1
             poisoned = model.recoveries > MAX_RECOVERIES
             self._release(job_id, JobState.DEAD if poisoned else JobState.PENDING)
+
+    @rule(data=st.data())
+    def heartbeat(self, data: st.DataObject) -> None:
+        leases = {i: self.jobs[i].token or "" for i in self._active()}
+        gone = [(i, t) for i, t, _ in self.stale if i not in leases]
+        lost = set()
+        if gone and data.draw(st.booleans()):
+            job_id, token = data.draw(st.sampled_from(gone))
+            leases[job_id] = token
+            lost.add(job_id)
+        reply = self.store.heartbeat(self.worker, leases, LEASE)
+        assert reply.lost == lost
+        for job_id in self._active():
+            self.jobs[job_id].lease_until = self.clock.now() + LEASE
+
+    @precondition(lambda self: self.jobs)
+    @rule(data=st.data())
+    def kill(self, data: st.DataObject) -> None:
+        job_id = data.draw(st.sampled_from(sorted(self.jobs)))
+        model = self.jobs[job_id]
+        eligible = model.state in WAITING
+        assert self.store.kill_jobs([job_id]) == int(eligible)
+        if eligible:
+            model.state = JobState.DEAD
+            self.died = self.died or model.in_batch
 
     @precondition(lambda self: self.jobs)
     @rule(data=st.data())
