@@ -12,7 +12,7 @@ import pytest
 import redis
 from conveyor.clock import FakeClock
 from conveyor.errors import StorageUnavailable
-from conveyor.job import Ack, EventKind, JobSpec, JobState, Outcome
+from conveyor.job import Ack, EventKind, FlowControl, JobSpec, JobState, Outcome
 from conveyor.storage import open_storage
 from conveyor.storage.redis.storage import RedisStorage, open_redis
 from tests.redis.conftest import prefixed
@@ -159,3 +159,17 @@ def test_an_ack_is_retried_through_a_restart_not_dropped() -> None:
         restarter.join()
         assert store.get_job("a").state is JobState.SUCCEEDED  # type: ignore[union-attr]
         store.close()
+
+
+def test_pending_pages_cover_parked_and_listed_jobs_oldest_first(store: RedisStorage) -> None:
+    limited = FlowControl(concurrency_key="k", concurrency_limit=1)
+    store.enqueue([JobSpec(id=f"j{i}", name="t", queue="q", payload="{}",
+                           flow=limited if i < 4 else None) for i in range(10)])
+    leased = store.dequeue(["q"], "w", 3, 30)  # j1..j3 wait in the parked set
+    assert [j.id for j in leased] == ["j0", "j4", "j5"]
+    expected = ["j1", "j2", "j3", "j6", "j7", "j8", "j9"]
+    assert store.count_jobs(state=JobState.PENDING, queue="q") == len(expected)
+    for offset in range(len(expected)):
+        for limit in range(1, 5):
+            page = store.list_jobs(state=JobState.PENDING, queue="q", offset=offset, limit=limit)
+            assert [r.id for r in page] == expected[offset:offset + limit]

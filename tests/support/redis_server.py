@@ -17,7 +17,6 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from types import TracebackType
 
 __all__ = ["RedisCluster", "RedisServer", "free_port", "redis_server_binary"]
 
@@ -207,12 +206,7 @@ class RedisServer:
     def __enter__(self) -> RedisServer:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.cleanup()
 
 
@@ -272,10 +266,5 @@ class RedisCluster:
     def __enter__(self) -> RedisCluster:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()

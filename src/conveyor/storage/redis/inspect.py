@@ -70,14 +70,20 @@ class RedisInspector(RedisCore):
     def _index_ids(self, queue: str, state: JobState, start: int, stop: int) -> list[str]:
         """Ids in ``state`` oldest first, positions ``start``..``stop`` (inclusive)."""
         qk = self.keys.queue(queue)
-        if state is JobState.PENDING:
-            # Parked jobs (held back by flow control) are older than the whole list, whose
-            # oldest job is at the tail (LPUSH).
-            parked: list[str] = self.link.call("ZRANGE", qk.parked, 0, -1)
-            in_list: list[str] = self.link.call("LRANGE", qk.pending, 0, -1)[::-1]
-            everything = parked + in_list
-            return everything[start:] if stop < 0 else everything[start:stop + 1]
-        return list(self.link.call("ZRANGE", qk.by_state(state.value), start, stop))
+        if state is not JobState.PENDING:
+            return list(self.link.call("ZRANGE", qk.by_state(state.value), start, stop))
+        # Parked jobs (held back by flow control) are older than the whole list, whose
+        # oldest job is at the tail (LPUSH): position p >= parked is list index -(p-parked)-1.
+        parked = int(self.link.call("ZCARD", qk.parked))
+        ids: list[str] = []
+        if start < parked:
+            ids += self.link.call("ZRANGE", qk.parked, start,
+                                  parked - 1 if stop < 0 else min(stop, parked - 1))
+        if stop < 0 or stop >= parked:
+            lo = max(start - parked, 0)
+            first = 0 if stop < 0 else -(stop - parked) - 1
+            ids += self.link.call("LRANGE", qk.pending, first, -lo - 1)[::-1]
+        return ids
 
     def _index_size(self, queue: str, state: JobState) -> int:
         qk = self.keys.queue(queue)

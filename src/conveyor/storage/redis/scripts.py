@@ -14,6 +14,8 @@ SCRIPT_NAMES = (
     "cancel", "requeue", "kill", "delete", "trim", "batch",
 )
 LIB = "_lib"
+ADMIN = "_admin"  # KEYS shared by the operator scripts
+ADMIN_SCRIPTS = frozenset({"cancel", "requeue", "kill", "delete"})
 
 
 def script_text(name: str) -> str:
@@ -23,7 +25,8 @@ def script_text(name: str) -> str:
 
 def script_source(name: str) -> str:
     """What is sent to Redis: the shared helpers, then the script."""
-    return script_text(LIB) + "\n" + script_text(name)
+    admin = script_text(ADMIN) + "\n" if name in ADMIN_SCRIPTS else ""
+    return script_text(LIB) + "\n" + admin + script_text(name)
 
 
 class Scripts:

@@ -5,26 +5,7 @@
 --       15 parked, 16 flow
 -- ARGV: 1 now|'', 2 queue, then job ids
 -- Returns: {resulting state per id ('' when no such job), batch moves}
-local K_JOBS = KEYS[1]
-local K_STATE = KEYS[2]
-local K_PENDING = KEYS[3]
-local K_SCHEDULED = KEYS[4]
-local K_ACTIVE = KEYS[5]
-local K_RETRYING = KEYS[6]
-local K_SUCCEEDED = KEYS[7]
-local K_FAILED = KEYS[8]
-local K_DEAD = KEYS[9]
-local K_CANCELLED = KEYS[10]
-local K_META = KEYS[11]
-local K_NOTIFY = KEYS[12]
-local K_RESULTS = KEYS[13]
-local K_MESSAGES = KEYS[14]
-local K_PARKED = KEYS[15]
-local K_FLOW = KEYS[16]
-local INDEX = {pending = K_PENDING, scheduled = K_SCHEDULED, active = K_ACTIVE,
-  retrying = K_RETRYING, succeeded = K_SUCCEEDED, failed = K_FAILED, dead = K_DEAD,
-  cancelled = K_CANCELLED}
-local moves = {}
+-- (the K_* names, INDEX and moves come from _admin.lua)
 local out = {}
 for i = 3, #ARGV do
   local id = ARGV[i]
