@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -89,6 +90,18 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def after_fork_in_child(method: Callable[[], None]) -> None:
+    """Call a bound method in every forked child, without keeping its object alive."""
+    ref = weakref.WeakMethod(method)
+
+    def call() -> None:
+        target = ref()
+        if target is not None:
+            target()
+
+    os.register_at_fork(after_in_child=call)
+
+
 def _rollback(conn: sqlite3.Connection) -> None:
     if conn.in_transaction:
         conn.rollback()
@@ -107,6 +120,15 @@ class Database:
         # (and their locks never touched) in the child.
         self._inherited: list[sqlite3.Connection] = []
         self._closed = False
+        # A lock held by another thread at fork time would stay held forever in the child.
+        after_fork_in_child(self._after_fork)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._inherited.extend(self._mine)
+        self._mine = []
+        self._pid = os.getpid()
 
     def conn(self) -> sqlite3.Connection:
         """This thread's connection in this process, opened on first use."""

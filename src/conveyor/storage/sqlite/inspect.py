@@ -239,33 +239,38 @@ class SqliteInspector:
         with self._db.write() as cur:
             now = self.now()
             cur.execute("UPDATE batches SET cancelled = 1 WHERE id = ?", (batch_id,))
-            ids = [r[0] for r in cur.execute(
-                "SELECT id FROM jobs WHERE batch_id = ? AND state IN "
-                "('scheduled', 'pending', 'retrying', 'active')", (batch_id,)
-            )]
-            for job_id in ids:
-                self._cancel_rows(cur, now, job_id)
-        return len(ids)
+            rows = cur.execute(
+                "SELECT id, state, batch_id, cancel_requested FROM jobs WHERE batch_id = ? "
+                "AND state IN ('scheduled', 'pending', 'retrying', 'active')", (batch_id,)
+            ).fetchall()
+            self._cancel_rows(cur, now, rows)
+        return len(rows)
 
-    def _cancel_rows(self, cur: sqlite3.Cursor, now: float, job_id: str) -> JobState | None:
+    def _cancel(self, cur: sqlite3.Cursor, now: float, job_id: str) -> JobState | None:
         """Cancel one job inside the caller's transaction; returns its resulting state."""
         row = cur.execute(
             "SELECT id, state, batch_id, cancel_requested FROM jobs WHERE id = ?", (job_id,)
         ).fetchone()
         if row is None:
             return None
+        self._cancel_rows(cur, now, [row])
         state = JobState(row[1])
-        if state.value in _WAITING:
-            moves = jobs.move(cur, now, [row[:3]], JobState.CANCELLED, EventKind.CANCELLED,
-                              sets=jobs.FINISH)
-            batches.apply(cur, now, moves, jobs.insert)
-            return JobState.CANCELLED
-        if state is JobState.ACTIVE and not row[3]:
-            cur.execute(
-                "UPDATE jobs SET cancel_requested = 1, events = events || ? WHERE id = ?",
-                (jobs.event_line(now, EventKind.CANCEL_REQUESTED, "active"), job_id),
-            )
-        return state
+        return JobState.CANCELLED if state.value in _WAITING else state
+
+    @staticmethod
+    def _cancel_rows(cur: sqlite3.Cursor, now: float, rows: Sequence[Any]) -> None:
+        """Rows ``(id, state, batch_id, cancel_requested)``: waiting ones become cancelled,
+        active ones get a cancellation request their worker sees at the next heartbeat."""
+        waiting = [r[:3] for r in rows if r[1] in _WAITING]
+        moves = jobs.move(cur, now, waiting, JobState.CANCELLED, EventKind.CANCELLED,
+                          sets=jobs.FINISH)
+        batches.apply(cur, now, moves, jobs.insert)
+        cur.execute(
+            "UPDATE jobs SET cancel_requested = 1, events = events || ? "
+            "WHERE id IN (SELECT value FROM json_each(?))",
+            (jobs.event_line(now, EventKind.CANCEL_REQUESTED, "active"),
+             jobs.ids_param(r[0] for r in rows if r[1] == "active" and not r[3])),
+        )
 
     def job_totals(self) -> list[JobTotals]:
         """All-time outcome counters per (queue, job name)."""

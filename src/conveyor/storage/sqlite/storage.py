@@ -8,6 +8,7 @@ that sets the lease; acknowledgements of a whole list are one fenced ``UPDATE â€
 from __future__ import annotations
 
 import json
+import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,6 +37,7 @@ from conveyor.storage.sqlite.connection import (
 )
 from conveyor.storage.sqlite.inspect import SqliteInspector
 from conveyor.storage.sqlite.migrate import migrate
+from conveyor.storage.sqlite.wakeup import data_version
 
 ENQUEUE_CHUNK = 5000
 
@@ -99,6 +101,7 @@ class SqliteStorage(SqliteInspector):
     def __init__(self, url: str, db: Database, clock: Clock) -> None:
         super().__init__(db, clock)
         self.url = url
+        self._seen = threading.local()  # data_version at this thread's last empty dequeue
 
     def enqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
         """Store jobs, one transaction per chunk of ``ENQUEUE_CHUNK``."""
@@ -136,6 +139,8 @@ class SqliteStorage(SqliteInspector):
                 leased += [_leased(r) for r in rows]
                 moves += [(r[9], "pending", "active") for r in rows if r[9]]
             batches.apply(cur, now, moves, jobs.insert)
+        if not leased:
+            self._seen.version = data_version(self._db.read())
         return leased
 
     def _lease(
@@ -165,7 +170,9 @@ class SqliteStorage(SqliteInspector):
             ).fetchone()
             return row is not None
 
-        return self._wakeup.wait(self._db.read, has_work, timeout)
+        seen: int | None = getattr(self._seen, "version", None)
+        self._seen.version = None
+        return self._wakeup.wait(self._db.read, has_work, timeout, seen)
 
     def ack(self, acks: Sequence[Ack]) -> list[bool]:
         """Apply outcomes, fenced by lease token, all in one transaction."""
@@ -264,8 +271,7 @@ class SqliteStorage(SqliteInspector):
         """Cancel a waiting job, or request cancellation of an active one."""
         with self._db.write() as cur:
             now = self.now()
-            state = self._cancel_rows(cur, now, job_id)
-        return state
+            return self._cancel(cur, now, job_id)
 
     def create_batch(self, spec: BatchSpec) -> None:
         """Create an open batch."""

@@ -12,7 +12,14 @@ import threading
 import time
 from collections.abc import Callable
 
+from conveyor.storage.sqlite.connection import after_fork_in_child
+
 POLL_SECONDS = 0.004
+
+
+def data_version(conn: sqlite3.Connection) -> int:
+    """A number that changes whenever another connection commits a change to the file."""
+    return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
 
 class Wakeup:
@@ -21,6 +28,11 @@ class Wakeup:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._generation = 0
+        after_fork_in_child(self._after_fork)
+
+    def _after_fork(self) -> None:
+        # The condition's lock may have been held by another thread at fork time.
+        self._cond = threading.Condition()
 
     def notify(self) -> None:
         """Wake every waiter: new work was committed by this process."""
@@ -33,13 +45,20 @@ class Wakeup:
         conn: Callable[[], sqlite3.Connection],
         has_work: Callable[[], bool],
         timeout: float,
+        seen: int | None = None,
     ) -> bool:
-        """Block until notified, another connection commits work, or ``timeout`` passes."""
+        """Block until notified, another connection commits work, or ``timeout`` passes.
+
+        ``seen`` is the ``data_version`` this thread saw at its last (empty) dequeue: a commit
+        that landed between that dequeue and this call is then not missed.
+        """
         deadline = time.monotonic() + max(timeout, 0.0)
         db = conn()
-        version = db.execute("PRAGMA data_version").fetchone()[0]
+        version = data_version(db)
         with self._cond:
             start = self._generation
+        if seen is not None and seen != version and has_work():
+            return True
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -50,7 +69,7 @@ class Wakeup:
                 self._cond.wait(min(POLL_SECONDS, remaining))
                 if self._generation != start:
                     return True
-            current = db.execute("PRAGMA data_version").fetchone()[0]
+            current = data_version(db)
             if current != version:
                 version = current
                 if has_work():
