@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from conveyor.job import Event, EventKind
 from tests.web.conftest import Site
 from tests.web.seed import XSS
 
@@ -89,3 +90,16 @@ def test_get_never_changes_state(site: Site) -> None:
         assert client.get(path).status in (404, 200)
     assert site.state("dead") == "dead"
     assert not any(q.paused for q in site.app.storage.queues())
+
+
+def test_running_job_shows_its_progress_and_latest_message(site: Site) -> None:
+    st = site.app.storage
+    [job] = st.dequeue(["exports"], "w-live", 1, 60.0)
+    event = Event(ts=st.now(), kind=EventKind.MESSAGE, message="row 40 of 100 <b>ok</b>")
+    assert st.log(job.id, job.token, [event], progress=(40, 100))
+    client = site.client()
+    page = client.get(f"/jobs/{job.id}").body
+    assert '<progress max="100" value="40"></progress> 40 / 100' in page
+    assert "row 40 of 100 &lt;b&gt;ok&lt;/b&gt;" in page
+    batch = client.get(f"/batches/{site.seeded.batch_id}?state=active").body
+    assert job.id in batch and "row 40 of 100 &lt;b&gt;ok&lt;/b&gt;" in batch

@@ -122,6 +122,10 @@ async def job(dash: StorageCaller, request: Request, csrf: str, m: re.Match[str]
               ("Worker", e(view["worker"] or "-")), ("Created", when(view["created_at"])),
               ("Run at", when(view["run_at"])), ("Started", when(view["started_at"])),
               ("Finished", when(view["finished_at"])), ("Message", e(view["message"] or "-"))]
+    if view["progress"]:
+        done, total = view["progress"]
+        bar = f'<progress max="{e(total)}" value="{e(done)}"></progress> ' if total else ""
+        fields.append(("Progress", f"{bar}{e(done)}" + (f" / {e(total)}" if total else "")))
     actions = "".join(button_form(op, label, csrf, here, cls=cls, ids=view["id"])
                       for op, label, cls in (("retry", "Retry", ""), ("kill", "Kill", "warn"),
                                              ("delete", "Delete", "danger")))
