@@ -85,3 +85,11 @@ def test_batch_list_and_show(env: Env) -> None:
     assert code == 0 and "import products.csv" in out and "0/4" in out
     code, _, err = env.run("batch", "show", "nope")
     assert code == 2 and "no batch with id 'nope'" in err
+
+
+def test_jobs_show_running_job_progress(env: Env) -> None:
+    st = env.app.storage
+    [job] = st.dequeue(["exports"], "w-live", 1, 60.0)
+    assert st.log(job.id, job.token, [], progress=(3, 8))
+    code, out, _ = env.run("jobs", "show", job.id)
+    assert code == 0 and "progress    3/8" in out and "[active]" in out

@@ -114,6 +114,9 @@ def format_job(view: dict[str, Any]) -> str:
     for key in ("queue", "batch_id", "attempt", "errors", "recoveries", "worker", "message"):
         if view.get(key) not in (None, ""):
             lines.append(f"  {key:<11} {view[key]}")
+    if view.get("progress"):
+        done, total = view["progress"]
+        lines.append(f"  {'progress':<11} {done}/{total or '?'}")
     for key in ("created_at", "run_at", "started_at", "finished_at"):
         if view.get(key):
             lines.append(f"  {key:<11} {fmt_time(view[key])}")
