@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -29,4 +31,18 @@ def test_cluster_round_trip_across_slots(redis_cluster: Any) -> None:
     assert store.get_job("b1-done").state is JobState.PENDING  # type: ignore[union-attr]
     assert store.check_server() == []
     assert store.wait(["callbacks"], 1.0) is True
+    store.close()
+
+
+def test_cluster_wait_watches_every_queue(redis_cluster: Any) -> None:
+    store = open_redis(prefixed(redis_cluster.url))
+    other = open_redis(store.url)
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(store.wait(["qa", "qb", "qc"], 10.0)))
+    waiter.start()
+    time.sleep(0.1)  # let the waiter block; the assertion does not depend on timing
+    other.enqueue([JobSpec(id="late", name="t", queue="qc", payload="{}")])
+    waiter.join(timeout=10)
+    assert woke == [True]
+    other.close()
     store.close()

@@ -70,6 +70,12 @@ class RedisCore:
             self._keys_cache[queue] = keys
         return keys
 
+    def ring(self, queue: str, ready: int) -> None:
+        """On Cluster, wake workers waiting on ``queue`` (a single server's scripts push to
+        the queue's own notify list instead)."""
+        if self.settings.cluster and ready > 0:
+            self.scripts.run("ring", [self.keys.doorbell(queue)], [self.now_arg(), ready])
+
     def known_queues(self) -> list[str]:
         """Every queue any client has enqueued to, sorted."""
         names = set(self.link.call("SMEMBERS", self.keys.queues))
@@ -105,6 +111,7 @@ class RedisCore:
             spec = specs[0]
             reply = self.scripts.run("enqueue", self._enqueue_keys(spec.queue),
                                      [self.now_arg(), spec.queue, *codec.enqueue_args(spec)])
+            self.ring(spec.queue, int(reply[0] == "1"))
             return [_result(spec.id, reply[0])]
         batched = [s for s in specs if s.batch_id]
         if batched:
@@ -123,6 +130,7 @@ class RedisCore:
                 reply = self.scripts.run("enqueue", keys, args)
                 for i, code in zip(chunk, reply, strict=True):
                     results[i] = _result(specs[i].id, code)
+                self.ring(queue, reply.count("1"))
         done = [r for r in results if r is not None]
         self._leave_batches(
             [s for s, r in zip(specs, done, strict=True) if s.batch_id and r.id != s.id])
@@ -182,6 +190,8 @@ class RedisCore:
                     name, self.keys.queue(queue).admin(),
                     [self.now_arg(), queue, *ids[start:start + ENQUEUE_CHUNK]])
                 self.sync_batches(moves)
+                if name == "requeue":
+                    self.ring(queue, int(first))
                 replies.append(first)
         return replies
 

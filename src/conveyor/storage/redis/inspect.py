@@ -170,6 +170,7 @@ class RedisInspector(RedisCore):
         qk = self.register_queue(queue)
         self.link.call("HDEL", qk.meta, "paused")
         self.link.call("LPUSH", qk.notify, "1")
+        self.ring(queue, 1)
 
     def workers(self) -> list[WorkerInfo]:
         """Workers seen within the registry's time-to-live."""

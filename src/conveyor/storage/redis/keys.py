@@ -72,6 +72,11 @@ class Keys:
         base = f"{self.prefix}:{{b:{batch_id}}}:"
         return BatchKeys(batch=base + "batch", jobs=base + "jobs")
 
+    def doorbell(self, queue: str) -> str:
+        """List: wake-up tokens of one queue on Redis Cluster. Every doorbell shares the tag
+        ``{doorbell}``, so one BLPOP can watch the doorbells of many queues."""
+        return f"{self.prefix}:{{doorbell}}:{queue}"
+
     def worker_command(self, worker_id: str) -> str:
         """String key: a pending remote command (quiet/stop) for one worker."""
         return f"{self.prefix}:workers:cmd:{worker_id}"

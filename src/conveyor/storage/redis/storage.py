@@ -88,13 +88,14 @@ class RedisStorage(RedisInspector):
         return out
 
     def wait(self, queues: Sequence[str], timeout: float) -> bool:
-        """BLPOP the queues' wake-up lists. On Cluster only the first queue's slot is
-        watched (one blocking call cannot span slots); the others wait for ``timeout``."""
+        """BLPOP the queues' wake-up lists: their notify lists on one server, their
+        doorbells (all in one slot) on Cluster."""
         if not queues or timeout <= 0:
             return False
-        keys = [self.keys.queue(q).notify for q in queues]
-        if isinstance(self.link.client, RedisCluster):
-            keys = keys[:1]
+        if self.settings.cluster:
+            keys = [self.keys.doorbell(q) for q in queues]
+        else:
+            keys = [self.keys.queue(q).notify for q in queues]
         block = min(max(timeout, 0.01), MAX_BLOCK)
         try:
             return self.link.raw("BLPOP", *keys, f"{block:.3f}") is not None
@@ -218,6 +219,7 @@ class RedisStorage(RedisInspector):
                 [qk.scheduled, qk.retrying, qk.pending, qk.state, qk.notify],
                 [self.now_arg(), queue, limit])
             self.sync_batches(moves)
+            self.ring(queue, int(moved))
             total += int(moved)
         return total
 
@@ -234,6 +236,7 @@ class RedisStorage(RedisInspector):
                 [self.now_arg(), queue, max_recoveries, limit, cursor, SCAN_COUNT])
             self._scan[queue] = next_cursor or "0"
             self.sync_batches(moves)
+            self.ring(queue, int(done))
             total += int(done)
         return total
 
