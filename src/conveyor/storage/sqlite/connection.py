@@ -74,10 +74,15 @@ def check_path(path: Path) -> None:
         )
 
 
+class _Connection(sqlite3.Connection):
+    """A connection that can be weakly referenced: it closes when its thread ends."""
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(
-            str(path), isolation_level=None, check_same_thread=False, cached_statements=256
+            str(path), isolation_level=None, check_same_thread=False, cached_statements=256,
+            factory=_Connection,
         )
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
@@ -115,7 +120,9 @@ class Database:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._pid = os.getpid()
-        self._mine: list[sqlite3.Connection] = []
+        # Weak: a thread's connection closes when the thread ends (a web server may start a
+        # thread per request); ``close`` closes the ones still alive.
+        self._mine: weakref.WeakSet[sqlite3.Connection] = weakref.WeakSet()
         # Connections inherited through fork: kept referenced so they are never finalised
         # (and their locks never touched) in the child.
         self._inherited: list[sqlite3.Connection] = []
@@ -127,7 +134,7 @@ class Database:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._inherited.extend(self._mine)
-        self._mine = []
+        self._mine = weakref.WeakSet()
         self._pid = os.getpid()
 
     def conn(self) -> sqlite3.Connection:
@@ -141,10 +148,10 @@ class Database:
         with self._lock:
             if pid != self._pid:
                 self._inherited.extend(self._mine)
-                self._mine = []
+                self._mine = weakref.WeakSet()
                 self._pid = pid
             conn = _connect(self.path)
-            self._mine.append(conn)
+            self._mine.add(conn)
         self._local.conn = conn
         self._local.pid = pid
         return conn
@@ -179,7 +186,7 @@ class Database:
         with self._lock:
             self._closed = True
             if os.getpid() == self._pid:
-                for conn in self._mine:
+                for conn in list(self._mine):
                     conn.close()
-            self._mine = []
+            self._mine = weakref.WeakSet()
         self._local = threading.local()
