@@ -213,17 +213,19 @@ class SqliteStorage(SqliteInspector):
             ).fetchone()[0]
             if command is not None:
                 cur.execute("UPDATE workers SET command = NULL WHERE id = ?", (info.id,))
-            held = cur.execute(
-                "UPDATE jobs SET lease_expires_at = :expires FROM "
-                "(SELECT key AS id, value AS tok FROM json_each(:leases)) AS l "
-                "WHERE jobs.id = l.id AND jobs.token = l.tok AND jobs.state = 'active' "
-                "RETURNING jobs.id, jobs.cancel_requested",
-                {"expires": now + lease_seconds, "leases": json.dumps(dict(leases))},
+            rows = cur.execute(
+                "SELECT id, rowid, token, cancel_requested FROM jobs "
+                "WHERE id IN (SELECT value FROM json_each(?)) AND state = 'active'",
+                (jobs.ids_param(leases),),
             ).fetchall() if leases else []
-        kept = {row[0] for row in held}
+            held = [r for r in rows if leases.get(r[0]) == r[2]]
+            cur.executemany(  # by rowid: see acks.py
+                "UPDATE jobs SET lease_expires_at = ? WHERE rowid = ?",
+                [(now + lease_seconds, r[1]) for r in held],
+            )
         return HeartbeatReply(
-            lost=frozenset(set(leases) - kept),
-            cancel=frozenset(row[0] for row in held if row[1]),
+            lost=frozenset(set(leases) - {r[0] for r in held}),
+            cancel=frozenset(r[0] for r in held if r[3]),
             command=command,
         )
 
