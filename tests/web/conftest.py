@@ -103,8 +103,9 @@ class Site:
         return record.state.value if record else "gone"
 
 
-def _serve(tmp_path: Path, token: str | None) -> Iterator[Site]:
-    app = make_app(f"sqlite:///{tmp_path / 'web.db'}")
+def serve_site(tmp_path: Path, token: str | None, url: str | None = None) -> Iterator[Site]:
+    """Seed a store (SQLite in ``tmp_path`` unless ``url``) and serve the dashboard over it."""
+    app = make_app(url or f"sqlite:///{tmp_path / 'web.db'}")
     seeded = seed(app)
     server = RunningServer(create_app(app, token), "127.0.0.1", 0).start()
     try:
@@ -114,13 +115,13 @@ def _serve(tmp_path: Path, token: str | None) -> Iterator[Site]:
         app.close()
 
 
-@pytest.fixture
-def site(tmp_path: Path) -> Iterator[Site]:
-    """An open dashboard (no token), as on 127.0.0.1 by default."""
-    yield from _serve(tmp_path, None)
+@pytest.fixture(params=["sqlite", "memory"])
+def site(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Site]:
+    """An open dashboard (no token), as on 127.0.0.1 by default, on SQLite and memory."""
+    yield from serve_site(tmp_path, None, "memory://" if request.param == "memory" else None)
 
 
 @pytest.fixture
 def locked_site(tmp_path: Path) -> Iterator[Site]:
     """A dashboard protected by ``TOKEN``."""
-    yield from _serve(tmp_path, TOKEN)
+    yield from serve_site(tmp_path, TOKEN)

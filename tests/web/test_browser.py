@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from conveyor.job import Outcome
-from tests.web.conftest import Site
+from tests.web.conftest import Site, serve_site
 from tests.web.seed import run_one
 
 try:
@@ -41,6 +41,12 @@ def browser() -> Iterator[Browser]:
         launched = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         yield launched
         launched.close()
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[Site]:
+    """SQLite only: the browser adds nothing backend-specific, and each run costs seconds."""
+    yield from serve_site(tmp_path, None)
 
 
 @pytest.fixture
