@@ -11,7 +11,7 @@ import pytest
 from conveyor.clock import FakeClock
 from conveyor.errors import StorageUnavailable, StorageURLError
 from conveyor.job import JobSpec, JobState
-from conveyor.storage import open_storage
+from conveyor.storage import Inspector, Storage, open_storage
 from conveyor.storage.sqlite.migrate import latest_version, migrate, split_statements
 from conveyor.storage.sqlite.storage import open_sqlite
 
@@ -23,6 +23,7 @@ def _spec(job_id: str) -> JobSpec:
 def test_fresh_file_is_migrated_to_the_latest_version(tmp_path: Path) -> None:
     path = tmp_path / "fresh.db"
     store = open_sqlite(f"sqlite:///{path}", FakeClock())
+    assert isinstance(store, Storage) and isinstance(store, Inspector)
     store.close()
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == latest_version() >= 1

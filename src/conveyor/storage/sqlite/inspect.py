@@ -112,7 +112,7 @@ class SqliteInspector:
         extra = ", events" if with_events else ""
         rows = self._db.read().execute(
             f"SELECT {jobs.JOB_COLUMNS}{extra} FROM jobs{where} "
-            "ORDER BY created_at, rowid LIMIT ? OFFSET ?",
+            "ORDER BY rowid LIMIT ? OFFSET ?",  # rowid is enqueue order: index order, no sort
             (*params, limit, offset),
         ).fetchall()
         if with_events:
