@@ -78,3 +78,27 @@ def test_dashboard_says_when_redis_is_down() -> None:
         app.close()
         server.stop()
         server.cleanup()
+
+
+@pytest.mark.cluster
+def test_cli_and_dashboard_on_redis_cluster(redis_cluster: Any,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"{redis_cluster.url}?prefix=ops{os.urandom(4).hex()}"
+    app = make_app(url)
+    seeded = seed(app)
+    assert main(["stats", "--json", "--url", url]) == 0
+    queues = {q["name"]: q for q in json.loads(capsys.readouterr().out)["queues"]}
+    assert queues["exports"]["pending"] == 4 and queues["default"]["dead"] == 1
+    server = RunningServer(create_app(app), "127.0.0.1", 0).start()
+    try:
+        client = Client(server.port)
+        assert seeded.ids["dead"] in client.get("/dead").body
+        assert "import products.csv" in client.get(f"/batches/{seeded.batch_id}").body
+        reply = client.post("/action", {"op": "retry-all", "state": "dead",
+                                        "csrf": client.csrf()})
+        assert reply.status == 303
+        record = app.storage.get_job(seeded.ids["dead"])
+        assert record is not None and record.state.value == "pending"
+    finally:
+        server.stop()
+        app.close()
