@@ -1,10 +1,11 @@
 """Random sequences of lifecycle operations against every backend, checked against a model.
 
-A hypothesis ``RuleBasedStateMachine`` drives enqueue, dequeue, every acknowledgement, stale
-acknowledgements, heartbeats, lease expiry + reclaim, cancel, kill, retry by hand, batch close
-and promotion, and after each step checks that the storage agrees with a small model of where every job must
-be: per-state lists and counts match, no job is in two states, nothing is lost, and the batch's
-counters and callbacks match the real job states.
+``JobMachine`` (a hypothesis ``RuleBasedStateMachine``) drives enqueue, dequeue, every
+acknowledgement, stale acknowledgements, heartbeats, lease expiry + reclaim, cancel, kill, retry
+by hand, batch close and promotion, and after each step checks that the storage agrees with a
+small model of where every job must be: per-state lists and counts match, no job is in two
+states, nothing is lost, and the batch's counters and callbacks match the real job states.
+``FlowMachine`` does the same for concurrency, order and unique keys.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from conveyor.job import (
     Ack,
     BatchSpec,
     ErrorInfo,
+    FlowControl,
     JobState,
     Outcome,
     WorkerInfo,
@@ -279,9 +281,144 @@ class JobMachine(RuleBasedStateMachine):
             self.success_expected = all(m.state is JobState.SUCCEEDED for m in self._batch_jobs())
 
 
-@pytest.mark.parametrize("name", BACKENDS)
-def test_lifecycle_state_machine(name: str, request: pytest.FixtureRequest,
-                                 tmp_path: Path) -> None:
+CONC_LIMIT = 2
+FLOWS: dict[str, Callable[[str], FlowControl | None]] = {
+    "conc": lambda key: FlowControl(concurrency_key=key, concurrency_limit=CONC_LIMIT),
+    "order": lambda key: FlowControl(order_key=key),
+    "unique": lambda key: FlowControl(unique_key=key),
+    "plain": lambda key: None,
+}
+
+
+@dataclass
+class FlowJob:
+    """A job of the flow-control model: its kind of limit, key and enqueue order."""
+
+    kind: str
+    key: str
+    seq: int
+    state: JobState
+    token: str | None = None
+    run_at: float = 0.0
+
+
+class FlowMachine(RuleBasedStateMachine):
+    """Concurrency, order and unique keys under random lifecycles: limits always hold, and a
+    dequeue that returns less than asked leaves no job behind that was free to start."""
+
+    open_store: ClassVar[Callable[[FakeClock], Backend]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock()
+        self.store = type(self).open_store(self.clock)
+        self.jobs: dict[str, FlowJob] = {}
+
+    def teardown(self) -> None:
+        self.store.close()
+
+    @rule(kind=st.sampled_from(sorted(FLOWS)), key=st.sampled_from(["a", "b"]),
+          n=st.integers(1, 3))
+    def enqueue(self, kind: str, key: str, n: int) -> None:
+        key = f"{kind}-{key}"
+        for _ in range(n):
+            s = spec("flow", flow=FLOWS[kind](key))
+            [result] = self.store.enqueue([s])
+            holder = self._unique_holder(key) if kind == "unique" else None
+            if holder is not None:
+                assert (result.id, result.created) == (holder, False)
+                continue
+            assert result.created and result.id == s.id
+            self.jobs[s.id] = FlowJob(kind, key, len(self.jobs), JobState.PENDING)
+
+    @rule(count=st.integers(1, 6))
+    def dequeue(self, count: int) -> None:
+        leased = self.store.dequeue(["flow"], "flow-worker", count, LEASE)
+        for job in leased:
+            model = self.jobs[job.id]
+            assert model.state is JobState.PENDING
+            if model.kind == "order":
+                older = [o for o in self._of(model.key) if o.seq < model.seq]
+                assert all(o.state in TERMINAL_STATES for o in older), "order key overtaken"
+            model.state, model.token = JobState.ACTIVE, job.token
+        if len(leased) < count:
+            self._nothing_startable_left()
+
+    @precondition(lambda self: self._active())
+    @rule(data=st.data(), outcome=st.sampled_from(
+        [Outcome.SUCCEEDED, Outcome.FAILED, Outcome.RETRY, Outcome.DEAD]),
+        retry_in=st.sampled_from([0.0, 5.0]))
+    def ack(self, data: st.DataObject, outcome: Outcome, retry_in: float) -> None:
+        job_id = data.draw(st.sampled_from(self._active()))
+        model = self.jobs[job_id]
+        ack = Ack(job_id, model.token or "", outcome, message="no",
+                  retry_in=retry_in if outcome is Outcome.RETRY else None)
+        assert self.store.ack([ack]) == [True]
+        model.state, model.token = AFTER_ACK[outcome], None
+        model.run_at = self.clock.now() + retry_in
+
+    @rule()
+    def expire_leases(self) -> None:
+        self.clock.advance(LEASE + 1)
+        active = self._active()
+        assert self.store.reclaim_expired(max_recoveries=1000) == len(active)
+        for job_id in active:
+            self.jobs[job_id].state, self.jobs[job_id].token = JobState.PENDING, None
+
+    @rule(seconds=st.sampled_from([0.0, 5.0]))
+    def promote(self, seconds: float) -> None:
+        now = self.clock.advance(seconds)
+        due = [m for m in self.jobs.values()
+               if m.state is JobState.RETRYING and m.run_at <= now]
+        assert self.store.promote_due() == len(due)
+        for model in due:
+            model.state = JobState.PENDING
+
+    @precondition(lambda self: self.jobs)
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        job_id = data.draw(st.sampled_from(sorted(self.jobs)))
+        model = self.jobs[job_id]
+        if model.state in WAITING:
+            model.state = JobState.CANCELLED
+        assert self.store.cancel(job_id) is model.state
+
+    @invariant()
+    def limits_hold_and_states_match(self) -> None:
+        for key in {m.key for m in self.jobs.values()}:
+            active = sum(m.state is JobState.ACTIVE for m in self._of(key))
+            limit = {"conc": CONC_LIMIT, "order": 1}.get(key.split("-")[0], EVERYTHING)
+            assert active <= limit, f"{active} active jobs of {key}"
+        listed = self.store.list_jobs(queue="flow", limit=EVERYTHING)
+        assert {r.id: r.state for r in listed} == {i: m.state for i, m in self.jobs.items()}
+
+    def _nothing_startable_left(self) -> None:
+        for key in {m.key for m in self.jobs.values()}:
+            jobs = self._of(key)
+            pending = [m for m in jobs if m.state is JobState.PENDING]
+            busy = [m for m in jobs if m.state in (JobState.ACTIVE, JobState.RETRYING)]
+            kind = key.split("-")[0]
+            if kind == "conc":
+                running = sum(m.state is JobState.ACTIVE for m in jobs)
+                assert not pending or running >= CONC_LIMIT, f"{key} left behind"
+            elif kind == "order":
+                assert not pending or busy, f"{key} left behind"
+            else:
+                assert not pending, f"{key} left behind"
+
+    def _of(self, key: str) -> list[FlowJob]:
+        return [m for m in self.jobs.values() if m.key == key]
+
+    def _active(self) -> list[str]:
+        return sorted(i for i, m in self.jobs.items() if m.state is JobState.ACTIVE)
+
+    def _unique_holder(self, key: str) -> str | None:
+        return next((i for i, m in self.jobs.items()
+                     if m.key == key and m.state not in TERMINAL_STATES), None)
+
+
+def _run(machine: type[RuleBasedStateMachine], name: str, request: pytest.FixtureRequest,
+         tmp_path: Path, examples: int) -> None:
     def open_store(clock: FakeClock) -> Backend:
         # Every example gets its own store: a new file, prefix or memory instance.
         where = tmp_path / uuid.uuid4().hex[:8]
@@ -289,8 +426,20 @@ def test_lifecycle_state_machine(name: str, request: pytest.FixtureRequest,
         return open_backend(name, backend_url(name, where, request.getfixturevalue), clock)
 
     open_store(FakeClock()).close()  # skip now, not inside hypothesis, when it cannot run
-    machine: Any = type(f"JobMachine_{name}", (JobMachine,),
-                        {"open_store": staticmethod(open_store)})
-    run_state_machine_as_test(machine, settings=settings(
-        max_examples=EXAMPLES[name], stateful_step_count=25, deadline=None, database=None,
+    bound: Any = type(f"{machine.__name__}_{name}", (machine,),
+                      {"open_store": staticmethod(open_store)})
+    run_state_machine_as_test(bound, settings=settings(
+        max_examples=examples, stateful_step_count=25, deadline=None, database=None,
         suppress_health_check=list(HealthCheck)))
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_lifecycle_state_machine(name: str, request: pytest.FixtureRequest,
+                                 tmp_path: Path) -> None:
+    _run(JobMachine, name, request, tmp_path, EXAMPLES[name])
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_flow_control_state_machine(name: str, request: pytest.FixtureRequest,
+                                    tmp_path: Path) -> None:
+    _run(FlowMachine, name, request, tmp_path, EXAMPLES[name] // 2)
