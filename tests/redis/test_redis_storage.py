@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import redis
-from conveyor.clock import FakeClock
+from conveyor.clock import FakeClock, SystemClock
 from conveyor.errors import StorageUnavailable
 from conveyor.job import Ack, EventKind, FlowControl, JobSpec, JobState, Outcome
 from conveyor.storage import open_storage
@@ -173,3 +173,9 @@ def test_pending_pages_cover_parked_and_listed_jobs_oldest_first(store: RedisSto
         for limit in range(1, 5):
             page = store.list_jobs(state=JobState.PENDING, queue="q", offset=offset, limit=limit)
             assert [r.id for r in page] == expected[offset:offset + limit]
+
+
+def test_the_system_clock_does_not_replace_the_server_clock(redis_server: Any) -> None:
+    store = open_redis(prefixed(redis_server.url), SystemClock())
+    assert store.now_arg() == ""  # scripts read the server's TIME
+    store.close()

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from redis.cluster import RedisCluster
 
-from conveyor.clock import Clock
+from conveyor.clock import Clock, SystemClock
 from conveyor.errors import BatchNotFound, StorageUnavailable
 from conveyor.job import (
     Ack,
@@ -46,7 +46,13 @@ MAX_BLOCK = 25.0  # seconds; below the socket timeout
 
 
 def open_redis(url: str, clock: Clock | None = None) -> RedisStorage:
-    """Connect to the Redis a URL names; raises ``StorageUnavailable`` when it can't."""
+    """Connect to the Redis a URL names; raises ``StorageUnavailable`` when it can't.
+
+    Leases and schedules use the server's ``TIME``. Only a clock other than the system
+    clock (a test's ``FakeClock``) replaces it: a worker's own wall clock never decides.
+    """
+    if isinstance(clock, SystemClock):
+        clock = None
     settings = parse_url(url)
     link = Link(settings, make_client(settings))
     storage = RedisStorage(settings, link, clock)
