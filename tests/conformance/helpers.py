@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from conveyor.clock import FakeClock
@@ -106,3 +107,22 @@ def worker_info(clock: FakeClock, worker_id: str = "w1", queues: Sequence[str] =
     """A worker as it reports itself in a heartbeat."""
     return WorkerInfo(id=worker_id, hostname="testhost", pid=4242, queues=tuple(queues),
                       concurrency=5, started_at=clock.now(), status=status)
+
+
+def run_in_threads(target: Callable[[int], None], count: int) -> None:
+    """Run ``target(i)`` in ``count`` threads at once; re-raise the first failure here."""
+    errors: list[BaseException] = []
+
+    def guarded(slot: int) -> None:
+        try:
+            target(slot)
+        except BaseException as exc:  # a thread cannot fail the test itself: hand it over
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]

@@ -15,6 +15,7 @@ from tests.conformance.helpers import (
     boom,
     new_job_id,
     put,
+    run_in_threads,
     spec,
     state_of,
     take,
@@ -165,21 +166,13 @@ def test_callbacks_fire_exactly_once_when_the_last_jobs_finish_together(
     jobs = take(backend, count=16)
     assert len(jobs) == 16
     gate = threading.Barrier(len(jobs))
-    errors: list[BaseException] = []
 
-    def finish(job_id: str, token: str) -> None:
-        try:
-            gate.wait()
-            assert backend.ack([Ack(job_id, token, Outcome.SUCCEEDED)]) == [True]
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
+    def finish(slot: int) -> None:
+        gate.wait()  # every last job is acknowledged at the same moment
+        job = jobs[slot]
+        assert backend.ack([Ack(job.id, job.token, Outcome.SUCCEEDED)]) == [True]
 
-    threads = [threading.Thread(target=finish, args=(j.id, j.token)) for j in jobs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    run_in_threads(finish, len(jobs))
     assert _counts(backend, batch.id) == {"succeeded": 16, "total": 16}
     assert _fired(backend, batch.id) == ["complete", "success"]
     assert _callback_jobs(backend) == ["on_complete", "on_success"]

@@ -7,7 +7,16 @@ import threading
 from conveyor.clock import FakeClock
 from conveyor.job import Ack, FlowControl, JobState, Outcome
 from conveyor.storage import Backend
-from tests.conformance.helpers import ack, boom, put, spec, state_of, take, take_one
+from tests.conformance.helpers import (
+    ack,
+    boom,
+    put,
+    run_in_threads,
+    spec,
+    state_of,
+    take,
+    take_one,
+)
 
 
 def _unique(key: str, unique_for: float | None = None) -> FlowControl:
@@ -95,30 +104,21 @@ def test_concurrency_limit_holds_under_concurrent_dequeuers(backend: Backend) ->
     held = [0]
     most = [0]
     guard = threading.Lock()
-    errors: list[BaseException] = []
 
     def work(slot: int) -> None:
-        try:
-            for _ in range(2000):
-                jobs = backend.dequeue(["busy"], f"w{slot}", 2, 60)
-                with guard:
-                    held[0] += len(jobs)
-                    most[0] = max(most[0], held[0])
-                for job in jobs:
-                    with guard:  # count down before the storage frees the slot
-                        held[0] -= 1
-                    assert backend.ack([Ack(job.id, job.token, Outcome.SUCCEEDED)]) == [True]
-                if backend.count_jobs(queue="busy", state=JobState.SUCCEEDED) == 60:
-                    return
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
+        for _ in range(2000):
+            jobs = backend.dequeue(["busy"], f"w{slot}", 2, 60)
+            with guard:
+                held[0] += len(jobs)
+                most[0] = max(most[0], held[0])
+            for job in jobs:
+                with guard:  # count down before the storage frees the slot
+                    held[0] -= 1
+                assert backend.ack([Ack(job.id, job.token, Outcome.SUCCEEDED)]) == [True]
+            if backend.count_jobs(queue="busy", state=JobState.SUCCEEDED) == 60:
+                return
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    run_in_threads(work, 6)
     assert 1 <= most[0] <= limit
     assert backend.count_jobs(queue="busy", state=JobState.SUCCEEDED) == 60
 

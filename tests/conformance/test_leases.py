@@ -3,8 +3,6 @@ dequeuers at once."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from conveyor.clock import FakeClock
@@ -17,6 +15,7 @@ from tests.conformance.helpers import (
     kinds_of,
     last_event,
     put,
+    run_in_threads,
     spec,
     state_of,
     take,
@@ -225,25 +224,16 @@ def test_worker_status_is_updated_by_each_heartbeat(backend: Backend, clock: Fak
 def test_concurrent_dequeuers_never_get_the_same_job(backend: Backend) -> None:
     backend.enqueue([spec("race") for _ in range(400)])
     seen: list[list[str]] = [[] for _ in range(8)]
-    errors: list[BaseException] = []
 
     def drain(slot: int) -> None:
-        try:
-            while True:
-                jobs = backend.dequeue(["race"], f"w{slot}", 7, 60)
-                if not jobs:
-                    return
-                seen[slot].extend(j.id for j in jobs)
-                backend.ack([Ack(j.id, j.token, Outcome.SUCCEEDED) for j in jobs])
-        except BaseException as exc:  # surfaced below; a thread cannot fail the test itself
-            errors.append(exc)
+        while True:
+            jobs = backend.dequeue(["race"], f"w{slot}", 7, 60)
+            if not jobs:
+                return
+            seen[slot].extend(j.id for j in jobs)
+            backend.ack([Ack(j.id, j.token, Outcome.SUCCEEDED) for j in jobs])
 
-    threads = [threading.Thread(target=drain, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    run_in_threads(drain, 8)
     every = [job_id for ids in seen for job_id in ids]
     assert len(every) == len(set(every)) == 400
     assert backend.count_jobs(state=JobState.SUCCEEDED, queue="race") == 400

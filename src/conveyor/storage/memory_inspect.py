@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from conveyor.errors import BatchNotFound
@@ -20,6 +20,7 @@ from conveyor.storage.memory_core import MemoryCore
 from conveyor.storage.memory_state import WAITING_STATES, Entry, day_of
 
 _RETRYABLE = frozenset({JobState.DEAD, JobState.FAILED, JobState.CANCELLED, JobState.RETRYING})
+_NOT_ACTIVE = frozenset(JobState) - {JobState.ACTIVE}
 _WORKER_TTL = Retention().worker_ttl
 WORKER_COMMANDS = ("quiet", "stop")
 
@@ -108,46 +109,39 @@ class MemoryInspector(MemoryCore):
 
     def retry_jobs(self, job_ids: Sequence[str]) -> int:
         """Dead, failed, cancelled or retrying jobs → pending now (``retried``)."""
-        with self._lock:
-            now = self.now()
-            done = 0
-            for job_id in job_ids:
-                entry = self._jobs.get(job_id)
-                if entry is None or entry.rec.state not in _RETRYABLE:
-                    continue
-                if entry.rec.state.terminal:
-                    self._flow.reopened(entry.rec, entry.seq)
-                entry.rec.run_at = None
-                entry.rec.cancel_requested = False
-                self._move(entry, JobState.PENDING, EventKind.RETRIED, now)
-                done += 1
-            return done
+        return self._each(job_ids, _RETRYABLE, self._retry_one)
 
     def delete_jobs(self, job_ids: Sequence[str]) -> int:
         """Delete jobs that are not active."""
-        with self._lock:
-            now = self.now()
-            done = 0
-            for job_id in job_ids:
-                entry = self._jobs.get(job_id)
-                if entry is not None and entry.rec.state is not JobState.ACTIVE:
-                    self._remove(entry, now)
-                    done += 1
-            return done
+        return self._each(job_ids, _NOT_ACTIVE, self._remove)
 
     def kill_jobs(self, job_ids: Sequence[str]) -> int:
         """Waiting jobs → dead (``killed``)."""
+        return self._each(job_ids, WAITING_STATES, self._kill_one)
+
+    def _each(self, job_ids: Sequence[str], states: frozenset[JobState],
+              act: Callable[[Entry, float], None]) -> int:
+        """Apply ``act`` to each existing job in one of ``states``; returns how many."""
         with self._lock:
             now = self.now()
             done = 0
             for job_id in job_ids:
                 entry = self._jobs.get(job_id)
-                if entry is not None and entry.rec.state in WAITING_STATES:
-                    entry.rec.message = "killed by hand"
-                    self._move(entry, JobState.DEAD, EventKind.KILLED, now,
-                               message=entry.rec.message)
+                if entry is not None and entry.rec.state in states:
+                    act(entry, now)
                     done += 1
             return done
+
+    def _retry_one(self, entry: Entry, now: float) -> None:
+        if entry.rec.state.terminal:
+            self._flow.reopened(entry.rec, entry.seq)
+        entry.rec.run_at = None
+        entry.rec.cancel_requested = False
+        self._move(entry, JobState.PENDING, EventKind.RETRIED, now)
+
+    def _kill_one(self, entry: Entry, now: float) -> None:
+        entry.rec.message = "killed by hand"
+        self._move(entry, JobState.DEAD, EventKind.KILLED, now, message=entry.rec.message)
 
     def retry_all(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
         """Retry every job in ``state``."""
