@@ -285,3 +285,22 @@ def test_enqueued_work_wakes_a_waiting_worker(backend: Backend) -> None:
             break
     waiter.join()
     assert woke == [True]
+
+
+def test_the_event_log_tells_the_whole_story(backend: Backend, clock: FakeClock) -> None:
+    job_id = put(backend)
+    assert ack(backend, take_one(backend, lease=10), Outcome.RETRY, error=boom(), retry_in=1)
+    clock.advance(1)
+    assert backend.promote_due() == 1
+    take_one(backend, lease=10)
+    clock.advance(11)
+    assert backend.reclaim_expired() == 1
+    assert ack(backend, take_one(backend, lease=10))
+    events = events_of(backend, job_id)
+    assert [e.state for e in events] == [
+        "pending", "active", "retrying", "pending", "active", "pending", "active", "succeeded"]
+    kinds = [e.kind for e in events]
+    assert kinds[:3] == ["enqueued", "started", "error"]
+    assert kinds[4:] == ["started", "recovered", "started", "succeeded"]
+    assert [e.attempt for e in events if e.kind == "started"] == [1, 2, 3]
+    assert [e.ts for e in events] == sorted(e.ts for e in events)

@@ -91,11 +91,7 @@ class MemoryInspector(MemoryCore):
                 states = [state] if state is not None else list(JobState)
                 queues = [queue] if queue is not None else list(self._queues)
                 return sum(self._counts.get((q, s), 0) for q in queues for s in states)
-            if queue is None:
-                status = self._batches.status(batch_id)
-                if status is None:
-                    return 0
-                return status.total if state is None else status.counts.get(state.value, 0)
+            # Batch counters keep trimmed jobs (they are history); this must match list_jobs.
             return sum(1 for _ in self._matching(state, queue, batch_id))
 
     def _matching(
