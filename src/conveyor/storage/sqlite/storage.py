@@ -306,6 +306,8 @@ class SqliteStorage(SqliteInspector):
                 (now - retention.batch_seconds,),
             )
             cur.execute("DELETE FROM workers WHERE last_seen < ?", (now - retention.worker_ttl,))
+            # Hits of keys still in use are pruned at dequeue; this drops abandoned keys.
+            cur.execute("DELETE FROM rate_hits WHERE ts < ?", (now - retention.succeeded_seconds,))
             cur.execute(
                 "DELETE FROM unique_locks WHERE until < ? AND NOT EXISTS (SELECT 1 FROM jobs "
                 "WHERE jobs.id = unique_locks.job_id AND state NOT IN "
