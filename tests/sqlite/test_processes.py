@@ -13,6 +13,7 @@ import sqlite3
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,4 +146,26 @@ def test_wait_times_out_without_work(tmp_path: Path) -> None:
     store = open_sqlite(f"sqlite:///{tmp_path / 'idle.db'}")
     store.enqueue(_specs(1, queue="elsewhere"))
     assert store.wait(["default"], 0.05) is False
+    store.close()
+
+
+def _open_at_once(url: str, barrier: Any) -> None:
+    barrier.wait()
+    store = open_sqlite(url)
+    pid = os.getpid()
+    store.enqueue([JobSpec(id=f"p{pid}", name="tests.noop", queue=f"q{pid}", payload="{}")])
+    store.close()
+
+
+def test_processes_creating_one_fresh_file_at_once_all_succeed(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    barrier = FORK.Barrier(6)
+    procs = [FORK.Process(target=_open_at_once, args=(url, barrier)) for _ in range(6)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(60)
+    assert [proc.exitcode for proc in procs] == [0] * 6
+    store = open_sqlite(url)
+    assert len(store.queues()) == 6 and store.count_jobs() == 6
     store.close()
