@@ -3,13 +3,17 @@
     python -m tests.sqlite.bench_sqlite [--jobs 100000] [--batch 100]
 
 Prints: one-by-one enqueue rate, bulk enqueue time, and the dequeue+ack loop rate of one
-process draining no-op jobs (``batch`` jobs leased and acknowledged per transaction). Each
-figure is given by wall time and by this process's CPU time (steadier on a busy machine).
+process draining no-op jobs (``batch`` jobs leased and acknowledged per transaction), each by
+wall time and by this process's CPU time (steadier on a busy machine); then the latency from
+an enqueue in another process to the lease in a process blocked in ``wait``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import multiprocessing
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +34,31 @@ def _now() -> tuple[float, float]:
 def _rate(n: int, start: tuple[float, float]) -> str:
     wall, cpu = (a - b for a, b in zip(_now(), start, strict=True))
     return f"{n / wall:,.0f} jobs/s wall, {n / cpu:,.0f} jobs/s cpu"
+
+
+def _enqueue_slowly(url: str, n: int) -> None:
+    store = open_sqlite(url)
+    for i in range(n):
+        time.sleep(0.05)
+        payload = json.dumps({"a": [], "k": {}, "m": {"t": time.time()}})
+        store.enqueue([JobSpec(id=f"x{i}", name="bench.noop", queue="lat", payload=payload)])
+    store.close()
+
+
+def wake_latency(url: str, n: int = 30) -> str:
+    """Median and max time from an enqueue in another process to the lease here."""
+    store = open_sqlite(url)
+    child = multiprocessing.get_context("fork").Process(target=_enqueue_slowly, args=(url, n))
+    child.start()
+    seen: list[float] = []
+    while len(seen) < n:
+        jobs = store.dequeue(["lat"], "bench", 10, 60.0)
+        seen += [time.time() - json.loads(j.payload)["m"]["t"] for j in jobs]
+        if not jobs:
+            store.wait(["lat"], 1.0)
+    child.join()
+    store.close()
+    return f"median {1000 * statistics.median(seen):.1f} ms, max {1000 * max(seen):.1f} ms"
 
 
 def main() -> None:
@@ -60,6 +89,8 @@ def main() -> None:
             done += len(jobs)
         print(f"dequeue+ack, {args.batch} per call, {done:,} jobs: " + _rate(done, start))
         store.close()
+        url = f"sqlite:///{Path(tmp) / 'latency.db'}"
+        print("enqueue in another process -> leased here: " + wake_latency(url))
 
 
 if __name__ == "__main__":
