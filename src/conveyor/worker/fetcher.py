@@ -18,6 +18,7 @@ from conveyor.worker.acker import Acker, NoLock, WriteLock
 from conveyor.worker.config import WorkerConfig, queue_order
 from conveyor.worker.executors import AsyncExecutor, ThreadExecutor
 from conveyor.worker.inflight import Entry, InFlight
+from conveyor.worker.isolation import Isolation
 from conveyor.worker.processor import Processor
 
 __all__ = ["Fetcher"]
@@ -47,6 +48,7 @@ class Fetcher:
     ) -> None:
         self.write_lock: WriteLock = write_lock or NoLock()  # shared with the acker
         self._fetch_lock = threading.Lock()  # see ``quiet``
+        self.isolation = Isolation(clock, processor, inflight, acker, self.submit)
         self.storage = storage
         self.clock = clock
         self.config = config
@@ -72,18 +74,25 @@ class Fetcher:
                 return 0
             with self.write_lock:
                 jobs = self.storage.dequeue(order, self.config.worker_id, free, self.config.lease)
+        fetched = len(jobs)
+        if any(job.recoveries for job in jobs):
+            jobs = self.isolation.take(jobs)
         for job in jobs:
             prepared = self.processor.prepare(job)
             if isinstance(prepared, Ack):
                 self.acker.add(prepared)
             else:
                 self.dispatch(prepared)
-        self.fetched += len(jobs)
-        return len(jobs)
+        self.fetched += fetched
+        return fetched
 
     def dispatch(self, entry: Entry) -> None:
-        """Hand a prepared job to the executor that fits it."""
+        """Register a prepared job and hand it to the executor that fits it."""
         self.inflight.add(entry)
+        self.submit(entry)
+
+    def submit(self, entry: Entry) -> None:
+        """Start a registered job on the thread pool or the event loop."""
         if entry.fn.is_async:
             self.loop.submit(entry)
         else:
@@ -122,6 +131,9 @@ class Fetcher:
     def _run(self) -> None:
         queues = self.config.queue_names
         while not self._quiet.is_set():
+            if self.isolation.active:
+                self.isolation.advance(0.1)
+                continue
             if not self.inflight.wait_for_slot(self.config.idle_wait):
                 continue
             try:
@@ -139,3 +151,4 @@ class Fetcher:
                 except Exception:
                     log.exception("waiting for jobs failed")
                     self._quiet.wait(1.0)
+        self.isolation.release()

@@ -9,7 +9,7 @@ watchdog, or the hard shutdown; the others see ``claim()`` return False and drop
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,13 +76,17 @@ class InFlight:
 
     def wait_for_slot(self, timeout: float) -> bool:
         """Block until a slot is free or ``timeout`` passes; True when one is free."""
-        if self.free > 0:
+        return self.wait_until(lambda: self.free > 0, timeout)
+
+    def wait_until(self, ready: Callable[[], bool], timeout: float) -> bool:
+        """Block until ``ready()`` (re-checked whenever a job ends) or ``timeout``."""
+        if ready():
             return True
         self._slot_freed.clear()
-        if self.free > 0:  # freed between the check and the clear
+        if ready():  # a job ended between the check and the clear
             return True
         self._slot_freed.wait(timeout)
-        return self.free > 0
+        return ready()
 
     def wake(self) -> None:
         """Wake a fetcher waiting for a slot (used at shutdown)."""
