@@ -88,18 +88,22 @@ class RedisCore:
             _, sep, queue = token.partition("/")
             if sep:
                 return queue
-        for queue in self.known_queues():
-            if self.link.call("HEXISTS", self.keys.queue(queue).jobs, job_id):
-                return queue
-        return None
+        found = self.group_by_queue([job_id])
+        return next(iter(found), None)
 
     def group_by_queue(self, job_ids: Iterable[str]) -> dict[str, list[str]]:
-        """Job ids grouped by the queue that holds them; unknown ids are left out."""
-        groups: dict[str, list[str]] = defaultdict(list)
-        for job_id in job_ids:
-            queue = self.find_queue(job_id)
-            if queue is not None:
-                groups[queue].append(job_id)
+        """Job ids grouped by the queue that holds them (one HMGET per queue); unknown ids
+        are left out."""
+        left = list(dict.fromkeys(job_ids))
+        groups: dict[str, list[str]] = {}
+        for queue in self.known_queues():
+            if not left:
+                break
+            found = self.link.call("HMGET", self.keys.queue(queue).jobs, *left)
+            here = [job_id for job_id, hit in zip(left, found, strict=True) if hit]
+            if here:
+                groups[queue] = here
+                left = [job_id for job_id, hit in zip(left, found, strict=True) if not hit]
         return groups
 
     # -- enqueue ------------------------------------------------------------------------

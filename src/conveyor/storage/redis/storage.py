@@ -79,18 +79,20 @@ class RedisStorage(RedisInspector):
         """Lease up to ``count`` jobs, one script call per queue until filled."""
         out: list[LeasedJob] = []
         codec.check_text("worker id", worker_id)
-        prefix = os.urandom(8).hex() + "."
         for queue in queues:
-            if len(out) >= count:
-                break
             qk = self.keys.queue(queue)
-            rows, moves = self.scripts.run(
-                "dequeue", [qk.pending, qk.active, qk.jobs, qk.state, qk.meta, qk.dead,
-                            qk.parked, qk.flow],
-                [self.now_arg(), queue, worker_id, min(count - len(out), MAX_DEQUEUE),
-                 repr(float(lease_seconds)), prefix])
-            out.extend(codec.leased(row, queue) for row in rows)
-            self.sync_batches(moves)
+            keys = [qk.pending, qk.active, qk.jobs, qk.state, qk.meta, qk.dead, qk.parked,
+                    qk.flow]
+            while len(out) < count:
+                want = min(count - len(out), MAX_DEQUEUE)
+                prefix = os.urandom(8).hex() + "."  # tokens: prefix, sequence, "/queue"
+                rows, moves = self.scripts.run(
+                    "dequeue", keys,
+                    [self.now_arg(), queue, worker_id, want, repr(float(lease_seconds)), prefix])
+                out.extend(codec.leased(row, queue) for row in rows)
+                self.sync_batches(moves)
+                if len(rows) < want:
+                    break
         return out
 
     def wait(self, queues: Sequence[str], timeout: float) -> bool:
