@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from conveyor.worker.logs import reopen_logs
 from conveyor.worker.signals import HANDLED, SignalPipe
 
 __all__ = ["Supervisor"]
@@ -100,6 +101,8 @@ class Supervisor:
         log.info("started worker process %d (slot %d)", pid, child.slot)
 
     def _on_signal(self, signum: int) -> None:
+        if signum == signal.SIGUSR2:
+            reopen_logs()  # the supervisor's own lines go to the same file
         if signum in _FORWARD:
             for child in self._alive():
                 with contextlib.suppress(ProcessLookupError):
