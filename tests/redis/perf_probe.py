@@ -9,6 +9,7 @@ Starts its own redis-server, then measures bulk enqueue, one-by-one enqueue, a n
 from __future__ import annotations
 
 import argparse
+import threading
 import time
 from collections.abc import Callable
 
@@ -68,6 +69,33 @@ def memory_per_job(client: redis.Redis, prefix: str, n: int) -> float:
     return total / n
 
 
+def wake_latency(store: RedisStorage, url: str, samples: int = 200) -> list[float]:
+    """Seconds from an enqueue to the return of another connection's blocked ``wait``."""
+    waiter = open_storage(url)
+    out: list[float] = []
+    for i in range(samples):
+        woke = threading.Event()
+        stamp: list[float] = []
+
+        def block(stamp: list[float] = stamp, woke: threading.Event = woke) -> None:
+            waiter.wait(["latency"], 5.0)
+            stamp.append(time.perf_counter())
+            woke.set()
+
+        thread = threading.Thread(target=block)
+        thread.start()
+        time.sleep(0.002)  # let the waiter block
+        start = time.perf_counter()
+        store.enqueue([JobSpec(id=f"lat{i}", name="bench.noop", queue="latency",
+                               payload=PAYLOAD)])
+        woke.wait(5.0)
+        thread.join()
+        out.append(stamp[0] - start)
+        store.dequeue(["latency"], "probe", 10, 60)
+    waiter.close()
+    return sorted(out)
+
+
 def main() -> None:
     """Run the probe."""
     parser = argparse.ArgumentParser()
@@ -89,6 +117,9 @@ def main() -> None:
         single = specs(opts.single, queue="single")
         meter.measure("enqueue one by one", opts.single,
                       lambda: [store.enqueue([spec]) for spec in single])
+        lat = wake_latency(store, server.url + "?prefix=probe")
+        print(f"wake-up after enqueue: median {lat[len(lat) // 2] * 1e3:.2f} ms, "
+              f"p90 {lat[int(len(lat) * 0.9)] * 1e3:.2f} ms")
         store.close()
 
 

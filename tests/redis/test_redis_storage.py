@@ -179,3 +179,12 @@ def test_the_system_clock_does_not_replace_the_server_clock(redis_server: Any) -
     store = open_redis(prefixed(redis_server.url), SystemClock())
     assert store.now_arg() == ""  # scripts read the server's TIME
     store.close()
+
+
+def test_short_lived_threads_do_not_use_up_connections(store: RedisStorage) -> None:
+    # redis-py allows 100 connections per pool; idle ones must be reused, not leaked.
+    for i in range(150):
+        thread = threading.Thread(target=store.enqueue, args=([job(f"t{i}")],))
+        thread.start()
+        thread.join()
+    assert store.count_jobs(state=JobState.PENDING, queue="default") == 150

@@ -8,7 +8,8 @@ Passwords never reach a log line or an error message (``conveyor.storage.redact`
 
 from __future__ import annotations
 
-import threading
+import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -105,42 +106,52 @@ class Link:
     """Runs commands with retries on transient errors, turning outages into
     ``StorageUnavailable`` with a message that names the server but never the password.
 
-    On a single server each thread keeps one raw connection: a round trip through it costs
-    a third of a pooled ``execute_command``, which is what makes one-by-one enqueue fast.
+    On a single server commands go straight through idle raw connections kept in a free list
+    (one per concurrent caller at most): a round trip costs a third of a pooled
+    ``execute_command``, which is what makes one-by-one enqueue fast.
     """
 
     def __init__(self, settings: Settings, client: redis.Redis | RedisCluster) -> None:
         self.settings = settings
         self.client = client
         self.where = redact(settings.url.split("?", 1)[0])
-        self._local = threading.local()
-        self._conns: list[Connection] = []
-        self._lock = threading.Lock()
+        self._free: list[Connection] = []  # idle raw connections; list ops are atomic
+        self._pid = os.getpid()
         self.closed = False
 
-    def _conn(self) -> Connection:
-        conn: Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
+    def _acquire(self) -> Connection:
+        if self._pid != os.getpid():
+            # A forked child must not share its parent's sockets: start afresh.
+            self._free, self._pid = [], os.getpid()
+        try:
+            return self._free.pop()
+        except IndexError:
             assert isinstance(self.client, redis.Redis)
-            conn = self.client.connection_pool.make_connection()  # type: ignore[assignment]
-            assert conn is not None
-            self._local.conn = conn
-            with self._lock:
-                self._conns.append(conn)
-        return conn
+            conn: Connection = self.client.connection_pool.make_connection()  # type: ignore[assignment]
+            return conn
 
     def raw(self, *args: Any) -> Any:
         """One command, one attempt."""
         if self.settings.cluster:
             assert isinstance(self.client, RedisCluster)
             return self.client.execute_command(*args)  # type: ignore[no-untyped-call]
-        conn = self._conn()
+        conn = self._acquire()
         try:
             conn.send_command(*args)  # type: ignore[no-untyped-call]
-            return conn.read_response()
+            reply = conn.read_response()
         except TRANSIENT:
             conn.disconnect()  # type: ignore[no-untyped-call]
+            self._free.append(conn)  # reconnects on its next use
             raise
+        except BaseException:
+            # An error reply leaves the connection usable; anything else (an interrupt in
+            # the middle of a reply) may not, so it is dropped.
+            if not isinstance(sys.exc_info()[1], redis.ResponseError):
+                conn.disconnect()  # type: ignore[no-untyped-call]
+            self._free.append(conn)
+            raise
+        self._free.append(conn)
+        return reply
 
     def call(self, *args: Any, patience: float = 5.0) -> Any:
         """One command, retried with backoff for up to ``patience`` seconds of outage."""
@@ -174,8 +185,7 @@ class Link:
     def close(self) -> None:
         """Drop every connection. Idempotent."""
         self.closed = True
-        with self._lock:
-            conns, self._conns = self._conns, []
+        conns, self._free = self._free, []
         for conn in conns:
             conn.disconnect()  # type: ignore[no-untyped-call]
         self.client.close()
