@@ -298,3 +298,25 @@ def test_worker_config_checks_lease_against_heartbeat() -> None:
         assert "lease" in str(exc)
     else:
         raise AssertionError("a lease shorter than the heartbeat must be refused")
+
+
+def test_a_job_raising_a_base_exception_is_an_error_not_a_dead_thread(app: Conveyor) -> None:
+    class Escape(BaseException):
+        pass
+
+    @app.job
+    def escapes() -> None:
+        raise KeyboardInterrupt("not from the keyboard")
+
+    @app.job
+    async def escapes_async() -> None:
+        raise Escape("custom")
+
+    escapes.enqueue()
+    escapes_async.enqueue()
+    first, _ = run_one(app)
+    second, _ = run_one(app)
+    assert first.outcome is Outcome.RETRY and first.error is not None
+    assert first.error.type == "KeyboardInterrupt"
+    assert second.outcome is Outcome.RETRY and second.error is not None
+    assert second.error.type.endswith("Escape")

@@ -78,7 +78,7 @@ class Processor:
         try:
             with activate(entry.ctx):
                 result = self.app.server_middleware.run(entry.ctx, call)
-        except (Exception, SystemExit) as exc:
+        except BaseException as exc:  # a pool thread must outlive any job
             return self.failure(entry, exc)
         return self.success(entry, result)
 
@@ -102,7 +102,7 @@ class Processor:
             if isinstance(exc.__cause__, asyncio.CancelledError):
                 return self.failure(entry, self.timeout_error(entry))
             return self.failure(entry, exc)
-        except (Exception, SystemExit) as exc:
+        except BaseException as exc:  # the event loop must outlive any job
             return self.failure(entry, exc)
         return self.success(entry, result)
 
