@@ -63,7 +63,9 @@ class JobContext:
         self._events: list[Event] = []
         self._progress: tuple[int, int] | None = None
         self._progress_dirty = False
-        self._cancel = threading.Event()
+        # A plain flag: one assignment is atomic, and a threading.Event per job costs more than
+        # the rest of the context (the worker builds one per execution on its hot path).
+        self._cancel = False
 
     @classmethod
     def from_leased(cls, app: Conveyor, job: LeasedJob, worker_id: str = "") -> JobContext:
@@ -107,11 +109,11 @@ class JobContext:
     @property
     def cancelled(self) -> bool:
         """True once cancellation was requested; long jobs should check it and return early."""
-        return self._cancel.is_set()
+        return self._cancel
 
     def request_cancel(self) -> None:
         """Called by the worker when the storage reports a cancellation request for this job."""
-        self._cancel.set()
+        self._cancel = True
 
     def drain(self) -> tuple[tuple[Event, ...], tuple[int, int] | None]:
         """Hand the buffered events, and the progress if it changed, to the worker; clears both."""
