@@ -40,9 +40,12 @@ def drain(app: Conveyor, queues: Sequence[str] | None = None, max_jobs: int | No
     ran = 0
     while max_jobs is None or ran < max_jobs:
         storage.promote_due()
-        if queues is None:
-            names = _queues(app)  # a job may have enqueued into a new queue
         jobs = storage.dequeue(names, _WORKER_ID, 1, 60.0)
+        if not jobs and queues is None:
+            fresh = _queues(app)  # a job may have enqueued into a queue not seen before
+            if set(fresh) != set(names):
+                names = fresh
+                continue
         if not jobs:
             break
         prepared = processor.prepare(jobs[0])
