@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor, FakeClock, JobState, current_job
+from conveyor.job import new_id
 from conveyor.testing import drain
 from conveyor.worker.config import QueueWeight, WorkerConfig
 from conveyor.worker.executors import ThreadExecutor
@@ -24,10 +25,13 @@ from conveyor.worker.watchdog import Watchdog
 from tests.worker.helpers import lease_one
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 def live_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Conveyor]:
-    """An app on the system clock."""
-    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path}/l.db"
+    """An app on the system clock, on each backend (Redis: the session's server, own prefix)."""
+    if request.param == "redis":
+        url = f"{request.getfixturevalue('redis_server').url}?prefix=w{new_id()}"
+    else:
+        url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path}/l.db"
     app = Conveyor(url)
     try:
         yield app
