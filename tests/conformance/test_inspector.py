@@ -206,3 +206,15 @@ def test_clear_refuses_states_that_are_not_finished(backend: Backend) -> None:
     with pytest.raises(ValueError):
         backend.clear(JobState.PENDING)
     assert backend.count_jobs() == 1
+
+
+def test_today_counts_start_again_the_next_day(backend: Backend, clock: FakeClock) -> None:
+    for _ in range(3):
+        put(backend, "daily")
+    assert ack(backend, take_one(backend, ["daily"]))
+    assert ack(backend, take_one(backend, ["daily"]), Outcome.FAILED, message="no")
+    clock.advance(DAY + 1)
+    assert ack(backend, take_one(backend, ["daily"]))
+    stats = {q.name: q for q in backend.queues()}["daily"]
+    assert (stats.processed, stats.failed) == (2, 1)
+    assert (stats.processed_today, stats.failed_today) == (1, 0)

@@ -304,3 +304,16 @@ def test_the_event_log_tells_the_whole_story(backend: Backend, clock: FakeClock)
     assert kinds[4:] == ["started", "recovered", "started", "succeeded"]
     assert [e.attempt for e in events if e.kind == "started"] == [1, 2, 3]
     assert [e.ts for e in events] == sorted(e.ts for e in events)
+
+
+def test_error_outcomes_keep_the_last_error_on_the_record(backend: Backend,
+                                                          clock: FakeClock) -> None:
+    job_id = put(backend, max_retries=1)
+    assert ack(backend, take_one(backend), Outcome.RETRY, error=boom("db down"), retry_in=0)
+    record = backend.get_job(job_id)
+    assert record is not None and (record.errors, record.message) == (1, "db down")
+    assert backend.promote_due() == 1
+    assert ack(backend, take_one(backend), Outcome.DEAD, error=boom("still down"))
+    record = backend.get_job(job_id)
+    # The final error is an error attempt too, and its message is what operators see first.
+    assert record is not None and (record.errors, record.message) == (2, "still down")
