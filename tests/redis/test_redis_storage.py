@@ -13,7 +13,7 @@ import redis
 from conveyor.clock import FakeClock, SystemClock
 from conveyor.errors import StorageUnavailable
 from conveyor.job import Ack, EventKind, FlowControl, JobSpec, JobState, Outcome
-from conveyor.storage import open_storage
+from conveyor.storage import Retention, open_storage
 from conveyor.storage.redis.storage import RedisStorage, open_redis
 from tests.redis.conftest import prefixed
 from tests.support.redis_server import RedisServer, free_port
@@ -188,3 +188,17 @@ def test_short_lived_threads_do_not_use_up_connections(store: RedisStorage) -> N
         thread.start()
         thread.join()
     assert store.count_jobs(state=JobState.PENDING, queue="default") == 150
+
+
+def test_trim_releases_stale_unique_locks(faked: RedisStorage, clock: FakeClock,
+                                          redis_server: Any) -> None:
+    spec = JobSpec(id="u1", name="t", queue="q", payload="{}",
+                   flow=FlowControl(unique_key="report", unique_for=5))
+    faked.enqueue([spec])
+    (leased,) = faked.dequeue(["q"], "w", 1, 30)
+    assert faked.ack([Ack("u1", leased.token, Outcome.SUCCEEDED)]) == [True]
+    clock.advance(10)
+    assert faked.trim(Retention(succeeded_seconds=1)) == 1
+    client = redis.Redis.from_url(redis_server.url)
+    assert client.hlen(faked.keys.queue("q").unique) == 0
+    client.close()

@@ -282,7 +282,7 @@ class RedisStorage(RedisInspector):
             qk = self.keys.queue(queue)
             removed += int(self.scripts.run(
                 "trim", [qk.jobs, qk.state, qk.succeeded, qk.failed, qk.dead, qk.cancelled,
-                         qk.results, qk.messages],
+                         qk.results, qk.messages, qk.unique],
                 [self.now_arg(), queue, retention.succeeded_seconds, retention.failed_seconds,
                  retention.dead_seconds, retention.dead_max, 10_000]))
         now = self.now()

@@ -1,6 +1,7 @@
 -- trim.lua: delete finished jobs of one queue past retention, and the oldest dead jobs past
 -- the dead set's size limit.
--- KEYS: 1 jobs, 2 state, 3 succeeded, 4 failed, 5 dead, 6 cancelled, 7 results, 8 messages
+-- KEYS: 1 jobs, 2 state, 3 succeeded, 4 failed, 5 dead, 6 cancelled, 7 results, 8 messages,
+--       9 unique (hash unique key -> "expiry|job id")
 -- ARGV: 1 now|'', 2 queue, 3 succeeded seconds, 4 failed seconds, 5 dead seconds,
 --       6 dead max, 7 limit
 -- Returns: how many jobs were deleted
@@ -12,11 +13,27 @@ local K_DEAD = KEYS[5]
 local K_CANCELLED = KEYS[6]
 local K_RESULTS = KEYS[7]
 local K_MESSAGES = KEYS[8]
+local K_UNIQUE = KEYS[9]
 local limit = tonumber(ARGV[7])
 local deleted = 0
 
+-- A unique lock still naming a trimmed job is stale once its unique_for has passed.
+local function unlock(id)
+  local static = redis.call('HGET', K_JOBS, id)
+  if not static or not string.find(static, '"unique_key"', 1, true) then return end
+  local ukey = cjson.decode(static).fl.unique_key
+  local held = redis.call('HGET', K_UNIQUE, ukey)
+  if held then
+    local sep = string.find(held, '|', 1, true)
+    if string.sub(held, sep + 1) == id and tonumber(string.sub(held, 1, sep - 1)) <= NOW then
+      redis.call('HDEL', K_UNIQUE, ukey)
+    end
+  end
+end
+
 local function drop(K_INDEX, ids)
   for _, id in ipairs(ids) do
+    unlock(id)
     redis.call('ZREM', K_INDEX, id)
     redis.call('HDEL', K_JOBS, id)
     redis.call('HDEL', K_STATE, id)
