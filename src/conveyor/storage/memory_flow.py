@@ -6,8 +6,9 @@ locks. Rules (the same every backend enforces):
 * ``unique_key``: held while the holder is not terminal, and at least ``unique_for`` seconds
   after it was enqueued.
 * ``concurrency_key``: never more active jobs of a key than the job's ``concurrency_limit``.
-* ``order_key``: one job of a key at a time, in enqueue order; the oldest job of the key that is
-  not terminal holds it (so a retrying job keeps its place).
+* ``order_key``: one job of a key at a time, in enqueue order: the oldest job of the key that is
+  pending, active or retrying holds it (so a retrying job keeps its place; a job scheduled for
+  later takes its place only once it is due).
 * ``rate_key``: at most ``rate_limit`` starts in any ``rate_period`` seconds (sliding window).
 """
 
@@ -18,7 +19,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from conveyor.job import FlowControl, JobRecord
+from conveyor.job import FlowControl, JobRecord, JobState
 
 
 @dataclass(slots=True)
@@ -128,14 +129,22 @@ class FlowGate:
             self._order_active[flow.order_key] -= 1
 
     def _order_head(self, key: str) -> str | None:
-        heap = self._order_heads.get(key)
+        heap = self._order_heads.get(key, [])
+        later: list[tuple[int, str]] = []
+        head = None
         while heap:
             seq, job_id = heap[0]
             found = self._lookup(job_id)
-            if found is not None and found[1] == seq and not found[0].state.terminal:
-                return job_id
-            heapq.heappop(heap)  # finished or deleted: it no longer holds the key
-        return None
+            if found is None or found[1] != seq or found[0].state.terminal:
+                heapq.heappop(heap)  # finished or deleted: it no longer holds the key
+            elif found[0].state is JobState.SCHEDULED:
+                later.append(heapq.heappop(heap))  # not due yet: it waits its turn later
+            else:
+                head = job_id
+                break
+        for item in later:
+            heapq.heappush(heap, item)
+        return head
 
     def _recent_starts(self, key: str, period: float, now: float) -> int:
         starts = self._starts.get(key)
