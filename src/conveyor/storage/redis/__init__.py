@@ -1,1 +1,19 @@
-"""The Redis backend (Redis, Valkey, Redis Cluster): Lua transitions, fenced leases."""
+"""The Redis backend (Redis, Valkey, Redis Cluster): Lua transitions, fenced leases.
+
+Layout (``keys.py`` spells every name; ``{q:<queue>}`` and ``{b:<batch>}`` are hash tags):
+
+* per queue: ``jobs`` (hash id → static JSON), ``state`` (hash id → TAB-separated mutable
+  fields, newline, NDJSON events), the indexes ``pending`` (list) / ``parked`` (zset, flow
+  control) / ``scheduled`` ``active`` ``retrying`` ``succeeded`` ``failed`` ``dead``
+  ``cancelled`` (zsets), ``results`` and ``messages`` (hashes), ``meta`` (paused flag and
+  outcome counters), ``unique`` and ``flow`` (flow control), ``notify`` (wake-up list);
+* per batch: ``batch`` (fields, counters per state, callbacks) and ``jobs`` (job → state);
+* registries without a tag, written outside scripts: queues, batches, workers; and the
+  Cluster doorbells, all in the ``{doorbell}`` slot so one BLPOP can watch many queues.
+
+Each transition is one script on one queue's slot (``lua/*.lua``, headers list KEYS/ARGV/
+returns). A job's batch is updated by a second, idempotent call, made before an
+acknowledgement is applied. Times come from the server's ``TIME`` unless a test clock was
+given. Flow-control limits (concurrency, order, rate keys) apply per queue, since a script
+can only touch its queue's slot.
+"""
