@@ -150,7 +150,10 @@ class Link:
                 conn.disconnect()  # type: ignore[no-untyped-call]
             self._free.append(conn)
             raise
-        self._free.append(conn)
+        if self.closed:  # closed while this call was blocked (a wait): do not keep it
+            conn.disconnect()  # type: ignore[no-untyped-call]
+        else:
+            self._free.append(conn)
         return reply
 
     def call(self, *args: Any, patience: float = 5.0) -> Any:
