@@ -326,3 +326,17 @@ def test_trim_forgets_finished_batches_past_retention(backend: Backend, clock: F
     backend.trim(Retention(batch_seconds=24 * 3600))
     assert backend.get_batch(done.id) is None
     assert backend.get_batch(still_open.id) is not None
+
+
+def test_cancel_of_an_unknown_batch_cancels_nothing(backend: Backend) -> None:
+    job_id = put(backend)
+    assert backend.cancel_batch("no-such-batch") == 0
+    assert state_of(backend, job_id) is JobState.PENDING
+
+
+def test_deleting_a_batch_job_takes_it_out_of_the_counters(backend: Backend) -> None:
+    batch = _batch(backend, callbacks=False)
+    ids = [put(backend, batch_id=batch.id) for _ in range(3)]
+    assert backend.delete_jobs([ids[0]]) == 1
+    assert _counts(backend, batch.id) == {"pending": 2, "total": 2}
+    assert backend.count_jobs(batch_id=batch.id) == 2

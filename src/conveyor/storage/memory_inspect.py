@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
-from conveyor.errors import BatchNotFound
 from conveyor.job import (
     TERMINAL_STATES,
     BatchStatus,
@@ -193,7 +192,7 @@ class MemoryInspector(MemoryCore):
         """Cancel waiting jobs of a batch, request cancellation of active ones; returns both."""
         with self._lock:
             if self._batches.status(batch_id) is None:
-                raise BatchNotFound(f"no batch with id {batch_id!r}")
+                return 0  # nothing to cancel, as for a batch whose jobs all finished
             self._batches.mark_cancelled(batch_id)
             ids = [e.rec.id for e in self._matching(None, None, batch_id)
                    if e.rec.state in WAITING_STATES
