@@ -1,0 +1,100 @@
+"""conveyor: ``conveyor worker conveyor_peer:app -c C --processes P -q bench``.
+
+The storage URL comes from ``BENCH_CONVEYOR_URL`` (SQLite file, the benchmark redis, or a local
+Redis Cluster). Every job is tracked (record + events), as conveyor always does.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import resource
+import sys
+import time
+from typing import Any
+
+import body
+from common import QUEUE, Peer, main, paced
+
+import redis
+from conveyor import Conveyor
+
+app = Conveyor(os.environ.get("BENCH_CONVEYOR_URL", "memory://"))
+
+
+@app.job(name="job", queue=QUEUE, retry=0)
+def job(kind: str, ts: float) -> None:
+    """The shared body."""
+    body.run(kind, ts)
+
+
+class ConveyorPeer(Peer):
+    """conveyor on SQLite, Redis or Redis Cluster."""
+
+    name = "conveyor"
+    module = "conveyor"
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        super().__init__(cfg)
+        self.storage_url = os.environ["BENCH_CONVEYOR_URL"]
+
+    def reset(self) -> None:
+        if self.storage_url.startswith("sqlite:///"):
+            for f in glob.glob(self.storage_url[len("sqlite:///"):] + "*"):
+                os.unlink(f)
+        elif "cluster" in self.storage_url:
+            for node in self.storage_url.split("://", 1)[1].split(","):
+                redis.Redis.from_url("redis://" + node).flushall()
+
+    def enqueue_each(self, kind: str, n: int, interval: float = 0.0) -> None:
+        enqueue = job.enqueue
+        for _ in paced(n, interval):
+            enqueue(kind, time.time())
+
+    def enqueue_bulk(self, kind: str, n: int) -> None:
+        job.enqueue_many([(kind, 0.0)] * n)
+
+    def batch(self, n: int, timeout: float) -> None:
+        with app.batch() as b:
+            job.enqueue_many([("noop", 0.0)] * n)
+        deadline = time.monotonic() + timeout
+        while not app.storage.get_batch(b.id).complete:  # type: ignore[union-attr]
+            if time.monotonic() > deadline:
+                raise TimeoutError("batch not complete")
+            time.sleep(0.001)
+
+    def storage_bytes(self) -> int | None:
+        """SQLite: the database file plus its WAL; Redis: None (the driver reads INFO)."""
+        if not self.storage_url.startswith("sqlite:///"):
+            return None
+        path = self.storage_url[len("sqlite:///"):]
+        return sum(os.path.getsize(f) for f in glob.glob(path + "*"))
+
+    def w_bigbatch(self) -> dict[str, Any]:
+        """A batch of ``n`` jobs: creation time, client peak memory, status-read time."""
+        n = self.cfg["n"]
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t0 = time.perf_counter()
+        with app.batch() as b:
+            for start in range(0, n, 10_000):
+                job.enqueue_many([("noop", 0.0)] * min(10_000, n - start))
+        created = time.perf_counter() - t0
+        rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t1 = time.perf_counter()
+        status = app.batch_status(b.id)
+        read = time.perf_counter() - t1
+        return {"create_seconds": created, "rate": n / created,
+                "client_peak_mb": rss1 / 1024, "client_growth_mb": (rss1 - rss0) / 1024,
+                "status_read_ms": read * 1000, "total": status["total"]}
+
+    def worker_commands(self, processes: int, concurrency: int) -> list[list[str]]:
+        return [[sys.executable, "-m", "conveyor.cli.main", "worker", "conveyor_peer:app",
+                 "-c", str(concurrency), "--processes", str(processes), "-q", QUEUE,
+                 "--log-level", "WARNING", "--url", self.storage_url]]
+
+    def close(self) -> None:
+        app.close()
+
+
+if __name__ == "__main__":
+    main(ConveyorPeer)

@@ -1,0 +1,59 @@
+"""Dramatiq with the Redis broker: ``dramatiq -p P -t C`` (processes x threads).
+
+Results middleware (Redis backend) only for the tracked actor used by W4/storage.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import body
+import dramatiq
+from common import QUEUE, Peer, main, paced
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.results import Results
+from dramatiq.results.backends import RedisBackend
+
+_url = os.environ.get("BENCH_DONE_URL", "redis://")
+broker = RedisBroker(url=_url)
+broker.add_middleware(Results(backend=RedisBackend(url=_url)))
+dramatiq.set_broker(broker)
+
+
+@dramatiq.actor(queue_name=QUEUE, max_retries=0)
+def job(kind: str, ts: float) -> None:
+    """The shared body."""
+    body.run(kind, ts)
+
+
+@dramatiq.actor(queue_name=QUEUE, max_retries=0, store_results=True)
+def job_tracked(kind: str, ts: float) -> int:
+    """The shared body, with its result stored."""
+    body.run(kind, ts)
+    return 1
+
+
+class DramatiqPeer(Peer):
+    """Dramatiq 2 on Redis."""
+
+    name = "dramatiq"
+    module = "dramatiq"
+
+    def enqueue_each(self, kind: str, n: int, interval: float = 0.0) -> None:
+        actor = job_tracked if kind == "tracked" else job
+        for _ in paced(n, interval):
+            actor.send(kind, time.time())
+
+    def batch(self, n: int, timeout: float) -> None:
+        g = dramatiq.group(job_tracked.message("noop", 0.0) for _ in range(n)).run()
+        g.wait(timeout=int(timeout * 1000))
+
+    def worker_commands(self, processes: int, concurrency: int) -> list[list[str]]:
+        return [[sys.executable, "-m", "dramatiq", "dramatiq_peer", "-p", str(processes),
+                 "-t", str(concurrency), "-Q", QUEUE]]
+
+
+if __name__ == "__main__":
+    main(DramatiqPeer)
