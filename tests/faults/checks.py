@@ -108,3 +108,16 @@ def recovery_delays(app: Conveyor, log: ExecLog, kills: dict[int, float]) -> lis
             assert later, f"job {job_id} died with pid {run.pid} but was never recovered"
             delays.append(min(later) - killed)
     return delays
+
+
+def describe(app: Conveyor, ids: list[str], runs: dict[str, list[Execution]], t0: float) -> str:
+    """Runs and events of ``ids``, times relative to ``t0``, for a failure message."""
+    lines = []
+    for job_id in ids:
+        rec = app.get_job(job_id)
+        mine = runs.get(job_id, [])
+        lines.append(f"job {job_id}: runs " + ", ".join(
+            f"pid {r.pid} attempt {r.attempt} at {r.started - t0:+.2f}s" for r in mine))
+        for e in (rec.events or []) if rec else []:
+            lines.append(f"    {e.ts - t0:+.2f}s {e.kind} worker={e.worker} {e.message or ''}")
+    return "\n".join(lines)

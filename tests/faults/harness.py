@@ -64,11 +64,12 @@ class WorkerProc:
     popen: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     name: str = "worker"
+    app_ref: str = APP_REF
 
     def start(self) -> WorkerProc:
         """Launch the worker; output goes to ``<log_dir>/<name>.out``."""
-        cmd = [*self.prefix, *conveyor_command(), "worker", APP_REF, "-c", str(self.concurrency),
-               "--url", self.url]
+        cmd = [*self.prefix, *conveyor_command(), "worker", self.app_ref,
+               "-c", str(self.concurrency), "--url", self.url]
         for queue in self.queues:
             cmd += ["-q", queue]
         if self.lease is not None:

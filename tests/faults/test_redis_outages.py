@@ -17,9 +17,9 @@ import redis
 from conveyor.app import Conveyor
 from conveyor.job import EventKind, JobState
 from conveyor.registry import JobFunction
-from tests.faults.checks import assert_batch_exact, enqueue_batch, states, wait_batch
+from tests.faults.checks import assert_batch_exact, describe, enqueue_batch, states, wait_batch
 from tests.faults.conftest import Faults
-from tests.faults.harness import Execution, report, wait_until
+from tests.faults.harness import report, wait_until
 from tests.support.redis_server import RedisServer, redis_server_binary
 
 pytestmark = pytest.mark.skipif(redis_server_binary() is None, reason="needs redis-server")
@@ -118,18 +118,6 @@ def _first_lease(app: Conveyor, job_id: str) -> float:
     rec = app.get_job(job_id)
     assert rec is not None
     return min(e.ts for e in rec.events or () if e.kind == EventKind.STARTED)
-
-
-def describe(app: Conveyor, ids: list[str], runs: dict[str, list[Execution]], t0: float) -> str:
-    """Runs and events of ``ids``, times relative to ``t0``, for a failure message."""
-    lines = []
-    for job_id in ids:
-        rec = app.get_job(job_id)
-        lines.append(f"job {job_id}: runs " + ", ".join(
-            f"pid {r.pid} attempt {r.attempt} at {r.started - t0:+.2f}s" for r in runs[job_id]))
-        for e in (rec.events or []) if rec else []:
-            lines.append(f"    {e.ts - t0:+.2f}s {e.kind} worker={e.worker} {e.message or ''}")
-    return "\n".join(lines)
 
 
 def _pause(server: RedisServer) -> None:

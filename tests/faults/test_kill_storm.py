@@ -1,0 +1,96 @@
+"""Scenario 1: ``kill -9`` storms. Nothing acknowledged is lost, a crashed job is runnable
+again within its lease, and the batch counters are exact afterwards."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from tests.faults.checks import (
+    assert_batch_exact,
+    enqueue_batch,
+    extra_runs,
+    recovery_delays,
+    states,
+    wait_batch,
+)
+from tests.faults.conftest import BACKENDS, Backend, Faults
+from tests.faults.harness import report, wait_until
+
+STORM_JOBS = 2400
+STORM_SECONDS = 12.0
+STORM_LEASE = 3.0
+# Recoverer tick (~1 s) plus a generous margin for a loaded 2-core machine.
+SLACK = 6.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_kill9_storm_loses_nothing(backend: Backend, faults: Faults) -> None:
+    """2 workers, 2,400 jobs of 20-50 ms, a random worker SIGKILLed every ~1.5 s for ~12 s and
+    restarted at once."""
+    rng = random.Random(1234)
+    app, jobs = faults.client(backend.url)
+    items = [(rng.randint(20, 50),) for _ in range(STORM_JOBS)]
+    batch_id, ids = enqueue_batch(app, jobs["faults.work"], items, "kill -9 storm")
+    opts = {"concurrency": 4, "lease": STORM_LEASE}
+    workers = [faults.worker(backend.url, name=f"storm{i}", **opts) for i in range(2)]
+    wait_until(lambda: faults.log.starts() > 50, 30, what="the workers to start working")
+
+    kills: dict[int, float] = {}
+    storm_end = time.time() + STORM_SECONDS
+    while time.time() < storm_end:
+        time.sleep(rng.uniform(1.2, 1.8))
+        i = rng.randrange(2)
+        pid = workers[i].pid
+        kills[pid] = workers[i].kill9()
+        workers[i] = faults.worker(backend.url, name=f"storm{len(faults.workers)}", **opts)
+    last_kill = max(kills.values())
+
+    _, done_at = wait_batch(app, batch_id, timeout=STORM_LEASE + SLACK + 60)
+    assert states(app, ids) == {"succeeded": STORM_JOBS}
+    assert_batch_exact(app, batch_id, {"succeeded": STORM_JOBS})
+    runs = extra_runs(faults.log, ids, set(kills))
+    assert runs.unexplained == [], "jobs ran twice although their worker was not killed"
+    delays = recovery_delays(app, faults.log, kills)
+    assert delays, "no kill hit a running job; the storm proved nothing"
+    assert max(delays) < STORM_LEASE + SLACK
+    # Once the last crashed job is runnable again the rest drains at full speed.
+    assert done_at - last_kill < STORM_LEASE + SLACK + 30
+    report(
+        "1 kill -9 storm (lease 3 s)", backend.name, jobs=STORM_JOBS, kills=len(kills), lost=0,
+        extra_runs=runs.extra_runs, max_recovery_s=max(delays),
+        drained_after_last_kill_s=done_at - last_kill,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["redis"], indirect=True)
+def test_kill9_default_settings_recover_within_lease(backend: Backend, faults: Faults) -> None:
+    """Default lease (10 s), heartbeat (2 s) and recoverer (~1 s): jobs running on a worker
+    that is SIGKILLed are runnable again about 11 s later and finish on another worker."""
+    app, jobs = faults.client(backend.url)
+    batch_id, ids = enqueue_batch(app, jobs["faults.work"], [(3000,)] * 2, "default lease")
+    doomed = faults.worker(backend.url, name="doomed", concurrency=2)
+    wait_until(lambda: faults.log.starts() == 2, 30, what="both jobs to start")
+    time.sleep(2.5)  # let at least one heartbeat extend the leases first
+    killed_at = doomed.kill9()
+    faults.worker(backend.url, name="rescuer", concurrency=2)
+
+    _, done_at = wait_batch(app, batch_id, timeout=40)
+    assert states(app, ids) == {"succeeded": 2}
+    assert_batch_exact(app, batch_id, {"succeeded": 2})
+    runs = extra_runs(faults.log, ids, {doomed.pid})
+    assert runs.unexplained == [] and runs.extra_runs == 2
+    delays = recovery_delays(app, faults.log, {doomed.pid: killed_at})
+    assert len(delays) == 2
+    assert max(delays) < 15 + SLACK
+    for job_id in ids:
+        rec = app.get_job(job_id)
+        assert rec is not None and rec.recoveries == 1 and rec.errors == 0
+    report(
+        "1 kill -9 at default settings", backend.name, lost=0, extra_runs=runs.extra_runs,
+        recovery_s=max(delays), done_after_kill_s=done_at - killed_at,
+    )
