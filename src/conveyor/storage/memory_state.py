@@ -147,6 +147,8 @@ class MemoryState:
             self._flow.stopped(rec)
             entry.token = None
             rec.lease_expires_at = None
+            if rec.flow is not None:
+                self._wake()  # a freed concurrency slot or order key may unblock a waiting job
         self._counts[(rec.queue, old)] -= 1
         self._counts[(rec.queue, new)] += 1
         rec.state = new
