@@ -170,7 +170,8 @@ class JobMachine(RuleBasedStateMachine):
         leases = {i: self.jobs[i].token or "" for i in self._active()}
         gone = [(i, t) for i, t, _ in self.stale if i not in leases]
         lost = set()
-        if gone and data.draw(st.booleans()):
+        send_stale = data.draw(st.booleans())
+        if gone and send_stale:
             job_id, token = data.draw(st.sampled_from(gone))
             leases[job_id] = token
             lost.add(job_id)
@@ -428,7 +429,7 @@ def _run(machine: type[RuleBasedStateMachine], name: str, request: pytest.Fixtur
     open_store(FakeClock()).close()  # skip now, not inside hypothesis, when it cannot run
     bound: Any = type(f"{machine.__name__}_{name}", (machine,),
                       {"open_store": staticmethod(open_store)})
-    run_state_machine_as_test(bound, settings=settings(
+    run_state_machine_as_test(bound, settings=settings(  # type: ignore[no-untyped-call]
         max_examples=examples, stateful_step_count=25, deadline=None, database=None,
         suppress_health_check=list(HealthCheck)))
 
