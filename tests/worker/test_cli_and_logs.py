@@ -49,6 +49,9 @@ def test_bad_flags_exit_2_with_one_line(capsys: pytest.CaptureFixture[str],
     assert main(["worker", "tests.integration.apps.runs:app", "-c", "0",
                  "--url", "memory://"]) == 2
     assert "concurrency" in capsys.readouterr().err
+    assert main(["worker", "tests.integration.apps.runs:app", "--processes", "0",
+                 "--url", "memory://"]) == 2
+    assert "--processes must be at least 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["worker", "tests.integration.apps.runs:app", "-q", "critical,zero"])
 

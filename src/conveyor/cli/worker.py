@@ -16,11 +16,15 @@ from conveyor.worker.launcher import Launcher
 from conveyor.worker.logs import configure_logging
 from conveyor.worker.supervisor import Supervisor
 
-__all__ = ["load_app", "register"]
+__all__ = ["AppLoadError", "WorkerOptionError", "build_config", "load_app", "register"]
 
 
 class AppLoadError(ConveyorError):
     """The ``module:attribute`` given to ``conveyor worker`` could not be loaded."""
+
+
+class WorkerOptionError(ConveyorError):
+    """A ``conveyor worker`` flag has a value a worker cannot run with."""
 
 
 def load_app(spec: str) -> Conveyor:
@@ -83,7 +87,7 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
             heartbeat_interval=min(2.0, args.lease / 5),
         )
     except ValueError as exc:
-        raise AppLoadError(str(exc)) from exc
+        raise WorkerOptionError(str(exc)) from exc
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
         app.close()  # in case importing the app already opened the old storage
         app.url = url
     build_config(args)  # fail fast on bad flags, before forking
+    if args.processes < 1:
+        raise WorkerOptionError("--processes must be at least 1")
 
     def body() -> int:
         # A fresh config per process: each gets its own worker id.
