@@ -35,7 +35,8 @@ def conveyor_command() -> list[str]:
 
 
 def wait_until(
-    check: Callable[[], T], timeout: float, interval: float = 0.1, what: str = "condition"
+    check: Callable[[], T | None], timeout: float, interval: float = 0.1,
+    what: str = "condition",
 ) -> T:
     """Poll ``check`` until it returns something truthy; fail the test after ``timeout``."""
     deadline = time.monotonic() + timeout

@@ -122,7 +122,7 @@ def _first_lease(app: Conveyor, job_id: str) -> float:
 
 def _pause(server: RedisServer) -> None:
     client = redis.Redis.from_url(server.url)
-    client.execute_command("CLIENT", "PAUSE", int(OUTAGE * 1000), "ALL")
+    client.client_pause(int(OUTAGE * 1000), all=True)
     client.close()
 
 

@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 from conveyor import current_job
@@ -81,13 +82,17 @@ def stall() -> int:
     return os.getpid()
 
 
-JOBS = {"faults.work": work, "faults.crash": crash, "faults.write_then_die": write_then_die,
-        "faults.stall": stall}
+JOBS: dict[str, Callable[..., Any]] = {
+    "faults.work": work,
+    "faults.crash": crash,
+    "faults.write_then_die": write_then_die,
+    "faults.stall": stall,
+}
 
 
 def register(target: Conveyor) -> dict[str, JobFunction]:
     """Register every fault job on ``target`` under its stable name; returns them by name."""
-    return {name: target.job(func, name=name) for name, func in JOBS.items()}
+    return {name: target.job(name=name)(func) for name, func in JOBS.items()}
 
 
 app = Conveyor()
