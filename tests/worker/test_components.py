@@ -7,12 +7,14 @@ from collections import Counter
 
 from conveyor import Conveyor, FakeClock, JobState
 from conveyor.job import Ack, Outcome
+from conveyor.periodic import Schedule
 from conveyor.storage.base import Retention
 from conveyor.worker.acker import Acker
 from conveyor.worker.config import QueueWeight, WorkerConfig, parse_queue, queue_order
 from conveyor.worker.heartbeat import Heartbeater
 from conveyor.worker.inflight import Entry, InFlight
 from conveyor.worker.janitor import Janitor
+from conveyor.worker.launcher import Launcher
 from conveyor.worker.poller import Poller
 from conveyor.worker.processor import Processor
 from conveyor.worker.recoverer import Recoverer
@@ -182,3 +184,14 @@ def test_acker_keeps_acks_when_the_write_fails(app: Conveyor, clock: FakeClock,
     acker.storage = app.storage
     assert acker.tick() == 1 and len(acker) == 0
     assert app.get_job(job.id).state is JobState.SUCCEEDED  # type: ignore[union-attr]
+
+
+def test_the_launcher_runs_the_apps_periodic_schedules(app: Conveyor, clock: FakeClock) -> None:
+    _noop_app(app)
+    app.schedules = [Schedule("every-minute", "* * * * *", "noop")]  # type: ignore[attr-defined]
+    launcher = Launcher(app, WorkerConfig(concurrency=1))
+    assert launcher.cron.tick() >= 1
+    assert launcher.cron.tick() == 0  # the same ticks are never enqueued twice
+    clock.advance(60)
+    assert launcher.cron.tick() == 1
+    assert all(r.name == "noop" for r in app.storage.list_jobs(state=JobState.PENDING))
