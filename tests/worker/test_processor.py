@@ -102,6 +102,17 @@ def test_retry_exception_asks_for_its_own_delay(app: Conveyor) -> None:
     assert record.state is JobState.RETRYING
 
 
+def test_retry_exception_ends_dead_when_no_retries_are_left(app: Conveyor) -> None:
+    @app.job(retry=0)
+    def later() -> None:
+        raise Retry("rate limited", in_seconds=42)
+
+    later.enqueue()
+    ack, record = run_one(app)
+    assert ack.outcome is Outcome.DEAD and record.state is JobState.DEAD
+    assert "no retries left" in (record.message or "")
+
+
 def _enqueue_raw(app: Conveyor, name: str, payload: str) -> str:
     job_id = new_id()
     app.storage.enqueue([JobSpec(id=job_id, name=name, queue="default", payload=payload)])

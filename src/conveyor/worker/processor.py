@@ -127,9 +127,12 @@ class Processor:
             return self._ack(entry, Outcome.CANCELLED, message="cancelled while running")
         if isinstance(exc, Fail):
             return self._ack(entry, Outcome.FAILED, message=exc.message or type(exc).__name__)
-        if isinstance(exc, Retry):
+        if isinstance(exc, Retry):  # counts as an attempt, so it ends too
+            message = exc.message or "retry requested"
+            if job.errors >= job.max_retries:
+                return self._ack(entry, Outcome.DEAD, message=f"{message} (no retries left)")
             delay = exc.in_seconds if exc.in_seconds is not None else backoff(job.errors + 1)
-            return self._ack(entry, Outcome.RETRY, message=exc.message or "retry requested",
+            return self._ack(entry, Outcome.RETRY, message=message,
                              retry_in=max(0.0, float(delay)))
         info = error_info(exc)
         if job.errors < job.max_retries:
