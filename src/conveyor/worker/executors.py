@@ -133,6 +133,9 @@ class AsyncExecutor:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is not None:  # the per-job path takes no lock
+            return loop
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
