@@ -1,0 +1,82 @@
+"""Private redis-server processes for the suite: one plain server and a 3-master Cluster.
+
+No persistence (``--save '' --appendonly no``), free loopback ports, temp directories; nothing
+else ever connects to them.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+import redis
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now, below 55536 so that the Cluster bus
+    port (port + 10000) is valid too."""
+    while True:
+        port = random.randint(20000, 55000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+
+
+class RedisServer:
+    """One ``redis-server``; ``cluster=True`` starts it in cluster mode."""
+
+    def __init__(self, cluster: bool = False) -> None:
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="bench-redis-")
+        cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--dir", self.dir, "--logfile", f"{self.dir}/redis.log"]
+        if cluster:
+            cmd += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        client = redis.Redis(port=self.port)
+        for _ in range(200):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.02)
+        client.close()
+
+    def version(self) -> str:
+        """The server's ``redis_version``."""
+        return str(redis.Redis(port=self.port).info("server")["redis_version"])
+
+    def stop(self) -> None:
+        """Terminate the server and remove its directory."""
+        self.proc.terminate()
+        self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisCluster:
+    """Three cluster-mode servers joined by ``redis-cli --cluster create`` (no replicas)."""
+
+    def __init__(self) -> None:
+        self.nodes = [RedisServer(cluster=True) for _ in range(3)]
+        addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
+        subprocess.run(["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "0",
+                        "--cluster-yes"], check=True, capture_output=True, timeout=60)
+        client = redis.Redis(port=self.nodes[0].port)
+        for _ in range(500):
+            if client.cluster("info").get("cluster_state") == "ok":
+                break
+            time.sleep(0.02)
+        self.url = "redis+cluster://" + ",".join(addrs)
+
+    def stop(self) -> None:
+        """Stop every node."""
+        for n in self.nodes:
+            n.stop()

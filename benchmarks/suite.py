@@ -1,0 +1,206 @@
+"""The suite: peers, workloads, virtual environments, and the interleaved rounds.
+
+Each run is one subprocess: the peer's own venv python running ``peers/<adapter>.py`` with a
+JSON config; it prints ``RESULT {json}``. Rounds interleave peers (A B C A B C) so that drift
+on the machine hits everyone alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PEERS_DIR = os.path.join(HERE, "peers")
+VENVS = os.path.join(HERE, ".venvs")
+
+# venv name -> pip requirements (peers whose redis-py pins conflict each get their own venv)
+VENV_REQS: dict[str, list[str]] = {
+    "celery": ["celery[redis]", "hiredis"],
+    "rq": ["rq", "hiredis"],
+    "dramatiq": ["dramatiq[redis]", "hiredis"],
+    "arq": ["arq", "hiredis"],  # pins redis<6
+    "saq": ["saq[redis]", "hiredis", "typing_extensions"],  # needs redis<8
+    "huey": ["huey", "redis", "hiredis"],
+    "taskiq": ["taskiq", "taskiq-redis", "hiredis"],  # taskiq-redis needs redis>=8
+}
+
+
+@dataclass(frozen=True)
+class PeerSpec:
+    """One engine configuration: its adapter, venv, variant and concurrency model."""
+
+    label: str
+    adapter: str
+    venv: str | None = None  # None: the suite's own python (conveyor, raw redis-py)
+    variant: str = ""
+    per_process: bool = True  # False: one job at a time per process (RQ, Celery prefork)
+    storage: str = ""  # conveyor: sqlite | redis | cluster
+    settings: str = ""
+
+
+PEERS = [
+    PeerSpec("conveyor (redis)", "conveyor_peer", storage="redis",
+             settings="conveyor worker -c C --processes P"),
+    PeerSpec("conveyor (sqlite)", "conveyor_peer", storage="sqlite",
+             settings="same, SQLite file in a temp dir"),
+    PeerSpec("conveyor (cluster)", "conveyor_peer", storage="cluster",
+             settings="same, local 3-master Redis Cluster"),
+    PeerSpec("redis-py LPUSH/BRPOP", "rawredis", variant="brpop",
+             settings="hand-written: LPUSH, C threads x BRPOP"),
+    PeerSpec("redis-py batch", "rawredis", variant="batch",
+             settings="hand-written: pipelined LPUSH, RPOP 100 per round trip"),
+    PeerSpec("celery prefork", "celery_peer", "celery", "prefork", per_process=False,
+             settings="-P prefork -c P, prefetch x16, no gossip/mingle/heartbeat"),
+    PeerSpec("celery threads", "celery_peer", "celery", "threads",
+             settings="P x (-P threads -c C), prefetch x16"),
+    PeerSpec("rq", "rq_peer", "rq", "default", per_process=False,
+             settings="P x rq worker (fork per job), result_ttl=0"),
+    PeerSpec("rq SimpleWorker", "rq_peer", "rq", "simple", per_process=False,
+             settings="P x rq worker -w SimpleWorker, result_ttl=0"),
+    PeerSpec("dramatiq", "dramatiq_peer", "dramatiq", settings="dramatiq -p P -t C"),
+    PeerSpec("arq", "arq_peer", "arq", settings="P x arq, max_jobs=C, poll_delay=10 ms"),
+    PeerSpec("saq", "saq_peer", "saq", settings="saq --workers P, concurrency=C"),
+    PeerSpec("huey", "huey_peer", "huey", settings="P x huey_consumer -k thread -w C -n -C"),
+    PeerSpec("taskiq", "taskiq_peer", "taskiq",
+             settings="taskiq worker --workers P --max-async-tasks C (ListQueueBroker)"),
+]
+QUICK_PEERS = {"conveyor (redis)", "conveyor (sqlite)", "redis-py batch", "celery threads",
+               "rq SimpleWorker", "dramatiq", "huey"}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One measured scenario."""
+
+    key: str
+    title: str
+    workload: str
+    n: int
+    processes: int = 1
+    concurrency: int = 10
+    extra: dict[str, Any] = field(default_factory=dict)
+    only: tuple[str, ...] = ()  # restrict to these storages/peers (labels)
+
+
+def workloads(quick: bool) -> list[Workload]:
+    """The W1-W5 scenarios and the storage-cost runs; ``quick`` shrinks the job counts."""
+    k = 5 if quick else 1
+    conv = ("conveyor (redis)", "conveyor (sqlite)")
+    return [
+        Workload("w1_enqueue_one", "W1 enqueue one by one", "enqueue_one", 10_000 // k),
+        Workload("w1_enqueue_bulk", "W1 enqueue in bulk", "enqueue_bulk", 10_000 // k),
+        Workload("w1_drain_p1", "W1 drain, 1 process", "drain", 10_000 // k, 1),
+        Workload("w1_drain_p2", "W1 drain, 2 processes", "drain", 10_000 // k, 2),
+        Workload("w1_live_p1", "W1 live end to end, 1 process", "live", 10_000 // k, 1),
+        Workload("w1_live_p2", "W1 live end to end, 2 processes", "live", 10_000 // k, 2),
+        Workload("w2_latency", "W2 idle latency (100/s)", "latency", 500 // (2 if quick else 1),
+                 extra={"rate": 100}),
+        Workload("w3_io", "W3 I/O-bound (20 ms sleep, concurrency 50)", "io",
+                 2_000 // (2 if quick else 1), 1, 50, {"sleep": 0.02}),
+        Workload("w4_batch", "W4 batch, engine reports complete", "batch", 5_000 // k),
+        Workload("w5_cpu", "W5 CPU-bound (~20 ms, 2 processes)", "cpu",
+                 200 // (2 if quick else 1), 2, 1),
+        Workload("storage", "Storage cost", "storage", 10_000 // k),
+        Workload("bigbatch", "1,000,000-job batch", "bigbatch",
+                 100_000 if quick else 1_000_000, only=conv),
+    ]
+
+
+def ensure_venv(name: str, log: Any) -> str:
+    """The venv's python, created and filled on first use, reused after."""
+    path = os.path.join(VENVS, name)
+    py = os.path.join(path, "bin", "python")
+    stamp = os.path.join(path, ".bench-installed")
+    if not os.path.exists(stamp):
+        print(f"[bench] creating venv {name} ...", file=log, flush=True)
+        subprocess.run([sys.executable, "-m", "venv", path], check=True)
+        subprocess.run([py, "-m", "pip", "install", "-q", *VENV_REQS[name]], check=True)
+        open(stamp, "w").close()
+    return py
+
+
+def calibrate_cpu(target: float = 0.02) -> tuple[int, float]:
+    """Iterations of the W5 body that take about ``target`` seconds here, and their time."""
+    sys.path.insert(0, PEERS_DIR)
+    from body import spin  # the peers dir is not a package
+
+    iters = 50_000
+    t0 = time.perf_counter()
+    spin(iters)
+    iters = int(iters * target / (time.perf_counter() - t0))
+    best = min(_timed(spin, iters) for _ in range(5))
+    return iters, best
+
+
+def _timed(fn: Any, arg: int) -> float:
+    t0 = time.perf_counter()
+    fn(arg)
+    return time.perf_counter() - t0
+
+
+class Runner:
+    """Runs one (peer, workload) pair in its own subprocess."""
+
+    def __init__(self, redis_url: str, cluster_url: str, cpu: tuple[int, float],
+                 log_dir: str) -> None:
+        self.redis_url = redis_url
+        self.cluster_url = cluster_url
+        self.cpu_iters, self.cpu_seconds = cpu
+        self.log_dir = log_dir
+        self.sqlite_dir = tempfile.mkdtemp(prefix="bench-sqlite-")
+
+    def python(self, peer: PeerSpec) -> str:
+        return ensure_venv(peer.venv, sys.stderr) if peer.venv else sys.executable
+
+    def config(self, peer: PeerSpec, w: Workload) -> dict[str, Any]:
+        procs, conc = w.processes, w.concurrency
+        if not peer.per_process:  # one job at a time per process: processes carry concurrency
+            procs, conc = (procs * conc if w.workload == "io" else procs), 1
+        cfg: dict[str, Any] = {
+            "workload": w.workload, "n": w.n, "processes": procs, "concurrency": conc,
+            "redis_url": self.redis_url, "variant": peer.variant, "log_dir": self.log_dir,
+            "sleep": 0.02, "rate": 100, "cpu_seconds": self.cpu_seconds, "timeout": 600,
+        }
+        cfg.update(w.extra)
+        return cfg
+
+    def env(self, peer: PeerSpec) -> dict[str, str]:
+        env = dict(os.environ)
+        env["BENCH_DONE_URL"] = self.redis_url
+        env["BENCH_CPU_ITERS"] = str(self.cpu_iters)
+        env["BENCH_SLEEP"] = "0.02"
+        env["PYTHONPATH"] = PEERS_DIR
+        if peer.storage:
+            env["BENCH_CONVEYOR_URL"] = {
+                "redis": self.redis_url,
+                "sqlite": f"sqlite:///{self.sqlite_dir}/bench.db",
+                "cluster": self.cluster_url,
+            }[peer.storage]
+        return env
+
+    def run(self, peer: PeerSpec, w: Workload) -> dict[str, Any]:
+        cfg = self.config(peer, w)
+        script = os.path.join(PEERS_DIR, peer.adapter + ".py")
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run([self.python(peer), script, json.dumps(cfg)], cwd=PEERS_DIR,
+                                  env=self.env(peer), capture_output=True, text=True,
+                                  timeout=900)
+        except subprocess.TimeoutExpired:
+            return {"error": "timed out after 900 s"}
+        with open(os.path.join(self.log_dir, "adapters.log"), "a") as f:
+            f.write(f"=== {peer.label} {w.key}\n{proc.stderr[-4000:]}\n")
+        for line in proc.stdout.splitlines():
+            if line.startswith("RESULT "):
+                out: dict[str, Any] = json.loads(line[7:])
+                out["wall"] = time.monotonic() - t0
+                out["config"] = {k: cfg[k] for k in ("n", "processes", "concurrency")}
+                return out
+        return {"error": f"no result (exit {proc.returncode}): {proc.stderr[-300:]}"}
