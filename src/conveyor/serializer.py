@@ -23,10 +23,12 @@ _decoder = json.JSONDecoder()
 def dumps(value: Any) -> str:
     """Compact JSON text of a value; raises ``PayloadError`` naming the bad part."""
     try:
-        return _encoder.encode(value)
+        text: str = _encoder.encode(value)
     except (TypeError, ValueError) as exc:
         where = find_bad_value(value, "value")
         raise PayloadError(where or str(exc)) from exc
+    _refuse_coerced_keys([value], "value", unwrap=True)
+    return text
 
 
 def encode_payload(
@@ -50,6 +52,10 @@ def encode_payload(
         if where is None and meta:
             where = find_bad_value(dict(meta), "meta")
         raise PayloadError(where or f"arguments are not JSON: {exc}") from exc
+    _refuse_coerced_keys(args, "args")
+    _refuse_coerced_keys(kwargs.values(), "kwargs", names=list(kwargs))
+    if meta:
+        _refuse_coerced_keys(meta.values(), "meta", names=list(meta))
     # len(str) undercounts multi-byte characters; only encode when it could matter.
     if len(text) * 4 > max_bytes and len(text.encode()) > max_bytes:
         raise PayloadError(
@@ -76,6 +82,31 @@ def decode_payload(payload: str) -> tuple[list[Any], dict[str, Any], dict[str, A
 def loads(text: str) -> Any:
     """Parse JSON text."""
     return _decoder.decode(text)
+
+
+_CONTAINERS = (dict, list, tuple)
+
+
+def _refuse_coerced_keys(
+    values: Any, path: str, *, names: list[str] | None = None, unwrap: bool = False
+) -> None:
+    """Raise for a dict key that is not a string somewhere inside ``values``.
+
+    The json encoder silently turns keys 1, 1.5, True and None into strings, so the job
+    would get different arguments than it was given. Scalars (the usual arguments) are
+    skipped at the cost of one type check each; only containers are walked.
+    """
+    for i, item in enumerate(values):
+        if isinstance(item, _CONTAINERS):
+            if unwrap:
+                where = path
+            elif names is not None:
+                where = f"{path}[{names[i]!r}]"
+            else:
+                where = f"{path}[{i}]"
+            found = find_bad_value(item, where)
+            if found:
+                raise PayloadError(found)
 
 
 def find_bad_value(value: Any, path: str) -> str | None:

@@ -52,8 +52,6 @@ def test_nan_and_infinity_are_refused() -> None:
         dumps({"x": math.inf})
 
 
-@pytest.mark.xfail(strict=True, reason="serializer bug: json turns key 1 into '1' silently; "
-                   "find_bad_value only runs after the encoder fails")
 def test_non_string_keys_are_refused() -> None:
     with pytest.raises(PayloadError, match="key 1 is int"):
         encode_payload([{1: "a"}], {})
@@ -103,3 +101,14 @@ def test_find_bad_value() -> None:
 def test_payload_is_plain_json() -> None:
     # Never pickle: any JSON reader can read what conveyor stores.
     assert json.loads(encode_payload([1], {"k": "v"})) == {"a": [1], "k": {"k": "v"}}
+
+
+def test_non_string_keys_are_refused_in_kwargs_meta_and_values() -> None:
+    with pytest.raises(PayloadError, match=r"kwargs\['rows'\]\[0\]: key None is NoneType"):
+        encode_payload([], {"rows": [{None: 1}]})
+    with pytest.raises(PayloadError, match=r"meta\['m'\]: key True is bool"):
+        encode_payload([], {}, {"m": {True: 1}})
+    with pytest.raises(PayloadError, match=r"value: key 1\.5 is float"):
+        dumps({1.5: "x"})
+    text = encode_payload(["x", 1, {"a": [{"b": None}]}], {})
+    assert text == '{"a":["x",1,{"a":[{"b":null}]}],"k":{}}'
