@@ -44,6 +44,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--peers", default="", help="comma-separated peer labels (substring match)")
     p.add_argument("--only", default="", help="comma-separated workload keys")
     p.add_argument("--report", default="", help="re-render the markdown of a results JSON")
+    p.add_argument("--docs", action="store_true",
+                   help="write docs/benchmarks.md, its chart and the README table (the default "
+                        "for a full run of every peer and workload)")
     return p.parse_args(argv)
 
 
@@ -57,15 +60,34 @@ def save(data: dict[str, Any], stem: str) -> None:
         f.write(report.svg_chart(data))
 
 
+def publish(data: dict[str, Any], results_file: str) -> None:
+    """docs/benchmarks.md, docs/benchmarks.svg and the README's headline table."""
+    rel = os.path.relpath(results_file, os.path.dirname(HERE))
+    with open(os.path.join(DOCS, "benchmarks.md"), "w") as f:
+        f.write(report.docs_page(data, rel))
+    with open(os.path.join(DOCS, "benchmarks.svg"), "w") as f:
+        f.write(report.svg_chart(data))
+    readme = os.path.join(os.path.dirname(HERE), "README.md")
+    with open(readme) as f:
+        text = f.read()
+    with open(readme, "w") as f:
+        f.write(report.replace_block(text, report.readme_block(data)))
+    print("[bench] wrote docs/benchmarks.md, docs/benchmarks.svg and the README table")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the suite."""
     args = parse(argv)
     if args.report:
         with open(args.report) as f:
-            print(report.markdown(json.load(f)))
+            saved: dict[str, Any] = json.load(f)
+        if args.docs:
+            publish(saved, args.report)
+        else:
+            print(report.markdown(saved))
         return 0
     rounds = args.rounds or (1 if args.quick else 3)
-    peers = [p for p in PEERS if (not args.quick or p.label in QUICK_PEERS)
+    peers = [p for p in PEERS if (not args.quick or args.peers or p.label in QUICK_PEERS)
              and (not args.peers or any(s in p.label for s in args.peers.split(",")))]
     wls = [w for w in workloads(args.quick) if not args.only or w.key in args.only.split(",")]
     os.makedirs(RESULTS, exist_ok=True)
@@ -108,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster.stop()
         server.stop()
     print(f"[bench] results: {stem}.json / .md / .svg")
+    if args.docs or (not args.quick and not args.peers and not args.only):
+        publish(data, stem + ".json")
     return 0
 
 

@@ -43,7 +43,7 @@ def cell(runs: list[dict[str, Any]], metric: str, fmt: str) -> str:
     if s is None:
         for r in runs:
             if "unsupported" in r:
-                return "n/a (" + r["unsupported"] + ")"
+                return "n/a (" + str(r["unsupported"]) + ")"
             if "error" in r:
                 return "error: " + str(r["error"])[:80].replace("|", "/")
         return "–"
@@ -68,7 +68,9 @@ def tables(data: dict[str, Any]) -> str:
         out.append("| peer | " + " | ".join(m[1] for m in ms) + " |")
         out.append("|---|" + "---|" * len(ms))
         for label, runs in res.items():
-            out.append(f"| {label} | " + " | ".join(cell(runs, m, f) for m, _, f, _ in ms) + " |")
+            ns = {r.get("config", {}).get("n", w["n"]) for r in runs}
+            shown = label if ns <= {w["n"]} else f"{label} (n = {min(ns):,})"
+            out.append(f"| {shown} | " + " | ".join(cell(runs, m, f) for m, _, f, _ in ms) + " |")
         out.append("")
     return "\n".join(out)
 
@@ -100,7 +102,8 @@ def targets(data: dict[str, Any]) -> str:
         mine = _med(data, key, label, metric)
         best = fastest_peer(data, key, metric, metric != "seconds")
         if mine is None or best is None:
-            rows.append(f"| {name} | {mine} | {best} | not measured |")
+            shown = "–" if mine is None else f"{mine:,.3g}"
+            rows.append(f"| {name} | {shown} | no peer measured | not measured |")
             return
         r = mine / best[1] if metric != "seconds" else best[1] / mine
         rows.append(f"| {name} | {mine:,.3g} | {best[0]}: {best[1]:,.3g} (×{r:.2f}) | "
@@ -110,7 +113,7 @@ def targets(data: dict[str, Any]) -> str:
                  label: str = conv) -> None:
         mine = _med(data, key, label, metric)
         ok = mine is not None and (mine >= limit if higher else mine <= limit)
-        rows.append(f"| {name} | {mine if mine is None else f'{mine:,.3g}'} | {limit:,} | "
+        rows.append(f"| {name} | {'–' if mine is None else f'{mine:,.3g}'} | {limit:,} | "
                     f"{'yes' if ok else 'MISSED' if mine is not None else 'not measured'} |")
 
     ratio("w1_drain_p1", "rate", 3, "drain ≥ 3× fastest peer")
@@ -187,3 +190,106 @@ Python {m['python']}, redis-server {m['redis']}. Elapsed: {data.get('elapsed_min
 
 {tables(data)}
 """
+
+
+HEADLINE = [  # (workload key, metric, column title, format)
+    ("w1_drain_p1", "rate", "drain, 1 process (jobs/s)", "{:,.0f}"),
+    ("w1_live_p1", "rate", "live end to end (jobs/s)", "{:,.0f}"),
+    ("w1_enqueue_one", "rate", "enqueue one by one (jobs/s)", "{:,.0f}"),
+    ("w2_latency", "p99_ms", "idle latency p99 (ms)", "{:.2f}"),
+    ("w4_batch", "seconds", "5,000-job batch (s)", "{:.2f}"),
+]
+
+
+def headline(data: dict[str, Any]) -> str:
+    """The README's table: conveyor's engines, the fastest third-party peer per column, and
+    the hand-written Redis queue as the ceiling of a Python client."""
+    labels: list[str] = []
+    for res in data["results"].values():
+        labels += [lbl for lbl in res if lbl not in labels]
+    rows = ["| | " + " | ".join(h[2] for h in HEADLINE) + " |",
+            "|---|" + "---|" * len(HEADLINE)]
+    for lbl in [x for x in labels if x.startswith("conveyor")]:
+        rows.append(f"| **{lbl}** | " + " | ".join(
+            _fmt(_med(data, k, lbl, m), f) for k, m, _, f in HEADLINE) + " |")
+    best = []
+    for k, m, _, f in HEADLINE:
+        b = fastest_peer(data, k, m, m == "rate")
+        best.append("–" if b is None else f"{f.format(b[1])} ({b[0]})")
+    rows.append("| fastest other engine | " + " | ".join(best) + " |")
+    raw = [x for x in labels if x.startswith("redis-py")]
+    for lbl in raw:
+        rows.append(f"| {lbl} (no tracking, ceiling) | " + " | ".join(
+            _fmt(_med(data, k, lbl, m), f) for k, m, _, f in HEADLINE) + " |")
+    return "\n".join(rows)
+
+
+def _fmt(value: float | None, fmt: str) -> str:
+    return "–" if value is None else fmt.format(value)
+
+
+def docs_page(data: dict[str, Any], results_file: str) -> str:
+    """docs/benchmarks.md: how the suite works, then the run's setup, targets and tables."""
+    return f"""# Benchmarks
+
+conveyor side by side with Celery, RQ, Dramatiq, arq, SAQ, Huey and taskiq, on the same
+machine, in one run of the suite in [`benchmarks/`](../benchmarks/README.md). This page is
+written by the suite itself (`make bench`); the numbers below are from
+`{results_file}`. Rerun it on your own machine before you trust any of them.
+
+![median jobs/s per engine](benchmarks.svg)
+
+## How it measures
+
+- The suite starts its own `redis-server` (no persistence, nothing else on it) and a local
+  3-master Redis Cluster, and installs every peer from PyPI into its own virtual environment
+  (their redis-py pins conflict).
+- **Same job, same completion signal.** Every engine runs the same body
+  (`benchmarks/peers/body.py`). Each worker process counts finished jobs in memory and adds
+  them to one Redis counter every 2 ms; the driver polls that counter every millisecond. (A
+  synchronous `INCR` per job would cost each engine one Redis round trip per job, ~130 µs here,
+  and measure the counter instead of the engine.) RQ's forking worker, whose work horse ends
+  with `os._exit`, counts each job at once.
+- **Same resources.** The same number of worker processes and the same total concurrency where
+  the engine's model allows; engines that run one job at a time per process (Celery prefork,
+  RQ) get as many processes as the others get slots in W3.
+- **Interleaved rounds.** Every (workload, engine) pair runs in a fresh subprocess; rounds go
+  A B C … A B C …, and cells are the median with min–max over the rounds.
+- **Documented fast settings** for each peer (table below): prefetching, no gossip or
+  heartbeats where the engine allows turning them off, results stored only where a workload
+  needs per-job status.
+- conveyor always tracks every job (record, event log, lease, acknowledgement); it gets no
+  lighter mode for the benchmark.
+
+Workloads: **W1** no-op jobs — enqueue one by one, enqueue in bulk, drain a preloaded queue,
+and live end to end (idle workers, jobs enqueued one by one, time to the last completion);
+**W2** idle latency, jobs enqueued one at a time at 100/s, enqueue-to-start percentiles;
+**W3** 2,000 jobs sleeping 20 ms at total concurrency 50, efficiency against the ideal;
+**W4** a 5,000-job batch or group, timed until the engine's own API reports it complete;
+**W5** 200 jobs of ~20 ms pure-Python work on 2 processes; **storage** Redis bytes per pending
+and per finished job (SQLite: file bytes); **1,000,000-job batch** creation time, client peak
+memory, status-read time.
+
+{markdown(data)}
+"""
+
+
+README_START = "<!-- bench:start -->"
+README_END = "<!-- bench:end -->"
+
+
+def readme_block(data: dict[str, Any]) -> str:
+    """The headline table with a line saying where it comes from."""
+    m = data["machine"]
+    return (f"{README_START}\n{headline(data)}\n\nMedians of {data['rounds']} interleaved "
+            f"rounds on {m['cores']} cores ({m['cpu']}), 1 worker process, one run of "
+            f"`make bench` ({data['started']}); every number and setting in "
+            f"[docs/benchmarks.md](docs/benchmarks.md).\n{README_END}")
+
+
+def replace_block(text: str, block: str) -> str:
+    """``text`` with the marked README block replaced (or appended when absent)."""
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < 0:
+        return text.rstrip("\n") + "\n\n" + block + "\n"
+    return text[:start] + block + text[end + len(README_END):]

@@ -43,6 +43,8 @@ class PeerSpec:
     per_process: bool = True  # False: one job at a time per process (RQ, Celery prefork)
     storage: str = ""  # conveyor: sqlite | redis | cluster
     settings: str = ""
+    env: tuple[tuple[str, str], ...] = ()  # extra environment for the adapter and its workers
+    max_jobs: int = 0  # cap on n for engines so slow that n jobs would not fit the run's time
 
 
 PEERS = [
@@ -61,7 +63,11 @@ PEERS = [
     PeerSpec("celery threads", "celery_peer", "celery", "threads",
              settings="P x (-P threads -c C), prefetch x16"),
     PeerSpec("rq", "rq_peer", "rq", "default", per_process=False,
-             settings="P x rq worker (fork per job), result_ttl=0"),
+             settings="P x rq worker (fork per job), result_ttl=0; at most 2,000 jobs a run "
+                      "(one fork per job runs ~50-100 jobs/s here)",
+             max_jobs=2_000,
+             # the forked work horse ends with os._exit: it must count completions at once
+             env=(("BENCH_DONE_SYNC", "1"),)),
     PeerSpec("rq SimpleWorker", "rq_peer", "rq", "simple", per_process=False,
              settings="P x rq worker -w SimpleWorker, result_ttl=0"),
     PeerSpec("dramatiq", "dramatiq_peer", "dramatiq", settings="dramatiq -p P -t C"),
@@ -163,8 +169,9 @@ class Runner:
         procs, conc = w.processes, w.concurrency
         if not peer.per_process:  # one job at a time per process: processes carry concurrency
             procs, conc = (procs * conc if w.workload == "io" else procs), 1
+        n = min(w.n, peer.max_jobs) if peer.max_jobs and w.workload != "bigbatch" else w.n
         cfg: dict[str, Any] = {
-            "workload": w.workload, "n": w.n, "processes": procs, "concurrency": conc,
+            "workload": w.workload, "n": n, "processes": procs, "concurrency": conc,
             "redis_url": self.redis_url, "variant": peer.variant, "log_dir": self.log_dir,
             "sleep": 0.02, "rate": 100, "cpu_seconds": self.cpu_seconds, "timeout": 600,
         }
@@ -177,6 +184,7 @@ class Runner:
         env["BENCH_CPU_ITERS"] = str(self.cpu_iters)
         env["BENCH_SLEEP"] = "0.02"
         env["PYTHONPATH"] = PEERS_DIR
+        env.update(peer.env)
         if peer.storage:
             env["BENCH_CONVEYOR_URL"] = {
                 "redis": self.redis_url,

@@ -64,11 +64,15 @@ class ConveyorPeer(Peer):
             time.sleep(0.001)
 
     def storage_bytes(self) -> int | None:
-        """SQLite: the database file plus its WAL; Redis: None (the driver reads INFO)."""
-        if not self.storage_url.startswith("sqlite:///"):
-            return None
-        path = self.storage_url[len("sqlite:///"):]
-        return sum(os.path.getsize(f) for f in glob.glob(path + "*"))
+        """SQLite: the database file plus its WAL; Cluster: used_memory summed over its
+        masters; Redis: None (the driver reads the benchmark server's INFO)."""
+        if self.storage_url.startswith("sqlite:///"):
+            path = self.storage_url[len("sqlite:///"):]
+            return sum(os.path.getsize(f) for f in glob.glob(path + "*"))
+        if "cluster" in self.storage_url:
+            return sum(int(redis.Redis.from_url("redis://" + node).info("memory")["used_memory"])
+                       for node in self.storage_url.split("://", 1)[1].split(","))
+        return None
 
     def w_bigbatch(self) -> dict[str, Any]:
         """A batch of ``n`` jobs: creation time, client peak memory, status-read time."""

@@ -51,4 +51,8 @@ class HueyPeer(Peer):
 
 
 if __name__ == "__main__":
-    main(HueyPeer)
+    # Huey names tasks after their module: enqueue through ``huey_peer`` (what the consumer
+    # imports), not ``__main__``, or the consumer finds no such task.
+    import huey_peer
+
+    main(huey_peer.HueyPeer)
