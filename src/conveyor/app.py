@@ -291,7 +291,10 @@ class Conveyor:
         if status is None:
             raise BatchNotFound(f"batch {batch_id} does not exist (or was trimmed)")
         out = status.as_dict(self.storage.now())
-        out["failures"] = [_failure(r) for r in self._failures(batch_id)]
+        # Counters first: a batch without failures costs no job lookups at all.
+        failing = status.counts.get(JobState.FAILED.value, 0) + status.counts.get(
+            JobState.DEAD.value, 0)
+        out["failures"] = [_failure(r) for r in self._failures(batch_id)] if failing else []
         return out
 
     def _failures(self, batch_id: str) -> list[JobRecord]:

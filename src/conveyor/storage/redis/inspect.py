@@ -112,9 +112,15 @@ class RedisInspector(RedisCore):
             return self._records(queue, ids, with_events)
         groups: dict[str, list[str]] = defaultdict(list)
         if batch_id is not None:
-            for job_id, (_, q) in self._batch_ids(batch_id).items():
-                if queue is None or q == queue:
-                    groups[q].append(job_id)
+            # The batch knows each job's state and queue: filter and page on that (ids are
+            # time-ordered) and read only the page's records, so a page of a 1,000,000-job
+            # batch does not load the whole batch. Records are checked again below.
+            wanted = sorted(
+                (job_id, q) for job_id, (s, q) in self._batch_ids(batch_id).items()
+                if (queue is None or q == queue) and (state is None or s == state.value))
+            for job_id, q in wanted[offset:offset + limit]:
+                groups[q].append(job_id)
+            offset = 0
         else:
             for q in [queue] if queue is not None else self.known_queues():
                 for s in [state] if state is not None else ALL_STATES:

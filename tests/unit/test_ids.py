@@ -1,0 +1,32 @@
+"""Job ids: unique, 24 hex characters, and in creation order within a process."""
+
+from __future__ import annotations
+
+import multiprocessing
+import re
+
+from conveyor.job import new_id
+
+
+def test_ids_are_unique_and_sort_in_creation_order() -> None:
+    ids = [new_id() for _ in range(20_000)]  # many share a millisecond
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+    assert all(re.fullmatch(r"[0-9a-f]{24}", i) for i in ids)
+
+
+def _child_ids(queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    queue.put([new_id() for _ in range(1000)])
+
+
+def test_a_forked_child_does_not_repeat_its_parents_sequence() -> None:
+    ctx = multiprocessing.get_context("fork")
+    before = new_id()
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_ids, args=(queue,))
+    child.start()
+    theirs = queue.get(timeout=30)
+    child.join(30)
+    mine = [new_id() for _ in range(1000)]
+    assert before < mine[0]
+    assert not set(theirs) & set(mine)
