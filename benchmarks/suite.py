@@ -114,6 +114,8 @@ def workloads(quick: bool) -> list[Workload]:
         Workload("w5_cpu", "W5 CPU-bound (~20 ms, 2 processes)", "cpu",
                  200 // (2 if quick else 1), 2, 1),
         Workload("storage", "Storage cost", "storage", 10_000 // k),
+        Workload("overhead", "Batch tracking overhead (drain, 1 process)", "overhead",
+                 10_000 // k, only=("conveyor (redis)",)),
         Workload("bigbatch", "1,000,000-job batch", "bigbatch",
                  100_000 if quick else 1_000_000, only=conv),
     ]

@@ -59,6 +59,10 @@ class Peer:
         """Create a batch/group of ``n`` no-op jobs and return when the engine says it is done."""
         raise Unsupported("no batch/group API with per-job status")
 
+    def preload_batch(self, n: int) -> None:
+        """Enqueue ``n`` no-op jobs as one batch without waiting for it (tracking overhead)."""
+        raise Unsupported("no batch API")
+
     # --- workers -----------------------------------------------------------------------
     def worker_commands(self, processes: int, concurrency: int) -> list[list[str]]:
         """One command line per OS-level worker launch."""
@@ -269,9 +273,44 @@ class Driver:
         finished = self.used_memory() - base
         return {"pending_bytes_per_job": pending / n, "finished_bytes_per_job": finished / n}
 
+    def w_overhead(self) -> dict[str, Any]:
+        """The cost of batch tracking: drain rate and Redis commands per job, plain jobs
+        against the same jobs in one batch (one worker process)."""
+        n, c = self.cfg["n"], self.cfg["concurrency"]
+        out: dict[str, Any] = {}
+        for form, load in (("plain", lambda: self.preload("noop", n)),
+                           ("batch", lambda: self.peer.preload_batch(n))):
+            self.r.flushdb()
+            self.peer.reset()
+            load()
+            self.r.config_resetstat()
+            self.start_workers(1, c)
+            self.wait_count(n, self.cfg.get("timeout", 600))
+            first, last = self.span()
+            self.stop_workers()
+            calls = commands(self.r.info("commandstats"))
+            out[f"{form}_rate"] = (n - 1) / (last - first)
+            out[f"{form}_commands_per_job"] = sum(calls.values()) / n
+            out[f"{form}_scripts_per_job"] = calls.get("evalsha", 0) / n
+        out["rate"] = out["batch_rate"]
+        out["batch_vs_plain"] = out["batch_rate"] / out["plain_rate"]
+        return out
+
     def used_memory(self) -> int:
         own = self.peer.storage_bytes()
         return own if own is not None else int(self.r.info("memory")["used_memory"])
+
+
+# What the driver and the completion counter send, not the engine.
+_BENCH_COMMANDS = {"get", "incrby", "rpush", "lrange", "del", "info", "flushdb", "flushall",
+                   "ping", "hello", "select", "config|resetstat", "client|setinfo"}
+
+
+def commands(stats: dict[str, Any]) -> dict[str, int]:
+    """Calls per command from INFO commandstats (commands run inside scripts included),
+    without the benchmark's own."""
+    calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+    return {k: v for k, v in calls.items() if k not in _BENCH_COMMANDS}
 
 
 def pct(values: list[float], q: float) -> float:

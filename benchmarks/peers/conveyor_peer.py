@@ -63,6 +63,10 @@ class ConveyorPeer(Peer):
                 raise TimeoutError("batch not complete")
             time.sleep(0.001)
 
+    def preload_batch(self, n: int) -> None:
+        with app.batch():
+            job.enqueue_many([("noop", 0.0)] * n)
+
     def storage_bytes(self) -> int | None:
         """SQLite: the database file plus its WAL; Cluster: used_memory summed over its
         masters; Redis: None (the driver reads the benchmark server's INFO)."""
