@@ -9,11 +9,21 @@ local K_BATCH = KEYS[1]
 local K_BJOBS = KEYS[2]
 local mode = ARGV[2]
 if redis.call('EXISTS', K_BATCH) == 0 then return {'missing', {}} end
-local function num(field) return tonumber(redis.call('HGET', K_BATCH, field) or '0') end
-local function done()
-  return num('n:succeeded') + num('n:failed') + num('n:dead') + num('n:cancelled')
+
+-- Counters are read once and written once per call, however many jobs move: a worker's
+-- page of acknowledgements costs one HMGET, one HSET and a few HINCRBYs, not five per job.
+local FIELDS = {'total', 'closed', 'n:succeeded', 'n:failed', 'n:dead', 'n:cancelled'}
+local function counters()
+  local raw = redis.call('HMGET', K_BATCH, unpack(FIELDS))
+  local c = {}
+  for i, field in ipairs(FIELDS) do c[field] = tonumber(raw[i] or '0') or 0 end
+  return c
 end
-if mode == 'add' and num('closed') == 1 and done() >= num('total') then
+local function done(c)
+  return c['n:succeeded'] + c['n:failed'] + c['n:dead'] + c['n:cancelled']
+end
+local c = counters()
+if mode == 'add' and c.closed == 1 and done(c) >= c.total then
   return {'finished', {}}
 end
 
@@ -21,33 +31,57 @@ local function state_of(value)
   return string.sub(value, 1, string.find(value, ':', 1, true) - 1)
 end
 
-local function move(id, value)
-  local old = redis.call('HGET', K_BJOBS, id)
-  if old == value then return end
-  local state = state_of(value)
-  if not old then
-    if mode ~= 'add' then return end
-    redis.call('HINCRBY', K_BATCH, 'total', 1)
-  else
-    redis.call('HINCRBY', K_BATCH, 'n:' .. state_of(old), -1)
-  end
-  if state == 'deleted' then
-    redis.call('HDEL', K_BJOBS, id)
-    redis.call('HINCRBY', K_BATCH, 'total', -1)
-    return
-  end
-  redis.call('HSET', K_BJOBS, id, value)
-  redis.call('HINCRBY', K_BATCH, 'n:' .. state, 1)
-  if state == 'active' then redis.call('HSETNX', K_BATCH, 'sa', NOWS) end
+local ids, values = {}, {}
+for i = 3, #ARGV, 2 do
+  ids[#ids + 1] = ARGV[i]
+  values[#values + 1] = ARGV[i + 1]
 end
-
-for i = 3, #ARGV, 2 do move(ARGV[i], ARGV[i + 1]) end
+local delta, sets, dels, started = {}, {}, {}, false
+local function bump(field, by) delta[field] = (delta[field] or 0) + by end
+local olds = {}
+for i = 1, #ids, 1000 do  -- below Lua's unpack limit
+  local part = redis.call('HMGET', K_BJOBS, unpack(ids, i, math.min(i + 999, #ids)))
+  for j = 1, #part do olds[i + j - 1] = part[j] end
+end
+local seen = {}  -- a job named twice in one call: its last value wins, as if called twice
+for i = 1, #ids do
+  local id, value = ids[i], values[i]
+  local old = olds[i]
+  if seen[id] ~= nil then old = seen[id] end
+  if old == false then old = nil end
+  if old ~= value and (old or mode == 'add') then
+    local state = state_of(value)
+    if old then bump('n:' .. state_of(old), -1) else bump('total', 1) end
+    if state == 'deleted' then
+      bump('total', -1)
+      dels[#dels + 1] = id
+      seen[id] = false
+    else
+      sets[#sets + 1] = id
+      sets[#sets + 1] = value
+      bump('n:' .. state, 1)
+      if state == 'active' then started = true end
+      seen[id] = value
+    end
+  end
+end
+bulk('HSET', K_BJOBS, sets)
+if #dels > 0 then
+  for i = 1, #dels, 1000 do
+    redis.call('HDEL', K_BJOBS, unpack(dels, i, math.min(i + 999, #dels)))
+  end
+end
+for field, by in pairs(delta) do
+  if by ~= 0 then redis.call('HINCRBY', K_BATCH, field, by) end
+end
+if started then redis.call('HSETNX', K_BATCH, 'sa', NOWS) end
 if mode == 'close' then redis.call('HSET', K_BATCH, 'closed', 1) end
 if mode == 'cancel' then redis.call('HSET', K_BATCH, 'cancelled', 1) end
 
-local total = num('total')
+c = counters()
+local total = c.total
 local finished = false
-if num('closed') == 1 and done() >= total then
+if c.closed == 1 and done(c) >= total then
   finished = true
   redis.call('HSETNX', K_BATCH, 'fa', NOWS)
 else
@@ -63,6 +97,6 @@ local function consider(event, cond)
   if spec then due[#due + 1] = {event, spec} end
 end
 consider('complete', finished)
-consider('success', finished and num('n:succeeded') >= total)
-consider('death', num('n:dead') > 0)
+consider('success', finished and c['n:succeeded'] >= total)
+consider('death', c['n:dead'] > 0)
 return {'ok', due}
