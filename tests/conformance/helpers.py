@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from conveyor.clock import FakeClock
@@ -20,7 +21,7 @@ from conveyor.job import (
     Outcome,
     WorkerInfo,
 )
-from conveyor.storage import Backend
+from conveyor.storage import Backend, open_storage
 
 _ids = itertools.count(1)
 
@@ -126,3 +127,22 @@ def run_in_threads(target: Callable[[int], None], count: int) -> None:
         thread.join()
     if errors:
         raise errors[0]
+
+
+@contextmanager
+def connections(store: Backend, clock: FakeClock, count: int) -> Iterator[list[Backend]]:
+    """``count`` more connections to the same store, as separate worker processes would hold.
+
+    ``memory://`` opens a new, empty store each time and has no second connection to give, so
+    its threads share ``store`` itself; every other backend gets its own clients or files.
+    """
+    if store.url.startswith("memory:"):
+        yield [store] * count
+        return
+    opened: list[Backend] = []
+    try:
+        opened.extend(open_storage(store.url, clock) for _ in range(count))
+        yield opened
+    finally:
+        for other in opened:
+            other.close()
