@@ -111,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         for rnd in range(rounds):
             for w in wls:
-                if w.workload == "bigbatch" and rnd > 0:
-                    continue  # one creation of a huge batch is enough (and slow)
+                if w.once and rnd > 0:
+                    continue  # byte counts and the huge batch: one measurement is enough
                 for peer in peers:
                     if w.only and peer.label not in w.only:
                         continue

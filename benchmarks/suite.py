@@ -93,6 +93,7 @@ class Workload:
     concurrency: int = 10
     extra: dict[str, Any] = field(default_factory=dict)
     only: tuple[str, ...] = ()  # restrict to these storages/peers (labels)
+    once: bool = False  # measured in the first round only (sizes, not speeds)
 
 
 def workloads(quick: bool) -> list[Workload]:
@@ -113,11 +114,11 @@ def workloads(quick: bool) -> list[Workload]:
         Workload("w4_batch", "W4 batch, engine reports complete", "batch", 5_000 // k),
         Workload("w5_cpu", "W5 CPU-bound (~20 ms, 2 processes)", "cpu",
                  200 // (2 if quick else 1), 2, 1),
-        Workload("storage", "Storage cost", "storage", 10_000 // k),
+        Workload("storage", "Storage cost", "storage", 10_000 // k, once=True),
         Workload("overhead", "Batch tracking overhead (drain, 1 process)", "overhead",
                  10_000 // k, only=("conveyor (redis)",)),
         Workload("bigbatch", "1,000,000-job batch", "bigbatch",
-                 100_000 if quick else 1_000_000, only=conv),
+                 100_000 if quick else 1_000_000, only=conv, once=True),
     ]
 
 
