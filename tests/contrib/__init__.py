@@ -1,0 +1,1 @@
+"""Tests of conveyor.contrib: the SQLAlchemy and Django enqueue-on-commit helpers."""
