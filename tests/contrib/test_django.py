@@ -1,7 +1,7 @@
 """``conveyor.contrib.django`` and the ``transaction.on_commit`` recipe, on a real SQLite file.
 
-Django is configured once per process (``settings.configure``), so the database file belongs
-to this module; each test starts from an empty table.
+Django is configured once per process (``settings.configure``); each test starts from an
+empty table.
 """
 
 from __future__ import annotations
@@ -10,29 +10,19 @@ import logging
 from collections.abc import Iterator
 from functools import partial
 
-import django
 import pytest
-from django.conf import settings
 from django.db import connection, transaction
 
 from conveyor import Conveyor
 from conveyor.contrib.django import enqueue_call, enqueue_on_commit
 from conveyor.registry import JobFunction
-from tests.contrib.helpers import stored
+from tests.contrib.helpers import configure_django, stored
 
 
 @pytest.fixture(scope="module", autouse=True)
 def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Django on a SQLite file, with one table the tests write to."""
-    if not settings.configured:
-        path = tmp_path_factory.mktemp("django") / "app.db"
-        settings.configure(
-            DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(path)}},
-            INSTALLED_APPS=[], USE_TZ=True,
-        )
-        django.setup()
-    with connection.cursor() as cursor:
-        cursor.execute("CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY, email TEXT)")
+    """Django on a SQLite file, with the tables the tests write to."""
+    configure_django(tmp_path_factory.mktemp("django"))
     yield
     connection.close()
 

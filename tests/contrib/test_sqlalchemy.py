@@ -6,27 +6,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, String, create_engine, select
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy import Engine, create_engine, select
+from sqlalchemy.orm import Session
 
 from conveyor import Conveyor
 from conveyor.contrib.sqlalchemy import enqueue_on_commit, on_commit
 from conveyor.errors import PayloadError
 from conveyor.registry import JobFunction
 from conveyor.testing import drain
-from tests.contrib.helpers import stored
-
-
-class Base(DeclarativeBase):
-    """The application's models."""
-
-
-class User(Base):
-    """A row the deferred job is about."""
-
-    __tablename__ = "users"
-    id: Mapped[int] = mapped_column(primary_key=True)
-    email: Mapped[str] = mapped_column(String(100))
+from tests.contrib.helpers import Base, User, stored
 
 
 @pytest.fixture

@@ -1,0 +1,1 @@
+"""Tests that run the code examples of the docs."""
