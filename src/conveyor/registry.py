@@ -92,6 +92,59 @@ def _check(opts: JobOptions) -> None:
         raise ValueError("unique_key needs unique_for=seconds (how long the lock is held)")
 
 
+_KEY_FIELDS = ("unique_key", "concurrency_key", "rate_key", "order_key")
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def by_name_keys(opts: JobOptions, func: Callable[..., Any]) -> JobOptions:
+    """``opts`` whose key callables also accept the job's arguments by parameter name.
+
+    ``concurrency_key=lambda seller_id, **_: ...`` on ``register(seller_id, product_id)`` is
+    the natural way to pick one argument, but called with the enqueue's positional arguments
+    it would fail; such a key is called with the arguments bound to the job's parameter names
+    instead. A key that accepts the arguments as passed is called as before.
+    """
+    try:
+        params = [p.name for p in inspect.signature(func).parameters.values()
+                  if p.kind in _POSITIONAL]
+    except (TypeError, ValueError):  # no signature (some builtins): keys are called as passed
+        return opts
+    changes: dict[str, Any] = {f: _named(getattr(opts, f), params) for f in _KEY_FIELDS
+               if callable(getattr(opts, f)) and not hasattr(getattr(opts, f), "_by_name")}
+    return dataclasses.replace(opts, **changes) if changes else opts
+
+
+def _named(key: Callable[..., str], params: list[str]) -> Callable[..., str]:
+    try:
+        sig = inspect.signature(key)
+    except (TypeError, ValueError):
+        return key
+
+    def fits(*args: Any, **kwargs: Any) -> bool:
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError:
+            return False
+        return True
+
+    def call(*args: Any, **kwargs: Any) -> str:
+        if fits(*args, **kwargs):
+            return key(*args, **kwargs)
+        named = dict(zip(params, args, strict=False)) | kwargs
+        if len(args) <= len(params) and fits(**named):
+            return key(**named)
+        ordered = [named[p] for p in params if p in named]
+        if len(ordered) == len(named) and fits(*ordered):
+            return key(*ordered)
+        raise TypeError(
+            f"flow-control key {getattr(key, '__qualname__', key)!r} accepts neither the "
+            f"job's arguments as passed nor by the job's parameter names {params}")
+
+    call._by_name = True  # type: ignore[attr-defined]
+    call.__qualname__ = getattr(key, "__qualname__", "key")
+    return call
+
+
 def default_name(func: Callable[..., Any]) -> str:
     """The stored name of a job function: ``module.qualname``."""
     module = getattr(func, "__module__", None) or "__main__"
@@ -112,7 +165,7 @@ class JobFunction:
         self.app = app
         self.func = func
         self.name = name
-        self.opts = opts
+        self.opts = by_name_keys(opts, func)
         self.is_async = inspect.iscoroutinefunction(func)
         self.__doc__ = func.__doc__
         self.__wrapped__ = func

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -174,3 +175,32 @@ def test_url_defaults_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     assert Conveyor().url == "memory://env"
     monkeypatch.delenv("CONVEYOR_URL")
     assert Conveyor().url == "sqlite:///conveyor.db"
+
+
+def test_key_callables_pick_arguments_by_the_jobs_parameter_names(app: Conveyor) -> None:
+    seen: list[tuple[Any, ...]] = []
+
+    def by_name(seller_id: int, **_: Any) -> str:
+        seen.append((seller_id, _))
+        return f"seller:{seller_id}"
+
+    @app.job(concurrency=2, concurrency_key=by_name, order_key=lambda a, b: f"{a}-{b}")
+    def register(seller_id: int, product_id: int) -> None: ...
+
+    register.enqueue(7, 42)
+    register.enqueue(8, product_id=43)
+    register.options(queue="other").enqueue(seller_id=9, product_id=44)
+    flows = [j.flow for j in app.storage.list_jobs(limit=10)]
+    assert all(f is not None for f in flows)
+    assert seen == [(7, {"product_id": 42}), (8, {"product_id": 43}),
+                    (9, {"product_id": 44})]
+    assert sorted(str(f.order_key) for f in flows if f) == ["7-42", "8-43", "9-44"]
+    assert {f.concurrency_key for f in flows if f} == {"seller:7", "seller:8", "seller:9"}
+
+
+def test_a_key_callable_that_fits_neither_way_raises_at_enqueue(app: Conveyor) -> None:
+    @app.job(concurrency=1, concurrency_key=lambda x, y, z: "k")
+    def two(a: int, b: int) -> None: ...
+
+    with pytest.raises(TypeError):
+        two.enqueue(1, 2)
