@@ -115,3 +115,17 @@ def test_enqueue_bad_json_is_one_clear_error(env: Env) -> None:
         code, out, err = env.run("enqueue", "shop.register", *argv, "--force")
         assert code == 2 and out == "" and needle in err
         assert len(err.strip().splitlines()) == 1
+
+
+def test_jobs_cancel(env: Env) -> None:
+    ids = env.seeded.ids
+    code, out, _ = env.run("jobs", "cancel", ids["scheduled"], ids["retrying"], "nope")
+    assert code == 0
+    assert f"{ids['scheduled']}: cancelled" in out and f"{ids['retrying']}: cancelled" in out
+    assert "nope: no such job" in out
+    assert env.state("scheduled") == "cancelled" and env.state("retrying") == "cancelled"
+    code, out, _ = env.run("jobs", "cancel", ids["succeeded"])  # finished: stays as it was
+    assert code == 0 and f"{ids['succeeded']}: succeeded" in out
+    assert env.state("succeeded") == "succeeded"
+    code, out, _ = env.run("jobs", "cancel", "nope-1")
+    assert code == 1 and "nope-1: no such job" in out

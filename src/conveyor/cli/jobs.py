@@ -21,7 +21,7 @@ from conveyor.web.views import fmt_time, get_job, job_row, job_view, parse_state
 
 def register(sub: Any) -> None:
     """Add ``jobs``, ``dead``, ``retrying`` and ``scheduled``."""
-    jobs = sub.add_parser("jobs", help="list, show, retry, delete or kill jobs")
+    jobs = sub.add_parser("jobs", help="list, show, retry, delete, kill or cancel jobs")
     jsub = jobs.add_subparsers(dest="jobs_command", required=True, metavar="ACTION")
     lst = jsub.add_parser("list", help="jobs filtered by queue, state and batch")
     lst.add_argument("--state", default=None, help="scheduled, pending, active, retrying, "
@@ -40,6 +40,12 @@ def register(sub: Any) -> None:
         p.add_argument("job_ids", nargs="+", metavar="ID")
         add_source_args(p, json_flag=False)
         p.set_defaults(func=cmd_action, action=action)
+
+    cancel = jsub.add_parser("cancel", help="waiting jobs → cancelled; running jobs are asked "
+                             "to stop (they see ctx.cancelled)")
+    cancel.add_argument("job_ids", nargs="+", metavar="ID")
+    add_source_args(cancel, json_flag=False)
+    cancel.set_defaults(func=cmd_cancel)
 
     dead = sub.add_parser("dead", help="the dead set: list, retry-all, clear")
     dsub = dead.add_subparsers(dest="dead_command", required=True, metavar="ACTION")
@@ -151,6 +157,21 @@ def cmd_action(args: argparse.Namespace) -> int:
     print(f"{past} {done} of {len(args.job_ids)} job(s)"
           + (f"; not found: {', '.join(missing)}" if missing else ""))
     return 0 if done else 1
+
+
+@guarded
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """Cancel jobs by id, one line each; exit 1 when none of them exists."""
+    with open_backend(args) as backend:
+        outcomes = {job_id: backend.cancel(job_id) for job_id in args.job_ids}
+    for job_id, state in outcomes.items():
+        if state is None:
+            print(f"{job_id}: no such job")
+        elif state is JobState.ACTIVE:
+            print(f"{job_id}: running; cancellation requested (the job sees ctx.cancelled)")
+        else:
+            print(f"{job_id}: {state.value}")
+    return 0 if any(s is not None for s in outcomes.values()) else 1
 
 
 @guarded
