@@ -32,6 +32,7 @@ from conveyor.context import current_batch
 from conveyor.errors import BatchNotFound
 from conveyor.job import JobRecord, JobState
 from conveyor.middleware import MiddlewareChain
+from conveyor.periodic import Schedule, validate_cron, validate_tz
 from conveyor.registry import (
     JobFunction,
     JobOptions,
@@ -75,6 +76,7 @@ class Conveyor:
         self.max_payload = max_payload
         self.retention = retention
         self.registry = Registry()
+        self.schedules: list[Schedule] = []  # run by every worker's cron component
         self.client_middleware = MiddlewareChain()
         self.server_middleware = MiddlewareChain()
         self._injected = storage is not None
@@ -159,6 +161,43 @@ class Conveyor:
             return fn
 
         return register if func is None else register(func)
+
+    def periodic(
+        self,
+        cron: str,
+        *,
+        tz: str = "UTC",
+        name: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        **job_options: Any,
+    ) -> Callable[[Callable[..., Any] | JobFunction], JobFunction]:
+        """Run a job on a cron schedule: ``@app.periodic("*/5 * * * *", tz="Europe/Berlin")``.
+
+        Every worker runs the schedule; each tick is enqueued exactly once however many run,
+        and a tick missed while all workers were down is enqueued when one comes back (within
+        five minutes). ``name`` names the schedule (default: the job's name) in
+        ``conveyor periodic list|pause|resume`` and the dashboard. ``args``/``kwargs`` are the
+        job's arguments; other keywords are job options (``queue``, ``retry``, ...) when the
+        decorated function is not a job yet. Put it above ``@app.job`` to keep that job's
+        options. Raises ``ValueError`` for a bad cron expression or time zone.
+        """
+        validate_cron(cron)
+        validate_tz(tz)
+
+        def register(f: Callable[..., Any] | JobFunction) -> JobFunction:
+            fn = f if isinstance(f, JobFunction) else self.job(**job_options)(f)
+            schedule = Schedule(
+                name=name or fn.name, cron=cron, job_name=fn.name, queue=fn.opts.queue,
+                args=tuple(args), kwargs=dict(kwargs or {}), tz=tz,
+                max_retries=fn.opts.max_retries)
+            if any(s.name == schedule.name for s in self.schedules):
+                raise ValueError(f"a periodic schedule named {schedule.name!r} already exists; "
+                                 "pass name= to tell them apart")
+            self.schedules.append(schedule)
+            return fn
+
+        return register
 
     # -- enqueue ----------------------------------------------------------------------------
 

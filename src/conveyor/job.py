@@ -471,6 +471,25 @@ class HeartbeatReply:
 
 
 @dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """A periodic schedule as the storage keeps it: what it enqueues, whether an operator
+    paused it, and the last tick a worker enqueued (epoch seconds)."""
+
+    name: str
+    cron: str
+    tz: str
+    job_name: str
+    queue: str
+    paused: bool = False
+    last_tick: float | None = None
+
+    def definition(self) -> dict[str, str]:
+        """The fields a worker writes (the rest belongs to operators and the ticks)."""
+        return {"name": self.name, "cron": self.cron, "tz": self.tz, "job_name": self.job_name,
+                "queue": self.queue}
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStats:
     """One queue as the ``Inspector`` reports it."""
 

@@ -5,6 +5,11 @@ schedule's name and the tick's time, so the storage's atomic unique lock lets ex
 worker's enqueue through and the others get the existing job back. A scheduler looks back
 ``catch_up`` seconds at start, so a tick that fell while every worker was restarting is still
 enqueued (once) when the first one comes back [sidekiq-cron, asynq scheduler].
+
+Schedules are also written to the storage when a worker starts, so the CLI and the dashboard
+list them (with the last tick enqueued and the next one due) and an operator can pause one:
+every worker's scheduler reads the paused names at each look and skips their ticks. Ticks that
+fall while a schedule is paused are skipped for good, not caught up on resume.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from conveyor.clock import Clock
-from conveyor.job import FlowControl, JobSpec, new_id
+from conveyor.job import FlowControl, JobSpec, ScheduleInfo, new_id
 from conveyor.serializer import encode_payload
 from conveyor.storage.base import Storage
 
@@ -48,6 +53,10 @@ class Schedule:
     kwargs: dict[str, Any] = field(default_factory=dict)
     tz: str = "UTC"
     max_retries: int = 25
+
+    def info(self) -> ScheduleInfo:
+        """The definition the storage keeps (for listing and pausing)."""
+        return ScheduleInfo(self.name, self.cron, self.tz, self.job_name, self.queue)
 
     def zone(self) -> tzinfo:
         """The schedule's time zone."""
@@ -81,6 +90,27 @@ def validate_cron(expr: str) -> None:
         raise ValueError(f"invalid cron expression {expr!r}")
 
 
+def validate_tz(tz: str) -> None:
+    """Raise ``ValueError`` when ``tz`` is not an IANA time zone name."""
+    if tz == "UTC":
+        return
+    try:
+        ZoneInfo(tz)
+    except (ValueError, KeyError) as exc:  # ZoneInfoNotFoundError is a KeyError
+        raise ValueError(f"unknown time zone {tz!r}; use an IANA name like 'Europe/Berlin'"
+                         ) from exc
+
+
+def next_tick(info: ScheduleInfo, now: float) -> float | None:
+    """When a stored schedule is next due after ``now`` (None if its cron cannot be read)."""
+    try:
+        zone = timezone.utc if info.tz == "UTC" else ZoneInfo(info.tz)
+        it = _cron()(info.cron, datetime.fromtimestamp(now, zone))
+        return float(it.get_next(float))
+    except (ValueError, KeyError, RuntimeError):
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class CronConfig:
     """How often the scheduler looks, and how far back it catches up after a restart."""
@@ -103,26 +133,42 @@ class CronScheduler:
         self._thread: threading.Thread | None = None
         self.enqueued = 0
 
+    def register(self) -> None:
+        """Write the schedules' definitions to the storage (listing, pausing)."""
+        if self.schedules:
+            self.storage.save_schedules([s.info() for s in self.schedules])
+
     def tick(self) -> int:
         """Enqueue every tick due since the last look; returns how many this worker created."""
         now = self.clock.now()
         since = now - self.config.catch_up if self._last is None else self._last
-        self._last = now
-        specs = [
-            s.spec(t, unique_for=self.config.catch_up * 2)
-            for s in self.schedules
-            for t in s.ticks_between(since, now)
-        ]
-        if not specs:
+        paused = self.storage.paused_schedules() if self.schedules else set()
+        self._last = now  # after the read: a failed read looks at the same window again
+        due = [(s, t) for s in self.schedules if s.name not in paused
+               for t in s.ticks_between(since, now)]
+        if not due:
             return 0
-        created = sum(1 for r in self.storage.enqueue(specs) if r.created)
+        results = self.storage.enqueue([s.spec(t, unique_for=self.config.catch_up * 2)
+                                        for s, t in due])
+        newest: dict[str, float] = {}
+        for (s, t), r in zip(due, results, strict=True):
+            if r.created:
+                newest[s.name] = max(t, newest.get(s.name, t))
+        for name, t in newest.items():
+            self.storage.schedule_ticked(name, t)
+        created = sum(1 for r in results if r.created)
         self.enqueued += created
         return created
 
     def start(self) -> None:
-        """Run ``tick`` every ``interval`` seconds in a daemon thread."""
+        """Register the schedules, then run ``tick`` every ``interval`` seconds in a daemon
+        thread."""
         if not self.schedules:
             return
+        try:
+            self.register()
+        except Exception:  # listing is a convenience: scheduling must start regardless
+            log.exception("could not write periodic schedules to the storage; they run anyway")
         self._thread = threading.Thread(target=self._run, name="conveyor-cron", daemon=True)
         self._thread.start()
 

@@ -188,7 +188,7 @@ def test_acker_keeps_acks_when_the_write_fails(app: Conveyor, clock: FakeClock,
 
 def test_the_launcher_runs_the_apps_periodic_schedules(app: Conveyor, clock: FakeClock) -> None:
     _noop_app(app)
-    app.schedules = [Schedule("every-minute", "* * * * *", "noop")]  # type: ignore[attr-defined]
+    app.schedules = [Schedule("every-minute", "* * * * *", "noop")]
     launcher = Launcher(app, WorkerConfig(concurrency=1))
     assert launcher.cron.tick() >= 1
     assert launcher.cron.tick() == 0  # the same ticks are never enqueued twice

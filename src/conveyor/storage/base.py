@@ -36,6 +36,7 @@ from conveyor.job import (
     JobState,
     LeasedJob,
     QueueStats,
+    ScheduleInfo,
     WorkerInfo,
 )
 
@@ -133,6 +134,20 @@ class Storage(Protocol):
         """Move scheduled and retrying jobs whose time has come to pending; returns how many."""
         ...
 
+    def save_schedules(self, schedules: Sequence[ScheduleInfo]) -> None:
+        """Create or update periodic schedule definitions (name, cron, tz, job, queue); an
+        existing schedule keeps its paused flag and last tick."""
+        ...
+
+    def paused_schedules(self) -> set[str]:
+        """Names of the schedules an operator paused (every worker's scheduler skips them)."""
+        ...
+
+    def schedule_ticked(self, name: str, tick: float) -> None:
+        """Record that the tick at ``tick`` was enqueued; an older tick never overwrites a
+        newer one."""
+        ...
+
     def reclaim_expired(self, max_recoveries: int = 5, limit: int = 1000) -> int:
         """Put active jobs with expired (or missing) leases back to pending; returns how many."""
         ...
@@ -221,6 +236,19 @@ class Inspector(Protocol):
 
     def resume_queue(self, queue: str) -> None:
         """Undo ``pause_queue``."""
+        ...
+
+    def schedules(self) -> list[ScheduleInfo]:
+        """Every stored periodic schedule, by name."""
+        ...
+
+    def pause_schedule(self, name: str) -> bool:
+        """Stop every worker from enqueueing ``name``'s ticks; False for an unknown name.
+        Ticks that fall while paused are skipped, not caught up on resume."""
+        ...
+
+    def resume_schedule(self, name: str) -> bool:
+        """Undo ``pause_schedule``; False for an unknown name."""
         ...
 
     def workers(self) -> list[WorkerInfo]:

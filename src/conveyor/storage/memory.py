@@ -6,7 +6,8 @@ held in Python dicts under one lock. Data lives as long as the process.
 
 Split for size: ``memory_state`` (indexes and the one place jobs move), ``memory_core`` (the
 hot path), ``memory_inspect`` (the inspector), ``memory_batches`` (batch counters and
-callbacks), ``memory_flow`` (unique, concurrency, order and rate limits).
+callbacks), ``memory_flow`` (unique, concurrency, order and rate limits), ``memory_schedules``
+(periodic schedules).
 """
 
 from __future__ import annotations
@@ -16,12 +17,17 @@ import threading
 from conveyor.clock import SYSTEM_CLOCK, Clock
 from conveyor.errors import StorageURLError
 from conveyor.storage.memory_inspect import MemoryInspector
+from conveyor.storage.memory_schedules import MemorySchedules
 
 __all__ = ["MemoryStorage", "open_memory"]
 
 
-class MemoryStorage(MemoryInspector):
+class MemoryStorage(MemoryInspector, MemorySchedules):
     """A ``Storage`` and ``Inspector`` held in process memory; thread-safe."""
+
+    def __init__(self, url: str, clock: Clock) -> None:
+        MemoryInspector.__init__(self, url, clock)
+        MemorySchedules.__init__(self)
 
 
 _named: dict[str, MemoryStorage] = {}

@@ -15,7 +15,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 from conveyor import __version__
 from conveyor.app import Conveyor
@@ -78,8 +78,7 @@ class Launcher:
         self.recoverer = Recoverer(storage, self.clock, config)
         self.poller = Poller(storage, self.clock, config)
         self.janitor = Janitor(storage, self.clock, config, retention=app.retention)
-        schedules: Any = getattr(app, "schedules", None) or ()
-        self.cron = CronScheduler(storage, self.clock, CronConfig(), list(schedules))
+        self.cron = CronScheduler(storage, self.clock, CronConfig(), app.schedules)
         self.watchdog = Watchdog(storage, self.clock, config, inflight=self.inflight,
                                  threads=self.threads, timed_out=self.processor.timed_out,
                                  finish=self.finish)

@@ -2,7 +2,7 @@
 
 All keys of a queue share the hash tag ``{q:<queue>}`` and all keys of a batch the tag
 ``{b:<batch id>}``, so each Lua script touches a single slot and runs on Redis Cluster.
-Registries (queues, batches, workers) are plain keys only written outside scripts.
+Registries (queues, batches, workers, schedules) are plain keys only written outside scripts.
 """
 
 from __future__ import annotations
@@ -61,6 +61,10 @@ class Keys:
         self.batches = f"{prefix}:batches"  # zset: batch id -> created_at
         self.workers = f"{prefix}:workers"  # zset: worker id -> last seen
         self.worker_info = f"{prefix}:workers:info"  # hash: worker id -> WorkerInfo JSON
+        # Periodic schedules, plain keys written outside scripts:
+        self.schedules = f"{prefix}:schedules"  # hash: name -> definition JSON
+        self.schedules_paused = f"{prefix}:schedules:paused"  # set of paused names
+        self.schedule_ticks = f"{prefix}:schedules:ticks"  # zset: name -> last enqueued tick
         self.queue = lru_cache(maxsize=4096)(self._queue)
         self.batch = lru_cache(maxsize=4096)(self._batch)
 

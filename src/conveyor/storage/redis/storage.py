@@ -35,6 +35,7 @@ from conveyor.storage.redis import codec
 from conveyor.storage.redis.connection import TRANSIENT, Link, make_client, parse_url
 from conveyor.storage.redis.core import Move
 from conveyor.storage.redis.inspect import RedisInspector
+from conveyor.storage.redis.schedules import RedisSchedules
 
 log = logging.getLogger("conveyor.storage.redis")
 
@@ -64,7 +65,7 @@ def open_redis(url: str, clock: Clock | None = None) -> RedisStorage:
     return storage
 
 
-class RedisStorage(RedisInspector):
+class RedisStorage(RedisInspector, RedisSchedules):
     """``Storage`` and ``Inspector`` on Redis."""
 
     # -- hot path -----------------------------------------------------------------------

@@ -37,6 +37,7 @@ from conveyor.storage.sqlite.connection import (
 )
 from conveyor.storage.sqlite.inspect import SqliteInspector
 from conveyor.storage.sqlite.migrate import migrate
+from conveyor.storage.sqlite.schedules import SqliteSchedules
 from conveyor.storage.sqlite.wakeup import data_version
 
 ENQUEUE_CHUNK = 5000
@@ -95,7 +96,7 @@ def open_sqlite(url: str, clock: Clock | None = None) -> SqliteStorage:
     return SqliteStorage(url, db, clock or SYSTEM_CLOCK)
 
 
-class SqliteStorage(SqliteInspector):
+class SqliteStorage(SqliteInspector, SqliteSchedules):
     """``Storage`` and ``Inspector`` over one SQLite file, safe across threads and processes."""
 
     def __init__(self, url: str, db: Database, clock: Clock) -> None:

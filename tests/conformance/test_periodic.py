@@ -1,0 +1,115 @@
+"""Periodic schedules in the storage: definitions, pausing, last ticks, and exactly one job
+per tick however many schedulers run (each on its own connection, as separate workers)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+
+from conveyor.clock import FakeClock
+from conveyor.job import JobState, ScheduleInfo
+from conveyor.periodic import CronConfig, CronScheduler, Schedule
+from conveyor.storage import Backend
+from tests.conformance.helpers import connections, run_in_threads
+
+EVERY_MINUTE = Schedule("heartbeat", "* * * * *", "tests.ping", queue="cron")
+EVERY_FIVE = Schedule("report", "*/5 * * * *", "tests.report", queue="cron", args=(7,))
+
+
+def _ticks(store: Backend) -> Counter[tuple[str, float]]:
+    """(schedule, tick) of every stored periodic job, counted."""
+    jobs = store.list_jobs(queue="cron", limit=10_000)
+    return Counter((json.loads(j.payload)["m"]["periodic"], json.loads(j.payload)["m"]["tick"])
+                   for j in jobs)
+
+
+def _to_minute(clock: FakeClock) -> None:
+    """Move the clock just past the next whole minute (ticks fall on minutes)."""
+    clock.advance(60 - clock.now() % 60 + 1)
+
+
+def test_schedules_are_stored_listed_paused_and_keep_operator_state(
+        backend: Backend) -> None:
+    assert backend.schedules() == [] and backend.paused_schedules() == set()
+    backend.save_schedules([EVERY_MINUTE.info(), EVERY_FIVE.info()])
+    assert [s.name for s in backend.schedules()] == ["heartbeat", "report"]
+    assert backend.schedules()[1] == ScheduleInfo("report", "*/5 * * * *", "UTC",
+                                                  "tests.report", "cron")
+    assert backend.pause_schedule("report") is True
+    assert backend.pause_schedule("no-such") is False
+    backend.schedule_ticked("report", 1_700_000_100.0)
+    backend.schedule_ticked("report", 1_700_000_040.0)  # late and older: ignored
+    # A worker that starts later saves the definitions again (here with a changed cron):
+    backend.save_schedules([Schedule("report", "*/10 * * * *", "tests.report",
+                                     queue="cron").info()])
+    report = backend.schedules()[1]
+    assert (report.cron, report.paused, report.last_tick) == (
+        "*/10 * * * *", True, 1_700_000_100.0)
+    assert backend.paused_schedules() == {"report"}
+    assert backend.resume_schedule("report") is True and backend.resume_schedule("x") is False
+    assert backend.paused_schedules() == set() and not backend.schedules()[1].paused
+
+
+def test_many_schedulers_enqueue_each_tick_exactly_once(backend: Backend,
+                                                        clock: FakeClock) -> None:
+    _to_minute(clock)
+    start = clock.now()
+    with connections(backend, clock, 4) as stores:
+        schedulers = [CronScheduler(s, clock, CronConfig(catch_up=90), [EVERY_MINUTE, EVERY_FIVE])
+                      for s in stores]
+        for sch in schedulers:
+            sch.register()
+        gate = threading.Barrier(len(schedulers))
+
+        def look(i: int) -> None:
+            gate.wait(30)  # every scheduler looks at the same moment
+            schedulers[i].tick()
+
+        for _ in range(20):  # ten minutes in steps of 30 s
+            clock.advance(30)
+            run_in_threads(look, len(schedulers))
+    ticks = _ticks(backend)
+    assert set(ticks.values()) == {1}, "a tick was enqueued more than once"
+    minutes = sorted(t for name, t in ticks if name == "heartbeat")
+    fives = sorted(t for name, t in ticks if name == "report")
+    # catch_up=90 s looks back over the tick of the minute the run started in, too
+    first = start - start % 60
+    assert minutes == [first + 60 * i for i in range(11)]
+    assert fives == [t for t in minutes if t % 300 == 0]
+    assert sum(s.enqueued for s in schedulers) == len(ticks)
+    assert {s.name: s.last_tick for s in backend.schedules()} == {
+        "heartbeat": minutes[-1], "report": fives[-1]}
+
+
+def test_a_paused_schedule_is_skipped_everywhere_and_not_caught_up(
+        backend: Backend, clock: FakeClock) -> None:
+    _to_minute(clock)
+    with connections(backend, clock, 2) as (worker, operator):
+        sch = CronScheduler(worker, clock, CronConfig(catch_up=30), [EVERY_MINUTE])
+        sch.register()
+        assert sch.tick() == 1  # the minute that just began
+        assert operator.pause_schedule("heartbeat")
+        for _ in range(3):
+            clock.advance(60)
+            assert sch.tick() == 0
+        assert operator.resume_schedule("heartbeat")
+        clock.advance(60)
+        assert sch.tick() == 1  # the tick just due; the three paused minutes stay skipped
+    ticks = sorted(t for _, t in _ticks(backend))
+    assert len(ticks) == 2 and ticks[1] - ticks[0] == 240
+
+
+def test_a_restarted_scheduler_enqueues_missed_ticks_once(backend: Backend,
+                                                          clock: FakeClock) -> None:
+    _to_minute(clock)
+    with connections(backend, clock, 2) as (first, second):
+        before = CronScheduler(first, clock, CronConfig(catch_up=300), [EVERY_MINUTE])
+        before.tick()  # enqueues the ticks of the last five minutes
+        seen = sum(_ticks(backend).values())
+        clock.advance(150)  # every worker down across two ticks
+        after = CronScheduler(second, clock, CronConfig(catch_up=300), [EVERY_MINUTE])
+        assert after.tick() == 2  # only the missed ticks; the earlier ones exist already
+    ticks = _ticks(backend)
+    assert set(ticks.values()) == {1} and sum(ticks.values()) == seen + 2
+    assert all(j.state is JobState.PENDING for j in backend.list_jobs(queue="cron"))
