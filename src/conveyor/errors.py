@@ -39,6 +39,10 @@ class JobNotFound(ConveyorError, LookupError):
     """No job with that id is stored (never existed, or trimmed by retention)."""
 
 
+class ScheduleNotFound(ConveyorError, LookupError):
+    """No periodic schedule with that name is stored."""
+
+
 class BatchNotFound(ConveyorError, LookupError):
     """No batch with that id is stored."""
 

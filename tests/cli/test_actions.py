@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
+from conveyor.cli.periodic import format_list as format_periodic
 from conveyor.job import Outcome, WorkerInfo
+from conveyor.periodic import Schedule
 from tests.cli.conftest import Env
 from tests.web.seed import run_one
 
@@ -129,3 +131,27 @@ def test_jobs_cancel(env: Env) -> None:
     assert env.state("succeeded") == "succeeded"
     code, out, _ = env.run("jobs", "cancel", "nope-1")
     assert code == 1 and "nope-1: no such job" in out
+
+
+def test_periodic_list_pause_resume(env: Env) -> None:
+    assert "no periodic schedules yet" in format_periodic([])
+    # the seed stored two schedules, as workers do at start; one has enqueued a tick
+    env.app.storage.save_schedules([
+        Schedule("every-minute", "* * * * *", "shop.register").info()])
+    env.app.storage.schedule_ticked("every-minute", env.app.storage.now() - 30)
+    rows = {r["name"]: r for r in env.json("periodic", "list")}
+    assert set(rows) == {"nightly-export", "restock-check", "every-minute"}
+    assert rows["nightly-export"]["tz"] == "Europe/Berlin" and not rows["nightly-export"]["paused"]
+    assert rows["every-minute"]["last_tick"] is not None
+    assert 0 < rows["every-minute"]["next_tick"] - env.app.storage.now() <= 60
+    code, out, _ = env.run("periodic", "pause", "nightly-export")
+    assert code == 0 and "paused nightly-export" in out
+    assert env.app.storage.paused_schedules() == {"nightly-export"}
+    code, out, _ = env.run("periodic", "list")
+    assert "paused" in out and "0 3 * * *" in out
+    paused = {r["name"]: r for r in env.json("periodic", "list")}["nightly-export"]
+    assert paused["next_tick"] is None  # paused: nothing is due
+    code, out, _ = env.run("periodic", "resume", "nightly-export")
+    assert code == 0 and env.app.storage.paused_schedules() == set()
+    code, _, err = env.run("periodic", "pause", "no-such")
+    assert code == 2 and "no periodic schedule named 'no-such'" in err

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from conveyor import Conveyor
 from conveyor.job import Ack, BusySlot, ErrorInfo, Outcome, WorkerInfo
+from conveyor.periodic import Schedule
 from conveyor.storage import Backend
 
 XSS = "<script>alert('pwned')</script>"
@@ -70,6 +71,11 @@ def seed(app: Conveyor) -> Seeded:
         for part in range(4):
             app.enqueue("shop.export", [part])
     s.batch_id = batch.id
+    st.save_schedules([
+        Schedule("nightly-export", "0 3 * * *", "shop.export", queue="exports",
+                 tz="Europe/Berlin").info(),
+        Schedule("restock-check", "*/15 * * * *", "shop.register").info()])
+    st.schedule_ticked("restock-check", st.now() - 600)
     now = st.now()
     info = WorkerInfo(s.worker_id, "host-a", 4242, ("default", "exports"), 5, now - 60,
                       busy=(BusySlot(s.ids["xss"], "shop.register", "default", now - 3),),

@@ -28,7 +28,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
         "--disable-component-update", "--no-first-run"]
 MAIN_PAGES = {"overview": "/", "queues": "/queues", "jobs": "/jobs", "dead": "/dead",
               "batches": "/batches", "workers": "/workers", "retrying": "/retrying",
-              "scheduled": "/scheduled"}
+              "scheduled": "/scheduled", "periodic": "/periodic"}
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from tests.web.conftest import Site
 from tests.web.seed import XSS
 
 PAGES = ["/", "/queues", "/jobs", "/jobs?state=dead", "/jobs?queue=exports", "/scheduled",
-         "/retrying", "/dead", "/batches", "/workers"]
+         "/retrying", "/dead", "/batches", "/workers", "/periodic"]
 
 
 @pytest.mark.parametrize("path", PAGES)
@@ -103,3 +103,12 @@ def test_running_job_shows_its_progress_and_latest_message(site: Site) -> None:
     assert "row 40 of 100 &lt;b&gt;ok&lt;/b&gt;" in page
     batch = client.get(f"/batches/{site.seeded.batch_id}?state=active").body
     assert job.id in batch and "row 40 of 100 &lt;b&gt;ok&lt;/b&gt;" in batch
+
+
+def test_periodic_page_lists_schedules_with_pause_buttons(site: Site) -> None:
+    body = site.client().get("/periodic").body
+    for needle in ("nightly-export", "0 3 * * *", "Europe/Berlin", "restock-check",
+                   'name="op" value="pause-schedule"'):
+        assert needle in body, needle
+    rows = {r["name"]: r for r in json.loads(site.client().get("/api/periodic").body)}
+    assert rows["restock-check"]["last_tick"] and rows["nightly-export"]["next_tick"]

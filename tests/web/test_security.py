@@ -40,6 +40,10 @@ def test_post_with_csrf_retries_and_redirects_back(site: Site) -> None:
     ({"op": "delete", "ids": "SUCCEEDED"}, lambda s: s.state("succeeded") == "gone"),
     ({"op": "retry-all", "state": "failed"}, lambda s: s.state("failed") == "pending"),
     ({"op": "clear", "state": "dead"}, lambda s: s.state("dead") == "gone"),
+    ({"op": "pause-schedule", "schedule": "nightly-export"},
+     lambda s: s.app.storage.paused_schedules() == {"nightly-export"}),
+    ({"op": "resume-schedule", "schedule": "restock-check"},
+     lambda s: s.app.storage.paused_schedules() == set()),
     ({"op": "cancel-batch", "batch": "BATCH"},
      lambda s: s.app.storage.get_batch(s.seeded.batch_id).cancelled),
 ])

@@ -19,6 +19,7 @@ COMMANDS = (
     "conveyor.cli.jobs",
     "conveyor.cli.workers",
     "conveyor.cli.batches",
+    "conveyor.cli.periodic",
     "conveyor.cli.enqueue",
     "conveyor.cli.serve",
 )

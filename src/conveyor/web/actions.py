@@ -74,6 +74,17 @@ def _resume(insp: Inspector, form: Form) -> str:
     return f"resumed {queue}"
 
 
+def _schedule(pause: bool) -> Callable[[Inspector, Form], str]:
+    def run(insp: Inspector, form: Form) -> str:
+        name = _one(form, "schedule")
+        change = insp.pause_schedule if pause else insp.resume_schedule
+        if not change(name):
+            raise ConveyorError(f"no periodic schedule named {name!r}")
+        return f"{'paused' if pause else 'resumed'} schedule {name}"
+
+    return run
+
+
 def _command(command: str) -> Callable[[Inspector, Form], str]:
     def run(insp: Inspector, form: Form) -> str:
         worker = _one(form, "worker")
@@ -93,6 +104,7 @@ OPERATIONS: dict[str, Callable[[Inspector, Form], str]] = {
     "retry": _retry, "delete": _delete, "kill": _kill, "retry-all": _retry_all,
     "clear": _clear, "pause": _pause, "resume": _resume, "quiet": _command("quiet"),
     "stop": _command("stop"), "cancel-batch": _cancel_batch,
+    "pause-schedule": _schedule(True), "resume-schedule": _schedule(False),
 }
 
 

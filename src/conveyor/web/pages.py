@@ -21,6 +21,7 @@ from conveyor.web.views import (
     fmt_duration,
     get_job,
     job_view,
+    periodic_view,
     stats_view,
     workers_view,
 )
@@ -95,6 +96,31 @@ async def workers(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]
     return page("Workers", "/workers", live, request, csrf)
 
 
+async def periodic(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
+    """The periodic schedules workers registered, with pause/resume."""
+    view = await dash.call(periodic_view)
+    rows = []
+    for s in view:
+        action = "resume-schedule" if s["paused"] else "pause-schedule"
+        rows.append([e(s["name"]), f"<code>{e(s['cron'])}</code>", e(s["tz"]),
+                     e(s["job_name"]), link(f"/jobs?queue={s['queue']}", s["queue"]),
+                     badge("paused") if s["paused"] else badge("running"),
+                     when(s["last_tick"]), when(s["next_tick"]),
+                     button_form(action, "Resume" if s["paused"] else "Pause", csrf,
+                                 "/periodic", schedule=s["name"])])
+    live = (table(("Schedule", "Cron", "Time zone", "Job", "Queue", "State", "Last tick",
+                   "Next tick", ""), rows, "periodic") if rows else
+            '<p class="empty">No periodic schedules yet: workers register the app\'s '
+            "<code>@app.periodic</code> schedules when they start.</p>")
+    return page("Periodic", "/periodic", live, request, csrf)
+
+
+async def api_periodic(dash: Dashboard, request: Request, csrf: str,
+                       m: re.Match[str]) -> Response:
+    """``periodic_view`` as JSON."""
+    return json_response(await dash.call(periodic_view))
+
+
 async def api_stats(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
     """``stats_view`` as JSON (the overview charts poll it)."""
     return json_response(await dash.call(stats_view))
@@ -134,6 +160,7 @@ async def _jobs(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) 
 ROUTES: list[tuple[re.Pattern[str], Page]] = [
     (re.compile(p), f) for p, f in (
         (r"/", overview), (r"/queues", queues), (r"/workers", workers), (r"/jobs", _jobs),
+        (r"/periodic", periodic), (r"/api/periodic", api_periodic),
         (r"/scheduled", _state_page(JobState.SCHEDULED)),
         (r"/retrying", _state_page(JobState.RETRYING)), (r"/dead", _state_page(JobState.DEAD)),
         (r"/jobs/(?P<id>[^/]+)", pages_jobs.job), (r"/batches", pages_jobs.batches),

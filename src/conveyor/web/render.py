@@ -16,8 +16,8 @@ from conveyor.web.views import fmt_time
 BAR_ORDER = (JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, JobState.CANCELLED,
              JobState.ACTIVE, JobState.RETRYING, JobState.PENDING, JobState.SCHEDULED)
 NAV = (("/", "Overview"), ("/queues", "Queues"), ("/jobs", "Jobs"), ("/batches", "Batches"),
-       ("/workers", "Workers"), ("/scheduled", "Scheduled"), ("/retrying", "Retrying"),
-       ("/dead", "Dead"))
+       ("/workers", "Workers"), ("/periodic", "Periodic"), ("/scheduled", "Scheduled"),
+       ("/retrying", "Retrying"), ("/dead", "Dead"))
 
 
 def e(value: Any) -> str:

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from conveyor.errors import BatchNotFound, JobNotFound
+from conveyor.errors import BatchNotFound, JobNotFound, ScheduleNotFound
 from conveyor.job import BatchStatus, Event, EventKind, JobRecord, JobState, WorkerInfo
+from conveyor.periodic import next_tick
 from conveyor.storage.base import Inspector
 
 FAILURE_STATES = (JobState.FAILED, JobState.DEAD)
@@ -42,6 +43,24 @@ def stats_view(inspector: Inspector) -> dict[str, Any]:
             "busy": sum(len(w.busy) for w in workers),
         },
     }
+
+
+def periodic_view(inspector: Inspector) -> list[dict[str, Any]]:
+    """Every stored periodic schedule with its last tick enqueued and the next one due."""
+    now = storage_now(inspector)
+    out = []
+    for info in inspector.schedules():
+        row: dict[str, Any] = dataclasses.asdict(info)
+        row["next_tick"] = None if info.paused else next_tick(info, now)
+        out.append(row)
+    return out
+
+
+def get_schedule(inspector: Inspector, name: str) -> None:
+    """Raise ``ScheduleNotFound`` unless a schedule named ``name`` is stored."""
+    if all(s.name != name for s in inspector.schedules()):
+        raise ScheduleNotFound(f"no periodic schedule named {name!r} (workers register "
+                               "schedules when they start)")
 
 
 def worker_view(worker: WorkerInfo, now: float) -> dict[str, Any]:

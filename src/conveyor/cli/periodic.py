@@ -1,0 +1,56 @@
+"""``conveyor periodic list|pause|resume``: the schedules workers registered."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from conveyor.cli.common import add_source_args, emit, guarded, open_backend, table
+from conveyor.web.views import fmt_time, get_schedule, periodic_view
+
+
+def register(sub: Any) -> None:
+    """Add ``periodic`` and its actions."""
+    periodic = sub.add_parser("periodic", help="periodic schedules: list, pause, resume")
+    psub = periodic.add_subparsers(dest="periodic_command", required=True, metavar="ACTION")
+    lst = psub.add_parser("list", help="every schedule with its last and next tick")
+    add_source_args(lst)
+    lst.set_defaults(func=cmd_list)
+    for action, helptext in (("pause", "stop every worker enqueueing a schedule's ticks"),
+                             ("resume", "let workers enqueue a paused schedule again")):
+        p = psub.add_parser(action, help=helptext)
+        p.add_argument("names", nargs="+", metavar="NAME")
+        add_source_args(p, json_flag=False)
+        p.set_defaults(func=cmd_pause_resume, action=action)
+
+
+@guarded
+def cmd_list(args: argparse.Namespace) -> int:
+    """Print one row per schedule."""
+    with open_backend(args) as backend:
+        view = periodic_view(backend)
+    return emit(args, view, format_list)
+
+
+def format_list(view: list[dict[str, Any]]) -> str:
+    """The text form of ``periodic_view``."""
+    if not view:
+        return "no periodic schedules yet (workers register them when they start)"
+    rows = [(s["name"], s["cron"], s["tz"], s["job_name"], s["queue"],
+             "paused" if s["paused"] else "active", fmt_time(s["last_tick"]),
+             fmt_time(s["next_tick"])) for s in view]
+    return table(("NAME", "CRON", "TZ", "JOB", "QUEUE", "STATE", "LAST TICK (UTC)",
+                  "NEXT TICK (UTC)"), rows)
+
+
+@guarded
+def cmd_pause_resume(args: argparse.Namespace) -> int:
+    """Pause or resume each named schedule; an unknown name is an error."""
+    with open_backend(args) as backend:
+        for name in args.names:
+            get_schedule(backend, name)
+        change = backend.pause_schedule if args.action == "pause" else backend.resume_schedule
+        for name in args.names:
+            change(name)
+            print(f"{args.action}d {name}")
+    return 0
