@@ -473,7 +473,8 @@ class HeartbeatReply:
 @dataclass(frozen=True, slots=True)
 class ScheduleInfo:
     """A periodic schedule as the storage keeps it: what it enqueues, whether an operator
-    paused it, and the last tick a worker enqueued (epoch seconds)."""
+    paused it (and when it was last resumed), and the last tick a worker enqueued (epoch
+    seconds)."""
 
     name: str
     cron: str
@@ -482,6 +483,7 @@ class ScheduleInfo:
     queue: str
     paused: bool = False
     last_tick: float | None = None
+    resumed_at: float | None = None
 
     def definition(self) -> dict[str, str]:
         """The fields a worker writes (the rest belongs to operators and the ticks)."""

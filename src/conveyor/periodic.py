@@ -111,6 +111,22 @@ def next_tick(info: ScheduleInfo, now: float) -> float | None:
         return None
 
 
+def _due(schedule: Schedule, since: float, now: float,
+         pauses: dict[str, float | None]) -> list[float]:
+    """The schedule's ticks in (since, now], minus those a pause covers.
+
+    A paused schedule has none. A resumed one has none from before its resume either: a
+    scheduler that starts (or recovers from a storage outage) soon after a resume would
+    otherwise catch up the ticks of the paused period.
+    """
+    if schedule.name in pauses:
+        resumed_at = pauses[schedule.name]
+        if resumed_at is None:
+            return []
+        since = max(since, resumed_at)
+    return schedule.ticks_between(since, now)
+
+
 @dataclass(frozen=True, slots=True)
 class CronConfig:
     """How often the scheduler looks, and how far back it catches up after a restart."""
@@ -141,15 +157,16 @@ class CronScheduler:
     def tick(self) -> int:
         """Enqueue every tick due since the last look; returns how many this worker created."""
         now = self.clock.now()
-        since = now - self.config.catch_up if self._last is None else self._last
-        paused = self.storage.paused_schedules() if self.schedules else set()
-        self._last = now  # after the read: a failed read looks at the same window again
-        due = [(s, t) for s in self.schedules if s.name not in paused
-               for t in s.ticks_between(since, now)]
-        if not due:
-            return 0
-        results = self.storage.enqueue([s.spec(t, unique_for=self.config.catch_up * 2)
-                                        for s, t in due])
+        # Never look back further than catch_up, even after failed looks: the unique lock of a
+        # tick lasts twice as long, so every tick in the window is still guarded against a
+        # second enqueue.
+        floor = now - self.config.catch_up
+        since = floor if self._last is None else max(self._last, floor)
+        pauses = self.storage.schedule_pauses() if self.schedules else {}
+        due = [(s, t) for s in self.schedules for t in _due(s, since, now, pauses)]
+        specs = [s.spec(t, unique_for=self.config.catch_up * 2) for s, t in due]
+        results = self.storage.enqueue(specs) if specs else []
+        self._last = now  # only now: a failed read or enqueue looks at the same window again
         newest: dict[str, float] = {}
         for (s, t), r in zip(due, results, strict=True):
             if r.created:

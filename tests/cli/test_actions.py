@@ -146,12 +146,12 @@ def test_periodic_list_pause_resume(env: Env) -> None:
     assert 0 < rows["every-minute"]["next_tick"] - env.app.storage.now() <= 60
     code, out, _ = env.run("periodic", "pause", "nightly-export")
     assert code == 0 and "paused nightly-export" in out
-    assert env.app.storage.paused_schedules() == {"nightly-export"}
+    assert env.app.storage.schedule_pauses() == {"nightly-export": None}
     code, out, _ = env.run("periodic", "list")
     assert "paused" in out and "0 3 * * *" in out
     paused = {r["name"]: r for r in env.json("periodic", "list")}["nightly-export"]
     assert paused["next_tick"] is None  # paused: nothing is due
     code, out, _ = env.run("periodic", "resume", "nightly-export")
-    assert code == 0 and env.app.storage.paused_schedules() == set()
+    assert code == 0 and not any(s.paused for s in env.app.storage.schedules())
     code, _, err = env.run("periodic", "pause", "no-such")
     assert code == 2 and "no periodic schedule named 'no-such'" in err

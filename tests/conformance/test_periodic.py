@@ -30,8 +30,8 @@ def _to_minute(clock: FakeClock) -> None:
 
 
 def test_schedules_are_stored_listed_paused_and_keep_operator_state(
-        backend: Backend) -> None:
-    assert backend.schedules() == [] and backend.paused_schedules() == set()
+        backend: Backend, clock: FakeClock) -> None:
+    assert backend.schedules() == [] and backend.schedule_pauses() == {}
     backend.save_schedules([EVERY_MINUTE.info(), EVERY_FIVE.info()])
     assert [s.name for s in backend.schedules()] == ["heartbeat", "report"]
     assert backend.schedules()[1] == ScheduleInfo("report", "*/5 * * * *", "UTC",
@@ -44,11 +44,20 @@ def test_schedules_are_stored_listed_paused_and_keep_operator_state(
     backend.save_schedules([Schedule("report", "*/10 * * * *", "tests.report",
                                      queue="cron").info()])
     report = backend.schedules()[1]
-    assert (report.cron, report.paused, report.last_tick) == (
-        "*/10 * * * *", True, 1_700_000_100.0)
-    assert backend.paused_schedules() == {"report"}
+    assert (report.cron, report.paused, report.last_tick, report.resumed_at) == (
+        "*/10 * * * *", True, 1_700_000_100.0, None)
+    assert backend.schedule_pauses() == {"report": None}
+    clock.advance(42)
     assert backend.resume_schedule("report") is True and backend.resume_schedule("x") is False
-    assert backend.paused_schedules() == set() and not backend.schedules()[1].paused
+    resumed_at = clock.now()
+    assert backend.schedule_pauses() == {"report": resumed_at}
+    clock.advance(60)
+    backend.save_schedules([EVERY_FIVE.info()])  # a restarting worker keeps the resume time
+    assert backend.resume_schedule("report") is True  # not paused: the resume time stays
+    assert backend.resume_schedule("heartbeat") is True  # never paused: nothing recorded
+    assert backend.schedule_pauses() == {"report": resumed_at}
+    assert [(s.paused, s.resumed_at) for s in backend.schedules()] == [
+        (False, None), (False, resumed_at)]
 
 
 def test_many_schedulers_enqueue_each_tick_exactly_once(backend: Backend,
@@ -113,3 +122,34 @@ def test_a_restarted_scheduler_enqueues_missed_ticks_once(backend: Backend,
     ticks = _ticks(backend)
     assert set(ticks.values()) == {1} and sum(ticks.values()) == seen + 2
     assert all(j.state is JobState.PENDING for j in backend.list_jobs(queue="cron"))
+
+
+def test_a_scheduler_started_after_a_resume_does_not_catch_up_the_paused_ticks(
+        backend: Backend, clock: FakeClock) -> None:
+    _to_minute(clock)
+    with connections(backend, clock, 3) as (old, operator, new):
+        running = CronScheduler(old, clock, CronConfig(catch_up=300), [EVERY_MINUTE])
+        running.register()
+        assert running.tick() == 5  # the five minutes before it started
+        assert operator.pause_schedule("heartbeat")
+        clock.advance(180)  # three ticks fall while paused, and the worker stops
+        assert operator.resume_schedule("heartbeat")
+        clock.advance(70)  # one tick after the resume, then a new worker starts
+        started = CronScheduler(new, clock, CronConfig(catch_up=300), [EVERY_MINUTE])
+        started.register()
+        assert started.tick() == 1  # its look-back reaches the paused minutes: skipped
+    ticks = sorted(t for _, t in _ticks(backend))
+    assert len(ticks) == 6 and ticks[-1] - ticks[-2] == 240
+
+
+def test_a_long_gap_between_looks_catches_up_only_the_catch_up_window(
+        backend: Backend, clock: FakeClock) -> None:
+    # A scheduler whose looks kept failing (storage down) or stalled for longer than
+    # catch_up resumes like a restarted one: older ticks are beyond their unique lock's
+    # guarantee, so enqueueing them could run a tick twice.
+    _to_minute(clock)
+    sch = CronScheduler(backend, clock, CronConfig(catch_up=120), [EVERY_MINUTE])
+    assert sch.tick() == 2
+    clock.advance(1200)
+    assert sch.tick() == 2  # the last two minutes, not the twenty
+    assert sorted(_ticks(backend).values()) == [1, 1, 1, 1]

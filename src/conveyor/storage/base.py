@@ -139,8 +139,10 @@ class Storage(Protocol):
         existing schedule keeps its paused flag and last tick."""
         ...
 
-    def paused_schedules(self) -> set[str]:
-        """Names of the schedules an operator paused (every worker's scheduler skips them)."""
+    def schedule_pauses(self) -> dict[str, float | None]:
+        """Schedules an operator paused or resumed: ``None`` while paused, else the storage
+        time of the latest resume. Schedulers skip paused schedules and never enqueue a tick
+        that fell before the resume."""
         ...
 
     def schedule_ticked(self, name: str, tick: float) -> None:
@@ -248,7 +250,8 @@ class Inspector(Protocol):
         ...
 
     def resume_schedule(self, name: str) -> bool:
-        """Undo ``pause_schedule``; False for an unknown name."""
+        """Undo ``pause_schedule`` (noting the time, so ticks of the paused period are not
+        caught up later); False for an unknown name."""
         ...
 
     def workers(self) -> list[WorkerInfo]:

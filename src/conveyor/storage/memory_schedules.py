@@ -1,4 +1,4 @@
-"""Periodic schedules of the memory backend: definitions, paused flags and last ticks."""
+"""Periodic schedules of the memory backend: definitions, pause state and last ticks."""
 
 from __future__ import annotations
 
@@ -6,29 +6,32 @@ import dataclasses
 import threading
 from collections.abc import Sequence
 
+from conveyor.clock import Clock
 from conveyor.job import ScheduleInfo
 
 
 class MemorySchedules:
     """The schedule part of ``Storage`` and ``Inspector``, under its own lock."""
 
+    _clock: Clock
+
     def __init__(self) -> None:
         self._schedule_lock = threading.Lock()
         self._schedules: dict[str, ScheduleInfo] = {}
 
     def save_schedules(self, schedules: Sequence[ScheduleInfo]) -> None:
-        """Create or update definitions; paused flags and last ticks are kept."""
+        """Create or update definitions; pause state and last ticks are kept."""
         with self._schedule_lock:
             for s in schedules:
                 old = self._schedules.get(s.name)
-                self._schedules[s.name] = dataclasses.replace(
-                    s, paused=old.paused if old else False,
-                    last_tick=old.last_tick if old else None)
+                self._schedules[s.name] = s if old is None else dataclasses.replace(
+                    s, paused=old.paused, last_tick=old.last_tick, resumed_at=old.resumed_at)
 
-    def paused_schedules(self) -> set[str]:
-        """Names of paused schedules."""
+    def schedule_pauses(self) -> dict[str, float | None]:
+        """Paused schedules (None) and resumed ones (when)."""
         with self._schedule_lock:
-            return {n for n, s in self._schedules.items() if s.paused}
+            return {n: None if s.paused else s.resumed_at for n, s in self._schedules.items()
+                    if s.paused or s.resumed_at is not None}
 
     def schedule_ticked(self, name: str, tick: float) -> None:
         """Record the newest enqueued tick."""
@@ -55,5 +58,8 @@ class MemorySchedules:
             s = self._schedules.get(name)
             if s is None:
                 return False
-            self._schedules[name] = dataclasses.replace(s, paused=paused)
+            if s.paused != paused:  # resuming a running schedule must not move resumed_at
+                resumed_at = s.resumed_at if paused else self._clock.now()
+                self._schedules[name] = dataclasses.replace(s, paused=paused,
+                                                            resumed_at=resumed_at)
             return True

@@ -63,7 +63,8 @@ class Keys:
         self.worker_info = f"{prefix}:workers:info"  # hash: worker id -> WorkerInfo JSON
         # Periodic schedules, plain keys written outside scripts:
         self.schedules = f"{prefix}:schedules"  # hash: name -> definition JSON
-        self.schedules_paused = f"{prefix}:schedules:paused"  # set of paused names
+        # hash: name -> "paused", or the time an operator last resumed it
+        self.schedule_pauses = f"{prefix}:schedules:pauses"
         self.schedule_ticks = f"{prefix}:schedules:ticks"  # zset: name -> last enqueued tick
         self.queue = lru_cache(maxsize=4096)(self._queue)
         self.batch = lru_cache(maxsize=4096)(self._batch)

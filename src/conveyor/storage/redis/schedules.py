@@ -1,8 +1,8 @@
-"""Periodic schedules on Redis: a hash of definitions, a set of paused names, a zset of ticks.
+"""Periodic schedules on Redis: a hash of definitions, a hash of pause state, a zset of ticks.
 
 Plain commands on three single keys (no script), so they work unchanged on Redis Cluster. The
 last tick is a sorted-set score written with ``ZADD GT``: a late writer of an older tick never
-moves it back.
+moves it back. The pause hash maps a name to ``paused``, or to the time it was last resumed.
 """
 
 from __future__ import annotations
@@ -12,25 +12,24 @@ from collections.abc import Sequence
 from typing import Any
 
 from conveyor.job import ScheduleInfo
-from conveyor.storage.redis.connection import Link
-from conveyor.storage.redis.keys import Keys
+from conveyor.storage.redis.core import RedisCore
+
+PAUSED = "paused"
 
 
-class RedisSchedules:
+class RedisSchedules(RedisCore):
     """The schedule part of ``Storage`` and ``Inspector`` on one Redis deployment."""
 
-    link: Link
-    keys: Keys
-
     def save_schedules(self, schedules: Sequence[ScheduleInfo]) -> None:
-        """Create or update definitions; paused flags and last ticks are kept."""
+        """Create or update definitions; pause state and last ticks are kept."""
         if schedules:
             flat = [x for s in schedules for x in (s.name, json.dumps(s.definition()))]
             self.link.call("HSET", self.keys.schedules, *flat)
 
-    def paused_schedules(self) -> set[str]:
-        """Names of paused schedules."""
-        return set(self.link.call("SMEMBERS", self.keys.schedules_paused))
+    def schedule_pauses(self) -> dict[str, float | None]:
+        """Paused schedules (None) and resumed ones (when)."""
+        raw: dict[str, str] = self.link.call("HGETALL", self.keys.schedule_pauses)
+        return {name: None if v == PAUSED else float(v) for name, v in raw.items()}
 
     def schedule_ticked(self, name: str, tick: float) -> None:
         """Record the newest enqueued tick."""
@@ -39,7 +38,7 @@ class RedisSchedules:
     def schedules(self) -> list[ScheduleInfo]:
         """Every schedule, by name."""
         defs: dict[str, str] = self.link.call("HGETALL", self.keys.schedules)
-        paused = self.paused_schedules()
+        pauses = self.schedule_pauses()
         ticks = _pairs(self.link.call("ZRANGE", self.keys.schedule_ticks, 0, -1, "WITHSCORES"))
         out = []
         for name in sorted(defs):
@@ -47,22 +46,26 @@ class RedisSchedules:
             tick = ticks.get(name)
             out.append(ScheduleInfo(
                 name=name, cron=d["cron"], tz=d["tz"], job_name=d["job_name"],
-                queue=d["queue"], paused=name in paused,
-                last_tick=None if tick is None else float(str(tick))))
+                queue=d["queue"], paused=name in pauses and pauses[name] is None,
+                last_tick=None if tick is None else float(str(tick)),
+                resumed_at=pauses.get(name)))
         return out
 
     def pause_schedule(self, name: str) -> bool:
         """Pause a schedule; False if unknown."""
         if not self.link.call("HEXISTS", self.keys.schedules, name):
             return False
-        self.link.call("SADD", self.keys.schedules_paused, name)
+        self.link.call("HSET", self.keys.schedule_pauses, name, PAUSED)
         return True
 
     def resume_schedule(self, name: str) -> bool:
-        """Resume a schedule; False if unknown."""
+        """Resume a schedule, noting when; False if unknown."""
         if not self.link.call("HEXISTS", self.keys.schedules, name):
             return False
-        self.link.call("SREM", self.keys.schedules_paused, name)
+        # Only a paused schedule gets a resume time: resuming a running one must not stop a
+        # restarted worker from catching up ticks it really missed.
+        if self.link.call("HGET", self.keys.schedule_pauses, name) == PAUSED:
+            self.link.call("HSET", self.keys.schedule_pauses, name, repr(self.now()))
         return True
 
 

@@ -1,9 +1,10 @@
-"""Periodic schedules on SQLite: one row per schedule (definition, paused flag, last tick)."""
+"""Periodic schedules on SQLite: one row per schedule (definition, pause state, last tick)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from conveyor.clock import Clock
 from conveyor.job import ScheduleInfo
 from conveyor.storage.sqlite.connection import Database
 
@@ -12,9 +13,10 @@ class SqliteSchedules:
     """The schedule part of ``Storage`` and ``Inspector`` over one database."""
 
     _db: Database
+    _clock: Clock
 
     def save_schedules(self, schedules: Sequence[ScheduleInfo]) -> None:
-        """Create or update definitions; paused flags and last ticks are kept."""
+        """Create or update definitions; pause state and last ticks are kept."""
         with self._db.write() as cur:
             cur.executemany(
                 "INSERT INTO schedules (name, cron, tz, job_name, queue) VALUES (?, ?, ?, ?, ?) "
@@ -22,10 +24,12 @@ class SqliteSchedules:
                 "job_name = excluded.job_name, queue = excluded.queue",
                 [(s.name, s.cron, s.tz, s.job_name, s.queue) for s in schedules])
 
-    def paused_schedules(self) -> set[str]:
-        """Names of paused schedules."""
-        rows = self._db.read().execute("SELECT name FROM schedules WHERE paused = 1")
-        return {r[0] for r in rows}
+    def schedule_pauses(self) -> dict[str, float | None]:
+        """Paused schedules (None) and resumed ones (when)."""
+        rows = self._db.read().execute(
+            "SELECT name, paused, resumed_at FROM schedules "
+            "WHERE paused = 1 OR resumed_at IS NOT NULL")
+        return {n: None if p else r for n, p, r in rows}
 
     def schedule_ticked(self, name: str, tick: float) -> None:
         """Record the newest enqueued tick."""
@@ -36,19 +40,25 @@ class SqliteSchedules:
     def schedules(self) -> list[ScheduleInfo]:
         """Every schedule, by name."""
         rows = self._db.read().execute(
-            "SELECT name, cron, tz, job_name, queue, paused, last_tick FROM schedules "
-            "ORDER BY name").fetchall()
-        return [ScheduleInfo(n, c, tz, j, q, bool(p), t) for n, c, tz, j, q, p, t in rows]
+            "SELECT name, cron, tz, job_name, queue, paused, last_tick, resumed_at "
+            "FROM schedules ORDER BY name").fetchall()
+        return [ScheduleInfo(n, c, tz, j, q, bool(p), t, r)
+                for n, c, tz, j, q, p, t, r in rows]
 
     def pause_schedule(self, name: str) -> bool:
         """Pause a schedule; False if unknown."""
-        return self._set_schedule_paused(name, 1)
+        with self._db.write() as cur:
+            cur.execute("UPDATE schedules SET paused = 1 WHERE name = ?", (name,))
+            return cur.rowcount > 0
 
     def resume_schedule(self, name: str) -> bool:
-        """Resume a schedule; False if unknown."""
-        return self._set_schedule_paused(name, 0)
-
-    def _set_schedule_paused(self, name: str, paused: int) -> bool:
+        """Resume a schedule, noting when; False if unknown."""
         with self._db.write() as cur:
-            cur.execute("UPDATE schedules SET paused = ? WHERE name = ?", (paused, name))
-            return cur.rowcount > 0
+            # Only a paused schedule gets a new resumed_at: resuming a running one must not
+            # stop a restarted worker from catching up ticks it really missed.
+            cur.execute("UPDATE schedules SET resumed_at = ?, paused = 0 "
+                        "WHERE name = ? AND paused = 1", (self._clock.now(), name))
+            if cur.rowcount:
+                return True
+            return cur.execute("SELECT 1 FROM schedules WHERE name = ?",
+                               (name,)).fetchone() is not None
