@@ -24,6 +24,7 @@ from conveyor.client import (
     EnqueueDraft,
     JobRef,
     SpecBuffer,
+    build_flow,
     build_spec,
     run_at_from,
 )
@@ -168,6 +169,7 @@ class Conveyor:
         *,
         tz: str = "UTC",
         name: str | None = None,
+        queue: str | None = None,
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         **job_options: Any,
@@ -177,20 +179,28 @@ class Conveyor:
         Every worker runs the schedule; each tick is enqueued exactly once however many run,
         and a tick missed while all workers were down is enqueued when one comes back (within
         five minutes). ``name`` names the schedule (default: the job's name) in
-        ``conveyor periodic list|pause|resume`` and the dashboard. ``args``/``kwargs`` are the
-        job's arguments; other keywords are job options (``queue``, ``retry``, ...) when the
-        decorated function is not a job yet. Put it above ``@app.job`` to keep that job's
-        options. Raises ``ValueError`` for a bad cron expression or time zone.
+        ``conveyor periodic list|pause|resume`` and the dashboard; ``queue`` is where its
+        ticks go (default: the job's queue); ``args``/``kwargs`` are the job's arguments.
+
+        On a plain function it registers the job too, and other keywords are job options
+        (``retry``, ``timeout``, ``concurrency``, ...). Put it above ``@app.job`` to use that
+        job as it is (other keywords are then refused). The job's options apply to every
+        tick, except that its unique key is replaced by the tick's. Raises ``ValueError`` for
+        a bad cron expression or time zone, or a schedule name used twice.
         """
         validate_cron(cron)
         validate_tz(tz)
 
         def register(f: Callable[..., Any] | JobFunction) -> JobFunction:
-            fn = f if isinstance(f, JobFunction) else self.job(**job_options)(f)
+            fn = self._periodic_job(f, queue, job_options)
+            arguments, keywords = tuple(args), dict(kwargs or {})
             schedule = Schedule(
-                name=name or fn.name, cron=cron, job_name=fn.name, queue=fn.opts.queue,
-                args=tuple(args), kwargs=dict(kwargs or {}), tz=tz,
-                max_retries=fn.opts.max_retries)
+                name=name or fn.name, cron=cron, job_name=fn.name,
+                queue=queue or fn.opts.queue, args=arguments, kwargs=keywords, tz=tz,
+                max_retries=fn.opts.max_retries, timeout=fn.opts.timeout,
+                expires_in=fn.opts.expires_in,
+                # args are fixed per schedule, so key callables can run once, here
+                flow=build_flow(fn.name, fn.opts, list(arguments), keywords))
             if any(s.name == schedule.name for s in self.schedules):
                 raise ValueError(f"a periodic schedule named {schedule.name!r} already exists; "
                                  "pass name= to tell them apart")
@@ -198,6 +208,17 @@ class Conveyor:
             return fn
 
         return register
+
+    def _periodic_job(self, f: Callable[..., Any] | JobFunction, queue: str | None,
+                      job_options: Mapping[str, Any]) -> JobFunction:
+        """The job ``@app.periodic`` schedules: ``f`` itself, or ``f`` registered now."""
+        if not isinstance(f, JobFunction):
+            return self.job(queue=queue or "default", **job_options)(f)
+        if job_options:
+            # Silently dropping them would run the job without the limits the user wrote.
+            raise TypeError(f"{f.name} is already a job, so @app.periodic cannot change its "
+                            f"options ({', '.join(sorted(job_options))}); give them to @app.job")
+        return f
 
     # -- enqueue ----------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ fall while a schedule is paused are skipped for good, not caught up on resume.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Sequence
@@ -43,7 +44,11 @@ def _cron() -> type[_croniter.croniter]:
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
-    """One periodic job: a cron expression in a time zone, and what to enqueue."""
+    """One periodic job: a cron expression in a time zone, and what to enqueue.
+
+    ``timeout``, ``expires_in`` and ``flow`` are the job's own options (``expires_in`` counts
+    from the tick); the tick's unique key replaces any unique key of ``flow``.
+    """
 
     name: str
     cron: str
@@ -53,6 +58,9 @@ class Schedule:
     kwargs: dict[str, Any] = field(default_factory=dict)
     tz: str = "UTC"
     max_retries: int = 25
+    timeout: float | None = None
+    expires_in: float | None = None
+    flow: FlowControl | None = None
 
     def info(self) -> ScheduleInfo:
         """The definition the storage keeps (for listing and pausing)."""
@@ -80,7 +88,10 @@ class Schedule:
             queue=self.queue,
             payload=encode_payload(self.args, self.kwargs, {"periodic": self.name, "tick": tick}),
             max_retries=self.max_retries,
-            flow=FlowControl(unique_key=f"periodic:{self.name}:{int(tick)}", unique_for=unique_for),
+            timeout=self.timeout,
+            deadline=None if self.expires_in is None else tick + self.expires_in,
+            flow=dataclasses.replace(self.flow or FlowControl(), unique_for=unique_for,
+                                     unique_key=f"periodic:{self.name}:{int(tick)}"),
         )
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import pytest
 
 from conveyor import Conveyor, FakeClock, JobState
+from conveyor.periodic import Schedule
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.launcher import Launcher
 
@@ -30,6 +33,42 @@ def test_periodic_on_a_job_keeps_its_options_and_may_be_named(app: Conveyor) -> 
         "hourly-sync", sync.name, "sync", 0)
     with pytest.raises(ValueError, match="already exists"):
         app.periodic("5 * * * *", name="hourly-sync")(sync)
+
+
+def test_periodic_queue_and_job_options_reach_every_tick(app: Conveyor) -> None:
+    @app.periodic("*/5 * * * *", queue="reports", args=(7,), timeout=30, expires_in=120,
+                  concurrency=1, concurrency_key=lambda seller_id: f"seller:{seller_id}")
+    def refresh(seller_id: int) -> None: ...
+
+    [schedule] = app.schedules
+    assert refresh.opts.queue == "reports"  # a job it registers gets the queue too
+    spec = schedule.spec(1_700_000_100.0, unique_for=600)
+    assert (spec.queue, spec.timeout, spec.deadline) == ("reports", 30, 1_700_000_220.0)
+    assert spec.flow is not None
+    assert (spec.flow.concurrency_key, spec.flow.concurrency_limit) == ("seller:7", 1)
+    assert (spec.flow.unique_key, spec.flow.unique_for) == ("periodic:" + schedule.name
+                                                            + ":1700000100", 600)
+
+
+def test_periodic_on_an_existing_job_may_move_its_ticks_but_not_its_options(
+        app: Conveyor) -> None:
+    @app.job(queue="sync", concurrency=1)
+    def sync() -> None: ...
+
+    app.periodic("0 * * * *", name="hourly", queue="urgent")(sync)
+    assert (app.schedules[0].queue, sync.opts.queue) == ("urgent", "sync")
+    with pytest.raises(TypeError, match=r"already a job.*\(retry, timeout\)"):
+        app.periodic("0 * * * *", name="other", retry=3, timeout=5)(sync)
+    assert [s.name for s in app.schedules] == ["hourly"]
+
+
+def test_ticks_follow_the_time_zone_across_daylight_saving() -> None:
+    berlin = Schedule("b", "0 3 * * *", "j", tz="Europe/Berlin")
+    # 2030-03-30 .. 2030-04-01: Berlin moves from UTC+1 to UTC+2 on the 31st at 02:00
+    start = datetime(2030, 3, 30, tzinfo=timezone.utc).timestamp()
+    ticks = berlin.ticks_between(start, start + 3 * 86400)
+    assert [datetime.fromtimestamp(t, timezone.utc).strftime("%d %H:%M") for t in ticks] == [
+        "30 02:00", "31 01:00", "01 01:00"]
 
 
 @pytest.mark.parametrize(("cron", "tz", "message"), [
