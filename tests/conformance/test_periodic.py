@@ -3,9 +3,12 @@ per tick however many schedulers run (each on its own connection, as separate wo
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 
 from conveyor.clock import FakeClock
 from conveyor.job import JobState, ScheduleInfo
@@ -153,3 +156,45 @@ def test_a_long_gap_between_looks_catches_up_only_the_catch_up_window(
     clock.advance(1200)
     assert sch.tick() == 2  # the last two minutes, not the twenty
     assert sorted(_ticks(backend).values()) == [1, 1, 1, 1]
+
+
+def _wait(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Poll until ``check()`` holds: the scheduler threads look every 10 ms."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_scheduler_threads_stopped_across_ticks_and_restarted(backend: Backend,
+                                                              clock: FakeClock) -> None:
+    # The worker's own lifecycle: start() registers and looks on a thread, stop() ends it.
+    _to_minute(clock)
+    config = CronConfig(interval=0.01, catch_up=300)
+
+    def count() -> int:
+        return sum(_ticks(backend).values())
+
+    with connections(backend, clock, 3) as (a, b, later):
+        running = [CronScheduler(s, clock, config, [EVERY_MINUTE]) for s in (a, b)]
+        for sch in running:
+            sch.start()
+        _wait(lambda: count() == 5, "the five minutes of look-back")
+        assert [s.name for s in backend.schedules()] == ["heartbeat"]
+        clock.advance(60)
+        _wait(lambda: count() == 6, "the next tick")
+        clock.advance(60)
+        _wait(lambda: count() == 7, "the tick after")
+        for sch in running:
+            sch.stop()
+        clock.advance(150)  # every worker down across two ticks
+        restarted = CronScheduler(later, clock, config, [EVERY_MINUTE])
+        restarted.start()
+        _wait(lambda: count() == 9, "the two missed ticks")
+        time.sleep(0.1)  # ten more looks: nothing else may appear
+        restarted.stop()
+    ticks = _ticks(backend)
+    minutes = sorted(t for _, t in ticks)
+    assert set(ticks.values()) == {1}
+    assert [b - a for a, b in itertools.pairwise(minutes)] == [60] * 8
+    assert backend.schedules()[0].last_tick == minutes[-1]
