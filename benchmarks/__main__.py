@@ -63,8 +63,13 @@ def save(data: dict[str, Any], stem: str) -> None:
 def publish(data: dict[str, Any], results_file: str) -> None:
     """docs/benchmarks.md, docs/benchmarks.svg and the README's headline table."""
     rel = os.path.relpath(results_file, os.path.dirname(HERE))
+    analysis_file = os.path.join(HERE, "analysis.md")
+    analysis = ""
+    if os.path.exists(analysis_file):
+        with open(analysis_file) as f:
+            analysis = f.read()
     with open(os.path.join(DOCS, "benchmarks.md"), "w") as f:
-        f.write(report.docs_page(data, rel))
+        f.write(report.docs_page(data, rel, analysis))
     with open(os.path.join(DOCS, "benchmarks.svg"), "w") as f:
         f.write(report.svg_chart(data))
     readme = os.path.join(os.path.dirname(HERE), "README.md")

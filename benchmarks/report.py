@@ -95,6 +95,11 @@ def fastest_peer(data: dict[str, Any], key: str, metric: str, higher: bool
     return best
 
 
+def _num(value: float) -> str:
+    """1,234 for big numbers, 3 significant digits for small ones."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def _med(data: dict[str, Any], key: str, label: str, metric: str) -> float | None:
     s = summary(data["results"].get(key, {}).get(label, []), metric)
     return s[0] if s else None
@@ -109,18 +114,18 @@ def targets(data: dict[str, Any]) -> str:
         mine = _med(data, key, label, metric)
         best = fastest_peer(data, key, metric, metric != "seconds")
         if mine is None or best is None:
-            shown = "–" if mine is None else f"{mine:,.3g}"
+            shown = "–" if mine is None else _num(mine)
             rows.append(f"| {name} | {shown} | no peer measured | not measured |")
             return
         r = mine / best[1] if metric != "seconds" else best[1] / mine
-        rows.append(f"| {name} | {mine:,.3g} | {best[0]}: {best[1]:,.3g} (×{r:.2f}) | "
+        rows.append(f"| {name} | {_num(mine)} | {best[0]}: {_num(best[1])} (×{r:.2f}) | "
                     f"{'yes' if r >= factor else 'MISSED'} |")
 
     def absolute(key: str, metric: str, limit: float, name: str, higher: bool,
                  label: str = conv) -> None:
         mine = _med(data, key, label, metric)
         ok = mine is not None and (mine >= limit if higher else mine <= limit)
-        rows.append(f"| {name} | {'–' if mine is None else f'{mine:,.3g}'} | {limit:,} | "
+        rows.append(f"| {name} | {'–' if mine is None else _num(mine)} | {limit:,} | "
                     f"{'yes' if ok else 'MISSED' if mine is not None else 'not measured'} |")
 
     ratio("w1_drain_p1", "rate", 3, "drain ≥ 3× fastest peer")
@@ -235,8 +240,9 @@ def _fmt(value: float | None, fmt: str) -> str:
     return "–" if value is None else fmt.format(value)
 
 
-def docs_page(data: dict[str, Any], results_file: str) -> str:
-    """docs/benchmarks.md: how the suite works, then the run's setup, targets and tables."""
+def docs_page(data: dict[str, Any], results_file: str, analysis: str = "") -> str:
+    """docs/benchmarks.md: how the suite works, then the run's setup, targets and tables,
+    then ``analysis`` (``benchmarks/analysis.md``: the missed targets and their profiles)."""
     return f"""# Benchmarks
 
 conveyor side by side with Celery, RQ, Dramatiq, arq, SAQ, Huey and taskiq, on the same
@@ -278,7 +284,7 @@ and per finished job (SQLite: file bytes); **1,000,000-job batch** creation time
 memory, status-read time.
 
 {markdown(data)}
-"""
+{analysis}"""
 
 
 README_START = "<!-- bench:start -->"

@@ -186,7 +186,9 @@ class Runner:
         env["BENCH_DONE_URL"] = self.redis_url
         env["BENCH_CPU_ITERS"] = str(self.cpu_iters)
         env["BENCH_SLEEP"] = "0.02"
-        env["PYTHONPATH"] = PEERS_DIR
+        # BENCH_SRC: measure another checkout's conveyor (e.g. before/after a change)
+        extra = os.environ.get("BENCH_SRC")
+        env["PYTHONPATH"] = PEERS_DIR + (os.pathsep + extra if extra else "")
         env.update(peer.env)
         if peer.storage:
             env["BENCH_CONVEYOR_URL"] = {
