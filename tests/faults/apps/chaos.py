@@ -15,6 +15,7 @@ import ctypes
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -77,7 +78,12 @@ def stall() -> int:
     a test can wake it after its lease was re-granted; later attempts return at once."""
     record("start")
     if current_job().attempt == 1:
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # Aim the stop at this thread, not the process: kill(getpid()) may let the kernel hand
+        # the signal to another (sleeping) thread, and until that thread is scheduled and
+        # starts the group stop this one runs on -- on a loaded machine long enough to return
+        # and send the acknowledgement before the process freezes. tgkill stops this thread
+        # before it runs another instruction of Python, and the whole process with it.
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
     record("end")
     return os.getpid()
 
