@@ -33,6 +33,19 @@ def add_source_args(parser: argparse.ArgumentParser, *, json_flag: bool = True) 
         parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
+def add_pause_resume(sub: Any, helps: tuple[str, str], func: Handler, *, dest: str,
+                     metavar: str) -> None:
+    """Add ``pause`` and ``resume`` subcommands taking one or more names into ``dest``.
+
+    ``helps`` is the pause help then the resume help; ``func`` sees ``args.action``.
+    """
+    for action, helptext in zip(("pause", "resume"), helps, strict=True):
+        parser = sub.add_parser(action, help=helptext)
+        parser.add_argument(dest, nargs="+", metavar=metavar, help=f"one or more {metavar} names")
+        add_source_args(parser, json_flag=False)
+        parser.set_defaults(func=func, action=action)
+
+
 def storage_url(args: argparse.Namespace) -> str:
     """The URL from ``--url``, else ``CONVEYOR_URL``, else the SQLite default."""
     return str(args.url or os.environ.get("CONVEYOR_URL") or DEFAULT_URL)

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from conveyor.cli.common import add_source_args, emit, guarded, open_backend, table
+from conveyor.cli.common import (
+    add_pause_resume,
+    add_source_args,
+    emit,
+    guarded,
+    open_backend,
+    table,
+)
 from conveyor.web.views import fmt_time, get_schedule, periodic_view
 
 
@@ -16,12 +23,9 @@ def register(sub: Any) -> None:
     lst = psub.add_parser("list", help="every schedule with its last and next tick")
     add_source_args(lst)
     lst.set_defaults(func=cmd_list)
-    for action, helptext in (("pause", "stop every worker enqueueing a schedule's ticks"),
-                             ("resume", "let workers enqueue a paused schedule again")):
-        p = psub.add_parser(action, help=helptext)
-        p.add_argument("names", nargs="+", metavar="NAME")
-        add_source_args(p, json_flag=False)
-        p.set_defaults(func=cmd_pause_resume, action=action)
+    add_pause_resume(psub, ("stop every worker enqueueing a schedule's ticks",
+                            "let workers enqueue a paused schedule again"),
+                     cmd_pause_resume, dest="names", metavar="NAME")
 
 
 @guarded

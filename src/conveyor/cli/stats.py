@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from conveyor.cli.common import add_source_args, emit, guarded, open_backend, table
+from conveyor.cli.common import (
+    add_pause_resume,
+    add_source_args,
+    emit,
+    guarded,
+    open_backend,
+    table,
+)
 from conveyor.web.views import fmt_duration, stats_view
 
 
@@ -14,12 +21,9 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("stats", help="per-queue sizes, latency and totals")
     add_source_args(parser)
     parser.set_defaults(func=cmd_stats)
-    for name, helptext in (("pause", "stop workers taking jobs from a queue"),
-                           ("resume", "let workers take jobs from a paused queue again")):
-        p = sub.add_parser(name, help=helptext)
-        p.add_argument("queue", nargs="+", help="queue name(s)")
-        add_source_args(p, json_flag=False)
-        p.set_defaults(func=cmd_pause_resume, action=name)
+    add_pause_resume(sub, ("stop workers taking jobs from a queue",
+                           "let workers take jobs from a paused queue again"),
+                     cmd_pause_resume, dest="queue", metavar="QUEUE")
 
 
 @guarded
