@@ -49,3 +49,15 @@ def test_noscript_after_script_flush_reloads(store: RedisStorage, redis_server: 
     client.script_flush()
     assert store.ack([Ack("a", jobs[0].token, Outcome.SUCCEEDED)]) == [True]
     client.close()
+
+
+def test_a_lease_pipelined_behind_a_wait_survives_a_flushed_script_cache(
+    store: RedisStorage, redis_server: object
+) -> None:
+    store.enqueue([JobSpec(id="b", name="t", queue="q", payload="{}")])
+    client = redis.Redis.from_url(redis_server.url)  # type: ignore[attr-defined]
+    client.script_flush()
+    jobs = store.wait_dequeue(["q"], ["q"], "w", 5, 30, 1.0)
+    assert jobs is not None and [j.id for j in jobs] == ["b"]
+    assert client.script_exists(store.scripts.shas["dequeue"]) == [True]
+    client.close()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import redis
 from conveyor import Conveyor, FakeClock, JobState, current_job
 from conveyor.job import new_id
 from conveyor.testing import drain
@@ -151,6 +152,44 @@ def test_quiet_stops_fetching_but_finishes_running_jobs(live_app: Conveyor) -> N
         assert _state(live_app, later.id) is JobState.PENDING
     finally:
         launcher.stop(5)
+
+
+@pytest.mark.redis
+def test_a_job_leased_behind_a_wait_after_quiet_is_handed_back_unrun(
+    redis_server: object,
+) -> None:
+    """On Redis an idle fetcher's lease is pipelined behind its BLPOP, so ``quiet`` does not
+    wait for the pop: a job that wakes it afterwards is leased, then handed straight back."""
+    url = f"{redis_server.url}?prefix=q{new_id()}"  # type: ignore[attr-defined]
+    app = Conveyor(url)
+    ran: list[int] = []
+
+    @app.job
+    def record(n: int) -> None:
+        ran.append(n)
+
+    client = redis.Redis.from_url(redis_server.url)  # type: ignore[attr-defined]
+
+    def blocked() -> int:
+        return int(client.info("clients")["blocked_clients"])
+
+    before = blocked()
+    launcher = Launcher(app, WorkerConfig(concurrency=1, idle_wait=20.0))
+    launcher.start()
+    try:
+        assert _until(lambda: blocked() > before), "the fetcher never blocked in BLPOP"
+        launcher.quiet()
+        ref = record.enqueue(1)
+        assert _until(lambda: _state(app, ref.id) is JobState.PENDING and any(
+            e.kind == "interrupted" for e in app.get_job(ref.id).events or ()))  # type: ignore[union-attr]
+        events = app.get_job(ref.id).events or ()  # type: ignore[union-attr]
+        assert [e.kind for e in events] == ["enqueued", "started", "interrupted"]
+        assert events[-1].message == "worker quieted before the job started"
+        assert ran == []
+    finally:
+        launcher.stop(5)
+        client.close()
+        app.close()
 
 
 def test_remote_stop_command_asks_the_launcher_to_stop(live_app: Conveyor) -> None:

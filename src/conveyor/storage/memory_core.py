@@ -25,12 +25,12 @@ from conveyor.job import (
     Outcome,
     WorkerInfo,
 )
-from conveyor.storage.base import Retention
+from conveyor.storage.base import Retention, WaitsThenDequeues
 from conveyor.storage.memory_flow import ScanBudget
 from conveyor.storage.memory_state import WAITING_STATES, Entry, MemoryState
 
 
-class MemoryCore(MemoryState):
+class MemoryCore(WaitsThenDequeues, MemoryState):
     """State and hot path of the memory backend; ``MemoryStorage`` adds the inspector."""
 
     # -- enqueue -----------------------------------------------------------------------------

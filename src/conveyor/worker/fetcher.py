@@ -12,7 +12,7 @@ import random
 import threading
 
 from conveyor.clock import Clock
-from conveyor.job import Ack
+from conveyor.job import Ack, LeasedJob, Outcome
 from conveyor.storage.base import Storage
 from conveyor.worker.acker import Acker, NoLock, WriteLock
 from conveyor.worker.config import WorkerConfig, queue_order
@@ -74,7 +74,37 @@ class Fetcher:
                 return 0
             with self.write_lock:
                 jobs = self.storage.dequeue(order, self.config.worker_id, free, self.config.lease)
-        fetched = len(jobs)
+        self._start(jobs)
+        return len(jobs)
+
+    def wait_tick(self) -> int | None:
+        """Wait for work, then fetch like ``tick``; returns how many were leased, or None
+        when the storage only waited (then ``tick`` fetches).
+
+        The storage leases right after its wait, outside the fetch lock, so that ``quiet``
+        need not wait for a blocked pop: jobs leased after ``quiet`` are handed straight
+        back (``interrupted``, which is not an error attempt) instead of started.
+        """
+        free = self.inflight.free
+        if free <= 0 or self._quiet.is_set():
+            return 0
+        order = queue_order(self.config.queues, self.config.strict, self._rng)
+        jobs = self.storage.wait_dequeue(self.config.queue_names, order, self.config.worker_id,
+                                         free, self.config.lease, self.config.idle_wait)
+        if jobs is None:
+            return None
+        with self._fetch_lock:
+            if self._quiet.is_set():
+                for job in jobs:
+                    self.acker.add(Ack(job.id, job.token, Outcome.INTERRUPTED,
+                                       message="worker quieted before the job started"))
+                return 0
+        self._start(jobs)
+        return len(jobs)
+
+    def _start(self, jobs: list[LeasedJob]) -> None:
+        """Dispatch freshly leased jobs (recovered ones through isolation)."""
+        self.fetched += len(jobs)
         if any(job.recoveries for job in jobs):
             jobs = self.isolation.take(jobs)
         for job in jobs:
@@ -83,8 +113,6 @@ class Fetcher:
                 self.acker.add(prepared)
             else:
                 self.dispatch(prepared)
-        self.fetched += fetched
-        return fetched
 
     def dispatch(self, entry: Entry) -> None:
         """Register a prepared job and hand it to the executor that fits it."""
@@ -129,15 +157,22 @@ class Fetcher:
             thread.join(timeout)
 
     def _run(self) -> None:
-        queues = self.config.queue_names
+        # ``drained``: the last fetch got fewer jobs than it asked for, so the queues had no
+        # more ready; the next fetch waits for work first (in the same round trip as the
+        # lease where the storage can) instead of asking again at once. New work rings the
+        # wake-up list whenever it comes, so nothing enqueued in between is missed.
+        drained = False
         while not self._quiet.is_set():
             if self.isolation.active:
                 self.isolation.advance(0.1)
                 continue
             if not self.inflight.wait_for_slot(self.config.idle_wait):
                 continue
+            free = self.inflight.free
             try:
-                got = self.tick()
+                got = self.wait_tick() if drained else None
+                if got is None:
+                    got = self.tick()
             except Exception:
                 delay = _ERROR_DELAYS[min(self._errors, len(_ERROR_DELAYS) - 1)]
                 self._errors += 1
@@ -145,10 +180,5 @@ class Fetcher:
                 self._quiet.wait(delay)
                 continue
             self._errors = 0
-            if got == 0 and not self._quiet.is_set():
-                try:
-                    self.storage.wait(queues, self.config.idle_wait)
-                except Exception:
-                    log.exception("waiting for jobs failed")
-                    self._quiet.wait(1.0)
+            drained = got < free
         self.isolation.release()

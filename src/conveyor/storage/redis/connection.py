@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -135,10 +135,34 @@ class Link:
         if self.settings.cluster:
             assert isinstance(self.client, RedisCluster)
             return self.client.execute_command(*args)  # type: ignore[no-untyped-call]
+        return self._exchange([args])[0]
+
+    def raw_many(self, *commands: Sequence[Any]) -> list[Any]:
+        """Several commands in one write on one connection, one attempt; single server only.
+
+        Redis runs them in order, so a command queued behind a blocking one runs the moment
+        it returns, with no round trip between. An error reply is returned in its place as
+        the ``redis.ResponseError`` it would have raised, and the other replies are kept.
+        """
+        assert not self.settings.cluster, "pipelining across slots needs a cluster pipeline"
+        return self._exchange(commands, errors_in_place=True)
+
+    def _exchange(self, commands: Sequence[Sequence[Any]], errors_in_place: bool = False
+                  ) -> list[Any]:
         conn = self._acquire()
+        replies: list[Any] = []
         try:
-            conn.send_command(*args)  # type: ignore[no-untyped-call]
-            reply = conn.read_response()
+            if len(commands) == 1:
+                conn.send_command(*commands[0])  # type: ignore[no-untyped-call]
+            else:
+                conn.send_packed_command(conn.pack_commands(commands))  # type: ignore[no-untyped-call]
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except redis.ResponseError as exc:
+                    if not errors_in_place:
+                        raise
+                    replies.append(exc)
         except TRANSIENT:
             conn.disconnect()  # type: ignore[no-untyped-call]
             self._free.append(conn)  # reconnects on its next use
@@ -154,7 +178,7 @@ class Link:
             conn.disconnect()  # type: ignore[no-untyped-call]
         else:
             self._free.append(conn)
-        return reply
+        return replies
 
     def call(self, *args: Any, patience: float = 5.0) -> Any:
         """One command, retried with backoff for up to ``patience`` seconds of outage."""

@@ -14,9 +14,11 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from redis.cluster import RedisCluster
 
+import redis
 from conveyor.clock import Clock, SystemClock
 from conveyor.errors import BatchNotFound, StorageUnavailable
 from conveyor.job import (
@@ -81,39 +83,85 @@ class RedisStorage(RedisInspector, RedisSchedules):
         out: list[LeasedJob] = []
         codec.check_text("worker id", worker_id)
         for queue in queues:
-            qk = self.keys.queue(queue)
-            keys = [qk.pending, qk.active, qk.jobs, qk.state, qk.meta, qk.dead, qk.parked,
-                    qk.flow]
             while len(out) < count:
                 want = min(count - len(out), MAX_DEQUEUE)
-                prefix = os.urandom(8).hex() + "."  # tokens: prefix, sequence, "/queue"
-                rows, moves = self.scripts.run(
-                    "dequeue", keys,
-                    [self.now_arg(), queue, worker_id, want, repr(float(lease_seconds)), prefix])
-                out.extend(codec.leased(row, queue) for row in rows)
-                self.sync_batches(moves)
-                if len(rows) < want:
+                leased = self._leased(queue, self.scripts.run(
+                    "dequeue", *self._dequeue_call(queue, worker_id, want, lease_seconds)))
+                out += leased
+                if len(leased) < want:
                     break
         return out
+
+    def _dequeue_call(self, queue: str, worker_id: str, want: int, lease_seconds: float
+                      ) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of one dequeue.lua call."""
+        qk = self.keys.queue(queue)
+        keys = [qk.pending, qk.active, qk.jobs, qk.state, qk.meta, qk.dead, qk.parked, qk.flow]
+        prefix = os.urandom(8).hex() + "."  # tokens: prefix, sequence, "/queue"
+        return keys, [self.now_arg(), queue, worker_id, want, repr(float(lease_seconds)),
+                      prefix]
+
+    def _leased(self, queue: str, reply: Any) -> list[LeasedJob]:
+        """Decode a dequeue.lua reply and feed its batch moves to the batch counters."""
+        rows, moves = reply
+        self.sync_batches(moves)
+        return [codec.leased(row, queue) for row in rows]
 
     def wait(self, queues: Sequence[str], timeout: float) -> bool:
         """BLPOP the queues' wake-up lists: their notify lists on one server, their
         doorbells (all in one slot) on Cluster."""
         if not queues or timeout <= 0:
             return False
+        try:
+            return self.link.raw(*self._blpop(queues, timeout)) is not None
+        except TRANSIENT as exc:
+            self._wait_failed(exc, timeout)
+            return False
+
+    def wait_dequeue(
+        self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,
+        lease_seconds: float, timeout: float,
+    ) -> list[LeasedJob] | None:
+        """BLPOP with the first queue's dequeue.lua pipelined behind it: the lease runs the
+        moment the pop returns, with no round trip between. Other queues (and more than
+        ``MAX_DEQUEUE`` jobs) are leased after, as ``dequeue`` does. Cluster keeps the
+        doorbells in another slot than the queues, so it only waits there."""
+        if self.settings.cluster or not watch or not queues or timeout <= 0 or count <= 0:
+            self.wait(watch, timeout)
+            return None
+        codec.check_text("worker id", worker_id)
+        first, want = queues[0], min(count, MAX_DEQUEUE)
+        keys, args = self._dequeue_call(first, worker_id, want, lease_seconds)
+        try:
+            _, reply = self.link.raw_many(
+                self._blpop(watch, timeout),
+                ("EVALSHA", self.scripts.shas["dequeue"], len(keys), *keys, *args))
+        except TRANSIENT as exc:
+            self._wait_failed(exc, timeout)
+            return []
+        if isinstance(reply, Exception):  # NOSCRIPT after a restart or SCRIPT FLUSH
+            if not isinstance(reply, redis.exceptions.NoScriptError):
+                raise reply
+            return self.dequeue(queues, worker_id, count, lease_seconds)
+        out = self._leased(first, reply)
+        if len(out) < count:
+            rest = queues if len(out) == want else queues[1:]
+            out += self.dequeue(rest, worker_id, count - len(out), lease_seconds)
+        return out
+
+    def _blpop(self, queues: Sequence[str], timeout: float) -> tuple[Any, ...]:
         if self.settings.cluster:
             keys = [self.keys.doorbell(q) for q in queues]
         else:
             keys = [self.keys.queue(q).notify for q in queues]
         block = min(max(timeout, 0.01), MAX_BLOCK)
-        try:
-            return self.link.raw("BLPOP", *keys, f"{block:.3f}") is not None
-        except TRANSIENT as exc:
-            # A restart of Redis: report no work; the worker's next call reconnects.
-            log.warning("waiting for work on Redis at %s failed: %s",
-                        self.link.where, self.link.scrub(exc))
-            time.sleep(min(timeout, 0.5))
-            return False
+        return ("BLPOP", *keys, f"{block:.3f}")
+
+    def _wait_failed(self, exc: Exception, timeout: float) -> None:
+        # A restart of Redis: report no work; the worker's next call reconnects.
+        log.warning("waiting for work on Redis at %s failed: %s",
+                    self.link.where, self.link.scrub(exc))
+        time.sleep(min(timeout, 0.5))
 
     def ack(self, acks: Sequence[Ack]) -> list[bool]:
         """Apply outcomes; a batch job's batch is updated before the job is acknowledged."""

@@ -26,7 +26,7 @@ from conveyor.job import (
     LeasedJob,
     WorkerInfo,
 )
-from conveyor.storage.base import Retention
+from conveyor.storage.base import Retention, WaitsThenDequeues
 from conveyor.storage.sqlite import acks as ack_sql
 from conveyor.storage.sqlite import batches, flow, jobs
 from conveyor.storage.sqlite.connection import (
@@ -96,7 +96,7 @@ def open_sqlite(url: str, clock: Clock | None = None) -> SqliteStorage:
     return SqliteStorage(url, db, clock or SYSTEM_CLOCK)
 
 
-class SqliteStorage(SqliteInspector, SqliteSchedules):
+class SqliteStorage(WaitsThenDequeues, SqliteInspector, SqliteSchedules):
     """``Storage`` and ``Inspector`` over one SQLite file, safe across threads and processes."""
 
     def __init__(self, url: str, db: Database, clock: Clock) -> None:
