@@ -1,8 +1,9 @@
 """Fetcher: leases as many jobs as there are free slots, in one storage call, and dispatches.
 
 It never takes more than the free slots: a job waiting behind another in this process would
-be a job another worker could have run. When nothing is ready it blocks in
-``Storage.wait`` (no busy polling) and is woken by new work.
+be a job another worker could have run. When a fetch comes back short it blocks in
+``Storage.wait_dequeue`` (no busy polling), is woken by new work and, on Redis, leases in the
+same round trip.
 """
 
 from __future__ import annotations
@@ -136,8 +137,9 @@ class Fetcher:
     def quiet(self) -> None:
         """Stop fetching; jobs already running finish normally.
 
-        Once this returns no new dequeue starts: a fetch in flight holds the fetch lock, and
-        the next one sees the flag under it.
+        Once this returns no new job is started: a fetch in flight holds the fetch lock, and
+        the next one sees the flag under it; a lease pipelined behind a wait that was already
+        sent is handed back unrun (``wait_tick``).
         """
         self._quiet.set()
         self.inflight.wake()
