@@ -141,28 +141,6 @@ def test_heartbeat_reports_lost_leases_and_cancellations(
     assert second.ctx.cancelled
 
 
-def test_a_job_that_lost_its_lease_is_still_acked_and_refused_on_the_record(
-    app: Conveyor, clock: FakeClock, config: WorkerConfig
-) -> None:
-    """Whether the heartbeat or the late ack notices first, the job's history shows the late
-    worker's refused outcome, and the new holder's outcome stands."""
-    _noop_app(app)
-    app.registry.get("noop").enqueue()  # type: ignore[union-attr]
-    launcher = Launcher(app, config, clock)
-    late = _running(app, clock, launcher.inflight)
-    clock.advance(config.lease + 1)
-    Recoverer(app.storage, clock, config).tick()
-    holder = app.storage.dequeue(["default"], "other", 1, config.lease)[0]
-    assert app.storage.ack([Ack(holder.id, holder.token, Outcome.SUCCEEDED, result="2")]) == [True]
-    launcher.heartbeat.tick()  # the heartbeat notices first
-    assert late.lost and late.ctx.cancelled
-    launcher.finish(late, Ack(late.job.id, late.job.token, Outcome.SUCCEEDED, result="1"))
-    assert launcher.acker.tick() == 1 and launcher.acker.refused == 1
-    record = app.get_job(late.job.id)
-    assert record is not None and record.state is JobState.SUCCEEDED and record.result == "2"
-    assert [e.kind for e in record.events or ()][-1] == "ack_refused"
-
-
 def test_heartbeat_passes_remote_commands_on(app: Conveyor, clock: FakeClock,
                                             config: WorkerConfig) -> None:
     received: list[str] = []

@@ -88,8 +88,7 @@ class Heartbeater(PeriodicComponent):
                 entry.lost = True
                 entry.ctx.request_cancel()
                 log.warning(
-                    "lost the lease of job %s (%s) to another worker; asked it to cancel, and its "
-                    "outcome will be refused",
+                    "lost the lease of job %s (%s); its outcome will not be recorded here",
                     job_id, entry.job.name,
                 )
         for job_id in reply.cancel:

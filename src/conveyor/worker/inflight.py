@@ -31,7 +31,7 @@ class Entry:
     kwargs: dict[str, Any]
     started: float
     deadline: float | None = None  # clock time after which the job has timed out
-    lost: bool = False  # the lease went to someone else: not extended, its ack is refused
+    lost: bool = False  # the lease went to someone else: never acknowledge
     task: Any = None  # the asyncio task of an async job, to cancel it
     logged_at: float = field(default=0.0)
 

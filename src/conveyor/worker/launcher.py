@@ -91,14 +91,8 @@ class Launcher:
 
     # -- the per-job hand-off -------------------------------------------------------------
     def finish(self, entry: Entry, ack: Ack) -> None:
-        """Record a job's outcome unless someone else (timeout, shutdown) already did.
-
-        A job whose lease was lost (given to another worker) still sends its outcome: the
-        storage refuses it by its stale token and records an ``ack_refused`` event, so the
-        job's history shows that a late worker finished it too, whichever of the heartbeat or
-        the job noticed first.
-        """
-        if self.inflight.claim(entry):
+        """Record a job's outcome unless someone else (timeout, shutdown) already did."""
+        if self.inflight.claim(entry) and not entry.lost:
             self.acker.add(ack)
 
     # -- lifecycle --------------------------------------------------------------------------
