@@ -1,7 +1,9 @@
 """Scenario 9: a zombie worker. The job freezes its own process (SIGSTOP) for longer than its
-lease; another worker re-runs it; when the frozen worker is woken (SIGCONT) and finishes, its
-late acknowledgement is refused by the lease token (fencing): the recorded outcome stays the
-new holder's, and the job's history shows an ``ack_refused`` event."""
+lease; another worker re-runs it; when the frozen worker is woken (SIGCONT), fencing keeps its
+late outcome out: either its acknowledgement is refused by the lease token (the job's history
+shows an ``ack_refused`` event) or its heartbeat learns first that the lease is gone and the
+worker drops the outcome. The recorded outcome stays the new holder's. (The storage's refusal
+itself is checked deterministically in tests/conformance/test_leases.py.)"""
 
 from __future__ import annotations
 
@@ -49,7 +51,21 @@ def test_woken_zombie_cannot_overwrite_the_new_holders_outcome(
     rescued_after = time.time() - frozen_at
     assert json.loads(rec.result or "null") == rescuer.pid
     zombie.signal(signal.SIGCONT)
-    rec = wait_until(lambda: _refused(app, ref.id), 15, what="the zombie's ack to be refused")
+    # Two fences stop the woken worker; which acts first is up to the scheduler. Its job
+    # thread may finish and send the late ack, which the storage refuses by token (an
+    # ``ack_refused`` event); or its heartbeat thread runs first, learns the lease is gone and
+    # drops the outcome before it is sent (it logs that). Either way the rescuer's outcome
+    # stands, which is what is checked below.
+    dropped = f"lost the lease of job {ref.id}"
+    fence = wait_until(
+        lambda: ("refused by the storage" if _refused(app, ref.id)
+                 else "dropped by the worker" if dropped in zombie.output else None),
+        15, what="the zombie's late outcome to be refused or dropped")
+    wait_until(lambda: all(run.ended for run in faults.log.executions()[ref.id]), 10,
+               what="the zombie's run to end")
+    time.sleep(0.5)  # give a late ack time to arrive, if one were (wrongly) sent after a drop
+    rec = app.get_job(ref.id)
+    assert rec is not None
 
     assert rec.state is JobState.SUCCEEDED
     assert json.loads(rec.result or "null") == rescuer.pid, "the zombie overwrote the outcome"
@@ -58,11 +74,9 @@ def test_woken_zombie_cannot_overwrite_the_new_holders_outcome(
     assert kinds.count(EventKind.SUCCEEDED) == 1
     runs = faults.log.executions()[ref.id]
     assert [run.pid for run in runs] == [zombie.pid, rescuer.pid]
-    wait_until(lambda: all(run.ended for run in faults.log.executions()[ref.id]), 10,
-               what="the zombie's run to end")
     # The woken worker is healthy: it stops cleanly like any other.
     assert zombie.alive()
     zombie.signal(signal.SIGTERM)
     assert zombie.wait(timeout=15) == 0
     report("9 zombie (SIGSTOP > lease)", backend.name, rescued_after_s=rescued_after,
-           late_ack="refused", outcome="rescuer's")
+           late_ack=fence, outcome="rescuer's")

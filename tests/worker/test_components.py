@@ -141,6 +141,25 @@ def test_heartbeat_reports_lost_leases_and_cancellations(
     assert second.ctx.cancelled
 
 
+def test_a_job_whose_lease_the_heartbeat_found_lost_is_not_acknowledged(
+    app: Conveyor, clock: FakeClock, config: WorkerConfig
+) -> None:
+    """The lost-lease cancel request must never become a CANCELLED outcome: the worker drops
+    the outcome, and the recovered job stays pending to run again."""
+    _noop_app(app)
+    app.registry.get("noop").enqueue()  # type: ignore[union-attr]
+    launcher = Launcher(app, config, clock)
+    late = _running(app, clock, launcher.inflight)
+    clock.advance(config.lease + 1)
+    Recoverer(app.storage, clock, config).tick()
+    launcher.heartbeat.tick()
+    assert late.lost and late.ctx.cancelled
+    launcher.finish(late, launcher.processor.success(late, None))
+    assert launcher.acker.tick() == 0 and launcher.acker.refused == 0
+    record = app.get_job(late.job.id)
+    assert record is not None and record.state is JobState.PENDING and record.recoveries == 1
+
+
 def test_heartbeat_passes_remote_commands_on(app: Conveyor, clock: FakeClock,
                                             config: WorkerConfig) -> None:
     received: list[str] = []
