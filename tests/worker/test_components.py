@@ -160,6 +160,30 @@ def test_a_job_whose_lease_the_heartbeat_found_lost_is_not_acknowledged(
     assert record is not None and record.state is JobState.PENDING and record.recoveries == 1
 
 
+def test_a_rerun_leased_while_its_old_ack_waits_is_not_reported_lost(
+    app: Conveyor, clock: FakeClock, config: WorkerConfig
+) -> None:
+    """An ack that could not be written (outage) for a lease that ran out, and the same job
+    recovered and leased to this process again: the heartbeat extends the live lease and
+    does not mark the live run lost (which would drop its outcome and run it once more)."""
+    _noop_app(app)
+    app.registry.get("noop").enqueue()  # type: ignore[union-attr]
+    launcher = Launcher(app, config, clock)
+    old = _running(app, clock, launcher.inflight)
+    assert launcher.inflight.claim(old)  # it finished; its ack waits in the acker
+    launcher.acker.add(Ack(old.job.id, old.job.token, Outcome.SUCCEEDED))
+    clock.advance(config.lease + 1)
+    Recoverer(app.storage, clock, config).tick()
+    again = _running(app, clock, launcher.inflight)
+    assert again.job.id == old.job.id and again.job.token != old.job.token
+    launcher.heartbeat.tick()
+    assert not again.lost and not again.ctx.cancelled
+    clock.advance(config.lease - 1)
+    Recoverer(app.storage, clock, config).tick()  # the live lease was extended: not reclaimed
+    record = app.get_job(again.job.id)
+    assert record is not None and record.state is JobState.ACTIVE and record.recoveries == 1
+
+
 def test_heartbeat_passes_remote_commands_on(app: Conveyor, clock: FakeClock,
                                             config: WorkerConfig) -> None:
     received: list[str] = []

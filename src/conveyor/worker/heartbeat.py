@@ -68,10 +68,14 @@ class Heartbeater(PeriodicComponent):
         )
 
     def leases(self) -> dict[str, str]:
-        """Every lease this process holds: running jobs and acks not yet written."""
-        leases = self.inflight.leases()
-        if self.acker is not None:
-            leases.update(self.acker.leases())
+        """Every lease this process holds: running jobs and acks not yet written.
+
+        One job can appear twice: its ack still waiting to be written (a storage outage) while
+        it was recovered and leased to this process again. The running lease wins: the older
+        one cannot be extended anyway, and sending it would report the live run as lost.
+        """
+        leases = self.acker.leases() if self.acker is not None else {}
+        leases.update(self.inflight.leases())
         return leases
 
     def tick(self) -> None:
