@@ -20,7 +20,7 @@ Rules every backend honours (checked by ``tests/conformance``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -296,8 +296,9 @@ class WaitsThenDequeues:
     """``Storage.wait_dequeue`` for backends whose lease costs no round trip (SQLite, memory):
     wait only and return None, so the worker leases with ``dequeue`` as usual."""
 
-    def wait(self, queues: Sequence[str], timeout: float) -> bool:
-        raise NotImplementedError
+    # Declared, not defined: a stub here would shadow the backend's own ``wait`` whenever the
+    # mixin comes first in the bases.
+    wait: Callable[[Sequence[str], float], bool]
 
     def wait_dequeue(
         self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,
