@@ -281,6 +281,11 @@ class JobRecord:
     progress: tuple[int, int] | None = None
     flow: FlowControl | None = None
     events: list[Event] | None = None
+    #: Why the stored record could not be read whole (truncated, not UTF-8, a field missing),
+    #: or ``None`` for a sound record. An unreadable record is still listed, with the fields
+    #: that could be read and the rest defaulted, so that operators can see and delete it;
+    #: the worker never runs it (it ends ``dead`` with this reason).
+    unreadable: str | None = None
 
     @property
     def args(self) -> list[Any]:
@@ -317,6 +322,7 @@ class JobRecord:
             "result": json.loads(self.result) if self.result else None,
             "message": self.message,
             "progress": list(self.progress) if self.progress else None,
+            "unreadable": self.unreadable,
         }
         if with_events and self.events is not None:
             out["events"] = [e.as_dict() for e in self.events]
