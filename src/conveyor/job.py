@@ -206,6 +206,10 @@ class LeasedJob:
     timeout: float | None
     batch_id: str | None
     recoveries: int = 0
+    #: Why the stored record could not be decoded (``None`` when it could). The storage
+    #: still leases such a job, alone, so that the worker acknowledges it ``dead`` with this
+    #: reason under the lease's fence; the jobs fetched with it are unaffected.
+    unreadable: str | None = None
 
 
 class Outcome(str, Enum):

@@ -47,6 +47,8 @@ class Processor:
 
     def prepare(self, job: LeasedJob) -> Entry | Ack:
         """Decode the payload and find the function; an ``Ack`` (dead) when either fails."""
+        if job.unreadable is not None:
+            return self._dead(job, PayloadError(f"unreadable: {job.unreadable}"))
         fn = self.app.registry.get(job.name)
         if fn is None:
             exc: Exception = UnknownJobError(
