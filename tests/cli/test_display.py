@@ -124,7 +124,7 @@ def test_damaged_redis_record_never_prints_a_traceback(
         damaged_redis: tuple[str, str], action: str,
         capsys: pytest.CaptureFixture[str]) -> None:
     url, job_id = damaged_redis
-    code, out, err = _run(capsys, url, "jobs", action, *([] if action == "list" else [job_id]))
+    code, _, err = _run(capsys, url, "jobs", action, *([] if action == "list" else [job_id]))
     assert "Traceback" not in err
     assert code == 0 or len(err.splitlines()) == 1, err
 
