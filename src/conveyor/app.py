@@ -44,7 +44,7 @@ from conveyor.registry import (
     split_item,
 )
 from conveyor.serializer import DEFAULT_MAX_PAYLOAD
-from conveyor.storage import DEFAULT_URL, Backend, Retention, open_storage
+from conveyor.storage import DEFAULT_URL, Backend, Retention, open_storage, redact
 
 __all__ = ["Conveyor"]
 
@@ -86,7 +86,7 @@ class Conveyor:
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"<Conveyor {self.url.split('@')[-1]} jobs={len(self.registry)}>"
+        return f"<Conveyor {redact(self.url)} jobs={len(self.registry)}>"
 
     @property
     def storage(self) -> Backend:

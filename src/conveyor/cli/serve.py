@@ -7,7 +7,8 @@ import os
 import threading
 from typing import Any
 
-from conveyor.cli.common import add_source_args, guarded, open_backend, storage_url
+from conveyor.cli.common import add_source_args, open_backend, storage_url
+from conveyor.cli.terminal import say
 from conveyor.cli.worker import load_app
 from conveyor.errors import ConveyorError
 from conveyor.metrics import render_inspector, serve_metrics
@@ -38,7 +39,6 @@ def _is_local(host: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1")
 
 
-@guarded
 def cmd_web(args: argparse.Namespace) -> int:
     """Serve the dashboard until interrupted."""
     token = args.token or os.environ.get("CONVEYOR_WEB_TOKEN") or None
@@ -51,7 +51,7 @@ def cmd_web(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise ConveyorError(f"cannot listen on {args.host}:{args.port}: {exc}") from exc
     where = args.app or redact(storage_url(args))
-    print(f"conveyor web on {server.url} ({where}){' — token required' if token else ''}",
+    say(f"conveyor web on {server.url} ({where}){' — token required' if token else ''}",
           flush=True)
     try:
         server.wait()
@@ -60,12 +60,11 @@ def cmd_web(args: argparse.Namespace) -> int:
     return 0
 
 
-@guarded
 def cmd_metrics(args: argparse.Namespace) -> int:
     """Serve (or print once) the scrape-time metrics."""
     with open_backend(args) as backend:
         if args.once:
-            print(render_inspector(backend), end="")
+            say(render_inspector(backend), end="")
             return 0
         lock = threading.Lock()  # one scrape at a time on the single connection
 
@@ -77,7 +76,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
             server = serve_metrics(produce, args.host, args.port)
         except OSError as exc:
             raise ConveyorError(f"cannot listen on {args.host}:{args.port}: {exc}") from exc
-        print(f"conveyor metrics on http://{args.host}:{server.server_address[1]}/metrics",
+        say(f"conveyor metrics on http://{args.host}:{server.server_address[1]}/metrics",
               flush=True)
         try:
             threading.Event().wait()

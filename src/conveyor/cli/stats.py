@@ -9,10 +9,10 @@ from conveyor.cli.common import (
     add_pause_resume,
     add_source_args,
     emit,
-    guarded,
     open_backend,
     table,
 )
+from conveyor.cli.terminal import say
 from conveyor.web.views import fmt_duration, stats_view
 
 
@@ -26,7 +26,6 @@ def register(sub: Any) -> None:
                      cmd_pause_resume, dest="queue", metavar="QUEUE")
 
 
-@guarded
 def cmd_stats(args: argparse.Namespace) -> int:
     """Print one row per queue, then the totals and worker slot usage."""
     with open_backend(args) as backend:
@@ -56,12 +55,11 @@ def format_stats(view: dict[str, Any]) -> str:
     )
 
 
-@guarded
 def cmd_pause_resume(args: argparse.Namespace) -> int:
     """Pause or resume each named queue."""
     with open_backend(args) as backend:
         change = backend.pause_queue if args.action == "pause" else backend.resume_queue
         for queue in args.queue:
             change(queue)
-            print(f"{args.action}d {queue}")
+            say(f"{args.action}d {queue}")
     return 0

@@ -60,7 +60,7 @@ def open_redis(url: str, clock: Clock | None = None) -> RedisStorage:
     link = Link(settings, make_client(settings))
     storage = RedisStorage(settings, link, clock)
     try:
-        link.retrying(lambda: link.raw("PING"), patience=1.0)
+        link.check_open()
     except StorageUnavailable:
         link.close()
         raise
@@ -351,21 +351,30 @@ class RedisStorage(RedisInspector, RedisSchedules):
                 self.link.call("ZREM", self.keys.batches, batch_id)
 
     def check_server(self) -> list[str]:
-        """Warnings about server settings that can lose jobs (call at worker start)."""
+        """Warnings about server settings that can lose jobs, for the caller to log (the
+        worker logs them at start)."""
         warnings = []
         clients = (self.link.client.get_primaries()  # type: ignore[no-untyped-call]
                    if isinstance(self.link.client, RedisCluster)
                    else [None])
         for node in clients:
-            config = (self.link.client.config_get("maxmemory-policy", target_nodes=node)
-                      if node is not None else self.link.client.config_get("maxmemory-policy"))
+            try:
+                config = (self.link.client.config_get("maxmemory-policy", target_nodes=node)
+                          if node is not None
+                          else self.link.client.config_get("maxmemory-policy"))
+            except redis.ResponseError as exc:
+                # An ACL user without CONFIG (``-config``, common on managed Redis): the
+                # storage needs no CONFIG to work, so say what could not be checked.
+                warnings.append(
+                    f"cannot check the maxmemory-policy of Redis at {self.link.where} "
+                    f"({self.link.scrub(exc)}); make sure it is noeviction, or Redis may "
+                    "evict jobs and leases under memory pressure")
+                break
             policy = config.get("maxmemory-policy", "noeviction")
             if policy != "noeviction":
                 warnings.append(
                     f"Redis at {self.link.where} has maxmemory-policy {policy}: under memory "
                     "pressure it may evict jobs and leases; set it to noeviction")
-        for text in warnings:
-            log.warning(text)
         return warnings
 
     def close(self) -> None:

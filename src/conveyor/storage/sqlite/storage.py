@@ -33,6 +33,7 @@ from conveyor.storage.sqlite.connection import (
     Database,
     check_path,
     check_sqlite_version,
+    parse_file_mode,
     parse_sqlite_url,
 )
 from conveyor.storage.sqlite.inspect import SqliteInspector
@@ -91,7 +92,7 @@ def open_sqlite(url: str, clock: Clock | None = None) -> SqliteStorage:
     path = parse_sqlite_url(url)
     check_sqlite_version()
     check_path(path)
-    db = Database(path)
+    db = Database(path, parse_file_mode(url))
     migrate(db.conn())
     return SqliteStorage(url, db, clock or SYSTEM_CLOCK)
 
