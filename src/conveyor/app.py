@@ -45,6 +45,7 @@ from conveyor.registry import (
 )
 from conveyor.serializer import DEFAULT_MAX_PAYLOAD
 from conveyor.storage import DEFAULT_URL, Backend, Retention, open_storage, redact
+from conveyor.text import check_name
 
 __all__ = ["Conveyor"]
 
@@ -201,6 +202,8 @@ class Conveyor:
                 expires_in=fn.opts.expires_in,
                 # args are fixed per schedule, so key callables can run once, here
                 flow=build_flow(fn.name, fn.opts, list(arguments), keywords))
+            check_name("schedule name", schedule.name)
+            check_name("queue", schedule.queue)
             if any(s.name == schedule.name for s in self.schedules):
                 raise ValueError(f"a periodic schedule named {schedule.name!r} already exists; "
                                  "pass name= to tell them apart")

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from conveyor.text import check_name
+
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
     from conveyor.client import JobRef
@@ -76,6 +78,7 @@ def _retries(retry: int | bool) -> int:
 def _check(opts: JobOptions) -> None:
     if not opts.queue or not isinstance(opts.queue, str):
         raise ValueError(f"queue must be a non-empty string, not {opts.queue!r}")
+    check_name("queue", opts.queue)
     if opts.max_retries < 0:
         raise ValueError("max_retries must be >= 0")
     for field in ("timeout", "expires_in", "unique_for"):
@@ -248,6 +251,7 @@ class Registry:
         function under a name already taken raises ``ValueError``, since the worker could not
         tell which one a stored job means.
         """
+        check_name("job name", fn.name)
         existing = self._jobs.get(fn.name)
         if existing is not None and default_name(existing.func) != default_name(fn.func):
             raise ValueError(

@@ -20,6 +20,7 @@ from conveyor.errors import Fail, JobTimeout, PayloadError, Retry, UnknownJobErr
 from conveyor.job import Ack, ErrorInfo, LeasedJob, Outcome
 from conveyor.retry import backoff
 from conveyor.serializer import decode_payload, dumps
+from conveyor.text import printable
 from conveyor.worker.inflight import Entry
 
 __all__ = ["Processor", "error_info"]
@@ -71,7 +72,8 @@ class Processor:
         return Entry(job, fn, ctx, args, kwargs, started=now, deadline=deadline, logged_at=now)
 
     def _dead(self, job: LeasedJob, exc: Exception) -> Ack:
-        log.error("job %s (%s) cannot run: %s", job.id, job.name, exc)
+        # The name and reason come from storage, maybe from another client: escape them.
+        log.error("job %s (%s) cannot run: %s", job.id, printable(job.name), printable(str(exc)))
         return Ack(job.id, job.token, Outcome.DEAD, message=str(exc), error=error_info(exc))
 
     def run(self, entry: Entry) -> Ack:
