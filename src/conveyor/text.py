@@ -21,9 +21,16 @@ __all__ = ["MAX_NAME_LENGTH", "check_name", "printable", "storable"]
 
 MAX_NAME_LENGTH = 200
 
-# C0 and C1 controls, DEL, lone surrogates and the two Unicode line breaks (str.splitlines
-# splits on them): everything that can end or rewrite a log line or is not UTF-8.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029]")
+# C0 and C1 controls (ESC starts every ANSI sequence), DEL, lone surrogates, and the Unicode
+# format characters that end, reorder or hide text (line and paragraph separators, which
+# str.splitlines splits on; bidi overrides and isolates; zero-width marks; BOM).
+_UNPRINTABLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]"
+)
+_UNPRINTABLE_KEEP_NEWLINES = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200b-\u200f\u2028-\u202e"
+    "\u2060-\u2069\ufeff]"
+)
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -48,10 +55,16 @@ def _escape(match: re.Match[str]) -> str:
     return _SHORT.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
 
 
-def printable(text: str) -> str:
-    """``text`` safe for one log line: control characters, line breaks and lone surrogates
-    escaped as ``\\n``, ``\\x1b``, ``\\ud800``; all other characters kept."""
-    return _UNPRINTABLE.sub(_escape, text)
+def printable(text: str, *, keep_newlines: bool = False) -> str:
+    """``text`` safe for a log line or a terminal: every control, format or unencodable
+    character escaped visibly (``\\n``, ``\\x1b``, ``\\ud800``, ``\\u202e``); all other
+    characters, non-ASCII letters included, kept.
+
+    One-line values escape newlines too, so they can never start a line of their own;
+    ``keep_newlines`` is for text that is multi-line by design (a traceback, a table).
+    """
+    pattern = _UNPRINTABLE_KEEP_NEWLINES if keep_newlines else _UNPRINTABLE
+    return pattern.sub(_escape, text)
 
 
 def check_name(what: str, value: object) -> None:

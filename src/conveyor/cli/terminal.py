@@ -10,41 +10,13 @@ that cannot be encoded, is shown as a visible Python-style escape instead (``\\x
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import TextIO
 
-# C0 and C1 controls (ESC starts every ANSI sequence), DEL, lone surrogates, and the Unicode
-# format characters that reorder or hide text (bidi overrides and isolates, zero-width marks,
-# line and paragraph separators, BOM).
-_UNSAFE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]"
-)
-_UNSAFE_KEEP_NEWLINES = re.compile(
-    "[\x00-\x09\x0b-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200b-\u200f\u2028-\u202e"
-    "\u2060-\u2069\ufeff]"
-)
-_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+from conveyor.text import printable
 
-
-def _escape(match: re.Match[str]) -> str:
-    char = match.group()
-    named = _NAMED.get(char)
-    if named is not None:
-        return named
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def safe(text: str, *, keep_newlines: bool = False) -> str:
-    """``text`` with every control, format or unencodable character escaped visibly.
-
-    One-line values (a name, a message in a table) escape newlines too, so they can never
-    start a line of their own; ``keep_newlines`` is for text that is multi-line by design
-    (a traceback, a whole table) and only keeps ``\\n``.
-    """
-    pattern = _UNSAFE_KEEP_NEWLINES if keep_newlines else _UNSAFE
-    return pattern.sub(_escape, text)
+#: Escape one value for the terminal (``conveyor.text.printable``: the same rule as log lines).
+safe = printable
 
 
 def say(text: str = "", *, file: TextIO | None = None, end: str = "\n",
