@@ -108,24 +108,25 @@ def test_retry_button_retries_a_dead_job(site: Site, page: Page) -> None:
     dead = site.seeded.ids["dead"]
     page.goto(f"{site.server.url}/dead")
     page.check(f"input[name=ids][value='{dead}']")
-    page.click("button:has-text('Retry selected')")
-    page.wait_for_url("**/dead?flash=*")
+    with page.expect_navigation():
+        page.click("button:has-text('Retry selected')")
+    assert page.url == f"{site.server.url}/dead"  # the message is not in the address
     assert "retried 1 job(s)" in page.locator(".flash").inner_text()
     assert site.state("dead") == "pending"
 
 
 def test_retry_on_the_job_page(site: Site, page: Page) -> None:
     page.goto(f"{site.server.url}/jobs/{site.seeded.ids['failed']}")
-    page.click("form.inline button:has-text('Retry')")
-    page.wait_for_url("**flash=*")
+    with page.expect_navigation():
+        page.click("form.inline button:has-text('Retry')")
     assert site.state("failed") == "pending"
     assert "retried" in page.locator(".timeline").inner_text()
 
 
 def test_pause_button(site: Site, page: Page) -> None:
     page.goto(f"{site.server.url}/queues")
-    page.locator("tr", has_text="exports").locator("button:has-text('Pause')").click()
-    page.wait_for_url("**flash=*")
+    with page.expect_navigation():
+        page.locator("tr", has_text="exports").locator("button:has-text('Pause')").click()
     assert {q.name: q.paused for q in site.app.storage.queues()}["exports"]
     assert page.locator("tr", has_text="exports").locator("button:has-text('Resume')").count()
 
