@@ -191,3 +191,12 @@ def test_metrics_server_checks_host_and_token(tmp_path: Any) -> None:
         assert _status(reply) == 200 and _body(reply) == b"up 1\n"
     finally:
         running.stop()
+
+
+def test_no_body_is_read_before_sign_in(locked_site: Site) -> None:
+    with _connect(locked_site.server.port) as sock:
+        # A head promising 1 MiB, and not a byte of it: the 401 comes anyway, and the close.
+        sock.sendall(_head("POST", "/action", "127.0.0.1", f"Content-Length: {MAX_BODY}",
+                           "Content-Type: application/x-www-form-urlencoded"))
+        reply = _read_all(sock)
+    assert _status(reply) == 401 and b"connection: close" in reply.lower()

@@ -84,7 +84,9 @@ class Dashboard:
         if scope["type"] != "http":
             return
         try:
-            request = await Request.read(scope, receive)
+            request = await Request.read(scope)
+            if self._authenticate(request) is not None:  # no body is read before sign-in
+                await request.read_form(receive)
             self._take_flash(request)
             response = mount(await self.handle(request), request.root)
         except BadRequest as exc:

@@ -61,9 +61,17 @@ class Request:
         except ValueError:
             return default
 
+    async def read_form(self, receive: Receive) -> None:
+        """Read a POST's body (at most ``MAX_BODY``) into ``form`` when it is url-encoded."""
+        if self.method != "POST":
+            return
+        body = await _read_body(receive)
+        if self.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+            self.form = _parse_qs(body, blanks=True)
+
     @classmethod
-    async def read(cls, scope: Scope, receive: Receive) -> Request:
-        """Parse the scope and, for forms, the body."""
+    async def read(cls, scope: Scope) -> Request:
+        """Parse the scope: method, path, query, headers and cookies (not the body)."""
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope.get("headers", [])}
         cookie = SimpleCookie()
@@ -81,10 +89,6 @@ class Request:
             headers=headers, cookies={k: m.value for k, m in cookie.items()},
             secure=scope.get("scheme") == "https",
         )
-        if request.method == "POST":
-            body = await _read_body(receive)
-            if headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
-                request.form = _parse_qs(body, blanks=True)
         return request
 
 
