@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from conveyor.job import Outcome
-from tests.web.conftest import Site, serve_site
+from tests.web.conftest import TOKEN, Site, serve_site
 from tests.web.seed import run_one
 
 try:
@@ -153,3 +153,18 @@ def test_overview_chart_draws(site: Site, page: Page) -> None:
     page.goto(site.server.url + "/")
     page.locator("#chart-queues polyline").nth(1).wait_for(state="attached", timeout=15_000)
     assert page.locator("#chart-queues-legend .key").all_inner_texts() == ["default", "exports"]
+
+
+def test_sign_in_at_an_off_site_looking_path_stays_here(tmp_path: Path,
+                                                         browser: Browser) -> None:
+    # Not the page fixture: the sign-in page is a 401, which Chromium logs as an error.
+    context = browser.new_context()
+    page = context.new_page()
+    for locked in serve_site(tmp_path, TOKEN):
+        page.goto(locked.server.url + "//evil.example/steal")
+        page.fill("input[name=token]", TOKEN)
+        with page.expect_navigation():
+            page.click("button:has-text('Sign in')")
+        assert page.url.startswith(locked.server.url + "/")
+        assert page.locator("h1").first.inner_text() == "Overview"
+    context.close()
