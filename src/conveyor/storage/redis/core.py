@@ -96,14 +96,17 @@ class RedisCore:
         are left out."""
         left = list(dict.fromkeys(job_ids))
         groups: dict[str, list[str]] = {}
-        for queue in self.known_queues():
-            if not left:
-                break
-            found = self.link.call("HMGET", self.keys.queue(queue).jobs, *left)
-            here = [job_id for job_id, hit in zip(left, found, strict=True) if hit]
-            if here:
-                groups[queue] = here
-                left = [job_id for job_id, hit in zip(left, found, strict=True) if not hit]
+        # A job is found by its static record, or else by its state entry alone (the other
+        # half lost to damage), so that operators can still see and delete it.
+        for part in ("jobs", "state"):
+            for queue in self.known_queues():
+                if not left:
+                    return groups
+                found = self.link.call("HMGET", getattr(self.keys.queue(queue), part), *left)
+                here = [job_id for job_id, hit in zip(left, found, strict=True) if hit]
+                if here:
+                    groups.setdefault(queue, []).extend(here)
+                    left = [job_id for job_id, hit in zip(left, found, strict=True) if not hit]
         return groups
 
     # -- enqueue ------------------------------------------------------------------------
@@ -163,6 +166,11 @@ class RedisCore:
         """Feed job state changes reported by a script to their batches' counters."""
         pairs: dict[str, list[str]] = defaultdict(list)
         for batch_id, job_id, value in moves:
+            if not batch_id.isascii() and not _encodable(batch_id):
+                # A damaged state entry names a batch no key can spell: that job alone loses
+                # its batch bookkeeping, the jobs reported beside it keep theirs.
+                log.warning("job %r names an unreadable batch id %r", job_id, batch_id)
+                continue
             pairs[batch_id] += [job_id, value]
         for batch_id, flat in pairs.items():
             self.batch_call(batch_id, "set", flat)
@@ -198,6 +206,14 @@ class RedisCore:
                     self.ring(queue, int(first))
                 replies.append(first)
         return replies
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _result(job_id: str, code: str) -> EnqueueResult:

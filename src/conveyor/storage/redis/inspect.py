@@ -65,7 +65,7 @@ class RedisInspector(RedisCore):
         return [codec.to_record(i, static, state, result, message, with_events)
                 for i, static, state, result, message
                 in zip(ids, statics, states, results, messages, strict=True)
-                if static and state]
+                if static or state]  # half a job is shown (unreadable), not hidden
 
     def _index_ids(self, queue: str, state: JobState, start: int, stop: int) -> list[str]:
         """Ids in ``state`` oldest first, positions ``start``..``stop`` (inclusive)."""
@@ -88,8 +88,11 @@ class RedisInspector(RedisCore):
     def _index_size(self, queue: str, state: JobState) -> int:
         qk = self.keys.queue(queue)
         if state is JobState.PENDING:
-            return int(self.link.call("LLEN", qk.pending)) + int(
-                self.link.call("ZCARD", qk.parked))
+            # The list may still hold entries of jobs cancelled, killed or deleted since
+            # (the admin scripts leave them for dequeue to drop); "stale" counts them.
+            stale = int(self.link.call("HGET", qk.meta, "stale") or 0)
+            return max(0, int(self.link.call("LLEN", qk.pending)) + int(
+                self.link.call("ZCARD", qk.parked)) - stale)
         return int(self.link.call("ZCARD", qk.by_state(state.value)))
 
     def _batch_ids(self, batch_id: str) -> dict[str, tuple[str, str]]:
@@ -109,7 +112,8 @@ class RedisInspector(RedisCore):
             return []
         if batch_id is None and queue is not None and state is not None:
             ids = self._index_ids(queue, state, offset, offset + limit - 1)
-            return self._records(queue, ids, with_events)
+            return [r for r in self._records(queue, ids, with_events)
+                    if r.state is state or r.unreadable]
         groups: dict[str, list[str]] = defaultdict(list)
         if batch_id is not None:
             # The batch knows each job's state and queue: filter and page on that (ids are
@@ -138,7 +142,10 @@ class RedisInspector(RedisCore):
                        if (state is None or s == state.value) and (queue is None or q == queue))
         queues = [queue] if queue is not None else self.known_queues()
         if state is None:
-            return sum(int(self.link.call("HLEN", self.keys.queue(q).jobs)) for q in queues)
+            # Either half of a damaged job may be missing; count the job once all the same.
+            return sum(max(int(self.link.call("HLEN", self.keys.queue(q).jobs)),
+                           int(self.link.call("HLEN", self.keys.queue(q).state)))
+                       for q in queues)
         return sum(self._index_size(q, state) for q in queues)
 
     def retry_jobs(self, job_ids: Sequence[str]) -> int:

@@ -12,9 +12,8 @@ for i = 3, #ARGV do
   local f, events = load(K_STATE, id)
   if not f then
     out[#out + 1] = ''
-  elseif WAITING[f[S]] then
-    local K_FROM = INDEX[f[S]]
-    unindex(K_FROM, K_PARKED, f[S], id)
+  elseif stoppable(f[S]) then
+    unindex(INDEX, K_PARKED, K_META, f[S], id)
     local fl = flow_of(K_JOBS, id, f)
     if fl then flow_release(K_FLOW, id, fl, false, true) end
     f[S] = 'cancelled'

@@ -9,9 +9,8 @@ local moved = 0
 for i = 3, #ARGV do
   local id = ARGV[i]
   local f, events = load(K_STATE, id)
-  if f and WAITING[f[S]] then
-    local K_FROM = INDEX[f[S]]
-    unindex(K_FROM, K_PARKED, f[S], id)
+  if f and stoppable(f[S]) then
+    unindex(INDEX, K_PARKED, K_META, f[S], id)
     local fl = flow_of(K_JOBS, id, f)
     if fl then flow_release(K_FLOW, id, fl, false, true) end
     f[S] = 'dead'

@@ -12,8 +12,7 @@ for i = 3, #ARGV do
   local id = ARGV[i]
   local f, events = load(K_STATE, id)
   if f and AGAIN[f[S]] then
-    local K_FROM = INDEX[f[S]]
-    unindex(K_FROM, K_PARKED, f[S], id)
+    unindex(INDEX, K_PARKED, K_META, f[S], id)
     f[S] = 'pending'
     f[PT] = NOWS
     f[FA] = ''
