@@ -19,6 +19,9 @@ from conveyor.storage.redis.scripts import Scripts
 log = logging.getLogger("conveyor.storage.redis")
 
 ENQUEUE_CHUNK = 2000  # jobs per enqueue.lua call; scripts unpack at most 2,000 values
+# Jobs per operator script call (cancel/requeue/kill/delete): a few milliseconds of Redis
+# time each, so that workers and pings are served between the calls of a big operation.
+ADMIN_CHUNK = 200
 Move = Sequence[str]  # (batch id, job id, "state:queue") as the scripts report them
 
 
@@ -178,7 +181,7 @@ class RedisCore:
     def batch_call(self, batch_id: str, mode: str, flat: list[str]) -> str:
         """Run batch.lua and enqueue any callback that became due; returns its status."""
         bk = self.keys.batch(batch_id)
-        status, due = self.scripts.run("batch", [bk.batch, bk.jobs],
+        status, due = self.scripts.run("batch", bk.all(),
                                        [self.now_arg(), mode, *flat])
         for event, spec_json in due:
             self._fire(batch_id, event, spec_json)
@@ -197,10 +200,10 @@ class RedisCore:
         first element and feeds the batch moves on."""
         replies = []
         for queue, ids in by_queue.items():
-            for start in range(0, len(ids), ENQUEUE_CHUNK):
+            for start in range(0, len(ids), ADMIN_CHUNK):
                 first, moves = self.scripts.run(
                     name, self.keys.queue(queue).admin(),
-                    [self.now_arg(), queue, *ids[start:start + ENQUEUE_CHUNK]])
+                    [self.now_arg(), queue, *ids[start:start + ADMIN_CHUNK]])
                 self.sync_batches(moves)
                 if name == "requeue":
                     self.ring(queue, int(first))
