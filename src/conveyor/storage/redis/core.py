@@ -21,7 +21,7 @@ log = logging.getLogger("conveyor.storage.redis")
 ENQUEUE_CHUNK = 2000  # jobs per enqueue.lua call; scripts unpack at most 2,000 values
 # Jobs per operator script call (cancel/requeue/kill/delete): a few milliseconds of Redis
 # time each, so that workers and pings are served between the calls of a big operation.
-ADMIN_CHUNK = 200
+ADMIN_CHUNK = 50
 Move = Sequence[str]  # (batch id, job id, "state:queue") as the scripts report them
 
 

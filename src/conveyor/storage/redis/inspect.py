@@ -129,7 +129,7 @@ class RedisInspector(RedisBatchPages):
                     groups[q] += self._index_ids(q, s, 0, offset + limit - 1)
         records = [r for q, ids in groups.items() for r in self._records(q, ids, with_events)
                    if state is None or r.state is state or r.unreadable]
-        records.sort(key=lambda r: r.created_at)
+        records.sort(key=lambda r: (r.created_at, r.id))  # ids break ties: enqueue order
         return records[offset:offset + limit]
 
     def count_jobs(self, *, state: JobState | None = None, queue: str | None = None,

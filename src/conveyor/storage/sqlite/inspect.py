@@ -27,6 +27,7 @@ from conveyor.storage.sqlite.connection import Database
 from conveyor.storage.sqlite.wakeup import Wakeup
 
 WORKER_TTL = 60.0
+CANCEL_CHUNK = 2000  # jobs per cancel_batch transaction
 _KNOWN_SET = frozenset(s.value for s in ALL_STATES)
 _KNOWN = ", ".join(f"'{s.value}'" for s in ALL_STATES)
 _WAITING = ("scheduled", "pending", "retrying")
@@ -248,14 +249,23 @@ class SqliteInspector:
     def cancel_batch(self, batch_id: str) -> int:
         """Cancel every waiting job of a batch and request cancellation of its active ones."""
         with self._db.write() as cur:
-            now = self.now()
             cur.execute("UPDATE batches SET cancelled = 1 WHERE id = ?", (batch_id,))
-            rows = cur.execute(
-                "SELECT id, state, batch_id, cancel_requested FROM jobs WHERE batch_id = ? "
-                "AND state IN ('scheduled', 'pending', 'retrying', 'active')", (batch_id,)
-            ).fetchall()
-            self._cancel_rows(cur, now, rows)
-        return len(rows)
+        # One transaction per chunk: workers' writes get the lock between them, instead of
+        # waiting seconds for one transaction over a 200,000-job batch.
+        done, after = 0, 0
+        while True:
+            with self._db.write() as cur:
+                found = cur.execute(
+                    "SELECT rowid, id, state, batch_id, cancel_requested FROM jobs "
+                    "WHERE batch_id = ? AND rowid > ? "
+                    "AND state IN ('scheduled', 'pending', 'retrying', 'active') "
+                    "ORDER BY rowid LIMIT ?", (batch_id, after, CANCEL_CHUNK)
+                ).fetchall()
+                if not found:
+                    return done
+                after = found[-1][0]
+                self._cancel_rows(cur, self.now(), [r[1:] for r in found])
+                done += len(found)
 
     def _cancel(self, cur: sqlite3.Cursor, now: float, job_id: str) -> JobState | None:
         """Cancel one job inside the caller's transaction; returns its resulting state."""

@@ -110,11 +110,12 @@ end
 -- a pending job held back by flow control waits in the parked zset instead of the list).
 -- A pending job's list entry is left in place: LREM walks the whole list, which made cancelling
 -- a big batch quadratic. dequeue.lua drops the entry when it pops it (the record is no longer
--- pending) and the meta field "stale" counts such entries until then, so sizes stay exact.
+-- pending) and the meta field "stale" counts such entries until then, so sizes stay exact:
+-- unindex returns 1 for each entry it leaves behind, and the caller adds them up.
 -- A record in no known state may be in any index: every zset is cleared (O(log n) each).
-local function unindex(INDEX, K_PARKED, K_META, state, id)
+local function unindex(INDEX, K_PARKED, state, id)
   if state == 'pending' then
-    if redis.call('ZREM', K_PARKED, id) == 0 then redis.call('HINCRBY', K_META, 'stale', 1) end
+    if redis.call('ZREM', K_PARKED, id) == 0 then return 1 end  -- left in the list: stale
   elseif INDEX[state] then
     local K_INDEX = INDEX[state]
     redis.call('ZREM', K_INDEX, id)
@@ -124,6 +125,7 @@ local function unindex(INDEX, K_PARKED, K_META, state, id)
     end
     redis.call('ZREM', K_PARKED, id)
   end
+  return 0
 end
 
 local function notify(K_NOTIFY, n)
