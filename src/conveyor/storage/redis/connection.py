@@ -100,6 +100,10 @@ def make_client(settings: Settings) -> redis.Redis | RedisCluster:
     """A redis-py client; the storage does its own retrying, so redis-py's is turned off."""
     common: dict[str, Any] = {
         "decode_responses": True,
+        # Bytes that are not UTF-8 (a damaged record) decode to lone surrogates instead of
+        # failing the whole reply, and with it every other job it carried; the codec then
+        # reports that one record as unreadable.
+        "encoding_errors": "surrogateescape",
         "socket_timeout": SOCKET_TIMEOUT,
         "socket_connect_timeout": CONNECT_TIMEOUT,
     }

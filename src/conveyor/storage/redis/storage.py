@@ -44,6 +44,8 @@ log = logging.getLogger("conveyor.storage.redis")
 ACK_PATIENCE = 60.0  # an acknowledgement is retried through outages this long, never dropped
 ACK_CHUNK = 1000  # acks per ack.lua call
 MAX_DEQUEUE = 1000  # jobs per dequeue.lua call
+TRIM_CHUNK = 500  # finished jobs deleted per trim.lua call
+TRIM_MAX = 10_000  # per queue and trim() call
 SCAN_COUNT = 200  # job records checked per queue and reclaim call for lost lease entries
 MAX_BLOCK = 25.0  # seconds; below the socket timeout
 
@@ -329,11 +331,16 @@ class RedisStorage(RedisInspector, RedisSchedules):
         removed = 0
         for queue in self.known_queues():
             qk = self.keys.queue(queue)
-            removed += int(self.scripts.run(
-                "trim", [qk.jobs, qk.state, qk.succeeded, qk.failed, qk.dead, qk.cancelled,
-                         qk.results, qk.messages, qk.unique],
-                [self.now_arg(), queue, retention.succeeded_seconds, retention.failed_seconds,
-                 retention.dead_seconds, retention.dead_max, 10_000]))
+            for _ in range(TRIM_MAX // TRIM_CHUNK):  # short calls: others are served between
+                deleted = int(self.scripts.run(
+                    "trim", [qk.jobs, qk.state, qk.succeeded, qk.failed, qk.dead,
+                             qk.cancelled, qk.results, qk.messages, qk.unique],
+                    [self.now_arg(), queue, retention.succeeded_seconds,
+                     retention.failed_seconds, retention.dead_seconds, retention.dead_max,
+                     TRIM_CHUNK]))
+                removed += deleted
+                if deleted < TRIM_CHUNK:
+                    break
         now = self.now()
         self._trim_batches(now - retention.batch_seconds)
         for worker_id in self.link.call("ZRANGEBYSCORE", self.keys.workers, "-inf",
@@ -346,8 +353,8 @@ class RedisStorage(RedisInspector, RedisSchedules):
             bk = self.keys.batch(batch_id)
             if self.link.call("HEXISTS", bk.batch, "fa") or not self.link.call(
                     "EXISTS", bk.batch):
-                self.link.call("DEL", bk.batch)
-                self.link.call("DEL", bk.jobs)
+                # UNLINK frees a big batch's keys in the background, DEL would block Redis.
+                self.link.call("UNLINK", bk.batch, bk.jobs, bk.order, bk.states)
                 self.link.call("ZREM", self.keys.batches, batch_id)
 
     def check_server(self) -> list[str]:
