@@ -105,7 +105,8 @@ def test_unreadable_record_is_marked_in_show() -> None:
                         "\\x1b[0m")
     # the event was built with a lone surrogate, which the text rule stored as U+FFFD
     assert any(line.endswith("logged \ufffd then \\x1b[2J") for line in lines)
-    assert format_job(job_view(_damaged(unreadable=None, payload='{"a": [1]}'))).splitlines()[0].endswith("[dead]")
+    sound = _damaged(unreadable=None, payload='{"a": [1]}')
+    assert format_job(job_view(sound)).splitlines()[0].endswith("[dead]")
 
 
 @pytest.fixture
@@ -131,8 +132,6 @@ def test_damaged_redis_record_never_prints_a_traceback(
     assert code == 0 or len(err.splitlines()) == 1, err
 
 
-@pytest.mark.xfail(reason="needs the Inspectors to return damaged records (JobRecord."
-                   "unreadable) instead of raising: another branch of issue #14", strict=False)
 def test_damaged_redis_record_is_listed_shown_and_deleted(
         damaged_redis: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     url, job_id = damaged_redis
