@@ -57,6 +57,8 @@ def _redis_rewrite(which: str, change: Callable[[bytes], bytes]) -> Damage:
         client = storage.link.client  # type: ignore[attr-defined]
         value = client.hget(key, job_id)
         assert value is not None, f"no {which} entry for {job_id}"
+        if isinstance(value, str):  # the storage's client decodes replies (surrogateescape)
+            value = value.encode("utf-8", "surrogateescape")
         client.hset(key, job_id, change(value))
     return damage
 
