@@ -68,7 +68,7 @@ class Isolation:
         """Start the held job once it is the only one here; notice when it has ended."""
         held, alone = self.held, self.alone
         if held is not None:
-            if self.inflight.get(held.job.id) is not held:  # hard shutdown or lease lost
+            if not self.inflight.holds(held):  # hard shutdown or lease lost
                 self.held = None
             elif self.inflight.wait_until(lambda: len(self.inflight) <= 1, timeout):
                 self.held, self.alone = None, held
@@ -78,7 +78,7 @@ class Isolation:
                 held.started = held.logged_at = now
                 self.submit(held)
         elif alone is not None and self.inflight.wait_until(
-            lambda: self.inflight.get(alone.job.id) is not alone, timeout
+            lambda: not self.inflight.holds(alone), timeout
         ):
             self.alone = None
 

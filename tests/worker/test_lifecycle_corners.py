@@ -1,0 +1,106 @@
+"""The worker's lifecycle corners (issue #15), driven tick by tick on every backend.
+
+Each test runs a real ``Launcher``'s components by hand under a fake clock, on memory, a
+SQLite file and a real redis-server, and checks the job record the storage ends with.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from conveyor import Conveyor, FakeClock, JobState
+from conveyor.context import current_job
+from conveyor.job import EventKind
+from conveyor.worker.config import WorkerConfig
+from conveyor.worker.launcher import Launcher
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def app(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Conveyor]:
+    """An app on each backend, the Redis one on its own key prefix of a real server."""
+    if request.param == "memory":
+        url = "memory://"
+    elif request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/w.db"
+    else:
+        url = f"{request.getfixturevalue('redis_server').url}?prefix=t{uuid.uuid4().hex[:10]}"
+    conveyor = Conveyor(url, clock=clock)
+    try:
+        yield conveyor
+    finally:
+        conveyor.close()
+
+
+def _until(ready: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Wait (in real time, for a pool thread) until ``ready()``; fail with ``what``."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def launcher(app: Conveyor, clock: FakeClock) -> Iterator[Launcher]:
+    """A launcher whose components the test ticks by hand (only the pool threads run)."""
+    launcher = Launcher(app, WorkerConfig(concurrency=2, worker_id="corner"), clock)
+    launcher.threads.start()
+    try:
+        yield launcher
+    finally:
+        launcher.threads.stop()
+
+
+def test_a_timed_out_attempt_is_one_error_and_its_retry_keeps_its_own_outcome(
+    app: Conveyor, clock: FakeClock, launcher: Launcher
+) -> None:
+    """The abandoned thread of attempt 1 ends while attempt 2 runs in the same process: it
+    must not take attempt 2's place (attempt 2's outcome recorded, never "recovered")."""
+    gates = {1: threading.Event(), 2: threading.Event()}
+    running: list[int] = []
+    threads: dict[int, threading.Thread] = {}
+
+    @app.job(name="slow", retry=1, timeout=1, retry_in=lambda attempt, exc: 0)
+    def slow() -> str:
+        attempt = current_job().attempt
+        threads[attempt] = threading.current_thread()
+        running.append(attempt)
+        gates[attempt].wait(10)
+        return f"attempt {attempt}"
+
+    ref = slow.enqueue()
+    assert launcher.fetcher.tick() == 1
+    _until(lambda: running == [1], "attempt 1 to start")
+    clock.advance(1.5)
+    launcher.watchdog.tick()  # attempt 1 timed out: its thread is abandoned
+    assert launcher.acker.tick() == 1
+    record = app.get_job(ref.id)
+    assert record is not None and record.state is JobState.RETRYING and record.errors == 1
+    assert record.message is not None and "timeout" in record.message
+
+    launcher.poller.tick()
+    assert launcher.fetcher.tick() == 1
+    _until(lambda: running == [1, 2], "attempt 2 to start")
+    gates[1].set()  # the abandoned attempt 1 ends now, while attempt 2 still runs
+    threads[1].join(10)  # it handed its late outcome to the launcher and exited
+    assert not threads[1].is_alive()
+    launcher.heartbeat.tick()
+    gates[2].set()
+    _until(lambda: len(launcher.inflight) == 0, "attempt 2 to end")
+    launcher.acker.flush(5.0)
+
+    clock.advance(60)  # well past any lease: nothing may be recovered
+    launcher.recoverer.tick()
+    record = app.get_job(ref.id)
+    assert record is not None and record.events is not None
+    assert record.state is JobState.SUCCEEDED, record.state
+    assert record.result == '"attempt 2"' and record.attempt == 2 and record.errors == 1
+    kinds = [e.kind for e in record.events]
+    assert EventKind.RECOVERED not in kinds and EventKind.ACK_REFUSED not in kinds
+    assert kinds.count(EventKind.ERROR) == 1
