@@ -104,3 +104,32 @@ def test_a_timed_out_attempt_is_one_error_and_its_retry_keeps_its_own_outcome(
     kinds = [e.kind for e in record.events]
     assert EventKind.RECOVERED not in kinds and EventKind.ACK_REFUSED not in kinds
     assert kinds.count(EventKind.ERROR) == 1
+
+
+def test_a_cancel_sticks_when_the_job_raises_before_the_next_heartbeat(
+    app: Conveyor, clock: FakeClock, launcher: Launcher
+) -> None:
+    """Cancelled while running, the job raises before any heartbeat passed the request on:
+    it ends cancelled, and is never retried."""
+    gate = threading.Event()
+    runs: list[int] = []
+
+    @app.job(name="flaky", retry=3, retry_in=lambda attempt, exc: 0)
+    def flaky() -> None:
+        runs.append(current_job().attempt)
+        gate.wait(10)
+        raise RuntimeError("upstream said no")
+
+    ref = flaky.enqueue()
+    assert launcher.fetcher.tick() == 1
+    _until(lambda: runs == [1], "the job to start")
+    assert app.cancel(ref.id) is JobState.ACTIVE
+    gate.set()
+    _until(lambda: len(launcher.inflight) == 0, "the job to raise")
+    launcher.acker.flush(5.0)
+    launcher.poller.tick()
+    assert launcher.fetcher.tick() == 0
+    record = app.get_job(ref.id)
+    assert record is not None
+    assert record.state is JobState.CANCELLED and record.errors == 1 and runs == [1]
+    assert record.message == "cancelled: upstream said no"

@@ -20,7 +20,9 @@ for i = 3, #ARGV do
     f[S] = 'cancelled'
     f[FA] = NOWS
     redis.call('ZADD', K_CANCELLED, NOW, id)
-    save(K_STATE, id, f, events .. event_line('cancelled', 'cancelled', f))
+    redis.call('HSET', K_MESSAGES, id, 'cancelled while waiting')
+    save(K_STATE, id, f, events .. event_line('cancelled', 'cancelled', f,
+      'cancelled while waiting'))
     note_batch(moves, f, id, 'cancelled')
     out[#out + 1] = 'cancelled'
   elseif f[S] == 'active' then
