@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -19,22 +17,7 @@ from conveyor.context import current_job
 from conveyor.job import EventKind
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.launcher import Launcher
-
-
-@pytest.fixture(params=["memory", "sqlite", "redis"])
-def app(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Conveyor]:
-    """An app on each backend, the Redis one on its own key prefix of a real server."""
-    if request.param == "memory":
-        url = "memory://"
-    elif request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/w.db"
-    else:
-        url = f"{request.getfixturevalue('redis_server').url}?prefix=t{uuid.uuid4().hex[:10]}"
-    conveyor = Conveyor(url, clock=clock)
-    try:
-        yield conveyor
-    finally:
-        conveyor.close()
+from tests.worker.backends import every_backend_app  # noqa: F401 (the ``app`` fixture)
 
 
 def _until(ready: Callable[[], bool], what: str, timeout: float = 10.0) -> None:

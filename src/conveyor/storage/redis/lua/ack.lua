@@ -167,7 +167,7 @@ bulk('ZADD', K_SUCCEEDED, FINAL.succeeded)
 bulk('ZADD', K_FAILED, FINAL.failed)
 bulk('ZADD', K_DEAD, FINAL.dead)
 bulk('ZADD', K_CANCELLED, FINAL.cancelled)
-bulk('RPUSH', K_PENDING, requeued)
+bulk('LPUSH', K_PENDING, requeued)  -- at the tail, as on every backend
 bulk('HSET', K_RESULTS, results)
 bulk('HSET', K_MESSAGES, messages)
 bulk('HDEL', K_MESSAGES, cleared)
