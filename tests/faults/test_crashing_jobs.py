@@ -26,12 +26,11 @@ from tests.faults.harness import report, wait_until
 
 LEASE = 3.0
 MAX_RECOVERIES = 5  # WorkerConfig default: dead after more than 5 recoveries
-# 4 exposes a worker race (reported, not yet fixed): when a fetch returns a recovered job,
-# Isolation.take queues the other jobs' INTERRUPTED hand-backs on the asynchronous acker and
-# starts the suspect at once; when the suspect kills the process before the acker has
-# written them, those jobs stay leased, are recovered with it, and after 6 recoveries go
-# dead without ever having run. Fails about half the time with 4 on Redis Cluster.
-POISON_CONCURRENCY = 1
+# -c 4 once lost normal jobs: a fetch with a recovered job queued the others' hand-backs on
+# the asynchronous acker and started the suspect at once, so a crash before the write left
+# them leased, recovered with it, and dead after 6 recoveries without running. Isolation now
+# writes hand-backs before starting anything, and runs suspects one at a time per process.
+POISON_CONCURRENCY = 4
 
 
 @pytest.mark.slow
@@ -39,10 +38,8 @@ POISON_CONCURRENCY = 1
 def test_poison_jobs_go_dead_and_the_batch_finishes(backend: Backend, faults: Faults) -> None:
     """One job calls ``os._exit``, one segfaults, 200 are normal; ``--processes 2`` restarts
     the dead processes. The poison jobs are leased 1 + 5 times (or more: see below), then end
-    dead with a reason, and every normal job finishes.
-
-    ``-c 1``: with ``-c 4`` a normal job leased in the same fetch as a recovered poison job
-    sometimes goes dead without ever running (see ``POISON_CONCURRENCY``)."""
+    dead with a reason, and every normal job finishes (``-c 4``: normal jobs run beside the
+    poison ones and are recovered with them, once)."""
     app, jobs = faults.client(backend.url)
     with app.batch(description="poison") as batch:
         poison = [ref.id for ref in jobs["faults.crash"].enqueue_many([("exit",), ("segv",)])]

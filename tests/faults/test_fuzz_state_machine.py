@@ -72,6 +72,7 @@ class ModelJob:
     recoveries: int = 0
     token: str | None = None
     lease_until: float = 0.0
+    cancel_requested: bool = False  # asked while active: sticks until it ends
 
 
 class JobMachine(RuleBasedStateMachine):
@@ -141,7 +142,8 @@ class JobMachine(RuleBasedStateMachine):
         ack = Ack(job_id, model.token, outcome, error=error, message="no",
                   retry_in=retry_in if outcome is Outcome.RETRY else None)
         assert self.store.ack([ack]) == [True]
-        self._release(job_id, AFTER_ACK[outcome], outcome)
+        cancels = model.cancel_requested and outcome not in (Outcome.SUCCEEDED, Outcome.FAILED)
+        self._release(job_id, JobState.CANCELLED if cancels else AFTER_ACK[outcome], outcome)
         if outcome is Outcome.RETRY:
             model.run_at = self.clock.now() + retry_in
 
@@ -163,7 +165,10 @@ class JobMachine(RuleBasedStateMachine):
             model = self.jobs[job_id]
             model.recoveries += 1
             poisoned = model.recoveries > MAX_RECOVERIES
-            self._release(job_id, JobState.DEAD if poisoned else JobState.PENDING)
+            if model.cancel_requested:  # a cancelled job must never run again
+                self._release(job_id, JobState.CANCELLED)
+            else:
+                self._release(job_id, JobState.DEAD if poisoned else JobState.PENDING)
 
     @rule(data=st.data())
     def heartbeat(self, data: st.DataObject) -> None:
@@ -199,6 +204,8 @@ class JobMachine(RuleBasedStateMachine):
         result = self.store.cancel(job_id)
         if model.state in WAITING:
             model.state = JobState.CANCELLED
+        elif model.state is JobState.ACTIVE:
+            model.cancel_requested = True
         assert result is model.state
 
     @precondition(lambda self: self.jobs)
@@ -210,6 +217,7 @@ class JobMachine(RuleBasedStateMachine):
         assert self.store.retry_jobs([job_id]) == int(eligible)
         if eligible:
             model.state, model.run_at = JobState.PENDING, None
+            model.cancel_requested = False
 
     @rule(seconds=st.sampled_from([0.0, 5.0, 20.0]))
     def promote(self, seconds: float) -> None:
@@ -267,6 +275,8 @@ class JobMachine(RuleBasedStateMachine):
         assert model.token is not None
         self.stale.append((job_id, model.token, outcome))
         model.token, model.state = None, state
+        if state.terminal:
+            model.cancel_requested = False
         if state is JobState.DEAD and model.in_batch:
             self.died = True
 
@@ -301,6 +311,7 @@ class FlowJob:
     state: JobState
     token: str | None = None
     run_at: float = 0.0
+    cancel_requested: bool = False
 
 
 class FlowMachine(RuleBasedStateMachine):
@@ -355,7 +366,9 @@ class FlowMachine(RuleBasedStateMachine):
         ack = Ack(job_id, model.token or "", outcome, message="no",
                   retry_in=retry_in if outcome is Outcome.RETRY else None)
         assert self.store.ack([ack]) == [True]
-        model.state, model.token = AFTER_ACK[outcome], None
+        cancels = model.cancel_requested and outcome in (Outcome.RETRY, Outcome.DEAD)
+        model.state = JobState.CANCELLED if cancels else AFTER_ACK[outcome]
+        model.token, model.cancel_requested = None, False
         model.run_at = self.clock.now() + retry_in
 
     @rule()
@@ -364,7 +377,9 @@ class FlowMachine(RuleBasedStateMachine):
         active = self._active()
         assert self.store.reclaim_expired(max_recoveries=1000) == len(active)
         for job_id in active:
-            self.jobs[job_id].state, self.jobs[job_id].token = JobState.PENDING, None
+            model = self.jobs[job_id]
+            model.state = JobState.CANCELLED if model.cancel_requested else JobState.PENDING
+            model.token, model.cancel_requested = None, False
 
     @rule(seconds=st.sampled_from([0.0, 5.0]))
     def promote(self, seconds: float) -> None:
@@ -382,6 +397,8 @@ class FlowMachine(RuleBasedStateMachine):
         model = self.jobs[job_id]
         if model.state in WAITING:
             model.state = JobState.CANCELLED
+        elif model.state is JobState.ACTIVE:
+            model.cancel_requested = True
         assert self.store.cancel(job_id) is model.state
 
     @invariant()

@@ -119,12 +119,25 @@ def _enqueue_raw(app: Conveyor, name: str, payload: str) -> str:
     return job_id
 
 
-def test_unknown_job_name_goes_dead_with_the_reason(app: Conveyor) -> None:
-    job_id = _enqueue_raw(app, "nobody.registered.this", '{"a":[],"k":{}}')
+def test_unknown_job_name_is_retried_with_backoff_then_dead(app: Conveyor,
+                                                            clock: FakeClock) -> None:
+    """A rolling deploy: an old worker meets a job of the new code. It is an error retried
+    with backoff (a new worker may take it meanwhile), dead only after its retry budget."""
+    job_id = new_id()
+    app.storage.enqueue([JobSpec(id=job_id, name="nobody.registered.this", queue="default",
+                                 payload='{"a":[],"k":{}}', max_retries=2)])
+    for attempt in (1, 2):
+        ack, record = run_one(app)
+        assert record.id == job_id and record.state is JobState.RETRYING
+        assert record.errors == attempt and ack.retry_in is not None and ack.retry_in > 0
+        assert record.message == ("no job named 'nobody.registered.this' in this worker; "
+                                  "retrying — is the worker running the new code?")
+        assert ack.error is not None and ack.error.type.endswith("UnknownJobError")
+        clock.advance(ack.retry_in + 1)
+        assert app.storage.promote_due() == 1
     ack, record = run_one(app)
-    assert record.id == job_id and record.state is JobState.DEAD
-    assert "nobody.registered.this" in (record.message or "")
-    assert ack.error is not None and ack.error.type.endswith("UnknownJobError")
+    assert record.state is JobState.DEAD and record.errors == 3
+    assert "no job named 'nobody.registered.this'" in (record.message or "")
 
 
 def test_undecodable_payload_goes_dead_with_the_reason(app: Conveyor) -> None:

@@ -28,6 +28,13 @@ from conveyor.job import (
 from conveyor.storage.base import Retention, WaitsThenDequeues
 from conveyor.storage.memory_flow import ScanBudget
 from conveyor.storage.memory_state import WAITING_STATES, Entry, MemoryState
+from conveyor.storage.rules import (
+    CANCELLED_WHILE_WAITING,
+    ack_message,
+    cancelled_message,
+    counts_as_error,
+    effective_outcome,
+)
 
 
 class MemoryCore(WaitsThenDequeues, MemoryState):
@@ -62,8 +69,9 @@ class MemoryCore(WaitsThenDequeues, MemoryState):
                 if queue not in self._paused:
                     self._scan(queue, now, count - len(picked), budget, picked, expired)
             for entry in expired:
+                entry.rec.message = "deadline passed before the job could start"
                 self._move(entry, JobState.DEAD, EventKind.EXPIRED, now,
-                           message="deadline passed before the job could start")
+                           message=entry.rec.message)
             return [self._lease(entry, worker_id, now, lease_seconds) for entry in picked]
 
     def _scan(self, queue: str, now: float, wanted: int, budget: ScanBudget,
@@ -133,15 +141,18 @@ class MemoryCore(WaitsThenDequeues, MemoryState):
         if ack.progress is not None:
             rec.progress = ack.progress
         error = ack.error.to_wire() if ack.error else None
-        message = ack.message or (ack.error.message if ack.error else None)
-        if message is not None:
-            rec.message = message
-        self._finish(entry, ack, now, message, error)
+        message = ack_message(ack)
+        outcome = effective_outcome(ack.outcome, rec.cancel_requested)
+        if outcome is not ack.outcome:
+            rec.errors += 1 if counts_as_error(ack) else 0
+            message = cancelled_message(message)
+        rec.message = message
+        self._finish(entry, ack, outcome, now, message, error)
         return True
 
-    def _finish(self, entry: Entry, ack: Ack, now: float, message: str | None,
-                error: dict[str, Any] | None) -> None:
-        rec, outcome, worker = entry.rec, ack.outcome, entry.rec.worker
+    def _finish(self, entry: Entry, ack: Ack, outcome: Outcome, now: float,
+                message: str | None, error: dict[str, Any] | None) -> None:
+        rec, worker = entry.rec, entry.rec.worker
         if outcome is Outcome.SUCCEEDED:
             rec.result = ack.result
             self._move(entry, JobState.SUCCEEDED, EventKind.SUCCEEDED, now, worker=worker,
@@ -163,7 +174,7 @@ class MemoryCore(WaitsThenDequeues, MemoryState):
                        message=message, data=error)
         elif outcome is Outcome.CANCELLED:
             self._move(entry, JobState.CANCELLED, EventKind.CANCELLED, now, worker=worker,
-                       message=message)
+                       message=message, data=error)
         else:  # INTERRUPTED: put back untouched; a shutdown is not an error attempt
             self._move(entry, JobState.PENDING, EventKind.INTERRUPTED, now, worker=worker,
                        message=message or "interrupted by worker shutdown")
@@ -236,7 +247,11 @@ class MemoryCore(WaitsThenDequeues, MemoryState):
             for entry in expired:
                 rec = entry.rec
                 rec.recoveries += 1
-                if rec.recoveries > max_recoveries:
+                if rec.cancel_requested:  # the lost attempt ends the job, as an error would
+                    rec.message = cancelled_message("lease expired")
+                    self._move(entry, JobState.CANCELLED, EventKind.CANCELLED, now,
+                               worker=rec.worker, message=rec.message)
+                elif rec.recoveries > max_recoveries:
                     rec.message = f"recovered {rec.recoveries} times (poison job?)"
                     self._move(entry, JobState.DEAD, EventKind.DEAD, now, worker=rec.worker,
                                message=rec.message)
@@ -254,7 +269,9 @@ class MemoryCore(WaitsThenDequeues, MemoryState):
             rec = entry.rec
             now = self.now()
             if rec.state in WAITING_STATES:
-                self._move(entry, JobState.CANCELLED, EventKind.CANCELLED, now)
+                rec.message = CANCELLED_WHILE_WAITING
+                self._move(entry, JobState.CANCELLED, EventKind.CANCELLED, now,
+                           message=rec.message)
             elif rec.state is JobState.ACTIVE and not rec.cancel_requested:
                 rec.cancel_requested = True
                 self._event(rec, now, EventKind.CANCEL_REQUESTED, worker=rec.worker)

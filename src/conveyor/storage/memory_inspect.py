@@ -132,6 +132,7 @@ class MemoryInspector(MemoryCore):
             self._flow.reopened(entry.rec, entry.seq)
         entry.rec.run_at = None
         entry.rec.cancel_requested = False
+        entry.rec.message = None
         self._move(entry, JobState.PENDING, EventKind.RETRIED, now)
 
     def _kill_one(self, entry: Entry, now: float) -> None:

@@ -128,6 +128,7 @@ def job_view(record: JobRecord) -> dict[str, Any]:
         "flow": record.flow.to_wire() if record.flow else None,
     }
     out["errors_detail"] = error_events(record.events)
+    out["message"] = last_message(record)
     return out
 
 
@@ -148,13 +149,20 @@ def get_batch(inspector: Inspector, batch_id: str) -> BatchStatus:
 
 
 def last_message(record: JobRecord) -> str | None:
-    """The newest human-readable line of a job: its final message, else its last logged one."""
-    if record.message:
-        return record.message
-    for event in reversed(record.events or []):
-        if event.message:
-            return event.message
-    return None
+    """What every list, the batch page and ``jobs show`` display as a job's message.
+
+    The job's ``message`` (docs/api.md: the text of its last outcome), except while it runs:
+    then the newest line the running attempt logged itself (``ctx.log``), when the events
+    were loaded and it logged one. Never any other event's text (a recovery note, a line of
+    an earlier attempt), which would make one job read differently on different pages.
+    """
+    if record.state is JobState.ACTIVE:
+        for event in reversed(record.events or []):
+            if event.kind == EventKind.STARTED:
+                break
+            if event.kind == EventKind.MESSAGE and event.message:
+                return event.message
+    return record.message
 
 
 def batch_view(inspector: Inspector, batch_id: str, failures: int = 20) -> dict[str, Any]:

@@ -49,7 +49,7 @@ class Fetcher:
     ) -> None:
         self.write_lock: WriteLock = write_lock or NoLock()  # shared with the acker
         self._fetch_lock = threading.Lock()  # see ``quiet``
-        self.isolation = Isolation(clock, processor, inflight, acker, self.submit)
+        self.isolation = Isolation(processor, inflight, storage, self.write_lock)
         self.storage = storage
         self.clock = clock
         self.config = config
@@ -107,9 +107,10 @@ class Fetcher:
         """Dispatch freshly leased jobs (recovered ones through isolation)."""
         self.fetched += len(jobs)
         if any(job.recoveries for job in jobs):
-            jobs = self.isolation.take(jobs)
-        for job in jobs:
-            prepared = self.processor.prepare(job)
+            ready = self.isolation.take(jobs)
+        else:
+            ready = [self.processor.prepare(job) for job in jobs]
+        for prepared in ready:
             if isinstance(prepared, Ack):
                 self.acker.add(prepared)
             else:
@@ -165,12 +166,10 @@ class Fetcher:
         # wake-up list whenever it comes, so nothing enqueued in between is missed.
         drained = False
         while not self._quiet.is_set():
-            if self.isolation.active:
-                self.isolation.advance(0.1)
-                continue
             if not self.inflight.wait_for_slot(self.config.idle_wait):
                 continue
             free = self.inflight.free
+            handed_back = self.isolation.handed_back
             try:
                 got = self.wait_tick() if drained else None
                 if got is None:
@@ -183,4 +182,5 @@ class Fetcher:
                 continue
             self._errors = 0
             drained = got < free
-        self.isolation.release()
+            if got and self.isolation.handed_back - handed_back == got:
+                self.isolation.wait(self.config.idle_wait)

@@ -80,14 +80,19 @@ class Heartbeater(PeriodicComponent):
 
     def tick(self) -> None:
         """One heartbeat, and act on its reply."""
-        reply = self.storage.heartbeat(self.info(), self.leases(), self.config.lease)
+        leases = self.leases()
+        reply = self.storage.heartbeat(self.info(), leases, self.config.lease)
         self.last_reply = reply
-        self.handle(reply)
+        self.handle(reply, leases)
 
-    def handle(self, reply: HeartbeatReply) -> None:
-        """Mark lost leases, pass on cancellations, run a remote command."""
+    def handle(self, reply: HeartbeatReply, leases: dict[str, str]) -> None:
+        """Mark lost leases, pass on cancellations, run a remote command.
+
+        The reply names jobs; ``leases`` (what this beat sent) says which lease of each it
+        was about, so a verdict on one attempt never reaches another attempt of the job.
+        """
         for job_id in reply.lost:
-            entry = self.inflight.get(job_id)
+            entry = self.inflight.get(leases.get(job_id, ""))
             if entry is not None and not entry.lost:
                 entry.lost = True
                 entry.ctx.request_cancel()
@@ -96,7 +101,7 @@ class Heartbeater(PeriodicComponent):
                     job_id, entry.job.name,
                 )
         for job_id in reply.cancel:
-            entry = self.inflight.get(job_id)
+            entry = self.inflight.get(leases.get(job_id, ""))
             if entry is not None and not entry.ctx.cancelled:
                 entry.ctx.request_cancel()
                 if entry.task is not None:

@@ -4,6 +4,11 @@ Shared by the fetcher (adds), executors (finish), the acker (acknowledges), the 
 (extends every lease held, handles lost leases and cancellations) and the launcher (hard
 shutdown). Whoever *claims* an entry first decides its outcome: the job itself, the timeout
 watchdog, or the hard shutdown; the others see ``claim()`` return False and drop theirs.
+
+Entries are keyed by lease token, never by job id: a job that timed out is retried, and its
+retry may run in this process while the abandoned thread of the earlier attempt still runs.
+Both attempts carry the same job id; only the token tells them apart, so the late thread can
+never claim (and so silence) the attempt that replaced it.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ class Entry:
 
 
 class InFlight:
-    """Running entries by job id, plus a wake-up for the fetcher when a slot frees."""
+    """Running entries by lease token, plus a wake-up for the fetcher when a slot frees."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -46,14 +51,14 @@ class InFlight:
 
     def add(self, entry: Entry) -> None:
         """Register a job that is about to run."""
-        self._running[entry.job.id] = entry
+        self._running[entry.job.token] = entry
 
     def claim(self, entry: Entry) -> bool:
         """Take the right to acknowledge ``entry``; True only for the first caller.
 
         ``dict.pop`` is atomic under the GIL, so no lock is needed on this per-job path.
         """
-        if self._running.pop(entry.job.id, None) is not entry:
+        if self._running.pop(entry.job.token, None) is not entry:
             return False
         if not self._slot_freed.is_set():
             self._slot_freed.set()
@@ -70,9 +75,13 @@ class InFlight:
     def __iter__(self) -> Iterator[Entry]:
         return iter(list(self._running.values()))
 
-    def get(self, job_id: str) -> Entry | None:
-        """The running entry for a job id, or None."""
-        return self._running.get(job_id)
+    def get(self, token: str) -> Entry | None:
+        """The running entry holding the lease ``token``, or None."""
+        return self._running.get(token)
+
+    def holds(self, entry: Entry) -> bool:
+        """True while ``entry`` is still running here (nobody has claimed it)."""
+        return self._running.get(entry.job.token) is entry
 
     def wait_for_slot(self, timeout: float) -> bool:
         """Block until a slot is free or ``timeout`` passes; True when one is free."""

@@ -1,23 +1,31 @@
-"""Isolation: a job recovered from a crashed worker runs alone before the fetcher goes on.
+"""Isolation: a job recovered from a crashed worker (a *suspect*) never runs beside another.
 
 A job that kills its process (segfault, ``os._exit``, out of memory) takes the jobs running
-beside it down too. They are all recovered together, and if they were leased together again
-they would crash together until every one reached the recovery limit and went dead with the
-poison job. So a fetch that returns a recovered job (``recoveries > 0``) keeps only that one,
-hands the rest straight back (``INTERRUPTED``: pending again, no error counted), waits for the
-jobs already running here to end, runs the suspect alone, and only then fetches again. An
-innocent job runs fine on its own; the poison job crashes alone until the storage sends it to
-dead. The price is lower concurrency right after a crash, for recovered jobs only.
+beside it down too; they are all recovered together, each with ``recoveries`` counted up. If
+suspects ran together again they would crash together until every one reached the recovery
+limit and went dead with the poison job. So each worker process runs at most one suspect at
+a time, in one slot, while its other slots keep fetching and running normal jobs:
+
+- a fetch that brings a suspect while none runs here starts it like any job;
+- every other suspect of the fetch (and any suspect fetched while one runs) is handed straight
+  back (``INTERRUPTED``: pending again, no error counted), and that hand-back is written
+  *before* the fetch's jobs start, so a poison job crashing the process at once cannot drag
+  jobs it was merely fetched with into another recovery.
+
+A poison job then crashes with at most ``concurrency - 1`` normal jobs beside it; those come
+back as suspects with one recovery, and never share a process with another suspect again. An
+innocent job runs fine; the poison job crashes until the storage sends it to dead. Throughput
+after a crash stays at every slot but the suspect's (docs/reliability.md).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from conveyor.clock import Clock
 from conveyor.job import Ack, LeasedJob, Outcome
-from conveyor.worker.acker import Acker
+from conveyor.storage.base import Storage
+from conveyor.worker.acker import WriteLock
 from conveyor.worker.inflight import Entry, InFlight
 from conveyor.worker.processor import Processor
 
@@ -25,66 +33,61 @@ __all__ = ["Isolation"]
 
 log = logging.getLogger("conveyor.worker")
 
-HANDED_BACK = "handed back unstarted: a job recovered from a crashed worker runs alone first"
+HANDED_BACK = "handed back unstarted: a job recovered from a crashed worker is running here"
 
 
 class Isolation:
-    """The fetcher's state while a recovered job waits to run, or runs, alone."""
+    """Which suspect runs in this process, if any; sorts each fetch before it is started."""
 
-    def __init__(self, clock: Clock, processor: Processor, inflight: InFlight, acker: Acker,
-                 submit: Callable[[Entry], None]) -> None:
-        self.clock = clock
+    def __init__(self, processor: Processor, inflight: InFlight, storage: Storage,
+                 write_lock: WriteLock) -> None:
         self.processor = processor
         self.inflight = inflight
-        self.acker = acker
-        self.submit = submit
-        self.held: Entry | None = None  # leased, waiting for the others to end
-        self.alone: Entry | None = None  # running alone
+        self.storage = storage
+        self.write_lock = write_lock
+        self.suspect: Entry | None = None  # the suspect running here
+        self.handed_back = 0
 
     @property
-    def active(self) -> bool:
-        """True while normal fetching must wait."""
-        return self.held is not None or self.alone is not None
+    def busy(self) -> bool:
+        """True while a suspect runs here: any suspect fetched now is handed back."""
+        suspect = self.suspect
+        return suspect is not None and self.inflight.holds(suspect)
 
-    def take(self, jobs: Sequence[LeasedJob]) -> list[LeasedJob]:
-        """From one fetch, the jobs to run normally; holds back the first recovered one."""
-        suspect = next((job for job in jobs if job.recoveries), None)
-        if suspect is None:
-            return list(jobs)
+    def take(self, jobs: Sequence[LeasedJob]) -> list[Entry | Ack]:
+        """Prepare one fetch: entries to start (at most one suspect among them) and acks.
+
+        Suspects that may not run now are handed back here, synchronously.
+        """
+        out: list[Entry | Ack] = []
+        back: list[Ack] = []
+        busy = self.busy
         for job in jobs:
-            if job is not suspect:
-                self.acker.add(Ack(job.id, job.token, Outcome.INTERRUPTED, message=HANDED_BACK))
-        prepared = self.processor.prepare(suspect)
-        if isinstance(prepared, Ack):
-            self.acker.add(prepared)
-            return []
-        log.warning("job %s (%s) was recovered %d time(s) from a crashed worker; running it "
-                    "alone", suspect.id, suspect.name, suspect.recoveries)
-        self.inflight.add(prepared)
-        self.held = prepared
-        return []
+            if job.recoveries and busy:
+                back.append(Ack(job.id, job.token, Outcome.INTERRUPTED, message=HANDED_BACK))
+                continue
+            prepared = self.processor.prepare(job)
+            out.append(prepared)
+            if job.recoveries and isinstance(prepared, Entry):
+                self.suspect, busy = prepared, True
+                log.warning("job %s (%s) was recovered %d time(s) from a crashed worker; no "
+                            "other recovered job runs here until it ends",
+                            job.id, job.name, job.recoveries)
+        if back:
+            self._hand_back(back)
+        return out
 
-    def advance(self, timeout: float) -> None:
-        """Start the held job once it is the only one here; notice when it has ended."""
-        held, alone = self.held, self.alone
-        if held is not None:
-            if self.inflight.get(held.job.id) is not held:  # hard shutdown or lease lost
-                self.held = None
-            elif self.inflight.wait_until(lambda: len(self.inflight) <= 1, timeout):
-                self.held, self.alone = None, held
-                now = self.clock.now()
-                if held.deadline is not None:  # its timeout counts from now, not the lease
-                    held.deadline = now + (held.deadline - held.started)
-                held.started = held.logged_at = now
-                self.submit(held)
-        elif alone is not None and self.inflight.wait_until(
-            lambda: self.inflight.get(alone.job.id) is not alone, timeout
-        ):
-            self.alone = None
+    def wait(self, timeout: float) -> None:
+        """Block until the suspect running here ends, or ``timeout``: called when a fetch
+        brought nothing but suspects, which fetching again at once would only hand back."""
+        self.inflight.wait_until(lambda: not self.busy, timeout)
 
-    def release(self) -> None:
-        """At quiet/stop: hand a held job back at once instead of letting it wait out the stop."""
-        held, self.held = self.held, None
-        if held is not None and self.inflight.claim(held) and not held.lost:
-            self.acker.add(Ack(held.job.id, held.job.token, Outcome.INTERRUPTED,
-                               message="worker stopped before the job started"))
+    def _hand_back(self, acks: list[Ack]) -> None:
+        try:
+            with self.write_lock:
+                self.storage.ack(acks)
+        except Exception:  # the leases expire and the recoverer puts them back instead
+            log.exception("handing back %d recovered job(s) failed", len(acks))
+            return
+        self.handed_back += len(acks)
+

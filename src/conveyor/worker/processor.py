@@ -52,11 +52,7 @@ class Processor:
             return self._dead(job, PayloadError(f"unreadable: {job.unreadable}"))
         fn = self.app.registry.get(job.name)
         if fn is None:
-            exc: Exception = UnknownJobError(
-                f"no job named {job.name!r} is registered in this worker's app; "
-                "deploy the code that defines it, then retry the job from the dead set"
-            )
-            return self._dead(job, exc)
+            return self._unknown(job)
         try:
             args, kwargs, meta = decode_payload(job.payload)
         except PayloadError as bad:
@@ -70,6 +66,18 @@ class Processor:
         timeout = job.timeout if job.timeout is not None else fn.opts.timeout
         deadline = now + timeout if timeout else None
         return Entry(job, fn, ctx, args, kwargs, started=now, deadline=deadline, logged_at=now)
+
+    def _unknown(self, job: LeasedJob) -> Ack:
+        """A job this worker's code does not define: an error retried with the default
+        backoff, dead only after its retry budget. In a rolling deploy an old worker meets
+        jobs of the new code; a new worker takes the retry [Sidekiq]."""
+        exc = UnknownJobError(f"no job named {job.name!r} in this worker; retrying — is the "
+                              "worker running the new code?")
+        if job.errors >= job.max_retries:
+            return self._dead(job, exc)
+        log.warning("job %s: %s", job.id, exc)
+        return Ack(job.id, job.token, Outcome.RETRY, message=str(exc), error=error_info(exc),
+                   retry_in=backoff(job.errors + 1))
 
     def _dead(self, job: LeasedJob, exc: Exception) -> Ack:
         # The name and reason come from storage, maybe from another client: escape them.

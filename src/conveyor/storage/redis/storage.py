@@ -98,7 +98,8 @@ class RedisStorage(RedisInspector, RedisSchedules):
                       ) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of one dequeue.lua call."""
         qk = self.keys.queue(queue)
-        keys = [qk.pending, qk.active, qk.jobs, qk.state, qk.meta, qk.dead, qk.parked, qk.flow]
+        keys = [qk.pending, qk.active, qk.jobs, qk.state, qk.meta, qk.dead, qk.parked, qk.flow,
+                qk.messages]
         prefix = os.urandom(8).hex() + "."  # tokens: prefix, sequence, "/queue"
         return keys, [self.now_arg(), queue, worker_id, want, repr(float(lease_seconds)),
                       prefix]
@@ -291,7 +292,7 @@ class RedisStorage(RedisInspector, RedisSchedules):
             cursor = self._scan.get(queue, "0")
             done, moves, next_cursor = self.scripts.run(
                 "reclaim", [qk.active, qk.pending, qk.state, qk.dead, qk.meta, qk.notify,
-                            qk.messages, qk.jobs, qk.flow],
+                            qk.messages, qk.jobs, qk.flow, qk.cancelled],
                 [self.now_arg(), queue, max_recoveries, limit, cursor, SCAN_COUNT])
             self._scan[queue] = next_cursor or "0"
             self.sync_batches(moves)

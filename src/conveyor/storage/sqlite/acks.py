@@ -14,20 +14,26 @@ from collections.abc import Sequence
 from typing import Any
 
 from conveyor.job import Ack, Event, EventKind, Outcome
+from conveyor.storage.rules import (
+    ack_message,
+    cancelled_message,
+    counts_as_error,
+    effective_outcome,
+)
 from conveyor.storage.sqlite import batches, jobs
 
 # Name and batch id as bytes: a row another program wrote may not be UTF-8, and its (dead)
 # outcome must still be written (see jobs.decode_text).
 _SELECT = (
     "SELECT id, rowid, token, state, queue, CAST(name AS BLOB), CAST(batch_id AS BLOB), "
-    "worker, attempt FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
+    "worker, attempt, cancel_requested FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
 )
 # By rowid: measured several times faster than matching on the text id or UPDATE … FROM.
 _APPLY = (
     "UPDATE jobs SET state = ?, errors = errors + ?, result = coalesce(?, result), "
     "message = ?, progress = coalesce(?, progress), run_at = coalesce(?, run_at), "
     "ready_at = coalesce(?, ready_at), finished_at = ?, token = NULL, "
-    "lease_expires_at = NULL, cancel_requested = 0, events = events || ? "
+    "lease_expires_at = NULL, events = events || ? "
     "WHERE rowid = ? AND state = 'active'"
 )
 _REFUSE = "UPDATE jobs SET events = events || ? WHERE rowid = ?"
@@ -43,22 +49,25 @@ _OUTCOMES: dict[Outcome, tuple[str, str, bool, str | None]] = {
 }
 
 
-def _params(ack: Ack, now: float, row: Sequence[Any]) -> tuple[Any, ...]:
-    """The ``_APPLY`` parameters of one ack, for the job row it matched."""
-    state, kind, terminal, _ = _OUTCOMES[ack.outcome]
+def _params(ack: Ack, outcome: Outcome, now: float, row: Sequence[Any]) -> tuple[Any, ...]:
+    """The ``_APPLY`` parameters of one ack, applied as ``outcome``, for the row it matched."""
+    state, kind, terminal, _ = _OUTCOMES[outcome]
     error = ack.error.to_wire() if ack.error else None
     data: dict[str, Any] | None = None
-    message = ack.message
-    if error is not None and ack.outcome in (Outcome.RETRY, Outcome.DEAD):
+    message = ack_message(ack)
+    if error is not None and outcome in (Outcome.RETRY, Outcome.DEAD):
         # The error event's data says whether a retry was scheduled.
-        retry = ack.outcome is Outcome.RETRY
+        retry = outcome is Outcome.RETRY
         data = {**error, "retry": retry, **({"retry_in": ack.retry_in or 0.0} if retry else {})}
-        message = message or error["message"]
+    elif outcome is not ack.outcome:  # a cancel request ended it: keep what ended the attempt
+        message, data = cancelled_message(message), error
+    elif outcome is Outcome.FAILED or outcome is Outcome.CANCELLED:
+        data = error
     final = Event(ts=now, kind=kind, state=state, message=message, worker=row[7],
                   attempt=row[8], data=data)
     events = "".join(e.to_json() + "\n" for e in (*ack.events, final))
     return (
-        state, 1 if data is not None or ack.outcome is Outcome.RETRY else 0, ack.result,
+        state, 1 if counts_as_error(ack) else 0, ack.result,
         message, json.dumps(list(ack.progress)) if ack.progress else None,
         now + (ack.retry_in or 0.0) if state == "retrying" else None,
         now if state == "pending" else None, now if terminal else None, events, row[1],
@@ -86,8 +95,9 @@ def apply(
             refusals.append((_refused(now, ack, row[3]), row[1]))
             continue
         rows[ack.job_id] = (*row[:3], "done", *row[4:])  # a second ack in this call is refused
-        updates.append(_params(ack, now, row))
-        state, counted = _OUTCOMES[ack.outcome][0], _OUTCOMES[ack.outcome][3]
+        outcome = effective_outcome(ack.outcome, bool(row[9]))
+        updates.append(_params(ack, outcome, now, row))
+        state, counted = _OUTCOMES[outcome][0], _OUTCOMES[outcome][3]
         if row[6]:
             moves.append((row[6], "active", state))
         if counted:

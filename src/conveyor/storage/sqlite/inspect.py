@@ -22,6 +22,7 @@ from conveyor.job import (
     WorkerInfo,
 )
 from conveyor.storage.base import JobTotals
+from conveyor.storage.rules import CANCELLED_WHILE_WAITING
 from conveyor.storage.sqlite import batches, jobs, readable
 from conveyor.storage.sqlite.connection import Database
 from conveyor.storage.sqlite.wakeup import Wakeup
@@ -152,7 +153,8 @@ class SqliteInspector:
             now = self.now()
             rows = self._select(cur, job_ids, _RETRYABLE)
             moves = jobs.move(cur, now, rows, JobState.PENDING, EventKind.RETRIED,
-                              sets=f"errors = 0, recoveries = 0, message = NULL, {jobs.REQUEUE}")
+                              sets="errors = 0, recoveries = 0, message = NULL, "
+                              f"cancel_requested = 0, {jobs.REQUEUE}")
             batches.apply(cur, now, moves, jobs.insert)
         if rows:
             self._wakeup.notify()
@@ -288,7 +290,7 @@ class SqliteInspector:
         active ones get a cancellation request their worker sees at the next heartbeat."""
         waiting = [r[:3] for r in rows if r[1] in _WAITING]
         moves = jobs.move(cur, now, waiting, JobState.CANCELLED, EventKind.CANCELLED,
-                          sets=jobs.FINISH)
+                          CANCELLED_WHILE_WAITING, f"message = :msg, {jobs.FINISH}")
         batches.apply(cur, now, moves, jobs.insert)
         cur.execute(
             "UPDATE jobs SET cancel_requested = 1, events = events || ? "

@@ -27,6 +27,7 @@ from conveyor.job import (
     WorkerInfo,
 )
 from conveyor.storage.base import Retention, WaitsThenDequeues
+from conveyor.storage.rules import cancelled_message
 from conveyor.storage.sqlite import acks as ack_sql
 from conveyor.storage.sqlite import batches, flow, jobs
 from conveyor.storage.sqlite.connection import (
@@ -75,9 +76,9 @@ _PROMOTE = (
     "WHERE state IN ('scheduled', 'retrying') AND run_at <= ? ORDER BY run_at LIMIT ?"
 )
 _RECLAIM = (
-    "SELECT id, state, batch_id, recoveries, queue, name FROM jobs INDEXED BY jobs_lease "
-    "WHERE state = 'active' AND lease_expires_at <= :now UNION ALL "
-    "SELECT id, state, batch_id, recoveries, queue, name FROM jobs "
+    "SELECT id, state, batch_id, recoveries, queue, name, cancel_requested FROM jobs "
+    "INDEXED BY jobs_lease WHERE state = 'active' AND lease_expires_at <= :now UNION ALL "
+    "SELECT id, state, batch_id, recoveries, queue, name, cancel_requested FROM jobs "
     "WHERE state = 'active' AND lease_expires_at IS NULL LIMIT :limit"
 )
 # Hinted: the planner otherwise walks every finished job of the state.
@@ -258,17 +259,23 @@ class SqliteStorage(WaitsThenDequeues, SqliteInspector, SqliteSchedules):
         with self._db.write() as cur:
             now = self.now()
             rows = cur.execute(_RECLAIM, {"now": now, "limit": limit}).fetchall()
-            back = [r[:3] for r in rows if r[3] + 1 <= max_recoveries]
+            back = [r[:3] for r in rows if r[3] + 1 <= max_recoveries and not r[6]]
             moves = jobs.move(cur, now, back, JobState.PENDING, EventKind.RECOVERED,
                               "lease expired", f"recoveries = recoveries + 1, {jobs.REQUEUE}")
+            # A cancel request was made: the lost attempt ends the job, as an error would.
+            moves += jobs.move(cur, now, [r[:3] for r in rows if r[6]], JobState.CANCELLED,
+                               EventKind.CANCELLED, cancelled_message("lease expired"),
+                               "recoveries = recoveries + 1, message = :msg, "
+                               "finished_at = :now, token = NULL, lease_expires_at = NULL")
             for r in rows:
-                if r[3] + 1 > max_recoveries:
+                if r[3] + 1 > max_recoveries and not r[6]:
                     moves += jobs.move(
                         cur, now, [r[:3]], JobState.DEAD, EventKind.DEAD,
                         f"recovered {r[3] + 1} times (poison job?)",
                         f"recoveries = recoveries + 1, message = :msg, {jobs.FINISH}",
                     )
-            dead = Counter((r[4], r[5], "dead") for r in rows if r[3] + 1 > max_recoveries)
+            dead = Counter((r[4], r[5], "dead") for r in rows
+                           if r[3] + 1 > max_recoveries and not r[6])
             if dead:
                 jobs.add_totals(cur, now, dead)
             batches.apply(cur, now, moves, jobs.insert)

@@ -6,6 +6,8 @@
 -- ARGV: 1 now|'', 2 queue, 3 mode: "plan" (apply jobs without a batch, report batch jobs)
 --       or "apply" (apply everything), then 9 per ack: id, token, outcome, result|'',
 --       message|'', error data JSON|'', retry_in|'', own events NDJSON|'', progress "d/t"|''
+-- A job whose cancellation was requested ends cancelled when its attempt did not finish by
+-- itself (retry, dead, interrupted): see storage/rules.py, the same rule in Python.
 -- Returns: per ack {code, batch id|'', "state:queue"|''}: 1 applied (or the same outcome was
 --          applied before with this token: a retried call), 0 refused (stale lease; an
 --          ack_refused event is recorded), 2 valid but its batch must be updated first.
@@ -27,7 +29,9 @@ local mode = ARGV[3]
 local TARGET = {retry = 'retrying', interrupted = 'pending', succeeded = 'succeeded',
                 failed = 'failed', dead = 'dead', cancelled = 'cancelled'}
 local FINAL = {succeeded = {}, failed = {}, dead = {}, cancelled = {}}
+local CANCELS = {retrying = true, dead = true, pending = true}
 local cur, touched, unleased, retrying, requeued, results, messages = {}, {}, {}, {}, {}, {}, {}
+local cleared = {}
 
 local function get(id, raw)
   local job = cur[id]
@@ -57,7 +61,7 @@ local function outcome_event(f, state, msg, err, delay)
   elseif state == 'pending' then
     if msg == '' then msg = 'interrupted by worker shutdown' end
     return event_line('interrupted', state, f, msg)
-  elseif state == 'succeeded' or state == 'cancelled' then
+  elseif state == 'succeeded' then
     return event_line(state, state, f, msg)
   end
   return event_line(state, state, f, msg, err)
@@ -66,6 +70,14 @@ end
 local function apply(i, id, job, state)
   local f = job.f
   local msg, err = ARGV[i + 4], ARGV[i + 5]
+  local outcome = ARGV[i + 2]
+  if state == 'cancelled' and TARGET[outcome] ~= 'cancelled' then
+    -- a cancel request ended it; the attempt still counts as an error when it was one
+    if msg ~= '' then msg = 'cancelled: ' .. msg else msg = 'cancelled while running' end
+    if outcome == 'retry' or (outcome == 'dead' and err ~= '') then
+      f[E] = tostring(num(f[E]) + 1)
+    end
+  end
   if ARGV[i + 8] ~= '' then f[PG] = ARGV[i + 8] end
   unleased[#unleased + 1] = id
   if ARGV[i + 3] ~= '' and state == 'succeeded' then
@@ -75,6 +87,8 @@ local function apply(i, id, job, state)
   if msg ~= '' then
     messages[#messages + 1] = id
     messages[#messages + 1] = msg
+  else  -- message is the text of the last outcome: none (a success) clears it
+    cleared[#cleared + 1] = id
   end
   local delay = ''
   if state == 'retrying' then
@@ -131,6 +145,7 @@ for k = 1, #ids do
     out[#out + 1] = {0, job.f[B], job.f[S] .. ':' .. ARGV[2]}
   else
     local state = TARGET[outcome] or 'failed'
+    if job.f[CR] ~= '' and CANCELS[state] then state = 'cancelled' end
     if job.f[B] ~= '' and mode == 'plan' then
       out[#out + 1] = {2, job.f[B], state .. ':' .. ARGV[2]}
     else
@@ -152,9 +167,10 @@ bulk('ZADD', K_SUCCEEDED, FINAL.succeeded)
 bulk('ZADD', K_FAILED, FINAL.failed)
 bulk('ZADD', K_DEAD, FINAL.dead)
 bulk('ZADD', K_CANCELLED, FINAL.cancelled)
-bulk('RPUSH', K_PENDING, requeued)
+bulk('LPUSH', K_PENDING, requeued)  -- at the tail, as on every backend
 bulk('HSET', K_RESULTS, results)
 bulk('HSET', K_MESSAGES, messages)
+bulk('HDEL', K_MESSAGES, cleared)
 flush_counts(K_META)
 notify(K_NOTIFY, #requeued)
 return out

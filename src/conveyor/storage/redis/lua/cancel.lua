@@ -6,8 +6,9 @@
 -- ARGV: 1 now|'', 2 queue, then job ids
 -- Returns: {resulting state per id ('' when no such job), batch moves}
 -- (the K_* names, INDEX and moves come from _admin.lua)
--- Records are read with one HMGET and written with one HSET and one ZADD per call.
-local out, ids, states, cancelled = {}, {}, {}, {}
+-- Records are read with one HMGET and written with one HSET (and one ZADD, one HSET of
+-- messages) per call.
+local out, ids, states, cancelled, messages = {}, {}, {}, {}, {}
 for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
 local raws = {}
 if #ids > 0 then raws = redis.call('HMGET', K_STATE, unpack(ids)) end
@@ -24,8 +25,11 @@ for k, id in ipairs(ids) do
     f[FA] = NOWS
     cancelled[#cancelled + 1] = NOW
     cancelled[#cancelled + 1] = id
+    messages[#messages + 1] = id
+    messages[#messages + 1] = 'cancelled while waiting'
     states[#states + 1] = id
-    states[#states + 1] = pack(f, events .. event_line('cancelled', 'cancelled', f))
+    states[#states + 1] = pack(f, events .. event_line('cancelled', 'cancelled', f,
+      'cancelled while waiting'))
     note_batch(moves, f, id, 'cancelled')
     out[#out + 1] = 'cancelled'
   elseif f[S] == 'active' then
@@ -41,5 +45,6 @@ for k, id in ipairs(ids) do
 end
 bulk('HSET', K_STATE, states)
 bulk('ZADD', K_CANCELLED, cancelled)
+bulk('HSET', K_MESSAGES, messages)
 flush_stale()
 return {out, moves}

@@ -2,7 +2,8 @@
 -- KEYS: 1 pending (list), 2 active (zset lease expiry), 3 jobs (hash static JSON),
 --       4 state (hash state line + events), 5 meta (hash: paused flag, counters),
 --       6 dead (zset finished_at), 7 parked (zset: pending jobs held back by flow control,
---       oldest first), 8 flow (hash: concurrency counts, order holders, rate windows)
+--       oldest first), 8 flow (hash: concurrency counts, order holders, rate windows),
+--       9 messages (hash id -> the job's message)
 -- ARGV: 1 now|'', 2 queue, 3 worker id, 4 count (at most 1000), 5 lease seconds,
 --       6 token prefix
 -- Returns: {leased, batch moves}; leased = {id, static JSON|'', token, attempt, errors,
@@ -21,6 +22,8 @@ local K_META = KEYS[5]
 local K_DEAD = KEYS[6]
 local K_PARKED = KEYS[7]
 local K_FLOW = KEYS[8]
+local K_MESSAGES = KEYS[9]
+local EXPIRED = 'deadline passed before the job could start'
 local PARKED_SCAN = 200
 
 if redis.call('HEXISTS', K_META, 'paused') == 1 then return {{}, {}} end
@@ -37,8 +40,8 @@ local function expire(id, f, events)
   f[S] = 'dead'
   f[FA] = NOWS
   states[#states + 1] = id
-  states[#states + 1] = pack(f, events .. event_line('expired', 'dead', f,
-    'deadline passed before the job could start'))
+  states[#states + 1] = pack(f, events .. event_line('expired', 'dead', f, EXPIRED))
+  redis.call('HSET', K_MESSAGES, id, EXPIRED)
   dead[#dead + 1] = NOW
   dead[#dead + 1] = id
   count('d', f[N])

@@ -17,7 +17,8 @@ for i = 3, #ARGV do
     f[FA] = NOWS
     redis.call('ZADD', K_DEAD, NOW, id)
     count('d', f[N])
-    save(K_STATE, id, f, events .. event_line('killed', 'dead', f))
+    redis.call('HSET', K_MESSAGES, id, 'killed by hand')
+    save(K_STATE, id, f, events .. event_line('killed', 'dead', f, 'killed by hand'))
     note_batch(moves, f, id, 'dead')
     moved = moved + 1
   end

@@ -1,8 +1,10 @@
 -- reclaim.lua: put active jobs of one queue whose lease expired back to pending ("recovered",
 -- not an error attempt), or to dead after more than max_recoveries recoveries. Also scans a
 -- slice of the job states for active jobs that lost their lease entry (eviction, restore).
+-- A job whose cancellation was requested ends cancelled instead: it must never run again.
 -- KEYS: 1 active (zset lease expiry), 2 pending, 3 state, 4 dead, 5 meta, 6 notify,
---       7 messages, 8 jobs (static JSON, read for flow control), 9 flow (hash)
+--       7 messages, 8 jobs (static JSON, read for flow control), 9 flow (hash),
+--       10 cancelled (zset)
 -- ARGV: 1 now|'', 2 queue, 3 max_recoveries, 4 limit, 5 scan cursor|'' (no scan),
 --       6 scan count
 -- Returns: {how many recovered or buried, batch moves, next scan cursor|''}
@@ -15,6 +17,7 @@ local K_NOTIFY = KEYS[6]
 local K_MESSAGES = KEYS[7]
 local K_JOBS = KEYS[8]
 local K_FLOW = KEYS[9]
+local K_CANCELLED = KEYS[10]
 local max_recoveries = tonumber(ARGV[3])
 local limit = tonumber(ARGV[4])
 local done, pushed, moves = 0, 0, {}
@@ -25,9 +28,17 @@ local function recover(id, f, events)
   f[R] = tostring(r)
   f[TK] = ''
   f[LE] = ''
+  local cancel = f[CR] ~= ''
   local fl = flow_of(K_JOBS, id, f)
-  if fl then flow_release(K_FLOW, id, fl, true, r > max_recoveries) end
-  if r > max_recoveries then
+  if fl then flow_release(K_FLOW, id, fl, true, cancel or r > max_recoveries) end
+  if cancel then
+    local msg = 'cancelled: lease expired'
+    f[S] = 'cancelled'
+    f[FA] = NOWS
+    redis.call('ZADD', K_CANCELLED, NOW, id)
+    redis.call('HSET', K_MESSAGES, id, msg)
+    events = events .. event_line('cancelled', 'cancelled', f, msg)
+  elseif r > max_recoveries then
     local msg = 'recovered ' .. r .. ' times (poison job?)'
     f[S] = 'dead'
     f[FA] = NOWS

@@ -19,6 +19,7 @@ for i = 3, #ARGV do
     f[CR] = ''
     f[W] = ''
     redis.call('LPUSH', K_PENDING, id)
+    redis.call('HDEL', K_MESSAGES, id)  -- a retry by hand starts the story over
     save(K_STATE, id, f, events .. event_line('retried', 'pending', f))
     note_batch(moves, f, id, 'pending')
     moved = moved + 1
