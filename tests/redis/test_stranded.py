@@ -101,7 +101,7 @@ def test_stranded_jobs_are_put_back_once_and_run_once(store: RedisStorage) -> No
     for job_id in stranded:
         record = store.get_job(job_id)
         assert record is not None and record.state is JobState.PENDING
-        assert [e.message for e in record.events if e.kind == "recovered"] == [MESSAGE]
+        assert [e.message for e in record.events or [] if e.kind == "recovered"] == [MESSAGE]
     assert _run_pass(store) == 0  # nothing more is missing
 
     leased = _drain(store)
