@@ -32,6 +32,7 @@ class QueueKeys:
     messages: str  # hash: job id -> the job's last message (failure reason, error)
     parked: str  # zset: pending jobs held back by flow control, in the order they were popped
     flow: str  # hash: concurrency counts, order-key holders, rate windows
+    repair: str  # string, with a TTL: set by the worker that runs this queue's repair pass
 
     def by_state(self, state: str) -> str:
         """The index key holding jobs in ``state``."""

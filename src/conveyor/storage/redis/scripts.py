@@ -11,7 +11,7 @@ from conveyor.storage.redis.connection import Link
 
 SCRIPT_NAMES = (
     "enqueue", "dequeue", "ack", "log", "extend", "promote", "reclaim",
-    "cancel", "requeue", "kill", "delete", "trim", "batch", "ring",
+    "cancel", "requeue", "kill", "delete", "trim", "batch", "ring", "repair",
 )
 LIB = "_lib"
 ADMIN = "_admin"  # KEYS shared by the operator scripts

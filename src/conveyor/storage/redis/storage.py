@@ -34,9 +34,10 @@ from conveyor.job import (
 )
 from conveyor.storage.base import Retention
 from conveyor.storage.redis import codec
-from conveyor.storage.redis.connection import TRANSIENT, Link, make_client, parse_url
+from conveyor.storage.redis.connection import TRANSIENT, Link, Settings, make_client, parse_url
 from conveyor.storage.redis.core import Move
 from conveyor.storage.redis.inspect import RedisInspector
+from conveyor.storage.redis.repair import PendingRepair
 from conveyor.storage.redis.schedules import RedisSchedules
 
 log = logging.getLogger("conveyor.storage.redis")
@@ -71,6 +72,10 @@ def open_redis(url: str, clock: Clock | None = None) -> RedisStorage:
 
 class RedisStorage(RedisInspector, RedisSchedules):
     """``Storage`` and ``Inspector`` on Redis."""
+
+    def __init__(self, settings: Settings, link: Link, clock: Clock | None) -> None:
+        super().__init__(settings, link, clock)
+        self.repair = PendingRepair(self)
 
     # -- hot path -----------------------------------------------------------------------
 
@@ -285,7 +290,8 @@ class RedisStorage(RedisInspector, RedisSchedules):
 
     def reclaim_expired(self, max_recoveries: int = 5, limit: int = 1000) -> int:
         """Expired leases → pending (or dead past ``max_recoveries``); also finds active jobs
-        whose lease entry is missing, a slice of the records per call."""
+        whose lease entry is missing, a slice of the records per call, and advances the
+        queue's pass that puts back pending jobs missing from their list (``repair.py``)."""
         total = 0
         for queue in self.known_queues():
             qk = self.keys.queue(queue)
@@ -298,6 +304,7 @@ class RedisStorage(RedisInspector, RedisSchedules):
             self.sync_batches(moves)
             self.ring(queue, int(done))
             total += int(done)
+            self.repair.advance(queue)
         return total
 
     def cancel(self, job_id: str) -> JobState | None:
