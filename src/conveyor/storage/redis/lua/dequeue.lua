@@ -2,7 +2,7 @@
 -- KEYS: 1 pending (list), 2 active (zset lease expiry), 3 jobs (hash static JSON),
 --       4 state (hash state line + events), 5 meta (hash: paused flag, counters),
 --       6 dead (zset finished_at), 7 parked (zset: pending jobs held back by flow control,
---       oldest first), 8 flow (hash: concurrency counts, order holders, rate windows),
+--       oldest first), 8 flow (hash: concurrency counts, order holders),
 --       9 messages (hash id -> the job's message), 10 rates (zset: the sliding log of
 --       start times per rate key), 11 rate ends (zset: rate key -> when its log runs out)
 -- ARGV: 1 now|'', 2 queue, 3 worker id, 4 count (at most 1000), 5 lease seconds,
