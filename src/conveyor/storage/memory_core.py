@@ -63,6 +63,7 @@ class MemoryCore(WaitsThenDequeues, MemoryState):
             picked: list[Entry] = []
             expired: list[Entry] = []
             budget = ScanBudget()
+            self._flow.forget_idle_rates(now)
             for queue in dict.fromkeys(queues):
                 if len(picked) >= count:
                     break

@@ -9,7 +9,10 @@ locks. Rules (the same every backend enforces):
 * ``order_key``: one job of a key at a time, in enqueue order: the oldest job of the key that is
   pending, active or retrying holds it (so a retrying job keeps its place; a job scheduled for
   later takes its place only once it is due).
-* ``rate_key``: at most ``rate_limit`` starts in any ``rate_period`` seconds (sliding window).
+* ``rate_key``: a job may start at ``now`` while fewer than ``rate_limit`` jobs of its key
+  started in ``(now - rate_period, now]``: a sliding log of start times, so no span of
+  ``rate_period`` seconds ever holds more than ``rate_limit`` starts. A key's log is
+  forgotten once its newest start has left the window (``forget_idle_rates``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,10 @@ class FlowGate:
         self._order_heads: dict[str, list[tuple[int, str]]] = {}
         self._order_active: dict[str, int] = defaultdict(int)
         self._starts: dict[str, deque[float]] = {}
+        # When each rate key's newest start leaves its window, and a heap of the same with one
+        # entry per key (possibly older than the dict's value), to forget idle keys' logs.
+        self._rate_ends: dict[str, float] = {}
+        self._idle: list[tuple[float, str]] = []
 
     # -- unique ------------------------------------------------------------------------------
 
@@ -115,8 +122,26 @@ class FlowGate:
             self._active[flow.concurrency_key] += 1
         if flow.order_key:
             self._order_active[flow.order_key] += 1
-        if flow.rate_key and flow.rate_limit > 0:
-            self._starts.setdefault(flow.rate_key, deque()).append(now)
+        key = flow.rate_key
+        if key and flow.rate_limit > 0:
+            self._starts.setdefault(key, deque()).append(now)
+            end = now + flow.rate_period
+            if key not in self._rate_ends:
+                heapq.heappush(self._idle, (end, key))
+            self._rate_ends[key] = max(end, self._rate_ends.get(key, end))
+
+    def forget_idle_rates(self, now: float) -> None:
+        """Drop the start logs of rate keys whose newest start left the window more than a
+        second ago (the second absorbs rounding in ``now + period``), so the logs stay bounded
+        by the keys in use, as on Redis."""
+        while self._idle and self._idle[0][0] < now - 1:
+            end, key = heapq.heappop(self._idle)
+            latest = self._rate_ends[key]
+            if latest > end:
+                heapq.heappush(self._idle, (latest, key))  # started again since: look later
+            else:
+                del self._rate_ends[key]
+                self._starts.pop(key, None)
 
     def stopped(self, rec: JobRecord) -> None:
         """``rec`` left the active state."""

@@ -6,7 +6,8 @@ Layout (``keys.py`` spells every name; ``{q:<queue>}`` and ``{b:<batch>}`` are h
   fields, newline, NDJSON events), the indexes ``pending`` (list) / ``parked`` (zset, flow
   control) / ``scheduled`` ``active`` ``retrying`` ``succeeded`` ``failed`` ``dead``
   ``cancelled`` (zsets), ``results`` and ``messages`` (hashes), ``meta`` (paused flag and
-  outcome counters), ``unique`` and ``flow`` (flow control), ``notify`` (wake-up list);
+  outcome counters), ``unique`` and ``flow`` (flow control), ``rates`` and ``rate_ends``
+  (zsets: the sliding log of start times per rate key), ``notify`` (wake-up list);
 * per batch: ``batch`` (fields, counters per state, callbacks) and ``jobs`` (job → state);
 * registries without a tag, written outside scripts: queues, batches, workers; and the
   Cluster doorbells, all in the ``{doorbell}`` slot so one BLPOP can watch many queues.

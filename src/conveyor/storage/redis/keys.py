@@ -31,8 +31,11 @@ class QueueKeys:
     results: str  # hash: job id -> result JSON of a succeeded job
     messages: str  # hash: job id -> the job's last message (failure reason, error)
     parked: str  # zset: pending jobs held back by flow control, in the order they were popped
-    flow: str  # hash: concurrency counts, order-key holders, rate windows
+    flow: str  # hash: concurrency counts, order-key holders
     repair: str  # string, with a TTL: set by the worker that runs this queue's repair pass
+    # zset, all scores 0: the sliding log of start times per rate key (see _lib.lua)
+    rates: str
+    rate_ends: str  # zset: rate key -> when its newest start leaves the window
 
     def by_state(self, state: str) -> str:
         """The index key holding jobs in ``state``."""

@@ -104,7 +104,7 @@ class RedisStorage(RedisInspector, RedisSchedules):
         """KEYS and ARGV of one dequeue.lua call."""
         qk = self.keys.queue(queue)
         keys = [qk.pending, qk.active, qk.jobs, qk.state, qk.meta, qk.dead, qk.parked, qk.flow,
-                qk.messages]
+                qk.messages, qk.rates, qk.rate_ends]
         prefix = os.urandom(8).hex() + "."  # tokens: prefix, sequence, "/queue"
         return keys, [self.now_arg(), queue, worker_id, want, repr(float(lease_seconds)),
                       prefix]

@@ -144,8 +144,9 @@ local function save(K_STATE, id, f, events)
   redis.call('HSET', K_STATE, id, pack(f, events))
 end
 
--- Flow control (concurrency, order and rate keys) lives in the queue's flow hash, so limits
--- apply per queue. Only jobs flagged FL pay for decoding their static JSON.
+-- Flow control (concurrency counts and order holders) lives in the queue's flow hash, rate
+-- logs in its rates zsets, so limits apply per queue. Only jobs flagged FL pay for decoding
+-- their static JSON.
 local function flow_of(K_JOBS, id, f)
   if f[FL] == '' then return nil end
   local static = redis.call('HGET', K_JOBS, id)
@@ -155,7 +156,51 @@ local function flow_of(K_JOBS, id, f)
   return decoded.fl
 end
 
-local function flow_admit(K_FLOW, id, fl)
+-- Rate limits are a sliding log of start times: a job of rate key K may start at NOW while
+-- fewer than its rate_limit jobs of K started in (NOW - rate_period, NOW] -- the rule memory
+-- and SQLite apply, with the same floating-point comparison (start <= NOW - period is out).
+-- The log of a queue is one zset, K_RATES, every score 0 so it is ordered by member bytes:
+--   <byte length of K>:<K> <start time as 8 bytes, big-endian IEEE double> <unique tag>
+-- The length prefix keeps each key's members contiguous (no key's prefix starts another's),
+-- and big-endian doubles of non-negative times sort as the times do, so one ZREMRANGEBYLEX
+-- drops a key's starts that left the window and one ZLEXCOUNT counts the rest, both exact
+-- and O(log n). K_RATE_ENDS (zset rate key -> when its newest start leaves the window) lets
+-- dequeue forget the log of a key no longer used (rate_forget), so the log stays bounded:
+-- at most rate_limit members per key started within the last period (and a second).
+local RATE_ALL = '\128'  -- above the first byte of any non-negative double: all of a key
+local RATE_AT = '\255'  -- above any tag byte: all starts at or before a time
+local function rate_prefix(key) return #key .. ':' .. key end
+local function rate_before(prefix, t) return '(' .. prefix .. struct.pack('>d', t) .. RATE_AT end
+
+local function rate_admits(K_RATES, key, limit, period)
+  local prefix = rate_prefix(key)
+  local cutoff = NOW - period
+  if cutoff >= 0 then
+    redis.call('ZREMRANGEBYLEX', K_RATES, '[' .. prefix, rate_before(prefix, cutoff))
+  end
+  return redis.call('ZLEXCOUNT', K_RATES, '[' .. prefix, '(' .. prefix .. RATE_ALL) < limit
+end
+
+local function rate_start(K_RATES, K_RATE_ENDS, key, period, tag)
+  redis.call('ZADD', K_RATES, 0, rate_prefix(key) .. struct.pack('>d', NOW) .. tag)
+  redis.call('ZADD', K_RATE_ENDS, 'GT', NOW + period, key)
+end
+
+-- Forget the logs of up to `limit` keys whose newest start left the window more than a second
+-- ago (the second absorbs rounding in NOW + period; a log kept a little longer is harmless).
+local function rate_forget(K_RATES, K_RATE_ENDS, limit)
+  local idle = redis.call('ZRANGEBYSCORE', K_RATE_ENDS, '-inf', '(' .. (NOW - 1),
+    'LIMIT', 0, limit)
+  for _, key in ipairs(idle) do
+    local prefix = rate_prefix(key)
+    redis.call('ZREMRANGEBYLEX', K_RATES, '[' .. prefix, '(' .. prefix .. RATE_ALL)
+    redis.call('ZREM', K_RATE_ENDS, key)
+  end
+end
+
+-- Whether the job's limits let it start now; if so, take its concurrency slot, order key and
+-- a place in its rate log (`tag` makes the log entry unique).
+local function flow_admit(K_FLOW, K_RATES, K_RATE_ENDS, id, fl, tag)
   local climit = num(fl.concurrency_limit)
   if fl.concurrency_key and climit > 0 and
       num(redis.call('HGET', K_FLOW, 'c:' .. fl.concurrency_key)) >= climit then
@@ -165,24 +210,14 @@ local function flow_admit(K_FLOW, id, fl)
     local holder = redis.call('HGET', K_FLOW, 'o:' .. fl.order_key)
     if holder and holder ~= id then return false end
   end
-  local window = nil
-  local rlimit = num(fl.rate_limit)
-  if fl.rate_key and rlimit > 0 then
-    local start, used = NOW, 0
-    local held = redis.call('HGET', K_FLOW, 'r:' .. fl.rate_key)
-    if held then
-      local sep = string.find(held, '|', 1, true)
-      start, used = tonumber(string.sub(held, 1, sep - 1)), tonumber(string.sub(held, sep + 1))
-    end
-    if NOW >= start + num(fl.rate_period) then start, used = NOW, 0 end
-    if used >= rlimit then return false end
-    window = string.format('%.6f', start) .. '|' .. (used + 1)
-  end
+  local rlimit, rperiod = num(fl.rate_limit), num(fl.rate_period)
+  local rated = type(fl.rate_key) == 'string' and rlimit > 0
+  if rated and not rate_admits(K_RATES, fl.rate_key, rlimit, rperiod) then return false end
   if fl.concurrency_key and climit > 0 then
     redis.call('HINCRBY', K_FLOW, 'c:' .. fl.concurrency_key, 1)
   end
   if fl.order_key then redis.call('HSET', K_FLOW, 'o:' .. fl.order_key, id) end
-  if window then redis.call('HSET', K_FLOW, 'r:' .. fl.rate_key, window) end
+  if rated then rate_start(K_RATES, K_RATE_ENDS, fl.rate_key, rperiod, tag) end
   return true
 end
 

@@ -2,8 +2,9 @@
 -- KEYS: 1 pending (list), 2 active (zset lease expiry), 3 jobs (hash static JSON),
 --       4 state (hash state line + events), 5 meta (hash: paused flag, counters),
 --       6 dead (zset finished_at), 7 parked (zset: pending jobs held back by flow control,
---       oldest first), 8 flow (hash: concurrency counts, order holders, rate windows),
---       9 messages (hash id -> the job's message)
+--       oldest first), 8 flow (hash: concurrency counts, order holders),
+--       9 messages (hash id -> the job's message), 10 rates (zset: the sliding log of
+--       start times per rate key), 11 rate ends (zset: rate key -> when its log runs out)
 -- ARGV: 1 now|'', 2 queue, 3 worker id, 4 count (at most 1000), 5 lease seconds,
 --       6 token prefix
 -- Returns: {leased, batch moves}; leased = {id, static JSON|'', token, attempt, errors,
@@ -23,8 +24,11 @@ local K_DEAD = KEYS[6]
 local K_PARKED = KEYS[7]
 local K_FLOW = KEYS[8]
 local K_MESSAGES = KEYS[9]
+local K_RATES = KEYS[10]
+local K_RATE_ENDS = KEYS[11]
 local EXPIRED = 'deadline passed before the job could start'
 local PARKED_SCAN = 200
+local RATE_FORGET = 20  -- idle rate keys forgotten per call: more than a call can start
 
 if redis.call('HEXISTS', K_META, 'paused') == 1 then return {{}, {}} end
 local want = tonumber(ARGV[4])
@@ -35,6 +39,7 @@ local out, moves, states, active, dead = {}, {}, {}, {}, {}
 local seq = 0
 local seen = {}
 local dropped = 0  -- list entries popped and dropped (stale: cancelled, deleted, duplicate)
+local rate_seq = 0  -- with the call's random token prefix, tags each rate log entry uniquely
 
 local function expire(id, f, events)
   f[S] = 'dead'
@@ -86,7 +91,8 @@ local function consider(id, static, raw, parked)
     return expire(id, f, events)
   end
   local fl = flow_of(K_JOBS, id, f)
-  if fl and not flow_admit(K_FLOW, id, fl) then
+  rate_seq = rate_seq + 1
+  if fl and not flow_admit(K_FLOW, K_RATES, K_RATE_ENDS, id, fl, ARGV[6] .. rate_seq) then
     if not parked then
       redis.call('ZADD', K_PARKED, redis.call('HINCRBY', K_META, 'parkseq', 1), id)
     end
@@ -105,6 +111,7 @@ local function consider_all(ids, parked)
   end
 end
 
+rate_forget(K_RATES, K_RATE_ENDS, RATE_FORGET)
 -- Parked jobs were popped before anything still in the list, so they go first.
 local parked_ids = redis.call('ZRANGE', K_PARKED, 0, PARKED_SCAN - 1)
 if #parked_ids > 0 then consider_all(parked_ids, true) end
