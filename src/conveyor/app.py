@@ -39,6 +39,7 @@ from conveyor.registry import (
     JobOptions,
     KeyOption,
     Registry,
+    check_importable,
     default_name,
     make_options,
     split_item,
@@ -293,6 +294,7 @@ class Conveyor:
         self, name: str, opts: JobOptions, args: Sequence[Any], kwargs: Mapping[str, Any],
         delay: float | timedelta | None, at: datetime | float | None,
     ) -> EnqueueDraft:
+        check_importable(name)
         scope = current_batch()
         # Schedules use this process's clock (leases never do): a skew of a few seconds
         # shifts a scheduled job by as much, which is harmless.
