@@ -7,8 +7,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -24,20 +23,6 @@ from conveyor.worker.processor import Processor
 from conveyor.worker.signals import SignalPipe, dump_stacks
 from conveyor.worker.watchdog import Watchdog
 from tests.worker.helpers import lease_one
-
-
-@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
-def live_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Conveyor]:
-    """An app on the system clock, on each backend (Redis: the session's server, own prefix)."""
-    if request.param == "redis":
-        url = f"{request.getfixturevalue('redis_server').url}?prefix=w{new_id()}"
-    else:
-        url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path}/l.db"
-    app = Conveyor(url)
-    try:
-        yield app
-    finally:
-        app.close()
 
 
 def _until(check: Callable[[], bool], timeout: float = 10.0) -> bool:

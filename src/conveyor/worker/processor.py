@@ -21,6 +21,7 @@ from conveyor.job import Ack, ErrorInfo, LeasedJob, Outcome
 from conveyor.retry import backoff
 from conveyor.serializer import decode_payload, dumps
 from conveyor.worker.inflight import Entry
+from conveyor.worker.reporting import report_outcome
 
 __all__ = ["Processor", "error_info"]
 
@@ -71,8 +72,9 @@ class Processor:
         return Entry(job, fn, ctx, args, kwargs, started=now, deadline=deadline, logged_at=now)
 
     def _dead(self, job: LeasedJob, exc: Exception) -> Ack:
-        log.error("job %s (%s) cannot run: %s", job.id, job.name, exc)
-        return Ack(job.id, job.token, Outcome.DEAD, message=str(exc), error=error_info(exc))
+        ack = Ack(job.id, job.token, Outcome.DEAD, message=str(exc), error=error_info(exc))
+        report_outcome(self.app, job, exc, ack)
+        return ack
 
     def run(self, entry: Entry) -> Ack:
         """Run a sync job in this thread, through the server middleware."""
@@ -123,7 +125,12 @@ class Processor:
         return self._ack(entry, Outcome.SUCCEEDED, result=text)
 
     def failure(self, entry: Entry, exc: BaseException) -> Ack:
-        """Map an exception to FAILED, RETRY, DEAD or CANCELLED."""
+        """Map an exception to FAILED, RETRY, DEAD or CANCELLED; log it, call error hooks."""
+        ack = self._failure(entry, exc)
+        report_outcome(self.app, entry.job, exc, ack, entry.args, entry.kwargs)
+        return ack
+
+    def _failure(self, entry: Entry, exc: BaseException) -> Ack:
         job = entry.job
         if entry.ctx.cancelled:
             return self._ack(entry, Outcome.CANCELLED, message="cancelled while running")
