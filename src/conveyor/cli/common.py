@@ -11,7 +11,9 @@ import argparse
 import functools
 import json
 import os
+import signal
 import sqlite3
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -34,14 +36,17 @@ def add_source_args(parser: argparse.ArgumentParser, *, json_flag: bool = True) 
 
 
 def add_pause_resume(sub: Any, helps: tuple[str, str], func: Handler, *, dest: str,
-                     metavar: str) -> None:
+                     metavar: str, force_help: str | None = None) -> None:
     """Add ``pause`` and ``resume`` subcommands taking one or more names into ``dest``.
 
-    ``helps`` is the pause help then the resume help; ``func`` sees ``args.action``.
+    ``helps`` is the pause help then the resume help; ``func`` sees ``args.action``. With
+    ``force_help``, both take ``--force`` (``args.force``) with that help.
     """
     for action, helptext in zip(("pause", "resume"), helps, strict=True):
         parser = sub.add_parser(action, help=helptext)
         parser.add_argument(dest, nargs="+", metavar=metavar, help=f"one or more {metavar} names")
+        if force_help is not None:
+            parser.add_argument("--force", action="store_true", help=force_help)
         add_source_args(parser, json_flag=False)
         parser.set_defaults(func=func, action=action)
 
@@ -71,7 +76,11 @@ def guarded(func: Handler) -> Handler:
     @functools.wraps(func)
     def wrapper(args: argparse.Namespace) -> int:
         try:
-            return func(args)
+            code = func(args)
+            sys.stdout.flush()  # a closed pipe shows here, not at exit
+            return code
+        except BrokenPipeError:
+            return quiet_broken_pipe()
         except ConveyorError:
             raise
         except (OSError, sqlite3.Error) as exc:
@@ -86,6 +95,18 @@ def guarded(func: Handler) -> Handler:
             raise
 
     return wrapper
+
+
+def quiet_broken_pipe() -> int:
+    """The reader of stdout went away (``conveyor … | head``): exit quietly, as Unix tools do.
+
+    stdout is pointed at /dev/null so the interpreter's last flush cannot complain; the
+    exit code is the shell's for a death by SIGPIPE.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 def print_json(data: Any) -> None:

@@ -11,6 +11,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from conveyor import __version__
 from conveyor.errors import ConveyorError
 
 COMMANDS = (
@@ -28,6 +29,7 @@ COMMANDS = (
 def build_parser() -> argparse.ArgumentParser:
     """The full parser with every sub-command registered."""
     parser = argparse.ArgumentParser(prog="conveyor", description="conveyor background jobs")
+    parser.add_argument("--version", action="version", version=f"conveyor {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(name).register(sub)

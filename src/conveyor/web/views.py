@@ -133,16 +133,36 @@ def last_message(record: JobRecord) -> str | None:
     return None
 
 
+_RETRY_SCAN = 1000
+
+
 def batch_view(inspector: Inspector, batch_id: str, failures: int = 20) -> dict[str, Any]:
-    """A batch's counts, timings and ETA plus its first failed or dead jobs with messages."""
+    """A batch's counts, timings and ETA plus its latest failed or dead jobs with messages.
+
+    The ETA is never earlier than the last retry the batch waits for (``retries_until``,
+    the latest ``run_at`` of its retrying jobs, of the first 1,000 scanned): a rate measured
+    while 32 jobs sit in their backoff says nothing about when they will run. Failures
+    list the dead jobs first (they need a hand), then the failed ones, newest first in each.
+    """
     status = get_batch(inspector, batch_id)
-    out = status.as_dict(storage_now(inspector))
+    now = storage_now(inspector)
+    out = status.as_dict(now)
+    until = None
+    if out["counts"][JobState.RETRYING.value] and not out["complete"]:
+        waiting = inspector.list_jobs(state=JobState.RETRYING, batch_id=batch_id,
+                                      limit=_RETRY_SCAN)
+        until = max((j.run_at for j in waiting if j.run_at is not None), default=None)
+        if until is not None:
+            out["eta"] = max(out["eta"] or 0.0, until - now, 0.0)
+    out["retries_until"] = until
     found: list[dict[str, Any]] = []
-    for state in FAILURE_STATES:
-        for job in inspector.list_jobs(state=state, batch_id=batch_id, limit=failures,
-                                       with_events=True):
-            found.append({"id": job.id, "name": job.name, "state": job.state.value,
-                          "args": job.args, "message": last_message(job)})
+    for state in (JobState.DEAD, JobState.FAILED) if failures else ():
+        count = inspector.count_jobs(state=state, batch_id=batch_id)
+        latest = inspector.list_jobs(state=state, batch_id=batch_id, with_events=True,
+                                     offset=max(0, count - failures), limit=failures)
+        latest.sort(key=lambda j: (j.finished_at or 0.0, j.id), reverse=True)
+        found.extend({"id": job.id, "name": job.name, "state": job.state.value,
+                      "args": job.args, "message": last_message(job)} for job in latest)
     out["failures"] = found[:failures]
     return out
 
