@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
 from typing import Any
@@ -121,6 +121,29 @@ def next_tick(info: ScheduleInfo, now: float) -> float | None:
         return float(it.get_next(float))
     except (ValueError, KeyError, RuntimeError):
         return None
+
+
+def unlistened(schedules: Sequence[ScheduleInfo] | Sequence[Schedule],
+               listened: Iterable[str]) -> dict[str, list[str]]:
+    """Queues that ticks land on but no worker listens to, with the schedules that use each.
+
+    Such ticks are enqueued and then wait, silently, until a worker for their queue starts.
+    """
+    heard = set(listened)
+    out: dict[str, list[str]] = {}
+    for s in schedules:
+        if s.queue not in heard:
+            out.setdefault(s.queue, []).append(s.name)
+    return out
+
+
+def describe_unlistened(queues: dict[str, list[str]]) -> str:
+    """One line naming each unlistened queue and its schedules, and what to do."""
+    parts = "; ".join(f"queue {q!r} (schedules: {', '.join(names)})"
+                      for q, names in sorted(queues.items()))
+    flags = " ".join(f"-q {q}" for q in sorted(queues))
+    return (f"periodic ticks go to queues no running worker listens to: {parts}; they will "
+            f"wait until a worker runs with {flags}")
 
 
 def _due(schedule: Schedule, since: float, now: float,

@@ -155,3 +155,15 @@ def test_periodic_list_pause_resume(env: Env) -> None:
     assert code == 0 and not any(s.paused for s in env.app.storage.schedules())
     code, _, err = env.run("periodic", "pause", "no-such")
     assert code == 2 and "no periodic schedule named 'no-such'" in err
+
+
+def test_periodic_list_flags_queues_no_worker_listens_to(env: Env) -> None:
+    code, out, _ = env.run("periodic", "list")
+    assert code == 0 and "(!)" not in out  # the seeded worker listens to both queues
+    env.app.storage.unregister_worker(env.seeded.worker_id)
+    code, out, _ = env.run("periodic", "list")
+    assert code == 0
+    assert "exports (!)" in out and "default (!)" in out
+    assert "no running worker listens to default, exports" in out and "-q default -q exports" in out
+    rows = {r["name"]: r for r in env.json("periodic", "list")}
+    assert not rows["nightly-export"]["queue_listened"]

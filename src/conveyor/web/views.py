@@ -14,7 +14,7 @@ from typing import Any
 
 from conveyor.errors import BatchNotFound, JobNotFound, ScheduleNotFound
 from conveyor.job import BatchStatus, Event, EventKind, JobRecord, JobState, WorkerInfo
-from conveyor.periodic import next_tick
+from conveyor.periodic import next_tick, unlistened
 from conveyor.storage.base import Inspector
 
 FAILURE_STATES = (JobState.FAILED, JobState.DEAD)
@@ -48,10 +48,14 @@ def stats_view(inspector: Inspector) -> dict[str, Any]:
 def periodic_view(inspector: Inspector) -> list[dict[str, Any]]:
     """Every stored periodic schedule with its last tick enqueued and the next one due."""
     now = storage_now(inspector)
+    schedules = inspector.schedules()
+    missing = unlistened(schedules, {q for w in inspector.workers() for q in w.queues})
     out = []
-    for info in inspector.schedules():
+    for info in schedules:
         row: dict[str, Any] = dataclasses.asdict(info)
         row["next_tick"] = None if info.paused else next_tick(info, now)
+        # False: no live worker listens to the schedule's queue, so its ticks wait there.
+        row["queue_listened"] = info.queue not in missing
         out.append(row)
     return out
 
