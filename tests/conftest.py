@@ -11,17 +11,13 @@ from typing import Any
 
 import pytest
 
-try:
-    from tests.support.redis_server import RedisCluster, RedisServer, redis_server_binary
-except ImportError:  # the support module is optional while the Redis engine is absent
-    RedisServer = RedisCluster = None  # type: ignore[assignment,misc]
+from tests.support.redis_server import RedisCluster, RedisServer, redis_server_binary
 
-    def redis_server_binary() -> str | None:  # type: ignore[misc]
-        return None
+pytest_plugins = ["tests.support.ci_skips"]  # CI=true: unexpected skips fail
 
 
 def _skip_without_redis() -> None:
-    if RedisServer is None or redis_server_binary() is None:
+    if redis_server_binary() is None:
         pytest.skip("redis-server is not installed (make test installs Debian's redis-server)")
 
 
