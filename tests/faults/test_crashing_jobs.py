@@ -31,7 +31,7 @@ MAX_RECOVERIES = 5  # WorkerConfig default: dead after more than 5 recoveries
 # starts the suspect at once; when the suspect kills the process before the acker has
 # written them, those jobs stay leased, are recovered with it, and after 6 recoveries go
 # dead without ever having run. Fails about half the time with 4 on Redis Cluster.
-POISON_CONCURRENCY = 1
+POISON_CONCURRENCY = 4
 
 
 @pytest.mark.slow
