@@ -26,11 +26,11 @@ from tests.faults.harness import report, wait_until
 
 LEASE = 3.0
 MAX_RECOVERIES = 5  # WorkerConfig default: dead after more than 5 recoveries
-# 4 exposes a worker race (reported, not yet fixed): when a fetch returns a recovered job,
-# Isolation.take queues the other jobs' INTERRUPTED hand-backs on the asynchronous acker and
-# starts the suspect at once; when the suspect kills the process before the acker has
-# written them, those jobs stay leased, are recovered with it, and after 6 recoveries go
-# dead without ever having run. Fails about half the time with 4 on Redis Cluster.
+# -c 4: several jobs share a fetch with a recovered poison job. Until the fix, the fetcher
+# started the suspect while the hand-backs of the others still sat on the asynchronous acker;
+# when it killed the process they stayed leased, were recovered with it and, after 6
+# recoveries, went dead without ever running. Now a recovered job starts only once the acks
+# queued before it are written (Fetcher._submit_alone; tests/worker/test_isolation.py).
 POISON_CONCURRENCY = 4
 
 
@@ -41,8 +41,8 @@ def test_poison_jobs_go_dead_and_the_batch_finishes(backend: Backend, faults: Fa
     the dead processes. The poison jobs are leased 1 + 5 times (or more: see below), then end
     dead with a reason, and every normal job finishes.
 
-    ``-c 1``: with ``-c 4`` a normal job leased in the same fetch as a recovered poison job
-    sometimes goes dead without ever running (see ``POISON_CONCURRENCY``)."""
+    ``-c 4``, so that normal jobs share fetches with the recovered poison jobs (see
+    ``POISON_CONCURRENCY``)."""
     app, jobs = faults.client(backend.url)
     with app.batch(description="poison") as batch:
         poison = [ref.id for ref in jobs["faults.crash"].enqueue_many([("exit",), ("segv",)])]

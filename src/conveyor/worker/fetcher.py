@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 
 from conveyor.clock import Clock
 from conveyor.job import Ack, LeasedJob, Outcome
@@ -25,6 +26,8 @@ from conveyor.worker.processor import Processor
 __all__ = ["Fetcher"]
 
 log = logging.getLogger("conveyor.worker")
+
+ALONE_ACK_WAIT = 10.0  # seconds a recovered job waits for the acks queued before it
 
 _ERROR_DELAYS = (0.5, 1.0, 2.0, 5.0)
 
@@ -49,7 +52,7 @@ class Fetcher:
     ) -> None:
         self.write_lock: WriteLock = write_lock or NoLock()  # shared with the acker
         self._fetch_lock = threading.Lock()  # see ``quiet``
-        self.isolation = Isolation(clock, processor, inflight, acker, self.submit)
+        self.isolation = Isolation(clock, processor, inflight, acker, self._submit_alone)
         self.storage = storage
         self.clock = clock
         self.config = config
@@ -126,6 +129,22 @@ class Fetcher:
             self.loop.submit(entry)
         else:
             self.threads.submit(entry)
+
+    def _submit_alone(self, entry: Entry) -> None:
+        """Start a job recovered from a crash, once every ack queued before it is written.
+
+        It may kill this process too. The jobs handed back from its fetch, and the outcomes of
+        the jobs that just ended here, must be in the storage by then: left on the acker they
+        would stay leased, be recovered with the suspect and, recovery after recovery, go
+        dead without ever having run (seen at ``-c 4``: normal jobs dead, never run).
+        """
+        deadline = time.monotonic() + ALONE_ACK_WAIT
+        while len(self.acker) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if len(self.acker):
+            log.warning("starting recovered job %s alone before %d ack(s) could be written",
+                        entry.job.id, len(self.acker))
+        self.submit(entry)
 
     def start(self) -> None:
         """Run the fetch loop on a thread."""
