@@ -6,14 +6,22 @@ uses its own key prefix, so no test ever flushes a database.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from tests.support.redis_server import RedisCluster, RedisServer, redis_server_binary
 
 pytest_plugins = ["tests.support.ci_skips"]  # CI=true: unexpected skips fail
+
+# CI runs every property test derandomized: the same examples each run, so a red build is
+# reproducible and never flaky; locally hypothesis keeps exploring new examples.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 def _skip_without_redis() -> None:

@@ -46,7 +46,8 @@ from conveyor.registry import (
     split_item,
 )
 from conveyor.serializer import DEFAULT_MAX_PAYLOAD
-from conveyor.storage import DEFAULT_URL, Backend, Retention, open_storage
+from conveyor.storage import DEFAULT_URL, Backend, Retention, open_storage, redact
+from conveyor.text import check_name
 
 __all__ = ["Conveyor"]
 
@@ -89,7 +90,7 @@ class Conveyor:
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"<Conveyor {self.url.split('@')[-1]} jobs={len(self.registry)}>"
+        return f"<Conveyor {redact(self.url)} jobs={len(self.registry)}>"
 
     @property
     def storage(self) -> Backend:
@@ -215,6 +216,8 @@ class Conveyor:
                 expires_in=fn.opts.expires_in,
                 # args are fixed per schedule, so key callables can run once, here
                 flow=build_flow(fn.name, fn.opts, list(arguments), keywords))
+            check_name("schedule name", schedule.name)
+            check_name("queue", schedule.queue)
             if any(s.name == schedule.name for s in self.schedules):
                 raise ValueError(f"a periodic schedule named {schedule.name!r} already exists; "
                                  "pass name= to tell them apart")

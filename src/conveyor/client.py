@@ -18,6 +18,7 @@ from conveyor.errors import JobFailed, JobNotFound, ResultTimeout
 from conveyor.job import EnqueueResult, FlowControl, JobRecord, JobSpec, JobState, new_id
 from conveyor.registry import JobOptions, KeyOption
 from conveyor.serializer import encode_payload, loads
+from conveyor.text import check_name
 
 __all__ = [
     "CHUNK_SIZE", "EnqueueDraft", "JobLookup", "JobRef", "SpecBuffer", "build_spec", "run_at_from",
@@ -74,9 +75,13 @@ def run_at_from(
 
 
 def build_spec(draft: EnqueueDraft, now: float, max_payload: int) -> JobSpec:
-    """The ``JobSpec`` for a draft; raises ``PayloadError`` for arguments that cannot be stored."""
-    payload = encode_payload(draft.args, draft.kwargs, draft.meta, max_payload)
+    """The ``JobSpec`` for a draft; raises ``PayloadError`` for arguments that cannot be stored
+    and ``InvalidNameError`` for a name or queue no backend should store (text.py)."""
     opts = draft.options
+    # Checked here, after client middleware ran, so every backend gives the same answer.
+    check_name("job name", draft.name)
+    check_name("queue", opts.queue)
+    payload = encode_payload(draft.args, draft.kwargs, draft.meta, max_payload)
     start = draft.run_at if draft.run_at is not None else now
     return JobSpec(
         id=draft.id,

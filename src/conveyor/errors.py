@@ -31,6 +31,12 @@ class PayloadError(ConveyorError, ValueError):
     """Arguments cannot be stored: not JSON (with the path of the bad value) or too large."""
 
 
+class InvalidNameError(ConveyorError, ValueError):
+    """A job or queue name conveyor will not store: empty, too long, or holding a character
+    that cannot be stored or printed safely (control characters, line breaks, lone
+    surrogates), since names end up in keys, listings and log lines."""
+
+
 class UnknownJobError(ConveyorError, LookupError):
     """No job is registered under that name."""
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from conveyor.text import storable
+
 
 class JobState(str, Enum):
     """Where a job is in its lifecycle (DESIGN §2)."""
@@ -77,6 +79,12 @@ class Event:
     attempt: int = 0
     data: Mapping[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        # Human text is made storable where it is built, once, for every backend (text.py);
+        # ``data`` is data and is stored as JSON, exactly.
+        if self.message is not None and not self.message.isascii():
+            object.__setattr__(self, "message", storable(self.message))
+
     def to_wire(self) -> dict[str, Any]:
         """Compact dict form stored by backends (short keys, ``None`` left out)."""
         out: dict[str, Any] = {"t": self.ts, "k": self.kind}
@@ -125,7 +133,9 @@ class Event:
 def decode_events(log: str | None) -> list[Event]:
     """Parse a stored NDJSON event log; a damaged line becomes a visible event, not a crash."""
     events: list[Event] = []
-    for line in (log or "").splitlines():
+    # "\n" only: splitlines() would also split at U+2028, U+0085 and others, which JSON
+    # encoders (Lua's cjson, SQLite's json_object) leave unescaped inside strings.
+    for line in (log or "").split("\n"):
         if not line:
             continue
         try:
@@ -234,6 +244,12 @@ class ErrorInfo:
     message: str
     traceback: str = ""
 
+    def __post_init__(self) -> None:
+        for name in ("type", "message", "traceback"):  # human text: see text.py
+            value = getattr(self, name)
+            if not value.isascii():
+                object.__setattr__(self, name, storable(value))
+
     def to_wire(self) -> dict[str, str]:
         """Dict stored in the error event's data."""
         return {"type": self.type, "message": self.message, "traceback": self.traceback}
@@ -255,6 +271,11 @@ class Ack:
     retry_in: float | None = None
     events: tuple[Event, ...] = ()
     progress: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        # The message is human text (text.py); ``result`` is JSON the serializer made storable.
+        if self.message is not None and not self.message.isascii():
+            object.__setattr__(self, "message", storable(self.message))
 
 
 @dataclass(slots=True)
@@ -323,7 +344,7 @@ class JobRecord:
             "batch_id": self.batch_id,
             "worker": self.worker,
             "cancel_requested": self.cancel_requested,
-            "result": json.loads(self.result) if self.result else None,
+            "result": _json_or_none(self.result),
             "message": self.message,
             "progress": list(self.progress) if self.progress else None,
             "unreadable": self.unreadable,
@@ -333,11 +354,16 @@ class JobRecord:
         return out
 
 
-def _payload_part(payload: str, key: str, default: Any) -> Any:
+def _json_or_none(text: str | None) -> Any:
+    # A stored value another client wrote may not be JSON, or be nested past the stack.
     try:
-        data = json.loads(payload)
-    except ValueError:
-        return default
+        return json.loads(text) if text else None
+    except (ValueError, RecursionError):
+        return None
+
+
+def _payload_part(payload: str, key: str, default: Any) -> Any:
+    data = _json_or_none(payload)
     return data.get(key, default) if isinstance(data, dict) else default
 
 
@@ -350,6 +376,10 @@ class BatchSpec:
     description: str | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
     callbacks: Mapping[str, JobSpec] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.description is not None:  # human text: see text.py
+            object.__setattr__(self, "description", storable(self.description))
 
 
 BATCH_CALLBACK_EVENTS = ("complete", "success", "death")

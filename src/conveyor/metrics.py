@@ -12,15 +12,17 @@ Prometheus sums them.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
+from conveyor import asgi
 from conveyor.errors import Fail
+from conveyor.server import RunningServer, check_exposure
 from conveyor.storage.base import Inspector
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -210,34 +212,59 @@ class MetricsMiddleware:
         """Exposition text of this process's histogram."""
         return render([self.histogram.family()])
 
-    def serve(self, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
-        """Serve ``/metrics`` from a daemon thread; call ``shutdown()`` on the result to stop."""
-        return serve_metrics(self.render, host, port)
+    def serve(self, port: int, host: str = "127.0.0.1", *, token: str | None = None,
+              allowed_hosts: Iterable[str] = ()) -> RunningServer:
+        """Serve ``/metrics`` from a background thread; call ``stop()`` on the result to end it.
+
+        See ``serve_metrics`` for ``token`` and ``allowed_hosts``.
+        """
+        return serve_metrics(self.render, host, port, token=token, allowed_hosts=allowed_hosts)
 
 
-def serve_metrics(produce: Callable[[], str], host: str, port: int) -> ThreadingHTTPServer:
-    """Serve ``produce()`` at ``/metrics`` from a daemon thread and return the server."""
+def metrics_app(produce: Callable[[], str], token: str | None = None,
+                allowed_hosts: Iterable[str] = ()) -> asgi.ASGIApp:
+    """``produce()`` at ``/metrics`` (and ``/``) as an ASGI app, behind ``asgi.guard``.
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path.split("?")[0] not in ("/metrics", "/"):
-                self.send_error(404, "only /metrics is served here")
-                return
-            try:
-                body = produce().encode()
-                status = 200
-            except Exception as exc:  # a scrape must report, not kill the server thread
-                body, status = f"# metrics unavailable: {exc}\n".encode(), 503
-            self.send_response(status)
-            self.send_header("Content-Type", CONTENT_TYPE)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    With a ``token``, a scrape must send ``Authorization: Bearer <token>`` (Prometheus's
+    ``authorization`` / ``bearer_token_file``) or basic auth with the token as password.
+    ``produce`` runs on a worker thread, so a slow storage never stalls the server's loop.
+    """
 
-        def log_message(self, format: str, *args: Any) -> None:
-            """Scrapes every few seconds would flood stderr."""
+    async def app(scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] not in ("/metrics", "/"):
+            await asgi.plain(send, 404, "only /metrics is served here")
+            return
+        if scope["method"] not in ("GET", "HEAD"):
+            await asgi.plain(send, 405, "only GET is served here", extra=[(b"allow", b"GET")])
+            return
+        if token and not asgi.bearer_or_basic(asgi.header(scope, b"authorization") or "",
+                                              token):
+            await asgi.plain(send, 401, "authentication required",
+                             extra=[(b"www-authenticate", b'Bearer realm="conveyor"')])
+            return
+        try:
+            body = (await asyncio.get_running_loop().run_in_executor(None, produce)).encode()
+            status = 200
+        except Exception as exc:  # a scrape must report, not kill the server
+            body, status = f"# metrics unavailable: {exc}\n".encode("utf-8", "replace"), 503
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", CONTENT_TYPE.encode()),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="conveyor-metrics", daemon=True).start()
-    return server
+    return asgi.guard(app, asgi.allowed_hosts(allowed_hosts))
+
+
+def serve_metrics(produce: Callable[[], str], host: str, port: int, *,
+                  token: str | None = None, allowed_hosts: Iterable[str] = ()) -> RunningServer:
+    """Serve ``metrics_app(produce, token, …)`` on ``host:port`` and return the started server.
+
+    ``allowed_hosts``: names besides loopback and IP addresses that scrapes may use in
+    ``Host`` (``host`` itself is always one of them). Beyond loopback a ``token`` of at least
+    16 characters is required (``ConveyorError`` otherwise).
+    """
+    check_exposure(host, token, "metrics")
+    app = metrics_app(produce, token, [host, *allowed_hosts])
+    return RunningServer(app, host, port).start()

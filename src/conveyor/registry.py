@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from conveyor.errors import ConveyorError
+from conveyor.text import check_name
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
@@ -85,6 +86,7 @@ def _retries(retry: int | bool) -> int:
 def _check(opts: JobOptions) -> None:
     if not opts.queue or not isinstance(opts.queue, str):
         raise ValueError(f"queue must be a non-empty string, not {opts.queue!r}")
+    check_name("queue", opts.queue)
     if opts.max_retries < 0:
         raise ValueError("max_retries must be >= 0")
     for field in ("timeout", "expires_in", "unique_for"):
@@ -306,6 +308,7 @@ class Registry:
         function under a name already taken raises ``ValueError``, since the worker could not
         tell which one a stored job means.
         """
+        check_name("job name", fn.name)
         existing = self._jobs.get(fn.name)
         if existing is not None and default_name(existing.func) != default_name(fn.func):
             raise ValueError(

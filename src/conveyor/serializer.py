@@ -3,6 +3,12 @@
 JSON only, never pickle: anyone who can write to the storage must not be able to run code in
 every worker (DESIGN §7). A value JSON cannot hold is rejected at enqueue with its path, e.g.
 ``args[1]['when']: datetime is not JSON``.
+
+Data round-trips exactly, whatever its text: a string holding a lone surrogate (which UTF-8,
+and so every backend, cannot hold) is written with JSON's ASCII escapes (``"\\ud800"``, valid
+JSON) and reads back as the same string. Nesting is limited to ``MAX_DEPTH`` levels at the door
+so that any stored value decodes in a worker's thread; a deeper one written by another client
+decodes to a ``PayloadError``, never a ``RecursionError``.
 """
 
 from __future__ import annotations
@@ -15,16 +21,34 @@ from typing import Any
 from conveyor.errors import PayloadError
 
 DEFAULT_MAX_PAYLOAD = 512 * 1024
+MAX_DEPTH = 200
+"""Deepest nesting of lists and objects accepted in arguments and results: far beyond real
+data, and far enough below Python's recursion limit to decode on any worker thread."""
 
 _encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+_ascii_encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _decoder = json.JSONDecoder()
+# What encoding a value can raise: TypeError/ValueError for what JSON cannot hold (ValueError
+# includes ints past Python's digit limit), RecursionError for nesting past the stack.
+_ENCODE_ERRORS = (TypeError, ValueError, RecursionError)
+
+
+def _encode(value: Any) -> str:
+    """Compact JSON of ``value``, always encodable as UTF-8 (see the module docstring)."""
+    text: str = _encoder.encode(value)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: only the escaped form is storable
+            text = _ascii_encoder.encode(value)
+    return text
 
 
 def dumps(value: Any) -> str:
     """Compact JSON text of a value; raises ``PayloadError`` naming the bad part."""
     try:
-        text: str = _encoder.encode(value)
-    except (TypeError, ValueError) as exc:
+        text = _encode(value)
+    except _ENCODE_ERRORS as exc:
         where = find_bad_value(value, "value")
         raise PayloadError(where or str(exc)) from exc
     _refuse_coerced_keys([value], "value", unwrap=True)
@@ -46,8 +70,8 @@ def encode_payload(
     if meta:
         body["m"] = dict(meta)
     try:
-        text = _encoder.encode(body)
-    except (TypeError, ValueError) as exc:
+        text = _encode(body)
+    except _ENCODE_ERRORS as exc:
         where = find_bad_value(list(args), "args") or find_bad_value(dict(kwargs), "kwargs")
         if where is None and meta:
             where = find_bad_value(dict(meta), "meta")
@@ -69,6 +93,9 @@ def decode_payload(payload: str) -> tuple[list[Any], dict[str, Any], dict[str, A
     """(args, kwargs, meta) from stored payload text; raises ``PayloadError`` if malformed."""
     try:
         body = _decoder.decode(payload)
+    except RecursionError:
+        raise PayloadError("payload is nested too deeply to decode (written by another "
+                           f"client? conveyor accepts at most {MAX_DEPTH} levels)") from None
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"payload is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
@@ -109,15 +136,19 @@ def _refuse_coerced_keys(
                 raise PayloadError(found)
 
 
-def find_bad_value(value: Any, path: str) -> str | None:
-    """Path and reason of the first value JSON cannot hold, or None if all is JSON."""
+def find_bad_value(value: Any, path: str, depth: int = 0) -> str | None:
+    """Path and reason of the first value JSON cannot hold (or nested deeper than
+    ``MAX_DEPTH``), or None if all is JSON."""
     if value is None or isinstance(value, (str, bool, int)):
         return None
     if isinstance(value, float):
         return None if math.isfinite(value) else f"{path}: {value!r} is not JSON"
+    if isinstance(value, (list, tuple, dict)) and depth >= MAX_DEPTH:
+        where = path if len(path) <= 60 else f"{path[:40]}...{path[-12:]}"
+        return f"{where}: nested too deeply (more than {MAX_DEPTH} levels of lists and objects)"
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            found = find_bad_value(item, f"{path}[{i}]")
+            found = find_bad_value(item, f"{path}[{i}]", depth + 1)
             if found:
                 return found
         return None
@@ -125,7 +156,7 @@ def find_bad_value(value: Any, path: str) -> str | None:
         for key, item in value.items():
             if not isinstance(key, str):
                 return f"{path}: key {key!r} is {type(key).__name__}, JSON keys are strings"
-            found = find_bad_value(item, f"{path}[{key!r}]")
+            found = find_bad_value(item, f"{path}[{key!r}]", depth + 1)
             if found:
                 return found
         return None

@@ -107,7 +107,7 @@ def test_metrics_server(env: Env) -> None:
 def test_web_server_serves_and_refuses_public_bind_without_token(env: Env,
                                                                  tmp_path: Path) -> None:
     proc = conveyor("web", "--host", "0.0.0.0", "--port", "0", url=env.url)
-    assert proc.returncode == 2 and "without --token" in proc.stderr
+    assert proc.returncode == 2 and "without a token" in proc.stderr
     server = subprocess.Popen(
         [sys.executable, "-m", "conveyor.cli.main", "web", "--port", "0", "--url", env.url],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

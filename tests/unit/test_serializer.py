@@ -112,3 +112,35 @@ def test_non_string_keys_are_refused_in_kwargs_meta_and_values() -> None:
         dumps({1.5: "x"})
     text = encode_payload(["x", 1, {"a": [{"b": None}]}], {})
     assert text == '{"a":["x",1,{"a":[{"b":null}]}],"k":{}}'
+
+
+def _nested(levels: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_lone_surrogates_in_arguments_round_trip_and_the_payload_is_storable() -> None:
+    args = ["bad \ud800", {"\udfff key": ["x\udc80"]}, "café"]
+    text = encode_payload(args, {"k": "\ud800"})
+    text.encode("utf-8")  # what every backend does with it
+    assert decode_payload(text) == (args, {"k": "\ud800"}, {})
+    assert json.loads(dumps("\ud800")) == "\ud800"
+    dumps(["\ud800"]).encode("utf-8")
+
+
+def test_a_payload_nested_too_deeply_is_refused_at_enqueue_in_one_line() -> None:
+    for levels in (300, 100_000):
+        with pytest.raises(PayloadError, match="nested too deeply") as info:
+            encode_payload([_nested(levels)], {})
+        assert "\n" not in str(info.value) and "args[0]" in str(info.value)
+    with pytest.raises(PayloadError, match="nested too deeply"):
+        dumps({"result": _nested(100_000)})
+    encode_payload([_nested(50)], {})  # ordinary nesting is fine
+
+
+def test_a_stored_payload_nested_too_deeply_decodes_to_a_clear_error() -> None:
+    text = '{"a":[' + "[" * 100_000 + "]" * 100_000 + '],"k":{}}'
+    with pytest.raises(PayloadError, match="nested too deeply"):
+        decode_payload(text)

@@ -87,9 +87,8 @@ def test_middleware_histogram_counts_outcomes_through_real_jobs(tmp_path: Path) 
                    'outcome="succeeded",le="+Inf"}'] == 1
     server = mw.serve(0)
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as resp:
+        with urllib.request.urlopen(server.url + "/metrics", timeout=10) as resp:
             assert 'name="boom"' in resp.read().decode()
     finally:
-        server.shutdown()
+        server.stop()
     app.close()

@@ -20,7 +20,6 @@ from conveyor.hooks import ErrorReport
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.launcher import Launcher
 from conveyor.worker.logs import JsonFormatter
-from conveyor.worker.reporting import one_line
 
 
 def _until(check: Callable[[], bool], timeout: float = 30.0) -> None:
@@ -107,12 +106,6 @@ def test_json_log_lines_carry_the_job_fields(caplog: pytest.LogCaptureFixture) -
     assert (line["job_id"], line["attempt"], line["outcome"]) == (ref.id, 1, "dead")
     assert line["reason"] == "KeyError: 'sku'"
     app.close()
-
-
-def test_one_line_escapes_every_control_character() -> None:
-    text = "a\nb\rc\td\x00e\x1bf\x7fg\x85h\u2028i"
-    assert one_line(text) == "a\\nb\\rc\\td\\x00e\\x1bf\\x7fg\\x85h\\u2028i"
-    assert one_line("é ok ü") == "é ok ü"
 
 
 def test_the_sentry_example_of_the_docs_sends_one_event_per_error() -> None:

@@ -10,12 +10,12 @@ from typing import Any, TextIO
 from conveyor.cli.common import (
     add_source_args,
     emit,
-    guarded,
     open_backend,
     print_json,
     short,
     table,
 )
+from conveyor.cli.terminal import safe, say
 from conveyor.job import ALL_STATES
 from conveyor.storage.base import Inspector
 from conveyor.web.views import batch_state, batch_view, fmt_duration, fmt_time, get_batch
@@ -49,7 +49,6 @@ def register(sub: Any) -> None:
     cancel.set_defaults(func=cmd_cancel)
 
 
-@guarded
 def cmd_list(args: argparse.Namespace) -> int:
     """One line per batch."""
     with open_backend(args) as backend:
@@ -59,9 +58,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         print_json(batches)
         return 0
     if not batches:
-        print("no batches")
+        say("no batches")
         return 0
-    print(table(
+    say(table(
         ("ID", "DESCRIPTION", "DONE", "TOTAL", "%", "FAILED", "STATE", "CREATED"),
         [(b["id"], short(b["description"] or "", 40), b["done"], b["total"], b["percent"],
           b["counts"]["failed"] + b["counts"]["dead"], batch_state(b), fmt_time(b["created_at"]))
@@ -71,7 +70,6 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 
-@guarded
 def cmd_show(args: argparse.Namespace) -> int:
     """A batch's counts, timings, ETA and failures."""
     with open_backend(args) as backend:
@@ -81,7 +79,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def format_batch(view: dict[str, Any]) -> str:
     """The text form of ``batch_view``."""
-    lines = [f"batch {view['id']}  {view['description'] or ''}".rstrip(),
+    lines = [f"batch {safe(view['id'])}  {safe(view['description'] or '')}".rstrip(),
              f"  {progress_line(view)}",
              f"  state       {batch_state(view)}",
              f"  created     {fmt_time(view['created_at'])}",
@@ -90,14 +88,14 @@ def format_batch(view: dict[str, Any]) -> str:
              f"  elapsed     {fmt_duration(view['elapsed'])}",
              f"  eta         {fmt_duration(view['eta'])}{_retry_note(view)}"]
     if view["callbacks_fired"]:
-        lines.append(f"  callbacks   {', '.join(view['callbacks_fired'])}")
+        lines.append(f"  callbacks   {safe(', '.join(view['callbacks_fired']))}")
     if view["failures"]:
         lines.append("failures (dead first, then failed; newest first):")
-        lines.extend(f"  {f['id']} [{f['state']}] {f['message'] or '(no message)'}"
+        lines.extend(f"  {safe(f['id'])} [{f['state']}] {safe(f['message'] or '(no message)')}"
                      for f in view["failures"])
         more = view["counts"]["failed"] + view["counts"]["dead"] - len(view["failures"])
         if more > 0:
-            lines.append(f"  … and {more} more: conveyor jobs list --batch {view['id']} "
+            lines.append(f"  … and {more} more: conveyor jobs list --batch {safe(view['id'])} "
                          "--state failed (or dead)")
     return "\n".join(lines)
 
@@ -120,12 +118,11 @@ def progress_line(view: dict[str, Any]) -> str:
             f"{counts or 'no jobs yet'}{eta}")
 
 
-@guarded
 def cmd_watch(args: argparse.Namespace) -> int:
     """Redraw the progress line until the batch is complete, then print the summary."""
     with open_backend(args) as backend:
         complete = watch(backend, args.batch_id, sys.stdout, args.interval, args.timeout)
-        print(format_batch(batch_view(backend, args.batch_id)))
+        say(format_batch(batch_view(backend, args.batch_id)))
     return 0 if complete else 1
 
 
@@ -156,11 +153,10 @@ def watch(inspector: Inspector, batch_id: str, out: TextIO, interval: float,
         time.sleep(interval)
 
 
-@guarded
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel a batch's waiting jobs and ask its running ones to stop."""
     with open_backend(args) as backend:
         get_batch(backend, args.batch_id)
         count = backend.cancel_batch(args.batch_id)
-    print(f"cancelled batch {args.batch_id}: {count} job(s) cancelled or asked to stop")
+    say(f"cancelled batch {args.batch_id}: {count} job(s) cancelled or asked to stop")
     return 0

@@ -1,26 +1,26 @@
-"""What every operations command shares: where the storage comes from, output, errors.
+"""What every operations command shares: where the storage comes from, and output.
 
 The storage comes from ``--url`` / ``CONVEYOR_URL`` (default ``sqlite:///conveyor.db``) or from
 an application object named by ``--app module:attribute``; only ``Inspector`` methods (plus
 ``now()``) are used on it, so every command works the same on SQLite, Redis and memory.
+Text output goes through ``conveyor.cli.terminal`` so job data cannot drive the terminal;
+errors are turned into one line by ``conveyor.cli.main``.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
-import signal
-import sqlite3
-import sys
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from conveyor.cli.terminal import safe, say
 from conveyor.cli.worker import load_app
-from conveyor.errors import ConveyorError, StorageUnavailable
-from conveyor.storage import DEFAULT_URL, Backend, open_storage, redact
+from conveyor.errors import ConveyorError
+from conveyor.storage import DEFAULT_URL, Backend, open_storage
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -70,62 +70,24 @@ def open_backend(args: argparse.Namespace) -> Iterator[Backend]:
         backend.close()
 
 
-def guarded(func: Handler) -> Handler:
-    """Turn low-level connection errors into one clear ``StorageUnavailable`` line."""
-
-    @functools.wraps(func)
-    def wrapper(args: argparse.Namespace) -> int:
-        try:
-            code = func(args)
-            sys.stdout.flush()  # a closed pipe shows here, not at exit
-            return code
-        except BrokenPipeError:
-            return quiet_broken_pipe()
-        except ConveyorError:
-            raise
-        except (OSError, sqlite3.Error) as exc:
-            where = redact(storage_url(args)) if not args.app else f"the storage of {args.app}"
-            raise StorageUnavailable(f"cannot use {where}: {exc}") from exc
-        except Exception as exc:
-            # redis-py's ConnectionError/TimeoutError are not OSError subclasses; naming them
-            # here keeps redis an optional import.
-            if type(exc).__name__ in ("ConnectionError", "TimeoutError", "AuthenticationError"):
-                where = redact(storage_url(args))
-                raise StorageUnavailable(f"cannot reach {where}: {exc}") from exc
-            raise
-
-    return wrapper
-
-
-def quiet_broken_pipe() -> int:
-    """The reader of stdout went away (``conveyor … | head``): exit quietly, as Unix tools do.
-
-    stdout is pointed at /dev/null so the interpreter's last flush cannot complain; the
-    exit code is the shell's for a death by SIGPIPE.
-    """
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-    return 128 + signal.SIGPIPE
-
-
 def print_json(data: Any) -> None:
     """Pretty JSON on stdout."""
     print(json.dumps(data, indent=2, sort_keys=False, default=str))
 
 
 def emit(args: argparse.Namespace, view: Any, as_text: Callable[[Any], str]) -> int:
-    """Print a view as JSON (``--json``) or as text; returns exit code 0."""
+    """Print a view as JSON (``--json``) or as terminal-safe text; returns exit code 0."""
     if args.json:
         print_json(view)
     else:
-        print(as_text(view))
+        say(as_text(view))
     return 0
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain left-aligned text table."""
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    """A plain left-aligned text table; every cell escaped onto one line (``terminal.safe``)."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else safe(str(c)) for c in r]
+                                           for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
              for row in cells]
@@ -133,19 +95,53 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def short(value: Any, width: int = 60) -> str:
-    """A one-line, length-limited rendering of any value, for tables."""
+    """A one-line, length-limited, terminal-safe rendering of any value, for tables."""
     text = value if isinstance(value, str) else json.dumps(value, default=str)
-    text = " ".join(text.split())
+    text = safe(" ".join(text.split()))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def parse_json_arg(text: str, flag: str, kind: type) -> Any:
-    """Parse a JSON command-line value and check its type, or raise one clear error."""
+    """Parse a JSON command-line value and check its type, or raise one clear error.
+
+    JSON escapes can spell text no storage can hold (``"\\ud800"``, a lone surrogate), and
+    brackets can nest deeper than any decoder recurses; both are refused here, at the door.
+    """
     try:
         value = json.loads(text)
+    except RecursionError:
+        raise ConveyorError(f"{flag} is nested too deeply to be a job argument") from None
     except ValueError as exc:
-        raise ConveyorError(f"{flag} is not valid JSON ({exc}): {text!r}") from None
+        raise ConveyorError(f"{flag} is not valid JSON ({exc}): {short(text, 80)}") from None
     if not isinstance(value, kind):
         raise ConveyorError(f"{flag} must be a JSON {'array' if kind is list else 'object'}, "
                             f"got {type(value).__name__}")
+    bad = lone_surrogate_path(value, flag)
+    if bad:
+        raise ConveyorError(f"{bad} holds a lone surrogate, which is not text any storage "
+                            "can hold (UTF-8); fix the \\uD800-\\uDFFF escape")
     return value
+
+
+def lone_surrogate_path(value: Any, path: str) -> str | None:
+    """Where (``--args[0]['k']``) the first string holding a lone surrogate is, or None.
+
+    Walks with a stack, not recursion: ``value`` may nest as deep as the decoder allowed.
+    """
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return where
+        elif isinstance(item, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
+        elif isinstance(item, dict):
+            for key, v in reversed(list(item.items())):
+                if _SURROGATE.search(key):
+                    return f"{where} key '{safe(key)}'"
+                stack.append((v, f"{where}['{safe(key)}']"))
+    return None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")

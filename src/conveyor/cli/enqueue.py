@@ -8,11 +8,11 @@ from typing import Any
 from conveyor.app import Conveyor
 from conveyor.cli.common import (
     add_source_args,
-    guarded,
     parse_json_arg,
     print_json,
     storage_url,
 )
+from conveyor.cli.terminal import say
 from conveyor.cli.worker import load_app
 from conveyor.errors import ConveyorError
 
@@ -35,7 +35,6 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=cmd_enqueue)
 
 
-@guarded
 def cmd_enqueue(args: argparse.Namespace) -> int:
     """Validate the arguments and enqueue one job."""
     job_args = parse_json_arg(args.args, "--args", list)
@@ -62,10 +61,10 @@ def _enqueue(app: Conveyor, args: argparse.Namespace, job_args: list[Any],
     options: dict[str, Any] = {"queue": args.queue} if args.queue else {}
     ref = app.enqueue(args.name, job_args, job_kwargs, delay=args.delay, **options)
     if ref is None:
-        print("a client middleware stopped the enqueue")
+        say("a client middleware stopped the enqueue")
         return 1
     if args.json:
         print_json({"id": ref.id, "created": ref.created})
     else:
-        print(ref.id if ref.created else f"{ref.id} (a unique job already existed)")
+        say(ref.id if ref.created else f"{ref.id} (a unique job already existed)")
     return 0

@@ -8,14 +8,14 @@ from typing import Any
 from conveyor.cli.common import (
     add_source_args,
     emit,
-    guarded,
     open_backend,
     print_json,
     short,
     table,
 )
+from conveyor.cli.terminal import safe, say
 from conveyor.errors import ConveyorError
-from conveyor.job import JobState
+from conveyor.job import JobRecord, JobState
 from conveyor.web.views import fmt_time, get_job, job_row, job_view, parse_state
 
 
@@ -76,7 +76,6 @@ def _state_list(sub: Any, state: JobState) -> None:
     parser.set_defaults(func=cmd_list, fixed_state=state, state=None, batch=None)
 
 
-@guarded
 def cmd_list(args: argparse.Namespace) -> int:
     """List jobs, paged."""
     try:
@@ -89,24 +88,38 @@ def cmd_list(args: argparse.Namespace) -> int:
                                  offset=args.offset, limit=args.limit,
                                  with_events=args.batch is not None)
         total = backend.count_jobs(state=state, queue=args.queue, batch_id=args.batch)
-    rows = [job_row(j) for j in jobs]
+    rows = [list_row(j) for j in jobs]
     if args.json:
         print_json({"total": total, "offset": args.offset, "jobs": rows})
         return 0
     if not rows:
-        print("no jobs")
+        say("no jobs")
         return 0
     when = "run_at" if state in (JobState.SCHEDULED, JobState.RETRYING) else "created_at"
-    print(table(
-        ("ID", "STATE", "QUEUE", "NAME", "ARGS", "TRY", when.upper().replace("_", " "), "MESSAGE"),
-        [(r["id"], r["state"], r["queue"], r["name"], short(r["args"], 40), r["attempt"],
-          fmt_time(r[when]), short(r["message"] or "", 50)) for r in rows],
-    ))
-    print(f"\n{args.offset + 1}-{args.offset + len(rows)} of {total}")
+    say(format_list(rows, when))
+    say(f"\n{args.offset + 1}-{args.offset + len(rows)} of {total}")
     return 0
 
 
-@guarded
+def list_row(record: JobRecord) -> dict[str, Any]:
+    """``job_row`` plus why the stored record could not be read, if it could not."""
+    return {**job_row(record), "unreadable": record.unreadable}
+
+
+def format_list(rows: list[dict[str, Any]], when: str) -> str:
+    """The text table of ``jobs list``; an unreadable record says so in its MESSAGE."""
+    return table(
+        ("ID", "STATE", "QUEUE", "NAME", "ARGS", "TRY", when.upper().replace("_", " "), "MESSAGE"),
+        [(r["id"], r["state"], r["queue"], r["name"], short(r["args"], 40), r["attempt"],
+          fmt_time(r[when]), short(_unreadable_prefix(r) + (r["message"] or ""), 50))
+         for r in rows],
+    )
+
+
+def _unreadable_prefix(view: dict[str, Any]) -> str:
+    return f"UNREADABLE ({view['unreadable']}) " if view.get("unreadable") else ""
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     """Print a job in full."""
     with open_backend(args) as backend:
@@ -115,11 +128,13 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def format_job(view: dict[str, Any]) -> str:
-    """The text form of ``job_view``."""
-    lines = [f"job {view['id']}  {view['name']}  [{view['state']}]"]
-    for key in ("queue", "batch_id", "attempt", "errors", "recoveries", "worker", "message"):
+    """The text form of ``job_view``; every value from job data is escaped onto its line."""
+    flag = ", UNREADABLE" if view.get("unreadable") else ""
+    lines = [f"job {safe(view['id'])}  {safe(view['name'])}  [{view['state']}{flag}]"]
+    for key in ("unreadable", "queue", "batch_id", "attempt", "errors", "recoveries", "worker",
+                "message"):
         if view.get(key) not in (None, ""):
-            lines.append(f"  {key:<11} {view[key]}")
+            lines.append(f"  {key:<11} {safe(str(view[key]))}")
     if view.get("progress"):
         done, total = view["progress"]
         lines.append(f"  {'progress':<11} {done}/{total or '?'}")
@@ -134,16 +149,17 @@ def format_job(view: dict[str, Any]) -> str:
         lines.append(f"  {'result':<11} {short(view['result'], 400)}")
     lines.append("events:")
     for e in view.get("events") or []:
-        text = e["message"] or ""
-        lines.append(f"  {fmt_time(e['ts'])}  {e['kind']:<16} {e['state'] or '':<10} "
+        text = safe(e["message"] or "")
+        lines.append(f"  {fmt_time(e['ts'])}  {safe(e['kind']):<16} {safe(e['state'] or ''):<10} "
                      f"{'#' + str(e['attempt']) if e['attempt'] else '':<4} {text}".rstrip())
     for err in view["errors_detail"]:
-        lines.append(f"error on attempt {err['attempt']}: {err['type']}: {err['message']}")
-        lines.extend("    " + line for line in (err["traceback"] or "").rstrip().splitlines())
+        lines.append(f"error on attempt {err['attempt']}: {safe(err['type'] or '')}: "
+                     f"{safe(err['message'] or '')}")
+        lines.extend("    " + safe(line)
+                     for line in (err["traceback"] or "").rstrip().split("\n"))
     return "\n".join(lines)
 
 
-@guarded
 def cmd_action(args: argparse.Namespace) -> int:
     """Retry, delete or kill jobs by id; exit 1 when none of them could be acted on."""
     with open_backend(args) as backend:
@@ -154,32 +170,30 @@ def cmd_action(args: argparse.Namespace) -> int:
                   "kill": backend.kill_jobs}[args.action]
         done = method(args.job_ids)
     past = {"retry": "retried", "delete": "deleted", "kill": "killed"}[args.action]
-    print(f"{past} {done} of {len(args.job_ids)} job(s)"
+    say(f"{past} {done} of {len(args.job_ids)} job(s)"
           + (f"; not found: {', '.join(missing)}" if missing else ""))
     return 0 if done else 1
 
 
-@guarded
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel jobs by id, one line each; exit 1 when none of them exists."""
     with open_backend(args) as backend:
         outcomes = {job_id: backend.cancel(job_id) for job_id in args.job_ids}
     for job_id, state in outcomes.items():
         if state is None:
-            print(f"{job_id}: no such job")
+            say(f"{job_id}: no such job")
         elif state is JobState.ACTIVE:
-            print(f"{job_id}: running; cancellation requested (the job sees ctx.cancelled)")
+            say(f"{job_id}: running; cancellation requested (the job sees ctx.cancelled)")
         else:
-            print(f"{job_id}: {state.value}")
+            say(f"{job_id}: {state.value}")
     return 0 if any(s is not None for s in outcomes.values()) else 1
 
 
-@guarded
 def cmd_dead_bulk(args: argparse.Namespace) -> int:
     """Retry or delete the whole dead set (optionally one queue's)."""
     with open_backend(args) as backend:
         if args.action == "retry-all":
-            print(f"retried {backend.retry_all(JobState.DEAD, queue=args.queue)} dead job(s)")
+            say(f"retried {backend.retry_all(JobState.DEAD, queue=args.queue)} dead job(s)")
         else:
-            print(f"deleted {backend.clear(JobState.DEAD, queue=args.queue)} dead job(s)")
+            say(f"deleted {backend.clear(JobState.DEAD, queue=args.queue)} dead job(s)")
     return 0

@@ -9,10 +9,10 @@ from conveyor.cli.common import (
     add_pause_resume,
     add_source_args,
     emit,
-    guarded,
     open_backend,
     table,
 )
+from conveyor.cli.terminal import say
 from conveyor.web.views import fmt_time, get_schedule, periodic_view
 
 
@@ -28,7 +28,6 @@ def register(sub: Any) -> None:
                      cmd_pause_resume, dest="names", metavar="NAME")
 
 
-@guarded
 def cmd_list(args: argparse.Namespace) -> int:
     """Print one row per schedule."""
     with open_backend(args) as backend:
@@ -54,7 +53,6 @@ def format_list(view: list[dict[str, Any]]) -> str:
     return text
 
 
-@guarded
 def cmd_pause_resume(args: argparse.Namespace) -> int:
     """Pause or resume each named schedule; an unknown name is an error."""
     with open_backend(args) as backend:
@@ -63,5 +61,5 @@ def cmd_pause_resume(args: argparse.Namespace) -> int:
         change = backend.pause_schedule if args.action == "pause" else backend.resume_schedule
         for name in args.names:
             change(name)
-            print(f"{args.action}d {name}")
+            say(f"{args.action}d {name}")
     return 0

@@ -9,10 +9,10 @@ from conveyor.cli.common import (
     add_pause_resume,
     add_source_args,
     emit,
-    guarded,
     open_backend,
     table,
 )
+from conveyor.cli.terminal import say
 from conveyor.errors import ConveyorError
 from conveyor.job import JobState
 from conveyor.web.views import fmt_duration, stats_view
@@ -39,7 +39,6 @@ class UnknownQueueError(ConveyorError):
     """``conveyor pause`` named a queue nothing uses (likely a typo)."""
 
 
-@guarded
 def cmd_stats(args: argparse.Namespace) -> int:
     """Print one row per queue, then the totals and worker slot usage."""
     with open_backend(args) as backend:
@@ -75,7 +74,6 @@ def format_stats(view: dict[str, Any]) -> str:
     )
 
 
-@guarded
 def cmd_pause_resume(args: argparse.Namespace) -> int:
     """Pause or resume each named queue.
 
@@ -95,5 +93,5 @@ def cmd_pause_resume(args: argparse.Namespace) -> int:
         change = backend.pause_queue if args.action == "pause" else backend.resume_queue
         for queue in args.queue:
             change(queue)
-            print(f"{args.action}d {queue}")
+            say(f"{args.action}d {queue}")
     return 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from conveyor.cli.common import add_source_args, emit, guarded, open_backend, table
+from conveyor.cli.common import add_source_args, emit, open_backend, table
+from conveyor.cli.terminal import safe, say
 from conveyor.errors import ConveyorError
 from conveyor.web.views import fmt_duration, fmt_time, workers_view
 
@@ -22,7 +23,6 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=cmd_workers)
 
 
-@guarded
 def cmd_workers(args: argparse.Namespace) -> int:
     """List workers, or send quiet/stop to the given ones."""
     if args.action == "list":
@@ -40,7 +40,7 @@ def cmd_workers(args: argparse.Namespace) -> int:
             raise ConveyorError(f"no live worker with id {', '.join(unknown)}")
         for worker_id in args.worker_ids:
             backend.command_worker(worker_id, args.action)
-            print(f"sent {args.action} to {worker_id}; it acts at its next heartbeat")
+            say(f"sent {args.action} to {worker_id}; it acts at its next heartbeat")
     return 0
 
 
@@ -54,7 +54,8 @@ def format_workers(view: list[dict[str, Any]]) -> str:
     lines = [table(("ID", "HOST", "PID", "QUEUES", "BUSY", "STATUS", "STARTED"), rows)]
     for w in view:
         for slot in w["busy"]:
-            lines.append(f"  {w['id']}: {slot['name']} {slot['job_id']} on {slot['queue']}, "
+            lines.append(f"  {safe(w['id'])}: {safe(slot['name'])} {safe(slot['job_id'])} on "
+                         f"{safe(slot['queue'])}, "
                          f"running {fmt_duration(slot['running_for'])} "
                          f"(since {fmt_time(slot['started_at'])})")
     return "\n".join(lines)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import importlib
 from typing import Protocol
+from urllib.parse import unquote
 
 from conveyor.clock import Clock
 from conveyor.errors import StorageURLError
 from conveyor.storage.base import Inspector, Retention, Storage
 
-__all__ = ["DEFAULT_URL", "Backend", "Inspector", "Retention", "Storage", "open_storage"]
+__all__ = ["DEFAULT_URL", "Backend", "Inspector", "Retention", "Storage", "open_storage", "redact",
+           "url_secrets"]
 
 DEFAULT_URL = "sqlite:///conveyor.db"
 
@@ -62,13 +64,76 @@ def open_storage(url: str, clock: Clock | None = None) -> Backend:
     return opener(url, clock)
 
 
-def redact(url: str) -> str:
-    """The URL with any password replaced by ``***``, safe for logs and error messages."""
+# Query parameters whose value is a credential: redis-py's password, sentinel_password and
+# ssl_keyfile_password, any *token* or *secret*, and the usual spellings.
+_SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token", "credential", "apikey",
+                 "api_key")
+_SECRET_NAMES = ("pass", "auth", "key")
+
+
+def is_secret_param(name: str) -> bool:
+    """Whether a URL query parameter of this name holds a credential."""
+    lowered = name.lower()
+    return lowered in _SECRET_NAMES or any(word in lowered for word in _SECRET_WORDS)
+
+
+def _split(url: str) -> tuple[str, str, str, str]:
+    """(``scheme://``, userinfo or '', the rest of the authority and path, query or '').
+
+    The authority ends at the first ``?`` or ``#`` (a ``/`` may be part of a password that
+    was not percent-encoded); the userinfo ends at its last ``@``.
+    """
     scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    creds, at, host = rest.rpartition("@")
-    user, colon, _ = creds.partition(":")
-    return f"{scheme}://{user}{':***' if colon else ''}{at}{host}" if colon else (
-        f"{scheme}://***@{host}" if user and not colon and scheme.startswith("redis") else url
-    )
+    head = scheme + sep if sep else ""
+    if not sep:
+        rest = url
+    cut = min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+    authority, query = rest[:cut], rest[cut:]
+    at = authority.rfind("@") if sep else -1
+    if at < 0:
+        return head, "", authority, query
+    return head, authority[:at], authority[at + 1:], query
+
+
+def redact(url: str) -> str:
+    """The URL with every credential replaced by ``***``, safe for logs and error messages.
+
+    Masks the userinfo password (``user:***@``; a lone Redis user part, which redis-py may
+    take as a password, is masked whole) and the value of every query parameter that holds a
+    credential (``?password=``, ``sentinel_password=``, ``ssl_keyfile_password=``,
+    ``token=``, …).
+    """
+    head, userinfo, rest, query = _split(url)
+    if userinfo:
+        user, colon, _ = userinfo.partition(":")
+        if colon:
+            userinfo = f"{user}:***"
+        elif head.lower().startswith(("redis", "valkey")):
+            userinfo = "***"
+        rest = f"{userinfo}@{rest}"
+    return head + rest + _redact_query(query)
+
+
+def _redact_query(query: str) -> str:
+    if not query:
+        return query
+    out = []
+    for part in query[1:].replace(";", "&").split("&"):
+        name, eq, _ = part.partition("=")
+        out.append(f"{name}=***" if eq and is_secret_param(name) else part)
+    return query[0] + "&".join(out)
+
+
+def url_secrets(url: str) -> list[str]:
+    """Every credential a URL holds, raw and percent-decoded, to scrub from other text."""
+    head, userinfo, _, query = _split(url)
+    found = []
+    if ":" in userinfo:
+        found.append(userinfo.partition(":")[2])
+    elif head.lower().startswith(("redis", "valkey")):
+        found.append(userinfo)
+    for part in query[1:].replace(";", "&").split("&"):
+        name, eq, value = part.partition("=")
+        if eq and is_secret_param(name):
+            found.append(value)
+    return [s for raw in found if raw for s in {raw, unquote(raw)}]

@@ -1,6 +1,6 @@
 """The web dashboard: ``create_app(storage_or_app, token=None)`` returns an ASGI app."""
 
+from conveyor.server import RunningServer
 from conveyor.web.app import Dashboard, create_app
-from conveyor.web.server import RunningServer
 
 __all__ = ["Dashboard", "RunningServer", "create_app"]

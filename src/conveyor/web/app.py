@@ -11,20 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import hashlib
 import hmac
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any, TypeVar
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
+from conveyor import asgi
+from conveyor.asgi import bearer_or_basic, guard, plain
 from conveyor.errors import ConveyorError, StorageUnavailable
 from conveyor.storage.base import Inspector
 from conveyor.web import actions, pages
 from conveyor.web.http import (
-    BodyTooLarge,
+    BadRequest,
     Receive,
     Request,
     Response,
@@ -38,6 +41,9 @@ from conveyor.web.http import (
 
 SESSION_COOKIE = "conveyor_session"
 CSRF_COOKIE = "conveyor_csrf"
+# The result of an action, shown once on the page the POST redirects to. It travels in a cookie
+# signed by this process, never in the URL: a link cannot make the dashboard say anything.
+FLASH_COOKIE = "conveyor_flash"
 STATIC_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
                 ".svg": "image/svg+xml"}
 T = TypeVar("T")
@@ -46,9 +52,12 @@ T = TypeVar("T")
 class Dashboard:
     """The ASGI application returned by ``create_app``."""
 
-    def __init__(self, source: Any, token: str | None = None) -> None:
+    def __init__(self, source: Any, token: str | None = None,
+                 hosts: frozenset[str] | None = None) -> None:
         self._source = source
         self._token = token or None
+        self._flash_key = secrets.token_bytes(32)
+        self._guarded = guard(self._serve, asgi.allowed_hosts() if hosts is None else hosts)
         # SQLite connections are bound to threads: all storage calls go through one thread.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conveyor-web-db")
 
@@ -65,17 +74,24 @@ class Dashboard:
         return await loop.run_in_executor(self._executor, lambda: func(self.inspector))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """ASGI entry point (``http`` and ``lifespan``)."""
+        """ASGI entry point (``http`` and ``lifespan``), behind ``conveyor.asgi.guard``."""
+        await self._guarded(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
         try:
-            request = await Request.read(scope, receive)
+            request = await Request.read(scope)
+            if self._authenticate(request) is not None:  # no body is read before sign-in
+                await request.read_form(receive)
+            self._take_flash(request)
             response = mount(await self.handle(request), request.root)
-        except BodyTooLarge:
-            response = Response("request body too large", 413, "text/plain")
+        except BadRequest as exc:
+            await plain(send, 400, str(exc))
+            return
         await response.send(send)
 
     async def handle(self, request: Request) -> Response:
@@ -90,10 +106,12 @@ class Dashboard:
         if how == "query":  # drop the token from the address bar and history
             query = {k: v for k, v in request.query.items() if k != "token"}
             suffix = "?" + urlencode(query, doseq=True) if query else ""
-            response = redirect(request.path + suffix)
-            response.set_cookie(SESSION_COOKIE, self._session_value())
+            response = redirect(safe_next(quote(request.path) + suffix))
+            response.set_cookie(SESSION_COOKIE, self._session_value(), secure=request.secure)
             return response
-        csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(24)
+        csrf = request.cookies.get(CSRF_COOKIE, "")
+        if not _plain_token(csrf):
+            csrf = secrets.token_urlsafe(24)
         try:
             if request.method == "POST":
                 response = await self._post(request, csrf, bearer=(how == "bearer"))
@@ -105,8 +123,10 @@ class Dashboard:
                 response = json_response({"error": str(exc)}, status)
             else:
                 response = pages.error_page(str(exc), status, csrf)
-        if CSRF_COOKIE not in request.cookies:
-            response.set_cookie(CSRF_COOKIE, csrf)
+        if request.cookies.get(CSRF_COOKIE) != csrf:
+            response.set_cookie(CSRF_COOKIE, csrf, secure=request.secure)
+        if request.flash and response.status == 200 and request.arg("partial") != "1":
+            response.set_cookie(FLASH_COOKIE, "", secure=request.secure, max_age=0)  # shown
         return response
 
     async def _post(self, request: Request, csrf: str, bearer: bool) -> Response:
@@ -116,16 +136,36 @@ class Dashboard:
             return Response("cross-origin POST refused", 403, "text/plain")
         if not bearer:
             sent = request.field("csrf")
-            if not (sent and request.cookies.get(CSRF_COOKIE)
-                    and hmac.compare_digest(sent, request.cookies[CSRF_COOKIE])):
+            if not sent.isascii():  # a token this app made is URL-safe base64
+                raise BadRequest("malformed CSRF field: reload the page and try again")
+            if not (sent and hmac.compare_digest(sent.encode(), csrf.encode())):
                 return Response("missing or wrong CSRF token; reload the page and try again",
                                 403, "text/plain")
         result = await self.call(lambda insp: actions.perform(insp, request.path, request.form))
         if request.headers.get("accept", "").startswith("application/json"):
             return json_response({"ok": True, "message": result})
-        target = safe_next(request.field("next"), "/")
-        sep = "&" if "?" in target else "?"
-        return redirect(f"{target}{sep}{urlencode({'flash': result})}")
+        response = redirect(safe_next(request.field("next"), "/"))
+        response.set_cookie(FLASH_COOKIE, self._sign(result), secure=request.secure,
+                            max_age=60)
+        return response
+
+    def _sign(self, message: str) -> str:
+        # no "=" padding: the value must need no quoting in a cookie
+        data = base64.urlsafe_b64encode(message.encode("utf-8", "backslashreplace")
+                                        ).decode().rstrip("=")
+        mac = hmac.new(self._flash_key, data.encode(), hashlib.sha256).hexdigest()
+        return f"{data}.{mac}"
+
+    def _take_flash(self, request: Request) -> None:
+        """The flash message from this process's signed cookie; anything else is ignored."""
+        data, _, mac = request.cookies.get(FLASH_COOKIE, "").partition(".")
+        good = hmac.new(self._flash_key, data.encode("latin-1", "replace"),
+                        hashlib.sha256).hexdigest()
+        if data and hmac.compare_digest(mac.encode("latin-1", "replace"), good.encode()):
+            try:
+                request.flash = base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                request.flash = ""
 
     def _session_value(self) -> str:
         assert self._token is not None
@@ -135,21 +175,14 @@ class Dashboard:
         """How the request proved itself: open, bearer, basic, cookie, query; None if not."""
         if self._token is None:
             return "open"
-        token = self._token.encode()
-        auth = request.headers.get("authorization", "")
-        if auth.startswith("Bearer ") and hmac.compare_digest(auth[7:].strip().encode(), token):
-            return "bearer"
-        if auth.startswith("Basic "):
-            try:
-                _, _, password = base64.b64decode(auth[6:]).decode().partition(":")
-            except (ValueError, UnicodeDecodeError):
-                password = ""
-            if hmac.compare_digest(password.encode(), token):
-                return "basic"
-        cookie = request.cookies.get(SESSION_COOKIE, "")
-        if cookie and hmac.compare_digest(cookie, self._session_value()):
+        how = bearer_or_basic(request.headers.get("authorization", ""), self._token)
+        if how is not None:
+            return how
+        cookie = request.cookies.get(SESSION_COOKIE, "").encode("latin-1", "replace")
+        if cookie and hmac.compare_digest(cookie, self._session_value().encode()):
             return "cookie"
-        if request.method == "GET" and hmac.compare_digest(request.arg("token").encode(), token):
+        if request.method == "GET" and hmac.compare_digest(request.arg("token").encode(),
+                                                           self._token.encode()):
             return "query"
         return None
 
@@ -157,7 +190,7 @@ class Dashboard:
         if request.path.startswith(("/api/", "/metrics")) or request.method == "POST":
             return Response("authentication required\n", 401, "text/plain",
                             [("www-authenticate", 'Bearer realm="conveyor"')])
-        return pages.login_page(request.path)
+        return pages.login_page()
 
 
 def _status_of(exc: ConveyorError) -> int:
@@ -190,10 +223,22 @@ def _static(name: str) -> Response:
     return response
 
 
-def create_app(storage_or_app: Any, token: str | None = None) -> Dashboard:
+def _plain_token(value: str) -> bool:
+    """A CSRF cookie as this app makes them (URL-safe base64); anything else is replaced."""
+    return 16 <= len(value) <= 64 and value.isascii() and value.replace("-", "").replace(
+        "_", "").isalnum()
+
+
+def create_app(storage_or_app: Any, token: str | None = None, *,
+               allowed_hosts: Iterable[str] = ()) -> Dashboard:
     """The dashboard as an ASGI app over a storage backend or a ``Conveyor`` app.
 
     Mount it in any ASGI server (``uvicorn``, ``hypercorn``) or serve it with
-    ``conveyor.web.server.RunningServer``. ``token`` protects every page and action.
+    ``conveyor.server.RunningServer``. ``token`` protects every page and action.
+
+    Requests are served only when their ``Host`` is a loopback name, an IP address or one of
+    ``allowed_hosts`` (the names the dashboard is reached by, e.g. ``["ops.example.com"]``;
+    ``["*"]`` turns the check off, for a proxy that checks it): a page elsewhere that
+    re-points its own name at this server (DNS rebinding) is refused with 421.
     """
-    return Dashboard(storage_or_app, token)
+    return Dashboard(storage_or_app, token, asgi.allowed_hosts(allowed_hosts))

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs, quote
 
+from conveyor.asgi import MAX_BODY, BodyTooLarge, Receive, Scope, Send
 from conveyor.storage.base import Inspector
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
-MAX_BODY = 1024 * 1024
+__all__ = ["MAX_BODY", "BodyTooLarge", "Receive", "Request", "Response", "Scope", "Send"]
 
 # The dashboard never needs inline scripts or third-party content; forbidding them means an
 # escaping mistake cannot turn into script execution.
@@ -32,8 +28,8 @@ SECURITY_HEADERS = (
 )
 
 
-class BodyTooLarge(Exception):
-    """A request body over ``MAX_BODY``."""
+class BadRequest(Exception):
+    """A request conveyor cannot read (a malformed form, query or header): 400, one line."""
 
 
 @dataclass
@@ -47,6 +43,8 @@ class Request:
     cookies: dict[str, str]
     form: dict[str, list[str]] = field(default_factory=dict)
     root: str = ""  # the prefix the app is mounted under (ASGI root_path), e.g. "/ops"
+    secure: bool = False  # served over https (TLS, or a trusted proxy's X-Forwarded-Proto)
+    flash: str = ""  # the message of the last action, from the server's signed cookie
 
     def arg(self, name: str, default: str = "") -> str:
         """First query value of ``name``."""
@@ -63,9 +61,17 @@ class Request:
         except ValueError:
             return default
 
+    async def read_form(self, receive: Receive) -> None:
+        """Read a POST's body (at most ``MAX_BODY``) into ``form`` when it is url-encoded."""
+        if self.method != "POST":
+            return
+        body = await _read_body(receive)
+        if self.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+            self.form = _parse_qs(body, blanks=True)
+
     @classmethod
-    async def read(cls, scope: Scope, receive: Receive) -> Request:
-        """Parse the scope and, for forms, the body."""
+    async def read(cls, scope: Scope) -> Request:
+        """Parse the scope: method, path, query, headers and cookies (not the body)."""
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope.get("headers", [])}
         cookie = SimpleCookie()
@@ -79,14 +85,33 @@ class Request:
             path = path[len(root):] or "/"  # ASGI paths include root_path; routes do not
         request = cls(
             method=scope["method"].upper(), path=path, root=root,
-            query=parse_qs(scope.get("query_string", b"").decode("latin-1")),
+            query=_parse_qs(bytes(scope.get("query_string", b"")), blanks=False),
             headers=headers, cookies={k: m.value for k, m in cookie.items()},
+            secure=scope.get("scheme") == "https",
         )
-        if request.method == "POST":
-            body = await _read_body(receive)
-            if headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
-                request.form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
         return request
+
+
+def _parse_qs(raw: bytes, *, blanks: bool) -> dict[str, list[str]]:
+    """A query string or url-encoded form; anything but plain UTF-8 text is a ``BadRequest``.
+
+    Values are refused when they decode to control characters (the dashboard has no
+    multi-line field): no value that reaches a page, a header or the storage can carry a raw
+    CR/LF pair into a header or a tab into a link a browser would then read differently.
+    """
+    try:
+        text = raw.decode("ascii")
+        parsed = parse_qs(text, keep_blank_values=blanks, errors="strict", max_num_fields=10_000)
+    except (UnicodeDecodeError, ValueError):
+        raise BadRequest("malformed query string or form: expected url-encoded UTF-8") from None
+    for values in parsed.values():
+        for value in values:
+            if _CONTROL.search(value):
+                raise BadRequest("a form or query value holds a control character")
+    return parsed
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 async def _read_body(receive: Receive) -> bytes:
@@ -94,6 +119,8 @@ async def _read_body(receive: Receive) -> bytes:
     size = 0
     while True:
         message = await receive()
+        if message["type"] == "http.disconnect":  # a half-sent form is never acted on
+            raise BadRequest("the client went away before sending the whole body")
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > MAX_BODY:
@@ -114,17 +141,23 @@ class Response:
 
     async def send(self, send: Send) -> None:
         """Send status, headers and body over ASGI."""
-        body = self.body.encode() if isinstance(self.body, str) else self.body
+        # backslashreplace: text from a damaged job (a lone surrogate) must still be sendable
+        body = (self.body.encode("utf-8", "backslashreplace") if isinstance(self.body, str)
+                else self.body)
         raw = [(b"content-type", self.content_type.encode()),
                (b"content-length", str(len(body)).encode())]
-        raw += [(k.encode(), v.encode()) for k, v in (*SECURITY_HEADERS, *self.headers)]
+        raw += [(k.encode(), v.encode("utf-8", "backslashreplace"))
+                for k, v in (*SECURITY_HEADERS, *self.headers)]
         await send({"type": "http.response.start", "status": self.status, "headers": raw})
         await send({"type": "http.response.body", "body": body})
 
-    def set_cookie(self, name: str, value: str, *, http_only: bool = True) -> None:
-        """A same-site strict, path-wide session cookie."""
-        flags = "; HttpOnly" if http_only else ""
-        cookie = f"{name}={quote(value)}; Path=/; SameSite=Strict{flags}"
+    def set_cookie(self, name: str, value: str, *, secure: bool, max_age: int | None = None
+                   ) -> None:
+        """A same-site strict, path-wide, HttpOnly cookie; ``Secure`` when served over https."""
+        flags = "; Secure" if secure else ""
+        if max_age is not None:
+            flags += f"; Max-Age={max_age}"
+        cookie = f"{name}={quote(value)}; Path=/; SameSite=Strict; HttpOnly{flags}"
         self.headers.append(("set-cookie", cookie))
 
 
@@ -157,11 +190,15 @@ def redirect(location: str) -> Response:
     return Response(b"", 303, headers=[("location", location)])
 
 
+# One slash, then only the characters of a URL path and query (RFC 3986 pchar, "/" and "?"):
+# no scheme, no "//host", no backslash (browsers read "/\\evil" as "//evil"), no whitespace or
+# control character (browsers drop tabs and newlines, so "/\t/evil" would become "//evil").
+_LOCAL_PATH = re.compile(r"/(?![/\\])[A-Za-z0-9\-._~!$&'()*+,;=:@%/?]*")
+
+
 def safe_next(target: str, default: str = "/") -> str:
-    """A local path to return to after a POST; anything else (``//evil``, ``http:``) → default."""
-    if target.startswith("/") and not target.startswith("//") and "\\" not in target:
-        return target
-    return default
+    """``target`` if it is a plain local path, else ``default`` (``//evil``, ``http:``, …)."""
+    return target if _LOCAL_PATH.fullmatch(target) else default
 
 
 T = TypeVar("T")

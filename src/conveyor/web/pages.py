@@ -193,11 +193,16 @@ def error_page(message: str, status: int, csrf: str) -> Response:
                            f'<p class="error">{e(message)}</p>', csrf, refresh=0), status)
 
 
-def login_page(path: str) -> Response:
-    """The token form shown to a browser without a session (a GET, so no CSRF needed)."""
+def login_page() -> Response:
+    """The token form shown to a browser without a session (a GET, so no CSRF needed).
+
+    The form has no ``action``: it goes back to the address it was shown at, on this server,
+    whatever that path looks like (a path such as ``//evil.example/`` cannot make it post
+    the token elsewhere).
+    """
     body = ('<!doctype html><html lang=en><head><meta charset=utf-8><title>conveyor · sign in'
             '</title><link rel="stylesheet" href="/static/style.css"></head><body class="login">'
-            f'<form method="get" action="{e(path)}"><h1>conveyor</h1>'
+            '<form method="get"><h1>conveyor</h1>'
             '<label>Access token <input type="password" name="token" autofocus></label>'
             '<button>Sign in</button></form></body></html>')
     return Response(body, 401)

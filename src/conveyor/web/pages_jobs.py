@@ -87,7 +87,7 @@ def _bulk_form(rows: list[dict[str, Any]], csrf: str, here: str, state: JobState
         ("", "Job", "State", "Queue", "Args", "Try", "Created", "Last message"),
         ([f'<input type="checkbox" name="ids" value="{e(r["id"])}" aria-label="select">',
           link(f"/jobs/{r['id']}", r["name"]) + f"<br><small>{e(r['id'])}</small>",
-          badge(r["state"]), e(r["queue"]), f"<code>{e(short(r['args']))}</code>",
+          badge(r["state"]) + _unreadable(r), e(r["queue"]), f"<code>{e(short(r['args']))}</code>",
           e(r["attempt"]), when(r["created_at"]), e(short(r["message"] or "", 120))]
          for r in rows), "jobs")
     buttons = "".join(
@@ -131,13 +131,23 @@ async def job(dash: StorageCaller, request: Request, csrf: str, m: re.Match[str]
                                              ("delete", "Delete", "danger")))
     dl = "".join(f"<dt>{e(k)}</dt><dd>{v}</dd>" for k, v in fields)
     live = (f'<p class="sub">{e(view["name"])} · <code>{e(view["id"])}</code></p>'
-            f'<div class="toolbar">{actions}</div><div class="cols"><dl>{dl}</dl><div>'
+            + (f'<p class="error">Unreadable record: {e(view["unreadable"])}. It is shown as '
+               "far as it could be read; delete it, or retry it once the cause is fixed.</p>"
+               if view["unreadable"] else "")
+            + f'<div class="toolbar">{actions}</div><div class="cols"><dl>{dl}</dl><div>'
             f"<h3>Args</h3><pre>{js(view['args'])}</pre><h3>Kwargs</h3>"
             f"<pre>{js(view['kwargs'])}</pre><h3>Options</h3><pre>{js(view['options'])}</pre>"
             + (f"<h3>Result</h3><pre>{js(view['result'])}</pre>" if view["result"] else "")
             + f"</div></div><h2>Timeline</h2>{_timeline(view['events'] or [])}"
             + _errors(view["errors_detail"]))
     return page(f"Job {view['name']}", "/jobs", live, request, csrf)
+
+
+def _unreadable(row: dict[str, Any]) -> str:
+    """A marker for a damaged record in a list, with the reason on hover."""
+    if not row.get("unreadable"):
+        return ""
+    return f' <span class="badge s-dead" title="{e(row["unreadable"])}">unreadable</span>'
 
 
 def _timeline(events: list[dict[str, Any]]) -> str:
@@ -216,7 +226,8 @@ async def batch(dash: StorageCaller, request: Request, csrf: str, m: re.Match[st
         confirm="Cancel every unfinished job of this batch?")
     jobs_table = table(("Job", "State", "Args", "Try", "Last message"), (
         [link(f"/jobs/{r['id']}", r["name"]) + f"<br><small>{e(r['id'])}</small>",
-         badge(r["state"]), f"<code>{e(short(r['args']))}</code>", e(r["attempt"]),
+         badge(r["state"]) + _unreadable(r), f"<code>{e(short(r['args']))}</code>",
+         e(r["attempt"]),
          e(short(r["message"] or "", 160))] for r in rows), "jobs")
     live = (progress(view["counts"], view["total"], view["percent"]) + facts
             + f'<div class="toolbar">{cancel}</div><nav class="tabs">{"".join(tabs)}</nav>'

@@ -129,4 +129,4 @@ def page(title: str, active: str, live: str, request: Request, csrf: str,
     if request.arg("partial") == "1":
         return Response(live)
     return Response(layout(title, active, live, csrf, before=before,
-                           flash=request.arg("flash")))
+                           flash=request.flash))

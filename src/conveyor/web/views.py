@@ -7,6 +7,7 @@ backend only has to implement the ``Inspector`` protocol to get every operations
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -99,8 +100,31 @@ def error_events(events: Sequence[Event] | None) -> list[dict[str, Any]]:
     return out
 
 
+def readable(record: JobRecord) -> JobRecord:
+    """``record``, or a copy whose undecodable payload or result is shown as its stored text.
+
+    A damaged record (truncated JSON, nesting too deep to decode) must still be listed, shown
+    and deletable; such a copy is marked ``unreadable`` with the reason.
+    """
+    changes: dict[str, Any] = {}
+    for name in ("payload", "result"):
+        text = getattr(record, name)
+        if text is None:
+            continue
+        try:
+            json.loads(text)
+        except (ValueError, RecursionError):
+            raw = text[:2000]
+            changes[name] = json.dumps({"a": [raw]} if name == "payload" else raw)
+    if not changes:
+        return record
+    why = record.unreadable or f"stored {' and '.join(changes)} is not readable JSON"
+    return dataclasses.replace(record, unreadable=why, **changes)
+
+
 def job_view(record: JobRecord) -> dict[str, Any]:
     """A job with args, options, its full event log and its errors with tracebacks."""
+    record = readable(record)
     out = record.as_dict(with_events=True)
     out["options"] = {
         "max_retries": record.max_retries, "timeout": record.timeout,
@@ -165,8 +189,9 @@ def batch_view(inspector: Inspector, batch_id: str, failures: int = 20) -> dict[
         latest = inspector.list_jobs(state=state, batch_id=batch_id, with_events=True,
                                      offset=max(0, count - failures), limit=failures)
         latest.sort(key=lambda j: (j.finished_at or 0.0, j.id), reverse=True)
-        found.extend({"id": job.id, "name": job.name, "state": job.state.value,
-                      "args": job.args, "message": last_message(job)} for job in latest)
+        for job in map(readable, latest):
+            found.append({"id": job.id, "name": job.name, "state": job.state.value,
+                          "args": job.args, "message": last_message(job)})
     out["failures"] = found[:failures]
     return out
 
@@ -182,11 +207,12 @@ def batch_jobs_view(
 
 def job_row(job: JobRecord) -> dict[str, Any]:
     """The short form of a job used in lists."""
+    job = readable(job)
     return {
         "id": job.id, "name": job.name, "queue": job.queue, "state": job.state.value,
         "args": job.args, "kwargs": job.kwargs, "attempt": job.attempt, "errors": job.errors,
         "created_at": job.created_at, "run_at": job.run_at, "finished_at": job.finished_at,
-        "batch_id": job.batch_id, "message": last_message(job),
+        "batch_id": job.batch_id, "message": last_message(job), "unreadable": job.unreadable,
     }
 
 

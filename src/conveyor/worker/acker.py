@@ -5,6 +5,11 @@ flushes as soon as it has something and the previous flush is done ("group commi
 load batches grow by themselves, when idle a single ack is written at once, so latency stays
 low. Acks that fail to write (storage outage) are kept and retried; their leases stay in the
 heartbeat until they are written, so nothing is recovered twice meanwhile.
+
+A batch the storage refuses for any other reason holds an outcome it cannot store (one no rule
+above the storage caught). Retrying it whole would hold up every later ack behind it, so it is
+written apart, in halves, down to the ack at fault, which is replaced by a bare ``dead``
+outcome "could not store outcome: <why>"; every other ack of the batch is written as it was.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ import time
 from typing import Any, Protocol
 
 from conveyor.clock import Clock
-from conveyor.job import Ack
+from conveyor.errors import StorageUnavailable
+from conveyor.job import Ack, ErrorInfo, Outcome
 from conveyor.storage.base import Storage
+from conveyor.text import printable
 from conveyor.worker.config import WorkerConfig
 
 __all__ = ["Acker", "NoLock", "WriteLock"]
@@ -24,6 +31,9 @@ __all__ = ["Acker", "NoLock", "WriteLock"]
 log = logging.getLogger("conveyor.worker")
 
 _RETRY_DELAYS = (0.1, 0.5, 1.0, 2.0, 5.0)
+# What an outage looks like: backends raise StorageUnavailable, and OSError covers the builtin
+# ConnectionError/TimeoutError. Acks are then kept and retried whole, never split.
+_OUTAGES = (StorageUnavailable, OSError)
 
 
 class WriteLock(Protocol):
@@ -91,22 +101,72 @@ class Acker:
             batch = self._writing
         if not batch:
             return 0
+        before = self.written
         try:
-            with self.write_lock:
-                results = self.storage.ack(batch)
-        except Exception:
+            try:
+                self._write(batch)
+            except _OUTAGES:
+                raise
+            except Exception as exc:  # not an outage: an outcome is at fault
+                log.error("writing %d ack(s) failed (%s); writing them apart", len(batch),
+                          _reason(exc))
+                self._write_apart(batch, exc)
+        except _OUTAGES:
             self._failures += 1
             log.exception("writing %d ack(s) failed; keeping them and retrying", len(batch))
-            return 0
+            return self.written - before
         self._failures = 0
+        with self._cond:
+            self._writing = []
+        return self.written - before
+
+    def _write(self, acks: list[Ack]) -> None:
+        """One storage call for ``acks``; they leave ``_writing`` once written."""
+        with self.write_lock:
+            results = self.storage.ack(acks)
         refused = len(results) - sum(1 for ok in results if ok)
         if refused:
             self.refused += refused
             log.warning("%d ack(s) refused: the job's lease had passed to another worker", refused)
+        self.written += len(acks)
+        self._forget(acks)
+
+    def _forget(self, acks: list[Ack]) -> None:
+        """Take written (or given up) acks out of the batch being written."""
+        done = {id(a) for a in acks}
         with self._cond:
-            self._writing = []
-        self.written += len(batch)
-        return len(batch)
+            self._writing = [a for a in self._writing if id(a) not in done]
+
+    def _write_apart(self, acks: list[Ack], exc: Exception) -> None:
+        """Write ``acks``, which the storage refused together with ``exc``, in halves; the
+        one ack at fault is replaced by its bare ``dead`` outcome. Outages propagate."""
+        if len(acks) == 1:
+            self._write_bare(acks[0], exc)
+            return
+        half = len(acks) // 2
+        for part in (acks[:half], acks[half:]):
+            try:
+                self._write(part)
+            except _OUTAGES:
+                raise
+            except Exception as inner:  # the fault is in this part
+                self._write_apart(part, inner)
+
+    def _write_bare(self, ack: Ack, exc: Exception) -> None:
+        """Store ``dead`` with the reason in place of an outcome the storage cannot take."""
+        reason = f"could not store outcome ({ack.outcome.value}): {_reason(exc)}"
+        bare = Ack(ack.job_id, ack.token, Outcome.DEAD, message=reason,
+                   error=ErrorInfo(type=type(exc).__name__, message=reason))
+        log.error("job %s: %s", ack.job_id, reason)
+        try:
+            self._write([bare])
+        except _OUTAGES:
+            raise
+        except Exception:  # never hold up the other acks
+            # Only ids and ASCII text are left: the storage itself is at fault. Drop it; the
+            # lease is no longer extended, so the recoverer puts the job back.
+            log.exception("job %s: even its bare outcome could not be stored; dropped", ack.job_id)
+        self._forget([ack])
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Write everything pending now, in this thread; True when nothing is left."""
@@ -142,3 +202,9 @@ class Acker:
                     return
             if not self.tick() and self._failures:
                 time.sleep(_RETRY_DELAYS[min(self._failures, len(_RETRY_DELAYS)) - 1])
+
+
+def _reason(exc: BaseException) -> str:
+    """One printable line naming what the storage refused, at most 300 characters."""
+    text = printable(f"{type(exc).__name__}: {exc}")
+    return text if len(text) <= 300 else f"{text[:297]}..."

@@ -2,9 +2,9 @@
 
 Operators must see failures without turning on DEBUG: an error that will be retried is a
 WARNING, a death an ERROR, a business ``Fail`` (or a ``Retry`` the job asked for) an INFO
-line. Each line carries the job id,
-name, attempt and reason, with control characters escaped so a job's message can never
-forge or split log lines; the JSON log format gets the same facts as fields.
+line. Each line carries the job id, name, attempt and reason, escaped by
+``conveyor.text.printable`` so a job's message can never forge or split log lines; the JSON
+log format gets the same facts as fields.
 """
 
 from __future__ import annotations
@@ -16,27 +16,17 @@ from typing import TYPE_CHECKING, Any
 from conveyor.errors import Fail, Retry
 from conveyor.hooks import ErrorReport, call_error_handlers
 from conveyor.job import Ack, LeasedJob, Outcome
+from conveyor.text import printable
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
 
-__all__ = ["one_line", "report_outcome"]
+__all__ = ["report_outcome"]
 
 log = logging.getLogger("conveyor.worker")
 
-# C0 and C1 controls, DEL and the Unicode line/paragraph separators: anything a terminal or
-# a log shipper could take for the end of a line or an escape sequence.
-_CONTROLS = [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]
-_ESCAPES: dict[int, str] = {c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in _CONTROLS}
-_ESCAPES.update({0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"})
-
 _LEVELS = {Outcome.RETRY: logging.WARNING, Outcome.DEAD: logging.ERROR,
            Outcome.FAILED: logging.INFO}
-
-
-def one_line(text: object) -> str:
-    """``text`` with every control character escaped (``\\n``, ``\\x1b``, ...)."""
-    return str(text).translate(_ESCAPES)
 
 
 def report_outcome(
@@ -51,11 +41,11 @@ def report_outcome(
     requested = isinstance(exc, Retry) and ack.outcome is Outcome.RETRY
     if requested:
         level = logging.INFO
-    reason = ack.message if isinstance(exc, Fail) else f"{type(exc).__name__}: {exc}"
+    reason = (ack.message or "") if isinstance(exc, Fail) else f"{type(exc).__name__}: {exc}"
     verb = {Outcome.RETRY: f"error, retrying in {ack.retry_in or 0:.1f}s",
             Outcome.DEAD: "dead", Outcome.FAILED: "failed"}[ack.outcome]
-    log.log(level, "job %s %s attempt %d %s: %s", one_line(job.id), one_line(job.name),
-            job.attempt, verb, one_line(reason),
+    log.log(level, "job %s %s attempt %d %s: %s", printable(job.id), printable(job.name),
+            job.attempt, verb, printable(reason),
             extra={"job_id": job.id, "job_name": job.name, "attempt": job.attempt,
                    "outcome": ack.outcome.value, "reason": reason})
     if isinstance(exc, Fail) or requested or not app.error_handlers:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from conveyor import current_job
+from conveyor import Fail, current_job
 from conveyor.app import Conveyor
 from conveyor.registry import JobFunction
 
@@ -88,11 +88,31 @@ def stall() -> int:
     return os.getpid()
 
 
+# Text no encoder accepts as it is: a lone surrogate (what ``json.loads`` of the valid ASCII
+# JSON ``"\\ud800"`` gives), a bell, an ANSI escape and a newline that would forge a log line.
+POISON_TEXT = json.loads('"bad \\ud800 text \\u0007 \\u001b[31mred\\n2026-01-01 forged line"')
+
+
+def poison_text(where: str) -> Any:
+    """Put ``POISON_TEXT`` where a job can write text: its ``result``, a ``fail`` reason, an
+    ``error`` message, or a ``log`` message and its data."""
+    record("start")
+    if where == "fail":
+        raise Fail(POISON_TEXT)
+    if where == "error":
+        raise RuntimeError(POISON_TEXT)
+    if where == "log":
+        current_job().log(POISON_TEXT, note=POISON_TEXT)
+    record("end")
+    return {"text": POISON_TEXT} if where == "result" else None
+
+
 JOBS: dict[str, Callable[..., Any]] = {
     "faults.work": work,
     "faults.crash": crash,
     "faults.write_then_die": write_then_die,
     "faults.stall": stall,
+    "faults.poison_text": poison_text,
 }
 
 

@@ -83,16 +83,78 @@ def _check_name(name: str) -> None:
     check_text("job name", name)
 
 
+class Unreadable(ValueError):
+    """A stored entry that cannot be decoded; the message says why, for operators."""
+
+
+def _utf8(what: str, text: str) -> str:
+    # The connection decodes bytes that are not UTF-8 to lone surrogates (surrogateescape).
+    try:
+        if not text.isascii():  # O(1) in CPython; most records are ASCII JSON
+            text.encode()
+    except UnicodeEncodeError:
+        raise Unreadable(f"{what} is not valid UTF-8") from None
+    return text
+
+
+def static_of(text: str | None) -> dict[str, Any]:
+    """A job's static JSON as a dict with its required fields checked; ``Unreadable`` when
+    it is missing, not UTF-8, not JSON, or lacks a field."""
+    if not text:
+        raise Unreadable("job record missing")
+    try:
+        static = _loads(_utf8("job record", text))
+    except RecursionError:
+        raise Unreadable("job record nested too deeply") from None
+    except ValueError as exc:
+        if isinstance(exc, Unreadable):
+            raise
+        raise Unreadable(f"job record is not JSON (truncated?): {exc}") from None
+    if not isinstance(static, dict):
+        raise Unreadable("job record is not a JSON object")
+    for key, kind in (("n", str), ("q", str), ("p", str)):
+        if not isinstance(static.get(key), kind):
+            raise Unreadable(f"job record lacks its {_FIELD_NAMES[key]} field")
+    return static
+
+
+_FIELD_NAMES = {"n": "name", "q": "queue", "p": "payload"}
+
+
 def leased(row: Sequence[Any], queue: str) -> LeasedJob:
-    """A ``LeasedJob`` from one row of dequeue.lua's reply."""
-    static = _loads(row[1])
-    timeout = static.get("to")
-    return LeasedJob(
-        id=row[0], name=static["n"], queue=queue, payload=static["p"], token=row[2],
-        attempt=int(row[3]), errors=int(row[4] or 0), max_retries=int(static["m"]),
-        timeout=float(timeout) if timeout is not None else None,
-        batch_id=static.get("b"), recoveries=int(row[5] or 0),
-    )
+    """A ``LeasedJob`` from one row of dequeue.lua's reply. A record that cannot be decoded
+    is still returned, with ``unreadable`` saying why, so that only it ends dead."""
+    counts = [_int(row[3]), _int(row[4]), _int(row[5])]
+    try:
+        if len(row) > 6 and row[6]:
+            raise Unreadable(str(row[6]))
+        static = static_of(row[1])
+        timeout = static.get("to")
+        return LeasedJob(
+            id=row[0], name=static["n"], queue=queue, payload=static["p"], token=row[2],
+            attempt=counts[0], errors=counts[1], max_retries=int(static.get("m", 25)),
+            timeout=float(timeout) if timeout is not None else None,
+            batch_id=_opt_text(static.get("b")), recoveries=counts[2],
+        )
+    except (Unreadable, ValueError, TypeError) as exc:
+        return LeasedJob(id=row[0], name="", queue=queue, payload="", token=row[2],
+                         attempt=counts[0], errors=counts[1], max_retries=0, timeout=None,
+                         batch_id=None, recoveries=counts[2], unreadable=_why(exc))
+
+
+def _why(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, Unreadable) else f"job record has a bad field: {exc}"
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0
+
+
+def _opt_text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def ndjson(events: Sequence[Event]) -> str:
@@ -121,14 +183,41 @@ def _opt(value: str) -> float | None:
     return float(value) if value else None
 
 
-def to_record(job_id: str, static_text: str, state_text: str, result: str | None,
-              message: str | None, with_events: bool) -> JobRecord:
-    """A ``JobRecord`` from a job's stored entries (and its event log when asked for)."""
-    static: dict[str, Any] = _loads(static_text)
+def to_record(job_id: str, static_text: str | None, state_text: str | None,
+              result: str | None, message: str | None, with_events: bool) -> JobRecord:
+    """A ``JobRecord`` from a job's stored entries (and its event log when asked for).
+
+    Never raises on stored data: a damaged entry gives a record with ``unreadable`` set and
+    every field that could be read (the rest defaulted), so operators can see and delete it.
+    """
+    try:
+        return _record(job_id, static_of(static_text), state_text, result, message,
+                       with_events)
+    except (Unreadable, ValueError, TypeError, KeyError) as exc:
+        return _partial(job_id, static_text, state_text, result, message, with_events,
+                        _why(exc))
+
+
+def _fields(state_text: str | None) -> tuple[dict[str, str], str]:
+    if not state_text:
+        raise Unreadable("state entry missing")
     head, _, log = state_text.partition("\n")
-    f = dict(zip(STATE_FIELDS, head.split("\t"), strict=False))
-    done, _, total = f.get("pg", "").partition("/")
-    state = JobState(f["s"])
+    parts = _utf8("state entry", head).split("\t")
+    if len(parts) < len(STATE_FIELDS):
+        raise Unreadable(f"state entry truncated ({len(parts)} of {len(STATE_FIELDS)} fields)")
+    return dict(zip(STATE_FIELDS, parts, strict=False)), log
+
+
+def _record(job_id: str, static: dict[str, Any], state_text: str | None, result: str | None,
+            message: str | None, with_events: bool) -> JobRecord:
+    f, log = _fields(state_text)
+    done, _, total = f["pg"].partition("/")
+    try:
+        state = JobState(f["s"])
+    except ValueError:
+        raise Unreadable(f"state entry names no known state: {f['s'][:40]!r}") from None
+    if result is not None and not _is_json(_utf8("result", result)):
+        raise Unreadable("result is not JSON (truncated?)")  # as_dict() shows it decoded
     record = JobRecord(
         id=job_id, name=static["n"], queue=static["q"], payload=static["p"], state=state,
         attempt=int(f["a"] or 0), errors=int(f["e"] or 0), recoveries=int(f["r"] or 0),
@@ -142,19 +231,67 @@ def to_record(job_id: str, static_text: str, state_text: str, result: str | None
         flow=FlowControl.from_wire(static.get("fl")),
     )
     if with_events:
-        # The creation event is implied by the state line (saves memory on every job).
-        scheduled = bool(f.get("sc"))
-        first = Event(ts=record.created_at,
-                      kind=EventKind.SCHEDULED if scheduled else EventKind.ENQUEUED,
-                      state=(JobState.SCHEDULED if scheduled else JobState.PENDING).value)
-        record.events = [first, *decode_events(log)]
+        record.events = [_first_event(record.created_at, f), *decode_events(log)]
     return record
+
+
+def _first_event(created_at: float, f: dict[str, str]) -> Event:
+    # The creation event is implied by the state line (saves memory on every job).
+    scheduled = bool(f.get("sc"))
+    return Event(ts=created_at, kind=EventKind.SCHEDULED if scheduled else EventKind.ENQUEUED,
+                 state=(JobState.SCHEDULED if scheduled else JobState.PENDING).value)
+
+
+def _partial(job_id: str, static_text: str | None, state_text: str | None,
+             result: str | None, message: str | None, with_events: bool,
+             why: str) -> JobRecord:
+    """What can be read of a damaged job: each field on its own, defaults for the rest."""
+    try:
+        static = _loads(static_text or "{}")
+    except (ValueError, RecursionError):
+        static = {}
+    if not isinstance(static, dict):
+        static = {}
+    head, _, log = (state_text or "").partition("\n")
+    f = dict(zip(STATE_FIELDS, head.split("\t"), strict=False))
+    state = next((s for s in JobState if s.value == f.get("s")), JobState.DEAD)
+    record = JobRecord(
+        id=job_id, name=_text(static.get("n")), queue=_text(static.get("q")),
+        payload=_text(static.get("p")), state=state, attempt=_int(f.get("a")),
+        errors=_int(f.get("e")), recoveries=_int(f.get("r")),
+        created_at=_float(f.get("c")) or 0.0, started_at=_float(f.get("sa")),
+        finished_at=_float(f.get("fa")), batch_id=_opt_text(static.get("b")),
+        worker=f.get("w") or None, message=message, unreadable=why,
+        result=result if result is not None and _is_json(result) else None,
+    )
+    if with_events:
+        record.events = decode_events(log)
+    return record
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
+
+
+def _is_json(text: str) -> bool:
+    try:
+        _loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def pending_since(state_text: str) -> float | None:
     """When a pending job became pending, from its state line."""
     f = dict(zip(STATE_FIELDS, state_text.partition("\n")[0].split("\t"), strict=False))
-    return float(f.get("pt") or f.get("c") or 0.0) or None
+    return _float(f.get("pt")) or _float(f.get("c")) or None
 
 
 def spec_to_json(spec: JobSpec) -> str:

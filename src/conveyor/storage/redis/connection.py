@@ -19,11 +19,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import Connection
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 import redis
 from conveyor.errors import StorageUnavailable, StorageURLError
-from conveyor.storage import redact
+from conveyor.storage import redact, url_secrets
 
 T = TypeVar("T")
 
@@ -59,8 +60,17 @@ def parse_url(url: str) -> Settings:
     clean = urlunsplit((real_scheme, parts.netloc, parts.path, urlencode(query), ""))
     if not parts.hostname:
         raise StorageURLError(f"Redis URL {redact(url)!r} names no host")
+    try:
+        port = parts.port or 6379
+    except ValueError:  # urllib's "Port could not be cast to integer value as 'x'"
+        raise StorageURLError(f"Redis URL {redact(url)!r} has a port that is not a number "
+                              "from 1 to 65535") from None
+    database = parts.path.lstrip("/")
+    if database and not database.isdigit():
+        raise StorageURLError(f"Redis URL {redact(url)!r} names database {database!r}; the "
+                              "path must be a database number, e.g. redis://host:6379/0")
     return Settings(url=url, cluster=False, prefix=prefix, single_url=clean,
-                    hosts=((parts.hostname, parts.port or 6379),))
+                    hosts=((parts.hostname, port),))
 
 
 def _cluster_settings(
@@ -71,7 +81,7 @@ def _cluster_settings(
     hosts = []
     for item in filter(None, hostlist.split(",")):
         host, _, port = item.rpartition(":")
-        if not host or not port.isdigit():
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise StorageURLError(f"bad host:port {item!r} in {redact(url)!r}")
         hosts.append((host, int(port)))
     if not hosts:
@@ -90,16 +100,37 @@ def make_client(settings: Settings) -> redis.Redis | RedisCluster:
     """A redis-py client; the storage does its own retrying, so redis-py's is turned off."""
     common: dict[str, Any] = {
         "decode_responses": True,
+        # Bytes that are not UTF-8 (a damaged record) decode to lone surrogates instead of
+        # failing the whole reply, and with it every other job it carried; the codec then
+        # reports that one record as unreadable.
+        "encoding_errors": "surrogateescape",
         "socket_timeout": SOCKET_TIMEOUT,
         "socket_connect_timeout": CONNECT_TIMEOUT,
     }
     if settings.cluster:
         nodes = [ClusterNode(host, port)  # type: ignore[no-untyped-call]
                  for host, port in settings.hosts]
-        return RedisCluster(startup_nodes=nodes, **common, **settings.options)
+        try:
+            return RedisCluster(startup_nodes=nodes, **common, **settings.options)
+        except (RedisClusterException, redis.RedisError) as exc:
+            # The client discovers the cluster as it is built: no node reachable, or a
+            # server that is not in cluster mode, fails here rather than at the first call.
+            raise StorageUnavailable(f"Redis Cluster at {redact(settings.url.split('?')[0])} "
+                                     f"cannot be used: {scrub(settings, exc)}") from None
     return redis.Redis.from_url(
         settings.single_url, retry=Retry(NoBackoff(), 0), **common
     )
+
+
+def scrub(settings: Settings, exc: BaseException) -> str:
+    """An error's text with every secret of the URL taken out, should a library echo one."""
+    text = str(exc) or type(exc).__name__
+    secrets = url_secrets(settings.url)
+    if settings.options.get("password"):
+        secrets.append(str(settings.options["password"]))
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 class Link:
@@ -204,10 +235,22 @@ class Link:
 
     def scrub(self, exc: BaseException) -> str:
         """An error's text with the password taken out, should a library ever echo it."""
-        text = str(exc) or type(exc).__name__
-        password = urlsplit(self.settings.url.replace(",", "")).password or ""
-        password = password or str(self.settings.options.get("password", ""))
-        return text.replace(password, "***") if password else text
+        return scrub(self.settings, exc)
+
+    def check_open(self) -> None:
+        """One PING, as ``open`` needs it: an outage, or a server that refuses us or does
+        not speak Redis, raises ``StorageUnavailable`` saying which."""
+        try:
+            self.retrying(lambda: self.raw("PING"), patience=1.0)
+        except TypeError as exc:  # redis-py passes unknown query options to the connection
+            raise StorageURLError(f"Redis URL {redact(self.settings.url)!r} has an option the "
+                                  f"redis client does not take: {exc}") from None
+        except redis.ResponseError as exc:  # e.g. "DB index is out of range", NOPERM
+            raise StorageUnavailable(f"Redis at {self.where} refused the connection: "
+                                     f"{self.scrub(exc)}") from None
+        except redis.RedisError as exc:  # InvalidResponse: something else listens there
+            raise StorageUnavailable(f"{self.where} does not answer like a Redis server: "
+                                     f"{self.scrub(exc)}") from None
 
     def close(self) -> None:
         """Drop every connection. Idempotent."""

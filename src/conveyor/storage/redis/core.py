@@ -19,6 +19,9 @@ from conveyor.storage.redis.scripts import Scripts
 log = logging.getLogger("conveyor.storage.redis")
 
 ENQUEUE_CHUNK = 2000  # jobs per enqueue.lua call; scripts unpack at most 2,000 values
+# Jobs per operator script call (cancel/requeue/kill/delete): a few milliseconds of Redis
+# time each, so that workers and pings are served between the calls of a big operation.
+ADMIN_CHUNK = 50
 Move = Sequence[str]  # (batch id, job id, "state:queue") as the scripts report them
 
 
@@ -96,14 +99,17 @@ class RedisCore:
         are left out."""
         left = list(dict.fromkeys(job_ids))
         groups: dict[str, list[str]] = {}
-        for queue in self.known_queues():
-            if not left:
-                break
-            found = self.link.call("HMGET", self.keys.queue(queue).jobs, *left)
-            here = [job_id for job_id, hit in zip(left, found, strict=True) if hit]
-            if here:
-                groups[queue] = here
-                left = [job_id for job_id, hit in zip(left, found, strict=True) if not hit]
+        # A job is found by its static record, or else by its state entry alone (the other
+        # half lost to damage), so that operators can still see and delete it.
+        for part in ("jobs", "state"):
+            for queue in self.known_queues():
+                if not left:
+                    return groups
+                found = self.link.call("HMGET", getattr(self.keys.queue(queue), part), *left)
+                here = [job_id for job_id, hit in zip(left, found, strict=True) if hit]
+                if here:
+                    groups.setdefault(queue, []).extend(here)
+                    left = [job_id for job_id, hit in zip(left, found, strict=True) if not hit]
         return groups
 
     # -- enqueue ------------------------------------------------------------------------
@@ -163,6 +169,11 @@ class RedisCore:
         """Feed job state changes reported by a script to their batches' counters."""
         pairs: dict[str, list[str]] = defaultdict(list)
         for batch_id, job_id, value in moves:
+            if not batch_id.isascii() and not _encodable(batch_id):
+                # A damaged state entry names a batch no key can spell: that job alone loses
+                # its batch bookkeeping, the jobs reported beside it keep theirs.
+                log.warning("job %r names an unreadable batch id %r", job_id, batch_id)
+                continue
             pairs[batch_id] += [job_id, value]
         for batch_id, flat in pairs.items():
             self.batch_call(batch_id, "set", flat)
@@ -170,7 +181,7 @@ class RedisCore:
     def batch_call(self, batch_id: str, mode: str, flat: list[str]) -> str:
         """Run batch.lua and enqueue any callback that became due; returns its status."""
         bk = self.keys.batch(batch_id)
-        status, due = self.scripts.run("batch", [bk.batch, bk.jobs],
+        status, due = self.scripts.run("batch", bk.all(),
                                        [self.now_arg(), mode, *flat])
         for event, spec_json in due:
             self._fire(batch_id, event, spec_json)
@@ -189,15 +200,23 @@ class RedisCore:
         first element and feeds the batch moves on."""
         replies = []
         for queue, ids in by_queue.items():
-            for start in range(0, len(ids), ENQUEUE_CHUNK):
+            for start in range(0, len(ids), ADMIN_CHUNK):
                 first, moves = self.scripts.run(
                     name, self.keys.queue(queue).admin(),
-                    [self.now_arg(), queue, *ids[start:start + ENQUEUE_CHUNK]])
+                    [self.now_arg(), queue, *ids[start:start + ADMIN_CHUNK]])
                 self.sync_batches(moves)
                 if name == "requeue":
                     self.ring(queue, int(first))
                 replies.append(first)
         return replies
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _result(job_id: str, code: str) -> EnqueueResult:

@@ -7,15 +7,25 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.job import ALL_STATES, BatchStatus, JobRecord, JobState, QueueStats, WorkerInfo
+from conveyor.job import (
+    ALL_STATES,
+    TERMINAL_STATES,
+    BatchStatus,
+    JobRecord,
+    JobState,
+    QueueStats,
+    WorkerInfo,
+)
 from conveyor.storage.base import JobTotals, Retention
 from conveyor.storage.redis import codec
-from conveyor.storage.redis.core import RedisCore
+from conveyor.storage.redis.batch_pages import RedisBatchPages
+from conveyor.storage.redis.core import ADMIN_CHUNK
 
 WORKER_COMMANDS = ("quiet", "stop")
+TERMINAL = frozenset(s.value for s in TERMINAL_STATES)
 
 
-class RedisInspector(RedisCore):
+class RedisInspector(RedisBatchPages):
     """Reads and operator actions; every write goes through a Lua script."""
 
     def queues(self) -> list[QueueStats]:
@@ -65,7 +75,7 @@ class RedisInspector(RedisCore):
         return [codec.to_record(i, static, state, result, message, with_events)
                 for i, static, state, result, message
                 in zip(ids, statics, states, results, messages, strict=True)
-                if static and state]
+                if static or state]  # half a job is shown (unreadable), not hidden
 
     def _index_ids(self, queue: str, state: JobState, start: int, stop: int) -> list[str]:
         """Ids in ``state`` oldest first, positions ``start``..``stop`` (inclusive)."""
@@ -88,18 +98,12 @@ class RedisInspector(RedisCore):
     def _index_size(self, queue: str, state: JobState) -> int:
         qk = self.keys.queue(queue)
         if state is JobState.PENDING:
-            return int(self.link.call("LLEN", qk.pending)) + int(
-                self.link.call("ZCARD", qk.parked))
+            # The list may still hold entries of jobs cancelled, killed or deleted since
+            # (the admin scripts leave them for dequeue to drop); "stale" counts them.
+            stale = int(self.link.call("HGET", qk.meta, "stale") or 0)
+            return max(0, int(self.link.call("LLEN", qk.pending)) + int(
+                self.link.call("ZCARD", qk.parked)) - stale)
         return int(self.link.call("ZCARD", qk.by_state(state.value)))
-
-    def _batch_ids(self, batch_id: str) -> dict[str, tuple[str, str]]:
-        """Job id → (state, queue) as the batch knows them."""
-        raw: dict[str, str] = self.link.call("HGETALL", self.keys.batch(batch_id).jobs)
-        out = {}
-        for job_id, value in raw.items():
-            state, _, queue = value.partition(":")
-            out[job_id] = (state, queue)
-        return out
 
     def list_jobs(self, *, state: JobState | None = None, queue: str | None = None,
                   batch_id: str | None = None, offset: int = 0, limit: int = 50,
@@ -109,16 +113,14 @@ class RedisInspector(RedisCore):
             return []
         if batch_id is None and queue is not None and state is not None:
             ids = self._index_ids(queue, state, offset, offset + limit - 1)
-            return self._records(queue, ids, with_events)
+            return [r for r in self._records(queue, ids, with_events)
+                    if r.state is state or r.unreadable]
         groups: dict[str, list[str]] = defaultdict(list)
         if batch_id is not None:
-            # The batch knows each job's state and queue: filter and page on that (ids are
+            # The batch knows each job's state and queue: page on that by rank (ids are
             # time-ordered) and read only the page's records, so a page of a 1,000,000-job
             # batch does not load the whole batch. Records are checked again below.
-            wanted = sorted(
-                (job_id, q) for job_id, (s, q) in self._batch_ids(batch_id).items()
-                if (queue is None or q == queue) and (state is None or s == state.value))
-            for job_id, q in wanted[offset:offset + limit]:
+            for job_id, q in self.batch_page(batch_id, state, queue, offset, limit):
                 groups[q].append(job_id)
             offset = 0
         else:
@@ -126,19 +128,21 @@ class RedisInspector(RedisCore):
                 for s in [state] if state is not None else ALL_STATES:
                     groups[q] += self._index_ids(q, s, 0, offset + limit - 1)
         records = [r for q, ids in groups.items() for r in self._records(q, ids, with_events)
-                   if state is None or r.state is state]
-        records.sort(key=lambda r: r.created_at)
+                   if state is None or r.state is state or r.unreadable]
+        records.sort(key=lambda r: (r.created_at, r.id))  # ids break ties: enqueue order
         return records[offset:offset + limit]
 
     def count_jobs(self, *, state: JobState | None = None, queue: str | None = None,
                    batch_id: str | None = None) -> int:
         """How many jobs ``list_jobs`` would page through."""
         if batch_id is not None:
-            return sum(1 for s, q in self._batch_ids(batch_id).values()
-                       if (state is None or s == state.value) and (queue is None or q == queue))
+            return self.batch_count(batch_id, state, queue)
         queues = [queue] if queue is not None else self.known_queues()
         if state is None:
-            return sum(int(self.link.call("HLEN", self.keys.queue(q).jobs)) for q in queues)
+            # Either half of a damaged job may be missing; count the job once all the same.
+            return sum(max(int(self.link.call("HLEN", self.keys.queue(q).jobs)),
+                           int(self.link.call("HLEN", self.keys.queue(q).state)))
+                       for q in queues)
         return sum(self._index_size(q, state) for q in queues)
 
     def retry_jobs(self, job_ids: Sequence[str]) -> int:
@@ -153,19 +157,28 @@ class RedisInspector(RedisCore):
         """Waiting jobs → dead."""
         return sum(int(n) for n in self.run_each("kill", self.group_by_queue(job_ids)))
 
-    def _all_in(self, state: JobState, queue: str | None) -> dict[str, list[str]]:
-        queues = [queue] if queue is not None else self.known_queues()
-        return {q: self._index_ids(q, state, 0, -1) for q in queues}
+    def _each_in(self, name: str, state: JobState, queue: str | None) -> int:
+        """Run an admin script over every job in ``state``, a chunk per call: each call
+        moves jobs out of the index, so the next chunk is again its head. Stops when a
+        chunk moves nothing (what is left there is not the script's to move)."""
+        total = 0
+        for q in [queue] if queue is not None else self.known_queues():
+            while ids := self._index_ids(q, state, 0, ADMIN_CHUNK - 1):
+                moved = sum(int(n) for n in self.run_each(name, {q: ids}))
+                total += moved
+                if not moved:
+                    break
+        return total
 
     def retry_all(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
         """Retry every job in ``state``."""
-        return sum(int(n) for n in self.run_each("requeue", self._all_in(state, queue)))
+        return self._each_in("requeue", state, queue)
 
     def clear(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
         """Delete every job in a terminal ``state``."""
         if not state.terminal:
             raise ValueError(f"clear() deletes terminal jobs only, not {state.value!r} ones")
-        return sum(int(n) for n in self.run_each("delete", self._all_in(state, queue)))
+        return self._each_in("delete", state, queue)
 
     def pause_queue(self, queue: str) -> None:
         """Stop every worker from taking jobs from ``queue``."""
@@ -212,12 +225,15 @@ class RedisInspector(RedisCore):
         returns how many jobs were cancelled or asked to stop."""
         if self.batch_call(batch_id, "cancel", []) == "missing":
             return 0
-        groups: dict[str, list[str]] = defaultdict(list)
-        for job_id, (state, queue) in self._batch_ids(batch_id).items():
-            if not JobState(state).terminal:
-                groups[queue].append(job_id)
-        return sum(sum(1 for s in states if s in ("cancelled", "active"))
-                   for states in self.run_each("cancel", groups))
+        done = 0
+        for step in self.batch_members(batch_id):  # in steps: Redis serves others between
+            groups: dict[str, list[str]] = defaultdict(list)
+            for job_id, state, queue in step:
+                if state not in TERMINAL:
+                    groups[queue].append(job_id)
+            done += sum(sum(1 for s in states if s in ("cancelled", "active"))
+                        for states in self.run_each("cancel", groups))
+        return done
 
     def job_totals(self) -> list[JobTotals]:
         """All-time outcome counters per (queue, job name)."""

@@ -50,6 +50,13 @@ class BatchKeys:
 
     batch: str  # hash: fields, counters, callbacks
     jobs: str  # hash: job id -> "state:queue"
+    # Indexes that let a batch page be read by rank, never by loading the whole batch:
+    order: str  # zset: job id, score 0 (so ranked by id: enqueue order)
+    states: str  # zset: job id, score = the state's position in ALL_STATES + 1
+
+    def all(self) -> list[str]:
+        """KEYS of batch.lua."""
+        return [self.batch, self.jobs, self.order, self.states]
 
 
 class Keys:
@@ -76,7 +83,8 @@ class Keys:
 
     def _batch(self, batch_id: str) -> BatchKeys:
         base = f"{self.prefix}:{{b:{batch_id}}}:"
-        return BatchKeys(batch=base + "batch", jobs=base + "jobs")
+        return BatchKeys(batch=base + "batch", jobs=base + "jobs", order=base + "order",
+                         states=base + "states")
 
     def doorbell(self, queue: str) -> str:
         """List: wake-up tokens of one queue on Redis Cluster. Every doorbell shares the tag

@@ -44,6 +44,8 @@ log = logging.getLogger("conveyor.storage.redis")
 ACK_PATIENCE = 60.0  # an acknowledgement is retried through outages this long, never dropped
 ACK_CHUNK = 1000  # acks per ack.lua call
 MAX_DEQUEUE = 1000  # jobs per dequeue.lua call
+TRIM_CHUNK = 500  # finished jobs deleted per trim.lua call
+TRIM_MAX = 10_000  # per queue and trim() call
 SCAN_COUNT = 200  # job records checked per queue and reclaim call for lost lease entries
 MAX_BLOCK = 25.0  # seconds; below the socket timeout
 
@@ -60,7 +62,7 @@ def open_redis(url: str, clock: Clock | None = None) -> RedisStorage:
     link = Link(settings, make_client(settings))
     storage = RedisStorage(settings, link, clock)
     try:
-        link.retrying(lambda: link.raw("PING"), patience=1.0)
+        link.check_open()
     except StorageUnavailable:
         link.close()
         raise
@@ -329,11 +331,16 @@ class RedisStorage(RedisInspector, RedisSchedules):
         removed = 0
         for queue in self.known_queues():
             qk = self.keys.queue(queue)
-            removed += int(self.scripts.run(
-                "trim", [qk.jobs, qk.state, qk.succeeded, qk.failed, qk.dead, qk.cancelled,
-                         qk.results, qk.messages, qk.unique],
-                [self.now_arg(), queue, retention.succeeded_seconds, retention.failed_seconds,
-                 retention.dead_seconds, retention.dead_max, 10_000]))
+            for _ in range(TRIM_MAX // TRIM_CHUNK):  # short calls: others are served between
+                deleted = int(self.scripts.run(
+                    "trim", [qk.jobs, qk.state, qk.succeeded, qk.failed, qk.dead,
+                             qk.cancelled, qk.results, qk.messages, qk.unique],
+                    [self.now_arg(), queue, retention.succeeded_seconds,
+                     retention.failed_seconds, retention.dead_seconds, retention.dead_max,
+                     TRIM_CHUNK]))
+                removed += deleted
+                if deleted < TRIM_CHUNK:
+                    break
         now = self.now()
         self._trim_batches(now - retention.batch_seconds)
         for worker_id in self.link.call("ZRANGEBYSCORE", self.keys.workers, "-inf",
@@ -346,26 +353,35 @@ class RedisStorage(RedisInspector, RedisSchedules):
             bk = self.keys.batch(batch_id)
             if self.link.call("HEXISTS", bk.batch, "fa") or not self.link.call(
                     "EXISTS", bk.batch):
-                self.link.call("DEL", bk.batch)
-                self.link.call("DEL", bk.jobs)
+                # UNLINK frees a big batch's keys in the background, DEL would block Redis.
+                self.link.call("UNLINK", bk.batch, bk.jobs, bk.order, bk.states)
                 self.link.call("ZREM", self.keys.batches, batch_id)
 
     def check_server(self) -> list[str]:
-        """Warnings about server settings that can lose jobs (call at worker start)."""
+        """Warnings about server settings that can lose jobs, for the caller to log (the
+        worker logs them at start)."""
         warnings = []
         clients = (self.link.client.get_primaries()  # type: ignore[no-untyped-call]
                    if isinstance(self.link.client, RedisCluster)
                    else [None])
         for node in clients:
-            config = (self.link.client.config_get("maxmemory-policy", target_nodes=node)
-                      if node is not None else self.link.client.config_get("maxmemory-policy"))
+            try:
+                config = (self.link.client.config_get("maxmemory-policy", target_nodes=node)
+                          if node is not None
+                          else self.link.client.config_get("maxmemory-policy"))
+            except redis.ResponseError as exc:
+                # An ACL user without CONFIG (``-config``, common on managed Redis): the
+                # storage needs no CONFIG to work, so say what could not be checked.
+                warnings.append(
+                    f"cannot check the maxmemory-policy of Redis at {self.link.where} "
+                    f"({self.link.scrub(exc)}); make sure it is noeviction, or Redis may "
+                    "evict jobs and leases under memory pressure")
+                break
             policy = config.get("maxmemory-policy", "noeviction")
             if policy != "noeviction":
                 warnings.append(
                     f"Redis at {self.link.where} has maxmemory-policy {policy}: under memory "
                     "pressure it may evict jobs and leases; set it to noeviction")
-        for text in warnings:
-            log.warning(text)
         return warnings
 
     def close(self) -> None:

@@ -16,9 +16,11 @@ from typing import Any
 from conveyor.job import Ack, Event, EventKind, Outcome
 from conveyor.storage.sqlite import batches, jobs
 
+# Name and batch id as bytes: a row another program wrote may not be UTF-8, and its (dead)
+# outcome must still be written (see jobs.decode_text).
 _SELECT = (
-    "SELECT id, rowid, token, state, queue, name, batch_id, worker, attempt FROM jobs "
-    "WHERE id IN (SELECT value FROM json_each(?))"
+    "SELECT id, rowid, token, state, queue, CAST(name AS BLOB), CAST(batch_id AS BLOB), "
+    "worker, attempt FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
 )
 # By rowid: measured several times faster than matching on the text id or UPDATE … FROM.
 _APPLY = (
@@ -67,7 +69,8 @@ def apply(
     cur: sqlite3.Cursor, now: float, acks: Sequence[Ack]
 ) -> tuple[list[bool], list[batches.Move]]:
     """Apply the acks; returns applied-or-refused per ack and the batch moves to apply."""
-    rows = {r[0]: r for r in cur.execute(_SELECT, (jobs.ids_param(a.job_id for a in acks),))}
+    ids = jobs.ids_param(a.job_id for a in acks)
+    rows = {r[0]: _decoded(r) for r in cur.execute(_SELECT, (ids,))}
     applied: list[bool] = []
     updates: list[tuple[Any, ...]] = []
     refusals: list[tuple[str, int]] = []
@@ -94,6 +97,11 @@ def apply(
     if totals:
         jobs.add_totals(cur, now, totals)
     return applied, moves
+
+
+def _decoded(row: Sequence[Any]) -> tuple[Any, ...]:
+    (name, batch_id), _ = jobs.decode_text(row, {"name": 5, "batch_id": 6})
+    return (*row[:5], name, batch_id, *row[7:])
 
 
 def _refused(now: float, ack: Ack, state: str) -> str:

@@ -15,10 +15,12 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 from conveyor.errors import StorageUnavailable, StorageURLError
 
 BUSY_TIMEOUT_MS = 10_000
+DEFAULT_FILE_MODE = 0o600  # owner only; ``?file_mode=0640`` in the URL to share
 MIN_SQLITE = (3, 35, 0)  # UPDATE … RETURNING
 
 
@@ -49,6 +51,44 @@ def parse_sqlite_url(url: str) -> Path:
             "sqlite:///:memory: cannot be shared between threads and processes; use memory://"
         )
     return Path(path)
+
+
+def parse_file_mode(url: str) -> int:
+    """The permissions a new database file gets: ``?file_mode=0640`` in the URL, else 0600.
+
+    Job data (arguments, results, messages) is often personal data: nobody but the owner
+    reads it unless the URL says so. SQLite creates the ``-wal`` and ``-shm`` files with the
+    main file's permissions. An existing file keeps the permissions it has.
+    """
+    for name, value in parse_qsl(url.partition("?")[2]):
+        if name != "file_mode":
+            continue
+        try:
+            mode = int(value, 8)
+        except ValueError:
+            mode = -1
+        if not 0 <= mode <= 0o777 or mode & 0o600 != 0o600:
+            raise StorageURLError(
+                f"file_mode={value!r} in {url!r} is not an octal mode that lets its owner "
+                "read and write, e.g. file_mode=0640"
+            )
+        return mode
+    return DEFAULT_FILE_MODE
+
+
+def create_file(path: Path, mode: int) -> None:
+    """Create an empty database file with exactly ``mode`` unless it exists (any process
+    may race to create it; the first one wins, the others open it)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise StorageUnavailable(f"cannot create SQLite database {str(path)!r}: {exc}") from exc
+    try:
+        os.fchmod(fd, mode)  # the umask may have narrowed it; an explicit mode is the rule
+    finally:
+        os.close(fd)
 
 
 def check_path(path: Path) -> None:
@@ -138,8 +178,9 @@ def _rollback(conn: sqlite3.Connection) -> None:
 class Database:
     """Per-thread, per-process connections to one database file."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, file_mode: int = DEFAULT_FILE_MODE) -> None:
         self.path = path
+        self.file_mode = file_mode
         self._local = threading.local()
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -173,6 +214,7 @@ class Database:
                 self._inherited.extend(self._mine)
                 self._mine = weakref.WeakSet()
                 self._pid = pid
+            create_file(self.path, self.file_mode)
             conn = _connect(self.path)
             self._mine.add(conn)
         self._local.conn = conn

@@ -10,7 +10,7 @@ import json
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from conveyor.job import (
@@ -189,3 +189,24 @@ def record(row: Sequence[Any], events: str | None = None) -> JobRecord:
         flow=FlowControl.from_wire(json.loads(row[22])) if row[22] else None,
         events=decode_events(events) if events is not None else None,
     )
+
+
+def decode_text(
+    row: Sequence[Any], columns: Mapping[str, int]
+) -> tuple[list[str | None], str | None]:
+    """The text columns of ``row`` read as BLOBs (``CAST(col AS BLOB)``), each decoded on its
+    own: a column that is not UTF-8 is decoded with U+FFFD in place of the bad bytes, and
+    the reason is returned too (``None`` when every column is sound)."""
+    values: list[str | None] = []
+    reasons: list[str] = []
+    for column, index in columns.items():
+        raw = row[index]
+        if raw is None:
+            values.append(None)
+            continue
+        try:
+            values.append(bytes(raw).decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            values.append(bytes(raw).decode("utf-8", "replace"))
+            reasons.append(f"column {column} is not UTF-8 ({exc.reason} at byte {exc.start})")
+    return values, "; ".join(reasons) or None

@@ -33,6 +33,7 @@ from conveyor.storage.sqlite.connection import (
     Database,
     check_path,
     check_sqlite_version,
+    parse_file_mode,
     parse_sqlite_url,
 )
 from conveyor.storage.sqlite.inspect import SqliteInspector
@@ -49,9 +50,12 @@ UPDATE jobs SET state = 'active', attempt = attempt + 1, worker = :worker,
     events = events || json_object('t', :now, 'k', 'started', 's', 'active', 'w', :worker,
                                    'a', attempt + 1) || char(10)
 WHERE {where}
-RETURNING id, name, queue, payload, token, attempt, errors, max_retries, timeout, batch_id,
-    recoveries, ready_at, rowid
+RETURNING CAST(id AS BLOB), CAST(name AS BLOB), queue, CAST(payload AS BLOB), token, attempt,
+    errors, max_retries, timeout, CAST(batch_id AS BLOB), recoveries, ready_at, rowid
 """
+# Text another program wrote is read as bytes and decoded row by row (``jobs.decode_text``):
+# one row that is not UTF-8 must not fail the whole fetch. The queue matched :queue, so it is
+# sound; the token is ours.
 # Matching on rowid, not the text id, measured about four times faster.
 _LEASE_FIRST = _LEASE.format(
     where="rowid IN (SELECT rowid FROM jobs WHERE state = 'pending' AND queue = :queue "
@@ -91,7 +95,7 @@ def open_sqlite(url: str, clock: Clock | None = None) -> SqliteStorage:
     path = parse_sqlite_url(url)
     check_sqlite_version()
     check_path(path)
-    db = Database(path)
+    db = Database(path, parse_file_mode(url))
     migrate(db.conn())
     return SqliteStorage(url, db, clock or SYSTEM_CLOCK)
 
@@ -136,9 +140,11 @@ class SqliteStorage(WaitsThenDequeues, SqliteInspector, SqliteSchedules):
                 expired = cur.execute(_EXPIRE, (queue, now)).fetchall()
                 moves += jobs.move(cur, now, expired, JobState.DEAD, EventKind.EXPIRED,
                                    _EXPIRED_MESSAGE, f"message = :msg, {jobs.FINISH}")
-                rows = self._lease(cur, now, queue, need, params)
-                leased += [_leased(r) for r in rows]
-                moves += [(r[9], "pending", "active") for r in rows if r[9]]
+                for row in self._lease(cur, now, queue, need, params):
+                    job = _leased(row)
+                    leased.append(job)
+                    if job.batch_id:
+                        moves.append((job.batch_id, "pending", "active"))
             batches.apply(cur, now, moves, jobs.insert)
         if not leased:
             self._seen.version = data_version(self._db.read())
@@ -323,7 +329,10 @@ class SqliteStorage(WaitsThenDequeues, SqliteInspector, SqliteSchedules):
 
 
 def _leased(row: Sequence[Any]) -> LeasedJob:
+    (job_id, name, payload, batch_id), unreadable = jobs.decode_text(
+        row, {"id": 0, "name": 1, "payload": 3, "batch_id": 9})
     return LeasedJob(
-        id=row[0], name=row[1], queue=row[2], payload=row[3], token=row[4], attempt=row[5],
-        errors=row[6], max_retries=row[7], timeout=row[8], batch_id=row[9], recoveries=row[10],
+        id=job_id or "", name=name or "", queue=row[2], payload=payload or "", token=row[4],
+        attempt=row[5], errors=row[6], max_retries=row[7], timeout=row[8], batch_id=batch_id,
+        recoveries=row[10], unreadable=unreadable,
     )

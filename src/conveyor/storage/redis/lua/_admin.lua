@@ -23,3 +23,11 @@ local INDEX = {pending = K_PENDING, scheduled = K_SCHEDULED, active = K_ACTIVE,
   retrying = K_RETRYING, succeeded = K_SUCCEEDED, failed = K_FAILED, dead = K_DEAD,
   cancelled = K_CANCELLED}
 local moves = {}
+-- A record in no known state (damaged) can be cancelled, killed or deleted like a waiting job,
+-- so that an operator can always get it out of the way.
+local function stoppable(state) return WAITING[state] or not STATES[state] end
+-- List entries left behind by unindex (see _lib.lua), counted once per call.
+local stale = 0
+local function flush_stale()
+  if stale > 0 then redis.call('HINCRBY', K_META, 'stale', stale) end
+end

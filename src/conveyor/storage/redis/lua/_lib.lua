@@ -23,6 +23,12 @@ local S, C, A, E, R, TK, W, LE, SA, FA, PT, RA, LT, LO, CR, PG, N, B, DL, SC, FL
   1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21
 local NF = 21
 
+-- A state line parsed into fields, its event log, and why it is damaged (nil when sound).
+-- Never raises: a truncated or garbled line yields '' for every missing field, so a script
+-- can still decide what to do with that one job before it writes anything (Redis does not
+-- roll back a script that fails half way, DESIGN §7).
+local STATES = {scheduled = true, pending = true, active = true, retrying = true,
+  succeeded = true, failed = true, dead = true, cancelled = true}
 local function parse(raw)
   local nl = string.find(raw, '\n', 1, true)
   local head, events = raw, ''
@@ -30,14 +36,21 @@ local function parse(raw)
     head = string.sub(raw, 1, nl - 1)
     events = string.sub(raw, nl + 1)
   end
-  local f, pos = {}, 1
+  local f, pos, bad = {}, 1, nil
   for i = 1, NF - 1 do
-    local tab = string.find(head, '\t', pos, true)
-    f[i] = string.sub(head, pos, tab - 1)
-    pos = tab + 1
+    local tab = pos and string.find(head, '\t', pos, true)
+    if tab then
+      f[i] = string.sub(head, pos, tab - 1)
+      pos = tab + 1
+    else
+      if pos then f[i] = string.sub(head, pos) else f[i] = '' end
+      if not bad then bad = 'state entry truncated (' .. i .. ' of ' .. NF .. ' fields)' end
+      pos = nil
+    end
   end
-  f[NF] = string.sub(head, pos)
-  return f, events
+  if pos then f[NF] = string.sub(head, pos) else f[NF] = '' end
+  if not bad and not STATES[f[S]] then bad = 'state entry names no known state' end
+  return f, events, bad
 end
 
 local function pack(f, events)
@@ -95,12 +108,24 @@ end
 
 -- Remove a job from whichever index its state keeps it in (pending is a list, the rest zsets;
 -- a pending job held back by flow control waits in the parked zset instead of the list).
-local function unindex(K_INDEX, K_PARKED, state, id)
+-- A pending job's list entry is left in place: LREM walks the whole list, which made cancelling
+-- a big batch quadratic. dequeue.lua drops the entry when it pops it (the record is no longer
+-- pending) and the meta field "stale" counts such entries until then, so sizes stay exact:
+-- unindex returns 1 for each entry it leaves behind, and the caller adds them up.
+-- A record in no known state may be in any index: every zset is cleared (O(log n) each).
+local function unindex(INDEX, K_PARKED, state, id)
   if state == 'pending' then
-    if redis.call('ZREM', K_PARKED, id) == 0 then redis.call('LREM', K_INDEX, 0, id) end
-  else
+    if redis.call('ZREM', K_PARKED, id) == 0 then return 1 end  -- left in the list: stale
+  elseif INDEX[state] then
+    local K_INDEX = INDEX[state]
     redis.call('ZREM', K_INDEX, id)
+  else
+    for name, K_INDEX in pairs(INDEX) do
+      if name ~= 'pending' then redis.call('ZREM', K_INDEX, id) end
+    end
+    redis.call('ZREM', K_PARKED, id)
   end
+  return 0
 end
 
 local function notify(K_NOTIFY, n)
@@ -125,9 +150,9 @@ local function flow_of(K_JOBS, id, f)
   if f[FL] == '' then return nil end
   local static = redis.call('HGET', K_JOBS, id)
   if not static then return nil end
-  local fl = cjson.decode(static).fl
-  if type(fl) ~= 'table' then return nil end
-  return fl
+  local ok, decoded = pcall(cjson.decode, static)
+  if not ok or type(decoded) ~= 'table' or type(decoded.fl) ~= 'table' then return nil end
+  return decoded.fl
 end
 
 local function flow_admit(K_FLOW, id, fl)

@@ -1,12 +1,18 @@
 -- batch.lua: a batch's counters. Idempotent per job: each job's last known state is kept in
 -- a per-batch hash, so replaying an update never counts a job twice.
 -- KEYS: 1 batch (hash: fields, counters "n:<state>", callbacks "cb:<event>", fired "f:<event>"),
---       2 batch jobs (hash job id -> "state:queue")
+--       2 batch jobs (hash job id -> "state:queue"), 3 order (zset job id, score 0),
+--       4 states (zset job id, score = STATE_CODE: pages by state are read by rank)
 -- ARGV: 1 now|'', 2 mode: "add" (jobs join), "set" (jobs moved), "close", "cancel",
 --       then pairs: job id, "state:queue" (state "deleted" removes the job)
 -- Returns: {status "ok"|"missing"|"finished", due callbacks {event, job spec JSON}...}
 local K_BATCH = KEYS[1]
 local K_BJOBS = KEYS[2]
+local K_ORDER = KEYS[3]
+local K_STATES = KEYS[4]
+-- Positions in conveyor.job.ALL_STATES, plus one (inspect.py reads the same numbers).
+local STATE_CODE = {scheduled = 1, pending = 2, active = 3, retrying = 4, succeeded = 5,
+  failed = 6, dead = 7, cancelled = 8}
 local mode = ARGV[2]
 if redis.call('EXISTS', K_BATCH) == 0 then return {'missing', {}} end
 
@@ -37,6 +43,7 @@ for i = 3, #ARGV, 2 do
   values[#values + 1] = ARGV[i + 1]
 end
 local delta, sets, dels, started = {}, {}, {}, false
+local joined, ranked = {}, {}  -- zadd arguments for K_ORDER and K_STATES
 local function bump(field, by) delta[field] = (delta[field] or 0) + by end
 local olds = {}
 for i = 1, #ids, 1000 do  -- below Lua's unpack limit
@@ -59,6 +66,12 @@ for i = 1, #ids do
     else
       sets[#sets + 1] = id
       sets[#sets + 1] = value
+      if not old then
+        joined[#joined + 1] = 0
+        joined[#joined + 1] = id
+      end
+      ranked[#ranked + 1] = STATE_CODE[state] or 0
+      ranked[#ranked + 1] = id
       bump('n:' .. state, 1)
       if state == 'active' then started = true end
       seen[id] = value
@@ -66,9 +79,13 @@ for i = 1, #ids do
   end
 end
 bulk('HSET', K_BJOBS, sets)
+bulk('ZADD', K_ORDER, joined)
+bulk('ZADD', K_STATES, ranked)
 if #dels > 0 then
   for i = 1, #dels, 1000 do
     redis.call('HDEL', K_BJOBS, unpack(dels, i, math.min(i + 999, #dels)))
+    redis.call('ZREM', K_ORDER, unpack(dels, i, math.min(i + 999, #dels)))
+    redis.call('ZREM', K_STATES, unpack(dels, i, math.min(i + 999, #dels)))
   end
 end
 for field, by in pairs(delta) do

@@ -6,31 +6,40 @@
 -- ARGV: 1 now|'', 2 queue, then job ids
 -- Returns: {resulting state per id ('' when no such job), batch moves}
 -- (the K_* names, INDEX and moves come from _admin.lua)
-local out = {}
-for i = 3, #ARGV do
-  local id = ARGV[i]
-  local f, events = load(K_STATE, id)
+-- Records are read with one HMGET and written with one HSET and one ZADD per call.
+local out, ids, states, cancelled = {}, {}, {}, {}
+for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
+local raws = {}
+if #ids > 0 then raws = redis.call('HMGET', K_STATE, unpack(ids)) end
+for k, id in ipairs(ids) do
+  local f, events = nil, nil
+  if raws[k] then f, events = parse(raws[k]) end
   if not f then
     out[#out + 1] = ''
-  elseif WAITING[f[S]] then
-    local K_FROM = INDEX[f[S]]
-    unindex(K_FROM, K_PARKED, f[S], id)
+  elseif stoppable(f[S]) then
+    stale = stale + unindex(INDEX, K_PARKED, f[S], id)
     local fl = flow_of(K_JOBS, id, f)
     if fl then flow_release(K_FLOW, id, fl, false, true) end
     f[S] = 'cancelled'
     f[FA] = NOWS
-    redis.call('ZADD', K_CANCELLED, NOW, id)
-    save(K_STATE, id, f, events .. event_line('cancelled', 'cancelled', f))
+    cancelled[#cancelled + 1] = NOW
+    cancelled[#cancelled + 1] = id
+    states[#states + 1] = id
+    states[#states + 1] = pack(f, events .. event_line('cancelled', 'cancelled', f))
     note_batch(moves, f, id, 'cancelled')
     out[#out + 1] = 'cancelled'
   elseif f[S] == 'active' then
     if f[CR] == '' then
       f[CR] = '1'
-      save(K_STATE, id, f, events .. event_line('cancel_requested', 'active', f))
+      states[#states + 1] = id
+      states[#states + 1] = pack(f, events .. event_line('cancel_requested', 'active', f))
     end
     out[#out + 1] = 'active'
   else
     out[#out + 1] = f[S]
   end
 end
+bulk('HSET', K_STATE, states)
+bulk('ZADD', K_CANCELLED, cancelled)
+flush_stale()
 return {out, moves}

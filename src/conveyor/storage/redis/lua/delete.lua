@@ -10,8 +10,7 @@ for i = 3, #ARGV do
   local id = ARGV[i]
   local f = load(K_STATE, id)
   if f and f[S] ~= 'active' then
-    local K_FROM = INDEX[f[S]]
-    unindex(K_FROM, K_PARKED, f[S], id)
+    stale = stale + unindex(INDEX, K_PARKED, f[S], id)
     local fl = flow_of(K_JOBS, id, f)
     if fl then flow_release(K_FLOW, id, fl, false, true) end
     redis.call('HDEL', K_JOBS, id)
@@ -22,4 +21,5 @@ for i = 3, #ARGV do
     deleted = deleted + 1
   end
 end
+flush_stale()
 return {deleted, moves}

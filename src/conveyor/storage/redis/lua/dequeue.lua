@@ -5,8 +5,14 @@
 --       oldest first), 8 flow (hash: concurrency counts, order holders, rate windows)
 -- ARGV: 1 now|'', 2 queue, 3 worker id, 4 count (at most 1000), 5 lease seconds,
 --       6 token prefix
--- Returns: {leased, batch moves}; leased = {id, static JSON, token, attempt, errors,
---          recoveries} per job; batch moves = {batch id, job id, "state:queue"}.
+-- Returns: {leased, batch moves}; leased = {id, static JSON|'', token, attempt, errors,
+--          recoveries, damage|''} per job; batch moves = {batch id, job id, "state:queue"}.
+-- A damaged record (state entry truncated or in no known state, static JSON missing) popped
+-- from the list is leased like any other, alone, with `damage` saying what is wrong: the
+-- worker acknowledges it dead with that reason. Nothing read from a record can make this
+-- script fail after its RPOP (which Redis would not roll back), so no other job is stranded.
+-- Entries whose record is gone or no longer pending are dropped; the meta field "stale"
+-- counts those the admin scripts left behind (see unindex in _lib.lua).
 local K_PENDING = KEYS[1]
 local K_ACTIVE = KEYS[2]
 local K_JOBS = KEYS[3]
@@ -25,6 +31,7 @@ local token_tail = '/' .. ARGV[2]
 local out, moves, states, active, dead = {}, {}, {}, {}, {}
 local seq = 0
 local seen = {}
+local dropped = 0  -- list entries popped and dropped (stale: cancelled, deleted, duplicate)
 
 local function expire(id, f, events)
   f[S] = 'dead'
@@ -38,7 +45,7 @@ local function expire(id, f, events)
   note_batch(moves, f, id, 'dead')
 end
 
-local function lease(id, static, f, events)
+local function lease(id, static, f, events, damage)
   seq = seq + 1
   local token = ARGV[6] .. seq .. token_tail
   f[S] = 'active'
@@ -51,23 +58,27 @@ local function lease(id, static, f, events)
   states[#states + 1] = pack(f, events .. event_line('started', 'active', f))
   active[#active + 1] = lease_until
   active[#active + 1] = id
-  out[#out + 1] = {id, static, token, f[A], f[E], f[R]}
+  out[#out + 1] = {id, static or '', token, f[A], f[E], f[R], damage or ''}
   note_batch(moves, f, id, 'active')
 end
 
+local function drop(id, parked)
+  if parked then redis.call('ZREM', K_PARKED, id) else dropped = dropped + 1 end
+end
+
 local function consider(id, static, raw, parked)
-  if not raw or not static or seen[id] then
-    if parked then redis.call('ZREM', K_PARKED, id) end
-    return
-  end
+  if not raw or seen[id] then return drop(id, parked) end
   seen[id] = true
-  -- A non-pending record is a stale entry (deleted or cancelled job): drop it.
-  local f, events = parse(raw)
-  if f[S] ~= 'pending' then
+  local f, events, bad = parse(raw)
+  -- A record in a known state other than pending is a stale entry (deleted or cancelled).
+  if STATES[f[S]] and f[S] ~= 'pending' then return drop(id, parked) end
+  if not bad and not static then bad = 'job record missing' end
+  if bad then
     if parked then redis.call('ZREM', K_PARKED, id) end
-    return
+    return lease(id, static, f, events, bad)
   end
-  if f[DL] ~= '' and tonumber(f[DL]) < NOW then
+  local deadline = tonumber(f[DL])
+  if deadline and deadline < NOW then
     if parked then redis.call('ZREM', K_PARKED, id) end
     return expire(id, f, events)
   end
@@ -104,5 +115,8 @@ end
 bulk('HSET', K_STATE, states)
 bulk('ZADD', K_ACTIVE, active)
 bulk('ZADD', K_DEAD, dead)
+if dropped > 0 and redis.call('HINCRBY', K_META, 'stale', -dropped) < 0 then
+  redis.call('HSET', K_META, 'stale', 0)
+end
 flush_counts(K_META)
 return {out, moves}

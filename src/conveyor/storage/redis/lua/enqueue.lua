@@ -20,9 +20,10 @@ local function unique_holder(ukey)
   local held = redis.call('HGET', K_UNIQUE, ukey)
   if not held then return nil end
   local sep = string.find(held, '|', 1, true)
+  if not sep then return nil end  -- a damaged lock entry holds nothing
   local holder = string.sub(held, sep + 1)
   if FRESH[holder] then return holder end
-  if tonumber(string.sub(held, 1, sep - 1)) > NOW then return holder end
+  if num(string.sub(held, 1, sep - 1)) > NOW then return holder end
   local f = load(K_STATE, holder)
   if not f or TERMINAL[f[S]] then return nil end
   return holder

@@ -9,9 +9,8 @@ local moved = 0
 for i = 3, #ARGV do
   local id = ARGV[i]
   local f, events = load(K_STATE, id)
-  if f and WAITING[f[S]] then
-    local K_FROM = INDEX[f[S]]
-    unindex(K_FROM, K_PARKED, f[S], id)
+  if f and stoppable(f[S]) then
+    stale = stale + unindex(INDEX, K_PARKED, f[S], id)
     local fl = flow_of(K_JOBS, id, f)
     if fl then flow_release(K_FLOW, id, fl, false, true) end
     f[S] = 'dead'
@@ -24,4 +23,5 @@ for i = 3, #ARGV do
   end
 end
 flush_counts(K_META)
+flush_stale()
 return {moved, moves}

@@ -62,8 +62,9 @@ if ARGV[5] ~= '' then
     local id = entries[i]
     if string.sub(entries[i + 1], 1, 7) == 'active\t' and not redis.call('ZSCORE', K_ACTIVE, id) then
       local f, events = parse(entries[i + 1])
-      if num(f[LE]) <= NOW then recover(id, f, events) else
-        redis.call('ZADD', K_ACTIVE, f[LE], id) end
+      local expiry = num(f[LE])  -- a damaged expiry reads 0: recovered now
+      if expiry <= NOW then recover(id, f, events) else
+        redis.call('ZADD', K_ACTIVE, expiry, id) end
     end
   end
 end

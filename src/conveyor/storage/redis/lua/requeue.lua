@@ -12,8 +12,7 @@ for i = 3, #ARGV do
   local id = ARGV[i]
   local f, events = load(K_STATE, id)
   if f and AGAIN[f[S]] then
-    local K_FROM = INDEX[f[S]]
-    unindex(K_FROM, K_PARKED, f[S], id)
+    stale = stale + unindex(INDEX, K_PARKED, f[S], id)
     f[S] = 'pending'
     f[PT] = NOWS
     f[FA] = ''
@@ -25,5 +24,6 @@ for i = 3, #ARGV do
     moved = moved + 1
   end
 end
+flush_stale()
 notify(K_NOTIFY, moved)
 return {moved, moves}

@@ -21,11 +21,14 @@ local deleted = 0
 local function unlock(id)
   local static = redis.call('HGET', K_JOBS, id)
   if not static or not string.find(static, '"unique_key"', 1, true) then return end
-  local ukey = cjson.decode(static).fl.unique_key
+  local ok, decoded = pcall(cjson.decode, static)  -- a damaged record holds no lock we know
+  if not ok or type(decoded) ~= 'table' or type(decoded.fl) ~= 'table' then return end
+  local ukey = decoded.fl.unique_key
+  if type(ukey) ~= 'string' then return end
   local held = redis.call('HGET', K_UNIQUE, ukey)
   if held then
     local sep = string.find(held, '|', 1, true)
-    if string.sub(held, sep + 1) == id and tonumber(string.sub(held, 1, sep - 1)) <= NOW then
+    if sep and string.sub(held, sep + 1) == id and num(string.sub(held, 1, sep - 1)) <= NOW then
       redis.call('HDEL', K_UNIQUE, ukey)
     end
   end

@@ -1,0 +1,85 @@
+"""Damage stored records the way a bug, a disk or a client of another version could.
+
+Test code may know a backend's layout (the engine may not): each damage writes straight into
+the store with the backend's own driver, after the job was enqueued normally.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from conveyor.app import Conveyor
+from conveyor.job import JobSpec, new_id
+
+Damage = Callable[[Conveyor, str], None]
+
+# 100,000 levels of nesting: more than any JSON decoder recurses through.
+DEEP = 100_000
+DEEP_PAYLOAD = '{"a":[' + "[" * DEEP + "]" * DEEP + '],"k":{}}'
+
+
+@dataclass(frozen=True)
+class Poison:
+    """One damaged value: where it applies, how to make it, what the job's reason must say."""
+
+    label: str
+    backends: tuple[str, ...]
+    damage: Damage
+    reason: str  # a word the dead job's reason must contain (lower case)
+
+
+def enqueue_raw(app: Conveyor, payload: str, name: str = "faults.work") -> str:
+    """A job written as a client of another version could write it (no client checks)."""
+    spec = JobSpec(id=new_id(), name=name, queue="default", payload=payload, max_retries=0)
+    app.storage.enqueue([spec])
+    return spec.id
+
+
+def _sqlite_path(app: Conveyor) -> str:
+    return app.storage.url.split("sqlite:///", 1)[1].split("?", 1)[0]
+
+
+def _sqlite_set_bytes(column: str, raw: bytes) -> Damage:
+    def damage(app: Conveyor, job_id: str) -> None:
+        with sqlite3.connect(_sqlite_path(app), timeout=30) as db:
+            # CAST(blob AS TEXT) stores the bytes as they are: invalid UTF-8 in a TEXT column.
+            db.execute(f"UPDATE jobs SET {column} = CAST(? AS TEXT) WHERE id = ?", (raw, job_id))
+    return damage
+
+
+def _redis_rewrite(which: str, change: Callable[[bytes], bytes]) -> Damage:
+    def damage(app: Conveyor, job_id: str) -> None:
+        storage = app.storage
+        key = getattr(storage.keys.queue("default"), which)  # type: ignore[attr-defined]
+        client = storage.link.client  # type: ignore[attr-defined]
+        value = client.hget(key, job_id)
+        assert value is not None, f"no {which} entry for {job_id}"
+        if isinstance(value, str):  # the storage's client decodes replies (surrogateescape)
+            value = value.encode("utf-8", "surrogateescape")
+        client.hset(key, job_id, change(value))
+    return damage
+
+
+def _drop_name(static: bytes) -> bytes:
+    record = json.loads(static)
+    del record["n"]
+    return json.dumps(record).encode()
+
+
+REDIS = ("redis", "redis_cluster")
+POISONS = (
+    Poison("record truncated", REDIS, _redis_rewrite("jobs", lambda v: v[: len(v) // 2]),
+           "unreadable"),
+    Poison("record not UTF-8", REDIS, _redis_rewrite("jobs", lambda v: b"\xff\xfe" + v[2:]),
+           "unreadable"),
+    Poison("record missing its name", REDIS, _redis_rewrite("jobs", _drop_name), "unreadable"),
+    Poison("state entry truncated", REDIS, _redis_rewrite("state", lambda v: v[:3]),
+           "unreadable"),
+    Poison("payload not UTF-8", ("sqlite",), _sqlite_set_bytes("payload", b'{"a":["\xff\xfe"]}'),
+           "unreadable"),
+    Poison("name not UTF-8", ("sqlite",), _sqlite_set_bytes("name", b"faults.\xffwork"),
+           "unreadable"),
+)

@@ -1,0 +1,151 @@
+"""Scenario: poison data. One bad value harms at most the one job it belongs to.
+
+1,000 good jobs share the store and the workers with jobs that write text no encoder takes as
+it is (a lone surrogate, control characters, an ANSI escape, a forged log line) into their
+result, failure reason, error and log, with a payload nested 100,000 levels deep, and with
+records damaged in storage after they were enqueued (truncated, not UTF-8, a field missing,
+a truncated state entry). Pass: every good job finishes exactly once, the text jobs end in
+their own natural state with their text visible, each damaged job ends dead with a reason that
+names the problem, the workers keep running, and the CLI and the dashboard list all of them.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from conveyor.app import Conveyor
+from conveyor.job import ALL_STATES, JobRecord, JobState
+from tests.faults.apps.chaos import POISON_TEXT
+from tests.faults.checks import assert_batch_exact, enqueue_batch, wait_batch
+from tests.faults.conftest import Backend, Faults
+from tests.faults.damage import DEEP_PAYLOAD, POISONS, enqueue_raw
+from tests.faults.harness import conveyor_command, report, wait_until
+from tests.support.redis_server import free_port
+
+GOOD = 1000
+# where the text job writes its poison text -> the state it must end in (retry=0)
+TEXT_JOBS = {"result": "succeeded", "fail": "failed", "error": "dead", "log": "succeeded"}
+
+
+def _terminal(app: Conveyor, ids: list[str]) -> list[JobRecord] | None:
+    records = [app.get_job(job_id) for job_id in ids]
+    if all(rec is not None and rec.state.terminal for rec in records):
+        return [rec for rec in records if rec is not None]
+    return None
+
+
+def _texts(rec: JobRecord) -> str:
+    """Every text of a job's record, as one string."""
+    return json.dumps(rec.as_dict(), ensure_ascii=False, default=str)
+
+
+def _cli_ids(url: str) -> set[str]:
+    """Every job id ``conveyor jobs list --json`` shows, state by state."""
+    seen: set[str] = set()
+    for state in ALL_STATES:
+        done = subprocess.run(
+            [*conveyor_command(), "jobs", "list", "--url", url, "--state", state.value,
+             "--json", "--limit", str(GOOD * 2)],
+            capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, (state, done.stderr)
+        assert "Traceback" not in done.stderr
+        seen.update(row["id"] for row in json.loads(done.stdout)["jobs"])
+    return seen
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+
+
+def _dashboard_pages(url: str, tmp: Path, bad_ids: list[str]) -> list[str]:
+    """Serve the dashboard on ``url``; the pages that did not answer 200."""
+    port = free_port()
+    out = (tmp / "web.out").open("wb")
+    web = subprocess.Popen([*conveyor_command(), "web", "--url", url, "--port", str(port)],
+                           stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: _answers(port), 30, what="the dashboard to answer")
+        paths = ["/", "/queues", "/dead", "/retrying", "/batches"]
+        paths += [f"/jobs?state={state.value}&limit=2000" for state in ALL_STATES]
+        paths += [f"/jobs/{quote(job_id)}" for job_id in bad_ids]
+        return [f"{path}: {status}" for path in paths
+                if (status := _get(port, path)[0]) != 200]
+    finally:
+        web.terminate()
+        web.wait(10)
+        out.close()
+
+
+def _answers(port: int) -> bool:
+    try:
+        return _get(port, "/")[0] == 200
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "redis_cluster"], indirect=True)
+def test_poison_data_harms_only_its_own_job(backend: Backend, faults: Faults,
+                                            tmp_path: Path) -> None:
+    app, jobs = faults.client(backend.url)
+    batch_id, good_ids = enqueue_batch(app, jobs["faults.work"], [(0,)] * GOOD, "good jobs")
+
+    text_refs = {}
+    for where in TEXT_JOBS:
+        ref = jobs["faults.poison_text"].options(retry=0).enqueue(where)
+        assert ref is not None
+        text_refs[where] = ref
+    text_ids = {where: ref.id for where, ref in text_refs.items()}
+
+    damaged = {"payload nested 100,000 deep": (enqueue_raw(app, DEEP_PAYLOAD), "nest")}
+    for poison in POISONS:
+        if backend.name in poison.backends:
+            ref = jobs["faults.work"].options(retry=0).enqueue(0)
+            assert ref is not None
+            poison.damage(app, ref.id)
+            damaged[poison.label] = (ref.id, poison.reason)
+
+    workers = [faults.worker(backend.url, concurrency=4, processes=1) for _ in range(2)]
+    wait_batch(app, batch_id, timeout=180)
+    bad_ids = [job_id for job_id, _ in damaged.values()] + list(text_ids.values())
+    records = wait_until(lambda: _terminal(app, bad_ids), 120, what="the bad jobs to end")
+    by_id = {rec.id: rec for rec in records}
+
+    # the good jobs: all succeeded, each ran exactly once, counters exact
+    assert_batch_exact(app, batch_id, {"succeeded": GOOD})
+    runs = faults.log.executions()
+    assert sorted(len(runs.get(job_id, [])) for job_id in good_ids) == [1] * GOOD
+
+    # the text jobs end as their code says, and their text is stored and readable
+    for where, state in TEXT_JOBS.items():
+        rec = by_id[text_ids[where]]
+        assert rec.state.value == state, (where, rec.state, rec.message)
+        assert rec.unreadable is None, where
+        assert "forged line" in _texts(rec), (where, _texts(rec))
+    assert text_refs["result"].result(timeout=10) == {"text": POISON_TEXT}
+
+    # each damaged job: dead, alone, with a reason that names the problem
+    for label, (job_id, word) in damaged.items():
+        rec = by_id[job_id]
+        reason = (rec.message or "") + (rec.unreadable or "")
+        assert rec.state is JobState.DEAD, (label, rec.state, reason)
+        assert word in reason.lower(), (label, reason)
+
+    assert all(worker.alive() for worker in workers), faults.outputs()
+    listed = _cli_ids(backend.url)
+    assert set(good_ids) | set(bad_ids) <= listed
+    assert _dashboard_pages(backend.url, tmp_path, bad_ids) == []
+    report("poison data", backend.name, good_jobs=GOOD, good_run_once=GOOD,
+           damaged_dead=len(damaged), text_jobs_natural=len(TEXT_JOBS), listed=len(listed))
