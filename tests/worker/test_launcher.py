@@ -13,7 +13,7 @@ import pytest
 
 import redis
 from conveyor import Conveyor, FakeClock, JobState, current_job
-from conveyor.job import new_id
+from conveyor.job import WorkerInfo, new_id
 from conveyor.testing import drain
 from conveyor.worker.config import QueueWeight, WorkerConfig
 from conveyor.worker.executors import ThreadExecutor
@@ -318,5 +318,27 @@ def test_cancel_reaches_running_sync_and_async_jobs(live_app: Conveyor) -> None:
         for ref in refs:
             assert live_app.cancel(ref.id) is JobState.ACTIVE
         assert _until(lambda: all(_state(live_app, r.id) is JobState.CANCELLED for r in refs))
+    finally:
+        launcher.stop(5)
+
+
+def test_a_quiet_that_arrives_while_the_worker_starts_is_kept(live_app: Conveyor) -> None:
+    # The command is waiting when the worker registers (its first heartbeat, before the
+    # components start): the fetcher's start used to clear it, and the worker went on working.
+    config = WorkerConfig(concurrency=1, poll_interval=(0.02, 0.05))
+    live_app.storage.heartbeat(
+        WorkerInfo(config.worker_id, "host", os.getpid(), ("default",), 1, time.time()), {}, 30)
+    assert live_app.storage.command_worker(config.worker_id, "quiet")
+
+    @live_app.job
+    def waiting() -> None: ...
+
+    ref = waiting.enqueue()
+    launcher = Launcher(live_app, config)
+    launcher.start()
+    try:
+        assert launcher.fetcher.quieted
+        time.sleep(0.3)  # several polls: a quiet worker must not take it
+        assert _state(live_app, ref.id) is JobState.PENDING
     finally:
         launcher.stop(5)

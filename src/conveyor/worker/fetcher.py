@@ -147,9 +147,9 @@ class Fetcher:
         self.submit(entry)
 
     def start(self) -> None:
-        """Run the fetch loop on a thread."""
+        """Run the fetch loop on a thread (not clearing a quiet that came in while the
+        worker was starting: the heartbeat runs, and takes commands, before the fetcher)."""
         if self._thread is None:
-            self._quiet.clear()
             self._thread = threading.Thread(target=self._run, name="conveyor-fetcher", daemon=True)
             self._thread.start()
 
