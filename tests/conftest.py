@@ -13,13 +13,9 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-try:
-    from tests.support.redis_server import RedisCluster, RedisServer, redis_server_binary
-except ImportError:  # the support module is optional while the Redis engine is absent
-    RedisServer = RedisCluster = None  # type: ignore[assignment,misc]
+from tests.support.redis_server import RedisCluster, RedisServer, redis_server_binary
 
-    def redis_server_binary() -> str | None:  # type: ignore[misc]
-        return None
+pytest_plugins = ["tests.support.ci_skips"]  # CI=true: unexpected skips fail
 
 # CI runs every property test derandomized: the same examples each run, so a red build is
 # reproducible and never flaky; locally hypothesis keeps exploring new examples.
@@ -29,7 +25,7 @@ if os.environ.get("CI"):
 
 
 def _skip_without_redis() -> None:
-    if RedisServer is None or redis_server_binary() is None:
+    if redis_server_binary() is None:
         pytest.skip("redis-server is not installed (make test installs Debian's redis-server)")
 
 

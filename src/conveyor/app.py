@@ -31,6 +31,7 @@ from conveyor.client import (
 from conveyor.clock import SYSTEM_CLOCK, Clock
 from conveyor.context import current_batch
 from conveyor.errors import BatchNotFound
+from conveyor.hooks import ErrorHandler
 from conveyor.job import JobRecord, JobState
 from conveyor.middleware import MiddlewareChain
 from conveyor.periodic import Schedule, validate_cron, validate_tz
@@ -39,6 +40,7 @@ from conveyor.registry import (
     JobOptions,
     KeyOption,
     Registry,
+    check_importable,
     default_name,
     make_options,
     split_item,
@@ -81,6 +83,7 @@ class Conveyor:
         self.schedules: list[Schedule] = []  # run by every worker's cron component
         self.client_middleware = MiddlewareChain()
         self.server_middleware = MiddlewareChain()
+        self.error_handlers: list[ErrorHandler] = []  # see on_error
         self._injected = storage is not None
         self._storage: Backend | None = storage
         self._pid = os.getpid()
@@ -163,6 +166,17 @@ class Conveyor:
             return fn
 
         return register if func is None else register(func)
+
+    def on_error(self, handler: ErrorHandler) -> ErrorHandler:
+        """Call ``handler(report)`` in the worker for every job error and death.
+
+        ``report`` is a ``conveyor.hooks.ErrorReport``: the job (id, name, queue, args,
+        kwargs, attempt), the exception and ``will_retry``. Use it as ``app.on_error(fn)`` or
+        as a decorator. Hooks run in the thread (or event loop) that ran the job, so keep them
+        quick; an exception raised by a hook is logged and never changes the job's outcome.
+        """
+        self.error_handlers.append(handler)
+        return handler
 
     def periodic(
         self,
@@ -296,6 +310,7 @@ class Conveyor:
         self, name: str, opts: JobOptions, args: Sequence[Any], kwargs: Mapping[str, Any],
         delay: float | timedelta | None, at: datetime | float | None,
     ) -> EnqueueDraft:
+        check_importable(name)
         scope = current_batch()
         # Schedules use this process's clock (leases never do): a skew of a few seconds
         # shifts a scheduled job by as much, which is harmless.

@@ -4,7 +4,8 @@ Every worker runs a ``CronScheduler``. Each tick is enqueued with a unique key m
 schedule's name and the tick's time, so the storage's atomic unique lock lets exactly one
 worker's enqueue through and the others get the existing job back. A scheduler looks back
 ``catch_up`` seconds at start, so a tick that fell while every worker was restarting is still
-enqueued (once) when the first one comes back [sidekiq-cron, asynq scheduler].
+enqueued (once) when the first one comes back [sidekiq-cron, asynq scheduler] -- but never a
+tick from before the storage first saw the schedule: a new schedule starts with the next tick.
 
 Schedules are also written to the storage when a worker starts, so the CLI and the dashboard
 list them (with the last tick enqueued and the next one due) and an operator can pause one:
@@ -17,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
 from typing import Any
@@ -26,7 +27,7 @@ from zoneinfo import ZoneInfo
 from conveyor.clock import Clock
 from conveyor.job import FlowControl, JobSpec, ScheduleInfo, new_id
 from conveyor.serializer import encode_payload
-from conveyor.storage.base import Storage
+from conveyor.storage import Backend
 
 log = logging.getLogger("conveyor.periodic")
 
@@ -122,14 +123,42 @@ def next_tick(info: ScheduleInfo, now: float) -> float | None:
         return None
 
 
+def unlistened(schedules: Sequence[ScheduleInfo] | Sequence[Schedule],
+               listened: Iterable[str]) -> dict[str, list[str]]:
+    """Queues that ticks land on but no worker listens to, with the schedules that use each.
+
+    Such ticks are enqueued and then wait, silently, until a worker for their queue starts.
+    """
+    heard = set(listened)
+    out: dict[str, list[str]] = {}
+    for s in schedules:
+        if s.queue not in heard:
+            out.setdefault(s.queue, []).append(s.name)
+    return out
+
+
+def describe_unlistened(queues: dict[str, list[str]]) -> str:
+    """One line naming each unlistened queue and its schedules, and what to do."""
+    parts = "; ".join(f"queue {q!r} (schedules: {', '.join(names)})"
+                      for q, names in sorted(queues.items()))
+    flags = " ".join(f"-q {q}" for q in sorted(queues))
+    return (f"periodic ticks go to queues no running worker listens to: {parts}; they will "
+            f"wait until a worker runs with {flags}")
+
+
 def _due(schedule: Schedule, since: float, now: float,
-         pauses: dict[str, float | None]) -> list[float]:
-    """The schedule's ticks in (since, now], minus those a pause covers.
+         pauses: dict[str, float | None], created_at: float | None) -> list[float]:
+    """The schedule's ticks in (since, now], minus those a pause covers or that came before
+    the schedule existed.
 
     A paused schedule has none. A resumed one has none from before its resume either: a
     scheduler that starts (or recovers from a storage outage) soon after a resume would
-    otherwise catch up the ticks of the paused period.
+    otherwise catch up the ticks of the paused period. Likewise a schedule registered for the
+    first time has none from before the storage first saw it: catch-up is for ticks missed
+    while workers were down, not for ticks of a schedule that did not exist yet.
     """
+    if created_at is not None:
+        since = max(since, created_at)
     if schedule.name in pauses:
         resumed_at = pauses[schedule.name]
         if resumed_at is None:
@@ -149,24 +178,31 @@ class CronConfig:
 class CronScheduler:
     """Worker component that enqueues due ticks of every schedule (DESIGN §3 shape)."""
 
-    def __init__(self, storage: Storage, clock: Clock, config: CronConfig,
+    def __init__(self, storage: Backend, clock: Clock, config: CronConfig,
                  schedules: Sequence[Schedule]) -> None:
         self.storage = storage
         self.clock = clock
         self.config = config
         self.schedules = list(schedules)
         self._last: float | None = None
+        self._created: dict[str, float | None] | None = None  # read back by register()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.enqueued = 0
 
     def register(self) -> None:
-        """Write the schedules' definitions to the storage (listing, pausing)."""
+        """Write the schedules' definitions to the storage (listing, pausing), then read back
+        when each was first saved (by this worker or an earlier one)."""
         if self.schedules:
             self.storage.save_schedules([s.info() for s in self.schedules])
+            stored = {s.name: s.created_at for s in self.storage.schedules()}
+            self._created = {s.name: stored.get(s.name) for s in self.schedules}
 
     def tick(self) -> int:
         """Enqueue every tick due since the last look; returns how many this worker created."""
+        if self._created is None and self.schedules:
+            self.register()  # not yet done (storage down at start): no tick before it is
+        born = self._created or {}
         now = self.clock.now()
         # Never look back further than catch_up, even after failed looks: the unique lock of a
         # tick lasts twice as long, so every tick in the window is still guarded against a
@@ -174,7 +210,8 @@ class CronScheduler:
         floor = now - self.config.catch_up
         since = floor if self._last is None else max(self._last, floor)
         pauses = self.storage.schedule_pauses() if self.schedules else {}
-        due = [(s, t) for s in self.schedules for t in _due(s, since, now, pauses)]
+        due = [(s, t) for s in self.schedules
+               for t in _due(s, since, now, pauses, born.get(s.name))]
         specs = [s.spec(t, unique_for=self.config.catch_up * 2) for s, t in due]
         results = self.storage.enqueue(specs) if specs else []
         self._last = now  # only now: a failed read or enqueue looks at the same window again

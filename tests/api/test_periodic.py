@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timezone
 
 import pytest
 
 from conveyor import Conveyor, FakeClock, JobState
 from conveyor.periodic import Schedule
-from conveyor.worker.config import WorkerConfig
+from conveyor.worker.config import QueueWeight, WorkerConfig
 from conveyor.worker.launcher import Launcher
 
 
@@ -90,7 +91,9 @@ def test_a_worker_registers_runs_and_honours_a_pause(app: Conveyor, clock: FakeC
     launcher.cron.register()
     [info] = app.storage.schedules()
     assert (info.name, info.paused, info.last_tick) == (ping.name, False, None)
-    assert launcher.cron.tick() >= 1
+    assert launcher.cron.tick() == 0  # no tick from before the schedule existed
+    clock.advance(60)
+    assert launcher.cron.tick() == 1
     assert app.storage.schedules()[0].last_tick is not None
     app.storage.pause_schedule(ping.name)
     clock.advance(120)
@@ -99,3 +102,26 @@ def test_a_worker_registers_runs_and_honours_a_pause(app: Conveyor, clock: FakeC
     clock.advance(60)
     assert launcher.cron.tick() == 1
     assert {r.name for r in app.storage.list_jobs(state=JobState.PENDING)} == {ping.name}
+
+
+def test_a_worker_warns_once_when_ticks_go_to_a_queue_nobody_listens_to(
+        app: Conveyor, caplog: pytest.LogCaptureFixture) -> None:
+    @app.periodic("* * * * *", queue="reports")
+    def nightly() -> None: ...
+
+    @app.periodic("*/5 * * * *", queue="default")
+    def tidy() -> None: ...
+
+    caplog.set_level(logging.INFO, logger="conveyor")
+    launcher = Launcher(app, WorkerConfig(concurrency=1, queues=(QueueWeight("default"),)))
+    launcher.start()
+    launcher.stop(5)
+    [warning] = [r.getMessage() for r in caplog.records if "periodic ticks" in r.getMessage()]
+    assert f"queue 'reports' (schedules: {nightly.name})" in warning
+    assert "-q reports" in warning and "'default'" not in warning
+    caplog.clear()
+    listening = Launcher(app, WorkerConfig(concurrency=1, queues=(
+        QueueWeight("default"), QueueWeight("reports"))))
+    listening.start()
+    listening.stop(5)
+    assert not [r for r in caplog.records if "periodic ticks" in r.getMessage()]

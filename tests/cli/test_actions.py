@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Callable
 
 from conveyor.cli.periodic import format_list as format_periodic
-from conveyor.job import Outcome, WorkerInfo
+from conveyor.job import JobState, Outcome
 from conveyor.periodic import Schedule
-from tests.cli.conftest import Env
+from conveyor.worker.config import QueueWeight, WorkerConfig
+from conveyor.worker.launcher import Launcher
+from tests.cli.conftest import Env, conveyor
 from tests.web.seed import run_one
 
 
@@ -52,17 +57,41 @@ def test_pause_and_resume(env: Env) -> None:
     assert len(env.app.storage.dequeue(["exports"], "w", 1, 30.0)) == 1
 
 
-def _heartbeat_command(env: Env) -> str | None:
-    info = WorkerInfo(env.seeded.worker_id, "host-a", 4242, ("default",), 5, 0.0)
-    return env.app.storage.heartbeat(info, {}, 60.0).command
+def test_workers_quiet_and_stop_reach_a_real_worker(env: Env) -> None:
+    # A worker running in this process on the seeded store; the commands are sent by the
+    # real `conveyor` CLI in a subprocess, through the storage, as an operator would.
+    config = WorkerConfig(concurrency=1, heartbeat_interval=0.05, poll_interval=(0.02, 0.05),
+                          worker_id="w-cli-remote", queues=(QueueWeight("exports"),))
+    launcher = Launcher(env.app, config)
+    seen: dict[str, object] = {}
 
+    def until(check: Callable[[], bool]) -> bool:
+        deadline = time.monotonic() + 30
+        while not check() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return check()
 
-def test_workers_quiet_and_stop_reach_the_worker(env: Env) -> None:
-    code, out, _ = env.run("workers", "quiet", env.seeded.worker_id)
-    assert code == 0 and "sent quiet" in out
-    assert _heartbeat_command(env) == "quiet"
-    assert env.run("workers", "stop", env.seeded.worker_id)[0] == 0
-    assert _heartbeat_command(env) == "stop"
+    def operator() -> None:
+        try:
+            until(lambda: any(w.id == config.worker_id for w in env.app.storage.workers()))
+            quiet = conveyor("workers", "quiet", config.worker_id, url=env.url)
+            seen["quiet"] = (quiet.returncode, "sent quiet" in quiet.stdout)
+            seen["quieted"] = until(lambda: launcher.fetcher.quieted)
+            ref = env.app.enqueue("shop.export", [99])
+            assert ref is not None
+            time.sleep(0.3)  # several heartbeats and polls
+            record = env.app.get_job(ref.id)
+            seen["not taken"] = record is not None and record.state is JobState.PENDING
+        finally:
+            stop = conveyor("workers", "stop", config.worker_id, url=env.url)
+            seen["stop"] = stop.returncode
+
+    sender = threading.Thread(target=operator, daemon=True)
+    sender.start()
+    assert launcher.run() == 0  # returns only once the stop command arrived
+    sender.join(60)
+    assert seen == {"quiet": (0, True), "quieted": True, "not taken": True, "stop": 0}
+    assert all(w.id != config.worker_id for w in env.app.storage.workers())
 
 
 def test_workers_unknown_id_and_missing_id(env: Env) -> None:
@@ -155,3 +184,15 @@ def test_periodic_list_pause_resume(env: Env) -> None:
     assert code == 0 and not any(s.paused for s in env.app.storage.schedules())
     code, _, err = env.run("periodic", "pause", "no-such")
     assert code == 2 and "no periodic schedule named 'no-such'" in err
+
+
+def test_periodic_list_flags_queues_no_worker_listens_to(env: Env) -> None:
+    code, out, _ = env.run("periodic", "list")
+    assert code == 0 and "(!)" not in out  # the seeded worker listens to both queues
+    env.app.storage.unregister_worker(env.seeded.worker_id)
+    code, out, _ = env.run("periodic", "list")
+    assert code == 0
+    assert "exports (!)" in out and "default (!)" in out
+    assert "no running worker listens to default, exports" in out and "-q default -q exports" in out
+    rows = {r["name"]: r for r in env.json("periodic", "list")}
+    assert not rows["nightly-export"]["queue_listened"]

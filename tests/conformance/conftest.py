@@ -1,14 +1,13 @@
 """Fixtures of the conformance suite: one ``backend`` per storage, all driven by a fake clock.
 
-A test that calls something a backend has not implemented yet (``NotImplementedError``) is
-skipped with the reason, so work in progress is visible as skips, never as passes.
+A backend that raises ``NotImplementedError`` fails the test like any other error: every
+backend is complete, so a missing method is a regression, not work in progress.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -32,12 +31,3 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) ->
         yield store
     finally:
         store.close()
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
-    """Turn ``NotImplementedError`` from a backend into a skip that names what is missing."""
-    try:
-        return (yield)
-    except NotImplementedError as exc:
-        pytest.skip(f"not implemented by this backend yet: {exc or 'NotImplementedError'}")

@@ -36,9 +36,11 @@ def test_schedules_are_stored_listed_paused_and_keep_operator_state(
         backend: Backend, clock: FakeClock) -> None:
     assert backend.schedules() == [] and backend.schedule_pauses() == {}
     backend.save_schedules([EVERY_MINUTE.info(), EVERY_FIVE.info()])
+    created = clock.now()
     assert [s.name for s in backend.schedules()] == ["heartbeat", "report"]
     assert backend.schedules()[1] == ScheduleInfo("report", "*/5 * * * *", "UTC",
-                                                  "tests.report", "cron")
+                                                  "tests.report", "cron", created_at=created)
+    clock.advance(7)
     assert backend.pause_schedule("report") is True
     assert backend.pause_schedule("no-such") is False
     backend.schedule_ticked("report", 1_700_000_100.0)
@@ -49,6 +51,7 @@ def test_schedules_are_stored_listed_paused_and_keep_operator_state(
     report = backend.schedules()[1]
     assert (report.cron, report.paused, report.last_tick, report.resumed_at) == (
         "*/10 * * * *", True, 1_700_000_100.0, None)
+    assert report.created_at == created  # saving again never moves the creation time
     assert backend.schedule_pauses() == {"report": None}
     clock.advance(42)
     assert backend.resume_schedule("report") is True and backend.resume_schedule("x") is False
@@ -85,9 +88,10 @@ def test_many_schedulers_enqueue_each_tick_exactly_once(backend: Backend,
     assert set(ticks.values()) == {1}, "a tick was enqueued more than once"
     minutes = sorted(t for name, t in ticks if name == "heartbeat")
     fives = sorted(t for name, t in ticks if name == "report")
-    # catch_up=90 s looks back over the tick of the minute the run started in, too
+    # catch_up=90 s would look back over the tick of the minute the run started in, but
+    # that tick is from before the schedules existed: the first one is the next minute's
     first = start - start % 60
-    assert minutes == [first + 60 * i for i in range(11)]
+    assert minutes == [first + 60 * i for i in range(1, 11)]
     assert fives == [t for t in minutes if t % 300 == 0]
     assert sum(s.enqueued for s in schedulers) == len(ticks)
     assert {s.name: s.last_tick for s in backend.schedules()} == {
@@ -100,7 +104,9 @@ def test_a_paused_schedule_is_skipped_everywhere_and_not_caught_up(
     with connections(backend, clock, 2) as (worker, operator):
         sch = CronScheduler(worker, clock, CronConfig(catch_up=30), [EVERY_MINUTE])
         sch.register()
-        assert sch.tick() == 1  # the minute that just began
+        assert sch.tick() == 0  # the minute that just began is older than the schedule
+        clock.advance(60)
+        assert sch.tick() == 1
         assert operator.pause_schedule("heartbeat")
         for _ in range(3):
             clock.advance(60)
@@ -117,7 +123,9 @@ def test_a_restarted_scheduler_enqueues_missed_ticks_once(backend: Backend,
     _to_minute(clock)
     with connections(backend, clock, 2) as (first, second):
         before = CronScheduler(first, clock, CronConfig(catch_up=300), [EVERY_MINUTE])
-        before.tick()  # enqueues the ticks of the last five minutes
+        before.register()
+        clock.advance(300)
+        assert before.tick() == 5  # the ticks of the five minutes since the schedule exists
         seen = sum(_ticks(backend).values())
         clock.advance(150)  # every worker down across two ticks
         after = CronScheduler(second, clock, CronConfig(catch_up=300), [EVERY_MINUTE])
@@ -133,7 +141,8 @@ def test_a_scheduler_started_after_a_resume_does_not_catch_up_the_paused_ticks(
     with connections(backend, clock, 3) as (old, operator, new):
         running = CronScheduler(old, clock, CronConfig(catch_up=300), [EVERY_MINUTE])
         running.register()
-        assert running.tick() == 5  # the five minutes before it started
+        clock.advance(300)
+        assert running.tick() == 5  # the five minutes since it was registered
         assert operator.pause_schedule("heartbeat")
         clock.advance(180)  # three ticks fall while paused, and the worker stops
         assert operator.resume_schedule("heartbeat")
@@ -152,6 +161,8 @@ def test_a_long_gap_between_looks_catches_up_only_the_catch_up_window(
     # guarantee, so enqueueing them could run a tick twice.
     _to_minute(clock)
     sch = CronScheduler(backend, clock, CronConfig(catch_up=120), [EVERY_MINUTE])
+    sch.register()
+    clock.advance(120)
     assert sch.tick() == 2
     clock.advance(1200)
     assert sch.tick() == 2  # the last two minutes, not the twenty
@@ -175,6 +186,8 @@ def test_scheduler_threads_stopped_across_ticks_and_restarted(backend: Backend,
     def count() -> int:
         return sum(_ticks(backend).values())
 
+    backend.save_schedules([EVERY_MINUTE.info()])  # an earlier worker registered it
+    clock.advance(300)
     with connections(backend, clock, 3) as (a, b, later):
         running = [CronScheduler(s, clock, config, [EVERY_MINUTE]) for s in (a, b)]
         for sch in running:
@@ -198,3 +211,29 @@ def test_scheduler_threads_stopped_across_ticks_and_restarted(backend: Backend,
     assert set(ticks.values()) == {1}
     assert [b - a for a, b in itertools.pairwise(minutes)] == [60] * 8
     assert backend.schedules()[0].last_tick == minutes[-1]
+
+
+def test_a_new_schedule_never_catches_up_ticks_from_before_it_existed(
+        backend: Backend, clock: FakeClock) -> None:
+    # Registered for the first time at 10:00:31 with a five-minute look-back, the minute
+    # schedule enqueued 09:56..10:00 (five ticks from before it existed). Every worker that
+    # starts later, however soon, reads the same creation time from the storage.
+    _to_minute(clock)
+    clock.advance(30)
+    with connections(backend, clock, 2) as (first, second):
+        config = CronConfig(catch_up=300)
+        a = CronScheduler(first, clock, config, [EVERY_MINUTE, EVERY_FIVE])
+        a.register()
+        created = clock.now()
+        assert a.tick() == 0
+        clock.advance(10)
+        b = CronScheduler(second, clock, config, [EVERY_MINUTE, EVERY_FIVE])
+        assert b.tick() == 0  # registers on its first look, then looks back 300 s: nothing
+        clock.advance(60)
+        expected = sum(len(s.ticks_between(created, clock.now()))
+                       for s in (EVERY_MINUTE, EVERY_FIVE))
+        assert expected >= 1 and a.tick() + b.tick() == expected
+    ticks = _ticks(backend)
+    assert sum(ticks.values()) == expected and all(t > created for _, t in ticks)
+    assert {s.name: s.created_at for s in backend.schedules()} == {
+        "heartbeat": created, "report": created}

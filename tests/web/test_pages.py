@@ -112,3 +112,12 @@ def test_periodic_page_lists_schedules_with_pause_buttons(site: Site) -> None:
         assert needle in body, needle
     rows = {r["name"]: r for r in json.loads(site.client().get("/api/periodic").body)}
     assert rows["restock-check"]["last_tick"] and rows["nightly-export"]["next_tick"]
+    assert all(r["queue_listened"] for r in rows.values()) and "no worker" not in body
+
+
+def test_periodic_page_flags_a_queue_no_worker_listens_to(site: Site) -> None:
+    site.app.storage.unregister_worker(site.seeded.worker_id)  # the only worker, gone
+    body = site.client().get("/periodic").body
+    assert body.count(">no worker</span>") == 2
+    rows = {r["name"]: r for r in json.loads(site.client().get("/api/periodic").body)}
+    assert not rows["nightly-export"]["queue_listened"]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor, FakeClock
+from conveyor.job import new_id
 from conveyor.worker.config import WorkerConfig
 
 
@@ -32,3 +33,17 @@ def app(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Ite
 def config() -> WorkerConfig:
     """A small worker configuration with the default timings."""
     return WorkerConfig(concurrency=4, worker_id="test-worker")
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def live_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Conveyor]:
+    """An app on the system clock, on each backend (Redis: the session's server, own prefix)."""
+    if request.param == "redis":
+        url = f"{request.getfixturevalue('redis_server').url}?prefix=w{new_id()}"
+    else:
+        url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path}/l.db"
+    app = Conveyor(url)
+    try:
+        yield app
+    finally:
+        app.close()

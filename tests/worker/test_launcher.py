@@ -7,14 +7,13 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 import redis
 from conveyor import Conveyor, FakeClock, JobState, current_job
-from conveyor.job import new_id
+from conveyor.job import WorkerInfo, new_id
 from conveyor.testing import drain
 from conveyor.worker.config import QueueWeight, WorkerConfig
 from conveyor.worker.executors import ThreadExecutor
@@ -24,20 +23,6 @@ from conveyor.worker.processor import Processor
 from conveyor.worker.signals import SignalPipe, dump_stacks
 from conveyor.worker.watchdog import Watchdog
 from tests.worker.helpers import lease_one
-
-
-@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
-def live_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Conveyor]:
-    """An app on the system clock, on each backend (Redis: the session's server, own prefix)."""
-    if request.param == "redis":
-        url = f"{request.getfixturevalue('redis_server').url}?prefix=w{new_id()}"
-    else:
-        url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path}/l.db"
-    app = Conveyor(url)
-    try:
-        yield app
-    finally:
-        app.close()
 
 
 def _until(check: Callable[[], bool], timeout: float = 10.0) -> bool:
@@ -101,12 +86,14 @@ def test_never_leases_more_jobs_than_free_slots(live_app: Conveyor) -> None:
 def test_stop_puts_jobs_longer_than_the_timeout_back_to_pending(live_app: Conveyor) -> None:
     gate = threading.Event()
     started = threading.Event()
+    runs: list[threading.Thread] = []
 
     @live_app.job
     def slow() -> str:
+        runs.append(threading.current_thread())
         started.set()
         gate.wait(10)
-        return "late"
+        return f"run {len(runs)}"
 
     ref = slow.enqueue()
     launcher = Launcher(live_app, WorkerConfig(concurrency=2))
@@ -117,15 +104,24 @@ def test_stop_puts_jobs_longer_than_the_timeout_back_to_pending(live_app: Convey
     assert record is not None and record.state is JobState.PENDING
     assert record.errors == 0
     assert any(e.kind == "interrupted" for e in record.events or [])
-    gate.set()
-    # the next worker finishes it; the abandoned thread's late ack was dropped
+    written = launcher.acker.written
+    # The next worker runs it again while the first run is still blocked; then the first
+    # run ends, late, in the stopped worker's abandoned thread.
     again = Launcher(live_app, WorkerConfig(concurrency=2))
     again.start()
     try:
+        assert _until(lambda: len(runs) == 2)
+        gate.set()
         assert _until(lambda: _state(live_app, ref.id) is JobState.SUCCEEDED)
     finally:
         again.stop(5)
-    assert launcher.acker.refused == 0
+    runs[0].join(10)
+    assert not runs[0].is_alive()  # the late outcome has been handed to the first worker...
+    # ...which dropped it: nothing queued on its stopped acker, nothing more written.
+    assert len(launcher.acker) == 0 and launcher.acker.written == written
+    record = live_app.get_job(ref.id)
+    assert record is not None and record.result == '"run 2"'
+    assert [e.kind for e in record.events or []].count("succeeded") == 1
 
 
 def test_quiet_stops_fetching_but_finishes_running_jobs(live_app: Conveyor) -> None:
@@ -192,12 +188,36 @@ def test_a_job_leased_behind_a_wait_after_quiet_is_handed_back_unrun(
         app.close()
 
 
-def test_remote_stop_command_asks_the_launcher_to_stop(live_app: Conveyor) -> None:
-    launcher = Launcher(live_app, WorkerConfig(concurrency=1))
-    launcher.command("quiet")
-    assert launcher.fetcher.quieted
-    launcher.command("stop")
-    assert launcher._stop.is_set()
+def test_remote_quiet_then_stop_commands_reach_a_running_launcher(live_app: Conveyor) -> None:
+    # Through the storage, as `conveyor workers quiet|stop` sends them: the heartbeat picks
+    # the command up, a quieted worker takes no new job, a stopped one's run() returns.
+    config = WorkerConfig(concurrency=1, heartbeat_interval=0.05, poll_interval=(0.02, 0.05))
+    launcher = Launcher(live_app, config)
+
+    @live_app.job
+    def after_quiet() -> None: ...
+
+    seen: dict[str, object] = {}
+
+    def operator() -> None:
+        try:
+            _until(lambda: any(w.id == config.worker_id for w in live_app.storage.workers()))
+            seen["quiet sent"] = live_app.storage.command_worker(config.worker_id, "quiet")
+            seen["quieted"] = _until(lambda: launcher.fetcher.quieted)
+            ref = after_quiet.enqueue()
+            assert ref is not None
+            time.sleep(0.3)  # several heartbeats and polls: a quiet worker must not take it
+            seen["left pending"] = _state(live_app, ref.id) is JobState.PENDING
+        finally:
+            seen["stop sent"] = live_app.storage.command_worker(config.worker_id, "stop")
+
+    sender = threading.Thread(target=operator, daemon=True)
+    sender.start()
+    assert launcher.run() == 0  # in pytest's main thread: the real signal pipe
+    sender.join(10)
+    assert seen == {"quiet sent": True, "quieted": True, "left pending": True,
+                    "stop sent": True}
+    assert all(w.id != config.worker_id for w in live_app.storage.workers())
 
 
 def test_watchdog_writes_a_long_jobs_messages_while_it_runs() -> None:
@@ -298,5 +318,27 @@ def test_cancel_reaches_running_sync_and_async_jobs(live_app: Conveyor) -> None:
         for ref in refs:
             assert live_app.cancel(ref.id) is JobState.ACTIVE
         assert _until(lambda: all(_state(live_app, r.id) is JobState.CANCELLED for r in refs))
+    finally:
+        launcher.stop(5)
+
+
+def test_a_quiet_that_arrives_while_the_worker_starts_is_kept(live_app: Conveyor) -> None:
+    # The command is waiting when the worker registers (its first heartbeat, before the
+    # components start): the fetcher's start used to clear it, and the worker went on working.
+    config = WorkerConfig(concurrency=1, poll_interval=(0.02, 0.05))
+    live_app.storage.heartbeat(
+        WorkerInfo(config.worker_id, "host", os.getpid(), ("default",), 1, time.time()), {}, 30)
+    assert live_app.storage.command_worker(config.worker_id, "quiet")
+
+    @live_app.job
+    def waiting() -> None: ...
+
+    ref = waiting.enqueue()
+    launcher = Launcher(live_app, config)
+    launcher.start()
+    try:
+        assert launcher.fetcher.quieted
+        time.sleep(0.3)  # several polls: a quiet worker must not take it
+        assert _state(live_app, ref.id) is JobState.PENDING
     finally:
         launcher.stop(5)

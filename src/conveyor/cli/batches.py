@@ -86,11 +86,11 @@ def format_batch(view: dict[str, Any]) -> str:
              f"  started     {fmt_time(view['started_at'])}",
              f"  finished    {fmt_time(view['finished_at'])}",
              f"  elapsed     {fmt_duration(view['elapsed'])}",
-             f"  eta         {fmt_duration(view['eta'])}"]
+             f"  eta         {fmt_duration(view['eta'])}{_retry_note(view)}"]
     if view["callbacks_fired"]:
         lines.append(f"  callbacks   {safe(', '.join(view['callbacks_fired']))}")
     if view["failures"]:
-        lines.append("failures:")
+        lines.append("failures (dead first, then failed; newest first):")
         lines.extend(f"  {safe(f['id'])} [{f['state']}] {safe(f['message'] or '(no message)')}"
                      for f in view["failures"])
         more = view["counts"]["failed"] + view["counts"]["dead"] - len(view["failures"])
@@ -98,6 +98,13 @@ def format_batch(view: dict[str, Any]) -> str:
             lines.append(f"  … and {more} more: conveyor jobs list --batch {safe(view['id'])} "
                          "--state failed (or dead)")
     return "\n".join(lines)
+
+
+def _retry_note(view: dict[str, Any]) -> str:
+    until = view.get("retries_until")
+    if until is None:
+        return ""
+    return (f" (waiting for {view['counts']['retrying']} retries until {fmt_time(until)})")
 
 
 def progress_line(view: dict[str, Any]) -> str:
@@ -129,7 +136,7 @@ def watch(inspector: Inspector, batch_id: str, out: TextIO, interval: float,
     started = time.monotonic()
     last = ""
     while True:
-        view = get_batch(inspector, batch_id).as_dict(getattr(inspector, "now", time.time)())
+        view = batch_view(inspector, batch_id, failures=0)
         line = progress_line(view)
         if tty:
             out.write("\r\x1b[2K" + line)

@@ -36,14 +36,17 @@ def add_source_args(parser: argparse.ArgumentParser, *, json_flag: bool = True) 
 
 
 def add_pause_resume(sub: Any, helps: tuple[str, str], func: Handler, *, dest: str,
-                     metavar: str) -> None:
+                     metavar: str, force_help: str | None = None) -> None:
     """Add ``pause`` and ``resume`` subcommands taking one or more names into ``dest``.
 
-    ``helps`` is the pause help then the resume help; ``func`` sees ``args.action``.
+    ``helps`` is the pause help then the resume help; ``func`` sees ``args.action``. With
+    ``force_help``, both take ``--force`` (``args.force``) with that help.
     """
     for action, helptext in zip(("pause", "resume"), helps, strict=True):
         parser = sub.add_parser(action, help=helptext)
         parser.add_argument(dest, nargs="+", metavar=metavar, help=f"one or more {metavar} names")
+        if force_help is not None:
+            parser.add_argument("--force", action="store_true", help=force_help)
         add_source_args(parser, json_flag=False)
         parser.set_defaults(func=func, action=action)
 

@@ -19,6 +19,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from conveyor import __version__
 from conveyor.cli.terminal import safe
 from conveyor.errors import ConveyorError
 from conveyor.storage import DEFAULT_URL, redact
@@ -43,6 +44,7 @@ EXIT_BROKEN_PIPE = 141  # as if killed by SIGPIPE, what `| head` expects of a co
 def build_parser() -> argparse.ArgumentParser:
     """The full parser with every sub-command registered."""
     parser = argparse.ArgumentParser(prog="conveyor", description="conveyor background jobs")
+    parser.add_argument("--version", action="version", version=f"conveyor {__version__}")
     parser.add_argument("--debug", action="store_true",
                         help="print the traceback of an error (also CONVEYOR_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

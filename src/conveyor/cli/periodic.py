@@ -39,11 +39,18 @@ def format_list(view: list[dict[str, Any]]) -> str:
     """The text form of ``periodic_view``."""
     if not view:
         return "no periodic schedules yet (workers register them when they start)"
-    rows = [(s["name"], s["cron"], s["tz"], s["job_name"], s["queue"],
+    rows = [(s["name"], s["cron"], s["tz"], s["job_name"],
+             s["queue"] if s["queue_listened"] else f"{s['queue']} (!)",
              "paused" if s["paused"] else "active", fmt_time(s["last_tick"]),
              fmt_time(s["next_tick"])) for s in view]
-    return table(("NAME", "CRON", "TZ", "JOB", "QUEUE", "STATE", "LAST TICK (UTC)",
+    text = table(("NAME", "CRON", "TZ", "JOB", "QUEUE", "STATE", "LAST TICK (UTC)",
                   "NEXT TICK (UTC)"), rows)
+    unheard = sorted({s["queue"] for s in view if not s["queue_listened"]})
+    if unheard:
+        text += ("\n\n(!) no running worker listens to " + ", ".join(unheard)
+                 + ": ticks wait there until one does (conveyor worker … "
+                 + " ".join(f"-q {q}" for q in unheard) + ")")
+    return text
 
 
 def cmd_pause_resume(args: argparse.Namespace) -> int:

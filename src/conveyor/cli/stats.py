@@ -13,6 +13,8 @@ from conveyor.cli.common import (
     table,
 )
 from conveyor.cli.terminal import say
+from conveyor.errors import ConveyorError
+from conveyor.job import JobState
 from conveyor.web.views import fmt_duration, stats_view
 
 
@@ -23,24 +25,40 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=cmd_stats)
     add_pause_resume(sub, ("stop workers taking jobs from a queue",
                            "let workers take jobs from a paused queue again"),
-                     cmd_pause_resume, dest="queue", metavar="QUEUE")
+                     cmd_pause_resume, dest="queue", metavar="QUEUE",
+                     force_help="also a queue that holds no job and no live worker listens to")
+
+
+LEGEND = ("FAILED: jobs that ended by Fail (a business rule; never retried). "
+          "DEAD: jobs out of retries or unable to run (retry them by hand).\n"
+          "NOT OK EVER: failed and dead outcomes since the queue began, including jobs since "
+          "retried or deleted; TODAY counts since midnight UTC.")
+
+
+class UnknownQueueError(ConveyorError):
+    """``conveyor pause`` named a queue nothing uses (likely a typo)."""
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """Print one row per queue, then the totals and worker slot usage."""
     with open_backend(args) as backend:
         view = stats_view(backend)
+        # The stored counter ``failed`` sums failed and dead outcomes; the jobs now failed
+        # are counted apart so that the table can say which is which.
+        for q in view["queues"]:
+            q["failed_jobs"] = backend.count_jobs(state=JobState.FAILED, queue=q["name"])
+        view["totals"]["failed_jobs"] = sum(q["failed_jobs"] for q in view["queues"])
     return emit(args, view, format_stats)
 
 
 def format_stats(view: dict[str, Any]) -> str:
-    """The text form of ``stats_view``."""
+    """The text form of ``stats_view`` (with the ``failed_jobs`` counts ``cmd_stats`` adds)."""
     headers = ("QUEUE", "PENDING", "SCHEDULED", "ACTIVE", "RETRYING", "LATENCY", "PAUSED",
-               "PROCESSED", "FAILED", "DEAD", "TODAY OK", "TODAY FAILED")
+               "SUCCEEDED", "FAILED", "DEAD", "NOT OK EVER", "TODAY OK", "TODAY NOT OK")
     rows = [
         (q["name"], q["pending"], q["scheduled"], q["active"], q["retrying"],
          fmt_duration(q["latency"]), "yes" if q["paused"] else "no", q["processed"],
-         q["failed"], q["dead"], q["processed_today"], q["failed_today"])
+         q["failed_jobs"], q["dead"], q["failed"], q["processed_today"], q["failed_today"])
         for q in view["queues"]
     ]
     if not rows:
@@ -49,15 +67,29 @@ def format_stats(view: dict[str, Any]) -> str:
     return (
         table(headers, rows)
         + f"\n\ntotal: {t['pending']} pending, {t['active']} active, {t['retrying']} retrying,"
-        f" {t['scheduled']} scheduled, {t['dead']} dead; processed {t['processed']},"
-        f" failed {t['failed']}"
+        f" {t['scheduled']} scheduled; {t['processed']} succeeded, {t['failed_jobs']} failed,"
+        f" {t['dead']} dead ({t['failed']} failed or dead ever)"
         + f"\nworkers: {w['count']} ({w['busy']}/{w['slots']} slots busy)"
+        + "\n\n" + LEGEND
     )
 
 
 def cmd_pause_resume(args: argparse.Namespace) -> int:
-    """Pause or resume each named queue."""
+    """Pause or resume each named queue.
+
+    Pausing a queue that holds no job (in any state) and that no live worker listens to is
+    refused unless ``--force``: it is most likely a typo, and would leave a phantom paused
+    queue behind. Resuming is always allowed (it can only undo a pause).
+    """
     with open_backend(args) as backend:
+        if args.action == "pause" and not args.force:
+            known = {q.name for q in backend.queues()}
+            known.update(name for w in backend.workers() for name in w.queues)
+            unknown = [q for q in args.queue if q not in known]
+            if unknown:
+                raise UnknownQueueError(
+                    f"no queue named {unknown[0]!r} (known: {', '.join(sorted(known)) or 'none'});"
+                    " pass --force to pause it before any job or worker uses it")
         change = backend.pause_queue if args.action == "pause" else backend.resume_queue
         for queue in args.queue:
             change(queue)

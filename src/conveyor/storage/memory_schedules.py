@@ -20,12 +20,15 @@ class MemorySchedules:
         self._schedules: dict[str, ScheduleInfo] = {}
 
     def save_schedules(self, schedules: Sequence[ScheduleInfo]) -> None:
-        """Create or update definitions; pause state and last ticks are kept."""
+        """Create or update definitions; pause state, last ticks and creation time are kept."""
         with self._schedule_lock:
             for s in schedules:
                 old = self._schedules.get(s.name)
-                self._schedules[s.name] = s if old is None else dataclasses.replace(
-                    s, paused=old.paused, last_tick=old.last_tick, resumed_at=old.resumed_at)
+                self._schedules[s.name] = dataclasses.replace(
+                    s, paused=False, last_tick=None, resumed_at=None,
+                    created_at=self._clock.now()) if old is None else dataclasses.replace(
+                    s, paused=old.paused, last_tick=old.last_tick, resumed_at=old.resumed_at,
+                    created_at=old.created_at)
 
     def schedule_pauses(self) -> dict[str, float | None]:
         """Paused schedules (None) and resumed ones (when)."""

@@ -96,6 +96,10 @@ async def workers(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]
     return page("Workers", "/workers", live, request, csrf)
 
 
+_NO_WORKER = (' <span class="badge s-dead" title="no running worker listens to this queue: '
+              'its ticks wait there">no worker</span>')
+
+
 async def periodic(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
     """The periodic schedules workers registered, with pause/resume."""
     view = await dash.call(periodic_view)
@@ -103,7 +107,8 @@ async def periodic(dash: Dashboard, request: Request, csrf: str, m: re.Match[str
     for s in view:
         action = "resume-schedule" if s["paused"] else "pause-schedule"
         rows.append([e(s["name"]), f"<code>{e(s['cron'])}</code>", e(s["tz"]),
-                     e(s["job_name"]), link(f"/jobs?queue={s['queue']}", s["queue"]),
+                     e(s["job_name"]), link(f"/jobs?queue={s['queue']}", s["queue"])
+                     + ("" if s["queue_listened"] else _NO_WORKER),
                      badge("paused") if s["paused"] else badge("running"),
                      when(s["last_tick"]), when(s["next_tick"]),
                      button_form(action, "Resume" if s["paused"] else "Pause", csrf,

@@ -131,7 +131,7 @@ class Fetcher:
     def start(self) -> None:
         """Run the fetch loop on a thread."""
         if self._thread is None:
-            self._quiet.clear()
+            # never clear ``_quiet`` here: a quiet sent while the worker starts must stand
             self._thread = threading.Thread(target=self._run, name="conveyor-fetcher", daemon=True)
             self._thread.start()
 

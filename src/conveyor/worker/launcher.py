@@ -21,7 +21,7 @@ from conveyor import __version__
 from conveyor.app import Conveyor
 from conveyor.clock import Clock
 from conveyor.job import Ack
-from conveyor.periodic import CronConfig, CronScheduler
+from conveyor.periodic import CronConfig, CronScheduler, describe_unlistened, unlistened
 from conveyor.storage import redact
 from conveyor.worker.acker import Acker, NoLock, WriteLock
 from conveyor.worker.config import WorkerConfig
@@ -109,9 +109,24 @@ class Launcher:
                  " (strict)" if self.config.strict else "", self.config.concurrency, os.getpid())
         self._check_server()
         self.heartbeat.safe_tick()  # registered before the first job is taken
+        self._check_periodic_queues()
         for component in self._components():
             component.start()
         self._started = True
+
+    def _check_periodic_queues(self) -> None:
+        """Warn (one line) when this app's periodic ticks go to a queue nobody listens to."""
+        if not self.app.schedules:
+            return
+        try:
+            listened = {q for w in self.storage.workers() for q in w.queues}
+        except Exception:
+            log.exception("could not list the workers to check the periodic queues")
+            return
+        listened.update(self.config.queue_names)
+        missing = unlistened(self.app.schedules, listened)
+        if missing:
+            log.warning("%s", describe_unlistened(missing))
 
     def _check_server(self) -> None:
         check = getattr(self.storage, "check_server", None)

@@ -10,11 +10,16 @@ from typing import Any
 
 __all__ = ["JsonFormatter", "configure_logging", "reopen_logs"]
 
+_JOB_FIELDS = ("job_id", "job_name", "attempt", "outcome", "reason")
 _TEXT = "%(asctime)s %(levelname)s pid=%(process)d %(threadName)s %(name)s: %(message)s"
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, pid, thread, msg (and exc)."""
+    """One JSON object per line: ts, level, logger, pid, thread, msg (and exc).
+
+    A job outcome's line also has ``job_id``, ``job_name``, ``attempt``, ``outcome`` and
+    ``reason`` fields, so a log pipeline can filter on them without parsing ``msg``.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         """The record as a JSON line."""
@@ -27,6 +32,9 @@ class JsonFormatter(logging.Formatter):
             "thread": record.threadName,
             "msg": record.getMessage(),
         }
+        for key in _JOB_FIELDS:  # set by worker.reporting for job outcomes
+            if hasattr(record, key):
+                out[key] = getattr(record, key)
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str)

@@ -20,8 +20,8 @@ from conveyor.errors import Fail, JobTimeout, PayloadError, Retry, UnknownJobErr
 from conveyor.job import Ack, ErrorInfo, LeasedJob, Outcome
 from conveyor.retry import backoff
 from conveyor.serializer import decode_payload, dumps
-from conveyor.text import printable
 from conveyor.worker.inflight import Entry
+from conveyor.worker.reporting import report_outcome
 
 __all__ = ["Processor", "error_info"]
 
@@ -80,9 +80,9 @@ class Processor:
                    retry_in=backoff(job.errors + 1))
 
     def _dead(self, job: LeasedJob, exc: Exception) -> Ack:
-        # The name and reason come from storage, maybe from another client: escape them.
-        log.error("job %s (%s) cannot run: %s", job.id, printable(job.name), printable(str(exc)))
-        return Ack(job.id, job.token, Outcome.DEAD, message=str(exc), error=error_info(exc))
+        ack = Ack(job.id, job.token, Outcome.DEAD, message=str(exc), error=error_info(exc))
+        report_outcome(self.app, job, exc, ack)
+        return ack
 
     def run(self, entry: Entry) -> Ack:
         """Run a sync job in this thread, through the server middleware."""
@@ -133,7 +133,12 @@ class Processor:
         return self._ack(entry, Outcome.SUCCEEDED, result=text)
 
     def failure(self, entry: Entry, exc: BaseException) -> Ack:
-        """Map an exception to FAILED, RETRY, DEAD or CANCELLED."""
+        """Map an exception to FAILED, RETRY, DEAD or CANCELLED; log it, call error hooks."""
+        ack = self._failure(entry, exc)
+        report_outcome(self.app, entry.job, exc, ack, entry.args, entry.kwargs)
+        return ack
+
+    def _failure(self, entry: Entry, exc: BaseException) -> Ack:
         job = entry.job
         if entry.ctx.cancelled:
             return self._ack(entry, Outcome.CANCELLED, message="cancelled while running")

@@ -77,6 +77,7 @@ class Keys:
         # hash: name -> "paused", or the time an operator last resumed it
         self.schedule_pauses = f"{prefix}:schedules:pauses"
         self.schedule_ticks = f"{prefix}:schedules:ticks"  # zset: name -> last enqueued tick
+        self.schedule_created = f"{prefix}:schedules:created"  # zset: name -> first saved at
         self.queue = lru_cache(maxsize=4096)(self._queue)
         self.batch = lru_cache(maxsize=4096)(self._batch)
 

@@ -1,4 +1,5 @@
-"""Periodic schedules on Redis: a hash of definitions, a hash of pause state, a zset of ticks.
+"""Periodic schedules on Redis: a hash of definitions, a hash of pause state, zsets of ticks
+and of creation times.
 
 Plain commands on three single keys (no script), so they work unchanged on Redis Cluster. The
 last tick is a sorted-set score written with ``ZADD GT``: a late writer of an older tick never
@@ -21,9 +22,13 @@ class RedisSchedules(RedisCore):
     """The schedule part of ``Storage`` and ``Inspector`` on one Redis deployment."""
 
     def save_schedules(self, schedules: Sequence[ScheduleInfo]) -> None:
-        """Create or update definitions; pause state and last ticks are kept."""
+        """Create or update definitions; pause state, last ticks and creation time are kept."""
         if schedules:
             flat = [x for s in schedules for x in (s.name, json.dumps(s.definition()))]
+            now = repr(self.now())
+            # NX: only the first save of a name records when the schedule came to be.
+            self.link.call("ZADD", self.keys.schedule_created, "NX",
+                           *[x for s in schedules for x in (now, s.name)])
             self.link.call("HSET", self.keys.schedules, *flat)
 
     def schedule_pauses(self) -> dict[str, float | None]:
@@ -40,6 +45,8 @@ class RedisSchedules(RedisCore):
         defs: dict[str, str] = self.link.call("HGETALL", self.keys.schedules)
         pauses = self.schedule_pauses()
         ticks = _pairs(self.link.call("ZRANGE", self.keys.schedule_ticks, 0, -1, "WITHSCORES"))
+        created = _pairs(self.link.call("ZRANGE", self.keys.schedule_created, 0, -1,
+                                        "WITHSCORES"))
         out = []
         for name in sorted(defs):
             d = json.loads(defs[name])
@@ -48,7 +55,8 @@ class RedisSchedules(RedisCore):
                 name=name, cron=d["cron"], tz=d["tz"], job_name=d["job_name"],
                 queue=d["queue"], paused=name in pauses and pauses[name] is None,
                 last_tick=None if tick is None else float(str(tick)),
-                resumed_at=pauses.get(name)))
+                resumed_at=pauses.get(name),
+                created_at=None if name not in created else float(str(created[name]))))
         return out
 
     def pause_schedule(self, name: str) -> bool:

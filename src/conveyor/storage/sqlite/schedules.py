@@ -16,13 +16,15 @@ class SqliteSchedules:
     _clock: Clock
 
     def save_schedules(self, schedules: Sequence[ScheduleInfo]) -> None:
-        """Create or update definitions; pause state and last ticks are kept."""
+        """Create or update definitions; pause state, last ticks and creation time are kept."""
+        now = self._clock.now()
         with self._db.write() as cur:
             cur.executemany(
-                "INSERT INTO schedules (name, cron, tz, job_name, queue) VALUES (?, ?, ?, ?, ?) "
+                "INSERT INTO schedules (name, cron, tz, job_name, queue, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (name) DO UPDATE SET cron = excluded.cron, tz = excluded.tz, "
                 "job_name = excluded.job_name, queue = excluded.queue",
-                [(s.name, s.cron, s.tz, s.job_name, s.queue) for s in schedules])
+                [(s.name, s.cron, s.tz, s.job_name, s.queue, now) for s in schedules])
 
     def schedule_pauses(self) -> dict[str, float | None]:
         """Paused schedules (None) and resumed ones (when)."""
@@ -40,10 +42,10 @@ class SqliteSchedules:
     def schedules(self) -> list[ScheduleInfo]:
         """Every schedule, by name."""
         rows = self._db.read().execute(
-            "SELECT name, cron, tz, job_name, queue, paused, last_tick, resumed_at "
+            "SELECT name, cron, tz, job_name, queue, paused, last_tick, resumed_at, created_at "
             "FROM schedules ORDER BY name").fetchall()
-        return [ScheduleInfo(n, c, tz, j, q, bool(p), t, r)
-                for n, c, tz, j, q, p, t, r in rows]
+        return [ScheduleInfo(n, c, tz, j, q, bool(p), t, r, k)
+                for n, c, tz, j, q, p, t, r, k in rows]
 
     def pause_schedule(self, name: str) -> bool:
         """Pause a schedule; False if unknown."""
