@@ -137,7 +137,7 @@ def test_undecodable_stored_json_is_shown_as_text_on_sqlite(tmp_path: Path) -> N
         assert listing.status == 200 and listing.body.count(">unreadable</span>") == 2
         for job_id in (ref.id, bad.id):
             page = client.get(f"/jobs/{job_id}")
-            assert page.status == 200 and "Unreadable record: stored payload" in page.body
+            assert page.status == 200 and "Unreadable record: " in page.body
     finally:
         server.stop()
         app.close()
