@@ -99,8 +99,10 @@ def test_a_name_with_control_characters_is_escaped_in_the_worker_log(
     app: Conveyor, config: WorkerConfig, caplog: pytest.LogCaptureFixture
 ) -> None:
     forged = "x\n2030-01-01 INFO conveyor.worker: all good\x1b[2J"
-    spec = JobSpec(id=new_id(), name=forged, queue="default", payload=encode_payload([], {}))
-    app.storage.enqueue([spec])  # another client, no client-side check
+    # another client, no client-side check; no retries, so the unknown name is dead at once
+    spec = JobSpec(id=new_id(), name=forged, queue="default", payload=encode_payload([], {}),
+                   max_retries=0)
+    app.storage.enqueue([spec])
     with caplog.at_level(logging.ERROR, logger="conveyor.worker"):
         _run_all(app, config, 1)
     [line] = [r.getMessage() for r in caplog.records if spec.id in r.getMessage()]
