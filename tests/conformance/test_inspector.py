@@ -218,3 +218,15 @@ def test_today_counts_start_again_the_next_day(backend: Backend, clock: FakeCloc
     stats = {q.name: q for q in backend.queues()}["daily"]
     assert (stats.processed, stats.failed) == (2, 1)
     assert (stats.processed_today, stats.failed_today) == (1, 0)
+
+
+def test_a_job_cancelled_then_retried_by_hand_is_listed_and_counted_once(
+        backend: Backend) -> None:
+    job_id = put(backend)
+    assert backend.cancel(job_id) is JobState.CANCELLED
+    assert backend.retry_jobs([job_id]) == 1
+    listed = backend.list_jobs(state=JobState.PENDING, queue="default")
+    assert [r.id for r in listed] == [job_id]
+    assert backend.count_jobs(state=JobState.PENDING, queue="default") == 1
+    assert [j.id for j in backend.dequeue(["default"], "w", 10, 60.0)] == [job_id]
+    assert backend.dequeue(["default"], "w", 10, 60.0) == []

@@ -112,7 +112,10 @@ class RedisInspector(RedisBatchPages):
         if limit <= 0:
             return []
         if batch_id is None and queue is not None and state is not None:
-            ids = self._index_ids(queue, state, offset, offset + limit - 1)
+            # dict.fromkeys: a job cancelled and then retried by hand is in the pending list
+            # twice until dequeue drops its old entry (admin scripts leave it there, counted
+            # as stale); it is listed once, where a worker will take it, at the older entry.
+            ids = list(dict.fromkeys(self._index_ids(queue, state, offset, offset + limit - 1)))
             return [r for r in self._records(queue, ids, with_events)
                     if r.state is state or r.unreadable]
         groups: dict[str, list[str]] = defaultdict(list)
