@@ -5,7 +5,7 @@ batch bigger than one step leaves exact sizes."""
 from __future__ import annotations
 
 from conveyor.job import Ack, BatchSpec, JobSpec, JobState, Outcome, new_id
-from conveyor.storage.redis import batch_pages
+from conveyor.storage.redis import batches
 from conveyor.storage.redis.storage import RedisStorage
 
 
@@ -42,7 +42,7 @@ def test_batch_pages_are_the_same_with_and_without_the_rank_sets(store: RedisSto
 
 
 def test_cancel_of_a_batch_bigger_than_a_step(store: RedisStorage) -> None:
-    batch, ids = _batch(store, batch_pages.STEP * 2 + 30)
+    batch, ids = _batch(store, batches.STEP * 2 + 30)
     (active,) = store.dequeue(["q2"], "w", 1, 60.0)
     assert store.cancel_batch(batch) == len(ids)
     status = store.get_batch(batch)

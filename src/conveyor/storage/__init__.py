@@ -21,7 +21,7 @@ DEFAULT_URL = "sqlite:///conveyor.db"
 
 # scheme -> "module:function"; the function takes (url, clock) and returns a Backend.
 _OPENERS = {
-    "memory": "conveyor.storage.memory:open_memory",
+    "memory": "conveyor.storage.memory.storage:open_memory",
     "sqlite": "conveyor.storage.sqlite.storage:open_sqlite",
     "redis": "conveyor.storage.redis.storage:open_redis",
     "rediss": "conveyor.storage.redis.storage:open_redis",

@@ -18,8 +18,8 @@ from conveyor.job import (
 )
 from conveyor.storage.base import JobTotals, Retention
 from conveyor.storage.redis import codec
-from conveyor.storage.redis.batch_pages import RedisBatchPages
-from conveyor.storage.redis.core import ADMIN_CHUNK
+from conveyor.storage.redis.base import ADMIN_CHUNK
+from conveyor.storage.redis.batches import RedisBatchPages
 
 WORKER_COMMANDS = ("quiet", "stop")
 TERMINAL = frozenset(s.value for s in TERMINAL_STATES)

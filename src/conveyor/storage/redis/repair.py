@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conveyor.storage.redis import codec
-from conveyor.storage.redis.core import RedisCore
+from conveyor.storage.redis.base import RedisBase
 
 log = logging.getLogger("conveyor.storage.redis")
 
@@ -52,8 +52,8 @@ class _Pass:
 class PendingRepair:
     """The repair passes of one storage, a state machine per queue."""
 
-    def __init__(self, core: RedisCore) -> None:
-        self.core = core
+    def __init__(self, store: RedisBase) -> None:
+        self.store = store
         self.every = REPAIR_EVERY
         self.grace = REPAIR_GRACE
         self._passes: dict[str, _Pass] = {}
@@ -79,7 +79,7 @@ class PendingRepair:
             return False
         self._next[queue] = now + self.every
         ttl = max(1, int(self.every * 1000))
-        if not self.core.link.call("SET", self.core.keys.queue(queue).repair, "1", "NX",
+        if not self.store.link.call("SET", self.store.keys.queue(queue).repair, "1", "NX",
                                    "PX", ttl):
             return False
         self.start(queue)
@@ -87,7 +87,7 @@ class PendingRepair:
 
     def start(self, queue: str) -> None:
         """Begin a pass over ``queue`` now (``advance`` does when one is due)."""
-        self._passes[queue] = _Pass(since=self.core.now() - self.grace)
+        self._passes[queue] = _Pass(since=self.store.now() - self.grace)
 
     def running(self, queue: str) -> bool:
         """Whether a pass over ``queue`` is under way."""
@@ -97,16 +97,16 @@ class PendingRepair:
         """One bounded step of the pass (one ``LRANGE``, or one ``HSCAN`` and at most one
         ``repair.lua`` call); returns how many jobs it put back."""
         run = self._passes[queue]
-        qk = self.core.keys.queue(queue)
+        qk = self.store.keys.queue(queue)
         if run.cursor is None:
-            ids = self.core.link.call("LRANGE", qk.pending, run.index,
+            ids = self.store.link.call("LRANGE", qk.pending, run.index,
                                       run.index + LIST_CHUNK - 1)
             run.listed.update(ids)
             run.index += len(ids)
             if len(ids) < LIST_CHUNK:
                 run.cursor = "0"
             return 0
-        cursor, entries = _scan_page(self.core.link.call(
+        cursor, entries = _scan_page(self.store.link.call(
             "HSCAN", qk.state, run.cursor, "COUNT", SCAN_COUNT))
         missing: list[str] = []
         for job_id, raw in entries:
@@ -119,11 +119,11 @@ class PendingRepair:
             run.cursor = cursor
         if not missing:
             return 0
-        put_back = int(self.core.scripts.run(
+        put_back = int(self.store.scripts.run(
             "repair", [qk.state, qk.pending, qk.parked, qk.notify],
-            [self.core.now_arg(), queue, *missing]))
+            [self.store.now_arg(), queue, *missing]))
         if put_back:
-            self.core.ring(queue, put_back)
+            self.store.ring(queue, put_back)
             log.warning("queue %s: put back %d pending job(s) missing from its list",
                         queue, put_back)
         return put_back

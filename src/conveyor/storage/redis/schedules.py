@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from conveyor.job import ScheduleInfo
-from conveyor.storage.redis.core import RedisCore
+from conveyor.storage.redis.base import RedisBase
 
 PAUSED = "paused"
 
 
-class RedisSchedules(RedisCore):
+class RedisSchedules(RedisBase):
     """The schedule part of ``Storage`` and ``Inspector`` on one Redis deployment."""
 
     def save_schedules(self, schedules: Sequence[ScheduleInfo]) -> None:

@@ -34,8 +34,8 @@ from conveyor.job import (
 )
 from conveyor.storage.base import Retention
 from conveyor.storage.redis import codec
+from conveyor.storage.redis.base import Move
 from conveyor.storage.redis.connection import TRANSIENT, Link, Settings, make_client, parse_url
-from conveyor.storage.redis.core import Move
 from conveyor.storage.redis.inspect import RedisInspector
 from conveyor.storage.redis.repair import PendingRepair
 from conveyor.storage.redis.schedules import RedisSchedules

@@ -2,7 +2,7 @@
 
 ``MemoryState`` holds every index under one lock; ``_move`` keeps the per-state indexes, queue
 counters, flow-control bookkeeping, batch counters and the event log in step, so the hot path
-(``memory_core``) and the inspector (``memory_inspect``) never update them by hand.
+(``storage``) and the inspector (``inspect``) never update them by hand.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from conveyor.job import (
     JobState,
     WorkerInfo,
 )
-from conveyor.storage.memory_batches import BatchBook
-from conveyor.storage.memory_flow import FlowGate
+from conveyor.storage.memory.batches import BatchBook
+from conveyor.storage.memory.flow import FlowGate
 
 WAITING_STATES = frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.RETRYING})
 _DUE_STATES = (JobState.SCHEDULED, JobState.RETRYING)

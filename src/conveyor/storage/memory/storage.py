@@ -1,4 +1,5 @@
-"""The memory backend's hot path: the ``Storage`` protocol over ``MemoryState``.
+"""The memory backend's hot path: the ``Storage`` protocol over ``MemoryState``, and
+``open_memory``.
 
 Every public method takes the one lock, so each is atomic exactly as a Lua script or a SQLite
 transaction would be; every move of a job goes through ``MemoryState._move``.
@@ -8,10 +9,13 @@ from __future__ import annotations
 
 import heapq
 import secrets
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from conveyor.clock import SYSTEM_CLOCK, Clock
+from conveyor.errors import StorageURLError
 from conveyor.job import (
     Ack,
     BatchSpec,
@@ -26,10 +30,11 @@ from conveyor.job import (
     WorkerInfo,
 )
 from conveyor.storage.base import Retention, WaitsThenDequeues
-from conveyor.storage.memory_flow import ScanBudget
-from conveyor.storage.memory_state import WAITING_STATES, Entry, MemoryState
+from conveyor.storage.memory.flow import ScanBudget
+from conveyor.storage.memory.inspect import MemoryInspector
+from conveyor.storage.memory.schedules import MemorySchedules
+from conveyor.storage.memory.state import Entry
 from conveyor.storage.rules import (
-    CANCELLED_WHILE_WAITING,
     ack_message,
     cancelled_message,
     counts_as_error,
@@ -37,8 +42,12 @@ from conveyor.storage.rules import (
 )
 
 
-class MemoryCore(WaitsThenDequeues, MemoryState):
-    """State and hot path of the memory backend; ``MemoryStorage`` adds the inspector."""
+class MemoryStorage(WaitsThenDequeues, MemoryInspector, MemorySchedules):
+    """A ``Storage`` and ``Inspector`` held in process memory; thread-safe."""
+
+    def __init__(self, url: str, clock: Clock) -> None:
+        MemoryInspector.__init__(self, url, clock)
+        MemorySchedules.__init__(self)
 
     # -- enqueue -----------------------------------------------------------------------------
 
@@ -263,20 +272,7 @@ class MemoryCore(WaitsThenDequeues, MemoryState):
 
     def cancel(self, job_id: str) -> JobState | None:
         """Cancel a waiting job, or request cancellation of an active one."""
-        with self._lock:
-            entry = self._jobs.get(job_id)
-            if entry is None:
-                return None
-            rec = entry.rec
-            now = self.now()
-            if rec.state in WAITING_STATES:
-                rec.message = CANCELLED_WHILE_WAITING
-                self._move(entry, JobState.CANCELLED, EventKind.CANCELLED, now,
-                           message=rec.message)
-            elif rec.state is JobState.ACTIVE and not rec.cancel_requested:
-                rec.cancel_requested = True
-                self._event(rec, now, EventKind.CANCEL_REQUESTED, worker=rec.worker)
-            return rec.state
+        return self._cancel(job_id)
 
     # -- batches -----------------------------------------------------------------------------
 
@@ -321,3 +317,28 @@ class MemoryCore(WaitsThenDequeues, MemoryState):
 
     def close(self) -> None:
         """Nothing to release; named instances keep their data for other users."""
+
+
+_named: dict[str, MemoryStorage] = {}
+_named_lock = threading.Lock()
+
+
+def open_memory(url: str, clock: Clock | None = None) -> MemoryStorage:
+    """Open ``memory://`` (always a new, empty store) or ``memory://NAME``.
+
+    Every ``memory://NAME`` opened in this process with the same NAME returns the same store,
+    so an app and an in-process worker share it; the first opener's clock is kept.
+    """
+    scheme, sep, name = url.partition("://")
+    if scheme.lower() != "memory" or not sep:
+        raise StorageURLError(f"not a memory storage URL: {url!r} (expected memory://[NAME])")
+    name = name.strip("/")
+    if any(c in name for c in "/?#"):
+        raise StorageURLError(f"memory storage name {name!r} may not contain '/', '?' or '#'")
+    if not name:
+        return MemoryStorage(url, clock or SYSTEM_CLOCK)
+    with _named_lock:
+        store = _named.get(name)
+        if store is None:
+            store = _named[name] = MemoryStorage(url, clock or SYSTEM_CLOCK)
+        return store

@@ -1,4 +1,4 @@
-"""The memory backend's ``Inspector``: reads and operator actions over ``MemoryCore``'s state."""
+"""The memory backend's ``Inspector``: reads and operator actions over ``MemoryState``."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from conveyor.job import (
     WorkerInfo,
 )
 from conveyor.storage.base import JobTotals, Retention
-from conveyor.storage.memory_core import MemoryCore
-from conveyor.storage.memory_state import WAITING_STATES, Entry, day_of
+from conveyor.storage.memory.state import WAITING_STATES, Entry, MemoryState, day_of
+from conveyor.storage.rules import CANCELLED_WHILE_WAITING
 
 _RETRYABLE = frozenset({JobState.DEAD, JobState.FAILED, JobState.CANCELLED, JobState.RETRYING})
 _NOT_ACTIVE = frozenset(JobState) - {JobState.ACTIVE}
@@ -24,8 +24,8 @@ _WORKER_TTL = Retention().worker_ttl
 WORKER_COMMANDS = ("quiet", "stop")
 
 
-class MemoryInspector(MemoryCore):
-    """``MemoryCore`` plus the ``Inspector`` protocol."""
+class MemoryInspector(MemoryState):
+    """The ``Inspector`` protocol over ``MemoryState``; ``MemoryStorage`` adds the hot path."""
 
     def queues(self) -> list[QueueStats]:
         """Every known queue with sizes, latency, paused flag and outcome totals."""
@@ -199,8 +199,25 @@ class MemoryInspector(MemoryCore):
                    if e.rec.state in WAITING_STATES
                    or (e.rec.state is JobState.ACTIVE and not e.rec.cancel_requested)]
             for job_id in ids:
-                self.cancel(job_id)
+                self._cancel(job_id)
             return len(ids)
+
+    def _cancel(self, job_id: str) -> JobState | None:
+        """Cancel a waiting job, or request cancellation of an active one (``Storage.cancel``)."""
+        with self._lock:
+            entry = self._jobs.get(job_id)
+            if entry is None:
+                return None
+            rec = entry.rec
+            now = self.now()
+            if rec.state in WAITING_STATES:
+                rec.message = CANCELLED_WHILE_WAITING
+                self._move(entry, JobState.CANCELLED, EventKind.CANCELLED, now,
+                           message=rec.message)
+            elif rec.state is JobState.ACTIVE and not rec.cancel_requested:
+                rec.cancel_requested = True
+                self._event(rec, now, EventKind.CANCEL_REQUESTED, worker=rec.worker)
+            return rec.state
 
     def job_totals(self) -> list[JobTotals]:
         """All-time outcome counters per (queue, job name)."""

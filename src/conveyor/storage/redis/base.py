@@ -1,5 +1,6 @@
-"""What the Redis storage and inspector share: connection, scripts, clock, queue registry,
-enqueue, and the batch bookkeeping every transition feeds."""
+"""The base every part of the Redis backend extends: connection, scripts, clock, queue
+registry, enqueue, and the batch bookkeeping every transition feeds (shared helpers, not the
+hot path, which is ``storage.py``)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ ADMIN_CHUNK = 50
 Move = Sequence[str]  # (batch id, job id, "state:queue") as the scripts report them
 
 
-class RedisCore:
-    """Connection, scripts and helpers; ``RedisStorage`` adds the protocol methods."""
+class RedisBase:
+    """Connection, scripts and helpers; the inspector, schedules and ``RedisStorage`` add the
+    protocol methods."""
 
     def __init__(self, settings: Settings, link: Link, clock: Clock | None) -> None:
         self.url = settings.url

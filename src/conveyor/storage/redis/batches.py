@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from conveyor.job import ALL_STATES, JobState
-from conveyor.storage.redis.core import RedisCore
+from conveyor.storage.redis.base import RedisBase
 
 STEP = 500  # jobs read per command when walking a batch
 
@@ -33,7 +33,7 @@ def scan_reply(reply: Any) -> tuple[str, list[tuple[str, str]]]:
     return str(cursor), pairs
 
 
-class RedisBatchPages(RedisCore):
+class RedisBatchPages(RedisBase):
     """Pages, counts and walks over one batch's jobs."""
 
     def batch_members(self, batch_id: str) -> Iterator[list[tuple[str, str, str]]]:
