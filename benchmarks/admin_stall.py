@@ -25,7 +25,8 @@ from typing import Any
 
 import redis
 from benchmarks.servers import RedisServer
-from conveyor.job import BatchSpec, JobSpec, JobState, new_id
+from conveyor.ids import new_id
+from conveyor.job import BatchSpec, JobSpec, JobState
 from conveyor.storage import Backend, open_storage
 
 PAGE = 50

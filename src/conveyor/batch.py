@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 from conveyor.client import EnqueueDraft, JobRef, SpecBuffer, build_spec
 from conveyor.context import BatchScope, pop_batch, push_batch
 from conveyor.errors import BatchClosedError, BatchNotFound
-from conveyor.job import BATCH_CALLBACK_EVENTS, BatchSpec, JobSpec, new_id
+from conveyor.ids import new_id
+from conveyor.job import BATCH_CALLBACK_EVENTS, BatchSpec, JobSpec
 from conveyor.registry import JobFunction, make_options
 
 if TYPE_CHECKING:

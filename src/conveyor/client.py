@@ -15,7 +15,8 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from conveyor.errors import JobFailed, JobNotFound, ResultTimeout
-from conveyor.job import EnqueueResult, FlowControl, JobRecord, JobSpec, JobState, new_id
+from conveyor.ids import new_id
+from conveyor.job import EnqueueResult, FlowControl, JobRecord, JobSpec, JobState
 from conveyor.registry import JobOptions, KeyOption
 from conveyor.serializer import encode_payload, loads
 from conveyor.text import check_name

@@ -1,15 +1,14 @@
 """The job vocabulary shared by client, storage and worker: states, events, specs and records.
 
 These are plain data: no I/O, no backend types. Storage backends receive ``JobSpec`` and
-``Ack`` values and hand back ``LeasedJob`` and ``JobRecord`` values.
+``Ack`` values and hand back ``LeasedJob`` and ``JobRecord`` values. What the storage reports
+beside a job's lifecycle (batches, workers, schedules, queues) is in ``storage/records.py``;
+ids are made by ``ids.py``.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -385,122 +384,6 @@ class BatchSpec:
 BATCH_CALLBACK_EVENTS = ("complete", "success", "death")
 
 
-@dataclass(slots=True)
-class BatchStatus:
-    """Live counters and timings of a batch, read in O(1) by ``Inspector.get_batch``."""
-
-    id: str
-    description: str | None
-    meta: dict[str, Any]
-    created_at: float
-    total: int
-    counts: dict[str, int]
-    closed: bool = False
-    cancelled: bool = False
-    started_at: float | None = None
-    finished_at: float | None = None
-    callbacks_fired: tuple[str, ...] = ()
-
-    @property
-    def done(self) -> int:
-        """Jobs in a terminal state."""
-        return sum(self.counts.get(s.value, 0) for s in TERMINAL_STATES)
-
-    @property
-    def complete(self) -> bool:
-        """Closed, and every job reached a terminal state."""
-        return self.closed and self.done >= self.total
-
-    @property
-    def percent(self) -> float:
-        """Share of jobs in a terminal state, 0 to 100."""
-        return 100.0 if self.total == 0 else round(100.0 * self.done / self.total, 2)
-
-    def eta(self, now: float) -> float | None:
-        """Seconds until done at the rate seen so far, or None when it cannot be told yet."""
-        if self.complete or not self.started_at or self.done == 0:
-            return None
-        rate = self.done / max(now - self.started_at, 1e-6)
-        return (self.total - self.done) / rate
-
-    def as_dict(self, now: float | None = None) -> dict[str, Any]:
-        """JSON-ready view: counts per state, total, percent, timings, ETA."""
-        now = time.time() if now is None else now
-        end = self.finished_at or now
-        return {
-            "id": self.id,
-            "description": self.description,
-            "meta": self.meta,
-            "total": self.total,
-            "counts": {s.value: self.counts.get(s.value, 0) for s in ALL_STATES},
-            "done": self.done,
-            "percent": self.percent,
-            "closed": self.closed,
-            "complete": self.complete,
-            "cancelled": self.cancelled,
-            "created_at": self.created_at,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "elapsed": (end - self.started_at) if self.started_at else None,
-            "eta": self.eta(now),
-            "callbacks_fired": list(self.callbacks_fired),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class BusySlot:
-    """What one busy processor slot of a worker runs, and since when."""
-
-    job_id: str
-    name: str
-    queue: str
-    started_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerInfo:
-    """A live worker process as it reports itself in each heartbeat."""
-
-    id: str
-    hostname: str
-    pid: int
-    queues: tuple[str, ...]
-    concurrency: int
-    started_at: float
-    status: str = "running"  # running | quiet | stopping
-    busy: tuple[BusySlot, ...] = ()
-    last_seen: float = 0.0
-
-    def to_wire(self) -> dict[str, Any]:
-        """Dict form stored in the worker registry."""
-        return {
-            "id": self.id,
-            "hostname": self.hostname,
-            "pid": self.pid,
-            "queues": list(self.queues),
-            "concurrency": self.concurrency,
-            "started_at": self.started_at,
-            "status": self.status,
-            "busy": [[b.job_id, b.name, b.queue, b.started_at] for b in self.busy],
-            "last_seen": self.last_seen,
-        }
-
-    @classmethod
-    def from_wire(cls, raw: Mapping[str, Any]) -> WorkerInfo:
-        """Inverse of ``to_wire``."""
-        return cls(
-            id=raw["id"],
-            hostname=raw["hostname"],
-            pid=int(raw["pid"]),
-            queues=tuple(raw["queues"]),
-            concurrency=int(raw["concurrency"]),
-            started_at=float(raw["started_at"]),
-            status=raw.get("status", "running"),
-            busy=tuple(BusySlot(b[0], b[1], b[2], float(b[3])) for b in raw.get("busy", [])),
-            last_seen=float(raw.get("last_seen", 0.0)),
-        )
-
-
 @dataclass(frozen=True, slots=True)
 class HeartbeatReply:
     """What a heartbeat learns: leases it no longer holds, cancellations, a remote command."""
@@ -508,83 +391,3 @@ class HeartbeatReply:
     lost: frozenset[str] = frozenset()
     cancel: frozenset[str] = frozenset()
     command: str | None = None  # "quiet" | "stop"
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleInfo:
-    """A periodic schedule as the storage keeps it: what it enqueues, whether an operator
-    paused it (and when it was last resumed), the last tick a worker enqueued and when it was
-    first saved (epoch seconds)."""
-
-    name: str
-    cron: str
-    tz: str
-    job_name: str
-    queue: str
-    paused: bool = False
-    last_tick: float | None = None
-    resumed_at: float | None = None
-    #: When the storage first saw the schedule (None for schedules stored before conveyor
-    #: recorded it): no tick from before it is ever enqueued, so a new schedule never
-    #: "catches up" ticks from before it existed.
-    created_at: float | None = None
-
-    def definition(self) -> dict[str, str]:
-        """The fields a worker writes (the rest belongs to operators and the ticks)."""
-        return {"name": self.name, "cron": self.cron, "tz": self.tz, "job_name": self.job_name,
-                "queue": self.queue}
-
-
-@dataclass(frozen=True, slots=True)
-class QueueStats:
-    """One queue as the ``Inspector`` reports it."""
-
-    name: str
-    pending: int
-    scheduled: int
-    active: int
-    retrying: int
-    latency: float  # age in seconds of the oldest pending job; 0 when empty
-    paused: bool
-    processed: int  # succeeded, all time
-    failed: int  # failed + dead outcomes, all time
-    dead: int  # currently in the dead set
-    processed_today: int = 0
-    failed_today: int = 0
-
-
-class _IdClock:
-    """State of ``new_id``: the last millisecond and random part this process handed out."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.ms = 0
-        self.rand = 0
-
-    def reseed(self) -> None:
-        # A forked child must not continue the parent's sequence: both would make the same ids.
-        self.lock = threading.Lock()
-        self.ms = 0
-
-
-_ids = _IdClock()
-os.register_at_fork(after_in_child=_ids.reseed)
-_RAND_MAX = (1 << 48) - 1
-
-
-def new_id() -> str:
-    """A 24-character, time-ordered, random job or batch id (48-bit ms time + 48 random bits).
-
-    Monotonic within a process, like a monotonic ULID: in the same millisecond (or when the
-    clock steps back) the random part counts up from the last one, so ids sort in the order
-    they were made and a batch's jobs page in enqueue order by id alone.
-    """
-    ms = int(time.time() * 1000)
-    with _ids.lock:
-        if ms > _ids.ms:
-            _ids.ms, _ids.rand = ms, int.from_bytes(os.urandom(6), "big") >> 1
-        elif _ids.rand < _RAND_MAX:
-            _ids.rand += 1
-        else:
-            _ids.ms, _ids.rand = _ids.ms + 1, 0
-        return f"{_ids.ms:012x}{_ids.rand:012x}"

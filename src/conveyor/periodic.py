@@ -25,9 +25,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from conveyor.clock import Clock
-from conveyor.job import FlowControl, JobSpec, ScheduleInfo, new_id
+from conveyor.ids import new_id
+from conveyor.job import FlowControl, JobSpec
 from conveyor.serializer import encode_payload
 from conveyor.storage import Backend
+from conveyor.storage.records import ScheduleInfo
 
 log = logging.getLogger("conveyor.periodic")
 

@@ -10,18 +10,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from conveyor.clock import FakeClock
-from conveyor.job import (
-    Ack,
-    ErrorInfo,
-    Event,
-    FlowControl,
-    JobSpec,
-    JobState,
-    LeasedJob,
-    Outcome,
-    WorkerInfo,
-)
+from conveyor.job import Ack, ErrorInfo, Event, FlowControl, JobSpec, JobState, LeasedJob, Outcome
 from conveyor.storage import Backend, open_storage
+from conveyor.storage.records import WorkerInfo
 
 _ids = itertools.count(1)
 

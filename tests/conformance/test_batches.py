@@ -8,8 +8,9 @@ import pytest
 
 from conveyor.clock import FakeClock
 from conveyor.errors import BatchClosedError, BatchNotFound
-from conveyor.job import Ack, BatchSpec, BatchStatus, JobState, Outcome
+from conveyor.job import Ack, BatchSpec, JobState, Outcome
 from conveyor.storage import Backend, Retention
+from conveyor.storage.records import BatchStatus
 from tests.conformance.helpers import (
     ack,
     boom,

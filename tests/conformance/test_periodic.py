@@ -11,9 +11,10 @@ from collections import Counter
 from collections.abc import Callable
 
 from conveyor.clock import FakeClock
-from conveyor.job import JobState, ScheduleInfo
+from conveyor.job import JobState
 from conveyor.periodic import CronConfig, CronScheduler, Schedule
 from conveyor.storage import Backend
+from conveyor.storage.records import ScheduleInfo
 from tests.conformance.helpers import connections, run_in_threads
 
 EVERY_MINUTE = Schedule("heartbeat", "* * * * *", "tests.ping", queue="cron")

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from conveyor.app import Conveyor
-from conveyor.job import JobSpec, new_id
+from conveyor.ids import new_id
+from conveyor.job import JobSpec
 
 Damage = Callable[[Conveyor, str], None]
 

@@ -16,7 +16,8 @@ import pytest
 
 from conveyor.app import Conveyor
 from conveyor.errors import PayloadError, StorageURLError
-from conveyor.job import EventKind, JobRecord, JobSpec, JobState, new_id
+from conveyor.ids import new_id
+from conveyor.job import EventKind, JobRecord, JobSpec, JobState
 from conveyor.serializer import encode_payload
 from tests.faults.checks import assert_batch_exact, enqueue_batch, wait_batch
 from tests.faults.conftest import Backend, Faults

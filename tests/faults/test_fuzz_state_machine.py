@@ -30,17 +30,9 @@ from hypothesis.stateful import (
 
 from conveyor.clock import FakeClock
 from conveyor.errors import BatchClosedError
-from conveyor.job import (
-    TERMINAL_STATES,
-    Ack,
-    BatchSpec,
-    ErrorInfo,
-    FlowControl,
-    JobState,
-    Outcome,
-    WorkerInfo,
-)
+from conveyor.job import TERMINAL_STATES, Ack, BatchSpec, ErrorInfo, FlowControl, JobState, Outcome
 from conveyor.storage import Backend
+from conveyor.storage.records import WorkerInfo
 from tests.conformance.backends import BACKENDS, backend_url, open_backend
 from tests.conformance.helpers import new_job_id, spec
 

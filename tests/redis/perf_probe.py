@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable
 
 import redis
-from conveyor.job import Ack, JobSpec, Outcome, new_id
+from conveyor.ids import new_id
+from conveyor.job import Ack, JobSpec, Outcome
 from conveyor.storage import open_storage
 from conveyor.storage.redis.storage import RedisStorage
 from tests.support.redis_server import RedisServer

@@ -4,7 +4,8 @@ batch bigger than one step leaves exact sizes."""
 
 from __future__ import annotations
 
-from conveyor.job import Ack, BatchSpec, JobSpec, JobState, Outcome, new_id
+from conveyor.ids import new_id
+from conveyor.job import Ack, BatchSpec, JobSpec, JobState, Outcome
 from conveyor.storage.redis import batches
 from conveyor.storage.redis.storage import RedisStorage
 

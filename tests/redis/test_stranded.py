@@ -15,7 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from conveyor.job import Ack, FlowControl, JobSpec, JobState, Outcome, new_id
+from conveyor.ids import new_id
+from conveyor.job import Ack, FlowControl, JobSpec, JobState, Outcome
 from conveyor.storage.redis.storage import RedisStorage, open_redis
 from tests.redis.conftest import prefixed
 

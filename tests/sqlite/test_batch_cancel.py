@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from conveyor.clock import FakeClock
-from conveyor.job import BatchSpec, JobSpec, JobState, new_id
+from conveyor.ids import new_id
+from conveyor.job import BatchSpec, JobSpec, JobState
 from conveyor.storage import open_storage
 from conveyor.storage.sqlite.inspect import CANCEL_CHUNK
 

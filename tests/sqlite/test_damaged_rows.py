@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from conveyor.clock import FakeClock
-from conveyor.job import JobSpec, JobState, LeasedJob, Outcome, new_id
+from conveyor.ids import new_id
+from conveyor.job import JobSpec, JobState, LeasedJob, Outcome
 from conveyor.storage import Backend, open_storage
 from tests.conformance.helpers import ack
 

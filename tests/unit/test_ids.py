@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import re
 
-from conveyor.job import new_id
+from conveyor.ids import new_id
 
 
 def test_ids_are_unique_and_sort_in_creation_order() -> None:

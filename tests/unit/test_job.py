@@ -7,11 +7,10 @@ import time
 
 import pytest
 
+from conveyor.ids import new_id
 from conveyor.job import (
     ALL_STATES,
     TERMINAL_STATES,
-    BatchStatus,
-    BusySlot,
     ErrorInfo,
     Event,
     EventKind,
@@ -19,10 +18,9 @@ from conveyor.job import (
     JobRecord,
     JobState,
     Outcome,
-    WorkerInfo,
     decode_events,
-    new_id,
 )
+from conveyor.storage.records import BatchStatus, BusySlot, WorkerInfo
 
 
 def test_terminal_states() -> None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from conveyor import Conveyor
-from conveyor.job import Ack, BusySlot, ErrorInfo, Outcome, WorkerInfo
+from conveyor.job import Ack, ErrorInfo, Outcome
 from conveyor.periodic import Schedule
 from conveyor.storage import Backend
+from conveyor.storage.records import BusySlot, WorkerInfo
 
 XSS = "<script>alert('pwned')</script>"
 TRACEBACK = 'Traceback (most recent call last):\n  File "shop.py", line 9\nConnectionError: down'

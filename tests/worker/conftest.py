@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor, FakeClock
-from conveyor.job import new_id
+from conveyor.ids import new_id
 from conveyor.worker.config import WorkerConfig
 
 

@@ -8,7 +8,7 @@ from collections import Counter
 from conveyor import Conveyor, FakeClock, JobState
 from conveyor.job import Ack, Outcome
 from conveyor.periodic import Schedule
-from conveyor.storage.base import Retention
+from conveyor.storage.records import Retention
 from conveyor.worker.acker import Acker
 from conveyor.worker.config import QueueWeight, WorkerConfig, parse_queue, queue_order
 from conveyor.worker.heartbeat import Heartbeater

@@ -9,7 +9,8 @@ import logging
 import pytest
 
 from conveyor import Conveyor, Fail, JobState, current_job
-from conveyor.job import Ack, EventKind, JobSpec, new_id
+from conveyor.ids import new_id
+from conveyor.job import Ack, EventKind, JobSpec
 from conveyor.serializer import encode_payload
 from conveyor.worker.acker import Acker
 from conveyor.worker.config import WorkerConfig

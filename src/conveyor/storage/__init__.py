@@ -12,7 +12,8 @@ from urllib.parse import unquote
 
 from conveyor.clock import Clock
 from conveyor.errors import StorageURLError
-from conveyor.storage.base import Inspector, Retention, Storage
+from conveyor.storage.base import Inspector, Storage
+from conveyor.storage.records import Retention
 
 __all__ = ["DEFAULT_URL", "Backend", "Inspector", "Retention", "Storage", "open_storage", "redact",
            "url_secrets"]

@@ -21,13 +21,11 @@ Rules every backend honours (checked by ``tests/conformance``):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from conveyor.job import (
     Ack,
     BatchSpec,
-    BatchStatus,
     EnqueueResult,
     Event,
     HeartbeatReply,
@@ -35,34 +33,15 @@ from conveyor.job import (
     JobSpec,
     JobState,
     LeasedJob,
+)
+from conveyor.storage.records import (
+    BatchStatus,
+    JobTotals,
     QueueStats,
+    Retention,
     ScheduleInfo,
     WorkerInfo,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Retention:
-    """How long finished work is kept before ``Storage.trim`` removes it."""
-
-    succeeded_seconds: float = 7 * 24 * 3600.0
-    failed_seconds: float = 180 * 24 * 3600.0
-    dead_seconds: float = 180 * 24 * 3600.0
-    dead_max: int = 10_000
-    batch_seconds: float = 7 * 24 * 3600.0
-    worker_ttl: float = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class JobTotals:
-    """All-time outcome counters for one (queue, job name), for metrics."""
-
-    queue: str
-    name: str
-    processed: int
-    failed: int
-    dead: int
-    retried: int
 
 
 @runtime_checkable

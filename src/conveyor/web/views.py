@@ -14,9 +14,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from conveyor.errors import BatchNotFound, JobNotFound, ScheduleNotFound
-from conveyor.job import BatchStatus, Event, EventKind, JobRecord, JobState, WorkerInfo
+from conveyor.job import Event, EventKind, JobRecord, JobState
 from conveyor.periodic import next_tick, unlistened
 from conveyor.storage.base import Inspector
+from conveyor.storage.records import BatchStatus, WorkerInfo
 
 FAILURE_STATES = (JobState.FAILED, JobState.DEAD)
 

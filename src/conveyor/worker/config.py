@@ -8,7 +8,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from conveyor.job import new_id
+from conveyor.ids import new_id
 
 __all__ = ["QueueWeight", "WorkerConfig", "parse_queue", "queue_order"]
 

@@ -13,8 +13,9 @@ import socket
 from collections.abc import Callable
 
 from conveyor.clock import Clock
-from conveyor.job import HeartbeatReply, WorkerInfo
+from conveyor.job import HeartbeatReply
 from conveyor.storage.base import Storage
+from conveyor.storage.records import WorkerInfo
 from conveyor.worker.acker import Acker
 from conveyor.worker.component import PeriodicComponent
 from conveyor.worker.config import WorkerConfig

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conveyor.context import JobContext
-from conveyor.job import BusySlot, LeasedJob
+from conveyor.job import LeasedJob
 from conveyor.registry import JobFunction
+from conveyor.storage.records import BusySlot
 
 __all__ = ["Entry", "InFlight"]
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 
 from conveyor.clock import Clock
-from conveyor.storage.base import Retention, Storage
+from conveyor.storage.base import Storage
+from conveyor.storage.records import Retention
 from conveyor.worker.component import PeriodicComponent
 from conveyor.worker.config import WorkerConfig
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from conveyor.errors import BatchClosedError, BatchNotFound
-from conveyor.job import TERMINAL_STATES, BatchSpec, BatchStatus, JobSpec, JobState
+from conveyor.job import TERMINAL_STATES, BatchSpec, JobSpec, JobState
+from conveyor.storage.records import BatchStatus
 
 
 @dataclass(slots=True, eq=False)

@@ -5,17 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
-from conveyor.job import (
-    TERMINAL_STATES,
-    BatchStatus,
-    EventKind,
-    JobRecord,
-    JobState,
-    QueueStats,
-    WorkerInfo,
-)
-from conveyor.storage.base import JobTotals, Retention
+from conveyor.job import TERMINAL_STATES, EventKind, JobRecord, JobState
 from conveyor.storage.memory.state import WAITING_STATES, Entry, MemoryState, day_of
+from conveyor.storage.records import BatchStatus, JobTotals, QueueStats, Retention, WorkerInfo
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING
 
 _RETRYABLE = frozenset({JobState.DEAD, JobState.FAILED, JobState.CANCELLED, JobState.RETRYING})

@@ -17,17 +17,10 @@ from typing import Any
 
 from conveyor.clock import Clock
 from conveyor.errors import ConveyorError
-from conveyor.job import (
-    EnqueueResult,
-    Event,
-    EventKind,
-    JobRecord,
-    JobSpec,
-    JobState,
-    WorkerInfo,
-)
+from conveyor.job import EnqueueResult, Event, EventKind, JobRecord, JobSpec, JobState
 from conveyor.storage.memory.batches import BatchBook
 from conveyor.storage.memory.flow import FlowGate
+from conveyor.storage.records import WorkerInfo
 
 WAITING_STATES = frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.RETRYING})
 _DUE_STATES = (JobState.SCHEDULED, JobState.RETRYING)

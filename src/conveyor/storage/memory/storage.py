@@ -27,13 +27,13 @@ from conveyor.job import (
     JobState,
     LeasedJob,
     Outcome,
-    WorkerInfo,
 )
-from conveyor.storage.base import Retention, WaitsThenDequeues
+from conveyor.storage.base import WaitsThenDequeues
 from conveyor.storage.memory.flow import ScanBudget
 from conveyor.storage.memory.inspect import MemoryInspector
 from conveyor.storage.memory.schedules import MemorySchedules
 from conveyor.storage.memory.state import Entry
+from conveyor.storage.records import Retention, WorkerInfo
 from conveyor.storage.rules import (
     ack_message,
     cancelled_message,

@@ -7,16 +7,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.job import (
-    ALL_STATES,
-    TERMINAL_STATES,
-    BatchStatus,
-    JobRecord,
-    JobState,
-    QueueStats,
-    WorkerInfo,
-)
-from conveyor.storage.base import JobTotals, Retention
+from conveyor.job import ALL_STATES, TERMINAL_STATES, JobRecord, JobState
+from conveyor.storage.records import BatchStatus, JobTotals, QueueStats, Retention, WorkerInfo
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.base import ADMIN_CHUNK
 from conveyor.storage.redis.batches import RedisBatchPages

@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.job import ScheduleInfo
+from conveyor.storage.records import ScheduleInfo
 from conveyor.storage.redis.base import RedisBase
 
 PAUSED = "paused"

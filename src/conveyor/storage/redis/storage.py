@@ -30,9 +30,8 @@ from conveyor.job import (
     JobSpec,
     JobState,
     LeasedJob,
-    WorkerInfo,
 )
-from conveyor.storage.base import Retention
+from conveyor.storage.records import Retention, WorkerInfo
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.base import Move
 from conveyor.storage.redis.connection import TRANSIENT, Link, Settings, make_client, parse_url

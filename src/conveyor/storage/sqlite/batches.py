@@ -15,13 +15,8 @@ from dataclasses import replace
 from typing import Any
 
 from conveyor.errors import BatchClosedError, BatchNotFound
-from conveyor.job import (
-    ALL_STATES,
-    BatchSpec,
-    BatchStatus,
-    FlowControl,
-    JobSpec,
-)
+from conveyor.job import ALL_STATES, BatchSpec, FlowControl, JobSpec
+from conveyor.storage.records import BatchStatus
 
 # (batch_id, from_state or None for a new job, to_state or None for a deleted job)
 Move = tuple[str, "str | None", "str | None"]

@@ -12,16 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from conveyor.clock import Clock
-from conveyor.job import (
-    ALL_STATES,
-    BatchStatus,
-    EventKind,
-    JobRecord,
-    JobState,
-    QueueStats,
-    WorkerInfo,
-)
-from conveyor.storage.base import JobTotals
+from conveyor.job import ALL_STATES, EventKind, JobRecord, JobState
+from conveyor.storage.records import BatchStatus, JobTotals, QueueStats, WorkerInfo
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING
 from conveyor.storage.sqlite import batches, jobs, readable
 from conveyor.storage.sqlite.connection import Database

@@ -24,9 +24,9 @@ from conveyor.job import (
     JobSpec,
     JobState,
     LeasedJob,
-    WorkerInfo,
 )
-from conveyor.storage.base import Retention, WaitsThenDequeues
+from conveyor.storage.base import WaitsThenDequeues
+from conveyor.storage.records import Retention, WorkerInfo
 from conveyor.storage.rules import cancelled_message
 from conveyor.storage.sqlite import acks as ack_sql
 from conveyor.storage.sqlite import batches, flow, jobs

@@ -1,0 +1,44 @@
+"""Job and batch ids: 24 hex characters, time-ordered, unique across processes and forks."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+
+class _IdClock:
+    """State of ``new_id``: the last millisecond and random part this process handed out."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ms = 0
+        self.rand = 0
+
+    def reseed(self) -> None:
+        # A forked child must not continue the parent's sequence: both would make the same ids.
+        self.lock = threading.Lock()
+        self.ms = 0
+
+
+_ids = _IdClock()
+os.register_at_fork(after_in_child=_ids.reseed)
+_RAND_MAX = (1 << 48) - 1
+
+
+def new_id() -> str:
+    """A 24-character, time-ordered, random job or batch id (48-bit ms time + 48 random bits).
+
+    Monotonic within a process, like a monotonic ULID: in the same millisecond (or when the
+    clock steps back) the random part counts up from the last one, so ids sort in the order
+    they were made and a batch's jobs page in enqueue order by id alone.
+    """
+    ms = int(time.time() * 1000)
+    with _ids.lock:
+        if ms > _ids.ms:
+            _ids.ms, _ids.rand = ms, int.from_bytes(os.urandom(6), "big") >> 1
+        elif _ids.rand < _RAND_MAX:
+            _ids.rand += 1
+        else:
+            _ids.ms, _ids.rand = _ids.ms + 1, 0
+        return f"{_ids.ms:012x}{_ids.rand:012x}"

@@ -1,0 +1,198 @@
+"""Record shapes the storage reports that are not a job's lifecycle: batches, workers,
+schedules, queues, outcome totals, and the retention policy ``Storage.trim`` applies.
+
+Plain data like ``conveyor.job``: no I/O, no backend types. Every backend builds these; the
+inspector views, CLI, web UI and metrics read them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from conveyor.job import ALL_STATES, TERMINAL_STATES
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long finished work is kept before ``Storage.trim`` removes it."""
+
+    succeeded_seconds: float = 7 * 24 * 3600.0
+    failed_seconds: float = 180 * 24 * 3600.0
+    dead_seconds: float = 180 * 24 * 3600.0
+    dead_max: int = 10_000
+    batch_seconds: float = 7 * 24 * 3600.0
+    worker_ttl: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobTotals:
+    """All-time outcome counters for one (queue, job name), for metrics."""
+
+    queue: str
+    name: str
+    processed: int
+    failed: int
+    dead: int
+    retried: int
+
+
+@dataclass(slots=True)
+class BatchStatus:
+    """Live counters and timings of a batch, read in O(1) by ``Inspector.get_batch``."""
+
+    id: str
+    description: str | None
+    meta: dict[str, Any]
+    created_at: float
+    total: int
+    counts: dict[str, int]
+    closed: bool = False
+    cancelled: bool = False
+    started_at: float | None = None
+    finished_at: float | None = None
+    callbacks_fired: tuple[str, ...] = ()
+
+    @property
+    def done(self) -> int:
+        """Jobs in a terminal state."""
+        return sum(self.counts.get(s.value, 0) for s in TERMINAL_STATES)
+
+    @property
+    def complete(self) -> bool:
+        """Closed, and every job reached a terminal state."""
+        return self.closed and self.done >= self.total
+
+    @property
+    def percent(self) -> float:
+        """Share of jobs in a terminal state, 0 to 100."""
+        return 100.0 if self.total == 0 else round(100.0 * self.done / self.total, 2)
+
+    def eta(self, now: float) -> float | None:
+        """Seconds until done at the rate seen so far, or None when it cannot be told yet."""
+        if self.complete or not self.started_at or self.done == 0:
+            return None
+        rate = self.done / max(now - self.started_at, 1e-6)
+        return (self.total - self.done) / rate
+
+    def as_dict(self, now: float | None = None) -> dict[str, Any]:
+        """JSON-ready view: counts per state, total, percent, timings, ETA."""
+        now = time.time() if now is None else now
+        end = self.finished_at or now
+        return {
+            "id": self.id,
+            "description": self.description,
+            "meta": self.meta,
+            "total": self.total,
+            "counts": {s.value: self.counts.get(s.value, 0) for s in ALL_STATES},
+            "done": self.done,
+            "percent": self.percent,
+            "closed": self.closed,
+            "complete": self.complete,
+            "cancelled": self.cancelled,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "elapsed": (end - self.started_at) if self.started_at else None,
+            "eta": self.eta(now),
+            "callbacks_fired": list(self.callbacks_fired),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BusySlot:
+    """What one busy processor slot of a worker runs, and since when."""
+
+    job_id: str
+    name: str
+    queue: str
+    started_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A live worker process as it reports itself in each heartbeat."""
+
+    id: str
+    hostname: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    started_at: float
+    status: str = "running"  # running | quiet | stopping
+    busy: tuple[BusySlot, ...] = ()
+    last_seen: float = 0.0
+
+    def to_wire(self) -> dict[str, Any]:
+        """Dict form stored in the worker registry."""
+        return {
+            "id": self.id,
+            "hostname": self.hostname,
+            "pid": self.pid,
+            "queues": list(self.queues),
+            "concurrency": self.concurrency,
+            "started_at": self.started_at,
+            "status": self.status,
+            "busy": [[b.job_id, b.name, b.queue, b.started_at] for b in self.busy],
+            "last_seen": self.last_seen,
+        }
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> WorkerInfo:
+        """Inverse of ``to_wire``."""
+        return cls(
+            id=raw["id"],
+            hostname=raw["hostname"],
+            pid=int(raw["pid"]),
+            queues=tuple(raw["queues"]),
+            concurrency=int(raw["concurrency"]),
+            started_at=float(raw["started_at"]),
+            status=raw.get("status", "running"),
+            busy=tuple(BusySlot(b[0], b[1], b[2], float(b[3])) for b in raw.get("busy", [])),
+            last_seen=float(raw.get("last_seen", 0.0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """A periodic schedule as the storage keeps it: what it enqueues, whether an operator
+    paused it (and when it was last resumed), the last tick a worker enqueued and when it was
+    first saved (epoch seconds)."""
+
+    name: str
+    cron: str
+    tz: str
+    job_name: str
+    queue: str
+    paused: bool = False
+    last_tick: float | None = None
+    resumed_at: float | None = None
+    #: When the storage first saw the schedule (None for schedules stored before conveyor
+    #: recorded it): no tick from before it is ever enqueued, so a new schedule never
+    #: "catches up" ticks from before it existed.
+    created_at: float | None = None
+
+    def definition(self) -> dict[str, str]:
+        """The fields a worker writes (the rest belongs to operators and the ticks)."""
+        return {"name": self.name, "cron": self.cron, "tz": self.tz, "job_name": self.job_name,
+                "queue": self.queue}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One queue as the ``Inspector`` reports it."""
+
+    name: str
+    pending: int
+    scheduled: int
+    active: int
+    retrying: int
+    latency: float  # age in seconds of the oldest pending job; 0 when empty
+    paused: bool
+    processed: int  # succeeded, all time
+    failed: int  # failed + dead outcomes, all time
+    dead: int  # currently in the dead set
+    processed_today: int = 0
+    failed_today: int = 0
