@@ -17,7 +17,7 @@ from conveyor.cli.jobs import format_job, format_list, list_row
 from conveyor.cli.main import main
 from conveyor.cli.terminal import safe
 from conveyor.job import Event, EventKind, JobRecord, JobState, Outcome
-from conveyor.web.views import job_view
+from conveyor.views import job_view
 from tests.web.seed import make_app, run_one
 
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J\rforged\nline\u202eevil\x9b"
@@ -87,7 +87,7 @@ def _damaged(**fields: Any) -> JobRecord:
 def test_unreadable_record_is_marked_in_the_list() -> None:
     record = _damaged()
     row = list_row(record)
-    # the payload that does not decode is shown as its stored text (web.views.readable)
+    # the payload that does not decode is shown as its stored text (views.readable)
     assert row["unreadable"] == record.unreadable and row["args"] == ['{"a": [1']
     text = format_list([row], "created_at")
     _no_raw_controls(text)

@@ -18,7 +18,7 @@ from conveyor.cli.common import (
 from conveyor.cli.terminal import safe, say
 from conveyor.job import ALL_STATES
 from conveyor.storage.base import Inspector
-from conveyor.web.views import batch_state, batch_view, fmt_duration, fmt_time, get_batch
+from conveyor.views import batch_state, batch_view, fmt_duration, fmt_time, get_batch
 
 BAR_WIDTH = 30
 

@@ -16,7 +16,7 @@ from conveyor.cli.common import (
 from conveyor.cli.terminal import safe, say
 from conveyor.errors import ConveyorError
 from conveyor.job import JobRecord, JobState
-from conveyor.web.views import fmt_time, get_job, job_row, job_view, parse_state
+from conveyor.views import fmt_time, get_job, job_row, job_view, parse_state
 
 
 def register(sub: Any) -> None:

@@ -13,7 +13,7 @@ from conveyor.cli.common import (
     table,
 )
 from conveyor.cli.terminal import say
-from conveyor.web.views import fmt_time, get_schedule, periodic_view
+from conveyor.views import fmt_time, get_schedule, periodic_view
 
 
 def register(sub: Any) -> None:

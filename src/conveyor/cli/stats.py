@@ -15,7 +15,7 @@ from conveyor.cli.common import (
 from conveyor.cli.terminal import say
 from conveyor.errors import ConveyorError
 from conveyor.job import JobState
-from conveyor.web.views import fmt_duration, stats_view
+from conveyor.views import fmt_duration, stats_view
 
 
 def register(sub: Any) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from conveyor.errors import ConveyorError
 from conveyor.job import JobState
 from conveyor.storage.base import Inspector
-from conveyor.web.views import parse_state
+from conveyor.views import parse_state
 
 Form = dict[str, list[str]]
 

@@ -13,10 +13,7 @@ from typing import Any
 
 from conveyor.job import JobState
 from conveyor.metrics import CONTENT_TYPE, render_inspector
-from conveyor.web import pages_jobs
-from conveyor.web.http import Request, Response, StorageCaller, json_response
-from conveyor.web.render import badge, button_form, e, layout, link, page, table, when
-from conveyor.web.views import (
+from conveyor.views import (
     batch_view,
     fmt_duration,
     get_job,
@@ -25,6 +22,9 @@ from conveyor.web.views import (
     stats_view,
     workers_view,
 )
+from conveyor.web import pages_jobs
+from conveyor.web.http import Request, Response, StorageCaller, json_response
+from conveyor.web.render import badge, button_form, e, layout, link, page, table, when
 
 Dashboard = StorageCaller
 Page = Callable[[Dashboard, Request, str, re.Match[str]], Awaitable[Response]]

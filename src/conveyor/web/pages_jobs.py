@@ -8,6 +8,16 @@ from urllib.parse import urlencode
 
 from conveyor.job import ALL_STATES, JobState
 from conveyor.storage.base import Inspector
+from conveyor.views import (
+    batch_jobs_view,
+    batch_state,
+    batch_view,
+    fmt_duration,
+    get_job,
+    job_row,
+    job_view,
+    parse_state,
+)
 from conveyor.web.http import Request, Response, StorageCaller
 from conveyor.web.render import (
     badge,
@@ -21,16 +31,6 @@ from conveyor.web.render import (
     short,
     table,
     when,
-)
-from conveyor.web.views import (
-    batch_jobs_view,
-    batch_state,
-    batch_view,
-    fmt_duration,
-    get_job,
-    job_row,
-    job_view,
-    parse_state,
 )
 
 PAGE = 50

@@ -9,8 +9,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from conveyor.job import JobState
+from conveyor.views import fmt_time
 from conveyor.web.http import Request, Response
-from conveyor.web.views import fmt_time
 
 # Finished work fills the bar from the left, waiting work stays on the right.
 BAR_ORDER = (JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, JobState.CANCELLED,
