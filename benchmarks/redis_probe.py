@@ -1,6 +1,6 @@
 """Throughput and memory probe for the Redis storage (not a test; run it by hand):
 
-    python -m tests.redis.perf_probe [--jobs 100000]
+    python -m benchmarks.redis_probe [--jobs 100000]
 
 Starts its own redis-server, then measures bulk enqueue, one-by-one enqueue, a no-op drain
 (dequeue many + ack many) by one process, and ``MEMORY USAGE`` per pending and finished job.
@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable
 
 import redis
+from benchmarks.servers import RedisServer
 from conveyor.ids import new_id
 from conveyor.job import Ack, JobSpec, Outcome
 from conveyor.storage import open_storage
 from conveyor.storage.redis.storage import RedisStorage
-from tests.support.redis_server import RedisServer
 
 PAYLOAD = '{"a":[1,2],"k":{}}'
 
@@ -104,24 +104,31 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=20_000)
     parser.add_argument("--batch", type=int, default=500)
     opts = parser.parse_args()
-    with RedisServer() as server:
-        store = open_storage(server.url + "?prefix=probe")
-        assert isinstance(store, RedisStorage)
-        client = redis.Redis.from_url(server.url)
-        meter = Meter(client)
-        bulk = specs(opts.jobs)
-        meter.measure("bulk enqueue (one call)", opts.jobs, lambda: store.enqueue(bulk))
-        print(f"memory per pending job: {memory_per_job(client, 'probe', opts.jobs):.0f} B")
-        meter.measure(f"drain (dequeue/ack {opts.batch})", opts.jobs,
-                      lambda: drain(store, opts.batch))
-        print(f"memory per finished job: {memory_per_job(client, 'probe', opts.jobs):.0f} B")
-        single = specs(opts.single, queue="single")
-        meter.measure("enqueue one by one", opts.single,
-                      lambda: [store.enqueue([spec]) for spec in single])
-        lat = wake_latency(store, server.url + "?prefix=probe")
-        print(f"wake-up after enqueue: median {lat[len(lat) // 2] * 1e3:.2f} ms, "
-              f"p90 {lat[int(len(lat) * 0.9)] * 1e3:.2f} ms")
-        store.close()
+    server = RedisServer()
+    try:
+        _probe(server.url, opts)
+    finally:
+        server.stop()
+
+
+def _probe(url: str, opts: argparse.Namespace) -> None:
+    store = open_storage(url + "?prefix=probe")
+    assert isinstance(store, RedisStorage)
+    client = redis.Redis.from_url(url)
+    meter = Meter(client)
+    bulk = specs(opts.jobs)
+    meter.measure("bulk enqueue (one call)", opts.jobs, lambda: store.enqueue(bulk))
+    print(f"memory per pending job: {memory_per_job(client, 'probe', opts.jobs):.0f} B")
+    meter.measure(f"drain (dequeue/ack {opts.batch})", opts.jobs,
+                  lambda: drain(store, opts.batch))
+    print(f"memory per finished job: {memory_per_job(client, 'probe', opts.jobs):.0f} B")
+    single = specs(opts.single, queue="single")
+    meter.measure("enqueue one by one", opts.single,
+                  lambda: [store.enqueue([spec]) for spec in single])
+    lat = wake_latency(store, url + "?prefix=probe")
+    print(f"wake-up after enqueue: median {lat[len(lat) // 2] * 1e3:.2f} ms, "
+          f"p90 {lat[int(len(lat) * 0.9)] * 1e3:.2f} ms")
+    store.close()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Throughput of the SQLite backend (a benchmark, not a test: it asserts nothing about time).
 
-    python -m tests.sqlite.bench_sqlite [--jobs 100000] [--batch 100]
+    python -m benchmarks.sqlite_probe [--jobs 100000] [--batch 100]
 
 Prints: one-by-one enqueue rate, bulk enqueue time, and the dequeue+ack loop rate of one
 process draining no-op jobs (``batch`` jobs leased and acknowledged per transaction), each by
