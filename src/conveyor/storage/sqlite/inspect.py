@@ -152,9 +152,10 @@ class SqliteInspector:
         with self._db.write() as cur:
             now = self.now()
             rows = self._select(cur, job_ids, _RETRYABLE)
+            # attempt, errors and recoveries stay: they are the record of what happened
+            # (docs/api.md, "Job lifecycle rules"), as on every other backend.
             moves = jobs.move(cur, now, rows, JobState.PENDING, EventKind.RETRIED,
-                              sets="errors = 0, recoveries = 0, message = NULL, "
-                              f"cancel_requested = 0, {jobs.REQUEUE}")
+                              sets=f"message = NULL, cancel_requested = 0, {jobs.REQUEUE}")
             batches.apply(cur, now, moves, jobs.insert)
         if rows:
             self._wakeup.notify()
