@@ -184,9 +184,9 @@ class Worker:
     """One worker process of the model: a launcher whose components the test ticks."""
 
     def __init__(self, app: Conveyor, clock: FakeClock, bodies: Bodies, worker_id: str,
-                 new_code: bool) -> None:
+                 new_code: bool, concurrency: int = CONCURRENCY) -> None:
         config = WorkerConfig(queues=tuple(QueueWeight(q) for q in QUEUES), strict=True,
-                              concurrency=CONCURRENCY, lease=LEASE, worker_id=worker_id)
+                              concurrency=concurrency, lease=LEASE, worker_id=worker_id)
         self.id = worker_id
         self.new_code = new_code
         self.bodies = bodies
