@@ -60,7 +60,8 @@ from tests.model.promise import (
 from tests.model.stores import BACKENDS, StoreFactory, store_factory
 
 # Knobs to look past one known difference (e.g. against old code): MODEL_WITHOUT=unknown runs
-# only new code, MODEL_WITHOUT=kill stops workers, never kills them; MODEL_IGNORE=message,errors leaves those fields out of the comparison.
+# only new code, MODEL_WITHOUT=kill stops workers instead of killing them; MODEL_IGNORE=
+# message,errors leaves those fields out of the comparison.
 WITHOUT = frozenset(os.environ.get("MODEL_WITHOUT", "").split(","))
 REACHED: Counter[str] = Counter()  # event kinds reached, per example (MODEL_STATS=1 prints)
 EXAMPLES = int(os.environ.get("MODEL_EXAMPLES", "25"))
