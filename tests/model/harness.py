@@ -13,7 +13,8 @@ import asyncio
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,45 +89,40 @@ class Bodies:
             raise RuntimeError(BOOM)
         return "done"
 
-    def run_sync(self, plan: Sequence[str]) -> str:
-        """The ``sync`` job."""
+    @contextmanager
+    def _attempt(self, plan: Sequence[str]) -> Iterator[tuple[str, Gate | None]]:
+        """This attempt's step and, for a ``hold``, its gate (parked while inside); counts
+        the body's exit however it ends."""
         ctx = current_job()
         key = (ctx.job_id, ctx.attempt)
+        step = plan[min(ctx.attempt, len(plan)) - 1]
+        gate = self.gate(key) if step == "hold" else None
+        if gate is not None:
+            self.parked.add(key)
         try:
-            step = plan[min(ctx.attempt, len(plan)) - 1]
-            if step == "hold":
-                gate = self.gate(key)
-                self.parked.add(key)
-                try:
-                    gate.event.wait(120)
-                finally:
-                    self.parked.discard(key)
-                step = gate.then
-            return self._finish(step)
+            yield step, gate
         finally:
+            self.parked.discard(key)
             with self._lock:
                 self.exits[ctx.worker_id] += 1
 
-    async def run_async(self, plan: Sequence[str]) -> str:
-        """The ``async`` job: a hold polls its gate, so a cancel reaches it at an ``await``."""
-        ctx = current_job()
-        key = (ctx.job_id, ctx.attempt)
-        try:
-            step = plan[min(ctx.attempt, len(plan)) - 1]
-            if step == "hold":
-                gate = self.gate(key)
-                self.parked.add(key)
-                try:
-                    deadline = time.monotonic() + 120
-                    while not gate.event.is_set() and time.monotonic() < deadline:
-                        await asyncio.sleep(0.002)
-                finally:
-                    self.parked.discard(key)
+    def run_sync(self, plan: Sequence[str]) -> str:
+        """The ``sync`` job."""
+        with self._attempt(plan) as (step, gate):
+            if gate is not None:
+                gate.event.wait(120)
                 step = gate.then
             return self._finish(step)
-        finally:
-            with self._lock:
-                self.exits[ctx.worker_id] += 1
+
+    async def run_async(self, plan: Sequence[str]) -> str:
+        """The ``async`` job: a hold polls its gate, so a cancel reaches it at an ``await``."""
+        with self._attempt(plan) as (step, gate):
+            if gate is not None:
+                deadline = time.monotonic() + 120
+                while not gate.event.is_set() and time.monotonic() < deadline:
+                    await asyncio.sleep(0.002)
+                step = gate.then
+            return self._finish(step)
 
 
 def _retry_in(attempt: int, exc: BaseException) -> float:
