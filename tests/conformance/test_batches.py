@@ -8,12 +8,13 @@ import pytest
 
 from conveyor.clock import FakeClock
 from conveyor.errors import BatchClosedError, BatchNotFound
-from conveyor.job import Ack, BatchSpec, JobState, Outcome
+from conveyor.job import Ack, BatchSpec, EventKind, JobState, Outcome
 from conveyor.storage import Backend, Retention
 from conveyor.storage.records import BatchStatus
 from tests.conformance.helpers import (
     ack,
     boom,
+    kinds_of,
     new_job_id,
     put,
     run_in_threads,
@@ -202,6 +203,10 @@ def test_cancel_batch(backend: Backend, clock: FakeClock) -> None:
     assert running.id == ids[0]
     backend.close_batch(batch.id)
     assert backend.cancel_batch(batch.id) == 4
+    # Again: the running job is counted again (it is being asked to stop), but asked once.
+    assert backend.cancel_batch(batch.id) == 1
+    assert backend.cancel(running.id) is JobState.ACTIVE
+    assert kinds_of(backend, running.id).count(EventKind.CANCEL_REQUESTED) == 1
     assert [state_of(backend, i) for i in [*ids[1:], scheduled]] == [JobState.CANCELLED] * 3
     assert state_of(backend, outsider) is JobState.PENDING
     status = _status(backend, batch.id)

@@ -109,6 +109,25 @@ def test_a_retry_by_hand_clears_the_cancel_request(backend: Backend) -> None:
     assert _record(backend, job_id).state is JobState.RETRYING
 
 
+def test_a_retry_by_hand_keeps_the_jobs_counts(backend: Backend, clock: FakeClock) -> None:
+    """``attempt``, ``errors`` and ``recoveries`` are the record of what happened: a retry by
+    hand keeps them, so a job whose retry budget is spent ends dead at its next error."""
+    job_id = put(backend, max_retries=1)
+    assert ack(backend, take_one(backend), Outcome.RETRY, error=boom(), retry_in=0)
+    backend.promote_due()
+    take_one(backend, lease=5)
+    clock.advance(6)
+    assert backend.reclaim_expired() == 1
+    assert ack(backend, take_one(backend), Outcome.DEAD, error=boom("again"))
+    before = _record(backend, job_id)
+    assert (before.attempt, before.errors, before.recoveries) == (3, 2, 1)
+    assert backend.retry_jobs([job_id]) == 1
+    after = _record(backend, job_id)
+    assert (after.attempt, after.errors, after.recoveries) == (3, 2, 1)
+    again = take_one(backend)
+    assert (again.attempt, again.errors, again.recoveries) == (4, 2, 1)
+
+
 # -- message: the text of the last outcome -------------------------------------------------
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from conveyor import Conveyor, FakeClock, JobState
+from conveyor import Conveyor, Fail, FakeClock, JobState
 from conveyor.context import current_job
 from conveyor.job import EventKind
 from conveyor.worker.config import WorkerConfig
@@ -116,3 +116,46 @@ def test_a_cancel_sticks_when_the_job_raises_before_the_next_heartbeat(
     assert record is not None
     assert record.state is JobState.CANCELLED and record.errors == 1 and runs == [1]
     assert record.message == "cancelled: upstream said no"
+
+
+@pytest.mark.parametrize("ending", ["raise", "timeout", "fail"])
+def test_an_attempt_that_ends_after_the_job_was_told_to_stop_is_recorded_as_it_ended(
+    app: Conveyor, clock: FakeClock, launcher: Launcher, ending: str
+) -> None:
+    """The heartbeat passed the cancel request on (``ctx.cancelled``) before the job raised,
+    timed out or failed: the record is the same as when the request had not reached it yet —
+    an error still counts and is kept (``cancelled: <error>``), a ``Fail`` still stands."""
+    gate, started = threading.Event(), threading.Event()
+    told: list[bool] = []
+
+    @app.job(name="told", retry=3, timeout=5, retry_in=lambda attempt, exc: 0)
+    def told_to_stop() -> None:
+        started.set()
+        gate.wait(10)
+        told.append(current_job().cancelled)
+        if ending == "fail":
+            raise Fail("not today")
+        raise RuntimeError("upstream said no")
+
+    ref = told_to_stop.enqueue()
+    assert launcher.fetcher.tick() == 1
+    assert started.wait(10)
+    assert app.cancel(ref.id) is JobState.ACTIVE
+    launcher.heartbeat.tick()  # the job sees ctx.cancelled now
+    if ending == "timeout":
+        clock.advance(6)
+        launcher.watchdog.tick()
+    gate.set()
+    _until(lambda: len(launcher.inflight) == 0 and bool(told), "the attempt to end")
+    launcher.acker.flush(5.0)
+    record = app.get_job(ref.id)
+    assert record is not None and told == [True]
+    if ending == "fail":
+        assert (record.state, record.errors, record.message) == (
+            JobState.FAILED, 0, "not today")
+    elif ending == "raise":
+        assert (record.state, record.errors, record.message) == (
+            JobState.CANCELLED, 1, "cancelled: upstream said no")
+    else:
+        assert (record.state, record.errors, record.message) == (
+            JobState.CANCELLED, 1, "cancelled: job told ran longer than its timeout of 5s")

@@ -140,8 +140,12 @@ class Processor:
 
     def _failure(self, entry: Entry, exc: BaseException) -> Ack:
         job = entry.job
-        if entry.ctx.cancelled:
+        if entry.ctx.cancelled and isinstance(exc, asyncio.CancelledError):
+            # The worker itself cancelled the task at the request: no error of the job's.
             return self._ack(entry, Outcome.CANCELLED, message="cancelled while running")
+        # Anything else is acknowledged as it ended, whether or not the request had reached
+        # the job: the storage ends an error attempt ``cancelled: <error>`` (still counted),
+        # and a ``Fail`` stands (docs/api.md, "Job lifecycle rules"), on every backend alike.
         if isinstance(exc, Fail):
             return self._ack(entry, Outcome.FAILED, message=exc.message or type(exc).__name__)
         if isinstance(exc, Retry):  # counts as an attempt, so it ends too

@@ -182,14 +182,14 @@ class MemoryInspector(MemoryState):
             return self._batches.page(offset, limit)
 
     def cancel_batch(self, batch_id: str) -> int:
-        """Cancel waiting jobs of a batch, request cancellation of active ones; returns both."""
+        """Cancel waiting jobs of a batch, request cancellation of active ones; returns both
+        (an active job asked before is counted again, as on every backend, not asked twice)."""
         with self._lock:
             if self._batches.status(batch_id) is None:
                 return 0  # nothing to cancel, as for a batch whose jobs all finished
             self._batches.mark_cancelled(batch_id)
             ids = [e.rec.id for e in self._matching(None, None, batch_id)
-                   if e.rec.state in WAITING_STATES
-                   or (e.rec.state is JobState.ACTIVE and not e.rec.cancel_requested)]
+                   if e.rec.state in WAITING_STATES or e.rec.state is JobState.ACTIVE]
             for job_id in ids:
                 self._cancel(job_id)
             return len(ids)

@@ -55,10 +55,12 @@ def _params(ack: Ack, outcome: Outcome, now: float, row: Sequence[Any]) -> tuple
     error = ack.error.to_wire() if ack.error else None
     data: dict[str, Any] | None = None
     message = ack_message(ack)
-    if error is not None and outcome in (Outcome.RETRY, Outcome.DEAD):
-        # The error event's data says whether a retry was scheduled.
-        retry = outcome is Outcome.RETRY
-        data = {**error, "retry": retry, **({"retry_in": ack.retry_in or 0.0} if retry else {})}
+    if error is not None and outcome is Outcome.RETRY:
+        # The error event's data says when the retry comes (a dead event's is the error
+        # alone, as on every backend).
+        data = {**error, "retry": True, "retry_in": ack.retry_in or 0.0}
+    elif error is not None and outcome is Outcome.DEAD:
+        data = error
     elif outcome is not ack.outcome:  # a cancel request ended it: keep what ended the attempt
         message, data = cancelled_message(message), error
     elif outcome is Outcome.FAILED or outcome is Outcome.CANCELLED:

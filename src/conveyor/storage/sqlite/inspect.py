@@ -144,9 +144,10 @@ class SqliteInspector:
         with self._db.write() as cur:
             now = self.now()
             rows = self._select(cur, job_ids, _RETRYABLE)
+            # attempt, errors and recoveries stay: they are the record of what happened
+            # (docs/api.md, "Job lifecycle rules"), as on every other backend.
             moves = jobs.move(cur, now, rows, JobState.PENDING, EventKind.RETRIED,
-                              sets="errors = 0, recoveries = 0, message = NULL, "
-                              f"cancel_requested = 0, {jobs.REQUEUE}")
+                              sets=f"message = NULL, cancel_requested = 0, {jobs.REQUEUE}")
             batches.apply(cur, now, moves, jobs.insert)
         if rows:
             self._wakeup.notify()
@@ -284,10 +285,12 @@ class SqliteInspector:
         moves = jobs.move(cur, now, waiting, JobState.CANCELLED, EventKind.CANCELLED,
                           CANCELLED_WHILE_WAITING, f"message = :msg, {jobs.FINISH}")
         batches.apply(cur, now, moves, jobs.insert)
+        # The event names the worker and the attempt, as on every backend.
         cur.execute(
-            "UPDATE jobs SET cancel_requested = 1, events = events || ? "
+            "UPDATE jobs SET cancel_requested = 1, events = events || json_object("
+            "'t', ?, 'k', ?, 's', 'active', 'w', worker, 'a', attempt) || char(10) "
             "WHERE id IN (SELECT value FROM json_each(?))",
-            (jobs.event_line(now, EventKind.CANCEL_REQUESTED, "active"),
+            (now, EventKind.CANCEL_REQUESTED,
              jobs.ids_param(r[0] for r in rows if r[1] == "active" and not r[3])),
         )
 

@@ -1,0 +1,241 @@
+"""A real worker in this process, driven tick by tick under a fake clock.
+
+The jobs' bodies follow a *plan* (one step per attempt: ``ok``, ``log``, ``fail``, ``raise`` or
+``hold``). A ``hold`` step parks the body at a gate until the test releases it with the step
+to finish with, so a job can be running while operators act, time passes or its worker dies.
+Only the pool threads and the asyncio loop run on their own; every other component is ticked
+by the test, so sleeps, leases and timeouts are simulated, never waited for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from conveyor import Conveyor, Fail, FakeClock
+from conveyor.context import current_job
+from conveyor.job import Ack, LeasedJob
+from conveyor.storage import Backend
+from conveyor.worker.config import QueueWeight, WorkerConfig
+from conveyor.worker.inflight import Entry
+from conveyor.worker.launcher import Launcher
+from tests.model.promise import BOOM, DECLINED, RETRY_IN
+
+QUEUES = ("a", "b")
+CONCURRENCY = 3
+LEASE = 10.0
+SYNC_TIMEOUT = 5.0  # the ``sync`` job's timeout; ``async`` has none (asyncio waits real time)
+MAX_RETRIES = 2
+NEW_JOB = "newjob"  # a job only the "new code" knows: old workers meet it in a rolling deploy
+SETTLE_SECONDS = 20.0  # real time a pool thread may take to reach its gate under CPU load
+
+
+@dataclass
+class Gate:
+    """Where a ``hold`` step waits; ``then`` is the step it finishes with."""
+
+    event: threading.Event = field(default_factory=threading.Event)
+    then: str = "ok"
+
+
+class Bodies:
+    """The jobs' bodies and what they are doing, shared by every worker of one example."""
+
+    def __init__(self) -> None:
+        self.gates: dict[tuple[str, int], Gate] = {}
+        self.parked: set[tuple[str, int]] = set()  # bodies waiting at their gate now
+        self.exits: Counter[str] = Counter()  # bodies that returned or raised, per worker
+        self._lock = threading.Lock()
+
+    def gate(self, key: tuple[str, int]) -> Gate:
+        """The gate of one attempt (made on first use)."""
+        with self._lock:
+            return self.gates.setdefault(key, Gate())
+
+    def waiting(self, key: tuple[str, int]) -> bool:
+        """True while that attempt's body is parked at its gate and not yet let go."""
+        gate = self.gates.get(key)
+        return key in self.parked and gate is not None and not gate.event.is_set()
+
+    def release(self, key: tuple[str, int], then: str) -> None:
+        """Let a parked body go on with ``then``."""
+        gate = self.gate(key)
+        gate.then = then
+        gate.event.set()
+
+    def release_all(self) -> None:
+        """Let every body go (teardown): they raise."""
+        with self._lock:
+            gates = list(self.gates.values())
+        for gate in gates:
+            if not gate.event.is_set():
+                gate.then = "raise"
+                gate.event.set()
+
+    def _finish(self, step: str) -> str:
+        ctx = current_job()
+        if step == "log":
+            ctx.log("note")
+            ctx.progress(1, 1)
+        elif step == "fail":
+            raise Fail(DECLINED)
+        elif step == "raise":
+            raise RuntimeError(BOOM)
+        return "done"
+
+    @contextmanager
+    def _attempt(self, plan: Sequence[str]) -> Iterator[tuple[str, Gate | None]]:
+        """This attempt's step and, for a ``hold``, its gate (parked while inside); counts
+        the body's exit however it ends."""
+        ctx = current_job()
+        key = (ctx.job_id, ctx.attempt)
+        step = plan[min(ctx.attempt, len(plan)) - 1]
+        gate = self.gate(key) if step == "hold" else None
+        if gate is not None:
+            self.parked.add(key)
+        try:
+            yield step, gate
+        finally:
+            self.parked.discard(key)
+            with self._lock:
+                self.exits[ctx.worker_id] += 1
+
+    def run_sync(self, plan: Sequence[str]) -> str:
+        """The ``sync`` job."""
+        with self._attempt(plan) as (step, gate):
+            if gate is not None:
+                gate.event.wait(120)
+                step = gate.then
+            return self._finish(step)
+
+    async def run_async(self, plan: Sequence[str]) -> str:
+        """The ``async`` job: a hold polls its gate, so a cancel reaches it at an ``await``."""
+        with self._attempt(plan) as (step, gate):
+            if gate is not None:
+                deadline = time.monotonic() + 120
+                while not gate.event.is_set() and time.monotonic() < deadline:
+                    await asyncio.sleep(0.002)
+                step = gate.then
+            return self._finish(step)
+
+
+def _retry_in(attempt: int, exc: BaseException) -> float:
+    return RETRY_IN
+
+
+def register(app: Conveyor, bodies: Bodies, *, new_code: bool) -> Conveyor:
+    """Register the model's jobs on ``app`` (``newjob`` only in the new code)."""
+    app.job(name="sync", retry=MAX_RETRIES, timeout=SYNC_TIMEOUT, retry_in=_retry_in)(
+        bodies.run_sync)
+    app.job(name="async", retry=MAX_RETRIES, retry_in=_retry_in)(bodies.run_async)
+    if new_code:
+        app.job(name=NEW_JOB, retry=MAX_RETRIES, retry_in=_retry_in)(bodies.run_sync)
+    return app
+
+
+class Recording:
+    """The storage as the fetcher sees it, recording every lease it hands out."""
+
+    def __init__(self, storage: Backend) -> None:
+        self._storage = storage
+        self.leased: list[LeasedJob] = []
+
+    def dequeue(self, *args: Any, **kwargs: Any) -> list[LeasedJob]:
+        """``Storage.dequeue``, recorded."""
+        jobs: list[LeasedJob] = self._storage.dequeue(*args, **kwargs)
+        self.leased += jobs
+        return jobs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._storage, name)
+
+
+class ModelLauncher(Launcher):
+    """A ``Launcher`` that counts the outcomes handed to it, so the test knows when every
+    body that ended has been through ``finish`` (claimed, and its ack queued)."""
+
+    def __init__(self, app: Conveyor, config: WorkerConfig, clock: FakeClock) -> None:
+        super().__init__(app, config, clock)
+        self.finished = 0
+        self._count = threading.Lock()
+
+    def finish(self, entry: Entry, ack: Ack) -> None:
+        """``Launcher.finish``, counted when a body's own thread or task hands it over (the
+        watchdog and the hard shutdown call it too)."""
+        try:
+            super().finish(entry, ack)
+        finally:
+            if threading.current_thread().name.startswith(("conveyor-job", "conveyor-asyncio")):
+                with self._count:
+                    self.finished += 1
+
+
+class Worker:
+    """One worker process of the model: a launcher whose components the test ticks."""
+
+    def __init__(self, app: Conveyor, clock: FakeClock, bodies: Bodies, worker_id: str,
+                 new_code: bool, concurrency: int = CONCURRENCY) -> None:
+        config = WorkerConfig(queues=tuple(QueueWeight(q) for q in QUEUES), strict=True,
+                              concurrency=concurrency, lease=LEASE, worker_id=worker_id)
+        self.id = worker_id
+        self.new_code = new_code
+        self.bodies = bodies
+        self.launcher = ModelLauncher(app, config, clock)
+        self.recording = Recording(app.storage)
+        self.launcher.fetcher.storage = self.recording  # type: ignore[assignment]
+        self.launcher.threads.start()
+        self.alive = True
+        self.quiet = False
+
+    def fetch(self) -> list[LeasedJob]:
+        """One fetch; the jobs it leased, once every started body ran or parked."""
+        self.recording.leased = []
+        self.launcher.fetcher.tick()
+        self.settle()
+        return list(self.recording.leased)
+
+    def settle(self, ending: Collection[tuple[str, int]] = ()) -> None:
+        """Wait (real time) until every running job is parked at its gate, every ended
+        body's outcome went through ``finish`` and the attempts ``ending`` (cancelled tasks)
+        ended; then write the acks."""
+        launcher = self.launcher
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while True:
+            running = [(e.job.id, e.job.attempt) for e in launcher.inflight]
+            if (all(self.bodies.waiting(key) and key not in ending for key in running)
+                    and self.bodies.exits[self.id] <= launcher.finished):
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"worker {self.id} did not settle: running {running}")
+            time.sleep(0.001)
+        assert launcher.acker.flush(10.0), "acks could not be written"
+
+    def tick(self, *components: Callable[[], Any]) -> None:
+        """Tick components, then settle."""
+        for tick in components:
+            tick()
+        self.settle()
+
+    def running(self) -> set[tuple[str, int]]:
+        """(job id, attempt) of each job running here."""
+        return {(e.job.id, e.job.attempt) for e in self.launcher.inflight}
+
+    def stop(self) -> None:
+        """A graceful stop that does not wait: running jobs are interrupted."""
+        self.launcher.stop(0.0)
+        self.alive = False
+
+    def kill(self) -> None:
+        """The process dies: nothing more is written; its leases will expire."""
+        self.alive = False
+
+    def close(self) -> None:
+        """Free the threads (after ``Bodies.release_all``)."""
+        self.launcher.threads.stop(0.5)
+        self.launcher.loop.stop(0.5)
