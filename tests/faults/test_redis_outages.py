@@ -19,7 +19,7 @@ from conveyor.job import EventKind, JobState
 from conveyor.registry import JobFunction
 from tests.faults.checks import assert_batch_exact, describe, enqueue_batch, states, wait_batch
 from tests.faults.conftest import Faults
-from tests.faults.harness import report, wait_until
+from tests.faults.harness import WorkerProc, child_pids, report, wait_until
 from tests.support.redis_server import RedisServer, redis_server_binary
 
 pytestmark = pytest.mark.skipif(redis_server_binary() is None, reason="needs redis-server")
@@ -64,6 +64,14 @@ class Producer(threading.Thread):
             time.sleep(0.004)
 
 
+def _all_working(faults: Faults, workers: list[WorkerProc]) -> bool:
+    """Every worker has run a job: none is still starting up when the fault strikes (under
+    load a worker can take seconds to start, and one that cannot reach Redis at start exits
+    with a one-line error by design: a wrong URL must not look like a running worker)."""
+    ran = {line["p"] for line in faults.log.lines()}
+    return all(ran & {w.pid, *child_pids(w.pid)} for w in workers)
+
+
 def _drained(app: Conveyor) -> bool:
     waiting = (JobState.PENDING, JobState.ACTIVE, JobState.RETRYING, JobState.SCHEDULED)
     return all(app.storage.count_jobs(state=s) == 0 for s in waiting)
@@ -81,7 +89,8 @@ def test_redis_crash_keeps_every_acknowledged_enqueue(
     workers = [faults.worker(url, name=f"w{i}", lease=LEASE) for i in range(2)]
     producer = Producer(jobs["faults.work"])
     producer.start()
-    wait_until(lambda: faults.log.starts() > 100, 30, what="work to flow")
+    wait_until(lambda: faults.log.starts() > 100 and _all_working(faults, workers), 60,
+               what="work to flow through every worker")
     crashed_at = time.time()
     aof_server.kill()
     time.sleep(2.0)
@@ -137,7 +146,8 @@ def test_workers_survive_redis_unreachable(
     app, jobs = faults.client(url)
     batch_id, ids = enqueue_batch(app, jobs["faults.work"], [(20,)] * 1500, f"outage {how}")
     workers = [faults.worker(url, name=f"w{i}", lease=LEASE) for i in range(2)]
-    wait_until(lambda: faults.log.starts() > 150, 30, what="work to flow")
+    wait_until(lambda: faults.log.starts() > 150 and _all_working(faults, workers), 60,
+               what="work to flow through every worker")
     down_at = time.time()
     if how == "stop":
         aof_server.stop()
