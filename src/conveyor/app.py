@@ -104,6 +104,10 @@ worker runs jobs with, and the storage.
         """The client middleware chain every enqueue passes through (``app.client.middleware``)."""
         return self.client.middleware
 
+    @client_middleware.setter
+    def client_middleware(self, chain: ClientChain) -> None:
+        self.client.middleware = chain
+
     @property
     def storage(self) -> Backend:
         """The storage backend, opened on first use (and again after a fork)."""
