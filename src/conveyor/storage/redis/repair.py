@@ -36,7 +36,7 @@ REPAIR_GRACE = 60.0  # a job pending for less than this at the start of a pass i
 LIST_CHUNK = 1000  # list entries per LRANGE
 SCAN_COUNT = 200  # state entries per HSCAN step
 STEP_BUDGET = 0.02  # seconds of steps per queue and reclaim_expired call
-PT = 10  # position of the pending-since field in a state line (_lib.lua's PT, from 0)
+PT = codec.STATE_FIELDS.index("pending_since")  # its position in a state line, from 0
 
 
 @dataclass(slots=True)
@@ -120,8 +120,7 @@ class PendingRepair:
         if not missing:
             return 0
         put_back = int(self.store.scripts.run(
-            "repair", [qk.state, qk.pending, qk.parked, qk.notify],
-            [self.store.now_arg(), queue, *missing]))
+            "repair", qk, [self.store.now_arg(), queue, *missing]))
         if put_back:
             self.store.ring(queue, put_back)
             log.warning("queue %s: put back %d pending job(s) missing from its list",

@@ -1,17 +1,18 @@
 -- enqueue.lua: store new jobs of one queue, pending or scheduled (DESIGN §2 "enqueue").
--- KEYS: 1 jobs (hash id -> static JSON), 2 state (hash id -> state line + events),
---       3 pending (list), 4 scheduled (zset run_at), 5 notify (list),
---       6 unique (hash unique key -> "expiry|job id")
+--- @include "_clock"
+--- @include "_util"
+--- @include "_fields"
+--- @include "_record"
+--- @key jobs       hash id -> static JSON
+--- @key state      hash id -> state line + events
+--- @key pending    list
+--- @key scheduled  zset run_at
+--- @key notify     list
+--- @key unique     hash unique key -> "expiry|job id"
 -- ARGV: 1 now|'', 2 queue, then 9 per job: id, run_at|'', static JSON, name, batch|'',
 --       deadline|'', unique_key|'', unique_for seconds|'', flow-controlled "1"|''
 -- Returns: one string per job: "1" created, "0" the id already existed, "=<id>" a unique job
 --          holding the lock already exists.
-local K_JOBS = KEYS[1]
-local K_STATE = KEYS[2]
-local K_PENDING = KEYS[3]
-local K_SCHEDULED = KEYS[4]
-local K_NOTIFY = KEYS[5]
-local K_UNIQUE = KEYS[6]
 
 local FRESH = {}  -- ids created by this call (their state is written at the end)
 
@@ -25,7 +26,7 @@ local function unique_holder(ukey)
   if FRESH[holder] then return holder end
   if num(string.sub(held, 1, sep - 1)) > NOW then return holder end
   local f = load(K_STATE, holder)
-  if not f or TERMINAL[f[S]] then return nil end
+  if not f or TERMINAL[f[F_STATE]] then return nil end
   return holder
 end
 
