@@ -129,7 +129,7 @@ def test_includes_resolve_recursively_once_and_keys_come_first() -> None:
     assert lines.index("local B = 1") < lines.index("local A = B + 1")
     assert script.where(lines.index("local A = B + 1") + 1) == "lua/_a.lua:3"
     assert script.where(len(lines) - 1) == "lua/ok.lua:5"
-    assert script.key_list(QueueKeys(*[f"k:{f}" for f in QueueKeys.__slots__])) == ["k:state"]
+    assert script.key_list(QueueKeys(*[f"k:{f}" for f in QueueKeys.__slots__])) == ("k:state",)
 
 
 @pytest.mark.parametrize(("files", "message"), [
