@@ -30,6 +30,11 @@ local function unique_holder(ukey)
   return holder
 end
 
+-- A new job's state line, refilled for each job: every field not set here is ''.
+local line = {}
+for f = 1, NFIELDS do line[f] = '' end
+line[F_CREATED_AT], line[F_ATTEMPTS], line[F_ERRORS], line[F_RECOVERIES] = NOWS, '0', '0', '0'
+
 local out, pending, states, scheduled = {}, {}, {}, {}
 for i = 3, #ARGV, 9 do
   local id, run_at, ukey = ARGV[i], ARGV[i + 1], ARGV[i + 6]
@@ -47,20 +52,20 @@ for i = 3, #ARGV, 9 do
       redis.call('HSET', K_UNIQUE, ukey, string.format('%.6f', expiry) .. '|' .. id)
     end
     local when = tonumber(run_at)
-    local tail = '\t' .. ARGV[i + 3] .. '\t' .. ARGV[i + 4] .. '\t' .. ARGV[i + 5]
-    local flag = '\t' .. ARGV[i + 8] .. '\n'
+    line[F_NAME], line[F_BATCH], line[F_DEADLINE] = ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+    line[F_FLOW_CONTROLLED] = ARGV[i + 8]
     if when and when > NOW then
-      states[#states + 1] = id
-      states[#states + 1] = 'scheduled\t' .. NOWS .. '\t0\t0\t0\t\t\t\t\t\t\t' .. run_at
-        .. '\t\t\t\t' .. tail .. '\t1' .. flag
+      line[F_STATE], line[F_PENDING_SINCE], line[F_RUN_AT] = 'scheduled', '', run_at
+      line[F_CREATED_SCHEDULED] = '1'
       scheduled[#scheduled + 1] = when
       scheduled[#scheduled + 1] = id
     else
-      states[#states + 1] = id
-      states[#states + 1] = 'pending\t' .. NOWS .. '\t0\t0\t0\t\t\t\t\t\t' .. NOWS
-        .. '\t\t\t\t\t' .. tail .. '\t' .. flag
+      line[F_STATE], line[F_PENDING_SINCE], line[F_RUN_AT] = 'pending', NOWS, ''
+      line[F_CREATED_SCHEDULED] = ''
       pending[#pending + 1] = id
     end
+    states[#states + 1] = id
+    states[#states + 1] = pack(line, '')
     FRESH[id] = true
     out[#out + 1] = '1'
   end
