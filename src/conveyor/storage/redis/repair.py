@@ -24,10 +24,10 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.base import RedisBase
+from conveyor.storage.redis.batches import scan_reply
 
 log = logging.getLogger("conveyor.storage.redis")
 
@@ -106,7 +106,7 @@ class PendingRepair:
             if len(ids) < LIST_CHUNK:
                 run.cursor = "0"
             return 0
-        cursor, entries = _scan_page(self.store.link.call(
+        cursor, entries = scan_reply(self.store.link.call(
             "HSCAN", qk.state, run.cursor, "COUNT", SCAN_COUNT))
         missing: list[str] = []
         for job_id, raw in entries:
@@ -126,15 +126,6 @@ class PendingRepair:
             log.warning("queue %s: put back %d pending job(s) missing from its list",
                         queue, put_back)
         return put_back
-
-
-def _scan_page(reply: Any) -> tuple[str, list[tuple[str, str]]]:
-    """An HSCAN reply as (next cursor, entries): a raw reply on one server, the parsed
-    (int, dict) of redis-py's cluster client."""
-    cursor, entries = reply
-    if isinstance(entries, dict):
-        return str(cursor), list(entries.items())
-    return str(cursor), list(zip(entries[::2], entries[1::2], strict=True))
 
 
 def _stranded_stamp(raw: str, since: float) -> str | None:
