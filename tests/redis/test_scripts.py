@@ -139,6 +139,7 @@ def test_includes_resolve_recursively_once_and_keys_come_first() -> None:
     ({**FAKE, "ok": '--- @include "_needy"\n--- @key state\n'}, r"needs the keys \['meta'\]"),
     ({**FAKE, "_b": "--- @key meta\n"}, "library"),
     ({**FAKE, "ok": "--- @inclde \"_a\"\n"}, "unknown directive"),
+    ({**FAKE, "ok": '--- @include "_nosuch"\n'}, "does not exist"),
 ])
 def test_a_layout_mistake_fails_at_load(files: dict[str, str], message: str) -> None:
     with pytest.raises(ScriptLayoutError, match=message):

@@ -144,7 +144,12 @@ def assemble(name: str, read: Any = script_text, holder: type | None = None) -> 
                     raise ScriptLayoutError(f"{file}.lua includes {lib} in a cycle: {chain}")
                 if lib not in included:
                     included.add(lib)
-                    splice(lib, read(lib), (*chain, lib))
+                    try:
+                        body = read(lib)
+                    except (OSError, KeyError):
+                        raise ScriptLayoutError(f"{file}.lua:{number} includes {lib}, which "
+                                                "does not exist") from None
+                    splice(lib, body, (*chain, lib))
             elif needs:
                 missing = [k for k in needs[1].split() if k not in keys]
                 if missing:
