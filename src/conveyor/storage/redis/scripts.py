@@ -33,6 +33,7 @@ import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from functools import lru_cache
 from importlib import resources
 from typing import Any
 
@@ -63,6 +64,7 @@ class ScriptLayoutError(ValueError):
     """A Lua file breaks a rule of the layout (an include, a key, the field table)."""
 
 
+@lru_cache(maxsize=64)  # each library is read once, not once per script including it
 def script_text(name: str) -> str:
     """The raw text of ``lua/<name>.lua`` as shipped."""
     return resources.files("conveyor.storage.redis").joinpath(f"lua/{name}.lua").read_text()
