@@ -1,4 +1,4 @@
-"""The Redis rate log (``rates``/``rate_ends`` zsets of a queue, see ``_lib.lua``): it holds at
+"""The Redis rate log (``rates``/``rate_ends`` zsets of a queue, ``lua/_rates.lua``): it holds at
 most ``rate_limit`` starts per key in use, forgets a key once its window has run out, and
 works on the server's own ``TIME`` (the production path the conformance suite's fake clock
 does not take)."""

@@ -158,7 +158,7 @@ def test_the_put_back_rechecks_atomically(store: RedisStorage) -> None:
         return str(store.link.call("HGET", qk.state, job_id).split("\t")[10])
 
     def repair(job_id: str, seen: str) -> int:
-        return int(store.scripts.run("repair", [qk.state, qk.pending, qk.parked, qk.notify],
+        return int(store.scripts.run("repair", qk,
                                      [store.now_arg(), Q, job_id, seen]))
 
     _strand(store, ids[0])

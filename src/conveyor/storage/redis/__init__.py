@@ -12,8 +12,9 @@ Layout (``keys.py`` spells every name; ``{q:<queue>}`` and ``{b:<batch>}`` are h
 * registries without a tag, written outside scripts: queues, batches, workers; and the
   Cluster doorbells, all in the ``{doorbell}`` slot so one BLPOP can watch many queues.
 
-Each transition is one script on one queue's slot (``lua/*.lua``, headers list KEYS/ARGV/
-returns). A job's batch is updated by a second, idempotent call, made before an
+Each transition is one script on one queue's slot (``lua/<name>.lua``; its header lists the
+libraries it includes, ``lua/_<concern>.lua``, and its KEYS, ARGV and returns: see
+``scripts.py``). A job's batch is updated by a second, idempotent call, made before an
 acknowledgement is applied. Times come from the server's ``TIME`` unless a test clock was
 given. Flow-control limits (concurrency, order, rate keys) apply per queue, since a script
 can only touch its queue's slot.

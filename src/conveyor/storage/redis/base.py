@@ -1,34 +1,22 @@
-"""The base every part of the Redis backend extends: connection, scripts, clock, queue
-registry, enqueue, and the batch bookkeeping every transition feeds (shared helpers, not the
-hot path, which is ``storage.py``)."""
+"""The base every part of the Redis backend extends: connection, scripts, clock and the
+queue registry (shared helpers, not the hot path, which is ``storage.py``)."""
 
 from __future__ import annotations
 
-import logging
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from conveyor.clock import Clock
-from conveyor.errors import BatchClosedError, BatchNotFound
-from conveyor.job import EnqueueResult, JobSpec
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.connection import Link, Settings
-from conveyor.storage.redis.keys import Keys, QueueKeys
+from conveyor.storage.redis.keys import DoorbellKeys, Keys, QueueKeys
 from conveyor.storage.redis.scripts import Scripts
 
-log = logging.getLogger("conveyor.storage.redis")
-
-ENQUEUE_CHUNK = 2000  # jobs per enqueue.lua call; scripts unpack at most 2,000 values
-# Jobs per operator script call (cancel/requeue/kill/delete): a few milliseconds of Redis
-# time each, so that workers and pings are served between the calls of a big operation.
-ADMIN_CHUNK = 50
 Move = Sequence[str]  # (batch id, job id, "state:queue") as the scripts report them
 
 
 class RedisBase:
-    """Connection, scripts and helpers; the inspector, schedules and ``RedisStorage`` add the
-    protocol methods."""
+    """Connection, scripts and helpers; batches, flow, the inspector, schedules and
+    ``RedisStorage`` add the protocol methods."""
 
     def __init__(self, settings: Settings, link: Link, clock: Clock | None) -> None:
         self.url = settings.url
@@ -39,7 +27,6 @@ class RedisBase:
         self._clock = clock
         self._queues: set[str] = set()
         self._scan: dict[str, str] = {}  # reclaim's HSCAN cursor per queue
-        self._keys_cache: dict[str, list[str]] = {}
 
     def __repr__(self) -> str:
         return f"<RedisStorage {self.link.where} prefix={self.settings.prefix!r}>"
@@ -67,19 +54,12 @@ class RedisBase:
             self._queues.add(name)
         return self.keys.queue(name)
 
-    def _enqueue_keys(self, queue: str) -> list[str]:
-        keys = self._keys_cache.get(queue)
-        if keys is None:
-            qk = self.register_queue(queue)
-            keys = [qk.jobs, qk.state, qk.pending, qk.scheduled, qk.notify, qk.unique]
-            self._keys_cache[queue] = keys
-        return keys
-
     def ring(self, queue: str, ready: int) -> None:
         """On Cluster, wake workers waiting on ``queue`` (a single server's scripts push to
         the queue's own notify list instead)."""
         if self.settings.cluster and ready > 0:
-            self.scripts.run("ring", [self.keys.doorbell(queue)], [self.now_arg(), ready])
+            self.scripts.run("ring", DoorbellKeys(self.keys.doorbell(queue)),
+                             [self.now_arg(), ready])
 
     def known_queues(self) -> list[str]:
         """Every queue any client has enqueued to, sorted."""
@@ -113,117 +93,3 @@ class RedisBase:
                     groups.setdefault(queue, []).extend(here)
                     left = [job_id for job_id, hit in zip(left, found, strict=True) if not hit]
         return groups
-
-    # -- enqueue ------------------------------------------------------------------------
-
-    def enqueue_specs(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
-        """Store jobs: batch membership first (so a batch never completes without them),
-        then one enqueue.lua call per queue and chunk."""
-        if len(specs) == 1 and not specs[0].batch_id:  # the one-by-one fast path
-            spec = specs[0]
-            reply = self.scripts.run("enqueue", self._enqueue_keys(spec.queue),
-                                     [self.now_arg(), spec.queue, *codec.enqueue_args(spec)])
-            self.ring(spec.queue, int(reply[0] == "1"))
-            return [_result(spec.id, reply[0])]
-        batched = [s for s in specs if s.batch_id]
-        if batched:
-            self._join_batches(batched)
-        results: list[EnqueueResult | None] = [None] * len(specs)
-        groups: dict[str, list[int]] = defaultdict(list)
-        for i, spec in enumerate(specs):
-            groups[spec.queue].append(i)
-        for queue, idxs in groups.items():
-            keys = self._enqueue_keys(queue)
-            for start in range(0, len(idxs), ENQUEUE_CHUNK):
-                chunk = idxs[start:start + ENQUEUE_CHUNK]
-                args: list[str] = [self.now_arg(), queue]
-                for i in chunk:
-                    args.extend(codec.enqueue_args(specs[i]))
-                reply = self.scripts.run("enqueue", keys, args)
-                for i, code in zip(chunk, reply, strict=True):
-                    results[i] = _result(specs[i].id, code)
-                self.ring(queue, reply.count("1"))
-        done = [r for r in results if r is not None]
-        self._leave_batches(
-            [s for s, r in zip(specs, done, strict=True) if s.batch_id and r.id != s.id])
-        return done
-
-    def _join_batches(self, specs: Sequence[JobSpec]) -> None:
-        now = self.now()
-        pairs: dict[str, list[str]] = defaultdict(list)
-        for spec in specs:
-            state = "scheduled" if spec.run_at is not None and spec.run_at > now else "pending"
-            pairs[str(spec.batch_id)] += [spec.id, f"{state}:{spec.queue}"]
-        for batch_id, flat in pairs.items():
-            status = self.batch_call(batch_id, "add", flat)
-            if status == "missing":
-                raise BatchNotFound(f"no batch {batch_id!r}")
-            if status == "finished":
-                raise BatchClosedError(f"batch {batch_id!r} has already finished")
-
-    def _leave_batches(self, specs: Sequence[JobSpec]) -> None:
-        """A unique job that was not created (its lock is held) does not join the batch."""
-        self.sync_batches([(str(s.batch_id), s.id, f"deleted:{s.queue}") for s in specs])
-
-    # -- batches ------------------------------------------------------------------------
-
-    def sync_batches(self, moves: Iterable[Move]) -> None:
-        """Feed job state changes reported by a script to their batches' counters."""
-        pairs: dict[str, list[str]] = defaultdict(list)
-        for batch_id, job_id, value in moves:
-            if not batch_id.isascii() and not _encodable(batch_id):
-                # A damaged state entry names a batch no key can spell: that job alone loses
-                # its batch bookkeeping, the jobs reported beside it keep theirs.
-                log.warning("job %r names an unreadable batch id %r", job_id, batch_id)
-                continue
-            pairs[batch_id] += [job_id, value]
-        for batch_id, flat in pairs.items():
-            self.batch_call(batch_id, "set", flat)
-
-    def batch_call(self, batch_id: str, mode: str, flat: list[str]) -> str:
-        """Run batch.lua and enqueue any callback that became due; returns its status."""
-        bk = self.keys.batch(batch_id)
-        status, due = self.scripts.run("batch", bk.all(),
-                                       [self.now_arg(), mode, *flat])
-        for event, spec_json in due:
-            self._fire(batch_id, event, spec_json)
-        return str(status)
-
-    def _fire(self, batch_id: str, event: str, spec_json: str) -> None:
-        # The callback's id is fixed when the batch is created, so a second enqueue after a
-        # crash is a no-op; it is marked fired only once it is safely stored.
-        spec = codec.spec_from_json(spec_json)
-        self.enqueue_specs([spec])
-        self.link.call("HSET", self.keys.batch(batch_id).batch, f"f:{event}", 1)
-        log.info("batch %s: %s callback %s enqueued", batch_id, event, spec.id)
-
-    def run_each(self, name: str, by_queue: dict[str, list[str]]) -> list[Any]:
-        """Run an admin script (cancel/requeue/kill/delete) per queue; returns each reply's
-        first element and feeds the batch moves on."""
-        replies = []
-        for queue, ids in by_queue.items():
-            for start in range(0, len(ids), ADMIN_CHUNK):
-                first, moves = self.scripts.run(
-                    name, self.keys.queue(queue).admin(),
-                    [self.now_arg(), queue, *ids[start:start + ADMIN_CHUNK]])
-                self.sync_batches(moves)
-                if name == "requeue":
-                    self.ring(queue, int(first))
-                replies.append(first)
-        return replies
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _result(job_id: str, code: str) -> EnqueueResult:
-    if code == "1":
-        return EnqueueResult(job_id, True)
-    if code.startswith("="):
-        return EnqueueResult(code[1:], False)
-    return EnqueueResult(job_id, False)

@@ -1,6 +1,6 @@
 """Jobs as the Lua scripts store them, and back.
 
-Each job is two entries in its queue's hashes (see ``lua/_lib.lua``): ``jobs[id]``, static
+Each job is two entries in its queue's hashes (see ``lua/_record.lua``): ``jobs[id]``, static
 JSON the client writes once (n name, q queue, p payload, m max_retries, to timeout,
 dl deadline, ra run_at, b batch, fl flow), and ``state[id]``, the mutable fields joined by TAB
 (order in ``STATE_FIELDS``), a newline, then the NDJSON event log.
@@ -25,8 +25,14 @@ from conveyor.job import (
     decode_events,
 )
 
-STATE_FIELDS = ("s", "c", "a", "e", "r", "tk", "w", "le", "sa", "fa", "pt", "ra", "lt", "lo",
-                "cr", "pg", "n", "b", "dl", "sc", "fl")
+# The fields of a state line, in order: the one definition. lua/_fields.lua spells each as
+# F_<NAME> = its position, and scripts.py refuses to load the scripts when the two disagree.
+STATE_FIELDS = (
+    "state", "created_at", "attempts", "errors", "recoveries", "token", "worker",
+    "lease_expires", "started_at", "finished_at", "pending_since", "run_at", "last_token",
+    "last_outcome", "cancel_requested", "progress", "name", "batch", "deadline",
+    "created_scheduled", "flow_controlled",
+)
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _loads = json.JSONDecoder().decode
 
@@ -211,22 +217,24 @@ def _fields(state_text: str | None) -> tuple[dict[str, str], str]:
 def _record(job_id: str, static: dict[str, Any], state_text: str | None, result: str | None,
             message: str | None, with_events: bool) -> JobRecord:
     f, log = _fields(state_text)
-    done, _, total = f["pg"].partition("/")
+    done, _, total = f["progress"].partition("/")
     try:
-        state = JobState(f["s"])
+        state = JobState(f["state"])
     except ValueError:
-        raise Unreadable(f"state entry names no known state: {f['s'][:40]!r}") from None
+        raise Unreadable(f"state entry names no known state: {f['state'][:40]!r}") from None
     if result is not None and not _is_json(_utf8("result", result)):
         raise Unreadable("result is not JSON (truncated?)")  # as_dict() shows it decoded
     record = JobRecord(
         id=job_id, name=static["n"], queue=static["q"], payload=static["p"], state=state,
-        attempt=int(f["a"] or 0), errors=int(f["e"] or 0), recoveries=int(f["r"] or 0),
-        max_retries=int(static.get("m", 25)), timeout=static.get("to"),
-        deadline=static.get("dl"), created_at=float(f["c"]),
-        run_at=_opt(f["ra"]) if f["ra"] else static.get("ra"),
-        started_at=_opt(f["sa"]), finished_at=_opt(f["fa"]), batch_id=static.get("b"),
-        worker=f["w"] or None, lease_expires_at=_opt(f["le"]) if state is JobState.ACTIVE
-        else None, cancel_requested=bool(f["cr"]), result=result, message=message,
+        attempt=int(f["attempts"] or 0), errors=int(f["errors"] or 0),
+        recoveries=int(f["recoveries"] or 0), max_retries=int(static.get("m", 25)),
+        timeout=static.get("to"), deadline=static.get("dl"),
+        created_at=float(f["created_at"]),
+        run_at=_opt(f["run_at"]) if f["run_at"] else static.get("ra"),
+        started_at=_opt(f["started_at"]), finished_at=_opt(f["finished_at"]),
+        batch_id=static.get("b"), worker=f["worker"] or None,
+        lease_expires_at=_opt(f["lease_expires"]) if state is JobState.ACTIVE else None,
+        cancel_requested=bool(f["cancel_requested"]), result=result, message=message,
         progress=(int(done), int(total)) if total else None,
         flow=FlowControl.from_wire(static.get("fl")),
     )
@@ -237,7 +245,7 @@ def _record(job_id: str, static: dict[str, Any], state_text: str | None, result:
 
 def _first_event(created_at: float, f: dict[str, str]) -> Event:
     # The creation event is implied by the state line (saves memory on every job).
-    scheduled = bool(f.get("sc"))
+    scheduled = bool(f.get("created_scheduled"))
     return Event(ts=created_at, kind=EventKind.SCHEDULED if scheduled else EventKind.ENQUEUED,
                  state=(JobState.SCHEDULED if scheduled else JobState.PENDING).value)
 
@@ -254,14 +262,15 @@ def _partial(job_id: str, static_text: str | None, state_text: str | None,
         static = {}
     head, _, log = (state_text or "").partition("\n")
     f = dict(zip(STATE_FIELDS, head.split("\t"), strict=False))
-    state = next((s for s in JobState if s.value == f.get("s")), JobState.DEAD)
+    state = next((s for s in JobState if s.value == f.get("state")), JobState.DEAD)
     record = JobRecord(
         id=job_id, name=_text(static.get("n")), queue=_text(static.get("q")),
-        payload=_text(static.get("p")), state=state, attempt=_int(f.get("a")),
-        errors=_int(f.get("e")), recoveries=_int(f.get("r")),
-        created_at=_float(f.get("c")) or 0.0, started_at=_float(f.get("sa")),
-        finished_at=_float(f.get("fa")), batch_id=_opt_text(static.get("b")),
-        worker=f.get("w") or None, message=message, unreadable=why,
+        payload=_text(static.get("p")), state=state, attempt=_int(f.get("attempts")),
+        errors=_int(f.get("errors")), recoveries=_int(f.get("recoveries")),
+        created_at=_float(f.get("created_at")) or 0.0,
+        started_at=_float(f.get("started_at")), finished_at=_float(f.get("finished_at")),
+        batch_id=_opt_text(static.get("b")),
+        worker=f.get("worker") or None, message=message, unreadable=why,
         result=result if result is not None and _is_json(result) else None,
     )
     if with_events:
@@ -291,7 +300,7 @@ def _is_json(text: str) -> bool:
 def pending_since(state_text: str) -> float | None:
     """When a pending job became pending, from its state line."""
     f = dict(zip(STATE_FIELDS, state_text.partition("\n")[0].split("\t"), strict=False))
-    return _float(f.get("pt")) or _float(f.get("c")) or None
+    return _float(f.get("pending_since")) or _float(f.get("created_at")) or None
 
 
 def spec_to_json(spec: JobSpec) -> str:

@@ -10,14 +10,17 @@ from typing import Any
 from conveyor.job import ALL_STATES, TERMINAL_STATES, JobRecord, JobState
 from conveyor.storage.records import BatchStatus, JobTotals, QueueStats, Retention, WorkerInfo
 from conveyor.storage.redis import codec
-from conveyor.storage.redis.base import ADMIN_CHUNK
-from conveyor.storage.redis.batches import RedisBatchPages
+from conveyor.storage.redis.batches import RedisBatches
+from conveyor.storage.redis.flow import PAUSED, RedisFlow
 
 WORKER_COMMANDS = ("quiet", "stop")
 TERMINAL = frozenset(s.value for s in TERMINAL_STATES)
+# Jobs per operator script call (cancel/requeue/kill/delete): a few milliseconds of Redis
+# time each, so that workers and pings are served between the calls of a big operation.
+ADMIN_CHUNK = 50
 
 
-class RedisInspector(RedisBatchPages):
+class RedisInspector(RedisBatches, RedisFlow):
     """Reads and operator actions; every write goes through a Lua script."""
 
     def queues(self) -> list[QueueStats]:
@@ -41,7 +44,7 @@ class RedisInspector(RedisBatchPages):
             scheduled=self.link.call("ZCARD", qk.scheduled),
             active=self.link.call("ZCARD", qk.active),
             retrying=self.link.call("ZCARD", qk.retrying), latency=latency,
-            paused="paused" in meta, processed=_total(meta, "p:"),
+            paused=PAUSED in meta, processed=_total(meta, "p:"),
             failed=_total(meta, "f:") + _total(meta, "d:"),
             dead=self.link.call("ZCARD", qk.dead),
             processed_today=int(meta.get(f"pd:{day}", 0)),
@@ -140,6 +143,21 @@ class RedisInspector(RedisBatchPages):
                        for q in queues)
         return sum(self._index_size(q, state) for q in queues)
 
+    def run_each(self, name: str, by_queue: dict[str, list[str]]) -> list[Any]:
+        """Run an admin script (cancel/requeue/kill/delete) per queue; returns each reply's
+        first element and feeds the batch moves on."""
+        replies = []
+        for queue, ids in by_queue.items():
+            for start in range(0, len(ids), ADMIN_CHUNK):
+                first, moves = self.scripts.run(
+                    name, self.keys.queue(queue),
+                    [self.now_arg(), queue, *ids[start:start + ADMIN_CHUNK]])
+                self.sync_batches(moves)
+                if name == "requeue":
+                    self.ring(queue, int(first))
+                replies.append(first)
+        return replies
+
     def retry_jobs(self, job_ids: Sequence[str]) -> int:
         """Dead, failed, cancelled or retrying jobs → pending now."""
         return sum(int(n) for n in self.run_each("requeue", self.group_by_queue(job_ids)))
@@ -174,17 +192,6 @@ class RedisInspector(RedisBatchPages):
         if not state.terminal:
             raise ValueError(f"clear() deletes terminal jobs only, not {state.value!r} ones")
         return self._each_in("delete", state, queue)
-
-    def pause_queue(self, queue: str) -> None:
-        """Stop every worker from taking jobs from ``queue``."""
-        self.link.call("HSET", self.register_queue(queue).meta, "paused", 1)
-
-    def resume_queue(self, queue: str) -> None:
-        """Undo ``pause_queue`` and wake idle workers."""
-        qk = self.register_queue(queue)
-        self.link.call("HDEL", qk.meta, "paused")
-        self.link.call("LPUSH", qk.notify, "1")
-        self.ring(queue, 1)
 
     def workers(self) -> list[WorkerInfo]:
         """Workers seen within the registry's time-to-live."""

@@ -33,19 +33,13 @@ class QueueKeys:
     parked: str  # zset: pending jobs held back by flow control, in the order they were popped
     flow: str  # hash: concurrency counts, order-key holders
     repair: str  # string, with a TTL: set by the worker that runs this queue's repair pass
-    # zset, all scores 0: the sliding log of start times per rate key (see _lib.lua)
+    # zset, all scores 0: the sliding log of start times per rate key (see lua/_rates.lua)
     rates: str
     rate_ends: str  # zset: rate key -> when its newest start leaves the window
 
     def by_state(self, state: str) -> str:
         """The index key holding jobs in ``state``."""
         return str(getattr(self, state))
-
-    def admin(self) -> list[str]:
-        """KEYS of cancel/requeue/kill/delete.lua."""
-        return [self.jobs, self.state, self.pending, self.scheduled, self.active,
-                self.retrying, self.succeeded, self.failed, self.dead, self.cancelled,
-                self.meta, self.notify, self.results, self.messages, self.parked, self.flow]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +52,13 @@ class BatchKeys:
     order: str  # zset: job id, score 0 (so ranked by id: enqueue order)
     states: str  # zset: job id, score = the state's position in ALL_STATES + 1
 
-    def all(self) -> list[str]:
-        """KEYS of batch.lua."""
-        return [self.batch, self.jobs, self.order, self.states]
+
+@dataclass(frozen=True, slots=True)
+class DoorbellKeys:
+    """The key of ring.lua: one queue's doorbell (``Keys.doorbell``), in the shared
+    ``{doorbell}`` slot rather than the queue's."""
+
+    doorbell: str
 
 
 class Keys:

@@ -24,10 +24,10 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.base import RedisBase
+from conveyor.storage.redis.batches import scan_reply
 
 log = logging.getLogger("conveyor.storage.redis")
 
@@ -36,7 +36,7 @@ REPAIR_GRACE = 60.0  # a job pending for less than this at the start of a pass i
 LIST_CHUNK = 1000  # list entries per LRANGE
 SCAN_COUNT = 200  # state entries per HSCAN step
 STEP_BUDGET = 0.02  # seconds of steps per queue and reclaim_expired call
-PT = 10  # position of the pending-since field in a state line (_lib.lua's PT, from 0)
+PT = codec.STATE_FIELDS.index("pending_since")  # its position in a state line, from 0
 
 
 @dataclass(slots=True)
@@ -106,7 +106,7 @@ class PendingRepair:
             if len(ids) < LIST_CHUNK:
                 run.cursor = "0"
             return 0
-        cursor, entries = _scan_page(self.store.link.call(
+        cursor, entries = scan_reply(self.store.link.call(
             "HSCAN", qk.state, run.cursor, "COUNT", SCAN_COUNT))
         missing: list[str] = []
         for job_id, raw in entries:
@@ -120,22 +120,12 @@ class PendingRepair:
         if not missing:
             return 0
         put_back = int(self.store.scripts.run(
-            "repair", [qk.state, qk.pending, qk.parked, qk.notify],
-            [self.store.now_arg(), queue, *missing]))
+            "repair", qk, [self.store.now_arg(), queue, *missing]))
         if put_back:
             self.store.ring(queue, put_back)
             log.warning("queue %s: put back %d pending job(s) missing from its list",
                         queue, put_back)
         return put_back
-
-
-def _scan_page(reply: Any) -> tuple[str, list[tuple[str, str]]]:
-    """An HSCAN reply as (next cursor, entries): a raw reply on one server, the parsed
-    (int, dict) of redis-py's cluster client."""
-    cursor, entries = reply
-    if isinstance(entries, dict):
-        return str(cursor), list(entries.items())
-    return str(cursor), list(zip(entries[::2], entries[1::2], strict=True))
 
 
 def _stranded_stamp(raw: str, since: float) -> str | None:

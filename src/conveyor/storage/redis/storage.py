@@ -92,7 +92,8 @@ class RedisStorage(RedisInspector, RedisSchedules):
             while len(out) < count:
                 want = min(count - len(out), MAX_DEQUEUE)
                 leased = self._leased(queue, self.scripts.run(
-                    "dequeue", *self._dequeue_call(queue, worker_id, want, lease_seconds)))
+                    "dequeue", self.keys.queue(queue),
+                    self._dequeue_args(queue, worker_id, want, lease_seconds)))
                 out += leased
                 if len(leased) < want:
                     break
@@ -100,13 +101,14 @@ class RedisStorage(RedisInspector, RedisSchedules):
 
     def _dequeue_call(self, queue: str, worker_id: str, want: int, lease_seconds: float
                       ) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of one dequeue.lua call."""
-        qk = self.keys.queue(queue)
-        keys = [qk.pending, qk.active, qk.jobs, qk.state, qk.meta, qk.dead, qk.parked, qk.flow,
-                qk.messages, qk.rates, qk.rate_ends]
+        """KEYS and ARGV of one dequeue.lua call, for sending it by hand."""
+        return (self.scripts.keys("dequeue", self.keys.queue(queue)),
+                self._dequeue_args(queue, worker_id, want, lease_seconds))
+
+    def _dequeue_args(self, queue: str, worker_id: str, want: int, lease_seconds: float
+                      ) -> list[Any]:
         prefix = os.urandom(8).hex() + "."  # tokens: prefix, sequence, "/queue"
-        return keys, [self.now_arg(), queue, worker_id, want, repr(float(lease_seconds)),
-                      prefix]
+        return [self.now_arg(), queue, worker_id, want, repr(float(lease_seconds)), prefix]
 
     def _leased(self, queue: str, reply: Any) -> list[LeasedJob]:
         """Decode a dequeue.lua reply and feed its batch moves to the batch counters."""
@@ -205,14 +207,11 @@ class RedisStorage(RedisInspector, RedisSchedules):
 
     def _ack_call(self, queue: str, acks: Sequence[Ack], idxs: list[int],
                   mode: str) -> list[list[object]]:
-        qk = self.keys.queue(queue)
-        keys = [qk.state, qk.active, qk.pending, qk.retrying, qk.succeeded, qk.failed,
-                qk.dead, qk.cancelled, qk.meta, qk.notify, qk.results, qk.messages, qk.jobs,
-                qk.flow]
         args = [self.now_arg(), queue, mode]
         for i in idxs:
             args.extend(codec.ack_args(acks[i]))
-        reply: list[list[object]] = self.scripts.run("ack", keys, args, patience=ACK_PATIENCE)
+        reply: list[list[object]] = self.scripts.run("ack", self.keys.queue(queue), args,
+                                                     patience=ACK_PATIENCE)
         return reply
 
     @staticmethod
@@ -232,9 +231,8 @@ class RedisStorage(RedisInspector, RedisSchedules):
         queue = self.find_queue(job_id, token)
         if queue is None:
             return False
-        qk = self.keys.queue(queue)
         return bool(self.scripts.run(
-            "log", [qk.state],
+            "log", self.keys.queue(queue),
             [self.now_arg(), queue, job_id, token, codec.ndjson(events),
              codec.progress_arg(progress)]))
 
@@ -252,9 +250,8 @@ class RedisStorage(RedisInspector, RedisSchedules):
             else:
                 by_queue[queue] += [job_id, token]
         for queue, flat in by_queue.items():
-            qk = self.keys.queue(queue)
             gone, cancelled = self.scripts.run(
-                "extend", [qk.state, qk.active],
+                "extend", self.keys.queue(queue),
                 [self.now_arg(), queue, repr(float(lease_seconds)), *flat])
             lost.update(gone)
             cancel.update(cancelled)
@@ -277,11 +274,8 @@ class RedisStorage(RedisInspector, RedisSchedules):
         """Scheduled and retrying jobs whose time has come → pending."""
         total = 0
         for queue in self.known_queues():
-            qk = self.keys.queue(queue)
             moved, moves = self.scripts.run(
-                "promote",
-                [qk.scheduled, qk.retrying, qk.pending, qk.state, qk.notify],
-                [self.now_arg(), queue, limit])
+                "promote", self.keys.queue(queue), [self.now_arg(), queue, limit])
             self.sync_batches(moves)
             self.ring(queue, int(moved))
             total += int(moved)
@@ -293,11 +287,9 @@ class RedisStorage(RedisInspector, RedisSchedules):
         queue's pass that puts back pending jobs missing from their list (``repair.py``)."""
         total = 0
         for queue in self.known_queues():
-            qk = self.keys.queue(queue)
             cursor = self._scan.get(queue, "0")
             done, moves, next_cursor = self.scripts.run(
-                "reclaim", [qk.active, qk.pending, qk.state, qk.dead, qk.meta, qk.notify,
-                            qk.messages, qk.jobs, qk.flow, qk.cancelled],
+                "reclaim", self.keys.queue(queue),
                 [self.now_arg(), queue, max_recoveries, limit, cursor, SCAN_COUNT])
             self._scan[queue] = next_cursor or "0"
             self.sync_batches(moves)
@@ -337,11 +329,9 @@ class RedisStorage(RedisInspector, RedisSchedules):
         """Delete finished jobs, finished batches and silent workers past retention."""
         removed = 0
         for queue in self.known_queues():
-            qk = self.keys.queue(queue)
             for _ in range(TRIM_MAX // TRIM_CHUNK):  # short calls: others are served between
                 deleted = int(self.scripts.run(
-                    "trim", [qk.jobs, qk.state, qk.succeeded, qk.failed, qk.dead,
-                             qk.cancelled, qk.results, qk.messages, qk.unique],
+                    "trim", self.keys.queue(queue),
                     [self.now_arg(), queue, retention.succeeded_seconds,
                      retention.failed_seconds, retention.dead_seconds, retention.dead_max,
                      TRIM_CHUNK]))

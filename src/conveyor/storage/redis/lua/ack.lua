@@ -1,8 +1,25 @@
 -- ack.lua: apply workers' outcomes for jobs of one queue, each fenced by its lease token.
--- KEYS: 1 state, 2 active, 3 pending, 4 retrying, 5 succeeded, 6 failed, 7 dead,
---       8 cancelled, 9 meta, 10 notify, 11 results (hash id -> result JSON),
---       12 messages (hash id -> last message), 13 jobs (static JSON, read for flow control),
---       14 flow (hash)
+--- @include "_clock"
+--- @include "_util"
+--- @include "_fields"
+--- @include "_record"
+--- @include "_events"
+--- @include "_counts"
+--- @include "_flow"
+--- @key state
+--- @key active
+--- @key pending
+--- @key retrying
+--- @key succeeded
+--- @key failed
+--- @key dead
+--- @key cancelled
+--- @key meta
+--- @key notify
+--- @key results    hash id -> result JSON
+--- @key messages   hash id -> last message
+--- @key jobs       static JSON, read for flow control
+--- @key flow       hash
 -- ARGV: 1 now|'', 2 queue, 3 mode: "plan" (apply jobs without a batch, report batch jobs)
 --       or "apply" (apply everything), then 9 per ack: id, token, outcome, result|'',
 --       message|'', error data JSON|'', retry_in|'', own events NDJSON|'', progress "d/t"|''
@@ -11,20 +28,6 @@
 -- Returns: per ack {code, batch id|'', "state:queue"|''}: 1 applied (or the same outcome was
 --          applied before with this token: a retried call), 0 refused (stale lease; an
 --          ack_refused event is recorded), 2 valid but its batch must be updated first.
-local K_STATE = KEYS[1]
-local K_ACTIVE = KEYS[2]
-local K_PENDING = KEYS[3]
-local K_RETRYING = KEYS[4]
-local K_SUCCEEDED = KEYS[5]
-local K_FAILED = KEYS[6]
-local K_DEAD = KEYS[7]
-local K_CANCELLED = KEYS[8]
-local K_META = KEYS[9]
-local K_NOTIFY = KEYS[10]
-local K_RESULTS = KEYS[11]
-local K_MESSAGES = KEYS[12]
-local K_JOBS = KEYS[13]
-local K_FLOW = KEYS[14]
 local mode = ARGV[3]
 local TARGET = {retry = 'retrying', interrupted = 'pending', succeeded = 'succeeded',
                 failed = 'failed', dead = 'dead', cancelled = 'cancelled'}
@@ -75,10 +78,10 @@ local function apply(i, id, job, state)
     -- a cancel request ended it; the attempt still counts as an error when it was one
     if msg ~= '' then msg = 'cancelled: ' .. msg else msg = 'cancelled while running' end
     if outcome == 'retry' or (outcome == 'dead' and err ~= '') then
-      f[E] = tostring(num(f[E]) + 1)
+      f[F_ERRORS] = tostring(num(f[F_ERRORS]) + 1)
     end
   end
-  if ARGV[i + 8] ~= '' then f[PG] = ARGV[i + 8] end
+  if ARGV[i + 8] ~= '' then f[F_PROGRESS] = ARGV[i + 8] end
   unleased[#unleased + 1] = id
   if ARGV[i + 3] ~= '' and state == 'succeeded' then
     results[#results + 1] = id
@@ -92,33 +95,33 @@ local function apply(i, id, job, state)
   end
   local delay = ''
   if state == 'retrying' then
-    f[E] = tostring(num(f[E]) + 1)
+    f[F_ERRORS] = tostring(num(f[F_ERRORS]) + 1)
     local seconds = math.max(tonumber(ARGV[i + 6]) or 0, 0)
     delay = tostring(seconds)
-    f[RA] = string.format('%.6f', NOW + seconds)
+    f[F_RUN_AT] = string.format('%.6f', NOW + seconds)
     retrying[#retrying + 1] = NOW + seconds
     retrying[#retrying + 1] = id
-    count('r', f[N])
+    count('r', f[F_NAME])
   elseif state == 'pending' then
-    f[PT] = NOWS
+    f[F_PENDING_SINCE] = NOWS
     requeued[#requeued + 1] = id
   else
-    f[FA] = NOWS
+    f[F_FINISHED_AT] = NOWS
     local index = FINAL[state]
     index[#index + 1] = NOW
     index[#index + 1] = id
-    if state == 'succeeded' then count('p', f[N])
-    elseif state == 'failed' then count('f', f[N])
+    if state == 'succeeded' then count('p', f[F_NAME])
+    elseif state == 'failed' then count('f', f[F_NAME])
     elseif state == 'dead' then
-      count('d', f[N])
-      if err ~= '' then f[E] = tostring(num(f[E]) + 1) end
+      count('d', f[F_NAME])
+      if err ~= '' then f[F_ERRORS] = tostring(num(f[F_ERRORS]) + 1) end
     end
   end
   local fl = flow_of(K_JOBS, id, f)
   if fl then flow_release(K_FLOW, id, fl, true, TERMINAL[state]) end
   local line = outcome_event(f, state, msg, err, delay)
-  f[LT], f[LO], f[TK], f[LE], f[S] = f[TK], ARGV[i + 2], '', '', state
-  if state == 'pending' then f[W] = '' end
+  f[F_LAST_TOKEN], f[F_LAST_OUTCOME], f[F_TOKEN], f[F_LEASE_EXPIRES], f[F_STATE] = f[F_TOKEN], ARGV[i + 2], '', '', state
+  if state == 'pending' then f[F_WORKER] = '' end
   job.events = job.events .. ARGV[i + 7] .. line
   put(id, job)
 end
@@ -135,22 +138,22 @@ for k = 1, #ids do
   local job = get(id, raws[k])
   if not job then
     out[#out + 1] = {0, '', ''}
-  elseif job.f[LT] == token and job.f[LO] == outcome then
-    out[#out + 1] = {1, job.f[B], job.f[S] .. ':' .. ARGV[2]}
-  elseif job.f[S] ~= 'active' or job.f[TK] ~= token then
-    job.events = job.events .. event_line('ack_refused', job.f[S], {[W] = '', [A] = job.f[A]},
+  elseif job.f[F_LAST_TOKEN] == token and job.f[F_LAST_OUTCOME] == outcome then
+    out[#out + 1] = {1, job.f[F_BATCH], job.f[F_STATE] .. ':' .. ARGV[2]}
+  elseif job.f[F_STATE] ~= 'active' or job.f[F_TOKEN] ~= token then
+    job.events = job.events .. event_line('ack_refused', job.f[F_STATE], {[F_WORKER] = '', [F_ATTEMPTS] = job.f[F_ATTEMPTS]},
       'acknowledgement refused: this worker no longer holds the lease',
       '{"outcome":' .. jstr(outcome) .. '}')
     put(id, job)
-    out[#out + 1] = {0, job.f[B], job.f[S] .. ':' .. ARGV[2]}
+    out[#out + 1] = {0, job.f[F_BATCH], job.f[F_STATE] .. ':' .. ARGV[2]}
   else
     local state = TARGET[outcome] or 'failed'
-    if job.f[CR] ~= '' and CANCELS[state] then state = 'cancelled' end
-    if job.f[B] ~= '' and mode == 'plan' then
-      out[#out + 1] = {2, job.f[B], state .. ':' .. ARGV[2]}
+    if job.f[F_CANCEL_REQUESTED] ~= '' and CANCELS[state] then state = 'cancelled' end
+    if job.f[F_BATCH] ~= '' and mode == 'plan' then
+      out[#out + 1] = {2, job.f[F_BATCH], state .. ':' .. ARGV[2]}
     else
       apply(i, id, job, state)
-      out[#out + 1] = {1, job.f[B], state .. ':' .. ARGV[2]}
+      out[#out + 1] = {1, job.f[F_BATCH], state .. ':' .. ARGV[2]}
     end
   end
 end

@@ -1,15 +1,14 @@
 -- batch.lua: a batch's counters. Idempotent per job: each job's last known state is kept in
 -- a per-batch hash, so replaying an update never counts a job twice.
--- KEYS: 1 batch (hash: fields, counters "n:<state>", callbacks "cb:<event>", fired "f:<event>"),
---       2 batch jobs (hash job id -> "state:queue"), 3 order (zset job id, score 0),
---       4 states (zset job id, score = STATE_CODE: pages by state are read by rank)
+--- @include "_clock"
+--- @include "_util"
+--- @key batch   hash: fields, counters "n:<state>", callbacks "cb:<event>", fired "f:<event>"
+--- @key jobs    hash job id -> "state:queue"
+--- @key order   zset job id, score 0
+--- @key states  zset job id, score = STATE_CODE: pages by state are read by rank
 -- ARGV: 1 now|'', 2 mode: "add" (jobs join), "set" (jobs moved), "close", "cancel",
 --       then pairs: job id, "state:queue" (state "deleted" removes the job)
 -- Returns: {status "ok"|"missing"|"finished", due callbacks {event, job spec JSON}...}
-local K_BATCH = KEYS[1]
-local K_BJOBS = KEYS[2]
-local K_ORDER = KEYS[3]
-local K_STATES = KEYS[4]
 -- Positions in conveyor.job.ALL_STATES, plus one (inspect.py reads the same numbers).
 local STATE_CODE = {scheduled = 1, pending = 2, active = 3, retrying = 4, succeeded = 5,
   failed = 6, dead = 7, cancelled = 8}
@@ -47,7 +46,7 @@ local joined, ranked = {}, {}  -- zadd arguments for K_ORDER and K_STATES
 local function bump(field, by) delta[field] = (delta[field] or 0) + by end
 local olds = {}
 for i = 1, #ids, 1000 do  -- below Lua's unpack limit
-  local part = redis.call('HMGET', K_BJOBS, unpack(ids, i, math.min(i + 999, #ids)))
+  local part = redis.call('HMGET', K_JOBS, unpack(ids, i, math.min(i + 999, #ids)))
   for j = 1, #part do olds[i + j - 1] = part[j] end
 end
 local seen = {}  -- a job named twice in one call: its last value wins, as if called twice
@@ -78,12 +77,12 @@ for i = 1, #ids do
     end
   end
 end
-bulk('HSET', K_BJOBS, sets)
+bulk('HSET', K_JOBS, sets)
 bulk('ZADD', K_ORDER, joined)
 bulk('ZADD', K_STATES, ranked)
 if #dels > 0 then
   for i = 1, #dels, 1000 do
-    redis.call('HDEL', K_BJOBS, unpack(dels, i, math.min(i + 999, #dels)))
+    redis.call('HDEL', K_JOBS, unpack(dels, i, math.min(i + 999, #dels)))
     redis.call('ZREM', K_ORDER, unpack(dels, i, math.min(i + 999, #dels)))
     redis.call('ZREM', K_STATES, unpack(dels, i, math.min(i + 999, #dels)))
   end

@@ -1,14 +1,31 @@
 -- cancel.lua: cancel jobs of one queue. Waiting jobs (pending, scheduled, retrying) become
 -- cancelled; an active job gets a cancellation request its worker sees at its next heartbeat.
--- KEYS: 1 jobs, 2 state, 3 pending, 4 scheduled, 5 active, 6 retrying, 7 succeeded,
---       8 failed, 9 dead, 10 cancelled, 11 meta, 12 notify, 13 results, 14 messages,
---       15 parked, 16 flow
+--- @include "_clock"
+--- @include "_util"
+--- @include "_fields"
+--- @include "_record"
+--- @include "_events"
+--- @include "_moves"
+--- @include "_flow"
+--- @include "_unindex"
+--- @key jobs       static JSON, read for flow control
+--- @key state
+--- @key parked
+--- @key scheduled
+--- @key active
+--- @key retrying
+--- @key succeeded
+--- @key failed
+--- @key dead
+--- @key cancelled
+--- @key meta
+--- @key messages
+--- @key flow
 -- ARGV: 1 now|'', 2 queue, then job ids
 -- Returns: {resulting state per id ('' when no such job), batch moves}
--- (the K_* names, INDEX and moves come from _admin.lua)
 -- Records are read with one HMGET and written with one HSET (and one ZADD, one HSET of
 -- messages) per call.
-local out, ids, states, cancelled, messages = {}, {}, {}, {}, {}
+local out, ids, states, cancelled, messages, moves = {}, {}, {}, {}, {}, {}
 for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
 local raws = {}
 if #ids > 0 then raws = redis.call('HMGET', K_STATE, unpack(ids)) end
@@ -17,12 +34,12 @@ for k, id in ipairs(ids) do
   if raws[k] then f, events = parse(raws[k]) end
   if not f then
     out[#out + 1] = ''
-  elseif stoppable(f[S]) then
-    stale = stale + unindex(INDEX, K_PARKED, f[S], id)
+  elseif stoppable(f[F_STATE]) then
+    unindex(f[F_STATE], id)
     local fl = flow_of(K_JOBS, id, f)
     if fl then flow_release(K_FLOW, id, fl, false, true) end
-    f[S] = 'cancelled'
-    f[FA] = NOWS
+    f[F_STATE] = 'cancelled'
+    f[F_FINISHED_AT] = NOWS
     cancelled[#cancelled + 1] = NOW
     cancelled[#cancelled + 1] = id
     messages[#messages + 1] = id
@@ -32,15 +49,15 @@ for k, id in ipairs(ids) do
       'cancelled while waiting'))
     note_batch(moves, f, id, 'cancelled')
     out[#out + 1] = 'cancelled'
-  elseif f[S] == 'active' then
-    if f[CR] == '' then
-      f[CR] = '1'
+  elseif f[F_STATE] == 'active' then
+    if f[F_CANCEL_REQUESTED] == '' then
+      f[F_CANCEL_REQUESTED] = '1'
       states[#states + 1] = id
       states[#states + 1] = pack(f, events .. event_line('cancel_requested', 'active', f))
     end
     out[#out + 1] = 'active'
   else
-    out[#out + 1] = f[S]
+    out[#out + 1] = f[F_STATE]
   end
 end
 bulk('HSET', K_STATE, states)

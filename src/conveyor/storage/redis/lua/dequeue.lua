@@ -1,10 +1,25 @@
 -- dequeue.lua: lease up to `count` pending jobs of one queue (DESIGN §2 "dequeue (lease)").
--- KEYS: 1 pending (list), 2 active (zset lease expiry), 3 jobs (hash static JSON),
---       4 state (hash state line + events), 5 meta (hash: paused flag, counters),
---       6 dead (zset finished_at), 7 parked (zset: pending jobs held back by flow control,
---       oldest first), 8 flow (hash: concurrency counts, order holders),
---       9 messages (hash id -> the job's message), 10 rates (zset: the sliding log of
---       start times per rate key), 11 rate ends (zset: rate key -> when its log runs out)
+--- @include "_clock"
+--- @include "_util"
+--- @include "_fields"
+--- @include "_record"
+--- @include "_events"
+--- @include "_counts"
+--- @include "_moves"
+--- @include "_flow"
+--- @include "_rates"
+--- @include "_admit"
+--- @key pending    list
+--- @key active     zset lease expiry
+--- @key jobs       hash static JSON
+--- @key state      hash state line + events
+--- @key meta       hash: paused flag, counters
+--- @key dead       zset finished_at
+--- @key parked     zset: pending jobs held back by flow control, oldest first
+--- @key flow       hash: concurrency counts, order holders
+--- @key messages   hash id -> the job's message
+--- @key rates      zset: the sliding log of start times per rate key
+--- @key rate_ends  zset: rate key -> when its log runs out
 -- ARGV: 1 now|'', 2 queue, 3 worker id, 4 count (at most 1000), 5 lease seconds,
 --       6 token prefix
 -- Returns: {leased, batch moves}; leased = {id, static JSON|'', token, attempt, errors,
@@ -14,18 +29,7 @@
 -- worker acknowledges it dead with that reason. Nothing read from a record can make this
 -- script fail after its RPOP (which Redis would not roll back), so no other job is stranded.
 -- Entries whose record is gone or no longer pending are dropped; the meta field "stale"
--- counts those the admin scripts left behind (see unindex in _lib.lua).
-local K_PENDING = KEYS[1]
-local K_ACTIVE = KEYS[2]
-local K_JOBS = KEYS[3]
-local K_STATE = KEYS[4]
-local K_META = KEYS[5]
-local K_DEAD = KEYS[6]
-local K_PARKED = KEYS[7]
-local K_FLOW = KEYS[8]
-local K_MESSAGES = KEYS[9]
-local K_RATES = KEYS[10]
-local K_RATE_ENDS = KEYS[11]
+-- counts those the admin scripts left behind (see _unindex.lua).
 local EXPIRED = 'deadline passed before the job could start'
 local PARKED_SCAN = 200
 local RATE_FORGET = 20  -- idle rate keys forgotten per call: more than a call can start
@@ -42,31 +46,31 @@ local dropped = 0  -- list entries popped and dropped (stale: cancelled, deleted
 local rate_seq = 0  -- with the call's random token prefix, tags each rate log entry uniquely
 
 local function expire(id, f, events)
-  f[S] = 'dead'
-  f[FA] = NOWS
+  f[F_STATE] = 'dead'
+  f[F_FINISHED_AT] = NOWS
   states[#states + 1] = id
   states[#states + 1] = pack(f, events .. event_line('expired', 'dead', f, EXPIRED))
   redis.call('HSET', K_MESSAGES, id, EXPIRED)
   dead[#dead + 1] = NOW
   dead[#dead + 1] = id
-  count('d', f[N])
+  count('d', f[F_NAME])
   note_batch(moves, f, id, 'dead')
 end
 
 local function lease(id, static, f, events, damage)
   seq = seq + 1
   local token = ARGV[6] .. seq .. token_tail
-  f[S] = 'active'
-  f[A] = tostring(num(f[A]) + 1)
-  f[TK] = token
-  f[W] = ARGV[3]
-  f[LE] = lease_s
-  f[SA] = NOWS
+  f[F_STATE] = 'active'
+  f[F_ATTEMPTS] = tostring(num(f[F_ATTEMPTS]) + 1)
+  f[F_TOKEN] = token
+  f[F_WORKER] = ARGV[3]
+  f[F_LEASE_EXPIRES] = lease_s
+  f[F_STARTED_AT] = NOWS
   states[#states + 1] = id
   states[#states + 1] = pack(f, events .. event_line('started', 'active', f))
   active[#active + 1] = lease_until
   active[#active + 1] = id
-  out[#out + 1] = {id, static or '', token, f[A], f[E], f[R], damage or ''}
+  out[#out + 1] = {id, static or '', token, f[F_ATTEMPTS], f[F_ERRORS], f[F_RECOVERIES], damage or ''}
   note_batch(moves, f, id, 'active')
 end
 
@@ -79,13 +83,13 @@ local function consider(id, static, raw, parked)
   seen[id] = true
   local f, events, bad = parse(raw)
   -- A record in a known state other than pending is a stale entry (deleted or cancelled).
-  if STATES[f[S]] and f[S] ~= 'pending' then return drop(id, parked) end
+  if STATES[f[F_STATE]] and f[F_STATE] ~= 'pending' then return drop(id, parked) end
   if not bad and not static then bad = 'job record missing' end
   if bad then
     if parked then redis.call('ZREM', K_PARKED, id) end
     return lease(id, static, f, events, bad)
   end
-  local deadline = tonumber(f[DL])
+  local deadline = tonumber(f[F_DEADLINE])
   if deadline and deadline < NOW then
     if parked then redis.call('ZREM', K_PARKED, id) end
     return expire(id, f, events)

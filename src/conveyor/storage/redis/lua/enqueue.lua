@@ -1,17 +1,18 @@
 -- enqueue.lua: store new jobs of one queue, pending or scheduled (DESIGN §2 "enqueue").
--- KEYS: 1 jobs (hash id -> static JSON), 2 state (hash id -> state line + events),
---       3 pending (list), 4 scheduled (zset run_at), 5 notify (list),
---       6 unique (hash unique key -> "expiry|job id")
+--- @include "_clock"
+--- @include "_util"
+--- @include "_fields"
+--- @include "_record"
+--- @key jobs       hash id -> static JSON
+--- @key state      hash id -> state line + events
+--- @key pending    list
+--- @key scheduled  zset run_at
+--- @key notify     list
+--- @key unique     hash unique key -> "expiry|job id"
 -- ARGV: 1 now|'', 2 queue, then 9 per job: id, run_at|'', static JSON, name, batch|'',
 --       deadline|'', unique_key|'', unique_for seconds|'', flow-controlled "1"|''
 -- Returns: one string per job: "1" created, "0" the id already existed, "=<id>" a unique job
 --          holding the lock already exists.
-local K_JOBS = KEYS[1]
-local K_STATE = KEYS[2]
-local K_PENDING = KEYS[3]
-local K_SCHEDULED = KEYS[4]
-local K_NOTIFY = KEYS[5]
-local K_UNIQUE = KEYS[6]
 
 local FRESH = {}  -- ids created by this call (their state is written at the end)
 
@@ -25,9 +26,14 @@ local function unique_holder(ukey)
   if FRESH[holder] then return holder end
   if num(string.sub(held, 1, sep - 1)) > NOW then return holder end
   local f = load(K_STATE, holder)
-  if not f or TERMINAL[f[S]] then return nil end
+  if not f or TERMINAL[f[F_STATE]] then return nil end
   return holder
 end
+
+-- A new job's state line, refilled for each job: every field not set here is ''.
+local line = {}
+for f = 1, NFIELDS do line[f] = '' end
+line[F_CREATED_AT], line[F_ATTEMPTS], line[F_ERRORS], line[F_RECOVERIES] = NOWS, '0', '0', '0'
 
 local out, pending, states, scheduled = {}, {}, {}, {}
 for i = 3, #ARGV, 9 do
@@ -46,20 +52,20 @@ for i = 3, #ARGV, 9 do
       redis.call('HSET', K_UNIQUE, ukey, string.format('%.6f', expiry) .. '|' .. id)
     end
     local when = tonumber(run_at)
-    local tail = '\t' .. ARGV[i + 3] .. '\t' .. ARGV[i + 4] .. '\t' .. ARGV[i + 5]
-    local flag = '\t' .. ARGV[i + 8] .. '\n'
+    line[F_NAME], line[F_BATCH], line[F_DEADLINE] = ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+    line[F_FLOW_CONTROLLED] = ARGV[i + 8]
     if when and when > NOW then
-      states[#states + 1] = id
-      states[#states + 1] = 'scheduled\t' .. NOWS .. '\t0\t0\t0\t\t\t\t\t\t\t' .. run_at
-        .. '\t\t\t\t' .. tail .. '\t1' .. flag
+      line[F_STATE], line[F_PENDING_SINCE], line[F_RUN_AT] = 'scheduled', '', run_at
+      line[F_CREATED_SCHEDULED] = '1'
       scheduled[#scheduled + 1] = when
       scheduled[#scheduled + 1] = id
     else
-      states[#states + 1] = id
-      states[#states + 1] = 'pending\t' .. NOWS .. '\t0\t0\t0\t\t\t\t\t\t' .. NOWS
-        .. '\t\t\t\t\t' .. tail .. '\t' .. flag
+      line[F_STATE], line[F_PENDING_SINCE], line[F_RUN_AT] = 'pending', NOWS, ''
+      line[F_CREATED_SCHEDULED] = ''
       pending[#pending + 1] = id
     end
+    states[#states + 1] = id
+    states[#states + 1] = pack(line, '')
     FRESH[id] = true
     out[#out + 1] = '1'
   end

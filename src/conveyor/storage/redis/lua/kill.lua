@@ -1,22 +1,39 @@
 -- kill.lua: move waiting jobs (scheduled, pending, retrying) of one queue to dead by hand.
--- KEYS: 1 jobs, 2 state, 3 pending, 4 scheduled, 5 active, 6 retrying, 7 succeeded,
---       8 failed, 9 dead, 10 cancelled, 11 meta, 12 notify, 13 results, 14 messages,
---       15 parked, 16 flow
+--- @include "_clock"
+--- @include "_fields"
+--- @include "_record"
+--- @include "_events"
+--- @include "_counts"
+--- @include "_moves"
+--- @include "_flow"
+--- @include "_unindex"
+--- @key jobs       static JSON, read for flow control
+--- @key state
+--- @key parked
+--- @key scheduled
+--- @key active
+--- @key retrying
+--- @key succeeded
+--- @key failed
+--- @key dead
+--- @key cancelled
+--- @key meta
+--- @key messages
+--- @key flow
 -- ARGV: 1 now|'', 2 queue, then job ids
 -- Returns: {how many moved, batch moves}
--- (the K_* names, INDEX and moves come from _admin.lua)
-local moved = 0
+local moved, moves = 0, {}
 for i = 3, #ARGV do
   local id = ARGV[i]
   local f, events = load(K_STATE, id)
-  if f and stoppable(f[S]) then
-    stale = stale + unindex(INDEX, K_PARKED, f[S], id)
+  if f and stoppable(f[F_STATE]) then
+    unindex(f[F_STATE], id)
     local fl = flow_of(K_JOBS, id, f)
     if fl then flow_release(K_FLOW, id, fl, false, true) end
-    f[S] = 'dead'
-    f[FA] = NOWS
+    f[F_STATE] = 'dead'
+    f[F_FINISHED_AT] = NOWS
     redis.call('ZADD', K_DEAD, NOW, id)
-    count('d', f[N])
+    count('d', f[F_NAME])
     redis.call('HSET', K_MESSAGES, id, 'killed by hand')
     save(K_STATE, id, f, events .. event_line('killed', 'dead', f, 'killed by hand'))
     note_batch(moves, f, id, 'dead')

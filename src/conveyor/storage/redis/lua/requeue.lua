@@ -1,23 +1,35 @@
 -- requeue.lua: retry jobs of one queue by hand: dead, failed, cancelled or retrying jobs go
 -- back to pending now with a "retried" event.
--- KEYS: 1 jobs, 2 state, 3 pending, 4 scheduled, 5 active, 6 retrying, 7 succeeded,
---       8 failed, 9 dead, 10 cancelled, 11 meta, 12 notify, 13 results, 14 messages,
---       15 parked, 16 flow
+--- @include "_clock"
+--- @include "_util"
+--- @include "_fields"
+--- @include "_record"
+--- @include "_events"
+--- @include "_moves"
+--- @key state
+--- @key pending    list
+--- @key retrying
+--- @key failed
+--- @key dead
+--- @key cancelled
+--- @key messages
+--- @key notify
 -- ARGV: 1 now|'', 2 queue, then job ids
 -- Returns: {how many moved, batch moves}
--- (the K_* names, INDEX and moves come from _admin.lua)
-local AGAIN = {dead = true, failed = true, cancelled = true, retrying = true}
-local moved = 0
+-- The states a job is retried from, each kept in a zset index.
+local INDEX = {dead = K_DEAD, failed = K_FAILED, cancelled = K_CANCELLED, retrying = K_RETRYING}
+local moved, moves = 0, {}
 for i = 3, #ARGV do
   local id = ARGV[i]
   local f, events = load(K_STATE, id)
-  if f and AGAIN[f[S]] then
-    stale = stale + unindex(INDEX, K_PARKED, f[S], id)
-    f[S] = 'pending'
-    f[PT] = NOWS
-    f[FA] = ''
-    f[CR] = ''
-    f[W] = ''
+  local K_INDEX = f and INDEX[f[F_STATE]]
+  if K_INDEX then
+    redis.call('ZREM', K_INDEX, id)
+    f[F_STATE] = 'pending'
+    f[F_PENDING_SINCE] = NOWS
+    f[F_FINISHED_AT] = ''
+    f[F_CANCEL_REQUESTED] = ''
+    f[F_WORKER] = ''
     redis.call('LPUSH', K_PENDING, id)
     redis.call('HDEL', K_MESSAGES, id)  -- a retry by hand starts the story over
     save(K_STATE, id, f, events .. event_line('retried', 'pending', f))
@@ -25,6 +37,5 @@ for i = 3, #ARGV do
     moved = moved + 1
   end
 end
-flush_stale()
 notify(K_NOTIFY, moved)
 return {moved, moves}

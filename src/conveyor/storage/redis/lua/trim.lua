@@ -1,19 +1,19 @@
 -- trim.lua: delete finished jobs of one queue past retention, and the oldest dead jobs past
 -- the dead set's size limit.
--- KEYS: 1 jobs, 2 state, 3 succeeded, 4 failed, 5 dead, 6 cancelled, 7 results, 8 messages,
---       9 unique (hash unique key -> "expiry|job id")
+--- @include "_clock"
+--- @include "_util"
+--- @key jobs
+--- @key state
+--- @key succeeded
+--- @key failed
+--- @key dead
+--- @key cancelled
+--- @key results
+--- @key messages
+--- @key unique     hash unique key -> "expiry|job id"
 -- ARGV: 1 now|'', 2 queue, 3 succeeded seconds, 4 failed seconds, 5 dead seconds,
 --       6 dead max, 7 limit
 -- Returns: how many jobs were deleted
-local K_JOBS = KEYS[1]
-local K_STATE = KEYS[2]
-local K_SUCCEEDED = KEYS[3]
-local K_FAILED = KEYS[4]
-local K_DEAD = KEYS[5]
-local K_CANCELLED = KEYS[6]
-local K_RESULTS = KEYS[7]
-local K_MESSAGES = KEYS[8]
-local K_UNIQUE = KEYS[9]
 local limit = tonumber(ARGV[7])
 local deleted = 0
 
