@@ -150,6 +150,8 @@ class RedisStorage(RedisInspector, RedisSchedules):
             return []
         if isinstance(reply, Exception):  # NOSCRIPT after a restart or SCRIPT FLUSH
             if not isinstance(reply, redis.exceptions.NoScriptError):
+                if isinstance(reply, redis.exceptions.ResponseError):
+                    reply = self.scripts.scripts["dequeue"].located(reply)
                 raise self.link.refused(reply)
             return self.dequeue(queues, worker_id, count, lease_seconds)
         out = self._leased(first, reply)
