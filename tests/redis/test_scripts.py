@@ -7,7 +7,7 @@ import re
 
 import redis
 from conveyor.job import Ack, JobSpec, Outcome
-from conveyor.storage.redis.scripts import ADMIN, LIB, SCRIPT_NAMES, script_text
+from conveyor.storage.redis.scripts import ADMIN, LIB, RECOVER, SCRIPT_NAMES, script_text
 from conveyor.storage.redis.storage import RedisStorage
 
 # Commands whose first argument is not a key.
@@ -27,7 +27,7 @@ def test_every_script_has_a_header_naming_keys_argv_and_returns() -> None:
 
 
 def test_every_key_a_script_touches_comes_from_keys() -> None:
-    for name in (*SCRIPT_NAMES, LIB, ADMIN):
+    for name in (*SCRIPT_NAMES, LIB, ADMIN, RECOVER):
         text = script_text(name)
         for var, value in ASSIGN.findall(text):
             # Key variables are assigned from KEYS[i] only (or picked from such variables).

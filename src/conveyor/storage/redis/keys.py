@@ -41,6 +41,11 @@ class QueueKeys:
         """The index key holding jobs in ``state``."""
         return str(getattr(self, state))
 
+    def recovery(self) -> list[str]:
+        """KEYS of reclaim/release.lua (declared in _recover.lua)."""
+        return [self.active, self.pending, self.state, self.dead, self.meta, self.notify,
+                self.messages, self.jobs, self.flow, self.cancelled]
+
     def admin(self) -> list[str]:
         """KEYS of cancel/requeue/kill/delete.lua."""
         return [self.jobs, self.state, self.pending, self.scheduled, self.active,

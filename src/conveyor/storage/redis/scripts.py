@@ -11,11 +11,13 @@ from conveyor.storage.redis.connection import Link
 
 SCRIPT_NAMES = (
     "enqueue", "dequeue", "ack", "log", "extend", "promote", "reclaim",
-    "cancel", "requeue", "kill", "delete", "trim", "batch", "ring", "repair",
+    "cancel", "requeue", "kill", "delete", "trim", "batch", "ring", "repair", "release",
 )
 LIB = "_lib"
 ADMIN = "_admin"  # KEYS shared by the operator scripts
 ADMIN_SCRIPTS = frozenset({"cancel", "requeue", "kill", "delete"})
+RECOVER = "_recover"  # KEYS and the recovery of a lost attempt, shared by:
+RECOVER_SCRIPTS = frozenset({"reclaim", "release"})
 
 
 def script_text(name: str) -> str:
@@ -26,7 +28,8 @@ def script_text(name: str) -> str:
 def script_source(name: str) -> str:
     """What is sent to Redis: the shared helpers, then the script."""
     admin = script_text(ADMIN) + "\n" if name in ADMIN_SCRIPTS else ""
-    return script_text(LIB) + "\n" + admin + script_text(name)
+    recover = script_text(RECOVER) + "\n" if name in RECOVER_SCRIPTS else ""
+    return script_text(LIB) + "\n" + admin + recover + script_text(name)
 
 
 class Scripts:

@@ -36,6 +36,7 @@ from conveyor.storage.redis import codec
 from conveyor.storage.redis.base import Move
 from conveyor.storage.redis.connection import TRANSIENT, Link, Settings, make_client, parse_url
 from conveyor.storage.redis.inspect import RedisInspector
+from conveyor.storage.redis.release import RedisRelease
 from conveyor.storage.redis.repair import PendingRepair
 from conveyor.storage.redis.schedules import RedisSchedules
 
@@ -69,7 +70,7 @@ def open_redis(url: str, clock: Clock | None = None) -> RedisStorage:
     return storage
 
 
-class RedisStorage(RedisInspector, RedisSchedules):
+class RedisStorage(RedisInspector, RedisSchedules, RedisRelease):
     """``Storage`` and ``Inspector`` on Redis."""
 
     def __init__(self, settings: Settings, link: Link, clock: Clock | None) -> None:
@@ -296,8 +297,7 @@ class RedisStorage(RedisInspector, RedisSchedules):
             qk = self.keys.queue(queue)
             cursor = self._scan.get(queue, "0")
             done, moves, next_cursor = self.scripts.run(
-                "reclaim", [qk.active, qk.pending, qk.state, qk.dead, qk.meta, qk.notify,
-                            qk.messages, qk.jobs, qk.flow, qk.cancelled],
+                "reclaim", qk.recovery(),
                 [self.now_arg(), queue, max_recoveries, limit, cursor, SCAN_COUNT])
             self._scan[queue] = next_cursor or "0"
             self.sync_batches(moves)
