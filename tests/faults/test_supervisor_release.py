@@ -13,18 +13,13 @@ import time
 
 import pytest
 
-from conveyor.app import Conveyor
-from conveyor.job import EventKind, JobRecord, JobState
+from conveyor.job import EventKind
+from tests.faults.checks import succeeded
 from tests.faults.conftest import BACKENDS, Backend, Faults
 from tests.faults.harness import Execution, report, wait_until
 
 LEASE = 60.0
 JOB_MS = 3000  # long enough to be running when its process is killed
-
-
-def _succeeded(app: Conveyor, job_id: str) -> JobRecord | None:
-    rec = app.get_job(job_id)
-    return rec if rec is not None and rec.state is JobState.SUCCEEDED else None
 
 
 @pytest.mark.slow
@@ -53,7 +48,7 @@ def test_a_killed_childs_job_runs_again_before_its_lease_could_expire(
     again = wait_until(lambda: runs(2), LEASE / 2, what="the job to run again")[1]
     assert again.pid != first.pid, "the job must run again in another process"
     assert again.started < first.started + LEASE
-    rec = wait_until(lambda: _succeeded(app, ref.id), 30, what="the rerun to finish")
+    rec = wait_until(lambda: succeeded(app, ref.id), 30, what="the rerun to finish")
     assert (rec.attempt, rec.recoveries, rec.errors) == (2, 1, 0)
     recovered = [e for e in rec.events or () if e.kind == EventKind.RECOVERED]
     assert len(recovered) == 1 and "worker process died" in (recovered[0].message or "")
