@@ -1,11 +1,11 @@
 """conveyor: a background-job engine with batch tracking, on SQLite, Redis and Redis Cluster."""
 
 from conveyor.app import Conveyor
-from conveyor.client import JobRef
 from conveyor.clock import FakeClock
 from conveyor.context import JobContext, current_job
 from conveyor.errors import Fail, Retry
 from conveyor.job import Event, JobRecord, JobState
+from conveyor.refs import JobRef
 
 __all__ = [
     "Conveyor",

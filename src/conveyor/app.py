@@ -14,48 +14,34 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from functools import partial
-from typing import Any, Literal, overload
+from typing import Any, overload
 
-from conveyor.batch import Batch, Callback
-from conveyor.client import (
-    EnqueueDraft,
-    JobRef,
-    SpecBuffer,
-    build_flow,
-    build_spec,
-    run_at_from,
-)
+from conveyor.batch import Batch, Callback, batch_status
+from conveyor.client import Client
 from conveyor.clock import SYSTEM_CLOCK, Clock
-from conveyor.context import current_batch
-from conveyor.errors import BatchNotFound
+from conveyor.draft import build_flow
 from conveyor.hooks import ErrorHandler
 from conveyor.job import JobRecord, JobState
-from conveyor.middleware import MiddlewareChain
+from conveyor.middleware import ClientChain, ServerChain
+from conveyor.options import KeyOption, make_options
 from conveyor.periodic import Schedule, validate_cron, validate_tz
-from conveyor.registry import (
-    JobFunction,
-    JobOptions,
-    KeyOption,
-    Registry,
-    check_importable,
-    default_name,
-    make_options,
-    split_item,
-)
+from conveyor.refs import JobRef
+from conveyor.registry import JobFunction, Registry, default_name
 from conveyor.serializer import DEFAULT_MAX_PAYLOAD
 from conveyor.storage import DEFAULT_URL, Backend, Retention, open_storage, redact
 from conveyor.text import check_name
 
 __all__ = ["Conveyor"]
 
-_FAILURES_SHOWN = 10
-
 
 class Conveyor:
     """A job application: its storage, registered jobs and middleware.
+
+It wires the parts: a ``Registry`` of job functions, a ``Client`` (``app.client``) that
+enqueues them through the client middleware, the server middleware and error handlers the
+worker runs jobs with, and the storage.
 
     ``url`` names the storage (``sqlite:///path.db``, ``redis://…``, ``memory://``); None
     means ``$CONVEYOR_URL`` or ``sqlite:///conveyor.db``. The storage is opened on first use
@@ -76,13 +62,14 @@ class Conveyor:
             env = os.environ.get("CONVEYOR_URL")
             url = storage.url if storage is not None else env or DEFAULT_URL
         self.url = url
-        self.clock: Clock = clock or SYSTEM_CLOCK
-        self.max_payload = max_payload
         self.retention = retention
         self.registry = Registry()
+        self.client = Client(
+            lambda: self.storage, self.registry, clock=clock or SYSTEM_CLOCK,
+            max_payload=max_payload,
+        )
         self.schedules: list[Schedule] = []  # run by every worker's cron component
-        self.client_middleware = MiddlewareChain()
-        self.server_middleware = MiddlewareChain()
+        self.server_middleware = ServerChain()
         self.error_handlers: list[ErrorHandler] = []  # see on_error
         self._injected = storage is not None
         self._storage: Backend | None = storage
@@ -91,6 +78,35 @@ class Conveyor:
 
     def __repr__(self) -> str:
         return f"<Conveyor {redact(self.url)} jobs={len(self.registry)}>"
+
+    # The client owns what enqueueing needs; the app exposes them under their old names.
+    @property
+    def clock(self) -> Clock:
+        """The clock this process stamps schedules and events with (the storage's own decides
+        leases)."""
+        return self.client.clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self.client.clock = clock
+
+    @property
+    def max_payload(self) -> int:
+        """The largest payload an enqueue may store, in bytes."""
+        return self.client.max_payload
+
+    @max_payload.setter
+    def max_payload(self, limit: int) -> None:
+        self.client.max_payload = limit
+
+    @property
+    def client_middleware(self) -> ClientChain:
+        """The client middleware chain every enqueue passes through (``app.client.middleware``)."""
+        return self.client.middleware
+
+    @client_middleware.setter
+    def client_middleware(self, chain: ClientChain) -> None:
+        self.client.middleware = chain
 
     @property
     def storage(self) -> Backend:
@@ -161,7 +177,7 @@ class Conveyor:
         )
 
         def register(f: Callable[..., Any]) -> JobFunction:
-            fn = JobFunction(self, f, name or default_name(f), opts)
+            fn = JobFunction(self.client, f, name or default_name(f), opts)
             self.registry.add(fn)
             return fn
 
@@ -252,85 +268,7 @@ class Conveyor:
     ) -> JobRef | None:
         """Enqueue a job by name (for operators and other services); ``options`` are those of
         ``job`` and override the registered job's. Returns None if a middleware stopped it."""
-        fn = self.registry.get(name)
-        opts = make_options(fn.opts if fn is not None else None, **options)
-        draft = self._draft(name, opts, args, kwargs or {}, delay, at)
-        draft.meta.update(meta or {})
-        return self.client_middleware.run_client(draft, partial(self._route, draft, None))
-
-    def enqueue_function(
-        self,
-        fn: JobFunction,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-        *,
-        delay: float | timedelta | None = None,
-        at: datetime | float | None = None,
-    ) -> JobRef | None:
-        """What ``JobFunction.enqueue``/``enqueue_in``/``enqueue_at`` call."""
-        draft = self._draft(fn.name, fn.opts, args, kwargs, delay, at)
-        return self.client_middleware.run_client(draft, partial(self._route, draft, None))
-
-    @overload
-    def enqueue_many_function(
-        self, fn: JobFunction, items: Iterable[Any], *, return_refs: Literal[True]
-    ) -> list[JobRef]: ...
-
-    @overload
-    def enqueue_many_function(
-        self, fn: JobFunction, items: Iterable[Any], *, return_refs: Literal[False]
-    ) -> int: ...
-
-    def enqueue_many_function(
-        self, fn: JobFunction, items: Iterable[Any], *, return_refs: bool
-    ) -> list[JobRef] | int:
-        """What ``JobFunction.enqueue_many`` calls: one middleware pass per item, stored in
-        chunks (inside a batch block, through the batch's buffer).
-
-        An item that cannot be stored (not JSON, too large) raises; the items before it are
-        stored all the same, as if they had been enqueued one by one.
-        """
-        bulk = SpecBuffer(self.storage.enqueue)
-        refs: list[JobRef] = []
-        count = 0
-        try:
-            for index, item in enumerate(items):
-                args, kwargs = split_item(item, index)
-                draft = self._draft(fn.name, fn.opts, args, kwargs, None, None)
-                ref = self.client_middleware.run_client(draft, partial(self._route, draft, bulk))
-                if ref is not None:
-                    count += 1
-                    if return_refs:
-                        refs.append(ref)
-        finally:
-            bulk.flush()
-        return refs if return_refs else count
-
-    def _draft(
-        self, name: str, opts: JobOptions, args: Sequence[Any], kwargs: Mapping[str, Any],
-        delay: float | timedelta | None, at: datetime | float | None,
-    ) -> EnqueueDraft:
-        check_importable(name)
-        scope = current_batch()
-        # Schedules use this process's clock (leases never do): a skew of a few seconds
-        # shifts a scheduled job by as much, which is harmless.
-        return EnqueueDraft(
-            name=name, args=list(args), kwargs=dict(kwargs), options=opts,
-            run_at=run_at_from(self.clock.now(), delay, at),
-            batch_id=scope.id if scope is not None else None,
-        )
-
-    def _route(self, draft: EnqueueDraft, bulk: SpecBuffer | None) -> JobRef:
-        """The last step of the client chain: store the draft, or buffer it."""
-        spec = build_spec(draft, self.clock.now(), self.max_payload)
-        scope = current_batch()
-        sink = scope if scope is not None and spec.batch_id == scope.id else bulk
-        if sink is None:
-            [result] = self.storage.enqueue([spec])
-            return JobRef(result.id, result.created, self)
-        ref = JobRef(spec.id, True, self)
-        sink.add(spec, ref)
-        return ref
+        return self.client.enqueue(name, args, kwargs, meta=meta, delay=delay, at=at, **options)
 
     # -- jobs -------------------------------------------------------------------------------
 
@@ -357,7 +295,7 @@ class Conveyor:
         """A batch to fill in a ``with`` block (see ``conveyor.batch``); given ``batch_id``,
         re-opens that existing batch to add jobs."""
         return Batch(
-            self, batch_id, description=description, on_complete=on_complete,
+            self.client, batch_id, description=description, on_complete=on_complete,
             on_success=on_success, on_death=on_death, meta=meta,
         )
 
@@ -365,22 +303,7 @@ class Conveyor:
         """The batch's counters, progress and timings (``BatchStatus.as_dict``), plus
         ``failures``: the first 10 failed or dead jobs with their arguments and message.
         Raises ``BatchNotFound``."""
-        status = self.storage.get_batch(batch_id)
-        if status is None:
-            raise BatchNotFound(f"batch {batch_id} does not exist (or was trimmed)")
-        out = status.as_dict(self.storage.now())
-        # Counters first: a batch without failures costs no job lookups at all.
-        failing = status.counts.get(JobState.FAILED.value, 0) + status.counts.get(
-            JobState.DEAD.value, 0)
-        out["failures"] = [_failure(r) for r in self._failures(batch_id)] if failing else []
-        return out
-
-    def _failures(self, batch_id: str) -> list[JobRecord]:
-        found: list[JobRecord] = []
-        for state in (JobState.FAILED, JobState.DEAD):
-            found += self.storage.list_jobs(state=state, batch_id=batch_id, limit=_FAILURES_SHOWN)
-        found.sort(key=lambda r: (r.finished_at or 0.0, r.id))
-        return found[:_FAILURES_SHOWN]
+        return batch_status(self.storage, batch_id)
 
     def batch_jobs(
         self, batch_id: str, state: JobState | str | None = None, offset: int = 0, limit: int = 50
@@ -391,15 +314,3 @@ class Conveyor:
             offset=offset, limit=limit, with_events=True,
         )
 
-
-def _failure(record: JobRecord) -> dict[str, Any]:
-    return {
-        "id": record.id,
-        "name": record.name,
-        "state": record.state.value,
-        "args": record.args,
-        "kwargs": record.kwargs,
-        "message": record.message,
-        "errors": record.errors,
-        "finished_at": record.finished_at,
-    }

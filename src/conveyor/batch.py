@@ -32,30 +32,36 @@ from __future__ import annotations
 from collections.abc import Mapping
 from contextvars import Token
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from conveyor.client import EnqueueDraft, JobRef, SpecBuffer, build_spec
+from conveyor.client import Client, SpecBuffer
 from conveyor.context import BatchScope, pop_batch, push_batch
+from conveyor.draft import EnqueueDraft
 from conveyor.errors import BatchClosedError, BatchNotFound
 from conveyor.ids import new_id
-from conveyor.job import BATCH_CALLBACK_EVENTS, BatchSpec, JobSpec
-from conveyor.registry import JobFunction, make_options
+from conveyor.job import BATCH_CALLBACK_EVENTS, BatchSpec, JobRecord, JobSpec, JobState
+from conveyor.options import make_options
+from conveyor.refs import JobRef
+from conveyor.registry import JobFunction
+from conveyor.storage import Backend
 
-if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+__all__ = ["Batch", "Callback", "batch_status"]
 
-__all__ = ["Batch", "Callback"]
+_FAILURES_SHOWN = 10
 
 Callback = JobFunction | str | None
 """A batch callback: a job function, or the registered name of one."""
 
 
 class Batch:
-    """A batch being filled; use it as a context manager (see the module docstring)."""
+    """A batch being filled; use it as a context manager (see the module docstring).
+
+    ``client`` is the app's client: the batch stores itself and its jobs through it.
+    """
 
     def __init__(
         self,
-        app: Conveyor,
+        client: Client,
         batch_id: str | None = None,
         *,
         description: str | None = None,
@@ -64,7 +70,7 @@ class Batch:
         on_death: Callback = None,
         meta: Mapping[str, Any] | None = None,
     ) -> None:
-        self.app = app
+        self._client = client
         self.reopened = batch_id is not None
         self._id = batch_id or new_id()
         self.description = description
@@ -73,7 +79,7 @@ class Batch:
         if self.reopened and (description or meta or any(self._callbacks.values())):
             raise ValueError("description, meta and callbacks are set when a batch is created, "
                              "not when it is re-opened")
-        self._buffer = SpecBuffer(lambda specs: app.storage.enqueue(specs))
+        self._buffer = SpecBuffer(client.store)
         self._token: Token[BatchScope | None] | None = None
         self._used = False
 
@@ -100,7 +106,7 @@ class Batch:
 
     def status(self) -> dict[str, Any]:
         """``app.batch_status(batch.id)``."""
-        return self.app.batch_status(self._id)
+        return batch_status(self._client.storage, self._id)
 
     def __enter__(self) -> Batch:
         if self._used:
@@ -109,7 +115,7 @@ class Batch:
         if self.reopened:
             self._check_open()
         else:
-            self.app.storage.create_batch(self._spec())
+            self._client.storage.create_batch(self._spec())
         self._token = push_batch(self)
         return self
 
@@ -126,7 +132,7 @@ class Batch:
             self._buffer.flush()
         finally:
             if not self.reopened:
-                self.app.storage.close_batch(self._id)
+                self._client.storage.close_batch(self._id)
 
     async def __aenter__(self) -> Batch:
         """``async with app.batch(...)``: the same as ``with`` (storage calls are short)."""
@@ -141,7 +147,7 @@ class Batch:
         self.__exit__(exc_type, exc, tb)
 
     def _check_open(self) -> None:
-        status = self.app.storage.get_batch(self._id)
+        status = self._client.storage.get_batch(self._id)
         if status is None:
             raise BatchNotFound(f"batch {self._id} does not exist (or was trimmed)")
         if status.complete:
@@ -158,10 +164,46 @@ class Batch:
 
     def _callback_spec(self, event: str, target: JobFunction | str) -> JobSpec:
         assert event in BATCH_CALLBACK_EVENTS
-        fn = self.app.registry.get(target) if isinstance(target, str) else target
+        fn = self._client.registry.get(target) if isinstance(target, str) else target
         name = target if isinstance(target, str) else target.name
         draft = EnqueueDraft(
             name=name, args=[self._id], kwargs={},
             options=fn.opts if fn is not None else make_options(), id=f"{self._id}-{event}",
         )
-        return build_spec(draft, self.app.clock.now(), self.app.max_payload)
+        return self._client.build_spec(draft)
+
+
+def batch_status(storage: Backend, batch_id: str) -> dict[str, Any]:
+    """The batch's counters, progress and timings (``BatchStatus.as_dict``), plus
+    ``failures``: the first 10 failed or dead jobs with their arguments and message.
+    Raises ``BatchNotFound``."""
+    status = storage.get_batch(batch_id)
+    if status is None:
+        raise BatchNotFound(f"batch {batch_id} does not exist (or was trimmed)")
+    out = status.as_dict(storage.now())
+    # Counters first: a batch without failures costs no job lookups at all.
+    failing = status.counts.get(JobState.FAILED.value, 0) + status.counts.get(
+        JobState.DEAD.value, 0)
+    out["failures"] = [_failure(r) for r in _failures(storage, batch_id)] if failing else []
+    return out
+
+
+def _failures(storage: Backend, batch_id: str) -> list[JobRecord]:
+    found: list[JobRecord] = []
+    for state in (JobState.FAILED, JobState.DEAD):
+        found += storage.list_jobs(state=state, batch_id=batch_id, limit=_FAILURES_SHOWN)
+    found.sort(key=lambda r: (r.finished_at or 0.0, r.id))
+    return found[:_FAILURES_SHOWN]
+
+
+def _failure(record: JobRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "name": record.name,
+        "state": record.state.value,
+        "args": record.args,
+        "kwargs": record.kwargs,
+        "message": record.message,
+        "errors": record.errors,
+        "finished_at": record.finished_at,
+    }

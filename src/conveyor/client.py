@@ -1,238 +1,185 @@
-"""The enqueue side: the draft client middleware sees, the ``JobSpec`` built from it, and
-``JobRef``, the handle to a stored job.
+"""The client side of the engine, Sidekiq style: ``Client`` turns an enqueue into a stored job.
+
+An enqueue becomes an ``EnqueueDraft`` (``draft.py``), passes through the client middleware
+(``middleware.py``), becomes a ``JobSpec`` and is pushed to the storage: at once, or through a
+``SpecBuffer`` that stores 1,000 at a time (``enqueue_many`` and ``with app.batch()`` blocks).
+Each push returns a ``JobRef`` (``refs.py``). ``Conveyor`` builds one ``Client`` and hands
+it to every ``JobFunction`` and ``Batch``; the client knows the storage, the clock, the
+registry (options of a job enqueued by name) and the payload limit, and nothing else of the app.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import json
 import threading
-import time
-from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from functools import partial
+from typing import Any, Literal, overload
 
-from conveyor.errors import JobFailed, JobNotFound, ResultTimeout
-from conveyor.ids import new_id
-from conveyor.job import EnqueueResult, FlowControl, JobRecord, JobSpec, JobState
-from conveyor.registry import JobOptions, KeyOption
-from conveyor.serializer import encode_payload, loads
-from conveyor.text import check_name
+from conveyor.clock import SYSTEM_CLOCK, Clock
+from conveyor.context import current_batch
+from conveyor.draft import EnqueueDraft, build_spec, run_at_from
+from conveyor.job import EnqueueResult, JobRecord, JobSpec
+from conveyor.middleware import ClientChain
+from conveyor.options import JobOptions, make_options
+from conveyor.refs import JobLookup, JobRef
+from conveyor.registry import JobFunction, Registry, check_importable, split_item
+from conveyor.serializer import DEFAULT_MAX_PAYLOAD
+from conveyor.storage import Backend
 
+# EnqueueDraft, build_spec, run_at_from, JobLookup and JobRef lived here before draft.py and
+# refs.py; they stay importable from here, where client middleware has been importing them.
 __all__ = [
-    "CHUNK_SIZE", "EnqueueDraft", "JobLookup", "JobRef", "SpecBuffer", "build_spec", "run_at_from",
+    "CHUNK_SIZE", "Client", "EnqueueDraft", "JobLookup", "JobRef", "SpecBuffer", "build_spec",
+    "run_at_from",
 ]
 
 CHUNK_SIZE = 1000
 """Specs per storage call in bulk enqueues: bounds memory and stays far below Lua's unpack limit."""
 
-_POLL_FIRST = 0.005
-_POLL_MAX = 0.2
 
+class Client:
+    """Builds jobs, runs them through the client middleware and pushes them to the storage.
 
-@dataclass(slots=True)
-class EnqueueDraft:
-    """A job about to be stored, as client middleware sees it.
-
-    Middleware may change any field (``options`` with ``registry.make_options`` or
-    ``dataclasses.replace``); ``meta`` travels with the job and is readable in the worker as
-    ``ctx.meta`` (a good place for a request id or tenant).
+    ``storage`` is called for the storage at each push (the app opens it on first use, and
+    again after a fork); ``registry`` gives the options of a job enqueued by name.
     """
 
-    name: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    options: JobOptions
-    id: str = field(default_factory=new_id)
-    meta: dict[str, Any] = field(default_factory=dict)
-    run_at: float | None = None
-    batch_id: str | None = None
-
-    @property
-    def queue(self) -> str:
-        """The queue the job goes to (from ``options``)."""
-        return self.options.queue
-
-
-def run_at_from(
-    now: float, delay: float | timedelta | None, at: datetime | float | None
-) -> float | None:
-    """Epoch seconds of a schedule given as a delay or an aware datetime (or epoch seconds)."""
-    if delay is not None and at is not None:
-        raise ValueError("give either a delay or a time to run at, not both")
-    if delay is not None:
-        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-        return now + seconds
-    if isinstance(at, datetime):
-        if at.tzinfo is None or at.tzinfo.utcoffset(at) is None:
-            raise ValueError(
-                f"enqueue_at needs a timezone-aware datetime, got naive {at.isoformat()}; "
-                "use e.g. datetime.now(timezone.utc) + timedelta(hours=1)"
-            )
-        return at.timestamp()
-    return None if at is None else float(at)
-
-
-def build_spec(draft: EnqueueDraft, now: float, max_payload: int) -> JobSpec:
-    """The ``JobSpec`` for a draft; raises ``PayloadError`` for arguments that cannot be stored
-    and ``InvalidNameError`` for a name or queue no backend should store (text.py)."""
-    opts = draft.options
-    # Checked here, after client middleware ran, so every backend gives the same answer.
-    check_name("job name", draft.name)
-    check_name("queue", opts.queue)
-    payload = encode_payload(draft.args, draft.kwargs, draft.meta, max_payload)
-    start = draft.run_at if draft.run_at is not None else now
-    return JobSpec(
-        id=draft.id,
-        name=draft.name,
-        queue=opts.queue,
-        payload=payload,
-        max_retries=opts.max_retries,
-        timeout=opts.timeout,
-        # expires_in counts from when the job is due, so a scheduled job is not born expired.
-        deadline=None if opts.expires_in is None else start + opts.expires_in,
-        run_at=draft.run_at,
-        batch_id=draft.batch_id,
-        flow=build_flow(draft.name, opts, draft.args, draft.kwargs),
-    )
-
-
-def build_flow(
-    name: str, opts: JobOptions, args: list[Any], kwargs: Mapping[str, Any]
-) -> FlowControl | None:
-    """The job's ``FlowControl``: key callables are called with the job's arguments.
-
-    ``unique_for`` alone locks on a hash of name + args + kwargs; ``concurrency=N`` or
-    ``rate_limit=N`` alone limit the whole job name.
-    """
-    if not (opts.unique_for or opts.concurrency or opts.rate_limit or opts.order_key):
-        return None
-    unique_key = _key(opts.unique_key, args, kwargs)
-    if opts.unique_for and unique_key is None:
-        unique_key = f"{name}:{_args_hash(name, args, kwargs)}"
-    return FlowControl(
-        unique_key=unique_key,
-        unique_for=opts.unique_for,
-        concurrency_key=(
-            _key(opts.concurrency_key, args, kwargs) or (name if opts.concurrency else None)
-        ),
-        concurrency_limit=opts.concurrency,
-        rate_key=_key(opts.rate_key, args, kwargs) or (name if opts.rate_limit else None),
-        rate_limit=opts.rate_limit,
-        rate_period=opts.rate_period,
-        order_key=_key(opts.order_key, args, kwargs),
-    )
-
-
-def _key(option: KeyOption, args: list[Any], kwargs: Mapping[str, Any]) -> str | None:
-    if option is None or isinstance(option, str):
-        return option
-    key = option(*args, **kwargs)
-    if not isinstance(key, str) or not key:
-        raise TypeError(f"flow-control key function {option!r} returned {key!r}, not a string")
-    return key
-
-
-def _args_hash(name: str, args: list[Any], kwargs: Mapping[str, Any]) -> str:
-    text = json.dumps([name, args, kwargs], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-class JobLookup(Protocol):
-    """Where a ``JobRef`` reads its job (``Conveyor`` is one)."""
-
-    def get_job(self, job_id: str) -> JobRecord | None:
-        """The stored job with its events, or None."""
-        ...
-
-
-class JobRef:
-    """A handle to a stored job: its id, and ways to read its state and wait for its result.
-
-    ``created`` is False when a unique job already existed (``id`` is then that job's id).
-    Refs returned inside a ``with app.batch()`` block are provisional until the batch flushes
-    its buffer (every 1,000 jobs and at the end of the block): ``status()`` is None until then.
-    """
-
-    __slots__ = ("_source", "created", "id")
-
-    def __init__(self, job_id: str, created: bool = True, source: JobLookup | None = None) -> None:
-        self.id = job_id
-        self.created = created
-        self._source = source
+    def __init__(
+        self,
+        storage: Callable[[], Backend],
+        registry: Registry,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+        middleware: ClientChain | None = None,
+    ) -> None:
+        self._storage = storage
+        self.registry = registry
+        self.clock = clock
+        self.max_payload = max_payload
+        self.middleware = middleware if middleware is not None else ClientChain()
 
     def __repr__(self) -> str:
-        return f"<JobRef {self.id}{'' if self.created else ' (existing)'}>"
+        return f"<Client jobs={len(self.registry)} middleware={len(self.middleware)}>"
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, JobRef) and other.id == self.id
+    @property
+    def storage(self) -> Backend:
+        """The storage jobs are pushed to."""
+        return self._storage()
 
-    def __hash__(self) -> int:
-        return hash(self.id)
+    def get_job(self, job_id: str) -> JobRecord | None:
+        """A stored job with its state and events, or None (what a ``JobRef`` reads)."""
+        return self.storage.get_job(job_id)
 
-    def status(self) -> JobRecord | None:
-        """The job's record with its state and events, or None if it is not stored."""
-        if self._source is None:
-            raise RuntimeError("this JobRef is not bound to an app; use app.get_job(ref.id)")
-        return self._source.get_job(self.id)
+    # -- enqueue ----------------------------------------------------------------------------
 
-    def result(self, timeout: float | None = None) -> Any:
-        """Wait for the job to finish and return its JSON-decoded result.
+    def enqueue(
+        self, name: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, *,
+        meta: Mapping[str, Any] | None = None, delay: float | timedelta | None = None,
+        at: datetime | float | None = None, **options: Any,
+    ) -> JobRef | None:
+        """Enqueue a job by name (``Conveyor.enqueue``); ``options`` override the registered
+        job's. Returns None if a middleware stopped it."""
+        fn = self.registry.get(name)
+        opts = make_options(fn.opts if fn is not None else None, **options)
+        draft = self.draft(name, opts, args, kwargs or {}, delay, at)
+        draft.meta.update(meta or {})
+        return self.push(draft)
 
-        Raises ``JobFailed`` when it ended failed, dead or cancelled, ``ResultTimeout`` after
-        ``timeout`` seconds (None waits forever) and ``JobNotFound`` if it is not stored.
-        Polls with a backoff from 5 ms to 200 ms.
+    def enqueue_function(
+        self, fn: JobFunction, args: Sequence[Any], kwargs: Mapping[str, Any], *,
+        delay: float | timedelta | None = None, at: datetime | float | None = None,
+    ) -> JobRef | None:
+        """What ``JobFunction.enqueue``/``enqueue_in``/``enqueue_at`` call."""
+        return self.push(self.draft(fn.name, fn.opts, args, kwargs, delay, at))
+
+    def enqueue_many_function(
+        self, fn: JobFunction, items: Iterable[Any], *, return_refs: bool
+    ) -> list[JobRef] | int:
+        """What ``JobFunction.enqueue_many`` calls: each item becomes a draft as it is reached,
+        so a generator of millions of items runs in bounded memory."""
+        drafts = (self.draft(fn.name, fn.opts, *split_item(item, index))
+                  for index, item in enumerate(items))
+        return self.push_many(drafts, return_refs=return_refs)
+
+    def draft(
+        self, name: str, opts: JobOptions, args: Sequence[Any], kwargs: Mapping[str, Any],
+        delay: float | timedelta | None = None, at: datetime | float | None = None,
+    ) -> EnqueueDraft:
+        """The draft of one job, in the batch whose block is open here (if any)."""
+        check_importable(name)
+        scope = current_batch()
+        # Schedules use this process's clock (leases never do): a skew of a few seconds
+        # shifts a scheduled job by as much, which is harmless.
+        return EnqueueDraft(
+            name=name, args=list(args), kwargs=dict(kwargs), options=opts,
+            run_at=run_at_from(self.clock.now(), delay, at),
+            batch_id=scope.id if scope is not None else None,
+        )
+
+    # -- push -------------------------------------------------------------------------------
+
+    def push(self, draft: EnqueueDraft) -> JobRef | None:
+        """Run ``draft`` through the client middleware and store it (inside a batch block,
+        into the batch's buffer). None if a middleware stopped it."""
+        return self.middleware.run_client(draft, partial(self._route, draft, None))
+
+    @overload
+    def push_many(
+        self, drafts: Iterable[EnqueueDraft], *, return_refs: Literal[True]
+    ) -> list[JobRef]: ...
+
+    @overload
+    def push_many(self, drafts: Iterable[EnqueueDraft], *, return_refs: Literal[False]) -> int: ...
+
+    @overload
+    def push_many(
+        self, drafts: Iterable[EnqueueDraft], *, return_refs: bool
+    ) -> list[JobRef] | int: ...
+
+    def push_many(
+        self, drafts: Iterable[EnqueueDraft], *, return_refs: bool
+    ) -> list[JobRef] | int:
+        """``push`` each draft, stored in chunks of ``CHUNK_SIZE`` (inside a batch block,
+        through the batch's buffer); the refs, or with ``return_refs=False`` only the count.
+
+        A draft that cannot be stored (not JSON, too large) raises; the drafts before it are
+        stored all the same, as if they had been pushed one by one.
         """
-        waits = self._waits(timeout)
+        bulk = SpecBuffer(self.storage.enqueue)  # opens the storage first, even for no drafts
+        refs: list[JobRef] = []
+        count = 0
         try:
-            while True:
-                time.sleep(next(waits))
-        except StopIteration as finished:
-            return finished.value
+            for draft in drafts:
+                ref = self.middleware.run_client(draft, partial(self._route, draft, bulk))
+                if ref is not None:
+                    count += 1
+                    if return_refs:
+                        refs.append(ref)
+        finally:
+            bulk.flush()
+        return refs if return_refs else count
 
-    async def aresult(self, timeout: float | None = None) -> Any:
-        """``result`` for asyncio code: waits with ``asyncio.sleep`` between reads."""
-        waits = self._waits(timeout)
-        try:
-            while True:
-                await asyncio.sleep(next(waits))
-        except StopIteration as finished:
-            return finished.value
+    def build_spec(self, draft: EnqueueDraft) -> JobSpec:
+        """The ``JobSpec`` of a draft, now, under this client's payload limit."""
+        return build_spec(draft, self.clock.now(), self.max_payload)
 
-    def _waits(self, timeout: float | None) -> Generator[float, None, Any]:
-        """Yields each pause between reads; returns the outcome once the job is finished.
+    def store(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+        """Store built specs as they are (no middleware): what a ``SpecBuffer`` flushes to."""
+        return self.storage.enqueue(specs)
 
-        One generator serves the blocking and the asyncio waits, which differ only in how
-        they sleep.
-        """
-        limit = None if timeout is None else time.monotonic() + timeout
-        delay = _POLL_FIRST
-        while True:
-            record = self.status()
-            if record is None:
-                raise JobNotFound(f"job {self.id} is not stored (never enqueued, or trimmed)")
-            if record.state.terminal:
-                return _outcome(record)
-            yield self._pause(limit, delay, timeout)
-            delay = min(delay * 2, _POLL_MAX)
-
-    def _pause(self, limit: float | None, delay: float, timeout: float | None) -> float:
-        """The next sleep: the backoff step, cut short at the limit; ``ResultTimeout`` past it."""
-        if limit is None:
-            return delay
-        left = limit - time.monotonic()
-        if left <= 0:
-            raise ResultTimeout(f"job {self.id} did not finish within {timeout} s")
-        return min(delay, left)
-
-
-def _outcome(record: JobRecord) -> Any:
-    if record.state is JobState.SUCCEEDED:
-        return None if record.result is None else loads(record.result)
-    raise JobFailed(record.id, record.state.value, record.message)
-
+    def _route(self, draft: EnqueueDraft, bulk: SpecBuffer | None) -> JobRef:
+        """The last step of the client chain: store the draft, or buffer it."""
+        spec = self.build_spec(draft)
+        scope = current_batch()
+        sink = scope if scope is not None and spec.batch_id == scope.id else bulk
+        if sink is None:
+            [result] = self.store([spec])
+            return JobRef(result.id, result.created, self)
+        ref = JobRef(spec.id, True, self)
+        sink.add(spec, ref)
+        return ref
 
 
 class SpecBuffer:

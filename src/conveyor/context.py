@@ -16,26 +16,40 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
+from conveyor.clock import SYSTEM_CLOCK, Clock
 from conveyor.job import Event, EventKind, JobSpec, LeasedJob
 from conveyor.serializer import decode_payload
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
-    from conveyor.client import JobRef
+    from conveyor.refs import JobRef
 
-__all__ = ["BatchScope", "JobContext", "activate", "current_batch", "current_job",
+__all__ = ["BatchScope", "ClockOwner", "JobContext", "activate", "current_batch", "current_job",
            "pop_batch", "push_batch"]
 
 
+@runtime_checkable
+class ClockOwner(Protocol):
+    """Something that carries a clock, such as the ``Conveyor`` app."""
+
+    @property
+    def clock(self) -> Clock:
+        """The clock its events are stamped with."""
+        ...
+
+
 class JobContext:
-    """What a running job knows about itself, and its channel back to the job's event log."""
+    """What a running job knows about itself, and its channel back to the job's event log.
+
+    Its events are stamped with ``clock``, or else the clock of ``app`` (anything with a
+    ``clock``; the worker passes its ``Conveyor``). ``ctx.app`` is that app, for job code
+    that wants it; nothing in conveyor reads it, so this module needs no app type.
+    """
 
     def __init__(
         self,
         *,
-        app: Conveyor,
         job_id: str,
         name: str,
         queue: str = "default",
@@ -46,8 +60,13 @@ class JobContext:
         worker_id: str = "",
         args: list[Any] | None = None,
         kwargs: Mapping[str, Any] | None = None,
+        clock: Clock | None = None,
+        app: ClockOwner | None = None,
     ) -> None:
-        self.app = app
+        self.clock: Clock = clock or (app.clock if app is not None else SYSTEM_CLOCK)
+        # Any, not ClockOwner: job code reaches the whole app through it (docs/api.md), as
+        # it did when this was typed Conveyor; typing it so would import the app from here.
+        self.app: Any = app
         self.job_id = job_id
         self.name = name
         self.queue = queue
@@ -68,11 +87,17 @@ class JobContext:
         self._cancel = False
 
     @classmethod
-    def from_leased(cls, app: Conveyor, job: LeasedJob, worker_id: str = "") -> JobContext:
-        """The context for a leased job; raises ``PayloadError`` if its payload is damaged."""
+    def from_leased(
+        cls, app: ClockOwner | Clock, job: LeasedJob, worker_id: str = ""
+    ) -> JobContext:
+        """The context for a leased job; raises ``PayloadError`` if its payload is damaged.
+
+        ``app`` is the app the job runs in, or only a clock."""
         args, kwargs, meta = decode_payload(job.payload)
+        owner = app if isinstance(app, ClockOwner) else None
         return cls(
-            app=app, job_id=job.id, name=job.name, queue=job.queue, attempt=job.attempt,
+            app=owner, clock=None if owner is not None else cast(Clock, app),
+            job_id=job.id, name=job.name, queue=job.queue, attempt=job.attempt,
             errors=job.errors, batch_id=job.batch_id, meta=meta, worker_id=worker_id,
             args=args, kwargs=kwargs,
         )
@@ -87,7 +112,7 @@ class JobContext:
         as their ``str``).
         """
         event = Event(
-            ts=self.app.clock.now(), kind=EventKind.MESSAGE, message=str(message),
+            ts=self.clock.now(), kind=EventKind.MESSAGE, message=str(message),
             worker=self.worker_id or None, attempt=self.attempt, data=data or None,
         )
         with self._lock:
@@ -102,7 +127,7 @@ class JobContext:
             self._progress = (int(done), int(total))
             self._progress_dirty = True
             self._events.append(Event(
-                ts=self.app.clock.now(), kind=EventKind.PROGRESS, worker=self.worker_id or None,
+                ts=self.clock.now(), kind=EventKind.PROGRESS, worker=self.worker_id or None,
                 attempt=self.attempt, data={"done": int(done), "total": int(total)},
             ))
 

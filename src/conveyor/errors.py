@@ -61,8 +61,14 @@ class StorageURLError(ConveyorError, ValueError):
     """A storage URL that conveyor cannot open (unknown scheme, missing part)."""
 
 
-class StorageUnavailable(ConveyorError):
-    """The storage could not be reached (Redis down, file not writable)."""
+class StorageError(ConveyorError):
+    """The storage answered an operation with an error of its own (a command or script it
+    refused), named in the message; whichever backend it is, callers see only this."""
+
+
+class StorageUnavailable(StorageError):
+    """The storage could not be reached or used (server down, file locked or not writable,
+    not a database): an outage, which every backend reports as this one error."""
 
 
 class JobTimeout(ConveyorError):

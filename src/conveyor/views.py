@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -22,12 +21,6 @@ from conveyor.storage.records import BatchStatus, WorkerInfo
 FAILURE_STATES = (JobState.FAILED, JobState.DEAD)
 
 
-def storage_now(inspector: Inspector) -> float:
-    """The storage's clock when it has one (every ``Backend`` does), else the machine's."""
-    now = getattr(inspector, "now", None)
-    return float(now()) if callable(now) else time.time()
-
-
 def stats_view(inspector: Inspector) -> dict[str, Any]:
     """Every queue with sizes and totals, summed totals, and worker slot usage."""
     queues = [dataclasses.asdict(q) for q in inspector.queues()]
@@ -36,7 +29,7 @@ def stats_view(inspector: Inspector) -> dict[str, Any]:
     totals = {k: sum(int(q[k]) for q in queues) for k in keys}
     workers = inspector.workers()
     return {
-        "now": storage_now(inspector),
+        "now": inspector.now(),
         "queues": queues,
         "totals": totals,
         "workers": {
@@ -49,7 +42,7 @@ def stats_view(inspector: Inspector) -> dict[str, Any]:
 
 def periodic_view(inspector: Inspector) -> list[dict[str, Any]]:
     """Every stored periodic schedule with its last tick enqueued and the next one due."""
-    now = storage_now(inspector)
+    now = inspector.now()
     schedules = inspector.schedules()
     missing = unlistened(schedules, {q for w in inspector.workers() for q in w.queues})
     out = []
@@ -83,7 +76,7 @@ def worker_view(worker: WorkerInfo, now: float) -> dict[str, Any]:
 
 def workers_view(inspector: Inspector) -> list[dict[str, Any]]:
     """Every live worker (see ``worker_view``)."""
-    now = storage_now(inspector)
+    now = inspector.now()
     return [worker_view(w, now) for w in inspector.workers()]
 
 
@@ -182,7 +175,7 @@ def batch_view(inspector: Inspector, batch_id: str, failures: int = 20) -> dict[
     list the dead jobs first (they need a hand), then the failed ones, newest first in each.
     """
     status = get_batch(inspector, batch_id)
-    now = storage_now(inspector)
+    now = inspector.now()
     out = status.as_dict(now)
     until = None
     if out["counts"][JobState.RETRYING.value] and not out["complete"]:

@@ -1,7 +1,7 @@
-"""``wait_dequeue``: an idle worker's wait and its next lease. A backend that can pipelines the
-lease behind its blocking wait (Redis) and returns the leased jobs; the others only wait and
-return None, and the caller dequeues. Either way the jobs handed out, and what stays pending,
-are exactly what ``dequeue`` would give."""
+"""``wait_dequeue``: an idle worker's wait and its next lease, one protocol call on every
+backend. It always returns the jobs it leased (maybe none); single-server Redis pipelines the
+lease behind its blocking wait, the others wait and then lease. Either way the jobs handed
+out, and what stays pending, are exactly what ``dequeue`` would give."""
 
 from __future__ import annotations
 
@@ -9,20 +9,13 @@ import threading
 
 from conveyor.job import EventKind, JobState, LeasedJob
 from conveyor.storage import Backend
-from tests.conformance.helpers import events_of, put, state_of, take
-
-
-def _pipelines(backend: Backend) -> bool:
-    """Single-server Redis leases in the same round trip; Cluster, SQLite and memory wait."""
-    return backend.url.startswith(("redis://", "rediss://", "valkey://"))
+from tests.conformance.helpers import events_of, put, state_of
 
 
 def _wait_take(backend: Backend, watch: list[str], queues: list[str], count: int,
                timeout: float) -> list[LeasedJob]:
-    """What a fetcher does: wait_dequeue, then dequeue itself when the backend only waited."""
-    jobs = backend.wait_dequeue(watch, queues, "w1", count, 30.0, timeout)
-    assert (jobs is not None) == _pipelines(backend)
-    return jobs if jobs is not None else take(backend, queues, count=count)
+    """What a fetcher does when its last fetch came back short."""
+    return backend.wait_dequeue(watch, queues, "w1", count, 30.0, timeout)
 
 
 def test_work_that_arrives_during_the_wait_is_leased(backend: Backend) -> None:
@@ -70,3 +63,26 @@ def test_a_paused_queue_is_skipped(backend: Backend) -> None:
     assert state_of(backend, held) is JobState.PENDING
     backend.resume_queue("held")
     assert [j.id for j in _wait_take(backend, ["held"], ["held"], 5, 0.2)] == [held]
+
+
+def test_the_wait_ends_when_work_arrives(backend: Backend) -> None:
+    """Woken, not timed out: the wait is far longer than the deadline the test gives it."""
+    got: list[list[LeasedJob]] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(_wait_take(backend, ["default"], ["default"], 1, 600.0)),
+        daemon=True)
+    waiter.start()
+    for _ in range(400):  # the waiter may not be blocked yet when a job lands
+        put(backend)
+        waiter.join(0.05)
+        if not waiter.is_alive():
+            break
+    waiter.join(60.0)
+    assert not waiter.is_alive() and len(got[0]) == 1
+
+
+def test_nothing_to_take_leases_nothing(backend: Backend) -> None:
+    job_id = put(backend)
+    assert backend.wait_dequeue(["default"], [], "w1", 5, 30.0, 0.1) == []
+    assert backend.wait_dequeue(["default"], ["default"], "w1", 0, 30.0, 0.1) == []
+    assert state_of(backend, job_id) is JobState.PENDING

@@ -58,6 +58,6 @@ def test_a_lease_pipelined_behind_a_wait_survives_a_flushed_script_cache(
     client = redis.Redis.from_url(redis_server.url)  # type: ignore[attr-defined]
     client.script_flush()
     jobs = store.wait_dequeue(["q"], ["q"], "w", 5, 30, 1.0)
-    assert jobs is not None and [j.id for j in jobs] == ["b"]
+    assert [j.id for j in jobs] == ["b"]
     assert client.script_exists(store.scripts.shas["dequeue"]) == [True]
     client.close()

@@ -59,17 +59,15 @@ def test_bad_flags_exit_2_with_one_line(capsys: pytest.CaptureFixture[str],
 def test_one_process_per_core_under_a_supervisor_by_default(
         caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, "conveyor.worker"):
-        assert plan_processes(None, "sqlite:///x.db") == (cores(), True)
+        assert plan_processes(None) == (cores(), True)
     assert (f"starting {cores()} worker processes (one per core; --processes to change)"
             in caplog.messages)
     assert cores() >= 1
     # An explicit count is kept; 1 is a single process without a supervisor, as before.
-    assert plan_processes(1, "sqlite:///x.db") == (1, False)
-    assert plan_processes(3, "redis://localhost") == (3, True)
-    # A memory store lives in one process: more processes would each work a store of its own.
-    assert plan_processes(None, "memory://") == (1, False)
+    assert plan_processes(1) == (1, False)
+    assert plan_processes(3) == (3, True)
     with pytest.raises(WorkerOptionError):
-        plan_processes(0, "sqlite:///x.db")
+        plan_processes(0)
 
 
 def test_json_log_lines_and_reopen_after_rotation(tmp_path: Path,

@@ -14,7 +14,6 @@ import argparse
 import importlib
 import os
 import select
-import sqlite3
 import sys
 import traceback
 from collections.abc import Sequence
@@ -116,8 +115,9 @@ def where(args: argparse.Namespace) -> str:
 def error_line(exc: BaseException, source: str) -> tuple[int, str]:
     """The exit code and the one line (after ``conveyor: ``) that an exception is shown as.
 
-    ``source`` names the storage (password masked) for errors that come from it. redis-py's
-    errors are recognised by their module so that redis stays an optional import.
+    ``source`` names the storage (password masked) for an ``OSError`` met on the way to it.
+    Every backend reports its own failures as ``StorageError``/``StorageUnavailable`` (a
+    ``ConveyorError``) whose message names the storage, so no backend is known here.
     """
     text = str(exc) or type(exc).__name__
     if isinstance(exc, ConveyorError):
@@ -126,11 +126,7 @@ def error_line(exc: BaseException, source: str) -> tuple[int, str]:
         return EXIT_ERROR, f"error: a value is nested too deeply: {text}"
     if isinstance(exc, UnicodeError):
         return EXIT_ERROR, f"error: text that cannot be stored as UTF-8: {text}"
-    if type(exc).__module__.startswith("redis"):
-        if type(exc).__name__ in ("ConnectionError", "TimeoutError", "AuthenticationError"):
-            return EXIT_ERROR, f"error: cannot reach {source}: {text}"
-        return EXIT_ERROR, f"error: {source} answered with an error: {text}"
-    if isinstance(exc, (OSError, sqlite3.Error)):
+    if isinstance(exc, OSError):
         return EXIT_ERROR, f"error: cannot use {source}: {text}"
     return EXIT_INTERNAL, (f"internal error: {type(exc).__name__}: {text} "
                            "(run with --debug or CONVEYOR_DEBUG=1 for the traceback)")

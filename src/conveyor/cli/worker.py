@@ -105,20 +105,18 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def plan_processes(requested: int | None, url: str) -> tuple[int, bool]:
+def plan_processes(requested: int | None) -> tuple[int, bool]:
     """How many worker processes to run, and whether under a supervisor.
 
     ``--processes N`` is taken as given, and 1 runs a single process without a supervisor (an
     init system or orchestrator restarts it). The default is one process per core under a
     supervisor, even on one core: a crashed process is then restarted and its jobs handed back
-    at once. A memory store lives inside one process, so it gets exactly one.
+    at once.
     """
     if requested is not None:
         if requested < 1:
             raise WorkerOptionError("--processes must be at least 1")
         return requested, requested > 1
-    if url.lower().startswith("memory:"):
-        return 1, False
     processes = cores()
     log.info("starting %d worker processes (one per core; --processes to change)", processes)
     return processes, True
@@ -135,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         app.close()  # in case importing the app already opened the old storage
         app.url = url
     config = build_config(args)  # fail fast on bad flags, before forking
-    processes, supervised = plan_processes(args.processes, app.url)
+    processes, supervised = plan_processes(args.processes)
 
     def body(worker_id: str | None = None) -> int:
         # A fresh config per process: each gets its own worker id (a supervisor's choice).

@@ -30,7 +30,7 @@ from typing import Any
 
 from django.db import transaction
 
-from conveyor.client import JobRef
+from conveyor.refs import JobRef
 from conveyor.registry import JobFunction
 
 __all__ = ["enqueue_call", "enqueue_on_commit"]

@@ -74,24 +74,18 @@ class Storage(Protocol):
         """
         ...
 
-    def wait(self, queues: Sequence[str], timeout: float) -> bool:
-        """Block until a job may be ready on ``queues`` or ``timeout`` passes.
-
-        Returns True when woken by new work. Must not busy-poll the server; a spurious
-        wake-up is allowed, a missed one only delays by ``timeout``.
-        """
-        ...
-
     def wait_dequeue(
         self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,
         lease_seconds: float, timeout: float,
-    ) -> list[LeasedJob] | None:
-        """``wait(watch, timeout)``, then ``dequeue(queues, ...)`` in the same round trip if the
-        backend can; a backend that cannot only waits and returns None (the caller dequeues).
+    ) -> list[LeasedJob]:
+        """Block until a job may be ready on ``watch`` or ``timeout`` passes, then lease up to
+        ``count`` jobs from ``queues`` as ``dequeue`` does; returns the leased jobs (maybe
+        none). The lease is taken whether the wait was woken or timed out.
 
-        This is how an idle worker starts a new job one round trip sooner: on Redis the lease
-        script is pipelined behind the blocking pop and runs the moment it returns. The lease
-        is taken whether the wait was woken or timed out.
+        This is how an idle worker waits for work: it must not busy-poll the server (a
+        spurious wake-up is allowed, a missed one only delays by ``timeout``). A backend that
+        can lease in the same round trip as its wait does (single-server Redis pipelines the
+        lease script behind the blocking pop).
         """
         ...
 
@@ -178,6 +172,12 @@ class Storage(Protocol):
         """Delete finished jobs, batches and silent workers past retention; returns jobs removed."""
         ...
 
+    def check_server(self) -> list[str]:
+        """Warnings about server settings that can lose jobs (e.g. a Redis that may evict
+        keys), one line each, for the worker to log at start; empty when all is well or
+        there is no server to check."""
+        ...
+
     def close(self) -> None:
         """Release connections. Idempotent."""
         ...
@@ -185,7 +185,16 @@ class Storage(Protocol):
 
 @runtime_checkable
 class Inspector(Protocol):
-    """Reads and operator actions for the CLI, web UI and metrics."""
+    """Reads and operator actions for the CLI, web UI and metrics.
+
+    A read on a store that cannot be reached or used (server down, file locked past the busy
+    timeout, not a database) raises ``StorageUnavailable`` on every backend, so a caller
+    reports it without knowing which backend failed.
+    """
+
+    def now(self) -> float:
+        """The storage's clock (as ``Storage.now``): ages and ETAs are measured against it."""
+        ...
 
     def queues(self) -> list[QueueStats]:
         """Every known queue with sizes, latency, paused flag and outcome totals."""
@@ -283,17 +292,18 @@ class Inspector(Protocol):
 
 
 class WaitsThenDequeues:
-    """``Storage.wait_dequeue`` for backends whose lease costs no round trip (SQLite, memory):
-    wait only and return None, so the worker leases with ``dequeue`` as usual."""
+    """``Storage.wait_dequeue`` for backends whose lease costs no extra round trip (SQLite,
+    memory, Redis Cluster): their own ``wait``, then ``dequeue``."""
 
-    # Declared, not defined: a stub here would shadow the backend's own ``wait`` whenever the
+    # Declared, not defined: a stub here would shadow the backend's own methods whenever the
     # mixin comes first in the bases.
     wait: Callable[[Sequence[str], float], bool]
+    dequeue: Callable[[Sequence[str], str, int, float], list[LeasedJob]]
 
     def wait_dequeue(
         self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,
         lease_seconds: float, timeout: float,
-    ) -> list[LeasedJob] | None:
-        """Wait on ``watch``; the caller dequeues."""
+    ) -> list[LeasedJob]:
+        """Wait on ``watch``, then lease from ``queues``."""
         self.wait(watch, timeout)
-        return None
+        return self.dequeue(queues, worker_id, count, lease_seconds)

@@ -18,12 +18,13 @@ import secrets
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import quote, urlencode
 
 from conveyor import asgi
+from conveyor.app import Conveyor
 from conveyor.asgi import bearer_or_basic, guard, plain
-from conveyor.errors import ConveyorError, StorageUnavailable
+from conveyor.errors import ConveyorError, StorageError, StorageUnavailable
 from conveyor.storage.base import Inspector
 from conveyor.web import actions, pages
 from conveyor.web.http import (
@@ -52,21 +53,21 @@ T = TypeVar("T")
 class Dashboard:
     """The ASGI application returned by ``create_app``."""
 
-    def __init__(self, source: Any, token: str | None = None,
+    def __init__(self, source: Conveyor | Inspector, token: str | None = None,
                  hosts: frozenset[str] | None = None) -> None:
         self._source = source
         self._token = token or None
         self._flash_key = secrets.token_bytes(32)
         self._guarded = guard(self._serve, asgi.allowed_hosts() if hosts is None else hosts)
-        # SQLite connections are bound to threads: all storage calls go through one thread.
+        # A storage may bind connections to threads: all storage calls go through one thread.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conveyor-web-db")
 
     @property
     def inspector(self) -> Inspector:
-        """The storage: the object itself, or an app's (lazily opened) ``storage``."""
-        if hasattr(self._source, "list_jobs"):
-            return self._source  # type: ignore[no-any-return]
-        return self._source.storage  # type: ignore[no-any-return]
+        """The storage: an app's (lazily opened) ``storage``, or the storage itself."""
+        if isinstance(self._source, Conveyor):
+            return self._source.storage
+        return self._source
 
     async def call(self, func: Callable[[Inspector], T]) -> T:
         """Run a blocking storage call on the storage thread."""
@@ -194,10 +195,13 @@ class Dashboard:
 
 
 def _status_of(exc: ConveyorError) -> int:
-    """404 for an unknown job or batch, 503 when the storage is down, else 400."""
+    """404 for an unknown job or batch, 503 when the storage is down, 500 when it answered
+    with an error, else 400."""
     if isinstance(exc, LookupError):
         return 404
-    return 503 if isinstance(exc, StorageUnavailable) else 400
+    if isinstance(exc, StorageUnavailable):
+        return 503
+    return 500 if isinstance(exc, StorageError) else 400
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
@@ -229,7 +233,7 @@ def _plain_token(value: str) -> bool:
         "_", "").isalnum()
 
 
-def create_app(storage_or_app: Any, token: str | None = None, *,
+def create_app(storage_or_app: Conveyor | Inspector, token: str | None = None, *,
                allowed_hosts: Iterable[str] = ()) -> Dashboard:
     """The dashboard as an ASGI app over a storage backend or a ``Conveyor`` app.
 

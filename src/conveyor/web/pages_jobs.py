@@ -183,8 +183,8 @@ async def batches(dash: StorageCaller, request: Request, csrf: str,
     offset = request.int_arg("offset", 0, high=10**9)
 
     def read(insp: Inspector) -> list[dict[str, Any]]:
-        now = insp.now() if hasattr(insp, "now") else 0.0
-        return [b.as_dict(now or None) for b in insp.list_batches(offset, PAGE)]
+        now = insp.now()
+        return [b.as_dict(now) for b in insp.list_batches(offset, PAGE)]
 
     rows = [[link(f"/batches/{b['id']}", b["description"] or b["id"])
              + f"<br><small>{e(b['id'])}</small>",

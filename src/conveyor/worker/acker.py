@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Protocol
 
 from conveyor.clock import Clock
 from conveyor.errors import StorageUnavailable
@@ -26,7 +25,7 @@ from conveyor.storage.base import Storage
 from conveyor.text import printable
 from conveyor.worker.config import WorkerConfig
 
-__all__ = ["Acker", "NoLock", "WriteLock"]
+__all__ = ["Acker"]
 
 log = logging.getLogger("conveyor.worker")
 
@@ -36,34 +35,13 @@ _RETRY_DELAYS = (0.1, 0.5, 1.0, 2.0, 5.0)
 _OUTAGES = (StorageUnavailable, OSError)
 
 
-class WriteLock(Protocol):
-    """What the fetcher and acker hold around storage writes (``threading.Lock`` or none)."""
-
-    def __enter__(self) -> Any: ...
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any, /) -> Any: ...
-
-
-class NoLock:
-    """A lock that never blocks, for storages that serve concurrent writers well."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any, /) -> None:
-        return None
-
-
 class Acker:
     """Batches ``Ack``s; ``tick()`` writes one batch, ``start()`` runs a flushing thread."""
 
     name = "acker"
 
-    def __init__(
-        self, storage: Storage, clock: Clock, config: WorkerConfig,
-        write_lock: WriteLock | None = None,
-    ) -> None:
+    def __init__(self, storage: Storage, clock: Clock, config: WorkerConfig) -> None:
         self.storage = storage
-        self.write_lock: WriteLock = write_lock or NoLock()  # shared with the fetcher
         self.clock = clock
         self.config = config
         self._pending: list[Ack] = []
@@ -122,8 +100,7 @@ class Acker:
 
     def _write(self, acks: list[Ack]) -> None:
         """One storage call for ``acks``; they leave ``_writing`` once written."""
-        with self.write_lock:
-            results = self.storage.ack(acks)
+        results = self.storage.ack(acks)
         refused = len(results) - sum(1 for ok in results if ok)
         if refused:
             self.refused += refused

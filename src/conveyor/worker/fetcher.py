@@ -1,9 +1,9 @@
 """Fetcher: leases as many jobs as there are free slots, in one storage call, and dispatches.
 
 It never takes more than the free slots: a job waiting behind another in this process would
-be a job another worker could have run. When a fetch comes back short it blocks in
-``Storage.wait_dequeue`` (no busy polling), is woken by new work and, on Redis, leases in the
-same round trip.
+be a job another worker could have run. When a fetch comes back short the next one is
+``Storage.wait_dequeue``: it blocks (no busy polling) until new work may be ready, then leases
+(in the same round trip where the storage can).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import threading
 from conveyor.clock import Clock
 from conveyor.job import Ack, LeasedJob, Outcome
 from conveyor.storage.base import Storage
-from conveyor.worker.acker import Acker, NoLock, WriteLock
+from conveyor.worker.acker import Acker
 from conveyor.worker.config import WorkerConfig, queue_order
 from conveyor.worker.executors import AsyncExecutor, ThreadExecutor
 from conveyor.worker.inflight import Entry, InFlight
@@ -45,11 +45,9 @@ class Fetcher:
         acker: Acker,
         threads: ThreadExecutor,
         loop: AsyncExecutor,
-        write_lock: WriteLock | None = None,
     ) -> None:
-        self.write_lock: WriteLock = write_lock or NoLock()  # shared with the acker
         self._fetch_lock = threading.Lock()  # see ``quiet``
-        self.isolation = Isolation(processor, inflight, storage, self.write_lock)
+        self.isolation = Isolation(processor, inflight, storage)
         self.storage = storage
         self.clock = clock
         self.config = config
@@ -73,17 +71,15 @@ class Fetcher:
         with self._fetch_lock:
             if self._quiet.is_set():  # checked under the lock: see ``quiet``
                 return 0
-            with self.write_lock:
-                jobs = self.storage.dequeue(order, self.config.worker_id, free, self.config.lease)
+            jobs = self.storage.dequeue(order, self.config.worker_id, free, self.config.lease)
         self._start(jobs)
         return len(jobs)
 
-    def wait_tick(self) -> int | None:
-        """Wait for work, then fetch like ``tick``; returns how many were leased, or None
-        when the storage only waited (then ``tick`` fetches).
+    def wait_tick(self) -> int:
+        """Wait for work, then fetch like ``tick``; returns how many were leased.
 
         The storage leases right after its wait, outside the fetch lock, so that ``quiet``
-        need not wait for a blocked pop: jobs leased after ``quiet`` are handed straight
+        need not wait for a blocked wait: jobs leased after ``quiet`` are handed straight
         back (``interrupted``, which is not an error attempt) instead of started.
         """
         free = self.inflight.free
@@ -92,8 +88,6 @@ class Fetcher:
         order = queue_order(self.config.queues, self.config.strict, self._rng)
         jobs = self.storage.wait_dequeue(self.config.queue_names, order, self.config.worker_id,
                                          free, self.config.lease, self.config.idle_wait)
-        if jobs is None:
-            return None
         with self._fetch_lock:
             if self._quiet.is_set():
                 for job in jobs:
@@ -153,7 +147,7 @@ class Fetcher:
         return self._quiet.is_set()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Quiet, then wait for the loop to leave ``Storage.wait``."""
+        """Quiet, then wait for the loop to leave ``Storage.wait_dequeue``."""
         self.quiet()
         thread, self._thread = self._thread, None
         if thread is not None:
@@ -161,9 +155,9 @@ class Fetcher:
 
     def _run(self) -> None:
         # ``drained``: the last fetch got fewer jobs than it asked for, so the queues had no
-        # more ready; the next fetch waits for work first (in the same round trip as the
-        # lease where the storage can) instead of asking again at once. New work rings the
-        # wake-up list whenever it comes, so nothing enqueued in between is missed.
+        # more ready; the next fetch waits for work first (``wait_dequeue``) instead of asking
+        # again at once. New work rings the wake-up list whenever it comes, so nothing
+        # enqueued in between is missed.
         drained = False
         while not self._quiet.is_set():
             if not self.inflight.wait_for_slot(self.config.idle_wait):
@@ -171,9 +165,7 @@ class Fetcher:
             free = self.inflight.free
             handed_back = self.isolation.handed_back
             try:
-                got = self.wait_tick() if drained else None
-                if got is None:
-                    got = self.tick()
+                got = self.wait_tick() if drained else self.tick()
             except Exception:
                 delay = _ERROR_DELAYS[min(self._errors, len(_ERROR_DELAYS) - 1)]
                 self._errors += 1

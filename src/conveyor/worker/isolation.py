@@ -25,7 +25,6 @@ from collections.abc import Sequence
 
 from conveyor.job import Ack, LeasedJob, Outcome
 from conveyor.storage.base import Storage
-from conveyor.worker.acker import WriteLock
 from conveyor.worker.inflight import Entry, InFlight
 from conveyor.worker.processor import Processor
 
@@ -39,12 +38,10 @@ HANDED_BACK = "handed back unstarted: a job recovered from a crashed worker is r
 class Isolation:
     """Which suspect runs in this process, if any; sorts each fetch before it is started."""
 
-    def __init__(self, processor: Processor, inflight: InFlight, storage: Storage,
-                 write_lock: WriteLock) -> None:
+    def __init__(self, processor: Processor, inflight: InFlight, storage: Storage) -> None:
         self.processor = processor
         self.inflight = inflight
         self.storage = storage
-        self.write_lock = write_lock
         self.suspect: Entry | None = None  # the suspect running here
         self.handed_back = 0
 
@@ -84,8 +81,7 @@ class Isolation:
 
     def _hand_back(self, acks: list[Ack]) -> None:
         try:
-            with self.write_lock:
-                self.storage.ack(acks)
+            self.storage.ack(acks)
         except Exception:  # the leases expire and the recoverer puts them back instead
             log.exception("handing back %d recovered job(s) failed", len(acks))
             return

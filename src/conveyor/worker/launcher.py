@@ -23,7 +23,7 @@ from conveyor.clock import Clock
 from conveyor.job import Ack
 from conveyor.periodic import CronConfig, CronScheduler, describe_unlistened, unlistened
 from conveyor.storage import redact
-from conveyor.worker.acker import Acker, NoLock, WriteLock
+from conveyor.worker.acker import Acker
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.executors import AsyncExecutor, ThreadExecutor
 from conveyor.worker.fetcher import Fetcher
@@ -64,13 +64,7 @@ class Launcher:
         storage = self.storage = app.storage
         self.inflight = InFlight(config.concurrency)
         self.processor = Processor(app, config.worker_id, self.clock)
-        # SQLite admits one writer at a time, and two threads of one process contending in its
-        # busy handler sleep for milliseconds: a Python lock hands over in microseconds. Redis
-        # serves both at once, so its fetches and acks overlap.
-        write_lock: WriteLock = (
-            threading.Lock() if storage.url.startswith("sqlite") else NoLock()
-        )
-        self.acker = Acker(storage, self.clock, config, write_lock)
+        self.acker = Acker(storage, self.clock, config)
         self.threads = ThreadExecutor(config.concurrency, self.processor, self.finish)
         self.loop = AsyncExecutor(self.processor, self.finish)
         self.heartbeat = Heartbeater(storage, self.clock, config, inflight=self.inflight,
@@ -84,7 +78,7 @@ class Launcher:
                                  finish=self.finish)
         self.fetcher = Fetcher(storage, self.clock, config, processor=self.processor,
                                inflight=self.inflight, acker=self.acker, threads=self.threads,
-                               loop=self.loop, write_lock=write_lock)
+                               loop=self.loop)
         self.signals: SignalPipe | None = None
         self._stop = threading.Event()
         self._started = False
@@ -129,11 +123,8 @@ class Launcher:
             log.warning("%s", describe_unlistened(missing))
 
     def _check_server(self) -> None:
-        check = getattr(self.storage, "check_server", None)
-        if not callable(check):
-            return
         try:
-            warnings = list(check())
+            warnings = self.storage.check_server()
         except Exception:
             log.exception("could not check the storage server's settings")
             return

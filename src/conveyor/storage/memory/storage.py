@@ -329,6 +329,10 @@ class MemoryStorage(WaitsThenDequeues, MemoryInspector, MemorySchedules):
                     self.unregister_worker(worker_id)
             return len(doomed)
 
+    def check_server(self) -> list[str]:
+        """Nothing to warn about: there is no server."""
+        return []
+
     def close(self) -> None:
         """Nothing to release; named instances keep their data for other users."""
 

@@ -23,7 +23,7 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 import redis
-from conveyor.errors import StorageUnavailable, StorageURLError
+from conveyor.errors import StorageError, StorageUnavailable, StorageURLError
 from conveyor.storage import redact, url_secrets
 
 T = TypeVar("T")
@@ -216,7 +216,18 @@ class Link:
         return self.retrying(lambda: self.raw(*args), patience)
 
     def retrying(self, fn: Callable[[], T], patience: float = 5.0) -> T:
-        """Run ``fn``, retrying transient failures with exponential backoff."""
+        """Run ``fn``, retrying transient failures with exponential backoff; an error reply
+        (or any other failure of the client) becomes ``StorageError``."""
+        try:
+            return self._retrying(fn, patience)
+        except (redis.RedisError, RedisClusterException) as exc:
+            raise self.refused(exc) from None
+
+    def refused(self, exc: Exception) -> StorageError:
+        """The ``StorageError`` an error reply from the server is reported as."""
+        return StorageError(f"Redis at {self.where} answered with an error: {self.scrub(exc)}")
+
+    def _retrying(self, fn: Callable[[], T], patience: float) -> T:
         deadline = time.monotonic() + patience
         delay = 0.02
         while True:
@@ -241,7 +252,7 @@ class Link:
         """One PING, as ``open`` needs it: an outage, or a server that refuses us or does
         not speak Redis, raises ``StorageUnavailable`` saying which."""
         try:
-            self.retrying(lambda: self.raw("PING"), patience=1.0)
+            self._retrying(lambda: self.raw("PING"), patience=1.0)
         except TypeError as exc:  # redis-py passes unknown query options to the connection
             raise StorageURLError(f"Redis URL {redact(self.settings.url)!r} has an option the "
                                   f"redis client does not take: {exc}") from None

@@ -129,14 +129,14 @@ class RedisStorage(RedisInspector, RedisSchedules, RedisRelease):
     def wait_dequeue(
         self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,
         lease_seconds: float, timeout: float,
-    ) -> list[LeasedJob] | None:
+    ) -> list[LeasedJob]:
         """BLPOP with the first queue's dequeue.lua pipelined behind it: the lease runs the
         moment the pop returns, with no round trip between. Other queues (and more than
         ``MAX_DEQUEUE`` jobs) are leased after, as ``dequeue`` does. Cluster keeps the
-        doorbells in another slot than the queues, so it only waits there."""
+        doorbells in another slot than the queues, so it waits, then dequeues."""
         if self.settings.cluster or not watch or not queues or timeout <= 0 or count <= 0:
             self.wait(watch, timeout)
-            return None
+            return self.dequeue(queues, worker_id, count, lease_seconds)
         codec.check_text("worker id", worker_id)
         first, want = queues[0], min(count, MAX_DEQUEUE)
         keys, args = self._dequeue_call(first, worker_id, want, lease_seconds)
@@ -149,7 +149,7 @@ class RedisStorage(RedisInspector, RedisSchedules, RedisRelease):
             return []
         if isinstance(reply, Exception):  # NOSCRIPT after a restart or SCRIPT FLUSH
             if not isinstance(reply, redis.exceptions.NoScriptError):
-                raise reply
+                raise self.link.refused(reply)
             return self.dequeue(queues, worker_id, count, lease_seconds)
         out = self._leased(first, reply)
         if len(out) < count:

@@ -7,6 +7,7 @@ leaves the inherited ones untouched (closing them could release the parent's loc
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
@@ -15,6 +16,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
 from urllib.parse import parse_qsl
 
 from conveyor.errors import StorageUnavailable, StorageURLError
@@ -22,6 +24,9 @@ from conveyor.errors import StorageUnavailable, StorageURLError
 BUSY_TIMEOUT_MS = 10_000
 DEFAULT_FILE_MODE = 0o600  # owner only; ``?file_mode=0640`` in the URL to share
 MIN_SQLITE = (3, 35, 0)  # UPDATE … RETURNING
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def check_sqlite_version() -> None:
@@ -170,6 +175,13 @@ def after_fork_in_child(method: Callable[[], None]) -> None:
     os.register_at_fork(after_in_child=call)
 
 
+def unusable(exc: sqlite3.Error) -> bool:
+    """Whether an error says the database cannot be used now (locked past the busy timeout,
+    I/O, disk full, read-only, not a database, damaged) rather than that a statement or a
+    value is wrong; only the former is an outage (``StorageUnavailable``)."""
+    return isinstance(exc, sqlite3.OperationalError) or type(exc) is sqlite3.DatabaseError
+
+
 def _rollback(conn: sqlite3.Connection) -> None:
     if conn.in_transaction:
         conn.rollback()
@@ -183,6 +195,10 @@ class Database:
         self.file_mode = file_mode
         self._local = threading.local()
         self._lock = threading.Lock()
+        # SQLite admits one writer at a time, and two threads of one process contending in
+        # its busy handler sleep for milliseconds: a Python lock hands over in microseconds
+        # (a worker's fetcher and acker write at the same time all day).
+        self._writer = threading.Lock()
         self._pid = os.getpid()
         # Weak: a thread's connection closes when the thread ends (a web server may start a
         # thread per request); ``close`` closes the ones still alive.
@@ -196,6 +212,7 @@ class Database:
 
     def _after_fork(self) -> None:
         self._lock = threading.Lock()
+        self._writer = threading.Lock()
         self._local = threading.local()
         self._inherited.extend(self._mine)
         self._mine = weakref.WeakSet()
@@ -223,24 +240,41 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Cursor]:
-        """A ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on error."""
+        """A ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on error.
+
+        One thread of this process writes at a time; a thread that waits longer than the
+        busy timeout gets ``StorageUnavailable``, as it would from SQLite itself.
+        """
         conn = self.conn()
+        if not self._writer.acquire(timeout=BUSY_TIMEOUT_MS / 1000):
+            raise StorageUnavailable(f"SQLite database {str(self.path)!r}: database is locked "
+                                     "(by another thread of this process)")
         try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise StorageUnavailable(f"SQLite database {str(self.path)!r}: {exc}") from exc
-        cur = conn.cursor()
-        try:
-            yield cur
-            conn.commit()
-        except sqlite3.OperationalError as exc:  # locked past busy_timeout, disk full, I/O
-            _rollback(conn)
-            raise StorageUnavailable(f"SQLite database {str(self.path)!r}: {exc}") from exc
-        except BaseException:
-            _rollback(conn)
-            raise
+            with self.outages():
+                conn.execute("BEGIN IMMEDIATE")
+            cur = conn.cursor()
+            try:
+                with self.outages():  # locked past busy_timeout, disk full, I/O
+                    yield cur
+                    conn.commit()
+            except BaseException:
+                _rollback(conn)
+                raise
+            finally:
+                cur.close()
         finally:
-            cur.close()
+            self._writer.release()
+
+    @contextmanager
+    def outages(self) -> Iterator[None]:
+        """Raise ``StorageUnavailable`` naming the file for an error that is an outage
+        (``unusable``); any other error passes unchanged."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            if not unusable(exc):
+                raise
+            raise StorageUnavailable(f"SQLite database {str(self.path)!r}: {exc}") from exc
 
     def read(self) -> sqlite3.Connection:
         """The connection for plain reads (each statement sees a consistent snapshot)."""
@@ -255,3 +289,24 @@ class Database:
                     conn.close()
             self._mine = weakref.WeakSet()
         self._local = threading.local()
+
+
+class HasDatabase(Protocol):
+    """A part of the SQLite backend: it reads through ``_db``."""
+
+    _db: Database
+
+
+S = TypeVar("S", bound=HasDatabase)
+
+
+def reads(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]:
+    """Turn an outage met by a read (``unusable``) into ``StorageUnavailable``, as
+    ``Database.write`` does for writes: callers never see a ``sqlite3`` error."""
+
+    @functools.wraps(method)
+    def wrapper(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._db.outages():
+            return method(self, *args, **kwargs)
+
+    return wrapper

@@ -16,7 +16,7 @@ from conveyor.job import ALL_STATES, EventKind, JobRecord, JobState
 from conveyor.storage.records import BatchStatus, JobTotals, QueueStats, WorkerInfo
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING
 from conveyor.storage.sqlite import batches, jobs, readable
-from conveyor.storage.sqlite.connection import Database
+from conveyor.storage.sqlite.connection import Database, reads
 from conveyor.storage.sqlite.wakeup import Wakeup
 
 WORKER_TTL = 60.0
@@ -39,6 +39,7 @@ class SqliteInspector:
         """The storage's clock."""
         return self._clock.now()
 
+    @reads
     def queues(self) -> list[QueueStats]:
         """Every known queue with sizes, latency, paused flag and totals."""
         db = self._db.read()
@@ -74,6 +75,7 @@ class SqliteInspector:
             ))
         return out
 
+    @reads
     def get_job(self, job_id: str) -> JobRecord | None:
         """A job with its full event log, or None."""
         row = self._db.read().execute(
@@ -93,6 +95,7 @@ class SqliteInspector:
                 params.append(value)
         return (" WHERE " + " AND ".join(terms) if terms else ""), params
 
+    @reads
     def list_jobs(
         self,
         *,
@@ -115,6 +118,7 @@ class SqliteInspector:
             return [readable.record(r[:-1], r[-1]) for r in rows]
         return [readable.record(r) for r in rows]
 
+    @reads
     def count_jobs(
         self, *, state: JobState | None = None, queue: str | None = None,
         batch_id: str | None = None,
@@ -177,6 +181,7 @@ class SqliteInspector:
             batches.apply(cur, now, moves, jobs.insert)
         return len(rows)
 
+    @reads
     def _ids_in(self, state: JobState, queue: str | None) -> list[str]:
         where, params = self._filter(state, queue, None)
         return [r[0] for r in self._db.read().execute(f"SELECT id FROM jobs{where}", params)]
@@ -208,6 +213,7 @@ class SqliteInspector:
                 (queue, paused),
             )
 
+    @reads
     def workers(self) -> list[WorkerInfo]:
         """Workers seen within the registry's time-to-live."""
         rows = self._db.read().execute(
@@ -225,6 +231,7 @@ class SqliteInspector:
                 "UPDATE workers SET command = ? WHERE id = ?", (command, worker_id)
             ).rowcount)
 
+    @reads
     def get_batch(self, batch_id: str) -> BatchStatus | None:
         """Counters and timings of a batch."""
         row = self._db.read().execute(
@@ -232,6 +239,7 @@ class SqliteInspector:
         ).fetchone()
         return batches.status_from_row(row) if row else None
 
+    @reads
     def list_batches(self, offset: int = 0, limit: int = 50) -> list[BatchStatus]:
         """Batches, newest first."""
         rows = self._db.read().execute(
@@ -294,6 +302,7 @@ class SqliteInspector:
              jobs.ids_param(r[0] for r in rows if r[1] == "active" and not r[3])),
         )
 
+    @reads
     def job_totals(self) -> list[JobTotals]:
         """All-time outcome counters per (queue, job name)."""
         return [JobTotals(*row) for row in self._db.read().execute(

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from conveyor.clock import Clock
 from conveyor.storage.records import ScheduleInfo
-from conveyor.storage.sqlite.connection import Database
+from conveyor.storage.sqlite.connection import Database, reads
 
 
 class SqliteSchedules:
@@ -26,6 +26,7 @@ class SqliteSchedules:
                 "job_name = excluded.job_name, queue = excluded.queue",
                 [(s.name, s.cron, s.tz, s.job_name, s.queue, now) for s in schedules])
 
+    @reads
     def schedule_pauses(self) -> dict[str, float | None]:
         """Paused schedules (None) and resumed ones (when)."""
         rows = self._db.read().execute(
@@ -39,6 +40,7 @@ class SqliteSchedules:
             cur.execute("UPDATE schedules SET last_tick = MAX(COALESCE(last_tick, 0), ?) "
                         "WHERE name = ?", (tick, name))
 
+    @reads
     def schedules(self) -> list[ScheduleInfo]:
         """Every schedule, by name."""
         rows = self._db.read().execute(

@@ -37,6 +37,7 @@ from conveyor.storage.sqlite.connection import (
     check_sqlite_version,
     parse_file_mode,
     parse_sqlite_url,
+    reads,
 )
 from conveyor.storage.sqlite.inspect import SqliteInspector
 from conveyor.storage.sqlite.migrate import migrate
@@ -125,6 +126,7 @@ class SqliteStorage(WaitsThenDequeues, SqliteInspector, SqliteSchedules):
             self._wakeup.notify()
         return results
 
+    @reads
     def dequeue(
         self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float
     ) -> list[LeasedJob]:
@@ -171,6 +173,7 @@ class SqliteStorage(WaitsThenDequeues, SqliteInspector, SqliteSchedules):
         rows.sort(key=lambda r: (r[11], r[12]))
         return list(rows)
 
+    @reads
     def wait(self, queues: Sequence[str], timeout: float) -> bool:
         """Block until work may be ready on ``queues`` (see ``wakeup.py``)."""
         names = jobs.ids_param(queues)
@@ -327,6 +330,10 @@ class SqliteStorage(WaitsThenDequeues, SqliteInspector, SqliteSchedules):
                 (now,),
             )
         return removed
+
+    def check_server(self) -> list[str]:
+        """Nothing to warn about: the file's settings are conveyor's own (WAL, busy timeout)."""
+        return []
 
     def close(self) -> None:
         """Release this process's connections. Idempotent."""

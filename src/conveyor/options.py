@@ -1,0 +1,143 @@
+"""Job options: what ``@app.job(...)`` and ``JobFunction.options(...)`` accept, checked once.
+
+``JobOptions`` is frozen; ``make_options`` is the one way to build or change it, so an
+impossible combination fails at decoration time rather than in the worker. Client middleware
+uses it to change a draft's options (``make_options(draft.options, queue="vip")``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from conveyor.text import check_name
+
+__all__ = ["JobOptions", "KeyOption", "by_name_keys", "make_options"]
+
+KeyOption = str | Callable[..., str] | None
+"""A flow-control key: a fixed string, or a callable given the job's args and kwargs."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    """The options a ``JobFunction`` enqueues with (see ``Conveyor.job`` for each meaning)."""
+
+    queue: str = "default"
+    max_retries: int = 25
+    timeout: float | None = None
+    expires_in: float | None = None
+    retry_in: Callable[[int, BaseException], float] | None = None
+    unique_for: float | None = None
+    unique_key: KeyOption = None
+    concurrency_key: KeyOption = None
+    concurrency: int = 0
+    rate_key: KeyOption = None
+    rate_limit: int = 0
+    rate_period: float = 0.0
+    order_key: KeyOption = None
+
+
+_OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(JobOptions)) | {"retry"}
+
+
+def make_options(base: JobOptions | None = None, /, **changes: Any) -> JobOptions:
+    """``base`` (or the defaults) with ``changes`` applied and checked.
+
+    Accepts the keywords of ``Conveyor.job``: ``retry`` (int, True for 25, False for 0) is
+    turned into ``max_retries``. Raises ``TypeError`` for an unknown option and ``ValueError``
+    for an impossible value, at decoration time rather than in the worker.
+    """
+    unknown = set(changes) - _OPTION_NAMES
+    if unknown:
+        raise TypeError(f"unknown job option(s): {', '.join(sorted(unknown))}")
+    if "retry" in changes:
+        changes["max_retries"] = _retries(changes.pop("retry"))
+    opts = dataclasses.replace(base or JobOptions(), **changes)
+    _check(opts)
+    return opts
+
+
+def _retries(retry: int | bool) -> int:
+    if retry is True:
+        return 25
+    if retry is False:
+        return 0
+    if not isinstance(retry, int) or retry < 0:
+        raise ValueError(f"retry must be True, False or a count >= 0, not {retry!r}")
+    return retry
+
+
+def _check(opts: JobOptions) -> None:
+    if not opts.queue or not isinstance(opts.queue, str):
+        raise ValueError(f"queue must be a non-empty string, not {opts.queue!r}")
+    check_name("queue", opts.queue)
+    if opts.max_retries < 0:
+        raise ValueError("max_retries must be >= 0")
+    for field in ("timeout", "expires_in", "unique_for"):
+        value = getattr(opts, field)
+        if value is not None and value <= 0:
+            raise ValueError(f"{field} must be a positive number of seconds, not {value!r}")
+    if opts.concurrency < 0 or (opts.concurrency_key is not None and opts.concurrency == 0):
+        raise ValueError("concurrency_key needs concurrency=N (the most jobs running at once)")
+    if opts.rate_key is not None and opts.rate_limit <= 0:
+        raise ValueError("rate_key needs rate_limit=N and rate_period=seconds")
+    if opts.rate_limit < 0 or (opts.rate_limit > 0 and opts.rate_period <= 0):
+        raise ValueError("rate_limit=N needs rate_period > 0 (the window, in seconds)")
+    if opts.unique_key is not None and opts.unique_for is None:
+        raise ValueError("unique_key needs unique_for=seconds (how long the lock is held)")
+
+
+_KEY_FIELDS = ("unique_key", "concurrency_key", "rate_key", "order_key")
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def by_name_keys(opts: JobOptions, func: Callable[..., Any]) -> JobOptions:
+    """``opts`` whose key callables also accept the job's arguments by parameter name.
+
+    ``concurrency_key=lambda seller_id, **_: ...`` on ``register(seller_id, product_id)`` is
+    the natural way to pick one argument, but called with the enqueue's positional arguments
+    it would fail; such a key is called with the arguments bound to the job's parameter names
+    instead. A key that accepts the arguments as passed is called as before.
+    """
+    try:
+        params = [p.name for p in inspect.signature(func).parameters.values()
+                  if p.kind in _POSITIONAL]
+    except (TypeError, ValueError):  # no signature (some builtins): keys are called as passed
+        return opts
+    changes: dict[str, Any] = {f: _named(getattr(opts, f), params) for f in _KEY_FIELDS
+               if callable(getattr(opts, f)) and not hasattr(getattr(opts, f), "_by_name")}
+    return dataclasses.replace(opts, **changes) if changes else opts
+
+
+def _named(key: Callable[..., str], params: list[str]) -> Callable[..., str]:
+    try:
+        sig = inspect.signature(key)
+    except (TypeError, ValueError):
+        return key
+
+    def fits(*args: Any, **kwargs: Any) -> bool:
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError:
+            return False
+        return True
+
+    def call(*args: Any, **kwargs: Any) -> str:
+        if fits(*args, **kwargs):
+            return key(*args, **kwargs)
+        named = dict(zip(params, args, strict=False)) | kwargs
+        if len(args) <= len(params) and fits(**named):
+            return key(**named)
+        ordered = [named[p] for p in params if p in named]
+        if len(ordered) == len(named) and fits(*ordered):
+            return key(*ordered)
+        raise TypeError(
+            f"flow-control key {getattr(key, '__qualname__', key)!r} accepts neither the "
+            f"job's arguments as passed nor by the job's parameter names {params}")
+
+    call._by_name = True  # type: ignore[attr-defined]
+    call.__qualname__ = getattr(key, "__qualname__", "key")
+    return call
