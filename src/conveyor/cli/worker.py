@@ -12,6 +12,7 @@ from typing import Any
 
 from conveyor.app import Conveyor
 from conveyor.errors import ConveyorError
+from conveyor.storage import open_storage
 from conveyor.worker.config import QueueWeight, WorkerConfig, parse_queue
 from conveyor.worker.launcher import Launcher
 from conveyor.worker.logs import configure_logging
@@ -158,10 +159,12 @@ def run(args: argparse.Namespace) -> int:
     if not supervised:
         return body()
     # Fail at start with one line, as a single process does, when the storage cannot be opened
-    # (a bad URL, a server down), rather than let every child crash in a restart loop. Closed
-    # again before the first fork: the supervisor holds no connection.
+    # (a bad URL, a server down), rather than let every child crash in a restart loop. A store
+    # of its own, closed before the first fork: the app is left as it was, and the supervisor
+    # holds no connection.
+    probe = open_storage(app.url, app.clock)
     try:
-        app.storage.now()
+        probe.now()
     finally:
-        app.close()
+        probe.close()
     return Supervisor(processes, body, shutdown_timeout=args.timeout, release=release).run()
