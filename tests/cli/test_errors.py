@@ -186,7 +186,8 @@ def test_worker_start_without_config_warns_in_one_line(limited_url: str,
     (tmp_path / "limited_app.py").write_text(
         f"from conveyor import Conveyor\napp = Conveyor({limited_url!r})\n")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "conveyor.cli.main", "worker", "limited_app:app"],
+        [sys.executable, "-m", "conveyor.cli.main", "worker", "limited_app:app",
+         "--processes", "1"],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert worker.stderr is not None

@@ -49,7 +49,8 @@ def test_job_enqueued_by_a_script_runs_in_a_worker_importing_it(tmp_path: Path) 
     job_id, name = enqueued.stdout.split()
     assert name == "myapp.register_product"
     worker = subprocess.Popen(
-        [sys.executable, "-m", "conveyor.cli.main", "worker", "myapp:app", "-c", "1"],
+        [sys.executable, "-m", "conveyor.cli.main", "worker", "myapp:app", "-c", "1",
+         "--processes", "1"],
         cwd=tmp_path, env={**os.environ, "CONVEYOR_URL": url},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     app = Conveyor(url)

@@ -24,7 +24,7 @@ def _wait_for(condition: object, what: str, limit: float = 30.0) -> None:
 def test_watch_a_batch_run_by_a_real_worker_then_stop_it(env: Env) -> None:
     worker = subprocess.Popen(
         [sys.executable, "-m", "conveyor.cli.main", "worker", "tests.cli.sample_app:app",
-         "-q", "exports", "-c", "2", "--url", env.url],
+         "-q", "exports", "-c", "2", "--processes", "1", "--url", env.url],
         cwd=ROOT, env={**os.environ, "CONVEYOR_URL": env.url, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:

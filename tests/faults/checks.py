@@ -86,6 +86,12 @@ def extra_runs(log: ExecLog, ids: Iterable[str], crashed_pids: set[int]) -> RunS
     return RunStats(total, extra, twice, unexplained)
 
 
+def succeeded(app: Conveyor, job_id: str) -> JobRecord | None:
+    """The job's record once it succeeded, else None (for ``wait_until``)."""
+    rec = app.get_job(job_id)
+    return rec if rec is not None and rec.state is JobState.SUCCEEDED else None
+
+
 def recovered_events(rec: JobRecord) -> list[float]:
     """Times of a job's ``recovered`` events."""
     return [e.ts for e in rec.events or () if e.kind == EventKind.RECOVERED]

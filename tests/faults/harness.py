@@ -59,7 +59,9 @@ class WorkerProc:
     concurrency: int = 4
     lease: float | None = None
     timeout: float | None = None
-    processes: int | None = None
+    # Always passed: ``conveyor worker`` alone runs one process per core, and the suite's
+    # scenarios count their processes. 1 is a single process without a supervisor.
+    processes: int = 1
     queues: Sequence[str] = ("default",)
     prefix: Sequence[str] = ()
     popen: subprocess.Popen[bytes] | None = None
@@ -70,15 +72,13 @@ class WorkerProc:
     def start(self) -> WorkerProc:
         """Launch the worker; output goes to ``<log_dir>/<name>.out``."""
         cmd = [*self.prefix, *conveyor_command(), "worker", self.app_ref,
-               "-c", str(self.concurrency), "--url", self.url]
+               "-c", str(self.concurrency), "--processes", str(self.processes), "--url", self.url]
         for queue in self.queues:
             cmd += ["-q", queue]
         if self.lease is not None:
             cmd += ["--lease", str(self.lease)]
         if self.timeout is not None:
             cmd += ["--timeout", str(self.timeout)]
-        if self.processes is not None:
-            cmd += ["--processes", str(self.processes)]
         out = open(self.output_path, "ab")  # noqa: SIM115 - the child holds it for its lifetime
         env = {**os.environ, **self.env, "CONVEYOR_URL": self.url}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))

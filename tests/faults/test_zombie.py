@@ -15,15 +15,11 @@ import pytest
 
 from conveyor.app import Conveyor
 from conveyor.job import EventKind, JobRecord, JobState
+from tests.faults.checks import succeeded
 from tests.faults.conftest import BACKENDS, Backend, Faults
 from tests.faults.harness import process_state, report, wait_until
 
 LEASE = 3.0
-
-
-def _succeeded(app: Conveyor, job_id: str) -> JobRecord | None:
-    rec = app.get_job(job_id)
-    return rec if rec is not None and rec.state is JobState.SUCCEEDED else None
 
 
 def _refused(app: Conveyor, job_id: str) -> JobRecord | None:
@@ -47,7 +43,7 @@ def test_woken_zombie_cannot_overwrite_the_new_holders_outcome(
     frozen_at = time.time()
     rescuer = faults.worker(backend.url, name="rescuer", concurrency=1, lease=LEASE)
 
-    rec = wait_until(lambda: _succeeded(app, ref.id), 30, what="the rescuer to finish the job")
+    rec = wait_until(lambda: succeeded(app, ref.id), 30, what="the rescuer to finish the job")
     rescued_after = time.time() - frozen_at
     assert json.loads(rec.result or "null") == rescuer.pid
     zombie.signal(signal.SIGCONT)

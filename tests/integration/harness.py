@@ -35,7 +35,10 @@ class Worker:
         self.log_path = tmp / f"{name}.log"
         env = dict(os.environ, **{RUNS_ENV: str(tmp / "runs.txt")})
         env.pop("CONVEYOR_URL", None)
-        cmd = [sys.executable, "-m", "conveyor.cli.main", "worker", APP, "--url", url, *args]
+        # One process unless the test asks for more: alone, ``conveyor worker`` runs one per core.
+        count = [] if "--processes" in args else ["--processes", "1"]
+        cmd = [sys.executable, "-m", "conveyor.cli.main", "worker", APP, "--url", url, *count,
+               *args]
         with self.log_path.open("ab") as out:
             self.popen = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=out,
                                           start_new_session=True)

@@ -40,3 +40,12 @@ def test_hot_statement_uses_its_index(conn: sqlite3.Connection, name: str) -> No
     plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
     assert any(index in step for step in plan), plan
     assert not any(step.startswith("SCAN jobs") for step in plan), plan
+
+
+def test_release_of_a_worker_reads_only_active_jobs(conn: sqlite3.Connection) -> None:
+    """``release_worker`` walks the lease index, which holds active jobs only (a partial
+    index): O(jobs running now), never O(jobs stored)."""
+    plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + storage._HELD, ("w",))]
+    assert plan == ["SCAN jobs USING INDEX jobs_lease"], plan
+    (ddl,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'jobs_lease'").fetchone()
+    assert ddl.endswith("WHERE state = 'active'"), ddl

@@ -13,7 +13,7 @@ import pytest
 
 from conveyor import Conveyor
 from conveyor.cli.main import main
-from conveyor.cli.worker import AppLoadError, load_app
+from conveyor.cli.worker import AppLoadError, WorkerOptionError, cores, load_app, plan_processes
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.launcher import Launcher
 from conveyor.worker.logs import JsonFormatter, configure_logging, reopen_logs
@@ -54,6 +54,20 @@ def test_bad_flags_exit_2_with_one_line(capsys: pytest.CaptureFixture[str],
     assert "--processes must be at least 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["worker", "tests.integration.apps.runs:app", "-q", "critical,zero"])
+
+
+def test_one_process_per_core_under_a_supervisor_by_default(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, "conveyor.worker"):
+        assert plan_processes(None) == (cores(), True)
+    assert (f"starting {cores()} worker processes (one per core; --processes to change)"
+            in caplog.messages)
+    assert cores() >= 1
+    # An explicit count is kept; 1 is a single process without a supervisor, as before.
+    assert plan_processes(1) == (1, False)
+    assert plan_processes(3) == (3, True)
+    with pytest.raises(WorkerOptionError):
+        plan_processes(0)
 
 
 def test_json_log_lines_and_reopen_after_rotation(tmp_path: Path,

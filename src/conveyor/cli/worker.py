@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import logging
 import os
@@ -11,12 +12,16 @@ from typing import Any
 
 from conveyor.app import Conveyor
 from conveyor.errors import ConveyorError
+from conveyor.storage import open_storage
 from conveyor.worker.config import QueueWeight, WorkerConfig, parse_queue
 from conveyor.worker.launcher import Launcher
 from conveyor.worker.logs import configure_logging
 from conveyor.worker.supervisor import Supervisor
 
-__all__ = ["AppLoadError", "WorkerOptionError", "build_config", "load_app", "register"]
+__all__ = ["AppLoadError", "WorkerOptionError", "build_config", "cores", "load_app",
+           "plan_processes", "register"]
+
+log = logging.getLogger("conveyor.worker")
 
 
 class AppLoadError(ConveyorError):
@@ -63,7 +68,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("-q", "--queue", dest="queues", action="append", type=_queue,
                    metavar="NAME[,WEIGHT]", help="queue to work (repeat); default: default")
     p.add_argument("-c", "--concurrency", type=int, default=10, help="jobs at once per process")
-    p.add_argument("--processes", type=int, default=1, help="worker processes to fork")
+    p.add_argument("--processes", type=int, default=None,
+                   help="worker processes to fork under a supervisor (default: one per CPU "
+                        "core; 1 runs a single process without a supervisor)")
     p.add_argument("--timeout", type=float, default=25.0,
                    help="seconds to wait for running jobs at stop before putting them back")
     p.add_argument("--strict", action="store_true", help="poll queues in the order given")
@@ -75,10 +82,10 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def build_config(args: argparse.Namespace) -> WorkerConfig:
+def build_config(args: argparse.Namespace, worker_id: str | None = None) -> WorkerConfig:
     """The ``WorkerConfig`` the flags describe; ``ConveyorError`` on bad values."""
     try:
-        return WorkerConfig(
+        config = WorkerConfig(
             queues=tuple(args.queues or [QueueWeight("default")]),
             strict=args.strict,
             concurrency=args.concurrency,
@@ -88,10 +95,37 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
         )
     except ValueError as exc:
         raise WorkerOptionError(str(exc)) from exc
+    return dataclasses.replace(config, worker_id=worker_id) if worker_id else config
+
+
+def cores() -> int:
+    """CPU cores this process may run on (its affinity mask, so a container's cpuset counts)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return max(1, os.cpu_count() or 1)
+
+
+def plan_processes(requested: int | None) -> tuple[int, bool]:
+    """How many worker processes to run, and whether under a supervisor.
+
+    ``--processes N`` is taken as given, and 1 runs a single process without a supervisor (an
+    init system or orchestrator restarts it). The default is one process per core under a
+    supervisor, even on one core: a crashed process is then restarted and its jobs handed back
+    at once.
+    """
+    if requested is not None:
+        if requested < 1:
+            raise WorkerOptionError("--processes must be at least 1")
+        return requested, requested > 1
+    processes = cores()
+    log.info("starting %d worker processes (one per core; --processes to change)", processes)
+    return processes, True
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load the app and run one worker, or a supervisor of ``--processes`` workers."""
+    """Load the app and run its workers: a supervisor of one process per core by default, of
+    ``--processes N``, or with ``--processes 1`` a single worker process without one."""
     configure_logging(args.log_format, args.log_file, getattr(logging, args.log_level.upper(),
                                                                logging.INFO))
     url = args.url or os.environ.get("CONVEYOR_URL")
@@ -99,13 +133,12 @@ def run(args: argparse.Namespace) -> int:
     if url and url != app.url:
         app.close()  # in case importing the app already opened the old storage
         app.url = url
-    build_config(args)  # fail fast on bad flags, before forking
-    if args.processes < 1:
-        raise WorkerOptionError("--processes must be at least 1")
+    config = build_config(args)  # fail fast on bad flags, before forking
+    processes, supervised = plan_processes(args.processes)
 
-    def body() -> int:
-        # A fresh config per process: each gets its own worker id.
-        launcher = Launcher(app, build_config(args))
+    def body(worker_id: str | None = None) -> int:
+        # A fresh config per process: each gets its own worker id (a supervisor's choice).
+        launcher = Launcher(app, build_config(args, worker_id))
         try:
             code = launcher.run()
         finally:
@@ -116,6 +149,22 @@ def run(args: argparse.Namespace) -> int:
             os._exit(code)
         return code
 
-    if args.processes > 1:
-        return Supervisor(args.processes, body, shutdown_timeout=args.timeout).run()
-    return body()
+    def release(worker_id: str) -> int:
+        # In the supervisor's short-lived helper: the storage opened here dies with it.
+        try:
+            return app.storage.release_worker(worker_id, config.max_recoveries)
+        finally:
+            app.close()
+
+    if not supervised:
+        return body()
+    # Fail at start with one line, as a single process does, when the storage cannot be opened
+    # (a bad URL, a server down), rather than let every child crash in a restart loop. A store
+    # of its own, closed before the first fork: the app is left as it was, and the supervisor
+    # holds no connection.
+    probe = open_storage(app.url, app.clock)
+    try:
+        probe.now()
+    finally:
+        probe.close()
+    return Supervisor(processes, body, shutdown_timeout=args.timeout, release=release).run()

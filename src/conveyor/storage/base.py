@@ -140,6 +140,17 @@ class Storage(Protocol):
         """Put active jobs with expired (or missing) leases back to pending; returns how many."""
         ...
 
+    def release_worker(self, worker_id: str, max_recoveries: int = 5) -> int:
+        """A worker died (its supervisor saw the process end): recover every job it holds
+        now, as ``reclaim_expired`` would once their leases ran out, and unregister it.
+
+        Same rules as a reclaim: pending again (``recovered``, not an error attempt), dead past
+        ``max_recoveries``, cancelled when a cancel was requested; each lease token stops
+        being valid, so a late ack, log or heartbeat of the dead worker is refused. Other
+        workers' leases are untouched. Returns how many jobs were recovered.
+        """
+        ...
+
     def cancel(self, job_id: str) -> JobState | None:
         """Cancel a job: waiting states become ``cancelled``; an active job gets a cancellation
         request its worker sees at the next heartbeat. Returns the resulting state, or None

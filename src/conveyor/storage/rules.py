@@ -11,6 +11,8 @@ from conveyor.job import Ack, Outcome
 __all__ = [
     "CANCELLED_WHILE_WAITING",
     "CANCELS_ON_REQUEST",
+    "LEASE_EXPIRED",
+    "WORKER_DIED",
     "ack_message",
     "cancelled_message",
     "counts_as_error",
@@ -24,6 +26,12 @@ CANCELS_ON_REQUEST = frozenset({Outcome.RETRY, Outcome.DEAD, Outcome.INTERRUPTED
 
 #: ``message`` of a job cancelled before (or between) its attempts.
 CANCELLED_WHILE_WAITING = "cancelled while waiting"
+
+#: Why a recovered attempt was lost: its lease ran out (``reclaim_expired``), or the
+#: supervisor of its worker process saw that process die and released its leases at once
+#: (``release_worker``). Either way the job is recovered by the same rules.
+LEASE_EXPIRED = "lease expired"
+WORKER_DIED = "worker process died"
 
 
 def effective_outcome(outcome: Outcome, cancel_requested: bool) -> Outcome:

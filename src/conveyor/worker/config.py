@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from conveyor.ids import new_id
 
-__all__ = ["QueueWeight", "WorkerConfig", "parse_queue", "queue_order"]
+__all__ = ["QueueWeight", "WorkerConfig", "make_worker_id", "parse_queue", "queue_order"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +54,14 @@ def queue_order(
     return [q.name for q in keyed]
 
 
+def make_worker_id(pid: int, tag: str) -> str:
+    """A worker id, ``host:pid:tag``; a supervisor makes its children's ids with the tag it
+    drew before the fork, so the parent and the child compute the same one."""
+    return f"{socket.gethostname()}:{pid}:{tag}"
+
+
 def _default_worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{new_id()[-6:]}"
+    return make_worker_id(os.getpid(), new_id()[-6:])
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,8 @@ from conveyor.storage.memory.schedules import MemorySchedules
 from conveyor.storage.memory.state import Entry
 from conveyor.storage.records import Retention, WorkerInfo
 from conveyor.storage.rules import (
+    LEASE_EXPIRED,
+    WORKER_DIED,
     ack_message,
     cancelled_message,
     counts_as_error,
@@ -254,21 +256,33 @@ class MemoryStorage(WaitsThenDequeues, MemoryInspector, MemorySchedules):
                 self._jobs[job_id] for job_id in self._active
                 if (self._jobs[job_id].rec.lease_expires_at or 0.0) <= now
             ][:limit]
-            for entry in expired:
-                rec = entry.rec
-                rec.recoveries += 1
-                if rec.cancel_requested:  # the lost attempt ends the job, as an error would
-                    rec.message = cancelled_message("lease expired")
-                    self._move(entry, JobState.CANCELLED, EventKind.CANCELLED, now,
-                               worker=rec.worker, message=rec.message)
-                elif rec.recoveries > max_recoveries:
-                    rec.message = f"recovered {rec.recoveries} times (poison job?)"
-                    self._move(entry, JobState.DEAD, EventKind.DEAD, now, worker=rec.worker,
-                               message=rec.message)
-                else:
-                    self._move(entry, JobState.PENDING, EventKind.RECOVERED, now,
-                               worker=rec.worker, message="lease expired; put back to pending")
+            self._recover(expired, max_recoveries, now, LEASE_EXPIRED)
             return len(expired)
+
+    def release_worker(self, worker_id: str, max_recoveries: int = 5) -> int:
+        """Recover every job ``worker_id`` holds now, and unregister it."""
+        with self._lock:
+            held = [self._jobs[job_id] for job_id in self._active
+                    if self._jobs[job_id].rec.worker == worker_id]
+            self._recover(held, max_recoveries, self.now(), WORKER_DIED)
+            self.unregister_worker(worker_id)
+            return len(held)
+
+    def _recover(self, entries: list[Entry], max_recoveries: int, now: float, why: str) -> None:
+        for entry in entries:
+            rec = entry.rec
+            rec.recoveries += 1
+            if rec.cancel_requested:  # the lost attempt ends the job, as an error would
+                rec.message = cancelled_message(why)
+                self._move(entry, JobState.CANCELLED, EventKind.CANCELLED, now,
+                           worker=rec.worker, message=rec.message)
+            elif rec.recoveries > max_recoveries:
+                rec.message = f"recovered {rec.recoveries} times (poison job?)"
+                self._move(entry, JobState.DEAD, EventKind.DEAD, now, worker=rec.worker,
+                           message=rec.message)
+            else:
+                self._move(entry, JobState.PENDING, EventKind.RECOVERED, now,
+                           worker=rec.worker, message=f"{why}; put back to pending")
 
     def cancel(self, job_id: str) -> JobState | None:
         """Cancel a waiting job, or request cancellation of an active one."""

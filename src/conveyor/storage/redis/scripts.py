@@ -47,7 +47,7 @@ HOLDERS: dict[str, type] = {
     "enqueue": QueueKeys, "dequeue": QueueKeys, "ack": QueueKeys, "log": QueueKeys,
     "extend": QueueKeys, "promote": QueueKeys, "reclaim": QueueKeys, "cancel": QueueKeys,
     "requeue": QueueKeys, "kill": QueueKeys, "delete": QueueKeys, "trim": QueueKeys,
-    "repair": QueueKeys, "batch": BatchKeys, "ring": DoorbellKeys,
+    "repair": QueueKeys, "release": QueueKeys, "batch": BatchKeys, "ring": DoorbellKeys,
 }
 SCRIPT_NAMES = tuple(HOLDERS)
 

@@ -36,6 +36,7 @@ from conveyor.storage.redis import codec
 from conveyor.storage.redis.base import Move
 from conveyor.storage.redis.connection import TRANSIENT, Link, Settings, make_client, parse_url
 from conveyor.storage.redis.inspect import RedisInspector
+from conveyor.storage.redis.release import RedisRelease
 from conveyor.storage.redis.repair import PendingRepair
 from conveyor.storage.redis.schedules import RedisSchedules
 
@@ -69,7 +70,7 @@ def open_redis(url: str, clock: Clock | None = None) -> RedisStorage:
     return storage
 
 
-class RedisStorage(RedisInspector, RedisSchedules):
+class RedisStorage(RedisInspector, RedisSchedules, RedisRelease):
     """``Storage`` and ``Inspector`` on Redis."""
 
     def __init__(self, settings: Settings, link: Link, clock: Clock | None) -> None:

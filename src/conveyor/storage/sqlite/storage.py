@@ -8,6 +8,7 @@ that sets the lease; acknowledgements of a whole list are one fenced ``UPDATE â€
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -27,7 +28,7 @@ from conveyor.job import (
 )
 from conveyor.storage.base import WaitsThenDequeues
 from conveyor.storage.records import Retention, WorkerInfo
-from conveyor.storage.rules import cancelled_message
+from conveyor.storage.rules import LEASE_EXPIRED, WORKER_DIED, cancelled_message
 from conveyor.storage.sqlite import acks as ack_sql
 from conveyor.storage.sqlite import batches, flow, jobs
 from conveyor.storage.sqlite.connection import (
@@ -81,6 +82,11 @@ _RECLAIM = (
     "INDEXED BY jobs_lease WHERE state = 'active' AND lease_expires_at <= :now UNION ALL "
     "SELECT id, state, batch_id, recoveries, queue, name, cancel_requested FROM jobs "
     "WHERE state = 'active' AND lease_expires_at IS NULL LIMIT :limit"
+)
+# The jobs one worker holds (``release_worker``): only active jobs are in the lease index.
+_HELD = (
+    "SELECT id, state, batch_id, recoveries, queue, name, cancel_requested FROM jobs "
+    "INDEXED BY jobs_lease WHERE state = 'active' AND worker = ?"
 )
 # Hinted: the planner otherwise walks every finished job of the state.
 _TRIM = "DELETE FROM jobs INDEXED BY jobs_finished WHERE finished_at < ? AND state = ?"
@@ -262,26 +268,18 @@ class SqliteStorage(WaitsThenDequeues, SqliteInspector, SqliteSchedules):
         with self._db.write() as cur:
             now = self.now()
             rows = cur.execute(_RECLAIM, {"now": now, "limit": limit}).fetchall()
-            back = [r[:3] for r in rows if r[3] + 1 <= max_recoveries and not r[6]]
-            moves = jobs.move(cur, now, back, JobState.PENDING, EventKind.RECOVERED,
-                              "lease expired", f"recoveries = recoveries + 1, {jobs.REQUEUE}")
-            # A cancel request was made: the lost attempt ends the job, as an error would.
-            moves += jobs.move(cur, now, [r[:3] for r in rows if r[6]], JobState.CANCELLED,
-                               EventKind.CANCELLED, cancelled_message("lease expired"),
-                               "recoveries = recoveries + 1, message = :msg, "
-                               "finished_at = :now, token = NULL, lease_expires_at = NULL")
-            for r in rows:
-                if r[3] + 1 > max_recoveries and not r[6]:
-                    moves += jobs.move(
-                        cur, now, [r[:3]], JobState.DEAD, EventKind.DEAD,
-                        f"recovered {r[3] + 1} times (poison job?)",
-                        f"recoveries = recoveries + 1, message = :msg, {jobs.FINISH}",
-                    )
-            dead = Counter((r[4], r[5], "dead") for r in rows
-                           if r[3] + 1 > max_recoveries and not r[6])
-            if dead:
-                jobs.add_totals(cur, now, dead)
-            batches.apply(cur, now, moves, jobs.insert)
+            back = _recover(cur, now, rows, max_recoveries, LEASE_EXPIRED)
+        if back:
+            self._wakeup.notify()
+        return len(rows)
+
+    def release_worker(self, worker_id: str, max_recoveries: int = 5) -> int:
+        """Recover every job ``worker_id`` holds now, and unregister it."""
+        with self._db.write() as cur:
+            now = self.now()
+            rows = cur.execute(_HELD, (worker_id,)).fetchall()
+            back = _recover(cur, now, rows, max_recoveries, WORKER_DIED)
+            cur.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
         if back:
             self._wakeup.notify()
         return len(rows)
@@ -340,6 +338,33 @@ class SqliteStorage(WaitsThenDequeues, SqliteInspector, SqliteSchedules):
     def close(self) -> None:
         """Release this process's connections. Idempotent."""
         self._db.close()
+
+
+def _recover(cur: sqlite3.Cursor, now: float, rows: Sequence[Any], max_recoveries: int,
+             why: str) -> int:
+    """Recover active jobs selected as ``_RECLAIM`` does (a lost attempt: pending again, dead
+    past ``max_recoveries``, cancelled on request); returns how many went back to pending."""
+    back = [r[:3] for r in rows if r[3] + 1 <= max_recoveries and not r[6]]
+    moves = jobs.move(cur, now, back, JobState.PENDING, EventKind.RECOVERED,
+                      why, f"recoveries = recoveries + 1, {jobs.REQUEUE}")
+    # A cancel request was made: the lost attempt ends the job, as an error would.
+    moves += jobs.move(cur, now, [r[:3] for r in rows if r[6]], JobState.CANCELLED,
+                       EventKind.CANCELLED, cancelled_message(why),
+                       "recoveries = recoveries + 1, message = :msg, "
+                       "finished_at = :now, token = NULL, lease_expires_at = NULL")
+    for r in rows:
+        if r[3] + 1 > max_recoveries and not r[6]:
+            moves += jobs.move(
+                cur, now, [r[:3]], JobState.DEAD, EventKind.DEAD,
+                f"recovered {r[3] + 1} times (poison job?)",
+                f"recoveries = recoveries + 1, message = :msg, {jobs.FINISH}",
+            )
+    dead = Counter((r[4], r[5], "dead") for r in rows
+                   if r[3] + 1 > max_recoveries and not r[6])
+    if dead:
+        jobs.add_totals(cur, now, dead)
+    batches.apply(cur, now, moves, jobs.insert)
+    return len(back)
 
 
 def _leased(row: Sequence[Any]) -> LeasedJob:
