@@ -150,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     peers = [p for p in peers if any(runs(w, p, io_run) for w in wls)]
     os.makedirs(RESULTS, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    mode = "quick" if args.quick else "io" if io_run else "full"
+    # "full" only for the whole suite: publishing looks for the newest full run
+    mode = ("quick" if args.quick else "io" if io_run
+            else "partial" if args.only or args.peers else "full")
     stem = os.path.join(RESULTS, stamp + ("-" + mode if mode != "full" else ""))
     log_dir = os.path.join(RESULTS, "tmp", stamp)
     os.makedirs(log_dir, exist_ok=True)

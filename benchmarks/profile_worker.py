@@ -1,6 +1,7 @@
 """Where a conveyor worker's CPU per job goes: py-spy on one worker process draining W0a.
 
-``python -m benchmarks.profile_worker [--jobs 20000] [--body redis] [--rate 250] [--top 30]``
+``python -m benchmarks.profile_worker [--jobs 20000] [--body redis] [--gil] [--top 30]``
+``python -m benchmarks.profile_worker --enqueue [--cluster] [--jobs 10000]``
 
 Starts its own redis-server, one idle ``conveyor worker -c 8`` (the W0 setup), attaches
 ``py-spy record --threads -f raw`` to it, enqueues ``--jobs`` jobs of the body in bulk, and
@@ -8,6 +9,10 @@ stops py-spy when the last one is counted. The worker's CPU per job comes from i
 ``getrusage`` (reported by ``peers/body.py``) over the profiled jobs; each function's share of
 py-spy's active samples turns that into microseconds per job, inclusive (the function and
 what it calls) and self. py-spy is not a dependency: ``pip install py-spy`` first.
+
+``--enqueue`` profiles the client instead: one process enqueueing ``--jobs`` no-op jobs one by
+one (``job.enqueue``, as W1 does), on a single Redis or (``--cluster``) a local 3-master Redis
+Cluster; its CPU per job is its own ``getrusage`` around the loop.
 """
 
 from __future__ import annotations
@@ -56,8 +61,9 @@ def frame_name(frame: str) -> str:
     return f"{name} ({path})"
 
 
-def analyse(raw_file: str, us_per_job: float, top: int) -> str:
-    """Inclusive and self µs/job per function, and per thread, from py-spy's raw output."""
+def analyse(raw_file: str, us_per_job: float, top: int, within: str = "") -> str:
+    """Inclusive and self µs/job per function, and per thread, from py-spy's raw output
+    (only the stacks through a function named ``within``, when given)."""
     incl: Counter[str] = Counter()
     own: Counter[str] = Counter()
     threads: Counter[str] = Counter()
@@ -70,6 +76,8 @@ def analyse(raw_file: str, us_per_job: float, top: int) -> str:
             n = int(count)
             frames = stack.split(";")
             thread, frames = frames[0], [frame_name(x) for x in frames[1:]]
+            if within and not any(x.startswith(within + " ") for x in frames):
+                continue
             total += n
             threads[thread.split(" ")[-1].strip("\"'()") if thread else "?"] += n
             for name in set(frames):
@@ -79,7 +87,7 @@ def analyse(raw_file: str, us_per_job: float, top: int) -> str:
     if not total:
         return "no samples"
     scale = us_per_job / total
-    lines = [f"worker CPU per job: {us_per_job:.0f} µs; py-spy active samples: {total:,}", "",
+    lines = [f"CPU per job: {us_per_job:.0f} µs; py-spy samples: {total:,}", "",
              "| thread | µs/job |", "|---|---|"]
     lines += [f"| {t} | {n * scale:.0f} |" for t, n in threads.most_common(10)]
     lines += ["", "| function (inclusive) | µs/job | self µs/job |", "|---|---|---|"]
@@ -90,16 +98,77 @@ def analyse(raw_file: str, us_per_job: float, top: int) -> str:
     return "\n".join(lines)
 
 
+def enqueue_loop(n: int) -> None:
+    """The profiled client (a child process): ``n`` no-op jobs one by one; prints its CPU."""
+    sys.path.insert(0, PEERS_DIR)
+    import conveyor_peer
+
+    enqueue = conveyor_peer.job.enqueue
+    for _ in range(200):  # connections, scripts loaded
+        enqueue("noop", time.time())
+    ru0 = os.times()
+    for _ in range(n):
+        enqueue("noop", time.time())
+    ru1 = os.times()
+    cpu = ru1.user + ru1.system - ru0.user - ru0.system
+    print(f"CPU_US_PER_JOB {cpu / n * 1e6}", flush=True)
+    conveyor_peer.app.close()
+
+
+def profile_enqueue(args: argparse.Namespace, spy: str) -> None:
+    """py-spy over a client enqueueing one by one, on Redis or a Redis Cluster."""
+    from benchmarks.servers import RedisCluster
+
+    server = RedisServer()
+    cluster = RedisCluster() if args.cluster else None
+    tmp = tempfile.mkdtemp(prefix="bench-profile-")
+    raw_file = args.out or os.path.join(tmp, "spy.txt")
+    env = dict(os.environ, BENCH_DONE_URL=server.url, PYTHONPATH=PEERS_DIR,
+               BENCH_CONVEYOR_URL=cluster.url if cluster else server.url)
+    try:
+        t0 = time.perf_counter()
+        out = subprocess.run(
+            [spy, "record", "-r", str(args.rate), "-f", "raw", "-o", raw_file, "--",
+             sys.executable, "-m", "benchmarks.profile_worker", "--child-enqueue",
+             str(args.jobs)], env=env, capture_output=True, text=True, check=True,
+            cwd=os.path.dirname(os.path.dirname(PEERS_DIR)))
+        wall = time.perf_counter() - t0
+        us = float(next(ln.split()[1] for ln in out.stdout.splitlines()
+                        if ln.startswith("CPU_US_PER_JOB")))
+        where = "a 3-master Redis Cluster" if cluster else "a single Redis"
+        print(f"{args.jobs:,} jobs enqueued one by one on {where} ({wall:.1f} s wall with "
+              f"start-up, under py-spy)\n")
+        print(analyse(raw_file, us, args.top, within="enqueue_loop"))
+    finally:
+        if cluster:
+            cluster.stop()
+        server.stop()
+        if not args.out:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Profile one worker draining ``--jobs`` jobs and print the tables."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.profile_worker")
     p.add_argument("--jobs", type=int, default=20_000)
+    p.add_argument("--enqueue", action="store_true", help="profile the client enqueueing")
+    p.add_argument("--cluster", action="store_true", help="--enqueue on a Redis Cluster")
+    p.add_argument("--child-enqueue", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--body", default="redis", help="redis | aredis | sqlite | noop")
     p.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--out", default="", help="keep py-spy's raw output here")
+    p.add_argument("--gil", action="store_true",
+                   help="sample only the thread holding the GIL (Python CPU; without it py-spy "
+                        "also counts threads that are runnable but waiting for a core)")
     args = p.parse_args(argv)
+    if args.child_enqueue:
+        enqueue_loop(args.child_enqueue)
+        return 0
     spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if args.enqueue:
+        profile_enqueue(args, spy)
+        return 0
     server = RedisServer()
     tmp = tempfile.mkdtemp(prefix="bench-profile-")
     env = dict(os.environ, BENCH_DONE_URL=server.url, BENCH_CONVEYOR_URL=server.url,
@@ -123,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         raw_file = args.out or os.path.join(tmp, "spy.txt")
         spy_proc = subprocess.Popen(
             [spy, "record", "--pid", str(worker.pid), "--threads", "-r", str(args.rate),
-             "-f", "raw", "-o", raw_file], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             *(["--gil"] if args.gil else []), "-f", "raw", "-o", raw_file],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(2)  # py-spy attaches
         t0 = time.perf_counter()
         for start in range(0, args.jobs, 5_000):

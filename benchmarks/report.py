@@ -314,7 +314,8 @@ def readme_block(data: dict[str, Any], io: dict[str, Any] | None = None) -> str:
     io_note = ""
     if io is not None and io is not data:
         io_note = (f" The Redis round-trip columns: {io['rounds']} rounds of `make bench-io` "
-                   f"({io['started']}), concurrency {IO_SLOTS}.")
+                   f"({io['started']}), concurrency {IO_SLOTS}, on the same VM while other work "
+                   f"loaded it: compare within a column.")
     return (f"{README_START}\n{headline(data, io)}\n\nMedians of {data['rounds']} interleaved "
             f"rounds on {m['cores']} cores ({m['cpu']}), 1 worker process, one run of "
             f"`make bench` ({data['started']}).{io_note} Every number and setting in "

@@ -50,12 +50,20 @@ _client: Any = None
 _pid = -1
 
 
+_client_lock = threading.Lock()
+
+
 def client() -> Any:
-    """A redis-py client to the benchmark's own redis, one per process (re-made after fork)."""
+    """A redis-py client to the benchmark's own redis, one per process (re-made after fork).
+
+    Made under a lock: job threads that race here on their first job would each make one,
+    and the losers' clients, dropped while in use, close their sockets under them."""
     global _client, _pid
     if _pid != os.getpid():
-        _client = redis.Redis.from_url(os.environ["BENCH_DONE_URL"])
-        _pid = os.getpid()
+        with _client_lock:
+            if _pid != os.getpid():
+                _client = redis.Redis.from_url(os.environ["BENCH_DONE_URL"])
+                _pid = os.getpid()
     return _client
 
 
@@ -109,6 +117,8 @@ class _Counter:
         self.owner = -1
         self.cpu_first = -1.0
         self.total = 0
+        global _client_lock
+        _client_lock = threading.Lock()  # may have been held at fork
 
 
 def cpu_seconds() -> float:
