@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-deps demo test lint typecheck unit bench clean
+.PHONY: install system-deps demo test lint typecheck unit bench bench-io clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ unit: install
 
 bench: install system-deps
 	$(PY) -m benchmarks
+
+# Only the jobs that do I/O (W0a-c, W3 async) and the runs their targets compare against:
+# ~15 minutes, then republishes the leading section of docs/benchmarks.md and the README table.
+bench-io: install system-deps
+	$(PY) -m benchmarks --only io --rounds 2 --docs
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,4 +1,7 @@
-"""``python -m benchmarks [--quick] [--rounds N] [--peers a,b] [--only w1_drain_p1,...]``.
+"""``python -m benchmarks [--quick] [--rounds N] [--peers a,b] [--only w1_drain_p1,...|io]``.
+
+``--only io`` runs the I/O workloads (W0a-c, W3 async) and the runs their targets compare
+against, with only the peers each needs (``suite.IO_GROUP``), and writes ``<stamp>-io.json``.
 
 Starts its own redis-server and Redis Cluster, runs every (workload, peer) pair in rounds,
 writes ``benchmarks/results/<stamp>.json`` and ``.md`` after every run, and the chart
@@ -17,7 +20,17 @@ from typing import Any
 
 from benchmarks import report
 from benchmarks.servers import RedisCluster, RedisServer
-from benchmarks.suite import HERE, PEERS, QUICK_PEERS, Runner, calibrate_cpu, workloads
+from benchmarks.suite import (
+    HERE,
+    IO_GROUP,
+    PEERS,
+    QUICK_PEERS,
+    PeerSpec,
+    Runner,
+    Workload,
+    calibrate_cpu,
+    workloads,
+)
 
 RESULTS = os.path.join(HERE, "results")
 DOCS = os.path.join(os.path.dirname(HERE), "docs")
@@ -42,7 +55,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="1 round, fewer jobs, fewer peers")
     p.add_argument("--rounds", type=int, default=None, help="rounds (default 3, quick 1)")
     p.add_argument("--peers", default="", help="comma-separated peer labels (substring match)")
-    p.add_argument("--only", default="", help="comma-separated workload keys")
+    p.add_argument("--only", default="",
+                   help="comma-separated workload keys, or 'io' for the I/O workloads")
     p.add_argument("--report", default="", help="re-render the markdown of a results JSON")
     p.add_argument("--docs", action="store_true",
                    help="write docs/benchmarks.md, its chart and the README table (the default "
@@ -60,24 +74,60 @@ def save(data: dict[str, Any], stem: str) -> None:
         f.write(report.svg_chart(data))
 
 
+def latest(mode: str) -> tuple[dict[str, Any], str] | None:
+    """The newest results file of a run mode (``full`` or ``io``) and its path."""
+    for name in sorted(os.listdir(RESULTS), reverse=True):
+        if name.endswith(".json"):
+            with open(os.path.join(RESULTS, name)) as f:
+                data: dict[str, Any] = json.load(f)
+            if data.get("mode") == mode:
+                return data, os.path.join(RESULTS, name)
+    return None
+
+
 def publish(data: dict[str, Any], results_file: str) -> None:
-    """docs/benchmarks.md, docs/benchmarks.svg and the README's headline table."""
-    rel = os.path.relpath(results_file, os.path.dirname(HERE))
+    """docs/benchmarks.md, docs/benchmarks.svg and the README's headline table. The page
+    leads with the I/O workloads: of this run, or of the newest ``--only io`` run when that
+    is newer; an I/O run republishes over the newest full run."""
+    io: tuple[dict[str, Any], str] | None = (data, results_file)
+    if data.get("mode") == "io":
+        full = latest("full")
+        if full is None:
+            raise SystemExit("no full run in benchmarks/results to publish the I/O run beside")
+        data, results_file = full
+    else:
+        newer = latest("io")
+        io = newer if newer and newer[0]["started"] > data["started"] else io
+    assert io is not None
+    root = os.path.dirname(HERE)
+    rel = os.path.relpath(results_file, root)
     analysis_file = os.path.join(HERE, "analysis.md")
     analysis = ""
     if os.path.exists(analysis_file):
         with open(analysis_file) as f:
             analysis = f.read()
+    io_analysis = ""
+    if os.path.exists(os.path.join(HERE, "analysis_io.md")):
+        with open(os.path.join(HERE, "analysis_io.md")) as f:
+            io_analysis = f.read()
+    io_rel = os.path.relpath(io[1], root)
     with open(os.path.join(DOCS, "benchmarks.md"), "w") as f:
-        f.write(report.docs_page(data, rel, analysis))
+        f.write(report.docs_page(data, rel, analysis, report.io_page(io[0], io_rel, io_analysis)))
     with open(os.path.join(DOCS, "benchmarks.svg"), "w") as f:
         f.write(report.svg_chart(data))
     readme = os.path.join(os.path.dirname(HERE), "README.md")
     with open(readme) as f:
         text = f.read()
     with open(readme, "w") as f:
-        f.write(report.replace_block(text, report.readme_block(data)))
+        f.write(report.replace_block(text, report.readme_block(data, io[0])))
     print("[bench] wrote docs/benchmarks.md, docs/benchmarks.svg and the README table")
+
+
+def runs(w: Workload, peer: PeerSpec, io_run: bool) -> bool:
+    """Whether ``peer`` takes part in ``w`` (its own restriction, and ``--only io``'s)."""
+    if w.only and peer.label not in w.only:
+        return False
+    return not (io_run and IO_GROUP[w.key] and peer.label not in IO_GROUP[w.key])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,10 +144,16 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (1 if args.quick else 3)
     peers = [p for p in PEERS if (not args.quick or args.peers or p.label in QUICK_PEERS)
              and (not args.peers or any(s in p.label for s in args.peers.split(",")))]
-    wls = [w for w in workloads(args.quick) if not args.only or w.key in args.only.split(",")]
+    io_run = args.only == "io"
+    keys = list(IO_GROUP) if io_run else args.only.split(",")
+    wls = [w for w in workloads(args.quick) if not args.only or w.key in keys]
+    peers = [p for p in peers if any(runs(w, p, io_run) for w in wls)]
     os.makedirs(RESULTS, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    stem = os.path.join(RESULTS, stamp + ("-quick" if args.quick else ""))
+    # "full" only for the whole suite: publishing looks for the newest full run
+    mode = ("quick" if args.quick else "io" if io_run
+            else "partial" if args.only or args.peers else "full")
+    stem = os.path.join(RESULTS, stamp + ("-" + mode if mode != "full" else ""))
     log_dir = os.path.join(RESULTS, "tmp", stamp)
     os.makedirs(log_dir, exist_ok=True)
     server, cluster = RedisServer(), RedisCluster()
@@ -105,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runner = Runner(server.url, cluster.url, calibrate_cpu(), log_dir)
         data: dict[str, Any] = {
-            "started": stamp, "mode": "quick" if args.quick else "full", "rounds": rounds,
+            "started": stamp, "mode": mode, "rounds": rounds,
             "command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
             "machine": machine(server.version()), "versions": {},
             "settings": {p.label: p.settings for p in peers},
@@ -119,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                 if w.once and rnd > 0:
                     continue  # byte counts and the huge batch: one measurement is enough
                 for peer in peers:
-                    if w.only and peer.label not in w.only:
+                    if not runs(w, peer, io_run):
                         continue
                     res = runner.run(peer, w)
                     data["versions"].setdefault(res.get("peer", peer.label),

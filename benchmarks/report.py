@@ -29,11 +29,15 @@ METRICS: dict[str, list[tuple[str, str, str, bool]]] = {
                  ("status_read_ms", "status read ms", "{:.2f}", False)],
 }
 PEER_BASELINES = ("conveyor", "redis-py")
+RAW = "redis-py LPUSH/BRPOP"  # the raw queue: the same body with no engine around it
+CPU_METRIC = ("cpu_us_per_job", "worker CPU µs/job", "{:,.0f}", False)
 
 
 def metrics_for(key: str) -> list[tuple[str, str, str, bool]]:
-    """The metrics shown for a workload key."""
-    return METRICS["w1" if key.startswith("w1") else key]
+    """The metrics shown for a workload key (drains also show the worker's CPU per job)."""
+    if key.startswith(("w0", "w1")):
+        return METRICS["w1"] + ([CPU_METRIC] if "drain" in key else [])
+    return METRICS["w3_io" if key == "w3_async" else key]
 
 
 def summary(runs: list[dict[str, Any]], metric: str) -> tuple[float, float, float] | None:
@@ -213,26 +217,34 @@ HEADLINE = [  # (workload key, metric, column title, format)
 ]
 
 
-def headline(data: dict[str, Any]) -> str:
+HEADLINE_IO = [  # the I/O columns lead the table (from the I/O run)
+    ("w0a_drain", "rate", "job = 1 Redis round trip: drain (jobs/s)", "{:,.0f}"),
+    ("w0a_live", "rate", "job = 1 Redis round trip: live (jobs/s)", "{:,.0f}"),
+]
+
+
+def headline(data: dict[str, Any], io: dict[str, Any] | None = None) -> str:
     """The README's table: conveyor's engines, the fastest third-party peer per column, and
-    the hand-written Redis queue as the ceiling of a Python client."""
+    the hand-written Redis queue as the ceiling of a Python client. The columns of jobs that
+    do I/O come first, from ``io`` (or ``data`` when it has them)."""
+    cols = [(io or data, *h) for h in HEADLINE_IO] + [(data, *h) for h in HEADLINE]
     labels: list[str] = []
-    for res in data["results"].values():
-        labels += [lbl for lbl in res if lbl not in labels]
-    rows = ["| | " + " | ".join(h[2] for h in HEADLINE) + " |",
-            "|---|" + "---|" * len(HEADLINE)]
+    for d in (io or data, data):
+        for res in d["results"].values():
+            labels += [lbl for lbl in res if lbl not in labels]
+    rows = ["| | " + " | ".join(c[3] for c in cols) + " |", "|---|" + "---|" * len(cols)]
     for lbl in [x for x in labels if x.startswith("conveyor")]:
         rows.append(f"| **{lbl}** | " + " | ".join(
-            _fmt(_med(data, k, lbl, m), f) for k, m, _, f in HEADLINE) + " |")
+            _fmt(_med(d, k, lbl, m), f) for d, k, m, _, f in cols) + " |")
     best = []
-    for k, m, _, f in HEADLINE:
-        b = fastest_peer(data, k, m, m == "rate")
+    for d, k, m, _, f in cols:
+        b = fastest_peer(d, k, m, m == "rate")
         best.append("–" if b is None else f"{f.format(b[1])} ({b[0]})")
     rows.append("| fastest other engine | " + " | ".join(best) + " |")
     raw = [x for x in labels if x.startswith("redis-py")]
     for lbl in raw:
         rows.append(f"| {lbl} (no tracking, ceiling) | " + " | ".join(
-            _fmt(_med(data, k, lbl, m), f) for k, m, _, f in HEADLINE) + " |")
+            _fmt(_med(d, k, lbl, m), f) for d, k, m, _, f in cols) + " |")
     return "\n".join(rows)
 
 
@@ -240,15 +252,20 @@ def _fmt(value: float | None, fmt: str) -> str:
     return "–" if value is None else fmt.format(value)
 
 
-def docs_page(data: dict[str, Any], results_file: str, analysis: str = "") -> str:
-    """docs/benchmarks.md: how the suite works, then the run's setup, targets and tables,
-    then ``analysis`` (``benchmarks/analysis.md``: the missed targets and their profiles)."""
+def docs_page(data: dict[str, Any], results_file: str, analysis: str = "",
+              io_section: str = "") -> str:
+    """docs/benchmarks.md: ``io_section`` (the jobs that do I/O) first, then how the suite
+    works, the full run's setup, targets and tables, then ``analysis``
+    (``benchmarks/analysis.md``: the missed targets and their profiles)."""
     return f"""# Benchmarks
 
 conveyor side by side with Celery, RQ, Dramatiq, arq, SAQ, Huey and taskiq, on the same
-machine, in one run of the suite in [`benchmarks/`](../benchmarks/README.md). This page is
-written by the suite itself (`make bench`); the numbers below are from
-`{results_file}`. Rerun it on your own machine before you trust any of them.
+machine, in runs of the suite in [`benchmarks/`](../benchmarks/README.md). This page is
+written by the suite itself (`make bench`, `make bench-io`); the full suite's numbers are
+from `{results_file}`. Rerun it on your own machine before you trust any of them.
+
+{io_section}
+## The full suite: no-op jobs and the rest
 
 ![median jobs/s per engine](benchmarks.svg)
 
@@ -291,12 +308,17 @@ README_START = "<!-- bench:start -->"
 README_END = "<!-- bench:end -->"
 
 
-def readme_block(data: dict[str, Any]) -> str:
+def readme_block(data: dict[str, Any], io: dict[str, Any] | None = None) -> str:
     """The headline table with a line saying where it comes from."""
     m = data["machine"]
-    return (f"{README_START}\n{headline(data)}\n\nMedians of {data['rounds']} interleaved "
+    io_note = ""
+    if io is not None and io is not data:
+        io_note = (f" The Redis round-trip columns: {io['rounds']} rounds of `make bench-io` "
+                   f"({io['started']}), concurrency {IO_SLOTS}, on the same VM while other work "
+                   f"loaded it: compare within a column.")
+    return (f"{README_START}\n{headline(data, io)}\n\nMedians of {data['rounds']} interleaved "
             f"rounds on {m['cores']} cores ({m['cpu']}), 1 worker process, one run of "
-            f"`make bench` ({data['started']}); every number and setting in "
+            f"`make bench` ({data['started']}).{io_note} Every number and setting in "
             f"[docs/benchmarks.md](docs/benchmarks.md).\n{README_END}")
 
 
@@ -306,3 +328,137 @@ def replace_block(text: str, block: str) -> str:
     if start < 0 or end < 0:
         return text.rstrip("\n") + "\n\n" + block + "\n"
     return text[:start] + block + text[end + len(README_END):]
+
+
+# --- jobs that do I/O (issue #17) ------------------------------------------------------------
+
+IO_SLOTS = 8
+IO_BODIES = [("w0a", "W0a: one Redis round trip, sync"),
+             ("w0b", "W0b: one Redis round trip, asyncio"),
+             ("w0c", "W0c: one SQLite write")]
+
+
+def io_targets(d: dict[str, Any]) -> str:
+    """Every #17 target: conveyor's number, the reference, the ratio, met or missed."""
+    conv = "conveyor (redis)"
+    rows = ["| target | conveyor | reference | ratio | met? |", "|---|---|---|---|---|"]
+
+    def row(name: str, mine: float | None, ref: tuple[str, float] | None, factor: float,
+            higher: bool = True) -> None:
+        if mine is None or ref is None:
+            rows.append(f"| {name} | {'–' if mine is None else _num(mine)} | "
+                        f"{'–' if ref is None else ref[0]} | – | not measured |")
+            return
+        r = mine / ref[1]
+        ok = r >= factor if higher else r <= factor
+        rows.append(f"| {name} | {_num(mine)} | {ref[0]}: {_num(ref[1])} | ×{r:.2f} | "
+                    f"{'met' if ok else '**missed**'} |")
+
+    def labelled(key: str, label: str, metric: str) -> tuple[str, float] | None:
+        v = _med(d, key, label, metric)
+        return None if v is None else (label, v)
+
+    for code, title in IO_BODIES:
+        for form in ("drain", "live"):
+            key = f"{code}_{form}"
+            mine = _med(d, key, conv, "rate")
+            row(f"{title}, {form} ≥ 0.9× raw queue", mine, labelled(key, RAW, "rate"), 0.9)
+            row(f"{title}, {form} ≥ 2× fastest peer", mine, fastest_peer(d, key, "rate", True),
+                2.0)
+    row("enqueue one by one ≥ 0.9× raw `LPUSH`", _med(d, "w1_enqueue_one", conv, "rate"),
+        labelled("w1_enqueue_one", RAW, "rate"), 0.9)
+    eff = _med(d, "w3_async", conv, "efficiency")
+    rows.append(f"| W3 async (20 ms `asyncio.sleep`) efficiency ≥ 0.80 | "
+                f"{'–' if eff is None else f'{eff:.3f}'} | 0.80 (raw asyncio queue: "
+                f"{_fmt(_med(d, 'w3_async', RAW, 'efficiency'), '{:.3f}')}) | – | "
+                f"{'not measured' if eff is None else 'met' if eff >= 0.8 else '**missed**'} |")
+    row("idle latency p50 ≤ 1.10× raw `BRPOP` (Redis)", _med(d, "w2_latency", conv, "p50_ms"),
+        labelled("w2_latency", RAW, "p50_ms"), 1.10, higher=False)
+    row("idle latency p99 ≤ 1.25× raw `BRPOP` (Redis)", _med(d, "w2_latency", conv, "p99_ms"),
+        labelled("w2_latency", RAW, "p99_ms"), 1.25, higher=False)
+    sq = _med(d, "w2_latency", "conveyor (sqlite)", "p50_ms")
+    verdict = "not measured" if sq is None else "met" if sq <= 1 else "**missed**"
+    rows.append(f"| idle latency p50 ≤ 1 ms (SQLite) | {'–' if sq is None else f'{sq:.2f}'} | "
+                f"1 ms | – | {verdict} |")
+    cl = "conveyor (cluster)"
+    row("Cluster: enqueue one by one ≥ 0.8× single Redis", _med(d, "w1_enqueue_one", cl, "rate"),
+        labelled("w1_enqueue_one", conv, "rate"), 0.8)
+    row("Cluster: W0a live end to end ≥ 0.8× single Redis", _med(d, "w0a_live", cl, "rate"),
+        labelled("w0a_live", conv, "rate"), 0.8)
+    return "\n".join(rows)
+
+
+def cpu_table(d: dict[str, Any]) -> str:
+    """Worker CPU µs per job over each drain, per engine, and conveyor's minus the raw
+    queue's (the engine's own CPU per job)."""
+    keys = [(f"{c}_drain", t.split(":")[0]) for c, t in IO_BODIES] + [("w1_drain_p1", "W1 no-op")]
+    keys = [(k, t) for k, t in keys if k in d["results"]]
+    labels: list[str] = []
+    for k, _ in keys:
+        labels += [lbl for lbl in d["results"][k] if lbl not in labels]
+    rows = ["| worker CPU µs per job (drain) | " + " | ".join(t for _, t in keys) + " |",
+            "|---|" + "---|" * len(keys)]
+    for lbl in labels:
+        rows.append(f"| {lbl} | " + " | ".join(
+            _fmt(_med(d, k, lbl, "cpu_us_per_job"), "{:,.0f}") for k, _ in keys) + " |")
+    diff = []
+    for k, _ in keys:
+        mine, raw = (_med(d, k, x, "cpu_us_per_job") for x in ("conveyor (redis)", RAW))
+        diff.append("–" if mine is None or raw is None else f"**{mine - raw:,.0f}**")
+    rows.append("| **conveyor engine CPU per job** (conveyor − raw queue) | "
+                + " | ".join(diff) + " |")
+    return "\n".join(rows)
+
+
+def io_page(d: dict[str, Any], results_file: str, analysis: str = "") -> str:
+    """The leading section of docs/benchmarks.md: jobs that do I/O, their targets, the
+    engine's CPU per job, and ``analysis`` (``benchmarks/analysis_io.md``, by hand)."""
+    m = d["machine"]
+    io_keys = {w["key"] for w in d["workloads"]}
+    shown = dict(d, workloads=[w for w in d["workloads"] if w["key"] in io_keys])
+    return f"""## Jobs that do I/O
+
+Real jobs wait on something. Every engine here runs the same three bodies with **1 worker
+process and concurrency 8** (8 threads, or 8 asyncio slots for the asyncio engines and bodies),
+and each is set beside the **raw queue**: a hand-written redis-py `LPUSH`/`BRPOP` queue whose
+worker has the same 8 slots (threads for the sync bodies, asyncio tasks for the async one) and
+counts completions the same way — the same body with nothing of an engine around it.
+
+- **W0a** one pipelined Redis round trip of two commands (`INCR` + `EXPIRE` on a key of the
+  job's own), redis-py, sync: conveyor (thread pool), the raw queue (threads), Huey, Dramatiq,
+  Celery (threads).
+- **W0b** the same with `redis.asyncio` in an `async def` job: conveyor (its event loop), the raw
+  queue (asyncio), arq, SAQ, taskiq.
+- **W0c** one `INSERT` + `COMMIT` into a SQLite file of the worker process's own (WAL,
+  `synchronous=NORMAL`, one connection per process): the W0a engines.
+
+Each as **drain** (5,000 jobs preloaded, the worker started after; first to last completion)
+and **live end to end** (idle worker, 5,000 jobs enqueued one by one; start of enqueue to last
+completion). **Engine CPU per job**: each worker process reads its own CPU time
+(`getrusage(RUSAGE_SELF)`, user + system, all threads) at its first completion and at its last
+report; the difference over the jobs in between is its CPU per job; conveyor's minus the raw
+queue's with the same body is what the engine itself costs per job. The I/O run also measures
+the runs the targets compare against: enqueue one by one, W2 idle latency, W1 no-op drain and
+live (conveyor and the raw queue only), and W3 with an `async def` 20 ms `asyncio.sleep` body at
+concurrency 50.
+
+Run `{results_file}`: `{d['command']}`, {d['rounds']} interleaved rounds, cells median
+(min–max). {m['cpu']}, {m['cores']} cores **shared with other users' work while it ran** —
+the spread within a row is the machine, so read ratios between engines of the same round
+rather than absolute numbers. Python {m['python']}, redis-server {m['redis']}.
+Rerun: `make bench-io` (`python -m benchmarks --only io --rounds 2`).
+
+### Targets (issue #17)
+
+{io_targets(d)}
+
+### Engine CPU per job
+
+{cpu_table(d)}
+
+The flush of the completion counter (one pipelined `INCRBY` + `RPUSH` every 2 ms while jobs
+finish) is in every row alike and cancels out of the difference.
+
+{tables(shown)}
+{analysis}
+"""

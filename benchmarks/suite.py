@@ -77,6 +77,11 @@ PEERS = [
     PeerSpec("taskiq", "taskiq_peer", "taskiq",
              settings="taskiq worker --workers P --max-async-tasks C (ListQueueBroker)"),
 ]
+RAW = "redis-py LPUSH/BRPOP"  # the raw queue every I/O workload is reported against
+# Engines whose jobs are plain functions run the sync I/O bodies (W0a, W0c); the asyncio
+# engines run the async one (W0b): a blocking body on their event loop would run one at a time.
+SYNC_IO = ("conveyor (redis)", RAW, "huey", "dramatiq", "celery threads")
+ASYNC_IO = ("conveyor (redis)", RAW, "arq", "saq", "taskiq")
 QUICK_PEERS = {"conveyor (redis)", "conveyor (sqlite)", "redis-py batch", "celery threads",
                "rq SimpleWorker", "dramatiq", "huey"}
 
@@ -96,11 +101,48 @@ class Workload:
     once: bool = False  # measured in the first round only (sizes, not speeds)
 
 
+IO_N = 5_000
+IO_C = 8  # slots of the one worker process in every W0 workload
+
+
+def io_workloads(quick: bool) -> list[Workload]:
+    """W0: jobs whose body does real I/O, drained and live, 1 worker process x 8 slots, each
+    against the raw queue with the same body; and W3 with an ``async def`` body."""
+    n = IO_N // (5 if quick else 1)
+    out = []
+    for code, body, title, peers in (
+            ("w0a", "redis", "one Redis round trip (sync)", SYNC_IO),
+            ("w0b", "aredis", "one Redis round trip (asyncio)", ASYNC_IO),
+            ("w0c", "sqlite", "one SQLite write", SYNC_IO)):
+        live_peers = (*peers, "conveyor (cluster)") if code == "w0a" else peers
+        out += [Workload(f"{code}_drain", f"W0{code[2]} drain: {title}", "drain", n, 1, IO_C,
+                         {"body": body}, only=peers),
+                Workload(f"{code}_live", f"W0{code[2]} live end to end: {title}", "live", n,
+                         1, IO_C, {"body": body}, only=live_peers)]
+    out.append(Workload("w3_async", "W3 async (20 ms asyncio.sleep, concurrency 50)", "io",
+                        2_000 // (2 if quick else 1), 1, 50, {"sleep": 0.02, "body": "asleep"},
+                        only=("conveyor (redis)", RAW)))
+    return out
+
+
+# ``--only io``: the W0 workloads, W3 async, and the runs their targets compare against, each
+# with only the peers its targets need (workload key -> peers; empty: the workload's own).
+IO_GROUP: dict[str, tuple[str, ...]] = {
+    **{w.key: () for w in io_workloads(False)},
+    "w1_enqueue_one": ("conveyor (redis)", "conveyor (cluster)", RAW),
+    "w1_drain_p1": ("conveyor (redis)", RAW),
+    "w1_live_p1": ("conveyor (redis)", RAW),
+    "w2_latency": ("conveyor (redis)", "conveyor (sqlite)", RAW),
+}
+
+
 def workloads(quick: bool) -> list[Workload]:
-    """The W1-W5 scenarios and the storage-cost runs; ``quick`` shrinks the job counts."""
+    """W0 (I/O bodies) first, then the W1-W5 scenarios and the storage-cost runs; ``quick``
+    shrinks the job counts."""
     k = 5 if quick else 1
     conv = ("conveyor (redis)", "conveyor (sqlite)")
     return [
+        *io_workloads(quick),
         Workload("w1_enqueue_one", "W1 enqueue one by one", "enqueue_one", 10_000 // k),
         Workload("w1_enqueue_bulk", "W1 enqueue in bulk", "enqueue_bulk", 10_000 // k),
         Workload("w1_drain_p1", "W1 drain, 1 process", "drain", 10_000 // k, 1),
@@ -164,6 +206,7 @@ class Runner:
         self.cpu_iters, self.cpu_seconds = cpu
         self.log_dir = log_dir
         self.sqlite_dir = tempfile.mkdtemp(prefix="bench-sqlite-")
+        self.body_dir = tempfile.mkdtemp(prefix="bench-body-")  # the sqlite body's files
 
     def python(self, peer: PeerSpec) -> str:
         return ensure_venv(peer.venv, sys.stderr) if peer.venv else sys.executable
@@ -171,7 +214,8 @@ class Runner:
     def config(self, peer: PeerSpec, w: Workload) -> dict[str, Any]:
         procs, conc = w.processes, w.concurrency
         if not peer.per_process:  # one job at a time per process: processes carry concurrency
-            procs, conc = (procs * conc if w.workload == "io" else procs), 1
+            io = w.workload == "io" or "body" in w.extra
+            procs, conc = (procs * conc if io else procs), 1
         n = min(w.n, peer.max_jobs) if peer.max_jobs and w.workload != "bigbatch" else w.n
         cfg: dict[str, Any] = {
             "workload": w.workload, "n": n, "processes": procs, "concurrency": conc,
@@ -186,6 +230,7 @@ class Runner:
         env["BENCH_DONE_URL"] = self.redis_url
         env["BENCH_CPU_ITERS"] = str(self.cpu_iters)
         env["BENCH_SLEEP"] = "0.02"
+        env["BENCH_SQLITE_DIR"] = self.body_dir
         # BENCH_SRC: measure another checkout's conveyor (e.g. before/after a change)
         extra = os.environ.get("BENCH_SRC")
         env["PYTHONPATH"] = PEERS_DIR + (os.pathsep + extra if extra else "")

@@ -11,34 +11,59 @@ together with the wall-clock times of the first and last completion it covers: t
 times runs by those, so the flush interval never shows in a result.
 Engines that run each job in a process that ends with ``os._exit`` (RQ's forking worker) set
 ``BENCH_DONE_SYNC=1``: there the forked process cannot flush later, so it counts at once.
+
+Each flush also reports the process's CPU time (``getrusage(RUSAGE_SELF)``, all threads) at its
+first completion and now, with the jobs completed in between: the driver divides one by the
+other for the engine's CPU per job. The flush itself costs the same in every engine.
+
+The I/O bodies (W0): ``redis`` is one pipelined round trip of two commands (``INCR`` and
+``EXPIRE`` on a key of its own) to the benchmark redis; ``aredis`` the same with
+``redis.asyncio``; ``sqlite`` one ``INSERT`` and ``COMMIT`` into a SQLite file of the worker
+process's own (WAL, ``synchronous=NORMAL``; one connection per process, writes serialised by
+a lock as SQLite serialises them anyway).
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import itertools
 import os
+import resource
+import sqlite3
 import threading
 import time
 from typing import Any
+
+import redis.asyncio as aredis
 
 import redis
 
 DONE_KEY = "bench:done"
 LAT_KEY = "bench:lat"
 SPAN_KEY = "bench:span"
+CPU_KEY = "bench:cpu"
 FLUSH_EVERY = 0.002
+ASYNC_KINDS = ("aredis", "asleep")  # bodies only an asyncio engine can run
 
 _client: Any = None
 _pid = -1
 
 
+_client_lock = threading.Lock()
+
+
 def client() -> Any:
-    """A redis-py client to the benchmark's own redis, one per process (re-made after fork)."""
+    """A redis-py client to the benchmark's own redis, one per process (re-made after fork).
+
+    Made under a lock: job threads that race here on their first job would each make one,
+    and the losers' clients, dropped while in use, close their sockets under them."""
     global _client, _pid
     if _pid != os.getpid():
-        _client = redis.Redis.from_url(os.environ["BENCH_DONE_URL"])
-        _pid = os.getpid()
+        with _client_lock:
+            if _pid != os.getpid():
+                _client = redis.Redis.from_url(os.environ["BENCH_DONE_URL"])
+                _pid = os.getpid()
     return _client
 
 
@@ -51,13 +76,18 @@ class _Counter:
         self.first = 0.0
         self.last = 0.0
         self.owner = -1  # pid whose flusher thread runs
+        self.cpu_first = -1.0  # process CPU seconds at the first completion
+        self.total = 0  # completions since (and including) the first
 
     def add(self) -> None:
         now = time.time()
         with self.lock:
             if not self.pending:
                 self.first = now
+            if self.cpu_first < 0:
+                self.cpu_first = cpu_seconds()
             self.pending += 1
+            self.total += 1
             self.last = now
             if self.owner == os.getpid():
                 return
@@ -68,8 +98,9 @@ class _Counter:
         with self.lock:
             n, first, last = self.pending, self.first, self.last
             self.pending = 0
+            cpu = f"{self.cpu_first!r} {cpu_seconds()!r} {self.total}"
         if n:
-            report(n, first, last)
+            report(n, first, last, cpu)
 
     def _loop(self) -> None:
         while True:
@@ -84,13 +115,26 @@ class _Counter:
         self.lock = threading.Lock()
         self.pending = 0
         self.owner = -1
+        self.cpu_first = -1.0
+        self.total = 0
+        global _client_lock
+        _client_lock = threading.Lock()  # may have been held at fork
 
 
-def report(n: int, first: float, last: float) -> None:
-    """Add ``n`` completions and the span they finished in (the driver times runs by it)."""
+def cpu_seconds() -> float:
+    """User + system CPU time of this process, all its threads."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def report(n: int, first: float, last: float, cpu: str = "") -> None:
+    """Add ``n`` completions and the span they finished in (the driver times runs by it);
+    ``cpu``: "CPU-at-first-completion CPU-now completions" of this process."""
     pipe = client().pipeline(transaction=False)
     pipe.incrby(DONE_KEY, n)
     pipe.rpush(SPAN_KEY, f"{first!r} {last!r}")
+    if cpu:
+        pipe.hset(CPU_KEY, str(os.getpid()), cpu)
     pipe.execute()
 
 
@@ -116,6 +160,67 @@ def spin(iters: int) -> int:
     return acc
 
 
+_seq = itertools.count()  # next() on a count is atomic under the GIL: unique keys per process
+IO_TTL = 60
+
+
+def _io_key() -> str:
+    return f"bench:io:{os.getpid()}:{next(_seq)}"
+
+
+def redis_io() -> None:
+    """One pipelined round trip of two commands on a key of this job's own."""
+    key = _io_key()
+    pipe = client().pipeline(transaction=False)
+    pipe.incr(key)
+    pipe.expire(key, IO_TTL)
+    pipe.execute()
+
+
+_aclients: dict[int, Any] = {}
+
+
+async def aredis_io() -> None:
+    """``redis_io`` with ``redis.asyncio``: one client per event loop (per process)."""
+    loop_id = id(asyncio.get_running_loop())
+    r = _aclients.get(loop_id)
+    if r is None:
+        r = _aclients[loop_id] = aredis.Redis.from_url(os.environ["BENCH_DONE_URL"])
+    key = _io_key()
+    pipe = r.pipeline(transaction=False)
+    pipe.incr(key)
+    pipe.expire(key, IO_TTL)
+    await pipe.execute()
+
+
+class _Sqlite:
+    """This process's SQLite file: one connection, one writer at a time."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.conn: sqlite3.Connection | None = None
+        self.pid = -1
+
+    def write(self, ts: float) -> None:
+        with self.lock:
+            if self.pid != os.getpid():
+                folder = os.environ.get("BENCH_SQLITE_DIR", "/tmp")
+                path = os.path.join(folder, f"body-{os.getpid()}.db")
+                conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute("CREATE TABLE IF NOT EXISTS io"
+                             " (id INTEGER PRIMARY KEY, ts REAL, note TEXT)")
+                self.conn, self.pid = conn, os.getpid()
+            assert self.conn is not None
+            self.conn.execute("BEGIN")
+            self.conn.execute("INSERT INTO io (ts, note) VALUES (?, ?)", (ts, "job"))
+            self.conn.execute("COMMIT")
+
+
+_sqlite = _Sqlite()
+
+
 def run(kind: str, ts: float) -> None:
     """The job: optionally record enqueue-to-start latency, do the work, count completion."""
     if kind == "lat":
@@ -124,13 +229,23 @@ def run(kind: str, ts: float) -> None:
         time.sleep(float(os.environ.get("BENCH_SLEEP", "0.02")))
     elif kind == "cpu":
         spin(int(os.environ.get("BENCH_CPU_ITERS", "100000")))
+    elif kind == "redis":
+        redis_io()
+    elif kind == "sqlite":
+        _sqlite.write(ts)
+    elif kind in ASYNC_KINDS:
+        raise ValueError(f"the {kind!r} body needs an asyncio engine")
     done()
 
 
 async def arun(kind: str, ts: float) -> None:
-    """The same job for asyncio engines: the I/O wait is ``asyncio.sleep``, the rest identical."""
-    if kind == "sleep":
+    """The same job for asyncio engines: the I/O wait is ``asyncio.sleep`` or a
+    ``redis.asyncio`` round trip, the rest identical."""
+    if kind in ("sleep", "asleep"):
         await asyncio.sleep(float(os.environ.get("BENCH_SLEEP", "0.02")))
+        done()
+    elif kind == "aredis":
+        await aredis_io()
         done()
     else:
         run(kind, ts)

@@ -12,6 +12,7 @@ by the reported spans.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import resource
@@ -29,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DONE_KEY = "bench:done"
 LAT_KEY = "bench:lat"
 SPAN_KEY = "bench:span"
+CPU_KEY = "bench:cpu"
 QUEUE = "bench"
 
 
@@ -107,7 +109,22 @@ class Driver:
         self.workers: list[subprocess.Popen[bytes]] = []
 
     def reset(self) -> None:
-        self.r.delete(DONE_KEY, LAT_KEY, SPAN_KEY)
+        self.r.delete(DONE_KEY, LAT_KEY, SPAN_KEY, CPU_KEY)
+
+    @property
+    def body(self) -> str:
+        """The job body of this run (``noop`` unless the workload names one)."""
+        return str(self.cfg.get("body", "noop"))
+
+    def cpu_per_job(self) -> float | None:
+        """Worker CPU seconds per job between each worker process's first completion and its
+        last report, summed over the processes (None where no process reported CPU)."""
+        cpu = jobs = 0.0
+        for raw in self.r.hvals(CPU_KEY):
+            first, now, total = raw.split()
+            cpu += float(now) - float(first)
+            jobs += int(total) - 1
+        return cpu / jobs if jobs > 0 else None
 
     def count(self) -> int:
         return int(self.r.get(DONE_KEY) or 0)
@@ -158,10 +175,11 @@ class Driver:
         self.workers = []
 
     def warm_up(self, processes: int, concurrency: int) -> None:
-        """Wait until the workers run jobs, then let them go idle and zero the counter."""
+        """Wait until the workers run jobs (the run's own body, so that an asyncio engine has
+        its loop and connections up), then let them go idle and zero the counter."""
         n = max(20, 2 * processes * concurrency)
         self.reset()
-        self.peer.enqueue_each("noop", n)
+        self.peer.enqueue_each(self.body, n)
         self.wait_count(n, 180)
         time.sleep(0.5)
         self.reset()
@@ -178,6 +196,9 @@ class Driver:
         fn = getattr(self, "w_" + workload, None) or getattr(self.peer, "w_" + workload)
         self.r.flushdb()  # the suite's redis is private to it: every run starts empty
         self.peer.reset()
+        folder = os.environ.get("BENCH_SQLITE_DIR")
+        for f in glob.glob(os.path.join(folder, "body-*.db*")) if folder else ():
+            os.unlink(f)  # the sqlite body's files of earlier runs
         try:
             return dict(fn())
         finally:
@@ -206,17 +227,21 @@ class Driver:
         self.wait_count(n, self.cfg.get("timeout", 600))
         first, last = self.span()
         dt = last - first
-        return {"seconds": dt, "rate": (n - 1) / dt if dt > 0 else 0.0}
+        out: dict[str, Any] = {"seconds": dt, "rate": (n - 1) / dt if dt > 0 else 0.0}
+        cpu = self.cpu_per_job()
+        if cpu is not None:
+            out["cpu_us_per_job"] = cpu * 1e6
+        return out
 
     def w_drain(self) -> dict[str, Any]:
-        return self._drain("noop")
+        return self._drain(self.body)
 
     def w_live(self) -> dict[str, Any]:
         n, p, c = self.cfg["n"], self.cfg["processes"], self.cfg["concurrency"]
         self.start_workers(p, c)
         self.warm_up(p, c)
         t0 = time.time()
-        self.peer.enqueue_each("noop", n)
+        self.peer.enqueue_each(self.body, n)
         t_enq = time.time() - t0
         self.wait_count(n, self.cfg.get("timeout", 600))
         dt = self.span()[1] - t0
@@ -233,7 +258,7 @@ class Driver:
                 "max_ms": lat[-1], "samples": len(lat)}
 
     def w_io(self) -> dict[str, Any]:
-        res = self._drain("sleep")
+        res = self._drain(self.cfg.get("body", "sleep"))
         n, total = self.cfg["n"], self.cfg["processes"] * self.cfg["concurrency"]
         waves = -(-n // total)
         ideal = (waves - 1) * self.cfg["sleep"]  # first completion ends the first wave

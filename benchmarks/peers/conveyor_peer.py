@@ -28,6 +28,17 @@ def job(kind: str, ts: float) -> None:
     body.run(kind, ts)
 
 
+@app.job(name="ajob", queue=QUEUE, retry=0)
+async def ajob(kind: str, ts: float) -> None:
+    """The shared body as ``async def`` (conveyor runs it on the worker's event loop)."""
+    await body.arun(kind, ts)
+
+
+def job_for(kind: str) -> Any:
+    """The async job for the asyncio bodies, the thread-pool one for the rest."""
+    return ajob if kind in body.ASYNC_KINDS else job
+
+
 class ConveyorPeer(Peer):
     """conveyor on SQLite, Redis or Redis Cluster."""
 
@@ -47,12 +58,12 @@ class ConveyorPeer(Peer):
                 redis.Redis.from_url("redis://" + node).flushall()
 
     def enqueue_each(self, kind: str, n: int, interval: float = 0.0) -> None:
-        enqueue = job.enqueue
+        enqueue = job_for(kind).enqueue
         for _ in paced(n, interval):
             enqueue(kind, time.time())
 
     def enqueue_bulk(self, kind: str, n: int) -> None:
-        job.enqueue_many([(kind, 0.0)] * n)
+        job_for(kind).enqueue_many([(kind, 0.0)] * n)
 
     def batch(self, n: int, timeout: float) -> None:
         with app.batch() as b:

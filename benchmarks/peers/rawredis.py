@@ -3,10 +3,16 @@
 Variant ``brpop``: LPUSH one job per call, workers BRPOP one job per round trip.
 Variant ``batch``: LPUSH in pipelines of 1,000, workers pop up to 100 jobs per round trip
 (RPOP with a count, BRPOP only when the list is empty). No acks, no retries, no state.
+
+The worker has C slots like every engine: C threads running the body for sync bodies, C asyncio
+tasks on one event loop (``redis.asyncio``) for the async ones (``body.ASYNC_KINDS``). This is
+the raw queue every I/O workload (W0) is reported against: the same body with nothing of an
+engine around it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import threading
@@ -14,6 +20,7 @@ import time
 from typing import Any
 
 import body
+import redis.asyncio as aredis
 from common import QUEUE, Peer, main, paced
 
 import redis
@@ -48,7 +55,8 @@ class RawRedis(Peer):
         return None
 
     def worker_commands(self, processes: int, concurrency: int) -> list[list[str]]:
-        return [[sys.executable, __file__, "worker", self.url, self.variant, str(concurrency)]
+        mode = "asyncio" if self.cfg.get("body") in body.ASYNC_KINDS else "worker"
+        return [[sys.executable, __file__, mode, self.url, self.variant, str(concurrency)]
                 for _ in range(processes)]
 
 
@@ -78,8 +86,26 @@ def worker(url: str, variant: str, threads: int) -> None:
         t.join()
 
 
+async def awork(r: Any) -> None:
+    """One asyncio slot: BRPOP, await the shared body, repeat."""
+    while True:
+        got = await r.brpop([KEY], 1)
+        if got:
+            kind, ts = json.loads(got[1])
+            await body.arun(kind, ts)
+
+
+async def aworker(url: str, slots: int) -> None:
+    """A worker process with ``slots`` popping tasks on one event loop (one client, whose
+    pool gives each blocked BRPOP its own connection)."""
+    r = aredis.Redis.from_url(url, max_connections=slots + 1)
+    await asyncio.gather(*(awork(r) for _ in range(slots)))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "worker":
         worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif sys.argv[1] == "asyncio":
+        asyncio.run(aworker(sys.argv[2], int(sys.argv[4])))
     else:
         main(RawRedis)
