@@ -4,7 +4,9 @@
 --       2 batch jobs (hash job id -> "state:queue"), 3 order (zset job id, score 0),
 --       4 states (zset job id, score = STATE_CODE: pages by state are read by rank)
 -- ARGV: 1 now|'', 2 mode: "add" (jobs join), "set" (jobs moved), "close", "cancel",
---       then pairs: job id, "state:queue" (state "deleted" removes the job)
+--       then pairs: job id, "state:queue" (state "deleted" removes the job);
+--       or mode "join" (many jobs join in one state, as "add"): 3 "state:queue", 4 the job
+--       ids joined by "\n" (a bulk enqueue sends two strings, not two per job)
 -- Returns: {status "ok"|"missing"|"finished", due callbacks {event, job spec JSON}...}
 local K_BATCH = KEYS[1]
 local K_BJOBS = KEYS[2]
@@ -14,6 +16,8 @@ local K_STATES = KEYS[4]
 local STATE_CODE = {scheduled = 1, pending = 2, active = 3, retrying = 4, succeeded = 5,
   failed = 6, dead = 7, cancelled = 8}
 local mode = ARGV[2]
+local joining = mode == 'join'
+if joining then mode = 'add' end
 if redis.call('EXISTS', K_BATCH) == 0 then return {'missing', {}} end
 
 -- Counters are read once and written once per call, however many jobs move: a worker's
@@ -38,9 +42,20 @@ local function state_of(value)
 end
 
 local ids, values = {}, {}
-for i = 3, #ARGV, 2 do
-  ids[#ids + 1] = ARGV[i]
-  values[#values + 1] = ARGV[i + 1]
+if joining then
+  local text, pos = ARGV[4], 1
+  while text ~= '' do
+    local nl = string.find(text, '\n', pos, true)
+    ids[#ids + 1] = string.sub(text, pos, (nl or 0) - 1)
+    values[#values + 1] = ARGV[3]
+    if not nl then break end
+    pos = nl + 1
+  end
+else
+  for i = 3, #ARGV, 2 do
+    ids[#ids + 1] = ARGV[i]
+    values[#values + 1] = ARGV[i + 1]
+  end
 end
 local delta, sets, dels, started = {}, {}, {}, false
 local joined, ranked = {}, {}  -- zadd arguments for K_ORDER and K_STATES
