@@ -11,7 +11,7 @@ after the items before it are stored, as ``push_many`` does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from conveyor.draft import build_flow
@@ -49,9 +49,15 @@ def blocks(
         payloads: list[str] = []
         flows: list[FlowControl | None] | None = [] if flows_wanted else None
         error: BaseException | None = None
+        args: Sequence[Any]
+        kwargs: Mapping[str, Any]
         try:
             for item in source:
-                args, kwargs = split_item(item, index)
+                kind = type(item)  # the common shapes without split_item's ABC checks
+                if kind is list or (kind is tuple and not _pair(item)):
+                    args, kwargs = item, {}
+                else:
+                    args, kwargs = split_item(item, index)
                 index += 1
                 if not checked:  # what build_spec checks per job cannot change between jobs
                     check_importable(name)
@@ -78,6 +84,11 @@ def blocks(
             yield block, error
         if error is not None or len(payloads) < BLOCK_SIZE:
             return
+
+
+def _pair(item: tuple[Any, ...]) -> bool:
+    """An ``(args, kwargs)`` item (``split_item``'s test, for a tuple)."""
+    return len(item) == 2 and isinstance(item[0], (list, tuple)) and isinstance(item[1], Mapping)
 
 
 def refs_of(results: list[EnqueueResult], source: JobLookup) -> list[JobRef]:
