@@ -27,7 +27,7 @@ from conveyor.text import check_name
 __all__ = ["BLOCK_SIZE", "blocks", "refs_of"]
 
 BLOCK_SIZE = 2000
-"""Jobs per ``Storage.enqueue_block`` call from the bulk path (one script call on Redis)."""
+"""Jobs per ``Storage.enqueue_block`` call from the bulk path (bounds the client's memory)."""
 
 
 def blocks(
