@@ -80,6 +80,7 @@ class Batch:
             raise ValueError("description, meta and callbacks are set when a batch is created, "
                              "not when it is re-opened")
         self._buffer = SpecBuffer(client.store)
+        self._direct = 0  # jobs of this batch the client stored in blocks (see reserve)
         self._token: Token[BatchScope | None] | None = None
         self._used = False
 
@@ -94,7 +95,13 @@ class Batch:
     @property
     def enqueue_count(self) -> int:
         """Jobs enqueued into this batch through this object (sent or still buffered)."""
-        return self._buffer.added
+        return self._buffer.added + self._direct
+
+    def reserve(self, count: int) -> None:
+        """Before the client stores ``count`` jobs of this batch itself (``enqueue_many``
+        without client middleware): store the buffered ones first and count these."""
+        self._buffer.flush()
+        self._direct += count
 
     def add(self, spec: JobSpec, ref: JobRef | None = None) -> None:
         """Buffer a job of this batch (the client calls this for enqueues inside the block)."""

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, Literal, overload
 
+from conveyor.bulk import blocks, refs_of
 from conveyor.clock import SYSTEM_CLOCK, Clock
 from conveyor.context import current_batch
 from conveyor.draft import EnqueueDraft, build_spec, run_at_from
@@ -97,11 +98,35 @@ class Client:
     def enqueue_many_function(
         self, fn: JobFunction, items: Iterable[Any], *, return_refs: bool
     ) -> list[JobRef] | int:
-        """What ``JobFunction.enqueue_many`` calls: each item becomes a draft as it is reached,
-        so a generator of millions of items runs in bounded memory."""
-        drafts = (self.draft(fn.name, fn.opts, *split_item(item, index))
-                  for index, item in enumerate(items))
-        return self.push_many(drafts, return_refs=return_refs)
+        """What ``JobFunction.enqueue_many`` calls. Items are read as they are reached, so a
+        generator of millions of items runs in bounded memory.
+
+        With client middleware registered, each item becomes a draft the middleware sees
+        (``push_many``); without, the items go to the storage as blocks of columns
+        (``bulk.py``), which stores the same jobs at a fraction of the cost. Either way an item
+        that cannot be stored raises, and the items before it are stored.
+        """
+        if self.middleware:
+            drafts = (self.draft(fn.name, fn.opts, *split_item(item, index))
+                      for index, item in enumerate(items))
+            return self.push_many(drafts, return_refs=return_refs)
+        storage = self.storage  # opened first, even for no items, as push_many does
+        scope = current_batch()
+        refs: list[JobRef] = []
+        count = 0
+        for block, error in blocks(fn.name, fn.opts, items, now=self.clock.now,
+                                   max_payload=self.max_payload,
+                                   batch_id=scope.id if scope is not None else None):
+            if block is not None:
+                if scope is not None:
+                    scope.reserve(len(block))  # its buffered jobs first, and counted
+                results = storage.enqueue_block(block)
+                count += len(block)
+                if return_refs:
+                    refs += refs_of(results, self)
+            if error is not None:
+                raise error
+        return refs if return_refs else count
 
     def draft(
         self, name: str, opts: JobOptions, args: Sequence[Any], kwargs: Mapping[str, Any],

@@ -161,6 +161,11 @@ class BatchScope(Protocol):
         """Buffer a job of this batch; it is stored (and ``ref`` updated) at the next flush."""
         ...
 
+    def reserve(self, count: int) -> None:
+        """Make way for ``count`` jobs the client stores itself (the bulk path): the buffered
+        jobs are stored first, so jobs keep their order, and ``count`` joins the tally."""
+        ...
+
 
 _current_job: ContextVar[JobContext | None] = ContextVar("conveyor_job", default=None)
 _current_batch: ContextVar[BatchScope | None] = ContextVar("conveyor_batch", default=None)

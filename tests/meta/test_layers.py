@@ -29,8 +29,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("storage", ("conveyor.storage", "conveyor.storage.*")),
     # enqueueing and what a job sees: options, drafts, refs, the Client, job functions, batches
     ("client", ("conveyor.options", "conveyor.refs", "conveyor.draft", "conveyor.context",
-                "conveyor.middleware", "conveyor.registry", "conveyor.client", "conveyor.batch",
-                "conveyor.periodic")),
+                "conveyor.middleware", "conveyor.registry", "conveyor.bulk", "conveyor.client",
+                "conveyor.batch", "conveyor.periodic")),
     # the application object that wires the parts, and the public API re-exported from it
     ("app", ("conveyor.app", "conveyor")),
     # running jobs (built from an app, never built by one)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import re
 
-from conveyor.ids import new_id
+from conveyor.ids import new_id, new_ids
 
 
 def test_ids_are_unique_and_sort_in_creation_order() -> None:
@@ -30,3 +30,10 @@ def test_a_forked_child_does_not_repeat_its_parents_sequence() -> None:
     mine = [new_id() for _ in range(1000)]
     assert before < mine[0]
     assert not set(theirs) & set(mine)
+
+
+def test_ids_made_in_bulk_continue_the_same_sequence() -> None:
+    ids = [new_id(), *new_ids(5000), new_id(), *new_ids(1), *new_ids(0)]
+    assert len(ids) == 5003 and len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+    assert all(re.fullmatch(r"[0-9a-f]{24}", i) for i in ids)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import datetime
 import json
 import math
+from typing import Any
 
 import pytest
 
 from conveyor.errors import PayloadError
 from conveyor.serializer import (
+    MAX_DEPTH,
     decode_payload,
     dumps,
+    encode_args,
     encode_payload,
     find_bad_value,
     loads,
@@ -144,3 +147,28 @@ def test_a_stored_payload_nested_too_deeply_decodes_to_a_clear_error() -> None:
     text = '{"a":[' + "[" * 100_000 + "]" * 100_000 + '],"k":{}}'
     with pytest.raises(PayloadError, match="nested too deeply"):
         decode_payload(text)
+
+
+_NESTED: list[object] = []
+_deep: list[object] = _NESTED
+for _ in range(MAX_DEPTH + 1):
+    _deep.append([])
+    _deep = _deep[0]  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize(("args", "kwargs"), [
+    ((), {}), ([1, "a", 2.5, None, True], {}), (("t", 0.0), {}), ([], {"a": 1, "b": [1, 2]}),
+    ([[1, [2, [3]]]], {"x": "y{z"}), ([{"k": 1}], {}), ([], {"n": {"m": 1}}),
+    (["caf\u00e9"], {}), (["\ud800"], {}), ([{1: 2}], {}), ([], {"v": {(1,): 2}}),
+    ([float("nan")], {}), ([object()], {}), ([], {"o": object()}), ([_NESTED], {}),
+    (["x" * 600], {}), ([{"a": [{"b": 1}]}], {"c": {"d": None}}),
+])
+def test_encode_args_matches_encode_payload(args: Any, kwargs: Any) -> None:
+    """The bulk path's encoder gives the same text, or raises the same error."""
+    def outcome(fn: Any) -> tuple[str, str]:
+        try:
+            return ("ok", fn(args, kwargs, 512))
+        except PayloadError as exc:
+            return ("error", str(exc))
+
+    assert outcome(encode_args) == outcome(lambda a, k, m: encode_payload(a, k, None, m))

@@ -36,6 +36,7 @@ from conveyor.job import (
 )
 from conveyor.storage.records import (
     BatchStatus,
+    JobBlock,
     JobTotals,
     QueueStats,
     Retention,
@@ -61,6 +62,14 @@ class Storage(Protocol):
         returns the existing job's id with ``created=False``. A spec whose ``batch_id`` names a
         finished batch raises ``BatchClosedError``; an unknown batch, ``BatchNotFound``.
         Enqueuing an id that already exists is a no-op that returns ``created=False``.
+        """
+        ...
+
+    def enqueue_block(self, block: JobBlock) -> list[EnqueueResult]:
+        """Store many jobs of one name and queue given as columns (the client's bulk path).
+
+        Exactly ``enqueue(block.specs())``: the same records, events, batch counters, unique
+        locks and results, only without a ``JobSpec`` per job on the way.
         """
         ...
 

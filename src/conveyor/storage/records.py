@@ -8,11 +8,46 @@ inspector views, CLI, web UI and metrics read them.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from conveyor.job import ALL_STATES, TERMINAL_STATES
+from conveyor.job import ALL_STATES, TERMINAL_STATES, FlowControl, JobSpec
+
+
+@dataclass(frozen=True, slots=True)
+class JobBlock:
+    """Many jobs of one name and queue with the same options, as columns: what the client's
+    bulk path hands to ``Storage.enqueue_block``.
+
+    Job ``i`` has the id ``ids[i]``, the payload ``payloads[i]`` and, when ``flows`` is given,
+    the flow control ``flows[i]``; every other field is shared. It stands for exactly the
+    ``JobSpec``s of ``specs()``, in that order.
+    """
+
+    name: str
+    queue: str
+    ids: Sequence[str]
+    payloads: Sequence[str]
+    max_retries: int = 25
+    timeout: float | None = None
+    deadline: float | None = None
+    run_at: float | None = None
+    batch_id: str | None = None
+    flows: Sequence[FlowControl | None] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def specs(self) -> list[JobSpec]:
+        """The block's jobs one by one."""
+        flows = self.flows if self.flows is not None else [None] * len(self.ids)
+        return [
+            JobSpec(id=job_id, name=self.name, queue=self.queue, payload=payload,
+                    max_retries=self.max_retries, timeout=self.timeout, deadline=self.deadline,
+                    run_at=self.run_at, batch_id=self.batch_id, flow=flow)
+            for job_id, payload, flow in zip(self.ids, self.payloads, flows, strict=True)
+        ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from conveyor.storage.memory.flow import ScanBudget
 from conveyor.storage.memory.inspect import MemoryInspector
 from conveyor.storage.memory.schedules import MemorySchedules
 from conveyor.storage.memory.state import Entry
-from conveyor.storage.records import Retention, WorkerInfo
+from conveyor.storage.records import JobBlock, Retention, WorkerInfo
 from conveyor.storage.rules import (
     LEASE_EXPIRED,
     WORKER_DIED,
@@ -62,6 +62,10 @@ class MemoryStorage(WaitsThenDequeues, MemoryInspector, MemorySchedules):
             results = [self._store(spec, now, wake=False) for spec in specs]
             self._wake()  # once per call, not once per job
             return results
+
+    def enqueue_block(self, block: JobBlock) -> list[EnqueueResult]:
+        """Store a block of jobs; see ``Storage.enqueue_block``."""
+        return self.enqueue(block.specs())
 
     # -- dequeue -----------------------------------------------------------------------------
 

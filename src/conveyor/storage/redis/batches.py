@@ -23,6 +23,7 @@ from typing import Any
 
 from conveyor.errors import BatchClosedError, BatchNotFound
 from conveyor.job import ALL_STATES, EnqueueResult, JobSpec, JobState
+from conveyor.storage.records import JobBlock
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.base import Move, RedisBase
 
@@ -58,7 +59,8 @@ class RedisBatches(RedisBase):
         if len(specs) == 1 and not specs[0].batch_id:  # the one-by-one fast path
             spec = specs[0]
             reply = self.scripts.run("enqueue", self.register_queue(spec.queue),
-                                     [self.now_arg(), spec.queue, *codec.enqueue_args(spec)])
+                                     [self.now_arg(), spec.queue, "each",
+                                      *codec.enqueue_args(spec)])
             self.ring(spec.queue, int(reply[0] == "1"))
             return [_result(spec.id, reply[0])]
         batched = [s for s in specs if s.batch_id]
@@ -72,7 +74,7 @@ class RedisBatches(RedisBase):
             qk = self.register_queue(queue)
             for start in range(0, len(idxs), ENQUEUE_CHUNK):
                 chunk = idxs[start:start + ENQUEUE_CHUNK]
-                args: list[str] = [self.now_arg(), queue]
+                args: list[str] = [self.now_arg(), queue, "each"]
                 for i in chunk:
                     args.extend(codec.enqueue_args(specs[i]))
                 reply = self.scripts.run("enqueue", qk, args)
@@ -84,6 +86,35 @@ class RedisBatches(RedisBase):
             [s for s, r in zip(specs, done, strict=True) if s.batch_id and r.id != s.id])
         return done
 
+    def enqueue_block(self, block: JobBlock) -> list[EnqueueResult]:
+        """Store a block: per chunk, batch membership first, then one enqueue.lua call in its
+        "block" layout (ids and static JSONs sent as two joined strings). A block with flow
+        control, or with ids that cannot be joined, is stored spec by spec instead."""
+        if (block.flows is not None and any(block.flows)) or not codec.joinable(block.ids):
+            return self.enqueue_specs(block.specs())
+        qk = self.register_queue(block.queue)
+        shared = codec.block_args(block)
+        statics = codec.block_statics(block)
+        joins = self._state_at(block.run_at, block.queue) if block.batch_id else ""
+        results: list[EnqueueResult] = []
+        for start in range(0, len(block), ENQUEUE_CHUNK):
+            ids = block.ids[start:start + ENQUEUE_CHUNK]
+            if block.batch_id:
+                self._join_batch(block.batch_id, joins, ids)
+            reply = self.scripts.run("enqueue", qk, [
+                self.now_arg(), block.queue, "block", *shared, "\n".join(ids),
+                "\n".join(statics[start:start + ENQUEUE_CHUNK])])
+            results += [_result(job_id, code) for job_id, code in zip(ids, reply, strict=True)]
+            self.ring(block.queue, reply.count("1"))
+        return results
+
+    def _state_at(self, run_at: float | None, queue: str) -> str:
+        """The batch value of a job joining now: "pending:<queue>" or "scheduled:<queue>"."""
+        return f"{'scheduled' if run_at is not None and run_at > self.now() else 'pending'}:{queue}"
+
+    def _join_batch(self, batch_id: str, value: str, ids: Sequence[str]) -> None:
+        _check_joined(batch_id, self.batch_call(batch_id, "join", [value, "\n".join(ids)]))
+
     def _join_batches(self, specs: Sequence[JobSpec]) -> None:
         now = self.now()
         pairs: dict[str, list[str]] = defaultdict(list)
@@ -91,11 +122,7 @@ class RedisBatches(RedisBase):
             state = "scheduled" if spec.run_at is not None and spec.run_at > now else "pending"
             pairs[str(spec.batch_id)] += [spec.id, f"{state}:{spec.queue}"]
         for batch_id, flat in pairs.items():
-            status = self.batch_call(batch_id, "add", flat)
-            if status == "missing":
-                raise BatchNotFound(f"no batch {batch_id!r}")
-            if status == "finished":
-                raise BatchClosedError(f"batch {batch_id!r} has already finished")
+            _check_joined(batch_id, self.batch_call(batch_id, "add", flat))
 
     def _leave_batches(self, specs: Sequence[JobSpec]) -> None:
         """A unique job that was not created (its lock is held) does not join the batch."""
@@ -203,6 +230,13 @@ class RedisBatches(RedisBase):
                         for job_id, s, q in step
                         if (queue is None or q == queue) and (state is None or s == state.value))
         return wanted[offset:offset + limit]
+
+
+def _check_joined(batch_id: str, status: str) -> None:
+    if status == "missing":
+        raise BatchNotFound(f"no batch {batch_id!r}")
+    if status == "finished":
+        raise BatchClosedError(f"batch {batch_id!r} has already finished")
 
 
 def _encodable(text: str) -> bool:

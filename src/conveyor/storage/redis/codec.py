@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from functools import lru_cache
+from json.encoder import encode_basestring_ascii as _escape
 from typing import Any
 
 from conveyor.job import (
@@ -24,6 +25,7 @@ from conveyor.job import (
     LeasedJob,
     decode_events,
 )
+from conveyor.storage.records import JobBlock
 
 # The fields of a state line, in order: the one definition. lua/_fields.lua spells each as
 # F_<NAME> = its position, and scripts.py refuses to load the scripts when the two disagree.
@@ -51,19 +53,55 @@ def _json_name(value: str) -> str:
 
 def static_json(spec: JobSpec) -> str:
     """The immutable part of a job, written once at enqueue."""
-    out = (f'{{"n":{_json_name(spec.name)},"q":{_json_name(spec.queue)},'
-           f'"p":{_dumps(spec.payload)},"m":{int(spec.max_retries)}')
-    if spec.timeout is not None:
-        out += f',"to":{float(spec.timeout)!r}'
-    if spec.deadline is not None:
-        out += f',"dl":{float(spec.deadline)!r}'
-    if spec.run_at is not None:
-        out += f',"ra":{float(spec.run_at)!r}'
-    if spec.batch_id:
-        out += f',"b":{_dumps(spec.batch_id)}'
-    if spec.flow is not None and spec.flow.to_wire():
-        out += f',"fl":{_dumps(spec.flow.to_wire())}'
+    return (_static_head(spec.name, spec.queue) + _dumps(spec.payload)
+            + _static_tail(spec.max_retries, spec.timeout, spec.deadline, spec.run_at,
+                           spec.batch_id, spec.flow))
+
+
+def block_statics(block: JobBlock) -> list[str]:
+    """``static_json`` of each job of a block without flow control: the shared fields are
+    encoded once, each payload is escaped into its place."""
+    head = _static_head(block.name, block.queue)
+    tail = _static_tail(block.max_retries, block.timeout, block.deadline, block.run_at,
+                        block.batch_id, None)
+    return [f"{head}{_escape(payload)}{tail}" for payload in block.payloads]
+
+
+def _static_head(name: str, queue: str) -> str:
+    return f'{{"n":{_json_name(name)},"q":{_json_name(queue)},"p":'
+
+
+def _static_tail(max_retries: int, timeout: float | None, deadline: float | None,
+                 run_at: float | None, batch_id: str | None, flow: FlowControl | None) -> str:
+    out = f',"m":{int(max_retries)}'
+    if timeout is not None:
+        out += f',"to":{float(timeout)!r}'
+    if deadline is not None:
+        out += f',"dl":{float(deadline)!r}'
+    if run_at is not None:
+        out += f',"ra":{float(run_at)!r}'
+    if batch_id:
+        out += f',"b":{_dumps(batch_id)}'
+    if flow is not None and flow.to_wire():
+        out += f',"fl":{_dumps(flow.to_wire())}'
     return out + "}"
+
+
+def block_args(block: JobBlock) -> list[str]:
+    """ARGV 4-7 of enqueue.lua's "block" layout (the fields a block's jobs share)."""
+    _check_name(block.name)
+    if block.batch_id:
+        check_text("batch id", block.batch_id)
+    return [block.name, block.batch_id or "", _opt_float(block.deadline), _opt_float(block.run_at)]
+
+
+def joinable(ids: Sequence[str]) -> bool:
+    """Whether ids can travel joined by newlines (none empty, none holding one)."""
+    return all(ids) and not any("\n" in job_id for job_id in ids)
+
+
+def _opt_float(value: float | None) -> str:
+    return "" if value is None else repr(float(value))
 
 
 def enqueue_args(spec: JobSpec) -> tuple[str, ...]:
@@ -79,9 +117,8 @@ def enqueue_args(spec: JobSpec) -> tuple[str, ...]:
         ukey = flow.unique_key or ""
         ufor = repr(float(flow.unique_for)) if flow.unique_for else ""
         limited = "1" if flow.concurrency_key or flow.order_key or flow.rate_key else ""
-    return (spec.id, "" if spec.run_at is None else repr(float(spec.run_at)),
-            static_json(spec), spec.name, batch,
-            "" if spec.deadline is None else repr(float(spec.deadline)), ukey, ufor, limited)
+    return (spec.id, _opt_float(spec.run_at), static_json(spec), spec.name, batch,
+            _opt_float(spec.deadline), ukey, ufor, limited)
 
 
 @lru_cache(maxsize=1024)

@@ -21,6 +21,7 @@ from conveyor.job import (
     JobState,
     decode_events,
 )
+from conveyor.storage.records import JobBlock
 from conveyor.storage.sqlite import batches, flow
 
 JOB_COLUMNS = (
@@ -94,6 +95,40 @@ def insert(cur: sqlite3.Cursor, now: float, specs: Sequence[JobSpec]) -> list[En
         "INSERT OR IGNORE INTO queues (name) VALUES (?)", [(q,) for q in {r[2] for r in rows}]
     )
     batches.apply(cur, now, moves, insert)
+    return results
+
+
+def insert_block(cur: sqlite3.Cursor, now: float, block: JobBlock) -> list[EnqueueResult]:
+    """``insert(cur, now, block.specs())`` without a spec per job: the rows are built from
+    the block's columns (a block with flow control goes through ``insert``)."""
+    if block.flows is not None and any(block.flows):
+        return insert(cur, now, block.specs())
+    if block.batch_id:
+        batches.check_open(cur, [block.batch_id])
+    existing = {row[0] for row in cur.execute(
+        "SELECT id FROM jobs WHERE id IN (SELECT value FROM json_each(?))",
+        (ids_param(block.ids),),
+    )}
+    state = "scheduled" if block.run_at is not None and block.run_at > now else "pending"
+    event = event_line(now, "enqueued" if state == "pending" else "scheduled", state)
+    shared = (state, block.max_retries, block.timeout, block.deadline, now, block.run_at,
+              now if state == "pending" else None, block.batch_id)
+    # flow, unique_key, concurrency key/limit, order_key, rate key/limit/period, gated: none
+    tail = (None, None, None, 0, None, None, 0, 0.0, 0, event)
+    rows: list[tuple[Any, ...]] = []
+    results: list[EnqueueResult] = []
+    for job_id, payload in zip(block.ids, block.payloads, strict=True):
+        if job_id in existing:
+            results.append(EnqueueResult(job_id, created=False))
+            continue
+        existing.add(job_id)
+        rows.append((job_id, block.name, block.queue, payload, *shared, *tail))
+        results.append(EnqueueResult(job_id, created=True))
+    cur.executemany(_INSERT, rows)
+    if rows:
+        cur.execute("INSERT OR IGNORE INTO queues (name) VALUES (?)", (block.queue,))
+    if block.batch_id and rows:
+        batches.apply(cur, now, [(block.batch_id, None, state)] * len(rows), insert)
     return results
 
 

@@ -12,6 +12,7 @@ import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from conveyor.clock import SYSTEM_CLOCK, Clock
@@ -27,7 +28,7 @@ from conveyor.job import (
     LeasedJob,
 )
 from conveyor.storage.base import WaitsThenDequeues
-from conveyor.storage.records import Retention, WorkerInfo
+from conveyor.storage.records import JobBlock, Retention, WorkerInfo
 from conveyor.storage.rules import LEASE_EXPIRED, WORKER_DIED, cancelled_message
 from conveyor.storage.sqlite import acks as ack_sql
 from conveyor.storage.sqlite import batches, flow, jobs
@@ -123,6 +124,18 @@ class SqliteStorage(WaitsThenDequeues, SqliteInspector, SqliteSchedules):
             chunk = specs[start:start + ENQUEUE_CHUNK]
             with self._db.write() as cur:
                 results.extend(jobs.insert(cur, self.now(), chunk))
+            self._wakeup.notify()
+        return results
+
+    def enqueue_block(self, block: JobBlock) -> list[EnqueueResult]:
+        """Store a block of jobs, one transaction per chunk of ``ENQUEUE_CHUNK``."""
+        results: list[EnqueueResult] = []
+        for start in range(0, len(block), ENQUEUE_CHUNK):
+            end = start + ENQUEUE_CHUNK
+            chunk = replace(block, ids=block.ids[start:end], payloads=block.payloads[start:end],
+                            flows=None if block.flows is None else block.flows[start:end])
+            with self._db.write() as cur:
+                results.extend(jobs.insert_block(cur, self.now(), chunk))
             self._wakeup.notify()
         return results
 

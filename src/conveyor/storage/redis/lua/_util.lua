@@ -18,3 +18,18 @@ local function notify(K_NOTIFY, n)
     for _ = 1, math.min(n, 16) do redis.call('LPUSH', K_NOTIFY, '1') end
   end
 end
+
+-- The values of a "\n"-joined argument (a bulk call sends one string, not one per job).
+local function split_lines(text)
+  local parts, pos = {}, 1
+  if text == '' then return parts end
+  while true do
+    local nl = string.find(text, '\n', pos, true)
+    if not nl then
+      parts[#parts + 1] = string.sub(text, pos)
+      return parts
+    end
+    parts[#parts + 1] = string.sub(text, pos, nl - 1)
+    pos = nl + 1
+  end
+end

@@ -7,12 +7,16 @@
 --- @key order   zset job id, score 0
 --- @key states  zset job id, score = STATE_CODE: pages by state are read by rank
 -- ARGV: 1 now|'', 2 mode: "add" (jobs join), "set" (jobs moved), "close", "cancel",
---       then pairs: job id, "state:queue" (state "deleted" removes the job)
+--       then pairs: job id, "state:queue" (state "deleted" removes the job);
+--       or mode "join" (many jobs join in one state, as "add"): 3 "state:queue", 4 the job
+--       ids joined by "\n" (a bulk enqueue sends two strings, not two per job)
 -- Returns: {status "ok"|"missing"|"finished", due callbacks {event, job spec JSON}...}
 -- Positions in conveyor.job.ALL_STATES, plus one (inspect.py reads the same numbers).
 local STATE_CODE = {scheduled = 1, pending = 2, active = 3, retrying = 4, succeeded = 5,
   failed = 6, dead = 7, cancelled = 8}
 local mode = ARGV[2]
+local joining = mode == 'join'
+if joining then mode = 'add' end
 if redis.call('EXISTS', K_BATCH) == 0 then return {'missing', {}} end
 
 -- Counters are read once and written once per call, however many jobs move: a worker's
@@ -37,9 +41,14 @@ local function state_of(value)
 end
 
 local ids, values = {}, {}
-for i = 3, #ARGV, 2 do
-  ids[#ids + 1] = ARGV[i]
-  values[#values + 1] = ARGV[i + 1]
+if joining then
+  ids = split_lines(ARGV[4])
+  for i = 1, #ids do values[i] = ARGV[3] end
+else
+  for i = 3, #ARGV, 2 do
+    ids[#ids + 1] = ARGV[i]
+    values[#values + 1] = ARGV[i + 1]
+  end
 end
 local delta, sets, dels, started = {}, {}, {}, false
 local joined, ranked = {}, {}  -- zadd arguments for K_ORDER and K_STATES

@@ -1,0 +1,96 @@
+"""The vectorised path of ``enqueue_many``: items become ``JobBlock`` columns, not one draft,
+middleware call, ``JobSpec`` and ``new_id`` per job.
+
+``Client.enqueue_many_function`` takes it when no client middleware is registered, the one
+case where it is equivalent to pushing drafts one by one: the same checks in the same order
+(item shape, importable name, name and queue, payload, flow-control keys), the same payloads,
+ids from the same sequence, the same records. Per ``BLOCK_SIZE`` items it encodes each payload
+once and hands the block to ``Storage.enqueue_block``. An item that raises stops the call
+after the items before it are stored, as ``push_many`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from conveyor.draft import build_flow
+from conveyor.ids import new_ids
+from conveyor.job import EnqueueResult, FlowControl
+from conveyor.options import JobOptions
+from conveyor.refs import JobLookup, JobRef
+from conveyor.registry import check_importable, split_item
+from conveyor.serializer import encode_args
+from conveyor.storage.records import JobBlock
+from conveyor.text import check_name
+
+__all__ = ["BLOCK_SIZE", "blocks", "refs_of"]
+
+BLOCK_SIZE = 2000
+"""Jobs per ``Storage.enqueue_block`` call from the bulk path (bounds the client's memory)."""
+
+
+def blocks(
+    name: str, opts: JobOptions, items: Iterable[Any], *, now: Callable[[], float],
+    max_payload: int,
+    batch_id: str | None,
+) -> Iterator[tuple[JobBlock | None, BaseException | None]]:
+    """``(block, None)`` per ``BLOCK_SIZE`` items; the last pair carries the error an item
+    raised (with the block of the items before it, or None), after which nothing follows.
+
+    ``now`` is the client clock's ``now``, read once per block (for ``expires_in``).
+    """
+    flows_wanted = bool(opts.unique_for or opts.concurrency or opts.rate_limit or opts.order_key)
+    queue = opts.queue
+    index = 0
+    checked = False
+    source = iter(items)
+    while True:
+        payloads: list[str] = []
+        flows: list[FlowControl | None] | None = [] if flows_wanted else None
+        error: BaseException | None = None
+        args: Sequence[Any]
+        kwargs: Mapping[str, Any]
+        try:
+            for item in source:
+                kind = type(item)  # the common shapes without split_item's ABC checks
+                if kind is list or (kind is tuple and not _pair(item)):
+                    args, kwargs = item, {}
+                else:
+                    args, kwargs = split_item(item, index)
+                index += 1
+                if not checked:  # what build_spec checks per job cannot change between jobs
+                    check_importable(name)
+                    check_name("job name", name)
+                    check_name("queue", queue)
+                    checked = True
+                payloads.append(encode_args(args, kwargs, max_payload))
+                if flows is not None:
+                    flows.append(build_flow(name, opts, list(args), kwargs))
+                if len(payloads) >= BLOCK_SIZE:
+                    break
+        except BaseException as exc:  # stored up to the item at fault, then re-raised
+            error = exc
+        block = None
+        if payloads:
+            start = now()
+            block = JobBlock(
+                name=name, queue=queue, ids=new_ids(len(payloads)), payloads=payloads,
+                max_retries=opts.max_retries, timeout=opts.timeout,
+                deadline=None if opts.expires_in is None else start + opts.expires_in,
+                batch_id=batch_id, flows=flows,
+            )
+        if block is not None or error is not None:
+            yield block, error
+        if error is not None or len(payloads) < BLOCK_SIZE:
+            return
+
+
+def _pair(item: tuple[Any, ...]) -> bool:
+    """An ``(args, kwargs)`` item (``split_item``'s test, for a tuple)."""
+    return len(item) == 2 and isinstance(item[0], (list, tuple)) and isinstance(item[1], Mapping)
+
+
+def refs_of(results: list[EnqueueResult], source: JobLookup) -> list[JobRef]:
+    """A ``JobRef`` per stored job."""
+    return [JobRef(r.id, r.created, source) for r in results]
