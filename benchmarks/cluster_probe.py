@@ -1,6 +1,7 @@
 """Redis Cluster against a single Redis, one call at a time (not a test; run it by hand):
 
     python -m benchmarks.cluster_probe [--jobs 3000] [--rounds 3] [--profile]
+    PROBE_QUEUE=probe2 python -m benchmarks.cluster_probe  # a queue on the doorbells' node
 
 Starts a private redis-server and a private local 3-master Cluster, then measures on each:
 
@@ -36,7 +37,7 @@ from conveyor.ids import new_id
 from conveyor.job import JobSpec, JobState
 from conveyor.storage.redis.storage import RedisStorage
 
-QUEUE = "probe"
+QUEUE = os.environ.get("PROBE_QUEUE", "probe")  # "probe2" shares the doorbells' node
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The worker imports this module for its app: the URL comes from the environment.
