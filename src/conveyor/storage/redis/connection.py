@@ -13,13 +13,20 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import Connection
-from redis.exceptions import RedisClusterException
+from redis.crc import key_slot
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    RedisClusterException,
+    TryAgainError,
+)
 from redis.retry import Retry
 
 import redis
@@ -32,6 +39,17 @@ DEFAULT_PREFIX = "conveyor"
 SOCKET_TIMEOUT = 30.0  # longer than any blocking wait() we issue
 CONNECT_TIMEOUT = 5.0
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, OSError)
+# Replies of a Cluster node that does not (or not yet) serve the slot: MOVED (a subclass of
+# ASK's error), ASK, TRYAGAIN, CLUSTERDOWN. redis-py's cluster client knows what to do.
+REDIRECTS = (AskError, TryAgainError, ClusterDownError)
+# Commands whose first key is their first argument: on Cluster they go straight to the node
+# that owns the key's slot. Anything else (TIME, PING, CONFIG...) goes through redis-py.
+KEYED = frozenset({
+    "BLPOP", "DEL", "EXISTS", "GET", "GETDEL", "HDEL", "HEXISTS", "HGET", "HGETALL", "HLEN",
+    "HMGET", "HSCAN", "HSET", "LINDEX", "LLEN", "LPUSH", "LRANGE", "SADD", "SET", "SMEMBERS",
+    "UNLINK", "ZADD", "ZCARD", "ZCOUNT", "ZRANGE", "ZRANGEBYSCORE", "ZREM", "ZREVRANGE",
+    "ZSCORE",
+})
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,54 +151,126 @@ def scrub(settings: Settings, exc: BaseException) -> str:
     return text
 
 
+@lru_cache(maxsize=8192)
+def slot_of(key: str) -> int:
+    """The Cluster hash slot of a key (its ``{tag}`` when it has one)."""
+    return key_slot(key.encode("utf-8", "surrogateescape"))
+
+
 class Link:
     """Runs commands with retries on transient errors, turning outages into
     ``StorageUnavailable`` with a message that names the server but never the password.
 
-    On a single server commands go straight through idle raw connections kept in a free list
-    (one per concurrent caller at most): a round trip costs a third of a pooled
-    ``execute_command``, which is what makes one-by-one enqueue fast.
+    Commands go straight through idle raw connections kept in free lists (one per concurrent
+    caller at most; on Cluster one list per node): a round trip costs a third of a pooled
+    ``execute_command``, which is what makes one-by-one enqueue fast. On Cluster a keyed
+    command is sent to the primary that owns its slot by redis-py's own slot table; a
+    redirect (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) is sent again through redis-py's cluster
+    client, which follows it and updates that table, and after a connection error every
+    command goes through redis-py until one succeeds (it rediscovers the cluster).
     """
 
     def __init__(self, settings: Settings, client: redis.Redis | RedisCluster) -> None:
         self.settings = settings
         self.client = client
         self.where = redact(settings.url.split("?", 1)[0])
-        self._free: list[Connection] = []  # idle raw connections; list ops are atomic
+        # idle raw connections by node name ("" on a single server); list ops are atomic
+        self._free: dict[str, list[Connection]] = {}
         self._pid = os.getpid()
+        self._via_client = False  # Cluster: route through redis-py until a call succeeds
         self.closed = False
 
-    def _acquire(self) -> Connection:
+    def _acquire(self, node: ClusterNode | None) -> tuple[list[Connection], Connection]:
         if self._pid != os.getpid():
             # A forked child must not share its parent's sockets: start afresh.
-            self._free, self._pid = [], os.getpid()
+            self._free, self._pid = {}, os.getpid()
+        name = "" if node is None else node.name
+        free = self._free.get(name)
+        if free is None:
+            free = self._free.setdefault(name, [])
         try:
-            return self._free.pop()
+            return free, free.pop()
         except IndexError:
-            assert isinstance(self.client, redis.Redis)
-            conn: Connection = self.client.connection_pool.make_connection()  # type: ignore[assignment]
-            return conn
+            if node is None:
+                assert isinstance(self.client, redis.Redis)
+                pool = self.client.connection_pool
+            else:
+                assert isinstance(self.client, RedisCluster)
+                pool = self.client.get_redis_connection(node).connection_pool
+            return free, pool.make_connection()  # type: ignore[return-value]
+
+    def node_of(self, command: Sequence[Any]) -> ClusterNode | None:
+        """Cluster: the primary owning a keyed command's slot, by redis-py's slot table;
+        None when redis-py should route it (no key we know, or recovering from an error)."""
+        name = command[0]
+        if name in KEYED:
+            key = command[1]
+        elif name in ("EVALSHA", "EVAL") and int(command[2]) > 0:
+            key = command[3]
+        else:
+            return None
+        if self._via_client:
+            return None
+        assert isinstance(self.client, RedisCluster)
+        nodes = self.client.nodes_manager.slots_cache.get(slot_of(key))
+        return nodes[0] if nodes else None
 
     def raw(self, *args: Any) -> Any:
         """One command, one attempt."""
-        if self.settings.cluster:
-            assert isinstance(self.client, RedisCluster)
-            return self.client.execute_command(*args)  # type: ignore[no-untyped-call]
-        return self._exchange([args])[0]
+        if not self.settings.cluster:
+            return self._exchange([args], None)[0]
+        node = self.node_of(args)
+        if node is None:
+            return self._via_redis_py(args)
+        try:
+            return self._exchange([args], node)[0]
+        except REDIRECTS:
+            # The slot moved or is moving (resharding, failover). The node did not run the
+            # command: redis-py sends it again, following the redirect as it always does,
+            # and patches its slot table, which the next call reads.
+            return self._via_redis_py(args)
+        except TRANSIENT:
+            self._via_client = True  # the node may be gone: let redis-py rediscover
+            raise
+
+    def _via_redis_py(self, args: Sequence[Any]) -> Any:
+        assert isinstance(self.client, RedisCluster)
+        reply = self.client.execute_command(*args)  # type: ignore[no-untyped-call]
+        self._via_client = False
+        return reply
+
+    def same_node(self, *commands: Sequence[Any]) -> bool:
+        """Whether ``raw_many`` can send these commands: always on a single server; on
+        Cluster when one node owns the slots of all of them."""
+        if not self.settings.cluster:
+            return True
+        nodes = {self.node_of(command) for command in commands}
+        return len(nodes) == 1 and None not in nodes
 
     def raw_many(self, *commands: Sequence[Any]) -> list[Any]:
-        """Several commands in one write on one connection, one attempt; single server only.
+        """Several commands in one write on one connection, one attempt (on Cluster only
+        commands ``same_node`` accepts).
 
         Redis runs them in order, so a command queued behind a blocking one runs the moment
         it returns, with no round trip between. An error reply is returned in its place as
         the ``redis.ResponseError`` it would have raised, and the other replies are kept.
         """
-        assert not self.settings.cluster, "pipelining across slots needs a cluster pipeline"
-        return self._exchange(commands, errors_in_place=True)
+        node = None
+        if self.settings.cluster:
+            node = self.node_of(commands[0])
+            assert node is not None and self.same_node(*commands), "commands span nodes"
+        try:
+            replies = self._exchange(commands, node, errors_in_place=True)
+        except TRANSIENT:
+            self._via_client = self.settings.cluster
+            raise
+        if any(isinstance(reply, REDIRECTS) for reply in replies):
+            self._via_client = True  # redis-py learns the new owner on its next call
+        return replies
 
-    def _exchange(self, commands: Sequence[Sequence[Any]], errors_in_place: bool = False
-                  ) -> list[Any]:
-        conn = self._acquire()
+    def _exchange(self, commands: Sequence[Sequence[Any]], node: ClusterNode | None,
+                  errors_in_place: bool = False) -> list[Any]:
+        free, conn = self._acquire(node)
         replies: list[Any] = []
         try:
             if len(commands) == 1:
@@ -196,19 +286,19 @@ class Link:
                     replies.append(exc)
         except TRANSIENT:
             conn.disconnect()  # type: ignore[no-untyped-call]
-            self._free.append(conn)  # reconnects on its next use
+            free.append(conn)  # reconnects on its next use
             raise
         except BaseException:
             # An error reply leaves the connection usable; anything else (an interrupt in
             # the middle of a reply) may not, so it is dropped.
             if not isinstance(sys.exc_info()[1], redis.ResponseError):
                 conn.disconnect()  # type: ignore[no-untyped-call]
-            self._free.append(conn)
+            free.append(conn)
             raise
         if self.closed:  # closed while this call was blocked (a wait): do not keep it
             conn.disconnect()  # type: ignore[no-untyped-call]
         else:
-            self._free.append(conn)
+            free.append(conn)
         return replies
 
     def call(self, *args: Any, patience: float = 5.0) -> Any:
@@ -266,7 +356,8 @@ class Link:
     def close(self) -> None:
         """Drop every connection. Idempotent."""
         self.closed = True
-        conns, self._free = self._free, []
-        for conn in conns:
-            conn.disconnect()  # type: ignore[no-untyped-call]
+        lists, self._free = self._free, {}
+        for conns in lists.values():
+            for conn in conns:
+                conn.disconnect()  # type: ignore[no-untyped-call]
         self.client.close()

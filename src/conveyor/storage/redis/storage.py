@@ -34,7 +34,14 @@ from conveyor.job import (
 from conveyor.storage.records import Retention, WorkerInfo
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.base import Move
-from conveyor.storage.redis.connection import TRANSIENT, Link, Settings, make_client, parse_url
+from conveyor.storage.redis.connection import (
+    REDIRECTS,
+    TRANSIENT,
+    Link,
+    Settings,
+    make_client,
+    parse_url,
+)
 from conveyor.storage.redis.inspect import RedisInspector
 from conveyor.storage.redis.release import RedisRelease
 from conveyor.storage.redis.repair import PendingRepair
@@ -101,10 +108,11 @@ class RedisStorage(RedisInspector, RedisSchedules, RedisRelease):
         return out
 
     def _dequeue_call(self, queue: str, worker_id: str, want: int, lease_seconds: float
-                      ) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of one dequeue.lua call, for sending it by hand."""
-        return (self.scripts.keys("dequeue", self.keys.queue(queue)),
-                self._dequeue_args(queue, worker_id, want, lease_seconds))
+                      ) -> tuple[Any, ...]:
+        """One dequeue.lua call as an EVALSHA command, for sending it by hand."""
+        keys = self.scripts.keys("dequeue", self.keys.queue(queue))
+        return ("EVALSHA", self.scripts.shas["dequeue"], len(keys), *keys,
+                *self._dequeue_args(queue, worker_id, want, lease_seconds))
 
     def _dequeue_args(self, queue: str, worker_id: str, want: int, lease_seconds: float
                       ) -> list[Any]:
@@ -134,23 +142,25 @@ class RedisStorage(RedisInspector, RedisSchedules, RedisRelease):
     ) -> list[LeasedJob]:
         """BLPOP with the first queue's dequeue.lua pipelined behind it: the lease runs the
         moment the pop returns, with no round trip between. Other queues (and more than
-        ``MAX_DEQUEUE`` jobs) are leased after, as ``dequeue`` does. Cluster keeps the
-        doorbells in another slot than the queues, so it waits, then dequeues."""
-        if self.settings.cluster or not watch or not queues or timeout <= 0 or count <= 0:
+        ``MAX_DEQUEUE`` jobs) are leased after, as ``dequeue`` does. On Cluster that takes the
+        doorbells' node to own the first queue's slot too; otherwise it waits, then leases."""
+        if not watch or not queues or timeout <= 0 or count <= 0:
             self.wait(watch, timeout)
             return self.dequeue(queues, worker_id, count, lease_seconds)
         codec.check_text("worker id", worker_id)
         first, want = queues[0], min(count, MAX_DEQUEUE)
-        keys, args = self._dequeue_call(first, worker_id, want, lease_seconds)
+        blpop = self._blpop(watch, timeout)
+        lease = self._dequeue_call(first, worker_id, want, lease_seconds)
+        if not self.link.same_node(blpop, lease):
+            self.wait(watch, timeout)
+            return self.dequeue(queues, worker_id, count, lease_seconds)
         try:
-            _, reply = self.link.raw_many(
-                self._blpop(watch, timeout),
-                ("EVALSHA", self.scripts.shas["dequeue"], len(keys), *keys, *args))
+            _, reply = self.link.raw_many(blpop, lease)
         except TRANSIENT as exc:
             self._wait_failed(exc, timeout)
             return []
-        if isinstance(reply, Exception):  # NOSCRIPT after a restart or SCRIPT FLUSH
-            if not isinstance(reply, redis.exceptions.NoScriptError):
+        if isinstance(reply, Exception):  # NOSCRIPT, or a slot moved: the plain path copes
+            if not isinstance(reply, (redis.exceptions.NoScriptError, *REDIRECTS)):
                 if isinstance(reply, redis.exceptions.ResponseError):
                     reply = self.scripts.scripts["dequeue"].located(reply)
                 raise self.link.refused(reply)
