@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # Debian packages the suite runs against for real: redis-server (single server and a local
-# Cluster) and chromium (web UI end to end). Not faketime: libfaketime 0.9.10 cannot run a
+# Cluster), postgresql (its binaries only: the tests start their own cluster in a temp dir,
+# never the package's service) and chromium (web UI end to end). Not faketime: libfaketime 0.9.10 cannot run a
 # Python worker, so the clock-skew scenario skews time.time in the worker processes instead
 # (docs/reliability.md, scenario 8).
 system-deps:
@@ -26,6 +27,7 @@ system-deps:
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \

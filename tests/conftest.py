@@ -1,7 +1,9 @@
-"""Session-wide fixtures: real redis-server processes started on free ports in temp dirs.
+"""Session-wide fixtures: real redis-server and PostgreSQL processes started on free ports in
+temp dirs.
 
-Nothing here touches a Redis a developer already runs: every server is our own, and every test
-uses its own key prefix, so no test ever flushes a database.
+Nothing here touches a Redis or PostgreSQL a developer already runs: every server is our own,
+and every test uses its own key prefix (Redis) or schema (PostgreSQL), so no test ever flushes
+a database.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from tests.support.postgres_server import PostgresServer, postgres_bin_dir
 from tests.support.redis_server import RedisCluster, RedisServer, redis_server_binary
 
 pytest_plugins = ["tests.support.ci_skips"]  # CI=true: unexpected skips fail
@@ -43,3 +46,12 @@ def redis_cluster() -> Iterator[Any]:
     _skip_without_redis()
     with RedisCluster(masters=3) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """One real PostgreSQL cluster (Debian's binaries, a temp dir) for the whole session."""
+    if postgres_bin_dir() is None:
+        pytest.skip("PostgreSQL is not installed (make test installs Debian's postgresql)")
+    with PostgresServer() as server:
+        yield server

@@ -1,5 +1,6 @@
-"""Leases and schedules on Redis and Cluster opened as production opens them: no test clock,
-so every time comes from the server's ``TIME`` (the rest of the suite runs a fake clock).
+"""Leases and schedules on Redis, Cluster and PostgreSQL opened as production opens them: no
+test clock, so every time comes from the server's ``TIME`` / ``clock_timestamp()`` (the rest
+of the suite runs a fake clock).
 
 This process's own wall clock is moved an hour ahead for each test: were any lease, due time
 or creation time taken from it, the checks below would be off by 3,600 s. Nothing here
@@ -23,13 +24,17 @@ from tests.conformance.helpers import put, spec, take, worker_info
 SKEW = 3600.0
 
 
-@pytest.fixture(params=["redis", "redis_cluster"])
+_FIXTURES = {"redis": "redis_server", "redis_cluster": "redis_cluster",
+             "postgres": "postgres_server"}
+
+
+@pytest.fixture(params=["redis", "redis_cluster", "postgres"])
 def server_clocked(request: pytest.FixtureRequest,
                    monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
-    """A Redis (or Cluster) store opened with no clock, in a process an hour fast."""
-    server: Any = request.getfixturevalue(
-        "redis_server" if request.param == "redis" else "redis_cluster")
-    store = open_storage(f"{server.url}?prefix=sc{uuid.uuid4().hex[:10]}")
+    """A Redis (Cluster, PostgreSQL) store opened with no clock, in a process an hour fast."""
+    server: Any = request.getfixturevalue(_FIXTURES[request.param])
+    option = "schema" if request.param == "postgres" else "prefix"
+    store = open_storage(f"{server.url}?{option}=sc{uuid.uuid4().hex[:10]}")
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() + SKEW)
     try:

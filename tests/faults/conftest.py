@@ -16,7 +16,7 @@ from conveyor.registry import JobFunction
 from tests.faults.apps import chaos
 from tests.faults.harness import FIGURES, LOG_ENV, ExecLog, WorkerProc, summary_lines
 
-BACKENDS = ("sqlite", "redis", "redis_cluster")
+BACKENDS = ("sqlite", "redis", "redis_cluster")  # postgres: the poison scenario only, so far
 
 
 @dataclass
@@ -34,6 +34,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     prefix = f"f{uuid.uuid4().hex[:10]}"
     if name == "sqlite":
         return Backend(name, f"sqlite:///{tmp_path / 'conveyor.db'}")
+    if name == "postgres":
+        return Backend(name, f"{request.getfixturevalue('postgres_server').url}?schema={prefix}")
     if name == "redis":
         return Backend(name, f"{request.getfixturevalue('redis_server').url}?prefix={prefix}")
     if name == "redis_cluster":

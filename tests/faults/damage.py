@@ -11,9 +11,12 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import psycopg
+
 from conveyor.app import Conveyor
 from conveyor.ids import new_id
 from conveyor.job import JobSpec
+from conveyor.storage.postgres.connection import parse_postgres_url
 
 Damage = Callable[[Conveyor, str], None]
 
@@ -51,6 +54,20 @@ def _sqlite_set_bytes(column: str, raw: bytes) -> Damage:
     return damage
 
 
+def _postgres_rewrite(column: str, change: Callable[[str], str]) -> Damage:
+    """Rewrite one text column of the job's row (PostgreSQL text is always valid UTF-8, so
+    its damage is text that is valid but wrong: JSON cut short, a value of another shape)."""
+    def damage(app: Conveyor, job_id: str) -> None:
+        settings = parse_postgres_url(app.storage.url)
+        with psycopg.connect(settings.conninfo, autocommit=True) as db:
+            table = f'"{settings.schema}".jobs'
+            row = db.execute(f"SELECT {column} FROM {table} WHERE id = %s", (job_id,)).fetchone()
+            assert row is not None, f"no row for {job_id}"
+            db.execute(f"UPDATE {table} SET {column} = %s WHERE id = %s",
+                       (change(row[0]), job_id))
+    return damage
+
+
 def _redis_rewrite(which: str, change: Callable[[bytes], bytes]) -> Damage:
     def damage(app: Conveyor, job_id: str) -> None:
         storage = app.storage
@@ -83,4 +100,8 @@ POISONS = (
            "unreadable"),
     Poison("name not UTF-8", ("sqlite",), _sqlite_set_bytes("name", b"faults.\xffwork"),
            "unreadable"),
+    Poison("payload truncated", ("postgres",), _postgres_rewrite("payload", lambda v: v[:-3]),
+           "json"),
+    Poison("payload not an object", ("postgres",), _postgres_rewrite("payload", lambda v: "[1]"),
+           "object"),
 )

@@ -50,7 +50,7 @@ AFTER_ACK = {
     Outcome.INTERRUPTED: JobState.PENDING,
 }
 # Examples per backend: enough to find ordering bugs, few enough for < 60 s in total.
-EXAMPLES = {"memory": 100, "sqlite": 30, "redis": 20, "redis_cluster": 10}
+EXAMPLES = {"memory": 100, "sqlite": 30, "postgres": 20, "redis": 20, "redis_cluster": 10}
 
 
 @dataclass

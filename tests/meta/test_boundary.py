@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conveyor.storage.memory.storage import MemoryStorage
+from conveyor.storage.postgres.storage import PostgresStorage
 from conveyor.storage.redis.storage import RedisStorage
 from conveyor.storage.sqlite.storage import SqliteStorage
 
@@ -30,9 +31,9 @@ STORAGE = SRC / "storage"
 # Every sub-package of storage/ is a backend; its plain modules are backend-neutral.
 BACKENDS = sorted(p.name for p in STORAGE.iterdir() if (p / "__init__.py").exists())
 CLIENTS = ("sqlite3", "redis", "valkey", "psycopg", "psycopg2", "asyncpg", "aiosqlite")
-WORDS = ("sqlite", "redis", "valkey")
+WORDS = ("sqlite", "redis", "valkey", "postgres")
 # What a backend object can be asked for: the public methods of every backend class.
-METHODS = {name for cls in (MemoryStorage, SqliteStorage, RedisStorage)
+METHODS = {name for cls in (MemoryStorage, SqliteStorage, RedisStorage, PostgresStorage)
            for name, member in inspect.getmembers(cls, callable) if not name.startswith("_")}
 
 
@@ -76,7 +77,7 @@ def _rel(path: Path) -> str:
 
 
 def test_the_scan_sees_every_module_and_every_backend() -> None:
-    assert BACKENDS == ["memory", "redis", "sqlite"]
+    assert BACKENDS == ["memory", "postgres", "redis", "sqlite"]
     names = {_rel(p) for p in MODULES}
     assert {"conveyor/views.py", "conveyor/cli/main.py", "conveyor/web/app.py",
             "conveyor/worker/launcher.py"} <= names

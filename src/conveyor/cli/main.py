@@ -32,6 +32,7 @@ COMMANDS = (
     "conveyor.cli.periodic",
     "conveyor.cli.enqueue",
     "conveyor.cli.serve",
+    "conveyor.cli.migrate",
 )
 
 EXIT_ERROR = 2  # an error conveyor understands: bad input, storage unreachable, unknown id

@@ -1,7 +1,7 @@
-"""Storage backends behind one URL: ``sqlite:///path.db``, ``redis://``, ``rediss://``,
-``redis+cluster://host:7000,host:7001``, ``memory://``.
+"""Storage backends behind one URL: ``sqlite:///path.db``, ``postgresql://``, ``redis://``,
+``rediss://``, ``redis+cluster://host:7000,host:7001``, ``memory://``.
 
-Backends are imported by scheme so that ``redis`` stays an optional dependency.
+Backends are imported by scheme so that ``redis`` and ``psycopg`` stay optional dependencies.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ DEFAULT_URL = "sqlite:///conveyor.db"
 _OPENERS = {
     "memory": "conveyor.storage.memory.storage:open_memory",
     "sqlite": "conveyor.storage.sqlite.storage:open_sqlite",
+    "postgresql": "conveyor.storage.postgres.storage:open_postgres",
+    "postgres": "conveyor.storage.postgres.storage:open_postgres",
     "redis": "conveyor.storage.redis.storage:open_redis",
     "rediss": "conveyor.storage.redis.storage:open_redis",
     "redis+cluster": "conveyor.storage.redis.storage:open_redis",
@@ -57,9 +59,10 @@ def open_storage(url: str, clock: Clock | None = None) -> Backend:
     module_name, func_name = target.split(":")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:  # the optional redis client is missing
+    except ImportError as exc:  # the optional redis or psycopg client is missing
+        extra = "postgres" if "postgres" in module_name else "redis"
         raise StorageURLError(
-            f"{scheme}:// needs an optional dependency: pip install 'conveyor[redis]' ({exc})"
+            f"{scheme}:// needs an optional dependency: pip install 'conveyor[{extra}]' ({exc})"
         ) from exc
     opener: _Opener = getattr(module, func_name)
     return opener(url, clock)

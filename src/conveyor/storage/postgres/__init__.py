@@ -1,0 +1,1 @@
+"""The PostgreSQL backend: ``open_postgres("postgresql://user:pass@host/db?schema=conveyor")``."""

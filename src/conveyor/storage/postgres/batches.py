@@ -1,0 +1,168 @@
+"""Batch bookkeeping inside the caller's transaction: counters per state, completion, callbacks.
+
+Every job transition reports ``(batch_id, from_state, to_state)`` moves here, in the same
+transaction as the job update, so counters never disagree with the jobs and a batch's
+callbacks are enqueued exactly once, by the transaction that completes it: the counter update
+locks the batch row, and batches are updated in id order so two transactions never wait on
+each other in a circle.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import psycopg
+
+from conveyor.errors import BatchClosedError, BatchNotFound
+from conveyor.job import ALL_STATES, BatchSpec, FlowControl, JobSpec
+from conveyor.storage.postgres.text import dec, enc_opt
+from conveyor.storage.records import BatchStatus
+
+# (batch_id, from_state or None for a new job, to_state or None for a deleted job)
+Cursor = psycopg.Cursor[Any]
+Move = tuple[str, "str | None", "str | None"]
+EnqueueFn = Callable[[Cursor, float, Sequence[JobSpec]], object]
+
+TERMINAL_SUM = "n_succeeded + n_failed + n_dead + n_cancelled"
+BATCH_COLUMNS = (
+    "id, description, meta, created_at, total, closed, cancelled, started_at, finished_at, "
+    "callbacks_fired, " + ", ".join(f"n_{s.value}" for s in ALL_STATES)
+)
+
+
+def spec_to_wire(spec: JobSpec) -> dict[str, Any]:
+    """A callback ``JobSpec`` as stored in the batch row."""
+    return {
+        "id": spec.id, "name": spec.name, "queue": spec.queue, "payload": spec.payload,
+        "max_retries": spec.max_retries, "timeout": spec.timeout, "deadline": spec.deadline,
+        "run_at": spec.run_at, "batch_id": spec.batch_id,
+        "flow": spec.flow.to_wire() if spec.flow else None,
+    }
+
+
+def spec_from_wire(raw: dict[str, Any]) -> JobSpec:
+    """Inverse of ``spec_to_wire``."""
+    return JobSpec(
+        id=raw["id"], name=raw["name"], queue=raw["queue"], payload=raw["payload"],
+        max_retries=int(raw.get("max_retries", 25)), timeout=raw.get("timeout"),
+        deadline=raw.get("deadline"), run_at=raw.get("run_at"), batch_id=raw.get("batch_id"),
+        flow=FlowControl.from_wire(raw.get("flow")),
+    )
+
+
+def create(cur: Cursor, now: float, spec: BatchSpec) -> None:
+    """Insert an open batch (creating an existing id again is a no-op)."""
+    callbacks = {event: spec_to_wire(job) for event, job in spec.callbacks.items()}
+    cur.execute(
+        "INSERT INTO batches (id, description, meta, callbacks, created_at) "
+        "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+        (spec.id, enc_opt(spec.description), json.dumps(dict(spec.meta)), json.dumps(callbacks),
+         now),
+    )
+
+
+def check_open(cur: Cursor, batch_ids: Iterable[str]) -> None:
+    """Raise ``BatchNotFound`` / ``BatchClosedError`` unless every batch can take new jobs."""
+    wanted = sorted(set(batch_ids))
+    if not wanted:
+        return
+    found = dict(cur.execute("SELECT id, finished_at FROM batches WHERE id = ANY(%s)",
+                             (wanted,)).fetchall())
+    for batch_id in wanted:
+        if batch_id not in found:
+            raise BatchNotFound(f"no batch {batch_id!r}")
+        if found[batch_id] is not None:
+            raise BatchClosedError(f"batch {batch_id!r} has finished; it takes no new jobs")
+
+
+def apply(cur: Cursor, now: float, moves: Iterable[Move], enqueue: EnqueueFn) -> None:
+    """Move the counters, then complete batches and fire callbacks as they become due."""
+    deltas: dict[str, Counter[str]] = {}
+    for batch_id, before, after in moves:
+        delta = deltas.setdefault(batch_id, Counter())
+        if before is None:
+            delta["total"] += 1
+        else:
+            delta[f"n_{before}"] -= 1
+        if after is None:
+            delta["total"] -= 1
+        else:
+            delta[f"n_{after}"] += 1
+    for batch_id, delta in sorted(deltas.items()):
+        changes = {col: n for col, n in delta.items() if n}
+        if changes:
+            sets = ", ".join(f"{col} = {col} + %s" for col in changes)
+            started = ", started_at = coalesce(started_at, %s)" if delta["n_active"] > 0 else ""
+            params: list[object] = list(changes.values())
+            if started:
+                params.append(now)
+            cur.execute(f"UPDATE batches SET {sets}{started} WHERE id = %s",
+                        (*params, batch_id))
+        settle(cur, now, batch_id, enqueue)
+
+
+def settle(cur: Cursor, now: float, batch_id: str, enqueue: EnqueueFn) -> None:
+    """Update completion and fire the callbacks that have become due, each exactly once.
+
+    A job retried by hand re-opens a finished batch; ``success`` may therefore come after
+    ``complete`` (a dead job retried and then succeeded).
+    """
+    row = cur.execute(
+        f"SELECT closed, total, {TERMINAL_SUM}, n_succeeded, n_dead, callbacks, "
+        "callbacks_fired, finished_at FROM batches WHERE id = %s FOR UPDATE",
+        (batch_id,),
+    ).fetchone()
+    if row is None:  # trimmed away while its jobs lived on
+        return
+    closed, total, done, succeeded, dead, callbacks_text, fired_text, finished_at = row
+    complete = bool(closed) and done >= total
+    moments = [m for m, due in (("death", dead > 0), ("complete", complete),
+                                ("success", complete and succeeded >= total)) if due]
+    callbacks = json.loads(callbacks_text or "{}")
+    fired = [name for name in fired_text.split(",") if name]
+    due = [m for m in moments if m in callbacks and m not in fired]
+    finished = (finished_at if finished_at is not None else now) if complete else None
+    if not due and finished == finished_at:
+        return
+    cur.execute(
+        "UPDATE batches SET callbacks_fired = %s, finished_at = %s WHERE id = %s",
+        (",".join(fired + due), finished, batch_id),
+    )
+    specs = [_detached(cur, spec_from_wire(callbacks[name])) for name in due]
+    if specs:
+        enqueue(cur, now, specs)
+
+
+def _detached(cur: Cursor, spec: JobSpec) -> JobSpec:
+    """The callback as it can be stored: outside its target batch if that one cannot take it
+    (rather than raise inside the acknowledgement that completed this batch)."""
+    if spec.batch_id is None:
+        return spec
+    try:
+        check_open(cur, [spec.batch_id])
+    except (BatchNotFound, BatchClosedError):
+        return replace(spec, batch_id=None)
+    return spec
+
+
+def close(cur: Cursor, now: float, batch_id: str, enqueue: EnqueueFn) -> None:
+    """Mark a batch fully enqueued and complete it at once if every job is already terminal."""
+    updated = cur.execute("UPDATE batches SET closed = true WHERE id = %s", (batch_id,)).rowcount
+    if not updated:
+        raise BatchNotFound(f"no batch {batch_id!r}")
+    settle(cur, now, batch_id, enqueue)
+
+
+def status_from_row(row: Sequence[Any]) -> BatchStatus:
+    """A ``BatchStatus`` from a row selected with ``BATCH_COLUMNS``."""
+    counts = {state.value: int(n) for state, n in zip(ALL_STATES, row[10:], strict=True)}
+    return BatchStatus(
+        id=row[0], description=dec(row[1]), meta=json.loads(row[2] or "{}"), created_at=row[3],
+        total=int(row[4]), counts=counts, closed=bool(row[5]), cancelled=bool(row[6]),
+        started_at=row[7], finished_at=row[8],
+        callbacks_fired=tuple(name for name in (row[9] or "").split(",") if name),
+    )

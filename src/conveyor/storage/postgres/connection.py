@@ -1,0 +1,238 @@
+"""PostgreSQL connections: URL parsing, one connection per thread, fork safety, transactions,
+and the translation of driver errors into conveyor's storage errors.
+
+A connection must never cross a ``fork``: the child would talk on the parent's socket, and
+closing it there would end the parent's session. Connections are therefore keyed by (pid,
+thread); a child opens its own and keeps the inherited ones referenced, untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from urllib.parse import parse_qsl, urlencode
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from conveyor.errors import StorageError, StorageUnavailable, StorageURLError
+from conveyor.storage import redact
+
+CONNECT_TIMEOUT = 10
+DEFAULT_SCHEMA = "conveyor"
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,50}$")
+# SQLSTATE classes that say the server cannot be used now rather than that a statement is
+# wrong: connection exceptions, insufficient resources, operator intervention (shutdown,
+# terminated backend), system errors; plus deadlocks and serialization failures, which a
+# retry of the same call resolves.
+_OUTAGE_CLASSES = ("08", "53", "57", "58", "40")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a ``postgresql://`` URL says: the libpq URL, conveyor's schema, LISTEN or not."""
+
+    url: str
+    conninfo: str
+    schema: str
+    listen: bool
+
+    @property
+    def channel(self) -> str:
+        """The NOTIFY channel the schema's triggers ring (``migrations/001_init.sql``)."""
+        return f"conveyor_{self.schema}"
+
+
+def parse_postgres_url(url: str) -> Settings:
+    """Split conveyor's options (``schema``, ``listen``) off a ``postgresql://`` URL; every
+    other query parameter (``sslmode``, ``application_name``, …) goes to libpq."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("postgresql", "postgres"):
+        raise StorageURLError(f"not a PostgreSQL URL: {redact(url)!r}; expected "
+                              "postgresql://user:password@host:5432/database?schema=conveyor")
+    base, _, query = rest.partition("?")
+    schema, listen = DEFAULT_SCHEMA, True
+    passed: list[tuple[str, str]] = []
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name == "schema":
+            schema = value
+        elif name == "listen":
+            if value.lower() not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
+                raise StorageURLError(f"listen={value!r} in {redact(url)!r}: expected 1 or 0")
+            listen = value.lower() in ("1", "true", "yes", "on")
+        else:
+            passed.append((name, value))
+    if not _IDENTIFIER.match(schema):
+        raise StorageURLError(
+            f"schema={schema!r} in {redact(url)!r} is not a plain identifier (letters, digits "
+            "and _, not starting with a digit, at most 51 characters)")
+    passed.append(("connect_timeout", str(CONNECT_TIMEOUT)))
+    passed = list({name: (name, value) for name, value in passed}.values())  # the URL's wins
+    conninfo = f"postgresql://{base}?{urlencode(passed)}"
+    return Settings(url=url, conninfo=conninfo, schema=schema.lower(), listen=listen)
+
+
+def is_outage(exc: psycopg.Error) -> bool:
+    """Whether a driver error means the server cannot be used now (``StorageUnavailable``)
+    rather than that it refused a statement (``StorageError``)."""
+    if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) and not exc.sqlstate:
+        return True
+    return bool(exc.sqlstate) and str(exc.sqlstate)[:2] in _OUTAGE_CLASSES
+
+
+def translate(exc: psycopg.Error, where: str) -> StorageError:
+    """The conveyor error for a driver error, one line naming the server (no password)."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if isinstance(exc, pg_errors.UndefinedTable | pg_errors.UndefinedFunction):
+        first += " (is the database migrated? run: conveyor migrate URL)"
+    cls = StorageUnavailable if is_outage(exc) else StorageError
+    return cls(f"PostgreSQL {where}: {first}")
+
+
+def after_fork_in_child(method: Callable[[], None]) -> None:
+    """Call a bound method in every forked child, without keeping its object alive."""
+    ref = weakref.WeakMethod(method)
+
+    def call() -> None:
+        target = ref()
+        if target is not None:
+            target()
+
+    os.register_at_fork(after_in_child=call)
+
+
+def connect(settings: Settings, where: str) -> psycopg.Connection[Any]:
+    """A new autocommit connection whose ``search_path`` is conveyor's schema."""
+    try:
+        # Server-side prepared statements speed up the hot path; a pooler in transaction
+        # mode (``listen=0``, docs/postgres.md) may not keep them, so they are off there.
+        conn = psycopg.connect(settings.conninfo, autocommit=True, application_name="conveyor",
+                               prepare_threshold=5 if settings.listen else None)
+        conn.execute(f'SET search_path TO "{settings.schema}"')
+    except psycopg.Error as exc:
+        raise translate(exc, where) from exc
+    return conn
+
+
+class Database:
+    """Per-thread, per-process connections to one PostgreSQL schema."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.where = redact(settings.url)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        # Weak: a thread's connection closes when the thread ends (a web server may start a
+        # thread per request); ``close`` closes the ones still alive.
+        self._mine: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
+        # Inherited through fork: kept referenced so they are never finalised in the child
+        # (finalising sends the parent's session a Terminate).
+        self._inherited: list[psycopg.Connection[Any]] = []
+        self._closed = False
+        after_fork_in_child(self._after_fork)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._inherited.extend(self._mine)
+        self._mine = weakref.WeakSet()
+        self._pid = os.getpid()
+
+    def conn(self) -> psycopg.Connection[Any]:
+        """This thread's connection in this process, opened on first use (and again after
+        the server dropped it)."""
+        pid = os.getpid()
+        conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
+        if conn is not None and getattr(self._local, "pid", None) == pid and not conn.closed:
+            return conn
+        if self._closed:
+            raise StorageUnavailable(f"PostgreSQL storage {self.where} is closed")
+        with self._lock:
+            if pid != self._pid:
+                self._after_fork()
+        conn = connect(self.settings, self.where)
+        with self._lock:
+            self._mine.add(conn)
+        self._local.conn = conn
+        self._local.pid = pid
+        return conn
+
+    def _forget(self) -> None:
+        """Drop this thread's connection after an outage, so the next call reconnects."""
+        conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None and getattr(self._local, "pid", None) == os.getpid():
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
+    @contextmanager
+    def outages(self) -> Iterator[None]:
+        """Turn a driver error into ``StorageUnavailable`` or ``StorageError``."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            error = translate(exc, self.where)
+            if isinstance(error, StorageUnavailable) and self._broken():
+                self._forget()
+            raise error from exc
+
+    def _broken(self) -> bool:
+        conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
+        return conn is None or conn.closed or conn.broken
+
+    @contextmanager
+    def write(self) -> Iterator[psycopg.Cursor[Any]]:
+        """One transaction: committed on success, rolled back on error."""
+        with self.outages():
+            conn = self.conn()
+            with conn.transaction(), conn.cursor() as cur:
+                yield cur
+
+    def read(self) -> psycopg.Connection[Any]:
+        """The connection for plain reads (autocommit: each statement its own snapshot)."""
+        with self.outages():
+            return self.conn()
+
+    def close(self) -> None:
+        """Close this process's connections. Idempotent."""
+        with self._lock:
+            self._closed = True
+            if os.getpid() == self._pid:
+                for conn in list(self._mine):
+                    with contextlib.suppress(psycopg.Error):
+                        conn.close()
+            self._mine = weakref.WeakSet()
+        self._local = threading.local()
+
+
+class HasDatabase(Protocol):
+    """A part of the PostgreSQL backend: it reads through ``_db``."""
+
+    _db: Database
+
+
+S = TypeVar("S", bound=HasDatabase)
+
+
+def reads(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]:
+    """Turn a driver error met by a read into ``StorageUnavailable`` / ``StorageError``, as
+    ``Database.write`` does for writes: callers never see a ``psycopg`` error."""
+
+    @functools.wraps(method)
+    def wrapper(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._db.outages():
+            return method(self, *args, **kwargs)
+
+    return wrapper

@@ -1,0 +1,321 @@
+"""The PostgreSQL ``Inspector``: reads and operator actions for the CLI, web UI and metrics.
+
+It is the base class of ``PostgresStorage``; both share one ``Database`` and clock.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from conveyor.clock import Clock
+from conveyor.job import ALL_STATES, EventKind, JobRecord, JobState
+from conveyor.storage.postgres import batches, jobs
+from conveyor.storage.postgres.connection import Database, reads
+from conveyor.storage.postgres.text import enc
+from conveyor.storage.records import BatchStatus, JobTotals, QueueStats, WorkerInfo
+from conveyor.storage.rules import CANCELLED_WHILE_WAITING
+
+WORKER_TTL = 60.0
+_SERVER_NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"
+CANCEL_CHUNK = 500  # jobs per cancel_batch transaction: row locks held briefly
+_KNOWN_SET = frozenset(s.value for s in ALL_STATES)
+_KNOWN = ", ".join(f"'{s.value}'" for s in ALL_STATES)
+_WAITING = ("scheduled", "pending", "retrying")
+_RETRYABLE = ("dead", "failed", "cancelled", "retrying")
+Cursor = psycopg.Cursor[Any]
+
+
+class PostgresInspector:
+    """Reads and operator actions over one PostgreSQL schema."""
+
+    def __init__(self, db: Database, clock: Clock | None) -> None:
+        self._db = db
+        self._clock = clock
+
+    @reads
+    def now(self) -> float:
+        """The storage's clock: the server's ``clock_timestamp()``, or the explicit clock
+        given at open (tests)."""
+        if self._clock is not None:
+            return self._clock.now()
+        row = self._db.read().execute(_SERVER_NOW).fetchone()
+        return float(row[0]) if row else 0.0
+
+    def _now(self, cur: Cursor) -> float:
+        """``now`` read inside a transaction (on its own connection)."""
+        if self._clock is not None:
+            return self._clock.now()
+        row = cur.execute(_SERVER_NOW).fetchone()
+        return float(row[0]) if row else 0.0
+
+    @reads
+    def queues(self) -> list[QueueStats]:
+        """Every known queue with sizes, latency, paused flag and totals."""
+        db = self._db.read()
+        now = self.now()
+        today = time.strftime("%Y-%m-%d", time.gmtime(now))
+        sizes: dict[tuple[str, str], int] = {
+            (q, s): n for q, s, n in db.execute(
+                "SELECT queue, state, count(*) FROM jobs WHERE state IN "
+                "('pending', 'scheduled', 'active', 'retrying', 'dead') GROUP BY queue, state"
+            )
+        }
+        totals = {q: (p, f) for q, p, f in db.execute(
+            "SELECT queue, sum(processed), sum(failed) + sum(dead) FROM job_totals GROUP BY queue"
+        )}
+        daily = {q: (p, f) for q, p, f in db.execute(
+            "SELECT queue, processed, failed FROM daily_totals WHERE day = %s", (today,)
+        )}
+        out = []
+        for name, paused in db.execute("SELECT name, paused FROM queues ORDER BY name"):
+            oldest = (db.execute(
+                "SELECT min(ready_at) FROM jobs WHERE state = 'pending' AND queue = %s", (name,)
+            ).fetchone() or (None,))[0]
+            out.append(QueueStats(
+                name=name, pending=sizes.get((name, "pending"), 0),
+                scheduled=sizes.get((name, "scheduled"), 0),
+                active=sizes.get((name, "active"), 0),
+                retrying=sizes.get((name, "retrying"), 0),
+                latency=max(0.0, now - oldest) if oldest is not None else 0.0,
+                paused=bool(paused), processed=totals.get(name, (0, 0))[0],
+                failed=totals.get(name, (0, 0))[1], dead=sizes.get((name, "dead"), 0),
+                processed_today=daily.get(name, (0, 0))[0],
+                failed_today=daily.get(name, (0, 0))[1],
+            ))
+        return out
+
+    @reads
+    def get_job(self, job_id: str) -> JobRecord | None:
+        """A job with its full event log, or None."""
+        row = self._db.read().execute(
+            f"SELECT {jobs.JOB_COLUMNS}, events FROM jobs WHERE id = %s", (job_id,)
+        ).fetchone()
+        return jobs.record(row[:-1], row[-1]) if row else None
+
+    @staticmethod
+    def _filter(
+        state: JobState | None, queue: str | None, batch_id: str | None
+    ) -> tuple[str, list[Any]]:
+        terms, params = [], []
+        for column, value in (("state", state.value if state else None), ("queue", queue),
+                              ("batch_id", batch_id)):
+            if value is not None:
+                terms.append(f"{column} = %s")
+                params.append(value)
+        return (" WHERE " + " AND ".join(terms) if terms else ""), params
+
+    @reads
+    def list_jobs(
+        self,
+        *,
+        state: JobState | None = None,
+        queue: str | None = None,
+        batch_id: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+        with_events: bool = False,
+    ) -> list[JobRecord]:
+        """Jobs filtered by state/queue/batch, oldest first, paged."""
+        where, params = self._filter(state, queue, batch_id)
+        extra = ", events" if with_events else ""
+        rows = self._db.read().execute(
+            f"SELECT {jobs.JOB_COLUMNS}{extra} FROM jobs{where} "
+            "ORDER BY seq LIMIT %s OFFSET %s",  # seq is enqueue order
+            (*params, limit, offset),
+        ).fetchall()
+        if with_events:
+            return [jobs.record(r[:-1], r[-1]) for r in rows]
+        return [jobs.record(r) for r in rows]
+
+    @reads
+    def count_jobs(
+        self, *, state: JobState | None = None, queue: str | None = None,
+        batch_id: str | None = None,
+    ) -> int:
+        """How many jobs ``list_jobs`` would page through."""
+        where, params = self._filter(state, queue, batch_id)
+        return int((self._db.read().execute(
+            f"SELECT count(*) FROM jobs{where}", params
+        ).fetchone() or (0,))[0])
+
+    def _select(self, cur: Cursor, ids: Sequence[str], states: Sequence[str],
+                unknown: bool = False) -> list[Any]:
+        """Rows (id, state, batch id) of the jobs in ``states`` (and, with ``unknown``, those
+        in no known state: a damaged row), locked for this transaction."""
+        where = "state = ANY(%s)"
+        if unknown:
+            where = f"({where} OR state NOT IN ({_KNOWN}))"
+        return cur.execute(
+            f"SELECT id, state, batch_id FROM jobs WHERE id = ANY(%s) AND {where} "
+            "ORDER BY id FOR UPDATE",
+            (sorted(set(ids)), list(states)),
+        ).fetchall()
+
+    def retry_jobs(self, job_ids: Sequence[str]) -> int:
+        """Dead, failed, cancelled or retrying jobs → pending now."""
+        with self._db.write() as cur:
+            now = self._now(cur)
+            rows = self._select(cur, job_ids, _RETRYABLE)
+            # attempt, errors and recoveries stay: they are the record of what happened
+            # (docs/api.md, "Job lifecycle rules"), as on every other backend.
+            moves = jobs.move(cur, now, rows, JobState.PENDING, EventKind.RETRIED,
+                              sets=f"message = NULL, cancel_requested = false, {jobs.REQUEUE}")
+            batches.apply(cur, now, moves, jobs.insert)
+        return len(rows)
+
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        """Delete jobs that are not active."""
+        with self._db.write() as cur:
+            now = self._now(cur)
+            states = [s.value for s in ALL_STATES if s is not JobState.ACTIVE]
+            rows = self._select(cur, job_ids, states, unknown=True)
+            cur.execute("DELETE FROM jobs WHERE id = ANY(%s)", ([r[0] for r in rows],))
+            # A row in no known state is deleted without a counter to move (it had none).
+            moves: list[batches.Move] = [(b, s, None) for _, s, b in rows
+                                         if b and s in _KNOWN_SET]
+            batches.apply(cur, now, moves, jobs.insert)
+        return len(rows)
+
+    def kill_jobs(self, job_ids: Sequence[str]) -> int:
+        """Waiting jobs → dead (``killed``)."""
+        with self._db.write() as cur:
+            now = self._now(cur)
+            rows = self._select(cur, job_ids, _WAITING)
+            moves = jobs.move(cur, now, rows, JobState.DEAD, EventKind.KILLED,
+                              "killed by hand", f"message = %(msg)s, {jobs.FINISH}")
+            batches.apply(cur, now, moves, jobs.insert)
+        return len(rows)
+
+    @reads
+    def _ids_in(self, state: JobState, queue: str | None) -> list[str]:
+        where, params = self._filter(state, queue, None)
+        return [r[0] for r in self._db.read().execute(f"SELECT id FROM jobs{where}", params)]
+
+    def retry_all(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
+        """Retry every job in ``state``."""
+        return self.retry_jobs(self._ids_in(state, queue))
+
+    def clear(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
+        """Delete every job in a terminal ``state``."""
+        if not JobState(state).terminal:
+            raise ValueError(f"clear() deletes finished jobs only, not {JobState(state).value!r}")
+        return self.delete_jobs(self._ids_in(state, queue))
+
+    def pause_queue(self, queue: str) -> None:
+        """Stop every worker from taking jobs from ``queue``."""
+        self._set_paused(queue, True)
+
+    def resume_queue(self, queue: str) -> None:
+        """Undo ``pause_queue``."""
+        self._set_paused(queue, False)
+
+    def _set_paused(self, queue: str, paused: bool) -> None:
+        with self._db.write() as cur:
+            cur.execute(
+                "INSERT INTO queues (name, paused) VALUES (%s, %s) "
+                "ON CONFLICT (name) DO UPDATE SET paused = excluded.paused",
+                (queue, paused),
+            )
+
+    @reads
+    def workers(self) -> list[WorkerInfo]:
+        """Workers seen within the registry's time-to-live."""
+        rows = self._db.read().execute(
+            "SELECT info FROM workers WHERE last_seen >= %s ORDER BY id",
+            (self.now() - WORKER_TTL,),
+        ).fetchall()
+        return [WorkerInfo.from_wire(json.loads(r[0])) for r in rows]
+
+    def command_worker(self, worker_id: str, command: str) -> bool:
+        """Queue ``quiet`` or ``stop`` for a worker."""
+        if command not in ("quiet", "stop"):
+            raise ValueError(f"unknown worker command {command!r}; expected 'quiet' or 'stop'")
+        with self._db.write() as cur:
+            return bool(cur.execute(
+                "UPDATE workers SET command = %s WHERE id = %s", (command, enc(worker_id))
+            ).rowcount)
+
+    @reads
+    def get_batch(self, batch_id: str) -> BatchStatus | None:
+        """Counters and timings of a batch."""
+        row = self._db.read().execute(
+            f"SELECT {batches.BATCH_COLUMNS} FROM batches WHERE id = %s", (batch_id,)
+        ).fetchone()
+        return batches.status_from_row(row) if row else None
+
+    @reads
+    def list_batches(self, offset: int = 0, limit: int = 50) -> list[BatchStatus]:
+        """Batches, newest first."""
+        rows = self._db.read().execute(
+            f"SELECT {batches.BATCH_COLUMNS} FROM batches "
+            "ORDER BY created_at DESC, seq DESC LIMIT %s OFFSET %s",
+            (limit, offset),
+        ).fetchall()
+        return [batches.status_from_row(r) for r in rows]
+
+    def cancel_batch(self, batch_id: str) -> int:
+        """Cancel every waiting job of a batch and request cancellation of its active ones."""
+        with self._db.write() as cur:
+            cur.execute("UPDATE batches SET cancelled = true WHERE id = %s", (batch_id,))
+        # One transaction per chunk: workers' acks of the batch's jobs wait on row locks
+        # for one chunk at most, not for one transaction over a 200,000-job batch.
+        # One state at a time, so each chunk is a range of the (batch_id, state, seq) index.
+        done = 0
+        for state in ("scheduled", "pending", "retrying", "active"):
+            after = 0
+            while True:
+                with self._db.write() as cur:
+                    found = cur.execute(
+                        "SELECT seq, id, state, batch_id, cancel_requested FROM jobs "
+                        "WHERE batch_id = %s AND state = %s AND seq > %s "
+                        "ORDER BY seq LIMIT %s FOR UPDATE", (batch_id, state, after, CANCEL_CHUNK)
+                    ).fetchall()
+                    if not found:
+                        break
+                    after = found[-1][0]
+                    self._cancel_rows(cur, self._now(cur), [r[1:] for r in found])
+                    done += len(found)
+        return done
+
+    def _cancel(self, cur: Cursor, now: float, job_id: str) -> JobState | None:
+        """Cancel one job inside the caller's transaction; returns its resulting state."""
+        row = cur.execute(
+            "SELECT id, state, batch_id, cancel_requested FROM jobs WHERE id = %s FOR UPDATE",
+            (job_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        self._cancel_rows(cur, now, [row])
+        state = JobState(row[1])
+        return JobState.CANCELLED if state.value in _WAITING else state
+
+    @staticmethod
+    def _cancel_rows(cur: Cursor, now: float, rows: Sequence[Any]) -> None:
+        """Rows ``(id, state, batch_id, cancel_requested)``: waiting ones become cancelled,
+        active ones get a cancellation request their worker sees at the next heartbeat."""
+        waiting = [r[:3] for r in rows if r[1] in _WAITING]
+        moves = jobs.move(cur, now, waiting, JobState.CANCELLED, EventKind.CANCELLED,
+                          CANCELLED_WHILE_WAITING, f"message = %(msg)s, {jobs.FINISH}")
+        batches.apply(cur, now, moves, jobs.insert)
+        # The event names the worker and the attempt, as on every backend.
+        asked = [r[0] for r in rows if r[1] == "active" and not r[3]]
+        if asked:
+            cur.execute(
+                "UPDATE jobs SET cancel_requested = true, events = events || json_build_object("
+                "'t', %s::float8, 'k', %s::text, 's', 'active', 'w', worker, 'a', attempt)::text "
+                "|| E'\\n' WHERE id = ANY(%s)",
+                (now, EventKind.CANCEL_REQUESTED, asked),
+            )
+
+    @reads
+    def job_totals(self) -> list[JobTotals]:
+        """All-time outcome counters per (queue, job name)."""
+        return [JobTotals(*row) for row in self._db.read().execute(
+            "SELECT queue, name, processed, failed, dead, retried FROM job_totals "
+            "ORDER BY queue, name"
+        )]
