@@ -3,6 +3,7 @@ open a fresh database at once, and run by ``conveyor migrate`` without naming th
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import uuid
 from typing import Any
@@ -12,9 +13,10 @@ import pytest
 
 from conveyor.cli.main import main
 from conveyor.errors import StorageURLError
+from conveyor.job import Ack, Outcome
 from conveyor.storage import open_storage
 from conveyor.storage.postgres.connection import parse_postgres_url
-from conveyor.storage.postgres.migrate import latest_version
+from conveyor.storage.postgres.migrate import latest_version, migrations
 from tests.conformance.helpers import put, take_one
 
 
@@ -76,3 +78,47 @@ def test_two_schemas_in_one_database_do_not_see_each_other(postgres_server: Any)
 def test_bad_options_are_refused_with_a_reason(query: str) -> None:
     with pytest.raises(StorageURLError):
         open_storage(f"postgresql://u:secret@127.0.0.1:1/db?{query}")
+
+
+def test_a_database_at_version_1_upgrades_in_place_keeping_every_job(
+        postgres_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = _url(postgres_server)
+    first = migrations()[:1]
+    monkeypatch.setattr("conveyor.storage.postgres.migrate.migrations", lambda: first)
+    old = open_storage(url)  # version 1: the tables only, transitions written by the client
+    monkeypatch.undo()
+    settings = parse_postgres_url(url)
+    with psycopg.connect(settings.conninfo, autocommit=True) as db:
+        db.execute(f'SET search_path TO "{settings.schema}"')
+        db.execute("INSERT INTO batches (id, callbacks, created_at, closed, total, n_pending) "
+                   "VALUES ('b1', %s, 1.0, true, 1, 1)", (json.dumps({"complete": {
+                       "id": "cb1", "name": "t.done", "queue": "default", "payload": "[]",
+                       "max_retries": 3, "batch_id": None, "flow": None}}),))
+        for job_id, state, batch in (("j1", "pending", "b1"), ("j2", "pending", None),
+                                     ("j3", "succeeded", None), ("j4", "scheduled", None)):
+            db.execute(
+                "INSERT INTO jobs (id, name, queue, payload, state, created_at, ready_at, "
+                "run_at, batch_id, events) VALUES (%s, 't.x', 'default', '[]', %s, 1.0, 1.0, "
+                "%s, %s, '{\"t\":1.0,\"k\":\"enqueued\",\"s\":\"pending\"}\n')",
+                (job_id, state, 9e9 if state == "scheduled" else None, batch))
+    old.close()
+    assert _versions(url) == [1]
+    store = open_storage(url)
+    try:
+        assert _versions(url) == list(range(1, latest_version() + 1))
+        assert {r.id: r.state.value for r in store.list_jobs(limit=10)} == {
+            "j1": "pending", "j2": "pending", "j3": "succeeded", "j4": "scheduled"}
+        leased = store.dequeue(["default"], "w1", 10, 30.0)
+        assert [job.id for job in leased] == ["j1", "j2"]
+        assert store.ack([Ack(job.id, job.token, Outcome.SUCCEEDED) for job in leased]) == [
+            True, True]
+        batch = store.get_batch("b1")
+        assert batch is not None and batch.finished_at is not None
+        assert batch.callbacks_fired == ("complete",)
+        callback = store.get_job("cb1")
+        assert callback is not None and callback.state.value == "pending"
+        record = store.get_job("j1")
+        assert record is not None and [e.kind for e in record.events or []] == [
+            "enqueued", "started", "succeeded"]
+    finally:
+        store.close()

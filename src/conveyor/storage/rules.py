@@ -1,18 +1,25 @@
 """Lifecycle rules every backend applies the same way (docs/api.md, "Job lifecycle rules").
 
-The memory and SQLite backends call these; ``redis/lua/ack.lua`` and ``reclaim.lua`` spell
-the same rules in Lua. The conformance suite (``test_cancel_and_message.py``) pins them.
+The memory, SQLite and PostgreSQL backends call these; ``redis/lua/ack.lua`` and
+``reclaim.lua`` spell the same rules in Lua. The conformance suite
+(``test_cancel_and_message.py``) pins them.
 """
 
 from __future__ import annotations
 
-from conveyor.job import Ack, Outcome
+from dataclasses import dataclass
+from typing import Any
+
+from conveyor.job import Ack, EventKind, Outcome
 
 __all__ = [
     "CANCELLED_WHILE_WAITING",
     "CANCELS_ON_REQUEST",
     "LEASE_EXPIRED",
+    "OUTCOMES",
     "WORKER_DIED",
+    "AckEffect",
+    "ack_effect",
     "ack_message",
     "cancelled_message",
     "counts_as_error",
@@ -56,3 +63,48 @@ def ack_message(ack: Ack) -> str | None:
 def cancelled_message(text: str | None) -> str:
     """``message`` of a job a cancel request ended, given what ended its attempt."""
     return f"cancelled: {text}" if text else "cancelled while running"
+
+
+#: outcome -> (new state, final event kind, terminal?, counted in the totals as)
+OUTCOMES: dict[Outcome, tuple[str, str, bool, str | None]] = {
+    Outcome.SUCCEEDED: ("succeeded", EventKind.SUCCEEDED, True, "processed"),
+    Outcome.FAILED: ("failed", EventKind.FAILED, True, "failed"),
+    Outcome.RETRY: ("retrying", EventKind.ERROR, False, "retried"),
+    Outcome.DEAD: ("dead", EventKind.DEAD, True, "dead"),
+    Outcome.CANCELLED: ("cancelled", EventKind.CANCELLED, True, None),
+    Outcome.INTERRUPTED: ("pending", EventKind.INTERRUPTED, False, None),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class AckEffect:
+    """What one acknowledgement does to its job when applied as ``outcome``: the state it
+    moves to, the final event (kind, message, data), whether that ends the job, and what it
+    counts as in the outcome totals. The backends write it; they decide nothing else."""
+
+    outcome: Outcome
+    state: str
+    kind: str
+    terminal: bool
+    counted: str | None
+    message: str | None
+    data: dict[str, Any] | None
+
+
+def ack_effect(ack: Ack, outcome: Outcome) -> AckEffect:
+    """The effect of ``ack`` applied as ``outcome`` (``effective_outcome`` of its own)."""
+    state, kind, terminal, counted = OUTCOMES[outcome]
+    error = ack.error.to_wire() if ack.error else None
+    data: dict[str, Any] | None = None
+    message = ack_message(ack)
+    if error is not None and outcome is Outcome.RETRY:
+        # The error event's data says when the retry comes (a dead event's is the error
+        # alone, as on every backend).
+        data = {**error, "retry": True, "retry_in": ack.retry_in or 0.0}
+    elif error is not None and outcome is Outcome.DEAD:
+        data = error
+    elif outcome is not ack.outcome:  # a cancel request ended it: keep what ended the attempt
+        message, data = cancelled_message(message), error
+    elif outcome is Outcome.FAILED or outcome is Outcome.CANCELLED:
+        data = error
+    return AckEffect(outcome, state, kind, terminal, counted, message, data)

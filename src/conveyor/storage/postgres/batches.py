@@ -10,22 +10,19 @@ each other in a circle.
 from __future__ import annotations
 
 import json
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
 
-from conveyor.errors import BatchClosedError, BatchNotFound
+from conveyor.errors import BatchNotFound
 from conveyor.job import ALL_STATES, BatchSpec, FlowControl, JobSpec
 from conveyor.storage.postgres.text import dec, enc_opt
 from conveyor.storage.records import BatchStatus
 
-# (batch_id, from_state or None for a new job, to_state or None for a deleted job)
 Cursor = psycopg.Cursor[Any]
+# (batch_id, from_state or None for a new job, to_state or None for a deleted job)
 Move = tuple[str, "str | None", "str | None"]
-EnqueueFn = Callable[[Cursor, float, Sequence[JobSpec]], object]
 
 TERMINAL_SUM = "n_succeeded + n_failed + n_dead + n_cancelled"
 BATCH_COLUMNS = (
@@ -65,96 +62,21 @@ def create(cur: Cursor, now: float, spec: BatchSpec) -> None:
     )
 
 
-def check_open(cur: Cursor, batch_ids: Iterable[str]) -> None:
-    """Raise ``BatchNotFound`` / ``BatchClosedError`` unless every batch can take new jobs."""
-    wanted = sorted(set(batch_ids))
-    if not wanted:
-        return
-    found = dict(cur.execute("SELECT id, finished_at FROM batches WHERE id = ANY(%s)",
-                             (wanted,)).fetchall())
-    for batch_id in wanted:
-        if batch_id not in found:
-            raise BatchNotFound(f"no batch {batch_id!r}")
-        if found[batch_id] is not None:
-            raise BatchClosedError(f"batch {batch_id!r} has finished; it takes no new jobs")
+def apply(cur: Cursor, now: float | None, moves: Iterable[Move]) -> None:
+    """Move the counters, then complete batches and fire callbacks as they become due: one
+    statement (the ``batch_moves`` function, migrations/002_functions.sql)."""
+    rows = list(moves)
+    if rows:
+        cur.execute("SELECT batch_moves(clock_now(%s::float8), %s::text[], %s::text[], %s::text[])",
+                    (now, *[list(col) for col in zip(*rows, strict=True)]))
 
 
-def apply(cur: Cursor, now: float, moves: Iterable[Move], enqueue: EnqueueFn) -> None:
-    """Move the counters, then complete batches and fire callbacks as they become due."""
-    deltas: dict[str, Counter[str]] = {}
-    for batch_id, before, after in moves:
-        delta = deltas.setdefault(batch_id, Counter())
-        if before is None:
-            delta["total"] += 1
-        else:
-            delta[f"n_{before}"] -= 1
-        if after is None:
-            delta["total"] -= 1
-        else:
-            delta[f"n_{after}"] += 1
-    for batch_id, delta in sorted(deltas.items()):
-        changes = {col: n for col, n in delta.items() if n}
-        if changes:
-            sets = ", ".join(f"{col} = {col} + %s" for col in changes)
-            started = ", started_at = coalesce(started_at, %s)" if delta["n_active"] > 0 else ""
-            params: list[object] = list(changes.values())
-            if started:
-                params.append(now)
-            cur.execute(f"UPDATE batches SET {sets}{started} WHERE id = %s",
-                        (*params, batch_id))
-        settle(cur, now, batch_id, enqueue)
-
-
-def settle(cur: Cursor, now: float, batch_id: str, enqueue: EnqueueFn) -> None:
-    """Update completion and fire the callbacks that have become due, each exactly once.
-
-    A job retried by hand re-opens a finished batch; ``success`` may therefore come after
-    ``complete`` (a dead job retried and then succeeded).
-    """
-    row = cur.execute(
-        f"SELECT closed, total, {TERMINAL_SUM}, n_succeeded, n_dead, callbacks, "
-        "callbacks_fired, finished_at FROM batches WHERE id = %s FOR UPDATE",
-        (batch_id,),
-    ).fetchone()
-    if row is None:  # trimmed away while its jobs lived on
-        return
-    closed, total, done, succeeded, dead, callbacks_text, fired_text, finished_at = row
-    complete = bool(closed) and done >= total
-    moments = [m for m, due in (("death", dead > 0), ("complete", complete),
-                                ("success", complete and succeeded >= total)) if due]
-    callbacks = json.loads(callbacks_text or "{}")
-    fired = [name for name in fired_text.split(",") if name]
-    due = [m for m in moments if m in callbacks and m not in fired]
-    finished = (finished_at if finished_at is not None else now) if complete else None
-    if not due and finished == finished_at:
-        return
-    cur.execute(
-        "UPDATE batches SET callbacks_fired = %s, finished_at = %s WHERE id = %s",
-        (",".join(fired + due), finished, batch_id),
-    )
-    specs = [_detached(cur, spec_from_wire(callbacks[name])) for name in due]
-    if specs:
-        enqueue(cur, now, specs)
-
-
-def _detached(cur: Cursor, spec: JobSpec) -> JobSpec:
-    """The callback as it can be stored: outside its target batch if that one cannot take it
-    (rather than raise inside the acknowledgement that completed this batch)."""
-    if spec.batch_id is None:
-        return spec
-    try:
-        check_open(cur, [spec.batch_id])
-    except (BatchNotFound, BatchClosedError):
-        return replace(spec, batch_id=None)
-    return spec
-
-
-def close(cur: Cursor, now: float, batch_id: str, enqueue: EnqueueFn) -> None:
+def close(cur: Cursor, now: float | None, batch_id: str) -> None:
     """Mark a batch fully enqueued and complete it at once if every job is already terminal."""
     updated = cur.execute("UPDATE batches SET closed = true WHERE id = %s", (batch_id,)).rowcount
     if not updated:
         raise BatchNotFound(f"no batch {batch_id!r}")
-    settle(cur, now, batch_id, enqueue)
+    cur.execute("SELECT settle_batch(clock_now(%s::float8), %s)", (now, batch_id))
 
 
 def status_from_row(row: Sequence[Any]) -> BatchStatus:

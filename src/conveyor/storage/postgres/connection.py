@@ -200,6 +200,13 @@ class Database:
             with conn.transaction(), conn.cursor() as cur:
                 yield cur
 
+    @contextmanager
+    def call(self) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor for one statement that is its own transaction (a server-side function
+        call): no BEGIN and COMMIT around it, so the whole transition is one round trip."""
+        with self.outages(), self.conn().cursor() as cur:
+            yield cur
+
     def read(self) -> psycopg.Connection[Any]:
         """The connection for plain reads (autocommit: each statement its own snapshot)."""
         with self.outages():

@@ -46,6 +46,11 @@ class PostgresInspector:
         row = self._db.read().execute(_SERVER_NOW).fetchone()
         return float(row[0]) if row else 0.0
 
+    def _clock_arg(self) -> float | None:
+        """The ``p_now`` of the server-side functions: the test clock's time, or None (the
+        server's ``clock_timestamp()``, read inside the function: no round trip of its own)."""
+        return None if self._clock is None else self._clock.now()
+
     def _now(self, cur: Cursor) -> float:
         """``now`` read inside a transaction (on its own connection)."""
         if self._clock is not None:
@@ -165,7 +170,7 @@ class PostgresInspector:
             # (docs/api.md, "Job lifecycle rules"), as on every other backend.
             moves = jobs.move(cur, now, rows, JobState.PENDING, EventKind.RETRIED,
                               sets=f"message = NULL, cancel_requested = false, {jobs.REQUEUE}")
-            batches.apply(cur, now, moves, jobs.insert)
+            batches.apply(cur, now, moves)
         return len(rows)
 
     def delete_jobs(self, job_ids: Sequence[str]) -> int:
@@ -178,7 +183,7 @@ class PostgresInspector:
             # A row in no known state is deleted without a counter to move (it had none).
             moves: list[batches.Move] = [(b, s, None) for _, s, b in rows
                                          if b and s in _KNOWN_SET]
-            batches.apply(cur, now, moves, jobs.insert)
+            batches.apply(cur, now, moves)
         return len(rows)
 
     def kill_jobs(self, job_ids: Sequence[str]) -> int:
@@ -188,7 +193,7 @@ class PostgresInspector:
             rows = self._select(cur, job_ids, _WAITING)
             moves = jobs.move(cur, now, rows, JobState.DEAD, EventKind.KILLED,
                               "killed by hand", f"message = %(msg)s, {jobs.FINISH}")
-            batches.apply(cur, now, moves, jobs.insert)
+            batches.apply(cur, now, moves)
         return len(rows)
 
     @reads
@@ -301,7 +306,7 @@ class PostgresInspector:
         waiting = [r[:3] for r in rows if r[1] in _WAITING]
         moves = jobs.move(cur, now, waiting, JobState.CANCELLED, EventKind.CANCELLED,
                           CANCELLED_WHILE_WAITING, f"message = %(msg)s, {jobs.FINISH}")
-        batches.apply(cur, now, moves, jobs.insert)
+        batches.apply(cur, now, moves)
         # The event names the worker and the attempt, as on every backend.
         asked = [r[0] for r in rows if r[1] == "active" and not r[3]]
         if asked:

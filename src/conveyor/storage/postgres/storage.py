@@ -1,10 +1,12 @@
 """The PostgreSQL backend: ``open_postgres("postgresql://user:pass@host/db?schema=conveyor")``.
 
 Every transition is one transaction that updates the job rows, appends their events and moves
-their batch counters. Dequeue of a queue without flow control is one ``UPDATE … RETURNING``
-over rows picked ``FOR UPDATE SKIP LOCKED`` (many workers never wait on each other);
-acknowledgements of a whole list are one fenced ``UPDATE … FROM unnest(…)``. Times come from
-the server's ``clock_timestamp()`` unless a test clock was given at open.
+their batch counters. The hot path (enqueue, dequeue, ack, heartbeat) is one call of a
+server-side function each (migrations/002_functions.sql): one round trip, no transaction
+block, no client code between its statements. Dequeue leases many jobs over rows picked ``FOR
+UPDATE SKIP LOCKED`` (many workers never wait on each other); acknowledgements of a whole
+list are one fenced ``UPDATE``. Times come from the server's ``clock_timestamp()``, read
+inside each function, unless a test clock was given at open (its time is passed along).
 """
 
 from __future__ import annotations
@@ -14,22 +16,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-import psycopg
-
 from conveyor.clock import Clock, SystemClock
 from conveyor.job import (
     Ack,
     EnqueueResult,
     Event,
-    EventKind,
     HeartbeatReply,
     JobSpec,
-    JobState,
     LeasedJob,
 )
 from conveyor.storage.base import WaitsThenDequeues
 from conveyor.storage.postgres import acks as ack_sql
-from conveyor.storage.postgres import batches, flow, jobs
+from conveyor.storage.postgres import jobs
 from conveyor.storage.postgres.connection import Database, Settings, parse_postgres_url, reads
 from conveyor.storage.postgres.migrate import migrate
 from conveyor.storage.postgres.schedules import PostgresSchedules
@@ -40,37 +38,13 @@ from conveyor.storage.records import JobBlock, WorkerInfo
 
 ENQUEUE_CHUNK = 5000
 
-_LEASE = """
-UPDATE jobs SET state = 'active', attempt = attempt + 1, worker = %(worker)s,
-    token = replace(gen_random_uuid()::text, '-', ''), lease_expires_at = %(expires)s,
-    started_at = %(now)s, cancel_requested = false,
-    events = events || json_build_object('t', %(now)s::float8, 'k', 'started', 's', 'active',
-                                         'w', %(worker)s::text, 'a', attempt + 1)::text || E'\\n'
-WHERE {where}
-RETURNING id, name, queue, payload, token, attempt, errors, max_retries, timeout, batch_id,
-    recoveries, ready_at, seq
-"""
-_LEASE_FIRST = _LEASE.format(
-    where="id IN (SELECT id FROM jobs WHERE state = 'pending' AND queue = %(queue)s "
-    "ORDER BY ready_at, seq LIMIT %(count)s FOR UPDATE SKIP LOCKED)"
-)
-_LEASE_IDS = _LEASE.format(where="id = ANY(%(ids)s) AND state = 'pending'")
-# What a queue needs before its lease: paused? gated jobs waiting? jobs past their deadline?
-_LOOK = (
-    "SELECT coalesce((SELECT paused FROM queues WHERE name = %(queue)s), false), "
-    "EXISTS (SELECT 1 FROM jobs WHERE state = 'pending' AND gated AND queue = %(queue)s), "
-    "EXISTS (SELECT 1 FROM jobs WHERE state = 'pending' AND queue = %(queue)s "
-    "AND deadline IS NOT NULL AND deadline < %(now)s)"
-)
-_EXPIRE = (
-    "SELECT id, state, batch_id FROM jobs WHERE state = 'pending' AND queue = %s "
-    "AND deadline IS NOT NULL AND deadline < %s FOR UPDATE SKIP LOCKED"
-)
+_DEQUEUE = "SELECT * FROM dequeue(%s::float8, %s::text[], %s::text, %s::int4, %s::float8)"
+_HEARTBEAT = ("SELECT * FROM heartbeat(%s::float8, %s::text, %s::text, %s::text[], %s::text[], "
+              "%s::float8)")
 _HAS_WORK = (
     "SELECT 1 FROM jobs WHERE state = 'pending' AND queue = ANY(%s) AND queue NOT IN "
     "(SELECT name FROM queues WHERE paused) LIMIT 1"
 )
-_EXPIRED_MESSAGE = "deadline passed before the job could start"
 
 
 def open_postgres(url: str, clock: Clock | None = None) -> PostgresStorage:
@@ -103,8 +77,8 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
         results: list[EnqueueResult] = []
         for start in range(0, len(specs), ENQUEUE_CHUNK):
             chunk = specs[start:start + ENQUEUE_CHUNK]
-            with self._db.write() as cur:
-                results.extend(jobs.insert(cur, self._now(cur), chunk))
+            with self._db.call() as cur:
+                results.extend(jobs.insert(cur, self._clock_arg(), chunk))
         return results
 
     def enqueue_block(self, block: JobBlock) -> list[EnqueueResult]:
@@ -114,54 +88,21 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
             end = start + ENQUEUE_CHUNK
             chunk = replace(block, ids=block.ids[start:end], payloads=block.payloads[start:end],
                             flows=None if block.flows is None else block.flows[start:end])
-            with self._db.write() as cur:
-                results.extend(jobs.insert_block(cur, self._now(cur), chunk))
+            with self._db.call() as cur:
+                results.extend(jobs.insert_block(cur, self._clock_arg(), chunk))
         return results
 
     def dequeue(
         self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float
     ) -> list[LeasedJob]:
-        """Lease up to ``count`` pending jobs, queue by queue in the order given."""
+        """Lease up to ``count`` pending jobs, queue by queue in the order given: one call
+        of the server-side ``dequeue`` (pause, deadlines, flow control, batch counters)."""
         if count <= 0 or not queues:
             return []
-        leased: list[LeasedJob] = []
-        with self._db.write() as cur:
-            now = self._now(cur)
-            moves: list[batches.Move] = []
-            params: dict[str, Any] = {"worker": enc(worker_id), "now": now,
-                                      "expires": now + lease_seconds}
-            for queue in dict.fromkeys(queues):
-                need = count - len(leased)
-                if need <= 0:
-                    break
-                look = cur.execute(_LOOK, {"queue": queue, "now": now}).fetchone()
-                paused, gated, expiring = look if look else (False, False, False)
-                if paused:
-                    continue
-                if expiring:
-                    expired = cur.execute(_EXPIRE, (queue, now)).fetchall()
-                    moves += jobs.move(cur, now, expired, JobState.DEAD, EventKind.EXPIRED,
-                                       _EXPIRED_MESSAGE, f"message = %(msg)s, {jobs.FINISH}")
-                for row in self._lease(cur, now, queue, need, gated, params):
-                    job = _leased(row)
-                    leased.append(job)
-                    if job.batch_id:
-                        moves.append((job.batch_id, "pending", "active"))
-            batches.apply(cur, now, moves, jobs.insert)
-        return leased
-
-    def _lease(self, cur: psycopg.Cursor[Any], now: float, queue: str, need: int, gated: bool,
-               params: dict[str, Any]) -> list[Any]:
-        if gated:
-            flow.gate_lock(cur)
-            ids = flow.pick(cur, now, queue, need)
-            if not ids:
-                return []
-            rows = cur.execute(_LEASE_IDS, {**params, "ids": ids}).fetchall()
-        else:
-            rows = cur.execute(_LEASE_FIRST, {**params, "queue": queue, "count": need}).fetchall()
-        rows.sort(key=lambda r: (r[11], r[12]))
-        return list(rows)
+        with self._db.call() as cur:
+            rows = cur.execute(_DEQUEUE, (self._clock_arg(), list(dict.fromkeys(queues)),
+                                          enc(worker_id), count, lease_seconds)).fetchall()
+        return [_leased(row) for row in rows]
 
     def wait(self, queues: Sequence[str], timeout: float) -> bool:
         """Block until work may be ready on ``queues`` (see ``wakeup.py``)."""
@@ -174,14 +115,11 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
         return self._listener.wait(names, lambda: has_work(self), timeout)
 
     def ack(self, acks: Sequence[Ack]) -> list[bool]:
-        """Apply outcomes, fenced by lease token, all in one transaction."""
+        """Apply outcomes, fenced by lease token: one call of the server-side ``ack``."""
         if not acks:
             return []
-        with self._db.write() as cur:
-            now = self._now(cur)
-            applied, moves = ack_sql.apply(cur, now, acks)
-            batches.apply(cur, now, moves, jobs.insert)
-        return applied
+        with self._db.call() as cur:
+            return ack_sql.apply(cur, self._clock_arg(), acks)
 
     def log(self, job_id: str, token: str, events: Sequence[Event],
             progress: tuple[int, int] | None = None) -> bool:
@@ -198,30 +136,18 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
     def heartbeat(
         self, info: WorkerInfo, leases: Mapping[str, str], lease_seconds: float
     ) -> HeartbeatReply:
-        """Register the worker, extend its leases, report lost/cancelled jobs and a command."""
-        with self._db.write() as cur:
-            now = self._now(cur)
-            wire = {**info.to_wire(), "last_seen": now}
-            found = cur.execute("SELECT command FROM workers WHERE id = %s FOR UPDATE",
-                                (enc(info.id),)).fetchone()
-            cur.execute(
-                "INSERT INTO workers (id, info, last_seen) VALUES (%(id)s, %(info)s, %(now)s) "
-                "ON CONFLICT (id) DO UPDATE SET info = excluded.info, "
-                "last_seen = excluded.last_seen, command = NULL",
-                {"id": enc(info.id), "info": json.dumps(wire), "now": now},
-            )
-            command = found[0] if found else None
-            ids = sorted(leases)
-            held = cur.execute(
-                "UPDATE jobs SET lease_expires_at = %s FROM unnest(%s::text[], %s::text[]) "
-                "AS u(id, token) WHERE jobs.id = u.id AND jobs.token = u.token "
-                "AND jobs.state = 'active' RETURNING jobs.id, jobs.cancel_requested",
-                (now + lease_seconds, ids, [leases[i] for i in ids]),
-            ).fetchall() if leases else []
+        """Register the worker, extend its leases, report lost/cancelled jobs and a command:
+        one call of the server-side ``heartbeat``."""
+        ids = sorted(leases)
+        with self._db.call() as cur:
+            rows = cur.execute(_HEARTBEAT, (
+                self._clock_arg(), enc(info.id), json.dumps(info.to_wire()), ids,
+                [leases[i] for i in ids], lease_seconds)).fetchall()
+        held = [(job_id, cancel) for _, job_id, cancel in rows if job_id is not None]
         return HeartbeatReply(
-            lost=frozenset(set(leases) - {r[0] for r in held}),
-            cancel=frozenset(r[0] for r in held if r[1]),
-            command=command,
+            lost=frozenset(set(leases) - {job_id for job_id, _ in held}),
+            cancel=frozenset(job_id for job_id, cancel in held if cancel),
+            command=rows[0][0] if rows else None,
         )
 
     def unregister_worker(self, worker_id: str) -> None:

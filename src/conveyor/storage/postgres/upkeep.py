@@ -46,7 +46,7 @@ class PostgresUpkeep(PostgresInspector):
             rows = cur.execute(_PROMOTE, (now, limit)).fetchall()
             moves = jobs.move(cur, now, rows, JobState.PENDING, EventKind.ENQUEUED,
                               sets="ready_at = %(now)s")
-            batches.apply(cur, now, moves, jobs.insert)
+            batches.apply(cur, now, moves)
         return len(rows)
 
     def reclaim_expired(self, max_recoveries: int = 5, limit: int = 1000) -> int:
@@ -79,7 +79,7 @@ class PostgresUpkeep(PostgresInspector):
     def close_batch(self, batch_id: str) -> None:
         """Mark a batch fully enqueued; complete it now if every job is already terminal."""
         with self._db.write() as cur:
-            batches.close(cur, self._now(cur), batch_id, jobs.insert)
+            batches.close(cur, self._clock_arg(), batch_id)
 
     def trim(self, retention: Retention) -> int:
         """Delete finished jobs, batches and silent workers past retention."""
@@ -137,5 +137,5 @@ def _recover(cur: Any, now: float, rows: Sequence[Any], max_recoveries: int,
                    if r[3] + 1 > max_recoveries and not r[6])
     if dead:
         jobs.add_totals(cur, now, dead)
-    batches.apply(cur, now, moves, jobs.insert)
+    batches.apply(cur, now, moves)
     return len(back)

@@ -1,0 +1,209 @@
+"""Drain rate and storage bytes of the PostgreSQL backend (not a test; run it by hand):
+
+    python -m benchmarks.pg_probe [--jobs 20000] [--finished 1000000] [--rounds 3]
+
+Starts a private PostgreSQL (``tests/support/postgres_server.py``) and a private redis-server,
+then, in rounds that alternate the cases so all see the same load on a shared machine:
+
+* **drain, empty**: N no-op jobs are enqueued in bulk into a fresh schema, then one worker
+  (``conveyor worker --processes 1 -c 8``) drains them; the rate is taken between the first
+  100 jobs leaving ``pending`` and the last job finished (worker start-up is not counted);
+* **drain, 1,000,000 finished**: the same on a schema whose ``jobs`` table already holds that
+  many succeeded jobs, inserted by SQL and vacuumed (the "retention" case: finished jobs must
+  not slow the hot path down);
+* **drain on Redis**: the same worker and jobs on ``redis://``, the yardstick of the issue.
+
+Then it prints ``pg_total_relation_size`` of the jobs table (heap, TOAST and every index) per
+pending job and per finished job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from tests.support.postgres_server import PostgresServer
+
+from benchmarks.servers import RedisServer
+from conveyor import Conveyor
+from conveyor.ids import new_id
+from conveyor.job import JobSpec, JobState
+from conveyor.storage import Backend, open_storage
+from conveyor.storage.postgres.connection import parse_postgres_url
+
+QUEUE = "probe"
+PAYLOAD = '{"a":[],"k":{}}'
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_WARMUP = 100  # jobs leased before the clock starts: the worker is up and running
+
+# The worker imports this module for its app: the URL comes from the worker's --url.
+app = Conveyor(os.environ.get("PROBE_URL", "memory://"))
+
+
+@app.job(name="probe.noop", queue=QUEUE, retry=0)
+def noop() -> None:
+    """The job: nothing, so the engine is what is measured."""
+
+
+def specs(n: int) -> list[JobSpec]:
+    """``n`` small jobs of the probe's queue."""
+    return [JobSpec(id=new_id(), name="probe.noop", queue=QUEUE, payload=PAYLOAD)
+            for _ in range(n)]
+
+
+@contextmanager
+def worker(url: str) -> Iterator[None]:
+    """One worker process on ``url`` (one process, 8 slots), running until the block ends."""
+    path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "conveyor.cli.main", "worker", "benchmarks.pg_probe:app",
+         "-c", "8", "--processes", "1", "-q", QUEUE, "--log-level", "WARNING", "--url", url],
+        cwd=ROOT, env=dict(os.environ, PROBE_URL=url, PYTHONPATH=path))
+    try:
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
+def _waiting(store: Backend) -> int:
+    """Jobs not yet finished (pending or active): counted on the partial indexes."""
+    return sum(store.count_jobs(state=s, queue=QUEUE) for s in (JobState.PENDING, JobState.ACTIVE))
+
+
+def drain(url: str, n: int) -> float:
+    """Jobs/s of one worker draining ``n`` no-op jobs enqueued before it starts."""
+    store = open_storage(url)
+    try:
+        store.enqueue(specs(n))
+        with worker(url):
+            deadline = time.monotonic() + 600
+            while store.count_jobs(state=JobState.PENDING, queue=QUEUE) > n - _WARMUP:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the worker never started")
+                time.sleep(0.002)
+            t0 = time.perf_counter()
+            while _waiting(store):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{n} jobs not drained in time")
+                time.sleep(0.005)
+            t1 = time.perf_counter()
+    finally:
+        store.close()
+    return (n - _WARMUP) / (t1 - t0)
+
+
+def fresh(server_url: str) -> str:
+    """A schema of its own on the probe's server."""
+    return f"{server_url}?schema=p{uuid.uuid4().hex[:10]}"
+
+
+def fill_finished(url: str, count: int) -> None:
+    """``count`` succeeded jobs, written by SQL as a finished job looks, then vacuumed."""
+    open_storage(url).close()  # creates and migrates the schema
+    settings = parse_postgres_url(url)
+    events = ('{"t":1700000000.0,"k":"enqueued","s":"pending"}\n'
+              '{"t":1700000000.1,"k":"started","s":"active","w":"host:1:abcd","a":1}\n'
+              '{"t":1700000000.2,"k":"succeeded","s":"succeeded","w":"host:1:abcd","a":1}\n')
+    with psycopg.connect(settings.conninfo, autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{settings.schema}"')
+        conn.execute(
+            "INSERT INTO jobs (id, name, queue, payload, state, attempt, created_at, ready_at, "
+            "started_at, finished_at, worker, events) "
+            "SELECT 'f' || lpad(g::text, 23, '0'), 'probe.noop', %s, %s, 'succeeded', 1, "
+            "1700000000.0 + g / 1000.0, 1700000000.0 + g / 1000.0, 1700000000.1 + g / 1000.0, "
+            "1700000000.2 + g / 1000.0, 'host:1:abcd', %s FROM generate_series(1, %s) AS g",
+            (QUEUE, PAYLOAD, events, count))
+        conn.execute("VACUUM ANALYZE jobs")
+
+
+def relation_bytes(url: str) -> int:
+    """``pg_total_relation_size`` of the schema's jobs table: heap, TOAST and indexes."""
+    settings = parse_postgres_url(url)
+    with psycopg.connect(settings.conninfo, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_total_relation_size(%s)",
+                           (f'"{settings.schema}".jobs',)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def vacuum(url: str, full: bool = False) -> None:
+    """VACUUM (FULL) ANALYZE the schema's jobs table."""
+    settings = parse_postgres_url(url)
+    with psycopg.connect(settings.conninfo, autocommit=True) as conn:
+        conn.execute(f'VACUUM {"FULL " if full else ""}ANALYZE "{settings.schema}".jobs')
+
+
+def storage_bytes(server_url: str, n: int) -> tuple[float, float]:
+    """(bytes per pending job, bytes per finished job) of the jobs table and its indexes."""
+    url = fresh(server_url)
+    open_storage(url).close()
+    vacuum(url, full=True)
+    empty = relation_bytes(url)
+    store = open_storage(url)
+    store.enqueue(specs(n))
+    store.close()
+    vacuum(url, full=True)
+    pending = (relation_bytes(url) - empty) / n
+    with worker(url):
+        store = open_storage(url)
+        deadline = time.monotonic() + 600
+        while _waiting(store) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        store.close()
+    vacuum(url, full=True)
+    return pending, (relation_bytes(url) - empty) / n
+
+
+def main() -> None:
+    """Run the rounds and print the medians."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--finished", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-redis", action="store_true")
+    args = parser.parse_args()
+    logging.disable(logging.WARNING)
+    rates: dict[str, list[float]] = {"empty": [], "finished": [], "redis": []}
+    with PostgresServer() as pg:
+        redis_server = None if args.no_redis else RedisServer()
+        try:
+            full = fresh(pg.url)
+            t0 = time.perf_counter()
+            fill_finished(full, args.finished)
+            print(f"{args.finished:,} finished jobs written in {time.perf_counter() - t0:.0f} s; "
+                  f"jobs table {relation_bytes(full) / 1e6:,.0f} MB")
+            for round_no in range(args.rounds):
+                rates["empty"].append(drain(fresh(pg.url), args.jobs))
+                rates["finished"].append(drain(full, args.jobs))
+                if redis_server is not None:
+                    redis_url = f"{redis_server.url}?prefix=p{uuid.uuid4().hex[:8]}"
+                    rates["redis"].append(drain(redis_url, args.jobs))
+                print(f"round {round_no + 1}: " + ", ".join(
+                    f"{k} {v[-1]:,.0f}/s" for k, v in rates.items() if v), flush=True)
+            pending, finished = storage_bytes(pg.url, args.jobs)
+        finally:
+            if redis_server is not None:
+                redis_server.stop()
+    med = {k: statistics.median(v) for k, v in rates.items() if v}
+    print(f"drain of {args.jobs:,} no-op jobs, 1 process x 8 slots (median of {args.rounds}):")
+    print(f"  postgres, empty tables:            {med['empty']:>8,.0f} jobs/s")
+    print(f"  postgres, {args.finished:,} finished:  {med['finished']:>8,.0f} jobs/s "
+          f"({med['finished'] / med['empty']:.0%} of empty)")
+    if "redis" in med:
+        print(f"  redis:                             {med['redis']:>8,.0f} jobs/s "
+              f"(postgres empty = {med['empty'] / med['redis']:.2f}x redis)")
+    print(f"jobs table + indexes: {pending:,.0f} bytes per pending job, "
+          f"{finished:,.0f} bytes per finished job (after VACUUM FULL)")
+
+
+if __name__ == "__main__":
+    main()
