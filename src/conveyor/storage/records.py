@@ -231,3 +231,23 @@ class QueueStats:
     dead: int  # currently in the dead set
     processed_today: int = 0
     failed_today: int = 0
+
+
+def spec_to_wire(spec: JobSpec) -> dict[str, Any]:
+    """A job not enqueued yet (a batch's callback) as backends store it until it fires."""
+    return {
+        "id": spec.id, "name": spec.name, "queue": spec.queue, "payload": spec.payload,
+        "max_retries": spec.max_retries, "timeout": spec.timeout, "deadline": spec.deadline,
+        "run_at": spec.run_at, "batch_id": spec.batch_id,
+        "flow": spec.flow.to_wire() if spec.flow else None,
+    }
+
+
+def spec_from_wire(raw: Mapping[str, Any]) -> JobSpec:
+    """Inverse of ``spec_to_wire``."""
+    return JobSpec(
+        id=raw["id"], name=raw["name"], queue=raw["queue"], payload=raw["payload"],
+        max_retries=int(raw.get("max_retries", 25)), timeout=raw.get("timeout"),
+        deadline=raw.get("deadline"), run_at=raw.get("run_at"), batch_id=raw.get("batch_id"),
+        flow=FlowControl.from_wire(raw.get("flow")),
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from conveyor.job import Ack, EventKind, Outcome
+from conveyor.job import Ack, EventKind, FlowControl, Outcome
 
 __all__ = [
     "CANCELLED_WHILE_WAITING",
@@ -24,6 +24,8 @@ __all__ = [
     "cancelled_message",
     "counts_as_error",
     "effective_outcome",
+    "is_gated",
+    "validate_flow",
 ]
 
 #: Outcomes that do not end a job by themselves: after a cancel request they end it
@@ -108,3 +110,17 @@ def ack_effect(ack: Ack, outcome: Outcome) -> AckEffect:
     elif outcome is Outcome.FAILED or outcome is Outcome.CANCELLED:
         data = error
     return AckEffect(outcome, state, kind, terminal, counted, message, data)
+
+
+def validate_flow(flow: FlowControl) -> None:
+    """Raise ``ValueError`` for flow-control settings that could never admit a job."""
+    if flow.concurrency_key is not None and flow.concurrency_limit < 1:
+        raise ValueError(f"concurrency_key {flow.concurrency_key!r} needs concurrency_limit >= 1")
+    if flow.rate_key is not None and (flow.rate_limit < 1 or flow.rate_period <= 0):
+        raise ValueError(f"rate_key {flow.rate_key!r} needs rate_limit >= 1 and rate_period > 0")
+
+
+def is_gated(flow: FlowControl | None) -> bool:
+    """True when the job waits on a concurrency, order or rate limit (a "gated" job: the
+    SQL backends walk a queue holding one in order, admitting what the limits allow)."""
+    return flow is not None and bool(flow.concurrency_key or flow.order_key or flow.rate_key)

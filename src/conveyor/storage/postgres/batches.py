@@ -16,9 +16,9 @@ from typing import Any
 import psycopg
 
 from conveyor.errors import BatchNotFound
-from conveyor.job import ALL_STATES, BatchSpec, FlowControl, JobSpec
+from conveyor.job import ALL_STATES, BatchSpec
 from conveyor.storage.postgres.text import dec, enc_opt
-from conveyor.storage.records import BatchStatus
+from conveyor.storage.records import BatchStatus, spec_to_wire
 
 Cursor = psycopg.Cursor[Any]
 # (batch_id, from_state or None for a new job, to_state or None for a deleted job)
@@ -29,26 +29,6 @@ BATCH_COLUMNS = (
     "id, description, meta, created_at, total, closed, cancelled, started_at, finished_at, "
     "callbacks_fired, " + ", ".join(f"n_{s.value}" for s in ALL_STATES)
 )
-
-
-def spec_to_wire(spec: JobSpec) -> dict[str, Any]:
-    """A callback ``JobSpec`` as stored in the batch row."""
-    return {
-        "id": spec.id, "name": spec.name, "queue": spec.queue, "payload": spec.payload,
-        "max_retries": spec.max_retries, "timeout": spec.timeout, "deadline": spec.deadline,
-        "run_at": spec.run_at, "batch_id": spec.batch_id,
-        "flow": spec.flow.to_wire() if spec.flow else None,
-    }
-
-
-def spec_from_wire(raw: dict[str, Any]) -> JobSpec:
-    """Inverse of ``spec_to_wire``."""
-    return JobSpec(
-        id=raw["id"], name=raw["name"], queue=raw["queue"], payload=raw["payload"],
-        max_retries=int(raw.get("max_retries", 25)), timeout=raw.get("timeout"),
-        deadline=raw.get("deadline"), run_at=raw.get("run_at"), batch_id=raw.get("batch_id"),
-        flow=FlowControl.from_wire(raw.get("flow")),
-    )
 
 
 def create(cur: Cursor, now: float, spec: BatchSpec) -> None:

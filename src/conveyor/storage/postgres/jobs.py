@@ -16,9 +16,10 @@ import psycopg
 
 from conveyor.errors import BatchClosedError, BatchNotFound
 from conveyor.job import EnqueueResult, FlowControl, JobRecord, JobSpec, JobState, decode_events
-from conveyor.storage.postgres import batches, flow
+from conveyor.storage.postgres import batches
 from conveyor.storage.postgres.text import dec, enc_opt
 from conveyor.storage.records import JobBlock
+from conveyor.storage.rules import validate_flow
 
 Cursor = psycopg.Cursor[Any]
 
@@ -50,7 +51,7 @@ def _columns(specs: Sequence[JobSpec]) -> list[list[Any]]:
     rows = []
     for spec in specs:
         if spec.flow is not None:
-            flow.validate(spec.flow)
+            validate_flow(spec.flow)
         fc = spec.flow or FlowControl()
         rows.append((
             spec.id, spec.name, spec.queue, spec.payload, spec.max_retries, spec.timeout,

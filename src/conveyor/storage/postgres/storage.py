@@ -125,7 +125,7 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
             progress: tuple[int, int] | None = None) -> bool:
         """Append a running job's messages and progress, fenced by its lease token."""
         text = "".join(e.to_json() + "\n" for e in events)
-        with self._db.write() as cur:
+        with self._db.call() as cur:
             updated = cur.execute(
                 "UPDATE jobs SET events = events || %s, progress = coalesce(%s, progress) "
                 "WHERE id = %s AND token = %s AND state = 'active'",

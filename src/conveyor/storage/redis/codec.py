@@ -25,7 +25,7 @@ from conveyor.job import (
     LeasedJob,
     decode_events,
 )
-from conveyor.storage.records import JobBlock
+from conveyor.storage.records import JobBlock, spec_from_wire, spec_to_wire
 
 # The fields of a state line, in order: the one definition. lua/_fields.lua spells each as
 # F_<NAME> = its position, and scripts.py refuses to load the scripts when the two disagree.
@@ -342,16 +342,9 @@ def pending_since(state_text: str) -> float | None:
 
 def spec_to_json(spec: JobSpec) -> str:
     """A ``JobSpec`` as JSON (batch callbacks are stored this way until they fire)."""
-    return _dumps({
-        "id": spec.id, "name": spec.name, "queue": spec.queue, "payload": spec.payload,
-        "max_retries": spec.max_retries, "timeout": spec.timeout, "deadline": spec.deadline,
-        "run_at": spec.run_at, "batch_id": spec.batch_id,
-        "flow": spec.flow.to_wire() if spec.flow else None,
-    })
+    return _dumps(spec_to_wire(spec))
 
 
 def spec_from_json(text: str) -> JobSpec:
     """Inverse of ``spec_to_json``."""
-    raw = json.loads(text)
-    raw["flow"] = FlowControl.from_wire(raw.get("flow"))
-    return JobSpec(**raw)
+    return spec_from_wire(json.loads(text))

@@ -13,13 +13,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.job import Ack, Event, EventKind, Outcome
-from conveyor.storage.rules import (
-    ack_message,
-    cancelled_message,
-    counts_as_error,
-    effective_outcome,
-)
+from conveyor.job import Ack, Event, EventKind
+from conveyor.storage.rules import AckEffect, ack_effect, counts_as_error, effective_outcome
 from conveyor.storage.sqlite import batches, jobs
 
 # Name and batch id as bytes: a row another program wrote may not be UTF-8, and its (dead)
@@ -38,41 +33,17 @@ _APPLY = (
 )
 _REFUSE = "UPDATE jobs SET events = events || ? WHERE rowid = ?"
 
-# outcome -> (new state, final event kind, terminal?, counted as)
-_OUTCOMES: dict[Outcome, tuple[str, str, bool, str | None]] = {
-    Outcome.SUCCEEDED: ("succeeded", EventKind.SUCCEEDED, True, "processed"),
-    Outcome.FAILED: ("failed", EventKind.FAILED, True, "failed"),
-    Outcome.RETRY: ("retrying", EventKind.ERROR, False, "retried"),
-    Outcome.DEAD: ("dead", EventKind.DEAD, True, "dead"),
-    Outcome.CANCELLED: ("cancelled", EventKind.CANCELLED, True, None),
-    Outcome.INTERRUPTED: ("pending", EventKind.INTERRUPTED, False, None),
-}
-
-
-def _params(ack: Ack, outcome: Outcome, now: float, row: Sequence[Any]) -> tuple[Any, ...]:
-    """The ``_APPLY`` parameters of one ack, applied as ``outcome``, for the row it matched."""
-    state, kind, terminal, _ = _OUTCOMES[outcome]
-    error = ack.error.to_wire() if ack.error else None
-    data: dict[str, Any] | None = None
-    message = ack_message(ack)
-    if error is not None and outcome is Outcome.RETRY:
-        # The error event's data says when the retry comes (a dead event's is the error
-        # alone, as on every backend).
-        data = {**error, "retry": True, "retry_in": ack.retry_in or 0.0}
-    elif error is not None and outcome is Outcome.DEAD:
-        data = error
-    elif outcome is not ack.outcome:  # a cancel request ended it: keep what ended the attempt
-        message, data = cancelled_message(message), error
-    elif outcome is Outcome.FAILED or outcome is Outcome.CANCELLED:
-        data = error
-    final = Event(ts=now, kind=kind, state=state, message=message, worker=row[7],
-                  attempt=row[8], data=data)
+def _params(ack: Ack, effect: AckEffect, now: float, row: Sequence[Any]) -> tuple[Any, ...]:
+    """The ``_APPLY`` parameters of one ack with its effect, for the row it matched."""
+    final = Event(ts=now, kind=effect.kind, state=effect.state, message=effect.message,
+                  worker=row[7], attempt=row[8], data=effect.data)
     events = "".join(e.to_json() + "\n" for e in (*ack.events, final))
     return (
-        state, 1 if counts_as_error(ack) else 0, ack.result,
-        message, json.dumps(list(ack.progress)) if ack.progress else None,
-        now + (ack.retry_in or 0.0) if state == "retrying" else None,
-        now if state == "pending" else None, now if terminal else None, events, row[1],
+        effect.state, 1 if counts_as_error(ack) else 0, ack.result,
+        effect.message, json.dumps(list(ack.progress)) if ack.progress else None,
+        now + (ack.retry_in or 0.0) if effect.state == "retrying" else None,
+        now if effect.state == "pending" else None, now if effect.terminal else None, events,
+        row[1],
     )
 
 
@@ -97,13 +68,12 @@ def apply(
             refusals.append((_refused(now, ack, row[3]), row[1]))
             continue
         rows[ack.job_id] = (*row[:3], "done", *row[4:])  # a second ack in this call is refused
-        outcome = effective_outcome(ack.outcome, bool(row[9]))
-        updates.append(_params(ack, outcome, now, row))
-        state, counted = _OUTCOMES[outcome][0], _OUTCOMES[outcome][3]
+        effect = ack_effect(ack, effective_outcome(ack.outcome, bool(row[9])))
+        updates.append(_params(ack, effect, now, row))
         if row[6]:
-            moves.append((row[6], "active", state))
-        if counted:
-            totals[(row[4], row[5], counted)] += 1
+            moves.append((row[6], "active", effect.state))
+        if effect.counted:
+            totals[(row[4], row[5], effect.counted)] += 1
     cur.executemany(_APPLY, updates)
     cur.executemany(_REFUSE, refusals)
     if totals:

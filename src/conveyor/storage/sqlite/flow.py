@@ -13,24 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from conveyor.job import TERMINAL_STATES, FlowControl, JobSpec
+from conveyor.job import TERMINAL_STATES, JobSpec
 
 _TERMINAL = frozenset(s.value for s in TERMINAL_STATES)
 _PAGE = 256
 _MAX_SCAN = 4096  # bound the work of one dequeue when many pending jobs are held back
-
-
-def validate(flow: FlowControl) -> None:
-    """Raise ``ValueError`` for settings that could never admit a job."""
-    if flow.concurrency_key is not None and flow.concurrency_limit < 1:
-        raise ValueError(f"concurrency_key {flow.concurrency_key!r} needs concurrency_limit >= 1")
-    if flow.rate_key is not None and (flow.rate_limit < 1 or flow.rate_period <= 0):
-        raise ValueError(f"rate_key {flow.rate_key!r} needs rate_limit >= 1 and rate_period > 0")
-
-
-def is_gated(flow: FlowControl | None) -> bool:
-    """True when the job waits on a concurrency, order or rate limit."""
-    return flow is not None and bool(flow.concurrency_key or flow.order_key or flow.rate_key)
 
 
 def unique_holder(cur: sqlite3.Cursor, now: float, key: str) -> str | None:

@@ -22,6 +22,7 @@ from conveyor.job import (
     decode_events,
 )
 from conveyor.storage.records import JobBlock
+from conveyor.storage.rules import is_gated, validate_flow
 from conveyor.storage.sqlite import batches, flow
 
 JOB_COLUMNS = (
@@ -60,7 +61,7 @@ def _row(spec: JobSpec, now: float, state: str, event: str) -> tuple[Any, ...]:
         spec.deadline, now, spec.run_at, now if state == "pending" else None, spec.batch_id,
         json.dumps(fc.to_wire()) if spec.flow else None, fc.unique_key, fc.concurrency_key,
         fc.concurrency_limit, fc.order_key, fc.rate_key, fc.rate_limit, fc.rate_period,
-        1 if flow.is_gated(spec.flow) else 0, event,
+        1 if is_gated(spec.flow) else 0, event,
     )
 
 
@@ -140,7 +141,7 @@ def _holder(
         return spec.id
     if spec.flow is None:
         return None
-    flow.validate(spec.flow)
+    validate_flow(spec.flow)
     if spec.flow.unique_key is None:
         return None
     key = spec.flow.unique_key
