@@ -25,9 +25,10 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import psycopg
@@ -36,13 +37,14 @@ from tests.support.postgres_server import PostgresServer
 from benchmarks.servers import RedisServer
 from conveyor import Conveyor
 from conveyor.ids import new_id
-from conveyor.job import JobSpec, JobState
+from conveyor.job import Ack, JobSpec, JobState, Outcome
 from conveyor.storage import Backend, open_storage
 from conveyor.storage.postgres.connection import parse_postgres_url
 
 QUEUE = "probe"
 PAYLOAD = '{"a":[],"k":{}}'
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKER_LOG = os.path.join(tempfile.gettempdir(), "conveyor-pg-probe-worker.log")
 _WARMUP = 100  # jobs leased before the clock starts: the worker is up and running
 
 # The worker imports this module for its app: the URL comes from the worker's --url.
@@ -64,10 +66,13 @@ def specs(n: int) -> list[JobSpec]:
 def worker(url: str) -> Iterator[None]:
     """One worker process on ``url`` (one process, 8 slots), running until the block ends."""
     path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "conveyor.cli.main", "worker", "benchmarks.pg_probe:app",
-         "-c", "8", "--processes", "1", "-q", QUEUE, "--log-level", "WARNING", "--url", url],
-        cwd=ROOT, env=dict(os.environ, PROBE_URL=url, PYTHONPATH=path))
+    with open(WORKER_LOG, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "conveyor.cli.main", "worker", "benchmarks.pg_probe:app",
+             "-c", "8", "--processes", "1", "-q", QUEUE, "--log-level", "WARNING",
+             "--url", url],
+            cwd=ROOT, env=dict(os.environ, PROBE_URL=url, PYTHONPATH=path), stdout=log,
+            stderr=subprocess.STDOUT)
     try:
         yield
     finally:
@@ -100,6 +105,42 @@ def drain(url: str, n: int) -> float:
     finally:
         store.close()
     return (n - _WARMUP) / (t1 - t0)
+
+
+def backend_cpu(store: Backend) -> Callable[[], float]:
+    """A reader of the CPU seconds used so far by the server process serving ``store``'s
+    connection on this thread (the probe runs on the server's machine)."""
+    pid = int(store.now() and store._db.read().execute(  # type: ignore[attr-defined]
+        "SELECT pg_backend_pid()").fetchone()[0])
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def read() -> float:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    return read
+
+
+def storage_loop(url: str, n: int, batch: int = 8) -> tuple[float, float]:
+    """(jobs/s, server CPU µs per job) of this process leasing ``batch`` jobs and
+    acknowledging them, one dequeue and one ack call per round, until ``n`` are done: the
+    storage alone, without a worker around it."""
+    store = open_storage(url)
+    try:
+        store.enqueue(specs(n))
+        cpu = backend_cpu(store)
+        c0, t0, done = cpu(), time.perf_counter(), 0
+        while done < n:
+            jobs = store.dequeue([QUEUE], "probe", batch, 60.0)
+            if not jobs:
+                break
+            store.ack([Ack(j.id, j.token, Outcome.SUCCEEDED) for j in jobs])
+            done += len(jobs)
+        wall, server = time.perf_counter() - t0, cpu() - c0
+    finally:
+        store.close()
+    return done / wall, server / max(done, 1) * 1e6
 
 
 def fresh(server_url: str) -> str:
@@ -170,6 +211,8 @@ def main() -> None:
     parser.add_argument("--finished", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-redis", action="store_true")
+    parser.add_argument("--storage-only", action="store_true",
+                        help="only the storage loop (dequeue 8 + ack 8), no worker")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     rates: dict[str, list[float]] = {"empty": [], "finished": [], "redis": []}
@@ -182,6 +225,12 @@ def main() -> None:
             print(f"{args.finished:,} finished jobs written in {time.perf_counter() - t0:.0f} s; "
                   f"jobs table {relation_bytes(full) / 1e6:,.0f} MB")
             for round_no in range(args.rounds):
+                for label, target in (("empty", fresh(pg.url)), ("finished", full)):
+                    rate, server = storage_loop(target, args.jobs)
+                    print(f"storage loop, {label}: {rate:,.0f} jobs/s, "
+                          f"server {server:,.0f} µs cpu/job", flush=True)
+                if args.storage_only:
+                    continue
                 rates["empty"].append(drain(fresh(pg.url), args.jobs))
                 rates["finished"].append(drain(full, args.jobs))
                 if redis_server is not None:
@@ -189,6 +238,8 @@ def main() -> None:
                     rates["redis"].append(drain(redis_url, args.jobs))
                 print(f"round {round_no + 1}: " + ", ".join(
                     f"{k} {v[-1]:,.0f}/s" for k, v in rates.items() if v), flush=True)
+            if args.storage_only:
+                return
             pending, finished = storage_bytes(pg.url, args.jobs)
         finally:
             if redis_server is not None:
@@ -201,6 +252,7 @@ def main() -> None:
     if "redis" in med:
         print(f"  redis:                             {med['redis']:>8,.0f} jobs/s "
               f"(postgres empty = {med['empty'] / med['redis']:.2f}x redis)")
+    print(f"worker logs (warnings and errors): {WORKER_LOG}")
     print(f"jobs table + indexes: {pending:,.0f} bytes per pending job, "
           f"{finished:,.0f} bytes per finished job (after VACUUM FULL)")
 

@@ -16,6 +16,7 @@ from conveyor.clock import Clock
 from conveyor.job import ALL_STATES, EventKind, JobRecord, JobState
 from conveyor.storage.postgres import batches, jobs
 from conveyor.storage.postgres.connection import Database, reads
+from conveyor.storage.postgres.flow import PostgresFlow
 from conveyor.storage.postgres.text import enc
 from conveyor.storage.records import BatchStatus, JobTotals, QueueStats, WorkerInfo
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING
@@ -30,7 +31,7 @@ _RETRYABLE = ("dead", "failed", "cancelled", "retrying")
 Cursor = psycopg.Cursor[Any]
 
 
-class PostgresInspector:
+class PostgresInspector(PostgresFlow):
     """Reads and operator actions over one PostgreSQL schema."""
 
     def __init__(self, db: Database, clock: Clock | None) -> None:
@@ -210,22 +211,6 @@ class PostgresInspector:
         if not JobState(state).terminal:
             raise ValueError(f"clear() deletes finished jobs only, not {JobState(state).value!r}")
         return self.delete_jobs(self._ids_in(state, queue))
-
-    def pause_queue(self, queue: str) -> None:
-        """Stop every worker from taking jobs from ``queue``."""
-        self._set_paused(queue, True)
-
-    def resume_queue(self, queue: str) -> None:
-        """Undo ``pause_queue``."""
-        self._set_paused(queue, False)
-
-    def _set_paused(self, queue: str, paused: bool) -> None:
-        with self._db.write() as cur:
-            cur.execute(
-                "INSERT INTO queues (name, paused) VALUES (%s, %s) "
-                "ON CONFLICT (name) DO UPDATE SET paused = excluded.paused",
-                (queue, paused),
-            )
 
     @reads
     def workers(self) -> list[WorkerInfo]:

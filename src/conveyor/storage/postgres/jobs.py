@@ -8,7 +8,6 @@ cursor, not a storage: it runs on whatever connection the caller's transaction i
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,16 +33,6 @@ _ENQUEUE = (
     "%s::int4[], %s::float8[], %s::float8[], %s::float8[], %s::text[], %s::text[], %s::text[], "
     "%s::float8[], %s::text[], %s::int4[], %s::text[], %s::text[], %s::int4[], %s::float8[])"
 )
-
-
-def event_line(now: float, kind: str, state: str | None, message: str | None = None) -> str:
-    """One NDJSON event line, as ``Event.to_json`` writes it, for rows sharing one event."""
-    out: dict[str, Any] = {"t": now, "k": kind}
-    if state is not None:
-        out["s"] = state
-    if message is not None:
-        out["m"] = message
-    return json.dumps(out, separators=(",", ":")) + "\n"
 
 
 def _columns(specs: Sequence[JobSpec]) -> list[list[Any]]:
@@ -132,14 +121,6 @@ def move(
 FINISH = ("finished_at = %(now)s, token = NULL, lease_expires_at = NULL, "
           "cancel_requested = false")
 REQUEUE = "ready_at = %(now)s, finished_at = NULL, token = NULL, lease_expires_at = NULL"
-
-
-def add_totals(cur: Cursor, now: float, counts: Counter[tuple[str, str, str]]) -> None:
-    """Add outcome counts keyed (queue, name, processed|failed|dead|retried) to the totals."""
-    rows = [key for key, n in sorted(counts.items()) for _ in range(n)]
-    if rows:
-        cur.execute("SELECT add_totals(%s, %s::text[], %s::text[], %s::text[])",
-                    (now, *[list(col) for col in zip(*rows, strict=True)]))
 
 
 def record(row: Sequence[Any], events: str | None = None) -> JobRecord:

@@ -7,6 +7,11 @@
 -- Nothing here changes a table: a database at version 1 upgrades in place, every job kept.
 -- Every function runs with this schema as its search_path, so it can be called from any
 -- connection (an application's own transaction enqueues with `<schema>.enqueue(…)`).
+-- The big ones plan their statements once per connection (`force_generic_plan`): left to
+-- choose, PL/pgSQL re-plans them on every call, since a plan for the actual arrays looks
+-- cheaper, and planning cost more than running. Their statements are written so a generic
+-- plan is a good one: states are literals (the partial indexes apply), ids are looked up by
+-- key, never filtered out of a partial index.
 
 -- The storage clock: the given time, or the server's.
 CREATE FUNCTION clock_now(p_now float8) RETURNS float8
@@ -173,7 +178,8 @@ CREATE FUNCTION enqueue(
     p_concurrency_keys text[], p_concurrency_limits integer[], p_order_keys text[],
     p_rate_keys text[], p_rate_limits integer[], p_rate_periods float8[])
 RETURNS TABLE (stands_for text, created boolean, problem text)
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SET search_path FROM CURRENT
+    SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_now float8 := clock_now(p_now);
     n integer := coalesce(cardinality(p_ids), 0);
@@ -346,7 +352,8 @@ CREATE FUNCTION dequeue(p_now float8, p_queues text[], p_worker text, p_count in
 RETURNS TABLE (id text, name text, queue text, payload text, token text, attempt integer,
                errors integer, max_retries integer, timeout float8, batch_id text,
                recoveries integer)
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SET search_path FROM CURRENT
+    SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
     v_now float8 := clock_now(p_now);
@@ -389,7 +396,14 @@ BEGIN
         END IF;
         IF EXISTS (SELECT 1 FROM jobs WHERE state = 'pending' AND gated AND queue = q) THEN
             PERFORM pg_advisory_xact_lock(hashtext('conveyor-gate:' || current_schema()));
+            -- flow_pick reads without row locks: lock the admitted jobs still pending. The
+            -- state test is written so that it matches no partial index: with statistics
+            -- that see few pending jobs, the planner would otherwise walk every pending job
+            -- of the index instead of looking the ids up.
             ids := flow_pick(v_now, q, need);
+            SELECT array_agg(s.id) INTO ids FROM (
+                SELECT id FROM jobs WHERE id = ANY(ids) AND coalesce(state, '') = 'pending'
+                ORDER BY id FOR UPDATE) AS s;
         ELSE
             SELECT array_agg(s.id) INTO ids FROM (
                 SELECT id FROM jobs WHERE state = 'pending' AND queue = q
@@ -404,7 +418,7 @@ BEGIN
                     cancel_requested = false,
                     events = events || event_line(v_now, 'started', 'active', NULL, p_worker,
                                                   attempt + 1)
-                WHERE id = ANY(ids) AND state = 'pending'
+                WHERE id = ANY(ids)  -- locked above, still pending
                 RETURNING id, name, queue, payload, token, attempt, errors, max_retries,
                           timeout, batch_id, recoveries, ready_at, seq
             )
@@ -441,7 +455,8 @@ CREATE FUNCTION ack(
     p_cancel_data text[], p_errors integer[], p_results text[], p_progress text[],
     p_retry_in float8[], p_events text[])
 RETURNS boolean[]
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SET search_path FROM CURRENT
+    SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_now float8 := clock_now(p_now);
     n integer := coalesce(cardinality(p_ids), 0);
@@ -538,7 +553,8 @@ $$;
 CREATE FUNCTION heartbeat(p_now float8, p_worker text, p_info text, p_ids text[],
                           p_tokens text[], p_lease float8)
 RETURNS TABLE (command text, held_id text, cancel boolean)
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SET search_path FROM CURRENT
+    SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
     v_now float8 := clock_now(p_now);
@@ -552,6 +568,8 @@ BEGIN
     ON CONFLICT (id) DO UPDATE SET info = excluded.info, last_seen = excluded.last_seen,
         command = NULL;
     RETURN QUERY SELECT v_command, NULL::text, NULL::boolean;
+    -- In id order, as ack locks them: the two never wait on each other in a circle.
+    PERFORM 1 FROM jobs WHERE id = ANY(p_ids) ORDER BY id FOR UPDATE;
     RETURN QUERY
     WITH held AS (
         UPDATE jobs SET lease_expires_at = v_now + p_lease
@@ -570,7 +588,8 @@ $$;
 -- (storage/rules.py). Returns how many went back to pending.
 CREATE FUNCTION recover(p_now float8, p_ids text[], p_max integer, p_why text,
                         p_cancelled text) RETURNS integer
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SET search_path FROM CURRENT
+    SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     back integer;
     t_queues text[];
@@ -663,7 +682,8 @@ $$;
 -- Scheduled and retrying jobs whose time has come → pending, oldest first; rows another
 -- transaction holds are skipped. Returns how many moved.
 CREATE FUNCTION promote(p_now float8, p_limit integer) RETURNS integer
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SET search_path FROM CURRENT
+    SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_now float8 := clock_now(p_now);
     moved integer;
