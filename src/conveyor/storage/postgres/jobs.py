@@ -29,7 +29,7 @@ JOB_COLUMNS = (
 )
 # The server-side enqueue (migrations/002_functions.sql): one array per column.
 _ENQUEUE = (
-    "SELECT * FROM enqueue(%s::float8, %s::text[], %s::text[], %s::text[], %s::text[], "
+    "SELECT * FROM {schema}enqueue(%s::float8, %s::text[], %s::text[], %s::text[], %s::text[], "
     "%s::int4[], %s::float8[], %s::float8[], %s::float8[], %s::text[], %s::text[], %s::text[], "
     "%s::float8[], %s::text[], %s::int4[], %s::text[], %s::text[], %s::int4[], %s::float8[])"
 )
@@ -52,21 +52,30 @@ def _columns(specs: Sequence[JobSpec]) -> list[list[Any]]:
     return [list(col) for col in zip(*rows, strict=True)]
 
 
-def insert(cur: Cursor, now: float | None, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+def _call(schema: str | None) -> str:
+    """The ``enqueue`` call, qualified by ``schema`` when given (a caller's connection whose
+    ``search_path`` does not name conveyor's schema)."""
+    return _ENQUEUE.format(schema=f'"{schema}".' if schema else "")
+
+
+def insert(cur: Cursor, now: float | None, specs: Sequence[JobSpec],
+           schema: str | None = None) -> list[EnqueueResult]:
     """Store new jobs in the cursor's transaction: one statement (the ``enqueue`` function),
-    on any connection whose ``search_path`` reaches conveyor's schema. ``now`` is the storage
-    clock (None: the server's). Existing ids and held unique locks give ``created=False``;
-    a batch that is missing or finished raises before anything is written."""
+    on any connection: ``schema`` names conveyor's schema when the connection's
+    ``search_path`` does not. ``now`` is the storage clock (None: the server's). Existing ids
+    and held unique locks give ``created=False``; a batch that is missing or finished raises
+    before anything is written."""
     if not specs:
         return []
-    return _results(cur.execute(_ENQUEUE, (now, *_columns(specs))).fetchall())
+    return _results(cur.execute(_call(schema), (now, *_columns(specs))).fetchall())
 
 
-def insert_block(cur: Cursor, now: float | None, block: JobBlock) -> list[EnqueueResult]:
+def insert_block(cur: Cursor, now: float | None, block: JobBlock,
+                 schema: str | None = None) -> list[EnqueueResult]:
     """``insert(cur, now, block.specs())`` without a spec per job: the arrays are built
     from the block's columns (a block with flow control goes through ``insert``)."""
     if block.flows is not None and any(block.flows):
-        return insert(cur, now, block.specs())
+        return insert(cur, now, block.specs(), schema)
     n = len(block)
     if not n:
         return []
@@ -78,7 +87,7 @@ def insert_block(cur: Cursor, now: float | None, block: JobBlock) -> list[Enqueu
         [block.batch_id] * n, nones, nones, nones, nones, zeros, nones, nones, zeros,
         [0.0] * n,
     ]
-    return _results(cur.execute(_ENQUEUE, (now, *columns)).fetchall())
+    return _results(cur.execute(_call(schema), (now, *columns)).fetchall())
 
 
 def _results(rows: Sequence[tuple[Any, ...]]) -> list[EnqueueResult]:

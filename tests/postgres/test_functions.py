@@ -1,0 +1,39 @@
+"""The server-side functions serve any connection: ``jobs.insert`` on a caller's own
+connection (no conveyor ``search_path``) enqueues in that connection's transaction, so the
+job exists if and only if the transaction commits."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from conveyor.job import JobSpec
+from conveyor.storage.postgres import jobs
+from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
+
+
+@pytest.fixture
+def store(postgres_server: Any) -> Iterator[PostgresStorage]:
+    storage = open_postgres(f"{postgres_server.url}?schema=f{uuid.uuid4().hex[:10]}")
+    yield storage
+    storage.close()
+
+
+def test_insert_on_a_callers_connection_follows_its_transaction(
+        store: PostgresStorage, postgres_server: Any) -> None:
+    schema = store._db.settings.schema
+    kept = JobSpec(id="kept", name="t.x", queue="default", payload="[]")
+    dropped = JobSpec(id="dropped", name="t.x", queue="default", payload="[]")
+    with psycopg.connect(postgres_server.url) as conn:  # search_path: public only
+        with conn.transaction(), conn.cursor() as cur:
+            assert [r.created for r in jobs.insert(cur, None, [kept], schema)] == [True]
+        with pytest.raises(RuntimeError), conn.transaction(), conn.cursor() as cur:
+            jobs.insert(cur, None, [dropped], schema)
+            raise RuntimeError("the application's transaction fails")
+    assert store.get_job("kept") is not None
+    assert store.get_job("dropped") is None
+    assert [job.id for job in store.dequeue(["default"], "w1", 5, 30.0)] == ["kept"]
