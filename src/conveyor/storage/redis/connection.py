@@ -8,6 +8,7 @@ Passwords never reach a log line or an error message (``conveyor.storage.redact`
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import time
@@ -21,6 +22,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import Connection
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
+from redis.utils import HIREDIS_AVAILABLE
 
 import redis
 from conveyor.errors import StorageError, StorageUnavailable, StorageURLError
@@ -32,6 +34,11 @@ DEFAULT_PREFIX = "conveyor"
 SOCKET_TIMEOUT = 30.0  # longer than any blocking wait() we issue
 CONNECT_TIMEOUT = 5.0
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+# What redis-py's own hiredis serializer ends in, without its per-argument Python loop (a
+# script call has 20-30 arguments: ~10 µs saved per call on a small VM).
+_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None = (
+    importlib.import_module("hiredis").pack_command if HIREDIS_AVAILABLE else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +140,17 @@ def scrub(settings: Settings, exc: BaseException) -> str:
     return text
 
 
+def _pack(conn: Connection, commands: Sequence[Sequence[Any]]) -> list[bytes]:
+    """The wire form of ``commands`` (each a single-word command and its arguments)."""
+    if _hiredis_pack is None:  # pragma: no cover
+        packed: list[bytes] = conn.pack_commands(commands)  # type: ignore[no-untyped-call]
+        return packed
+    try:
+        return [_hiredis_pack(tuple(c)) for c in commands]
+    except TypeError as exc:  # as redis-py reports an argument it cannot send
+        raise redis.DataError(str(exc)) from None
+
+
 class Link:
     """Runs commands with retries on transient errors, turning outages into
     ``StorageUnavailable`` with a message that names the server but never the password.
@@ -183,10 +201,7 @@ class Link:
         conn = self._acquire()
         replies: list[Any] = []
         try:
-            if len(commands) == 1:
-                conn.send_command(*commands[0])  # type: ignore[no-untyped-call]
-            else:
-                conn.send_packed_command(conn.pack_commands(commands))  # type: ignore[no-untyped-call]
+            conn.send_packed_command(_pack(conn, commands))  # type: ignore[no-untyped-call]
             for _ in commands:
                 try:
                     replies.append(conn.read_response())
