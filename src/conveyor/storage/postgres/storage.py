@@ -30,6 +30,7 @@ from conveyor.job import (
 from conveyor.storage.base import WaitsThenDequeues
 from conveyor.storage.postgres import acks as ack_sql
 from conveyor.storage.postgres import batches, flow, jobs
+from conveyor.storage.postgres.bound import Binder
 from conveyor.storage.postgres.connection import Database, Settings, parse_postgres_url, reads
 from conveyor.storage.postgres.migrate import migrate
 from conveyor.storage.postgres.schedules import PostgresSchedules
@@ -94,6 +95,7 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
         super().__init__(db, clock)
         self.url = settings.url
         self._listener = Listener(settings, db.where)
+        self._binder = Binder(db)
 
     def __repr__(self) -> str:
         return f"<PostgresStorage {self._db.where}>"
@@ -240,6 +242,10 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
         names = ("fsync", "full_page_writes")
         return [f"PostgreSQL runs with {name}=off: a crash of its machine can lose or corrupt "
                 "jobs" for name, value in zip(names, row or (), strict=False) if value == "off"]
+
+    def bind(self, connection: object) -> PostgresStorage:
+        """This storage writing in the open transaction of your own connection (``bound.py``)."""
+        return PostgresStorage(self._db.settings, self._binder.database(connection), self._clock)
 
     def close(self) -> None:
         """Release this process's connections. Idempotent."""
