@@ -72,6 +72,11 @@ _HAS_WORK = (
     "(SELECT name FROM queues WHERE paused) LIMIT 1"
 )
 _EXPIRED_MESSAGE = "deadline passed before the job could start"
+_SERVER_CHECK = (
+    "SELECT current_setting('fsync'), current_setting('full_page_writes'), "
+    "current_setting('transaction_read_only'), "
+    "has_table_privilege('jobs', 'INSERT') AND has_table_privilege('jobs', 'UPDATE')"
+)
 
 
 def open_postgres(url: str, clock: Clock | None = None) -> PostgresStorage:
@@ -237,11 +242,14 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
         ``synchronous_commit=off`` is not warned about: it loses at most the last moments of
         commits, as Redis's ``appendfsync everysec`` does."""
         with self._db.outages():
-            row = self._db.read().execute("SELECT current_setting('fsync'), "
-                                          "current_setting('full_page_writes')").fetchone()
+            row = self._db.read().execute(_SERVER_CHECK).fetchone() or ("", "", "", True)
         names = ("fsync", "full_page_writes")
-        return [f"PostgreSQL runs with {name}=off: a crash of its machine can lose or corrupt "
-                "jobs" for name, value in zip(names, row or (), strict=False) if value == "off"]
+        found = [f"PostgreSQL runs with {name}=off: a crash of its machine can lose or corrupt "
+                 "jobs" for name, value in zip(names, row[:2], strict=True) if value == "off"]
+        if row[2] == "on" or not row[3]:
+            found.append("this PostgreSQL role cannot write conveyor's tables (read-only "
+                         "transaction or no INSERT/UPDATE on them): no job can be taken")
+        return found
 
     def bind(self, connection: object) -> PostgresStorage:
         """This storage writing in the open transaction of your own connection (``bound.py``)."""
