@@ -7,11 +7,17 @@ case where it is equivalent to pushing drafts one by one: the same checks in the
 ids from the same sequence, the same records. Per ``BLOCK_SIZE`` items it encodes each payload
 once and hands the block to ``Storage.enqueue_block``. An item that raises stops the call
 after the items before it are stored, as ``push_many`` does.
+
+``stored`` overlaps the two halves: while one thread of its own stores block k (a script
+call, a transaction), the caller's thread reads and encodes block k+1, so the storage's own
+time per block is hidden behind the client's instead of added to it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import islice
 from typing import Any
 
 from conveyor.draft import build_flow
@@ -20,11 +26,11 @@ from conveyor.job import EnqueueResult, FlowControl
 from conveyor.options import JobOptions
 from conveyor.refs import JobLookup, JobRef
 from conveyor.registry import check_importable, split_item
-from conveyor.serializer import encode_args
+from conveyor.serializer import encode_arg_lists, encode_args
 from conveyor.storage.records import JobBlock
 from conveyor.text import check_name
 
-__all__ = ["BLOCK_SIZE", "blocks", "refs_of"]
+__all__ = ["BLOCK_SIZE", "blocks", "refs_of", "stored"]
 
 BLOCK_SIZE = 2000
 """Jobs per ``Storage.enqueue_block`` call from the bulk path (bounds the client's memory)."""
@@ -46,29 +52,31 @@ def blocks(
     checked = False
     source = iter(items)
     while True:
+        chunk: list[Any] = []
         payloads: list[str] = []
         flows: list[FlowControl | None] | None = [] if flows_wanted else None
         error: BaseException | None = None
-        args: Sequence[Any]
-        kwargs: Mapping[str, Any]
         try:
-            for item in source:
-                kind = type(item)  # the common shapes without split_item's ABC checks
-                if kind is list or (kind is tuple and not _pair(item)):
-                    args, kwargs = item, {}
-                else:
-                    args, kwargs = split_item(item, index)
+            # extend keeps the items read before the iterator itself raised
+            chunk.extend(islice(source, BLOCK_SIZE))
+        except BaseException as exc:
+            error = exc
+        try:
+            fast = None if flows_wanted else encode_arg_lists(chunk, max_payload)
+            if fast is not None:  # every item a list or tuple of scalars: one encoding
+                if not checked:
+                    _check_names(name, queue)
+                    checked = True
+                payloads, index = fast, index + len(chunk)
+            for item in chunk if fast is None else ():
+                args, kwargs = _split(item, index)
                 index += 1
                 if not checked:  # what build_spec checks per job cannot change between jobs
-                    check_importable(name)
-                    check_name("job name", name)
-                    check_name("queue", queue)
+                    _check_names(name, queue)
                     checked = True
                 payloads.append(encode_args(args, kwargs, max_payload))
                 if flows is not None:
                     flows.append(build_flow(name, opts, list(args), kwargs))
-                if len(payloads) >= BLOCK_SIZE:
-                    break
         except BaseException as exc:  # stored up to the item at fault, then re-raised
             error = exc
         block = None
@@ -82,8 +90,59 @@ def blocks(
             )
         if block is not None or error is not None:
             yield block, error
-        if error is not None or len(payloads) < BLOCK_SIZE:
+        if error is not None or len(chunk) < BLOCK_SIZE:
             return
+
+
+def _split(item: Any, index: int) -> tuple[Sequence[Any], Mapping[str, Any]]:
+    """``split_item``, without its ABC checks for the common shapes."""
+    kind = type(item)
+    if kind is list or (kind is tuple and not _pair(item)):
+        return item, {}
+    return split_item(item, index)
+
+
+def _check_names(name: str, queue: str) -> None:
+    check_importable(name)
+    check_name("job name", name)
+    check_name("queue", queue)
+
+
+def stored(
+    pairs: Iterable[tuple[JobBlock | None, BaseException | None]],
+    store: Callable[[JobBlock], list[EnqueueResult]],
+    before: Callable[[JobBlock], None],
+) -> Iterator[list[EnqueueResult]]:
+    """The results of ``store`` for each block of ``pairs`` (``blocks``' output), in order;
+    then the item's error, if one came, once every block before it is stored.
+
+    A full block (more may follow) is stored by a thread of its own while the next one is
+    built; at most one block is in flight, so memory stays bounded. ``before`` runs in the
+    caller's thread right before a block is handed on, after the one before it is stored.
+    An error of ``store`` is raised here, and nothing after that block is stored.
+    """
+    pool: ThreadPoolExecutor | None = None
+    pending: Future[list[EnqueueResult]] | None = None
+    try:
+        for block, error in pairs:
+            if pending is not None:
+                yield pending.result()
+                pending = None
+            if block is not None:
+                before(block)
+                if error is None and len(block) >= BLOCK_SIZE:
+                    if pool is None:  # only a call of more than one block starts a thread
+                        pool = ThreadPoolExecutor(1, thread_name_prefix="conveyor-bulk")
+                    pending = pool.submit(store, block)
+                else:
+                    yield store(block)
+            if error is not None:
+                raise error
+        if pending is not None:
+            yield pending.result()
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 def _pair(item: tuple[Any, ...]) -> bool:
