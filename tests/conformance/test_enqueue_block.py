@@ -184,3 +184,16 @@ def test_a_block_joining_a_batch_again_counts_each_job_once(backend: Backend) ->
     # Pages read every member once.
     paged = [r.id for o in (0, 4) for r in backend.list_jobs(batch_id="again", offset=o, limit=4)]
     assert sorted(paged) == sorted({*first.ids, twice, *later.ids})
+
+
+def test_payload_text_is_stored_exactly(backend: Backend) -> None:
+    texts = ['{"a":["x\\u0000y"],"k":{}}', '{"a":["q\\"b\\\\s/\\t"],"k":{}}',
+             '{"a":["\u00e9\u4e2d\U0001f600"],"k":{}}', '{"a":[],"k":{"n":null}}']
+    for payloads in ([t] for t in texts):  # each alone: one odd text must not hide another
+        block = _block("bulk", payloads)
+        bulk = backend.enqueue_block(block)
+        _same_records(backend, _one_by_one(backend, block, "each"), bulk)
+        record = backend.get_job(bulk[0].id)
+        assert record is not None and record.payload == payloads[0]
+    block = _block("bulk", texts)
+    assert [backend.get_job(r.id).payload for r in backend.enqueue_block(block)] == texts  # type: ignore[union-attr]
