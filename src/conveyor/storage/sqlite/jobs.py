@@ -105,20 +105,20 @@ def insert_block(cur: sqlite3.Cursor, now: float, block: JobBlock) -> list[Enque
         return insert(cur, now, block.specs())
     if block.batch_id:
         batches.check_open(cur, [block.batch_id])
-    existing = {row[0] for row in cur.execute(
-        "SELECT id FROM jobs WHERE id IN (SELECT value FROM json_each(?))",
-        (ids_param(block.ids),),
-    )}
     state = "scheduled" if block.run_at is not None and block.run_at > now else "pending"
     event = event_line(now, "enqueued" if state == "pending" else "scheduled", state)
     shared = (state, block.max_retries, block.timeout, block.deadline, now, block.run_at,
               now if state == "pending" else None, block.batch_id)
-    # flow, unique_key, concurrency key/limit, order_key, rate key/limit/period, gated: none
-    tail = (None, None, None, 0, None, None, 0, 0.0, 0, event)
-    if not existing and _insert_all(cur, block, shared, event):
+    if _insert_all(cur, block, shared, event):
         results = [EnqueueResult(job_id, True) for job_id in block.ids]
         _after_insert(cur, now, block, state, len(results))
         return results
+    existing = {row[0] for row in cur.execute(
+        "SELECT id FROM jobs WHERE id IN (SELECT value FROM json_each(?))",
+        (ids_param(block.ids),),
+    )}
+    # flow, unique_key, concurrency key/limit, order_key, rate key/limit/period, gated: none
+    tail = (None, None, None, 0, None, None, 0, 0.0, 0, event)
     rows: list[tuple[Any, ...]] = []
     results = []
     for job_id, payload in zip(block.ids, block.payloads, strict=True):
@@ -147,18 +147,23 @@ _INSERT_BLOCK = (
 
 def _insert_all(cur: sqlite3.Cursor, block: JobBlock, shared: tuple[Any, ...],
                 event: str) -> bool:
-    """Insert every job of ``block`` with ``_INSERT_BLOCK``; False (nothing done) when its
-    ids repeat, or its text holds a NUL (which JSON functions do not carry)."""
-    if len(set(block.ids)) != len(block.ids):
-        return False
+    """Insert every job of ``block`` with ``_INSERT_BLOCK``; False, with nothing stored,
+    when an id exists or repeats (the statement is undone alone, the transaction goes on)
+    or a payload holds a NUL (which JSON functions do not carry)."""
+    if not block.ids:
+        return True
     rows = _json_rows(list(zip(block.ids, block.payloads, strict=True)))
     if "\\u0000" in rows:
         return False
     state, max_retries, timeout, deadline, now, run_at, ready_at, batch_id = shared
-    cur.execute(_INSERT_BLOCK, {
-        "name": block.name, "queue": block.queue, "state": state, "max_retries": max_retries,
-        "timeout": timeout, "deadline": deadline, "now": now, "run_at": run_at,
-        "ready_at": ready_at, "batch_id": batch_id, "event": event, "rows": rows})
+    try:
+        cur.execute(_INSERT_BLOCK, {
+            "name": block.name, "queue": block.queue, "state": state,
+            "max_retries": max_retries, "timeout": timeout, "deadline": deadline, "now": now,
+            "run_at": run_at, "ready_at": ready_at, "batch_id": batch_id, "event": event,
+            "rows": rows})
+    except sqlite3.IntegrityError:  # UNIQUE constraint failed: jobs.id
+        return False
     return True
 
 
