@@ -8,15 +8,17 @@ ids from the same sequence, the same records. Per ``BLOCK_SIZE`` items it encode
 once and hands the block to ``Storage.enqueue_block``. An item that raises stops the call
 after the items before it are stored, as ``push_many`` does.
 
-``stored`` overlaps the two halves: while one thread of its own stores block k (a script
-call, a transaction), the caller's thread reads and encodes block k+1, so the storage's own
-time per block is hidden behind the client's instead of added to it.
+``stored`` overlaps the two halves: while a thread of the client's ``Writers`` stores
+block k (a script call, a transaction), the caller's thread reads and encodes block k+1,
+so the storage's own time per block is hidden behind the client's instead of added to it.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from itertools import islice
 from typing import Any
 
@@ -30,7 +32,7 @@ from conveyor.serializer import encode_arg_lists, encode_args
 from conveyor.storage.records import JobBlock
 from conveyor.text import check_name
 
-__all__ = ["BLOCK_SIZE", "blocks", "refs_of", "stored"]
+__all__ = ["BLOCK_SIZE", "Writers", "blocks", "refs_of", "stored"]
 
 BLOCK_SIZE = 2000
 """Jobs per ``Storage.enqueue_block`` call from the bulk path (bounds the client's memory)."""
@@ -108,20 +110,54 @@ def _check_names(name: str, queue: str) -> None:
     check_name("queue", queue)
 
 
+class Writers:
+    """The threads that store blocks for one client: started on first use, then kept, so
+    a storage that holds a connection per thread (SQLite) keeps using the same ones.
+
+    Up to ``size`` callers of the client store at the same time. A forked child starts
+    threads of its own (the parent's do not exist there).
+    """
+
+    def __init__(self, size: int = 4) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pid = os.getpid()
+
+    def submit(self, store: Callable[[JobBlock], list[EnqueueResult]],
+               block: JobBlock) -> Future[list[EnqueueResult]]:
+        """Store ``block`` in one of the threads."""
+        if self._pid != os.getpid():
+            # A forked child, where only this thread runs: the lock may have been held by a
+            # thread of the parent at the fork, and the pool's threads are not there.
+            self._lock, self._pool, self._pid = threading.Lock(), None, os.getpid()
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._size, thread_name_prefix="conveyor-bulk")
+            return self._pool.submit(store, block)
+
+    def close(self) -> None:
+        """Stop the threads once they are done (they start again on the next use)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None and self._pid == os.getpid():
+            pool.shutdown(wait=True)
+
+
 def stored(
     pairs: Iterable[tuple[JobBlock | None, BaseException | None]],
     store: Callable[[JobBlock], list[EnqueueResult]],
     before: Callable[[JobBlock], None],
+    writers: Writers,
 ) -> Iterator[list[EnqueueResult]]:
     """The results of ``store`` for each block of ``pairs`` (``blocks``' output), in order;
     then the item's error, if one came, once every block before it is stored.
 
-    A full block (more may follow) is stored by a thread of its own while the next one is
+    A full block (more may follow) is stored by one of ``writers`` while the next one is
     built; at most one block is in flight, so memory stays bounded. ``before`` runs in the
     caller's thread right before a block is handed on, after the one before it is stored.
     An error of ``store`` is raised here, and nothing after that block is stored.
     """
-    pool: ThreadPoolExecutor | None = None
     pending: Future[list[EnqueueResult]] | None = None
     try:
         for block, error in pairs:
@@ -131,9 +167,7 @@ def stored(
             if block is not None:
                 before(block)
                 if error is None and len(block) >= BLOCK_SIZE:
-                    if pool is None:  # only a call of more than one block starts a thread
-                        pool = ThreadPoolExecutor(1, thread_name_prefix="conveyor-bulk")
-                    pending = pool.submit(store, block)
+                    pending = writers.submit(store, block)
                 else:
                     yield store(block)
             if error is not None:
@@ -141,8 +175,8 @@ def stored(
         if pending is not None:
             yield pending.result()
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True)
+        if pending is not None:  # abandoned by the caller: still wait for what was sent
+            wait([pending])
 
 
 def _pair(item: tuple[Any, ...]) -> bool:

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, Literal, overload
 
-from conveyor.bulk import blocks, refs_of, stored
+from conveyor.bulk import Writers, blocks, refs_of, stored
 from conveyor.clock import SYSTEM_CLOCK, Clock
 from conveyor.context import current_batch
 from conveyor.draft import EnqueueDraft, build_spec, run_at_from
@@ -60,9 +60,15 @@ class Client:
         self.clock = clock
         self.max_payload = max_payload
         self.middleware = middleware if middleware is not None else ClientChain()
+        self._writers = Writers()  # threads storing enqueue_many's blocks
 
     def __repr__(self) -> str:
         return f"<Client jobs={len(self.registry)} middleware={len(self.middleware)}>"
+
+    def close(self) -> None:
+        """Stop the threads that store ``enqueue_many``'s blocks (they start again when
+        needed); ``Conveyor.close`` calls it."""
+        self._writers.close()
 
     @property
     def storage(self) -> Backend:
@@ -118,7 +124,7 @@ class Client:
                        batch_id=scope.id if scope is not None else None)
         # Inside a batch block its buffered jobs are stored first, and the block's counted.
         before = (lambda block: scope.reserve(len(block))) if scope is not None else _nothing
-        for results in stored(pairs, storage.enqueue_block, before):
+        for results in stored(pairs, storage.enqueue_block, before, self._writers):
             count += len(results)
             if return_refs:
                 refs += refs_of(results, self)

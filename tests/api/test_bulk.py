@@ -9,6 +9,7 @@ clock: ``app`` (no middleware: the bulk path) and a twin with a pass-through cli
 from __future__ import annotations
 
 import dataclasses
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -184,3 +185,15 @@ def test_a_block_the_storage_refuses_stops_the_call_there(app: Conveyor,
         fn.enqueue_many([n] for n in range(9_000))
     assert failing.calls == ["enqueue_block", "failed"]  # nothing after the refused block
     assert sorted(r.args[0] for r in app.storage.list_jobs(limit=10_000)) == list(range(2_000))
+
+
+def test_closing_the_app_stops_its_bulk_threads(app: Conveyor) -> None:
+    def bulk_threads() -> int:
+        return sum(t.name.startswith("conveyor-bulk") for t in threading.enumerate())
+
+    before = bulk_threads()  # other apps' threads, if any
+    fn = _jobs(app)
+    assert fn.enqueue_many([[n] for n in range(5_000)], return_refs=False) == 5_000
+    app.close()
+    assert bulk_threads() == before
+    assert fn.enqueue_many([[n] for n in range(5_000)], return_refs=False) == 5_000  # again
