@@ -181,9 +181,16 @@ def test_a_block_joining_a_batch_again_counts_each_job_once(backend: Backend) ->
     status = backend.get_batch("again")
     assert status is not None and (status.total, status.counts.get("pending")) == (6, 6)
     assert backend.count_jobs(batch_id="again") == 6
+    # Ids of other shapes (above the last hex id, or not) are looked up, never assumed new.
+    odd = dataclasses.replace(later, ids=["~job-1", "~job-2", later.ids[0]], payloads=_payloads(3))
+    assert [r.created for r in backend.enqueue_block(odd)] == [True, True, False]
+    again = dataclasses.replace(later, ids=["~job-2", "~job-3"], payloads=_payloads(2))
+    assert [r.created for r in backend.enqueue_block(again)] == [False, True]
+    status = backend.get_batch("again")
+    assert status is not None and (status.total, status.counts.get("pending")) == (9, 9)
     # Pages read every member once.
-    paged = [r.id for o in (0, 4) for r in backend.list_jobs(batch_id="again", offset=o, limit=4)]
-    assert sorted(paged) == sorted({*first.ids, twice, *later.ids})
+    paged = [r.id for o in (0, 5) for r in backend.list_jobs(batch_id="again", offset=o, limit=5)]
+    assert sorted(paged) == sorted({*first.ids, twice, *later.ids, "~job-1", "~job-2", "~job-3"})
 
 
 def test_payload_text_is_stored_exactly(backend: Backend) -> None:

@@ -56,14 +56,18 @@ local function bump(field, by) delta[field] = (delta[field] or 0) + by end
 -- Jobs of a bulk enqueue join with ids made in order after every id the batch holds: when
 -- they ascend past the last id of K_ORDER, and K_ORDER holds every job of the batch, none
 -- of them is in the batch yet, so they join without reading K_JOBS or a loop per job.
+-- Lua compares strings with strcoll (redis-server's locale), K_ORDER with memcmp: the two
+-- agree on ids of lowercase hex digits (what the client makes), so only those take this way.
+local function hex(text) return not string.find(text, '[^0-9a-f\n]') end
 local function all_new()
-  if not joining or #ids == 0 then return false end
+  if not joining or #ids == 0 or not hex(ARGV[4]) then return false end
   for i = 2, #ids do
     if ids[i] <= ids[i - 1] then return false end
   end
   if redis.call('ZCARD', K_ORDER) ~= redis.call('HLEN', K_JOBS) then return false end
   local last = redis.call('ZRANGE', K_ORDER, -1, -1)[1]
-  return not last or ids[1] > last
+  if not last then return true end
+  return hex(last) and ids[1] > last
 end
 local olds = {}
 if all_new() then
