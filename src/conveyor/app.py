@@ -126,6 +126,7 @@ worker runs jobs with, and the storage.
 
     def close(self) -> None:
         """Close the storage if this process opened it. The app can be used again afterwards."""
+        self.client.close()  # its bulk threads first: they may be storing
         with self._lock:
             storage, self._storage = self._storage, None
             if storage is not None and (self._injected or self._pid == os.getpid()):

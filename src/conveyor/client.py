@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, Literal, overload
 
-from conveyor.bulk import blocks, refs_of
+from conveyor.bulk import Writers, blocks, refs_of, stored
 from conveyor.clock import SYSTEM_CLOCK, Clock
 from conveyor.context import current_batch
 from conveyor.draft import EnqueueDraft, build_spec, run_at_from
@@ -68,9 +68,15 @@ class Client:
         self.middleware = middleware if middleware is not None else ClientChain()
         self._bound: ContextVar[Storage | None] = ContextVar(f"conveyor-tx-{id(self)}",
                                                              default=None)
+        self._writers = Writers()  # threads storing enqueue_many's blocks
 
     def __repr__(self) -> str:
         return f"<Client jobs={len(self.registry)} middleware={len(self.middleware)}>"
+
+    def close(self) -> None:
+        """Stop the threads that store ``enqueue_many``'s blocks (they start again when
+        needed); ``Conveyor.close`` calls it."""
+        self._writers.close()
 
     @property
     def storage(self) -> Backend:
@@ -163,18 +169,14 @@ class Client:
         scope = current_batch()
         refs: list[JobRef] = []
         count = 0
-        for block, error in blocks(fn.name, fn.opts, items, now=self.clock.now,
-                                   max_payload=self.max_payload,
-                                   batch_id=scope.id if scope is not None else None):
-            if block is not None:
-                if scope is not None:
-                    scope.reserve(len(block))  # its buffered jobs first, and counted
-                results = storage.enqueue_block(block)
-                count += len(block)
-                if return_refs:
-                    refs += refs_of(results, self)
-            if error is not None:
-                raise error
+        pairs = blocks(fn.name, fn.opts, items, now=self.clock.now, max_payload=self.max_payload,
+                       batch_id=scope.id if scope is not None else None)
+        # Inside a batch block its buffered jobs are stored first, and the block's counted.
+        before = (lambda block: scope.reserve(len(block))) if scope is not None else _nothing
+        for results in stored(pairs, storage.enqueue_block, before, self._writers):
+            count += len(results)
+            if return_refs:
+                refs += refs_of(results, self)
         return refs if return_refs else count
 
     def draft(
@@ -257,6 +259,10 @@ class Client:
         ref = JobRef(spec.id, True, self)
         sink.add(spec, ref)
         return ref
+
+
+def _nothing(block: object) -> None:
+    """No step before a block outside a batch."""
 
 
 class SpecBuffer:
