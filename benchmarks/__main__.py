@@ -66,7 +66,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--report", default="", help="re-render the markdown of a results JSON")
     p.add_argument("--docs", action="store_true",
                    help="write docs/benchmarks.md, its chart and the README table (the default "
-                        "for a full run of every peer and workload)")
+                        "for a full run of every peer and workload; with --only pg: the page's "
+                        "PostgreSQL section and the table's PostgreSQL rows)")
     return p.parse_args(argv)
 
 
@@ -91,10 +92,51 @@ def latest(mode: str) -> tuple[dict[str, Any], str] | None:
     return None
 
 
+def read_text(name: str) -> str:
+    """A hand-written file of ``benchmarks/`` (empty when absent)."""
+    path = os.path.join(HERE, name)
+    if not os.path.exists(path):
+        return ""
+    with open(path) as f:
+        return f.read()
+
+
+def pg_section(pg: tuple[dict[str, Any], str] | None) -> str:
+    """The PostgreSQL section of docs/benchmarks.md from a ``--only pg`` run ("" if none)."""
+    if pg is None:
+        return ""
+    rel = os.path.relpath(pg[1], os.path.dirname(HERE))
+    return report.pg_page(pg[0], rel, read_text("analysis_pg.md"))
+
+
+def publish_pg(data: dict[str, Any], results_file: str) -> None:
+    """A ``--only pg`` run: only the PostgreSQL section of docs/benchmarks.md and the README
+    table's PostgreSQL rows change (the rest of the page stays as the last publish left it)."""
+    page = os.path.join(DOCS, "benchmarks.md")
+    with open(page) as f:
+        text = f.read()
+    with open(page, "w") as f:
+        f.write(report.replace_pg_section(text, pg_section((data, results_file))))
+    full, io = latest("full"), latest("io")
+    if full is not None:
+        readme = os.path.join(os.path.dirname(HERE), "README.md")
+        with open(readme) as f:
+            text = f.read()
+        newest_io = io[0] if io and io[0]["started"] > full[0]["started"] else full[0]
+        with open(readme, "w") as f:
+            f.write(report.replace_block(text, report.readme_block(full[0], newest_io, data)))
+    print("[bench] wrote the PostgreSQL section of docs/benchmarks.md and the README table")
+
+
 def publish(data: dict[str, Any], results_file: str) -> None:
     """docs/benchmarks.md, docs/benchmarks.svg and the README's headline table. The page
     leads with the I/O workloads: of this run, or of the newest ``--only io`` run when that
-    is newer; an I/O run republishes over the newest full run."""
+    is newer; an I/O run republishes over the newest full run. The PostgreSQL section and
+    rows come from the newest ``--only pg`` run."""
+    if data.get("mode") == "pg":
+        publish_pg(data, results_file)
+        return
+    pg = latest("pg")
     io: tuple[dict[str, Any], str] | None = (data, results_file)
     if data.get("mode") == "io":
         full = latest("full")
@@ -107,25 +149,19 @@ def publish(data: dict[str, Any], results_file: str) -> None:
     assert io is not None
     root = os.path.dirname(HERE)
     rel = os.path.relpath(results_file, root)
-    analysis_file = os.path.join(HERE, "analysis.md")
-    analysis = ""
-    if os.path.exists(analysis_file):
-        with open(analysis_file) as f:
-            analysis = f.read()
-    io_analysis = ""
-    if os.path.exists(os.path.join(HERE, "analysis_io.md")):
-        with open(os.path.join(HERE, "analysis_io.md")) as f:
-            io_analysis = f.read()
     io_rel = os.path.relpath(io[1], root)
     with open(os.path.join(DOCS, "benchmarks.md"), "w") as f:
-        f.write(report.docs_page(data, rel, analysis, report.io_page(io[0], io_rel, io_analysis)))
+        f.write(report.docs_page(data, rel, read_text("analysis.md"),
+                                 report.io_page(io[0], io_rel, read_text("analysis_io.md")),
+                                 pg_section(pg)))
     with open(os.path.join(DOCS, "benchmarks.svg"), "w") as f:
         f.write(report.svg_chart(data))
     readme = os.path.join(os.path.dirname(HERE), "README.md")
     with open(readme) as f:
         text = f.read()
     with open(readme, "w") as f:
-        f.write(report.replace_block(text, report.readme_block(data, io[0])))
+        f.write(report.replace_block(text, report.readme_block(data, io[0],
+                                                                pg[0] if pg else None)))
     print("[bench] wrote docs/benchmarks.md, docs/benchmarks.svg and the README table")
 
 

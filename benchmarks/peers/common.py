@@ -12,6 +12,7 @@ by the reported spans.
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import json
 import os
@@ -96,6 +97,18 @@ def paced(n: int, interval: float) -> Any:
             delay = start + i * interval - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
+        yield i
+
+
+async def apaced(n: int, interval: float) -> Any:
+    """``paced`` for asyncio adapters: yield ``n`` times ``interval`` apart, sleeping on the
+    event loop."""
+    start = time.perf_counter()
+    for i in range(n):
+        if interval:
+            delay = start + i * interval - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
         yield i
 
 
@@ -378,6 +391,15 @@ def pg_truncate(url: str, schema: str, keep: tuple[str, ...] = ()) -> None:
     tables = [t for t in pg_tables(url, schema) if t.rsplit(".", 1)[1] not in keep]
     if tables:
         pg_exec(url, f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+
+
+def pg_reset(url: str, table: str, install: Any) -> None:
+    """An engine's database before a run: ``install()`` its schema when ``public.<table>`` is
+    missing, else empty every table of ``public``."""
+    if pg_exec(url, f"SELECT to_regclass('public.{table}')")[0][0] is None:
+        install()
+    else:
+        pg_truncate(url, "public")
 
 
 def pg_bytes(url: str, schema: str) -> int:

@@ -29,7 +29,7 @@ from typing import Any
 import asyncpg
 import body
 import pgqueuer
-from common import QUEUE, Peer, main, pg_bytes, pg_exec, pg_truncate, pg_url
+from common import QUEUE, Peer, apaced, main, pg_bytes, pg_reset, pg_url
 from pgqueuer import PgQueuer
 from pgqueuer.db import AsyncpgDriver
 from pgqueuer.models import Job
@@ -69,24 +69,16 @@ class PgQueuerPeer(Peer):
         self.queries = Queries(AsyncpgDriver(self.conn))
 
     def reset(self) -> None:
-        if pg_exec(self.db, "SELECT to_regclass('public.pgqueuer')")[0][0] is None:
-            subprocess.run([sys.executable, "-m", "pgqueuer", "--pg-dsn", self.db, "install",
-                            "--durability", "balanced"], check=True, capture_output=True)
-        else:
-            pg_truncate(self.db, "public")
+        pg_reset(self.db, "pgqueuer", lambda: subprocess.run(
+            [sys.executable, "-m", "pgqueuer", "--pg-dsn", self.db, "install",
+             "--durability", "balanced"], check=True, capture_output=True))
 
     def enqueue_each(self, kind: str, n: int, interval: float = 0.0) -> None:
         self.loop.run_until_complete(self._each(kind, n, interval))
 
     async def _each(self, kind: str, n: int, interval: float) -> None:
-        start = time.perf_counter()
-        enqueue = self.queries.enqueue
-        for i in range(n):
-            if interval:
-                delay = start + i * interval - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            await enqueue(ENTRYPOINT, json.dumps([kind, time.time()]).encode())
+        async for _ in apaced(n, interval):
+            await self.queries.enqueue(ENTRYPOINT, json.dumps([kind, time.time()]).encode())
 
     def enqueue_bulk(self, kind: str, n: int) -> None:
         self.loop.run_until_complete(self._bulk(kind, n))

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 import body
-from common import QUEUE, Peer, Unsupported, main, pg_bytes, pg_exec, pg_truncate, pg_url
+from common import QUEUE, Peer, Unsupported, apaced, main, pg_bytes, pg_reset, pg_url
 from procrastinate import App, PsycopgConnector
 
 BATCH_QUEUE = "bench_batch"
@@ -49,24 +49,15 @@ class ProcrastinatePeer(Peer):
         self.loop.run_until_complete(app.open_async())
 
     def reset(self) -> None:
-        installed = pg_exec(self.db, "SELECT to_regclass('public.procrastinate_jobs')")[0][0]
-        if installed is None:
-            self.loop.run_until_complete(app.schema_manager.apply_schema_async())
-        else:
-            pg_truncate(self.db, "public")
+        pg_reset(self.db, "procrastinate_jobs", lambda: self.loop.run_until_complete(
+            app.schema_manager.apply_schema_async()))
 
     def enqueue_each(self, kind: str, n: int, interval: float = 0.0) -> None:
         self.loop.run_until_complete(self._each(kind, n, interval))
 
     async def _each(self, kind: str, n: int, interval: float) -> None:
-        start = time.perf_counter()
-        defer = job.defer_async
-        for i in range(n):
-            if interval:
-                delay = start + i * interval - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            await defer(kind=kind, ts=time.time())
+        async for _ in apaced(n, interval):
+            await job.defer_async(kind=kind, ts=time.time())
 
     def enqueue_bulk(self, kind: str, n: int) -> None:
         self.loop.run_until_complete(job.batch_defer_async(*[{"kind": kind, "ts": 0.0}] * n))
