@@ -333,9 +333,12 @@ def readme_block(data: dict[str, Any], io: dict[str, Any] | None = None,
                    f"({io['started']}), concurrency {IO_SLOTS}, on the same VM while other work "
                    f"loaded it: compare within a column.")
     if pg is not None:
+        redis = _med(pg, "w1_drain_p1", "conveyor (redis)", "rate")
         io_note += (f" The PostgreSQL rows: {pg['rounds']} rounds of `make bench-pg` "
                     f"({pg['started']}), PostgreSQL {pg['machine'].get('postgres', '?')}, "
-                    f"same VM, other work running.")
+                    f"same VM, other work running (conveyor on Redis drained "
+                    f"{_fmt(redis, '{:,.0f}')} jobs/s in that run): compare the PostgreSQL "
+                    f"rows with each other.")
     return (f"{README_START}\n{headline(data, io, pg)}\n\nMedians of {data['rounds']} interleaved "
             f"rounds on {m['cores']} cores ({m['cpu']}), 1 worker process, one run of "
             f"`make bench` ({data['started']}).{io_note} Every number and setting in "
