@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-deps demo test lint typecheck unit bench bench-io clean
+.PHONY: install system-deps demo test lint typecheck unit bench bench-io bench-pg clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,12 @@ bench: install system-deps
 # ~15 minutes, then republishes the leading section of docs/benchmarks.md and the README table.
 bench-io: install system-deps
 	$(PY) -m benchmarks --only io --rounds 2 --docs
+
+# conveyor on PostgreSQL beside procrastinate and PgQueuer (and conveyor on Redis and SQLite):
+# W0d (one PostgreSQL write), W1-W4 and storage on a private PostgreSQL, 2 rounds (~30 min);
+# then rewrites the PostgreSQL section of docs/benchmarks.md and the README table's rows.
+bench-pg: install system-deps
+	$(PY) -m benchmarks --only pg --rounds 2 --docs
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -30,6 +30,8 @@ METRICS: dict[str, list[tuple[str, str, str, bool]]] = {
 }
 PEER_BASELINES = ("conveyor", "redis-py")
 RAW = "redis-py LPUSH/BRPOP"  # the raw queue: the same body with no engine around it
+PG = "conveyor (postgres)"
+PG_PEERS = ("procrastinate", "pgqueuer")  # the PostgreSQL engines (suite.PG_PEERS)
 CPU_METRIC = ("cpu_us_per_job", "worker CPU µs/job", "{:,.0f}", False)
 
 
@@ -86,12 +88,13 @@ def tables(data: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def fastest_peer(data: dict[str, Any], key: str, metric: str, higher: bool
-                 ) -> tuple[str, float] | None:
-    """The best third-party engine (not conveyor, not the raw redis-py queue) by median."""
+def fastest_peer(data: dict[str, Any], key: str, metric: str, higher: bool,
+                 among: tuple[str, ...] = ()) -> tuple[str, float] | None:
+    """The best third-party engine (not conveyor, not the raw redis-py queue) by median;
+    ``among``: only these labels (the PostgreSQL engines)."""
     best: tuple[str, float] | None = None
     for label, runs in data["results"].get(key, {}).items():
-        if label.startswith(PEER_BASELINES):
+        if label.startswith(PEER_BASELINES) or (among and label not in among):
             continue
         s = summary(runs, metric)
         if s and (best is None or (s[0] > best[1] if higher else s[0] < best[1])):
@@ -223,24 +226,35 @@ HEADLINE_IO = [  # the I/O columns lead the table (from the I/O run)
 ]
 
 
-def headline(data: dict[str, Any], io: dict[str, Any] | None = None) -> str:
+def headline(data: dict[str, Any], io: dict[str, Any] | None = None,
+             pg: dict[str, Any] | None = None) -> str:
     """The README's table: conveyor's engines, the fastest third-party peer per column, and
     the hand-written Redis queue as the ceiling of a Python client. The columns of jobs that
-    do I/O come first, from ``io`` (or ``data`` when it has them)."""
+    do I/O come first, from ``io`` (or ``data`` when it has them). ``pg`` (a ``--only pg``
+    run) adds conveyor on PostgreSQL and the fastest PostgreSQL engine, from that run."""
     cols = [(io or data, *h) for h in HEADLINE_IO] + [(data, *h) for h in HEADLINE]
     labels: list[str] = []
     for d in (io or data, data):
         for res in d["results"].values():
             labels += [lbl for lbl in res if lbl not in labels]
     rows = ["| | " + " | ".join(c[3] for c in cols) + " |", "|---|" + "---|" * len(cols)]
-    for lbl in [x for x in labels if x.startswith("conveyor")]:
+    for lbl in [x for x in labels if x.startswith("conveyor") and (pg is None or x != PG)]:
         rows.append(f"| **{lbl}** | " + " | ".join(
             _fmt(_med(d, k, lbl, m), f) for d, k, m, _, f in cols) + " |")
+    if pg is not None:
+        rows.append(f"| **{PG}** | " + " | ".join(
+            _fmt(_med(pg, k, PG, m), f) for _, k, m, _, f in cols) + " |")
     best = []
     for d, k, m, _, f in cols:
         b = fastest_peer(d, k, m, m == "rate")
         best.append("–" if b is None else f"{f.format(b[1])} ({b[0]})")
     rows.append("| fastest other engine | " + " | ".join(best) + " |")
+    if pg is not None:
+        best = []
+        for _, k, m, _, f in cols:
+            b = fastest_peer(pg, k, m, m == "rate", PG_PEERS)
+            best.append("–" if b is None else f"{f.format(b[1])} ({b[0]})")
+        rows.append("| fastest PostgreSQL engine | " + " | ".join(best) + " |")
     raw = [x for x in labels if x.startswith("redis-py")]
     for lbl in raw:
         rows.append(f"| {lbl} (no tracking, ceiling) | " + " | ".join(
@@ -253,10 +267,10 @@ def _fmt(value: float | None, fmt: str) -> str:
 
 
 def docs_page(data: dict[str, Any], results_file: str, analysis: str = "",
-              io_section: str = "") -> str:
-    """docs/benchmarks.md: ``io_section`` (the jobs that do I/O) first, then how the suite
-    works, the full run's setup, targets and tables, then ``analysis``
-    (``benchmarks/analysis.md``: the missed targets and their profiles)."""
+              io_section: str = "", pg_section: str = "") -> str:
+    """docs/benchmarks.md: ``io_section`` (the jobs that do I/O) first, ``pg_section``
+    (PostgreSQL) next, then how the suite works, the full run's setup, targets and tables,
+    then ``analysis`` (``benchmarks/analysis.md``: the missed targets and their profiles)."""
     return f"""# Benchmarks
 
 conveyor side by side with Celery, RQ, Dramatiq, arq, SAQ, Huey and taskiq, on the same
@@ -265,6 +279,7 @@ written by the suite itself (`make bench`, `make bench-io`); the full suite's nu
 from `{results_file}`. Rerun it on your own machine before you trust any of them.
 
 {io_section}
+{pg_section}
 ## The full suite: no-op jobs and the rest
 
 ![median jobs/s per engine](benchmarks.svg)
@@ -308,7 +323,8 @@ README_START = "<!-- bench:start -->"
 README_END = "<!-- bench:end -->"
 
 
-def readme_block(data: dict[str, Any], io: dict[str, Any] | None = None) -> str:
+def readme_block(data: dict[str, Any], io: dict[str, Any] | None = None,
+                 pg: dict[str, Any] | None = None) -> str:
     """The headline table with a line saying where it comes from."""
     m = data["machine"]
     io_note = ""
@@ -316,7 +332,14 @@ def readme_block(data: dict[str, Any], io: dict[str, Any] | None = None) -> str:
         io_note = (f" The Redis round-trip columns: {io['rounds']} rounds of `make bench-io` "
                    f"({io['started']}), concurrency {IO_SLOTS}, on the same VM while other work "
                    f"loaded it: compare within a column.")
-    return (f"{README_START}\n{headline(data, io)}\n\nMedians of {data['rounds']} interleaved "
+    if pg is not None:
+        redis = _med(pg, "w1_drain_p1", "conveyor (redis)", "rate")
+        io_note += (f" The PostgreSQL rows: {pg['rounds']} rounds of `make bench-pg` "
+                    f"({pg['started']}), PostgreSQL {pg['machine'].get('postgres', '?')}, "
+                    f"same VM, other work running (conveyor on Redis drained "
+                    f"{_fmt(redis, '{:,.0f}')} jobs/s in that run): compare the PostgreSQL "
+                    f"rows with each other.")
+    return (f"{README_START}\n{headline(data, io, pg)}\n\nMedians of {data['rounds']} interleaved "
             f"rounds on {m['cores']} cores ({m['cpu']}), 1 worker process, one run of "
             f"`make bench` ({data['started']}).{io_note} Every number and setting in "
             f"[docs/benchmarks.md](docs/benchmarks.md).\n{README_END}")
@@ -462,3 +485,133 @@ finish) is in every row alike and cancels out of the difference.
 {tables(shown)}
 {analysis}
 """
+
+
+# --- PostgreSQL (issue #18) -------------------------------------------------------------------
+
+PG_START = "<!-- bench-pg:start -->"
+PG_END = "<!-- bench-pg:end -->"
+PROBE = "measured in `benchmarks/pg_probe.py`"
+
+
+def pg_targets(d: dict[str, Any]) -> str:
+    """Every #18 target: conveyor on PostgreSQL, the reference, the ratio, met or missed."""
+    rows = ["| target | conveyor (postgres) | reference | ratio | met? |", "|---|---|---|---|---|"]
+
+    def row(name: str, key: str, metric: str, ref: tuple[str, float] | None,
+            factor: float) -> None:
+        mine = _med(d, key, PG, metric)
+        if mine is None or ref is None:
+            rows.append(f"| {name} | {'–' if mine is None else _num(mine)} | "
+                        f"{'not measured' if ref is None else ref[0]} | – | "
+                        f"not measured |")
+            return
+        r = mine / ref[1] if metric != "seconds" else ref[1] / mine  # ×: how many times faster
+        rows.append(f"| {name} | {_num(mine)} | {ref[0]}: {_num(ref[1])} | ×{r:.2f} | "
+                    f"{'met' if r >= factor else '**missed**'} |")
+
+    row("W1 drain ≥ 3× fastest PostgreSQL engine", "w1_drain_p1", "rate",
+        fastest_peer(d, "w1_drain_p1", "rate", True, PG_PEERS), 3)
+    row("W4 5,000-job batch ≥ 3× fastest PostgreSQL engine (s)", "w4_batch", "seconds",
+        fastest_peer(d, "w4_batch", "seconds", False, PG_PEERS), 3)
+    redis = _med(d, "w1_drain_p1", "conveyor (redis)", "rate")
+    row("W1 drain within 2× of conveyor on Redis (≥ 0.5×)", "w1_drain_p1", "rate",
+        None if redis is None else ("conveyor (redis)", redis), 0.5)
+    rows.append(f"| enqueue inside an existing transaction adds < 0.3 ms | – | – | – | {PROBE} |")
+    rows.append(f"| drain with 1,000,000 finished jobs ≥ 90% of drain on empty tables | – | – | "
+                f"– | {PROBE} |")
+    return "\n".join(rows)
+
+
+PG_SUMMARY = [  # (workload key, metric, column title, format)
+    ("w0d_drain", "rate", "W0d drain (jobs/s)", "{:,.0f}"),
+    ("w0d_live", "rate", "W0d live (jobs/s)", "{:,.0f}"),
+    ("w1_enqueue_one", "rate", "W1 enqueue one by one (jobs/s)", "{:,.0f}"),
+    ("w1_enqueue_bulk", "rate", "W1 bulk enqueue (jobs/s)", "{:,.0f}"),
+    ("w1_drain_p1", "rate", "W1 drain (jobs/s)", "{:,.0f}"),
+    ("w1_live_p1", "rate", "W1 live (jobs/s)", "{:,.0f}"),
+    ("w2_latency", "p50_ms", "W2 p50 (ms)", "{:.2f}"),
+    ("w2_latency", "p99_ms", "W2 p99 (ms)", "{:.2f}"),
+    ("w3_io", "efficiency", "W3 efficiency", "{:.3f}"),
+    ("w4_batch", "seconds", "W4 5,000-job batch (s)", "{:.2f}"),
+    ("storage", "pending_bytes_per_job", "B / pending job", "{:,.0f}"),
+    ("storage", "finished_bytes_per_job", "B / finished job", "{:,.0f}"),
+]
+
+
+def pg_summary(d: dict[str, Any]) -> str:
+    """One row per engine of a ``--only pg`` run, one column per workload (medians)."""
+    labels: list[str] = []
+    for res in d["results"].values():
+        labels += [lbl for lbl in res if lbl not in labels]
+    order = [PG, *PG_PEERS, "conveyor (redis)", "conveyor (sqlite)", RAW]
+    labels = [x for x in order if x in labels] + [x for x in labels if x not in order]
+    rows = ["| | " + " | ".join(c[2] for c in PG_SUMMARY) + " |",
+            "|---|" + "---|" * len(PG_SUMMARY)]
+    for lbl in labels:
+        shown = f"**{lbl}**" if lbl == PG else lbl
+        rows.append(f"| {shown} | " + " | ".join(
+            _fmt(_med(d, k, lbl, m), f) for k, m, _, f in PG_SUMMARY) + " |")
+    return "\n".join(rows)
+
+
+def pg_page(d: dict[str, Any], results_file: str, analysis: str = "") -> str:
+    """The PostgreSQL section of docs/benchmarks.md (between its markers): the setup, the #18
+    targets, every table of the run, and ``analysis`` (``benchmarks/analysis_pg.md``)."""
+    m = d["machine"]
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(d["versions"].items()))
+    settings = "\n".join(f"| {k} | {v} |" for k, v in d["settings"].items())
+    return f"""{PG_START}
+## PostgreSQL
+
+conveyor on PostgreSQL beside the two PostgreSQL engines of the field that run on these
+machines' Python 3.11, **procrastinate** and **PgQueuer** (oban's Python port needs Python
+3.12), and beside conveyor on Redis and on SQLite, all in the same run. The suite starts its
+own PostgreSQL {m.get('postgres', '?')} (Debian's binaries, the test suite's throwaway cluster
+in a temp dir: `synchronous_commit=off`, `shared_buffers=64MB`, everything else default) with a
+database per engine (conveyor: schema `bench`), emptied before every run.
+
+- **W0d** one `INSERT` + `COMMIT` into a table of its own database through psycopg 3: a
+  connection per thread for the thread-pool engines (conveyor on every backend, the raw
+  redis-py queue), a pool of `AsyncConnection`s per event loop for the asyncio engines
+  (procrastinate, PgQueuer); 5,000 jobs, 1 worker process × 8 slots, drained and live.
+- **W1–W4** and **storage** as in the full suite (10,000 no-op jobs; W4 a 5,000-job batch).
+  Neither PostgreSQL engine has a group API: their W4 enqueues the 5,000 jobs in one bulk call
+  and polls the engine's own status API (procrastinate `list_queues`, PgQueuer `job_status`).
+- **Storage** for the PostgreSQL engines is `pg_total_relation_size` (heap, TOAST, every
+  index) summed over the engine's tables, per pending and per finished job, measured 1 s
+  after the last completion (dead rows not yet vacuumed count: that is the table's size).
+
+Run `{results_file}`: `{d['command']}`, {d['rounds']} interleaved rounds, cells median
+(min–max), {m['cpu']}, {m['cores']} cores **shared with other people's work while it ran**:
+the spread within a row is the machine; read ratios within a round more than absolute
+numbers. Versions: {versions}. Rerun: `make bench-pg`.
+
+{pg_summary(d)}
+
+The raw redis-py queue runs only W0d (the same body with no engine around it); "–": not run
+(the per-workload tables below say why where an engine has no API for it).
+
+### Targets (issue #18)
+
+{pg_targets(d)}
+
+| peer | settings (P = worker processes, C = concurrency per process) |
+|---|---|
+{settings}
+
+{tables(d)}
+{analysis}
+{PG_END}"""
+
+
+def replace_pg_section(text: str, section: str) -> str:
+    """docs/benchmarks.md with its PostgreSQL section replaced; inserted before the full
+    suite's section when the page has none yet."""
+    start, end = text.find(PG_START), text.find(PG_END)
+    if start >= 0 and end >= 0:
+        return text[:start] + section + text[end + len(PG_END):]
+    anchor = text.find("## The full suite")
+    if anchor < 0:
+        return text.rstrip("\n") + "\n\n" + section + "\n"
+    return text[:anchor] + section + "\n\n" + text[anchor:]

@@ -1,7 +1,10 @@
-"""Private redis-server processes for the suite: one plain server and a 3-master Cluster.
+"""Private servers for the suite: one plain redis-server, a 3-master Redis Cluster, and a
+PostgreSQL for conveyor's PostgreSQL backend and the PostgreSQL peers.
 
-No persistence (``--save '' --appendonly no``), free loopback ports, temp directories; nothing
-else ever connects to them.
+Redis: no persistence (``--save '' --appendonly no``). PostgreSQL: the test suite's throwaway
+cluster (``tests/support/postgres_server.py``: Debian's binaries, ``initdb`` in a temp dir, as
+``nobody`` when run as root, ``synchronous_commit=off``). Free loopback ports, temp
+directories; nothing else ever connects to them.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import socket
 import subprocess
 import tempfile
 import time
+
+from tests.support.postgres_server import PostgresServer, postgres_bin_dir
 
 import redis
 
@@ -80,3 +85,36 @@ class RedisCluster:
         """Stop every node."""
         for n in self.nodes:
             n.stop()
+
+
+# One database per PostgreSQL engine (its tables and their bytes are its own) and one for the
+# W0d job body's writes; conveyor uses the server's ``postgres`` database, schema ``bench``.
+PG_DATABASES = ("procrastinate", "pgqueuer", "bench_body")
+
+
+class PostgresBench:
+    """The test suite's private PostgreSQL, with the suite's databases created.
+
+    ``url`` is the superuser's URL to database ``postgres``; an adapter swaps the database
+    name for its own (``peers/common.py``, ``pg_url``).
+    """
+
+    def __init__(self) -> None:
+        if postgres_bin_dir() is None:
+            raise SystemExit("PostgreSQL is not installed: make system-deps (Debian's "
+                             "postgresql package; only its binaries are used)")
+        self.server = PostgresServer().start()
+        self.url = self.server.url
+        import psycopg  # the suite's own venv has it (conveyor's dev extra)
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            for name in PG_DATABASES:
+                conn.execute(f"CREATE DATABASE {name}")
+
+    def version(self) -> str:
+        """The server's major version (Debian's package directory)."""
+        return self.server.version
+
+    def stop(self) -> None:
+        """Stop the server and remove its cluster."""
+        self.server.cleanup()

@@ -29,6 +29,10 @@ VENV_REQS: dict[str, list[str]] = {
     "saq": ["saq[redis]", "hiredis", "typing_extensions"],  # needs redis<8
     "huey": ["huey", "redis", "hiredis"],
     "taskiq": ["taskiq", "taskiq-redis", "hiredis"],  # taskiq-redis needs redis>=8
+    # PostgreSQL engines (both support Python 3.11; run with procrastinate 3.10.0 and PgQueuer
+    # 1.6.0); redis for the completion counter, psycopg for the W0d body
+    "procrastinate": ["procrastinate", "psycopg[binary]", "redis", "hiredis"],
+    "pgqueuer": ["pgqueuer", "asyncpg", "psycopg[binary]", "redis", "hiredis"],
 }
 
 
@@ -41,7 +45,7 @@ class PeerSpec:
     venv: str | None = None  # None: the suite's own python (conveyor, raw redis-py)
     variant: str = ""
     per_process: bool = True  # False: one job at a time per process (RQ, Celery prefork)
-    storage: str = ""  # conveyor: sqlite | redis | cluster
+    storage: str = ""  # conveyor: sqlite | redis | cluster | postgres
     settings: str = ""
     env: tuple[tuple[str, str], ...] = ()  # extra environment for the adapter and its workers
     max_jobs: int = 0  # cap on n for engines so slow that n jobs would not fit the run's time
@@ -54,6 +58,8 @@ PEERS = [
              settings="same, SQLite file in a temp dir"),
     PeerSpec("conveyor (cluster)", "conveyor_peer", storage="cluster",
              settings="same, local 3-master Redis Cluster"),
+    PeerSpec("conveyor (postgres)", "conveyor_peer", storage="postgres",
+             settings="same, the suite's PostgreSQL, ?schema=bench"),
     PeerSpec("redis-py LPUSH/BRPOP", "rawredis", variant="brpop",
              settings="hand-written: LPUSH, C threads x BRPOP"),
     PeerSpec("redis-py batch", "rawredis", variant="batch",
@@ -76,12 +82,23 @@ PEERS = [
     PeerSpec("huey", "huey_peer", "huey", settings="P x huey_consumer -k thread -w C -n -C"),
     PeerSpec("taskiq", "taskiq_peer", "taskiq",
              settings="taskiq worker --workers P --max-async-tasks C (ListQueueBroker)"),
+    PeerSpec("procrastinate", "procrastinate_peer", "procrastinate",
+             settings="P x procrastinate worker --concurrency C, psycopg pool C+2, LISTEN/NOTIFY, "
+                      "--delete-jobs successful (never where a run reads per-job status); "
+                      "W4: batch_defer + list_queues polled (no group API)"),
+    PeerSpec("pgqueuer", "pgqueuer_peer", "pgqueuer",
+             settings="P x pgqueuer.run (what pgq run runs), asyncpg, batch_size C/2, "
+                      "max_concurrent_tasks C, "
+                      "install --durability balanced; W4: bulk enqueue + job_status polled "
+                      "(no group API)"),
 ]
 RAW = "redis-py LPUSH/BRPOP"  # the raw queue every I/O workload is reported against
 # Engines whose jobs are plain functions run the sync I/O bodies (W0a, W0c); the asyncio
 # engines run the async one (W0b): a blocking body on their event loop would run one at a time.
 SYNC_IO = ("conveyor (redis)", RAW, "huey", "dramatiq", "celery threads")
 ASYNC_IO = ("conveyor (redis)", RAW, "arq", "saq", "taskiq")
+PG_PEERS = ("procrastinate", "pgqueuer")  # the PostgreSQL engines #18's targets compare with
+PG_CONVEYORS = ("conveyor (postgres)", "conveyor (redis)", "conveyor (sqlite)")
 QUICK_PEERS = {"conveyor (redis)", "conveyor (sqlite)", "redis-py batch", "celery threads",
                "rq SimpleWorker", "dramatiq", "huey"}
 
@@ -125,6 +142,26 @@ def io_workloads(quick: bool) -> list[Workload]:
     return out
 
 
+def pg_workloads(quick: bool) -> list[Workload]:
+    """W0d: jobs of one PostgreSQL write, drained and live, 1 worker process x 8 slots, for
+    conveyor on each backend, the raw queue and the PostgreSQL engines (async bodies there)."""
+    n = IO_N // (5 if quick else 1)
+    peers = (*PG_CONVEYORS, RAW, *PG_PEERS)
+    return [Workload(f"w0d_{form}", f"W0d {title}: one PostgreSQL write", form, n, 1, IO_C,
+                     {"body": "pg"}, only=peers)
+            for form, title in (("drain", "drain"), ("live", "live end to end"))]
+
+
+# ``--only pg``: W0d and W1-W4 + storage for conveyor on PostgreSQL beside the PostgreSQL
+# engines and conveyor on Redis and SQLite (workload key -> peers; empty: the workload's own).
+PG_GROUP: dict[str, tuple[str, ...]] = {
+    **{w.key: () for w in pg_workloads(False)},
+    **{key: (*PG_CONVEYORS, *PG_PEERS) for key in (
+        "w1_enqueue_one", "w1_enqueue_bulk", "w1_drain_p1", "w1_live_p1", "w2_latency", "w3_io",
+        "w4_batch", "storage")},
+}
+
+
 # ``--only io``: the W0 workloads, W3 async, and the runs their targets compare against, each
 # with only the peers its targets need (workload key -> peers; empty: the workload's own).
 IO_GROUP: dict[str, tuple[str, ...]] = {
@@ -143,6 +180,7 @@ def workloads(quick: bool) -> list[Workload]:
     conv = ("conveyor (redis)", "conveyor (sqlite)")
     return [
         *io_workloads(quick),
+        *pg_workloads(quick),
         Workload("w1_enqueue_one", "W1 enqueue one by one", "enqueue_one", 10_000 // k),
         Workload("w1_enqueue_bulk", "W1 enqueue in bulk", "enqueue_bulk", 10_000 // k),
         Workload("w1_drain_p1", "W1 drain, 1 process", "drain", 10_000 // k, 1),
@@ -200,9 +238,10 @@ class Runner:
     """Runs one (peer, workload) pair in its own subprocess."""
 
     def __init__(self, redis_url: str, cluster_url: str, cpu: tuple[int, float],
-                 log_dir: str) -> None:
+                 log_dir: str, pg_url: str = "") -> None:
         self.redis_url = redis_url
         self.cluster_url = cluster_url
+        self.pg_url = pg_url  # the suite's PostgreSQL (empty: no PostgreSQL in this run)
         self.cpu_iters, self.cpu_seconds = cpu
         self.log_dir = log_dir
         self.sqlite_dir = tempfile.mkdtemp(prefix="bench-sqlite-")
@@ -231,6 +270,9 @@ class Runner:
         env["BENCH_CPU_ITERS"] = str(self.cpu_iters)
         env["BENCH_SLEEP"] = "0.02"
         env["BENCH_SQLITE_DIR"] = self.body_dir
+        if self.pg_url:
+            env["BENCH_PG_URL"] = self.pg_url
+            env["BENCH_PG_BODY_URL"] = self.pg_url.rsplit("/", 1)[0] + "/bench_body"
         # BENCH_SRC: measure another checkout's conveyor (e.g. before/after a change)
         extra = os.environ.get("BENCH_SRC")
         env["PYTHONPATH"] = PEERS_DIR + (os.pathsep + extra if extra else "")
@@ -240,6 +282,7 @@ class Runner:
                 "redis": self.redis_url,
                 "sqlite": f"sqlite:///{self.sqlite_dir}/bench.db",
                 "cluster": self.cluster_url,
+                "postgres": self.pg_url + "?schema=bench",
             }[peer.storage]
         return env
 

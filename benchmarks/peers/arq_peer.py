@@ -17,7 +17,7 @@ import body
 from arq import create_pool
 from arq.connections import RedisSettings
 from arq.worker import func
-from common import QUEUE, Peer, main
+from common import QUEUE, Peer, apaced, main
 
 
 async def job(ctx: dict[str, Any], kind: str, ts: float) -> None:
@@ -53,12 +53,7 @@ class ArqPeer(Peer):
 
     async def _each(self, kind: str, n: int, interval: float) -> None:
         name = "job_tracked" if kind == "tracked" else "job"
-        start = time.perf_counter()
-        for i in range(n):
-            if interval:
-                delay = start + i * interval - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+        async for _ in apaced(n, interval):
             await self.pool.enqueue_job(name, kind, time.time())
 
     def worker_commands(self, processes: int, concurrency: int) -> list[list[str]]:

@@ -20,7 +20,11 @@ The I/O bodies (W0): ``redis`` is one pipelined round trip of two commands (``IN
 ``EXPIRE`` on a key of its own) to the benchmark redis; ``aredis`` the same with
 ``redis.asyncio``; ``sqlite`` one ``INSERT`` and ``COMMIT`` into a SQLite file of the worker
 process's own (WAL, ``synchronous=NORMAL``; one connection per process, writes serialised by
-a lock as SQLite serialises them anyway).
+a lock as SQLite serialises them anyway); ``pg`` one ``INSERT`` and ``COMMIT`` into the table
+``io`` of the suite's PostgreSQL database ``bench_body`` through psycopg 3 (``BENCH_PG_BODY_URL``):
+one connection per thread in the sync body, and in the async one (``arun``, the asyncio engines)
+a pool of ``psycopg.AsyncConnection`` per event loop with one connection per concurrent job.
+The driver creates and empties the table before each run (``common.py``).
 """
 
 from __future__ import annotations
@@ -220,6 +224,39 @@ class _Sqlite:
 
 _sqlite = _Sqlite()
 
+PG_TABLE = "CREATE TABLE IF NOT EXISTS io (id bigserial PRIMARY KEY, ts float8, note text)"
+PG_INSERT = "INSERT INTO io (ts, note) VALUES (%s, %s)"
+_pg = threading.local()  # .conn, .pid: this thread's connection (psycopg: one per thread)
+
+
+def pg_write(ts: float) -> None:
+    """One INSERT and COMMIT on this thread's own connection."""
+    import psycopg  # only the PostgreSQL peers' venvs have it
+
+    if getattr(_pg, "pid", -1) != os.getpid():
+        _pg.conn = psycopg.connect(os.environ["BENCH_PG_BODY_URL"])
+        _pg.pid = os.getpid()
+    _pg.conn.execute(PG_INSERT, (ts, "job"))
+    _pg.conn.commit()
+
+
+_apg: dict[int, Any] = {}  # event loop id -> asyncio.Queue of idle AsyncConnections
+
+
+async def apg_write(ts: float) -> None:
+    """The same with ``psycopg.AsyncConnection``: a connection from this loop's pool (a new one
+    when every one is busy, so the pool grows to the number of concurrent jobs)."""
+    import psycopg
+
+    pool = _apg.setdefault(id(asyncio.get_running_loop()), asyncio.Queue())
+    conn = pool.get_nowait() if not pool.empty() else await psycopg.AsyncConnection.connect(
+        os.environ["BENCH_PG_BODY_URL"])
+    try:
+        await conn.execute(PG_INSERT, (ts, "job"))
+        await conn.commit()
+    finally:
+        pool.put_nowait(conn)
+
 
 def run(kind: str, ts: float) -> None:
     """The job: optionally record enqueue-to-start latency, do the work, count completion."""
@@ -233,19 +270,24 @@ def run(kind: str, ts: float) -> None:
         redis_io()
     elif kind == "sqlite":
         _sqlite.write(ts)
+    elif kind == "pg":
+        pg_write(ts)
     elif kind in ASYNC_KINDS:
         raise ValueError(f"the {kind!r} body needs an asyncio engine")
     done()
 
 
 async def arun(kind: str, ts: float) -> None:
-    """The same job for asyncio engines: the I/O wait is ``asyncio.sleep`` or a
-    ``redis.asyncio`` round trip, the rest identical."""
+    """The same job for asyncio engines: the I/O wait is ``asyncio.sleep``, a
+    ``redis.asyncio`` round trip or an ``AsyncConnection`` write, the rest identical."""
     if kind in ("sleep", "asleep"):
         await asyncio.sleep(float(os.environ.get("BENCH_SLEEP", "0.02")))
         done()
     elif kind == "aredis":
         await aredis_io()
+        done()
+    elif kind == "pg":
+        await apg_write(ts)
         done()
     else:
         run(kind, ts)

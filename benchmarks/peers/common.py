@@ -12,6 +12,7 @@ by the reported spans.
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import json
 import os
@@ -99,6 +100,18 @@ def paced(n: int, interval: float) -> Any:
         yield i
 
 
+async def apaced(n: int, interval: float) -> Any:
+    """``paced`` for asyncio adapters: yield ``n`` times ``interval`` apart, sleeping on the
+    event loop."""
+    start = time.perf_counter()
+    for i in range(n):
+        if interval:
+            delay = start + i * interval - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        yield i
+
+
 class Driver:
     """Runs one workload against one peer and measures it."""
 
@@ -147,12 +160,15 @@ class Driver:
         return min(s[0] for s in spans), max(s[1] for s in spans)
 
     def start_workers(self, processes: int, concurrency: int) -> None:
+        # the commands first: an adapter may set its workers' environment there (SAQ's and
+        # procrastinate's concurrency)
+        commands = self.peer.worker_commands(processes, concurrency)
         env = dict(os.environ)
         env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
         env["BENCH_DONE_URL"] = self.cfg["redis_url"]
         log = open(  # noqa: SIM115 - handed to the worker processes, closed by exit
             os.path.join(self.cfg.get("log_dir", "/tmp"), f"{self.peer.name}.log"), "ab")
-        for cmd in self.peer.worker_commands(processes, concurrency):
+        for cmd in commands:
             self.workers.append(subprocess.Popen(
                 cmd, cwd=HERE, env=env, stdout=log, stderr=log, start_new_session=True))
 
@@ -199,6 +215,9 @@ class Driver:
         folder = os.environ.get("BENCH_SQLITE_DIR")
         for f in glob.glob(os.path.join(folder, "body-*.db*")) if folder else ():
             os.unlink(f)  # the sqlite body's files of earlier runs
+        if self.body == "pg":  # the PostgreSQL body's table: made here, once, and emptied
+            from body import PG_TABLE
+            pg_exec(pg_url("bench_body"), PG_TABLE, "TRUNCATE io")
         try:
             return dict(fn())
         finally:
@@ -336,6 +355,60 @@ def commands(stats: dict[str, Any]) -> dict[str, int]:
     without the benchmark's own."""
     calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
     return {k: v for k, v in calls.items() if k not in _BENCH_COMMANDS}
+
+
+# --- PostgreSQL (the suite's private server; only the PostgreSQL peers' venvs have psycopg) ---
+
+def pg_url(database: str) -> str:
+    """The suite's PostgreSQL URL (``BENCH_PG_URL``) with ``database`` in place of its own."""
+    base = os.environ["BENCH_PG_URL"].split("?", 1)[0]
+    return base.rsplit("/", 1)[0] + "/" + database
+
+
+def pg_exec(url: str, *statements: str) -> list[Any]:
+    """Run ``statements`` in autocommit; the rows of the last one (empty if it returns none)."""
+    import psycopg
+
+    rows: list[Any] = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        for sql in statements:
+            cur = conn.execute(sql)
+            rows = cur.fetchall() if cur.description else []
+    return rows
+
+
+def pg_tables(url: str, schema: str) -> list[str]:
+    """The ordinary (and unlogged) tables of ``schema``, quoted and schema-qualified."""
+    rows = pg_exec(url, "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c"
+                        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                        f" WHERE c.relkind IN ('r', 'p') AND n.nspname = '{schema}'")
+    return [r[0] for r in rows]
+
+
+def pg_truncate(url: str, schema: str, keep: tuple[str, ...] = ()) -> None:
+    """Empty every table of ``schema`` but ``keep`` (schema-version tables): the engine's
+    schema stays installed, its rows and their pages go."""
+    tables = [t for t in pg_tables(url, schema) if t.rsplit(".", 1)[1] not in keep]
+    if tables:
+        pg_exec(url, f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+
+
+def pg_reset(url: str, table: str, install: Any) -> None:
+    """An engine's database before a run: ``install()`` its schema when ``public.<table>`` is
+    missing, else empty every table of ``public``."""
+    if pg_exec(url, f"SELECT to_regclass('public.{table}')")[0][0] is None:
+        install()
+    else:
+        pg_truncate(url, "public")
+
+
+def pg_bytes(url: str, schema: str) -> int:
+    """``pg_total_relation_size`` (heap, TOAST and every index) summed over ``schema``'s
+    tables."""
+    rows = pg_exec(url, "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+                        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                        f" WHERE c.relkind IN ('r', 'p') AND n.nspname = '{schema}'")
+    return int(rows[0][0])
 
 
 def pct(values: list[float], q: float) -> float:

@@ -1,7 +1,8 @@
 """conveyor: ``conveyor worker conveyor_peer:app -c C --processes P -q bench``.
 
-The storage URL comes from ``BENCH_CONVEYOR_URL`` (SQLite file, the benchmark redis, or a local
-Redis Cluster). Every job is tracked (record + events), as conveyor always does.
+The storage URL comes from ``BENCH_CONVEYOR_URL`` (SQLite file, the benchmark redis, a local
+Redis Cluster, or the suite's PostgreSQL with ``?schema=bench``). Every job is tracked (record +
+events), as conveyor always does.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import time
 from typing import Any
 
 import body
-from common import QUEUE, Peer, main, paced
+from common import QUEUE, Peer, main, paced, pg_bytes, pg_truncate
 
 import redis
 from conveyor import Conveyor
 
+PG_SCHEMA = "bench"  # the suite's conveyor (postgres) URL ends with ?schema=bench
 app = Conveyor(os.environ.get("BENCH_CONVEYOR_URL", "memory://"))
 
 
@@ -40,7 +42,7 @@ def job_for(kind: str) -> Any:
 
 
 class ConveyorPeer(Peer):
-    """conveyor on SQLite, Redis or Redis Cluster."""
+    """conveyor on SQLite, Redis, Redis Cluster or PostgreSQL."""
 
     name = "conveyor"
     module = "conveyor"
@@ -56,6 +58,9 @@ class ConveyorPeer(Peer):
         elif "cluster" in self.storage_url:
             for node in self.storage_url.split("://", 1)[1].split(","):
                 redis.Redis.from_url("redis://" + node).flushall()
+        elif self.storage_url.startswith("postgres"):
+            # empty the tables, keep the migrated schema (its functions, triggers, version)
+            pg_truncate(self.storage_url.split("?")[0], PG_SCHEMA, keep=("schema_version",))
 
     def enqueue_each(self, kind: str, n: int, interval: float = 0.0) -> None:
         enqueue = job_for(kind).enqueue
@@ -80,13 +85,16 @@ class ConveyorPeer(Peer):
 
     def storage_bytes(self) -> int | None:
         """SQLite: the database file plus its WAL; Cluster: used_memory summed over its
-        masters; Redis: None (the driver reads the benchmark server's INFO)."""
+        masters; PostgreSQL: ``pg_total_relation_size`` of every table of the schema (heap,
+        TOAST, indexes); Redis: None (the driver reads the benchmark server's INFO)."""
         if self.storage_url.startswith("sqlite:///"):
             path = self.storage_url[len("sqlite:///"):]
             return sum(os.path.getsize(f) for f in glob.glob(path + "*"))
         if "cluster" in self.storage_url:
             return sum(int(redis.Redis.from_url("redis://" + node).info("memory")["used_memory"])
                        for node in self.storage_url.split("://", 1)[1].split(","))
+        if self.storage_url.startswith("postgres"):
+            return pg_bytes(self.storage_url.split("?")[0], PG_SCHEMA)
         return None
 
     def w_bigbatch(self) -> dict[str, Any]:

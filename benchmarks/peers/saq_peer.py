@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import body
-from common import QUEUE, Peer, main
+from common import QUEUE, Peer, apaced, main
 from saq import Queue
 
 queue = Queue.from_url(os.environ.get("BENCH_DONE_URL", "redis://"), name=QUEUE)
@@ -47,12 +47,7 @@ class SaqPeer(Peer):
 
     async def _each(self, kind: str, n: int, interval: float) -> None:
         ttl = 600 if kind == "tracked" else -1
-        start = time.perf_counter()
-        for i in range(n):
-            if interval:
-                delay = start + i * interval - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+        async for _ in apaced(n, interval):
             await queue.enqueue("job", kind=kind, ts=time.time(), ttl=ttl)
 
     def batch(self, n: int, timeout: float) -> None:

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 import body
-from common import QUEUE, Peer, main
+from common import QUEUE, Peer, apaced, main
 from taskiq_redis import ListQueueBroker, RedisAsyncResultBackend
 
 _url = os.environ.get("BENCH_DONE_URL", "redis://")
@@ -40,12 +40,7 @@ class TaskiqPeer(Peer):
         self.loop.run_until_complete(self._each(kind, n, interval))
 
     async def _each(self, kind: str, n: int, interval: float) -> None:
-        start = time.perf_counter()
-        for i in range(n):
-            if interval:
-                delay = start + i * interval - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+        async for _ in apaced(n, interval):
             await job.kiq(kind, time.time())
 
     def worker_commands(self, processes: int, concurrency: int) -> list[list[str]]:

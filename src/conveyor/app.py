@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, overload
 
@@ -125,6 +126,7 @@ worker runs jobs with, and the storage.
 
     def close(self) -> None:
         """Close the storage if this process opened it. The app can be used again afterwards."""
+        self.client.close()  # its bulk threads first: they may be storing
         with self._lock:
             storage, self._storage = self._storage, None
             if storage is not None and (self._injected or self._pid == os.getpid()):
@@ -264,11 +266,24 @@ worker runs jobs with, and the storage.
         meta: Mapping[str, Any] | None = None,
         delay: float | timedelta | None = None,
         at: datetime | float | None = None,
+        connection: object = None,
         **options: Any,
     ) -> JobRef | None:
         """Enqueue a job by name (for operators and other services); ``options`` are those of
-        ``job`` and override the registered job's. Returns None if a middleware stopped it."""
-        return self.client.enqueue(name, args, kwargs, meta=meta, delay=delay, at=at, **options)
+        ``job`` and override the registered job's; ``connection`` as in ``transaction``.
+        Returns None if a middleware stopped it."""
+        return self.client.enqueue(name, args, kwargs, meta=meta, delay=delay, at=at,
+                                   connection=connection, **options)
+
+    def transaction(self, connection: object) -> AbstractContextManager[None]:
+        """``with app.transaction(conn):`` every enqueue in the block (jobs, ``enqueue_many``,
+        batches) is written in the open transaction of ``conn``, your own connection to the
+        database the jobs are stored in (a psycopg connection, a SQLAlchemy Connection or
+        Session, a Django connection): the jobs exist if and only if it commits.
+
+        Storages that are not that database raise ``TransactionUnsupported``.
+        """
+        return self.client.transaction(connection)
 
     # -- jobs -------------------------------------------------------------------------------
 

@@ -122,7 +122,7 @@ class Batch:
         if self.reopened:
             self._check_open()
         else:
-            self._client.storage.create_batch(self._spec())
+            self._client.writer.create_batch(self._spec())
         self._token = push_batch(self)
         return self
 
@@ -139,7 +139,7 @@ class Batch:
             self._buffer.flush()
         finally:
             if not self.reopened:
-                self._client.storage.close_batch(self._id)
+                self._client.writer.close_batch(self._id)
 
     async def __aenter__(self) -> Batch:
         """``async with app.batch(...)``: the same as ``with`` (storage calls are short)."""

@@ -7,11 +7,19 @@ case where it is equivalent to pushing drafts one by one: the same checks in the
 ids from the same sequence, the same records. Per ``BLOCK_SIZE`` items it encodes each payload
 once and hands the block to ``Storage.enqueue_block``. An item that raises stops the call
 after the items before it are stored, as ``push_many`` does.
+
+``stored`` overlaps the two halves: while a thread of the client's ``Writers`` stores
+block k (a script call, a transaction), the caller's thread reads and encodes block k+1,
+so the storage's own time per block is hidden behind the client's instead of added to it.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from itertools import islice
 from typing import Any
 
 from conveyor.draft import build_flow
@@ -20,11 +28,11 @@ from conveyor.job import EnqueueResult, FlowControl
 from conveyor.options import JobOptions
 from conveyor.refs import JobLookup, JobRef
 from conveyor.registry import check_importable, split_item
-from conveyor.serializer import encode_args
+from conveyor.serializer import encode_arg_lists, encode_args
 from conveyor.storage.records import JobBlock
 from conveyor.text import check_name
 
-__all__ = ["BLOCK_SIZE", "blocks", "refs_of"]
+__all__ = ["BLOCK_SIZE", "Writers", "blocks", "refs_of", "stored"]
 
 BLOCK_SIZE = 2000
 """Jobs per ``Storage.enqueue_block`` call from the bulk path (bounds the client's memory)."""
@@ -46,29 +54,31 @@ def blocks(
     checked = False
     source = iter(items)
     while True:
+        chunk: list[Any] = []
         payloads: list[str] = []
         flows: list[FlowControl | None] | None = [] if flows_wanted else None
         error: BaseException | None = None
-        args: Sequence[Any]
-        kwargs: Mapping[str, Any]
         try:
-            for item in source:
-                kind = type(item)  # the common shapes without split_item's ABC checks
-                if kind is list or (kind is tuple and not _pair(item)):
-                    args, kwargs = item, {}
-                else:
-                    args, kwargs = split_item(item, index)
+            # extend keeps the items read before the iterator itself raised
+            chunk.extend(islice(source, BLOCK_SIZE))
+        except BaseException as exc:
+            error = exc
+        try:
+            fast = None if flows_wanted else encode_arg_lists(chunk, max_payload)
+            if fast is not None:  # every item a list or tuple of scalars: one encoding
+                if not checked:
+                    _check_names(name, queue)
+                    checked = True
+                payloads, index = fast, index + len(chunk)
+            for item in chunk if fast is None else ():
+                args, kwargs = _split(item, index)
                 index += 1
                 if not checked:  # what build_spec checks per job cannot change between jobs
-                    check_importable(name)
-                    check_name("job name", name)
-                    check_name("queue", queue)
+                    _check_names(name, queue)
                     checked = True
                 payloads.append(encode_args(args, kwargs, max_payload))
                 if flows is not None:
                     flows.append(build_flow(name, opts, list(args), kwargs))
-                if len(payloads) >= BLOCK_SIZE:
-                    break
         except BaseException as exc:  # stored up to the item at fault, then re-raised
             error = exc
         block = None
@@ -82,8 +92,91 @@ def blocks(
             )
         if block is not None or error is not None:
             yield block, error
-        if error is not None or len(payloads) < BLOCK_SIZE:
+        if error is not None or len(chunk) < BLOCK_SIZE:
             return
+
+
+def _split(item: Any, index: int) -> tuple[Sequence[Any], Mapping[str, Any]]:
+    """``split_item``, without its ABC checks for the common shapes."""
+    kind = type(item)
+    if kind is list or (kind is tuple and not _pair(item)):
+        return item, {}
+    return split_item(item, index)
+
+
+def _check_names(name: str, queue: str) -> None:
+    check_importable(name)
+    check_name("job name", name)
+    check_name("queue", queue)
+
+
+class Writers:
+    """The threads that store blocks for one client: started on first use, then kept, so
+    a storage that holds a connection per thread (SQLite) keeps using the same ones.
+
+    Up to ``size`` callers of the client store at the same time. A forked child starts
+    threads of its own (the parent's do not exist there).
+    """
+
+    def __init__(self, size: int = 4) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pid = os.getpid()
+
+    def submit(self, store: Callable[[JobBlock], list[EnqueueResult]],
+               block: JobBlock) -> Future[list[EnqueueResult]]:
+        """Store ``block`` in one of the threads."""
+        if self._pid != os.getpid():
+            # A forked child, where only this thread runs: the lock may have been held by a
+            # thread of the parent at the fork, and the pool's threads are not there.
+            self._lock, self._pool, self._pid = threading.Lock(), None, os.getpid()
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._size, thread_name_prefix="conveyor-bulk")
+            return self._pool.submit(store, block)
+
+    def close(self) -> None:
+        """Stop the threads once they are done (they start again on the next use)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None and self._pid == os.getpid():
+            pool.shutdown(wait=True)
+
+
+def stored(
+    pairs: Iterable[tuple[JobBlock | None, BaseException | None]],
+    store: Callable[[JobBlock], list[EnqueueResult]],
+    before: Callable[[JobBlock], None],
+    writers: Writers,
+) -> Iterator[list[EnqueueResult]]:
+    """The results of ``store`` for each block of ``pairs`` (``blocks``' output), in order;
+    then the item's error, if one came, once every block before it is stored.
+
+    A full block (more may follow) is stored by one of ``writers`` while the next one is
+    built; at most one block is in flight, so memory stays bounded. ``before`` runs in the
+    caller's thread right before a block is handed on, after the one before it is stored.
+    An error of ``store`` is raised here, and nothing after that block is stored.
+    """
+    pending: Future[list[EnqueueResult]] | None = None
+    try:
+        for block, error in pairs:
+            if pending is not None:
+                yield pending.result()
+                pending = None
+            if block is not None:
+                before(block)
+                if error is None and len(block) >= BLOCK_SIZE:
+                    pending = writers.submit(store, block)
+                else:
+                    yield store(block)
+            if error is not None:
+                raise error
+        if pending is not None:
+            yield pending.result()
+    finally:
+        if pending is not None:  # abandoned by the caller: still wait for what was sent
+            wait([pending])
 
 
 def _pair(item: tuple[Any, ...]) -> bool:

@@ -11,12 +11,14 @@ registry (options of a job enqueued by name) and the payload limit, and nothing 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, Literal, overload
 
-from conveyor.bulk import blocks, refs_of
+from conveyor.bulk import Writers, blocks, refs_of, stored
 from conveyor.clock import SYSTEM_CLOCK, Clock
 from conveyor.context import current_batch
 from conveyor.draft import EnqueueDraft, build_spec, run_at_from
@@ -26,7 +28,7 @@ from conveyor.options import JobOptions, make_options
 from conveyor.refs import JobLookup, JobRef
 from conveyor.registry import JobFunction, Registry, check_importable, split_item
 from conveyor.serializer import DEFAULT_MAX_PAYLOAD
-from conveyor.storage import Backend
+from conveyor.storage import Backend, Storage
 
 # EnqueueDraft, build_spec, run_at_from, JobLookup and JobRef lived here before draft.py and
 # refs.py; they stay importable from here, where client middleware has been importing them.
@@ -37,6 +39,10 @@ __all__ = [
 
 CHUNK_SIZE = 1000
 """Specs per storage call in bulk enqueues: bounds memory and stays far below Lua's unpack limit."""
+
+# What a job argument can be (JSON): a ``connection=`` keyword of any other type could never be
+# stored, so it names the application's connection instead (``Client.enqueue_function``).
+_JSON_VALUES = (str, bool, int, float, list, tuple, dict)
 
 
 class Client:
@@ -60,14 +66,47 @@ class Client:
         self.clock = clock
         self.max_payload = max_payload
         self.middleware = middleware if middleware is not None else ClientChain()
+        self._bound: ContextVar[Storage | None] = ContextVar(f"conveyor-tx-{id(self)}",
+                                                             default=None)
+        self._writers = Writers()  # threads storing enqueue_many's blocks
 
     def __repr__(self) -> str:
         return f"<Client jobs={len(self.registry)} middleware={len(self.middleware)}>"
+
+    def close(self) -> None:
+        """Stop the threads that store ``enqueue_many``'s blocks (they start again when
+        needed); ``Conveyor.close`` calls it."""
+        self._writers.close()
 
     @property
     def storage(self) -> Backend:
         """The storage jobs are pushed to."""
         return self._storage()
+
+    @property
+    def writer(self) -> Storage:
+        """Where enqueues are written: inside ``transaction``, the storage bound to the
+        application's transaction; elsewhere the storage itself."""
+        return self._bound.get() or self.storage
+
+    @contextmanager
+    def transaction(self, connection: object) -> Iterator[None]:
+        """Every enqueue of this client in the block (jobs, bulk enqueues, batches) is written
+        in the open transaction of ``connection``, the application's own database connection:
+        it exists if and only if that transaction commits (``Storage.bind``).
+
+        Jobs a batch block opened before this one had buffered are stored first, outside it;
+        inside, nothing is buffered past the enqueue that made it.
+        """
+        writer = self.storage.bind(connection)
+        scope = current_batch()
+        if scope is not None:
+            scope.reserve(0)  # stores what the batch buffered before this block, outside it
+        token = self._bound.set(writer)
+        try:
+            yield
+        finally:
+            self._bound.reset(token)
 
     def get_job(self, job_id: str) -> JobRecord | None:
         """A stored job with its state and events, or None (what a ``JobRef`` reads)."""
@@ -78,25 +117,38 @@ class Client:
     def enqueue(
         self, name: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, *,
         meta: Mapping[str, Any] | None = None, delay: float | timedelta | None = None,
-        at: datetime | float | None = None, **options: Any,
+        at: datetime | float | None = None, connection: object = None, **options: Any,
     ) -> JobRef | None:
         """Enqueue a job by name (``Conveyor.enqueue``); ``options`` override the registered
-        job's. Returns None if a middleware stopped it."""
+        job's; ``connection`` as in ``transaction``. None if a middleware stopped it."""
         fn = self.registry.get(name)
         opts = make_options(fn.opts if fn is not None else None, **options)
         draft = self.draft(name, opts, args, kwargs or {}, delay, at)
         draft.meta.update(meta or {})
+        if connection is not None:
+            with self.transaction(connection):
+                return self.push(draft)
         return self.push(draft)
 
     def enqueue_function(
         self, fn: JobFunction, args: Sequence[Any], kwargs: Mapping[str, Any], *,
         delay: float | timedelta | None = None, at: datetime | float | None = None,
     ) -> JobRef | None:
-        """What ``JobFunction.enqueue``/``enqueue_in``/``enqueue_at`` call."""
-        return self.push(self.draft(fn.name, fn.opts, args, kwargs, delay, at))
+        """What ``JobFunction.enqueue``/``enqueue_in``/``enqueue_at`` call.
+
+        A ``connection=`` keyword whose value is not JSON (so could never be an argument) is
+        the application's connection: the job joins its transaction (``transaction``).
+        """
+        connection = kwargs.get("connection")
+        if connection is None or isinstance(connection, _JSON_VALUES):
+            return self.push(self.draft(fn.name, fn.opts, args, kwargs, delay, at))
+        rest = {k: v for k, v in kwargs.items() if k != "connection"}
+        with self.transaction(connection):
+            return self.push(self.draft(fn.name, fn.opts, args, rest, delay, at))
 
     def enqueue_many_function(
-        self, fn: JobFunction, items: Iterable[Any], *, return_refs: bool
+        self, fn: JobFunction, items: Iterable[Any], *, return_refs: bool,
+        connection: object = None,
     ) -> list[JobRef] | int:
         """What ``JobFunction.enqueue_many`` calls. Items are read as they are reached, so a
         generator of millions of items runs in bounded memory.
@@ -106,26 +158,25 @@ class Client:
         (``bulk.py``), which stores the same jobs at a fraction of the cost. Either way an item
         that cannot be stored raises, and the items before it are stored.
         """
+        if connection is not None:
+            with self.transaction(connection):
+                return self.enqueue_many_function(fn, items, return_refs=return_refs)
         if self.middleware:
             drafts = (self.draft(fn.name, fn.opts, *split_item(item, index))
                       for index, item in enumerate(items))
             return self.push_many(drafts, return_refs=return_refs)
-        storage = self.storage  # opened first, even for no items, as push_many does
+        storage = self.writer  # opened first, even for no items, as push_many does
         scope = current_batch()
         refs: list[JobRef] = []
         count = 0
-        for block, error in blocks(fn.name, fn.opts, items, now=self.clock.now,
-                                   max_payload=self.max_payload,
-                                   batch_id=scope.id if scope is not None else None):
-            if block is not None:
-                if scope is not None:
-                    scope.reserve(len(block))  # its buffered jobs first, and counted
-                results = storage.enqueue_block(block)
-                count += len(block)
-                if return_refs:
-                    refs += refs_of(results, self)
-            if error is not None:
-                raise error
+        pairs = blocks(fn.name, fn.opts, items, now=self.clock.now, max_payload=self.max_payload,
+                       batch_id=scope.id if scope is not None else None)
+        # Inside a batch block its buffered jobs are stored first, and the block's counted.
+        before = (lambda block: scope.reserve(len(block))) if scope is not None else _nothing
+        for results in stored(pairs, storage.enqueue_block, before, self._writers):
+            count += len(results)
+            if return_refs:
+                refs += refs_of(results, self)
         return refs if return_refs else count
 
     def draft(
@@ -172,7 +223,7 @@ class Client:
         A draft that cannot be stored (not JSON, too large) raises; the drafts before it are
         stored all the same, as if they had been pushed one by one.
         """
-        bulk = SpecBuffer(self.storage.enqueue)  # opens the storage first, even for no drafts
+        bulk = SpecBuffer(self.writer.enqueue)  # opens the storage first, even for no drafts
         refs: list[JobRef] = []
         count = 0
         try:
@@ -192,19 +243,26 @@ class Client:
 
     def store(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
         """Store built specs as they are (no middleware): what a ``SpecBuffer`` flushes to."""
-        return self.storage.enqueue(specs)
+        return self.writer.enqueue(specs)
 
     def _route(self, draft: EnqueueDraft, bulk: SpecBuffer | None) -> JobRef:
         """The last step of the client chain: store the draft, or buffer it."""
         spec = self.build_spec(draft)
         scope = current_batch()
         sink = scope if scope is not None and spec.batch_id == scope.id else bulk
+        if sink is scope and scope is not None and self._bound.get() is not None:
+            scope.reserve(1)  # in the application's transaction now, not at a later flush
+            sink = None
         if sink is None:
             [result] = self.store([spec])
             return JobRef(result.id, result.created, self)
         ref = JobRef(spec.id, True, self)
         sink.add(spec, ref)
         return ref
+
+
+def _nothing(block: object) -> None:
+    """No step before a block outside a batch."""
 
 
 class SpecBuffer:

@@ -13,8 +13,7 @@ that logs in a tight loop costs no storage round trip per line.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
@@ -179,20 +178,28 @@ def current_job() -> JobContext:
     return ctx
 
 
-@contextmanager
-def activate(ctx: JobContext) -> Iterator[JobContext]:
+class activate:  # lower case: used like the function it replaced
     """Make ``ctx`` the current job for the duration of the block (the worker's wrapper).
 
     It also hides any batch block of the caller (e.g. ``conveyor.testing.drain`` run inside
     ``with app.batch()``), so jobs a job enqueues join a batch only when it says so.
+    A class rather than a ``@contextmanager`` generator: it runs once per job, and this is a
+    third of the cost.
     """
-    job_token = _current_job.set(ctx)
-    batch_token = _current_batch.set(None)
-    try:
-        yield ctx
-    finally:
-        _current_batch.reset(batch_token)
-        _current_job.reset(job_token)
+
+    __slots__ = ("_batch_token", "_ctx", "_job_token")
+
+    def __init__(self, ctx: JobContext) -> None:
+        self._ctx = ctx
+
+    def __enter__(self) -> JobContext:
+        self._job_token = _current_job.set(self._ctx)
+        self._batch_token = _current_batch.set(None)
+        return self._ctx
+
+    def __exit__(self, *exc: object) -> None:
+        _current_batch.reset(self._batch_token)
+        _current_job.reset(self._job_token)
 
 
 def current_batch() -> BatchScope | None:

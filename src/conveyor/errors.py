@@ -71,6 +71,12 @@ class StorageUnavailable(StorageError):
     not a database): an outage, which every backend reports as this one error."""
 
 
+class TransactionUnsupported(ConveyorError, TypeError):
+    """An enqueue was asked to join the caller's own database transaction (``connection=``,
+    ``app.transaction(...)``) on a storage that cannot: not the database that connection
+    talks to, or not a connection conveyor can write through."""
+
+
 class JobTimeout(ConveyorError):
     """A job ran past its ``timeout``; recorded as an error and retried like any other."""
 

@@ -94,9 +94,11 @@ class Enqueuer(Protocol):
         ...
 
     def enqueue_many_function(
-        self, fn: JobFunction, items: Iterable[Any], *, return_refs: bool
+        self, fn: JobFunction, items: Iterable[Any], *, return_refs: bool,
+        connection: object = None,
     ) -> list[JobRef] | int:
-        """Enqueue one job of ``fn`` per item; the refs, or how many were stored."""
+        """Enqueue one job of ``fn`` per item; the refs, or how many were stored (in the
+        transaction of ``connection`` when given)."""
         ...
 
 
@@ -126,7 +128,13 @@ class JobFunction:
         return self.func(*args, **kwargs)
 
     def enqueue(self, *args: Any, **kwargs: Any) -> JobRef | None:
-        """Store the job to run as soon as a worker is free."""
+        """Store the job to run as soon as a worker is free.
+
+        ``connection=conn`` (the application's database connection: psycopg, SQLAlchemy,
+        Django) writes the job in that connection's open transaction, so it exists if and
+        only if the transaction commits; it is not passed to the job. A JSON value under that
+        name (a string, a number) is an ordinary argument.
+        """
         return self.enqueuer.enqueue_function(self, args, kwargs)
 
     def enqueue_in(self, delay: float | timedelta, *args: Any, **kwargs: Any) -> JobRef | None:
@@ -139,21 +147,29 @@ class JobFunction:
 
     @overload
     def enqueue_many(
-        self, items: Iterable[Any], *, return_refs: Literal[True] = True
+        self, items: Iterable[Any], *, return_refs: Literal[True] = True, connection: object = None
     ) -> list[JobRef]: ...
 
     @overload
-    def enqueue_many(self, items: Iterable[Any], *, return_refs: Literal[False]) -> int: ...
+    def enqueue_many(
+        self, items: Iterable[Any], *, return_refs: Literal[False], connection: object = None
+    ) -> int: ...
 
-    def enqueue_many(self, items: Iterable[Any], *, return_refs: bool = True) -> list[JobRef] | int:
+    def enqueue_many(
+        self, items: Iterable[Any], *, return_refs: bool = True, connection: object = None
+    ) -> list[JobRef] | int:
         """Store one job per item, streamed to the storage in chunks of 1,000.
 
         Each item is the job's arguments: a list or tuple of positional arguments, a mapping of
         keyword arguments, or a 2-tuple ``(args, kwargs)``. Returns one ``JobRef`` per job
         stored; with ``return_refs=False`` it returns only how many were stored, so a call
         with millions of items (e.g. from a generator) runs in bounded memory.
+
+        With ``connection`` (the application's database connection) the jobs are written in
+        its open transaction, as in ``app.transaction(connection)``.
         """
-        return self.enqueuer.enqueue_many_function(self, items, return_refs=return_refs)
+        return self.enqueuer.enqueue_many_function(self, items, return_refs=return_refs,
+                                                   connection=connection)
 
     def options(self, **overrides: Any) -> JobFunction:
         """A copy with other options for the next enqueues, e.g. ``.options(queue="low")``.

@@ -119,6 +119,31 @@ def encode_args(
     return text
 
 
+_SEQUENCES = frozenset((list, tuple))
+
+
+def encode_arg_lists(items: list[Any], max_bytes: int = DEFAULT_MAX_PAYLOAD) -> list[str] | None:
+    """``[encode_args(item, {}, max_bytes) for item in items]`` in one encoder call, when
+    every item is a list or tuple of JSON scalars (no nested list, no object, ASCII text) and
+    the lot is far below ``max_bytes``; None otherwise (the caller encodes item by item).
+
+    The items are encoded as one JSON array and cut at the "],[" between them: when the text
+    holds no "[" but the array's own, no item can hold a "],[" of its own.
+    """
+    if not items or _c_encode is None or not set(map(type, items)) <= _SEQUENCES:
+        return None
+    try:
+        text = "".join(_c_encode(items, 0))
+    except _ENCODE_ERRORS:
+        return None
+    if (text.count("[") != len(items) + 1 or "{" in text or len(text) * 4 > max_bytes
+            or not text.isascii()):
+        return None
+    # JSON text holds no raw newline: it can mark the cuts.
+    body = text[2:-2].replace("],[", '],"k":{}}\n{"a":[')
+    return f'{{"a":[{body}],"k":{{}}}}'.split("\n")
+
+
 def _join_encoded(value: Any) -> str:
     assert _c_encode is not None
     return "".join(_c_encode(value, 0))

@@ -9,6 +9,7 @@ clock: ``app`` (no middleware: the bulk path) and a twin with a pass-through cli
 from __future__ import annotations
 
 import dataclasses
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 
 from conveyor import Conveyor, FakeClock
 from conveyor.client import Client, EnqueueDraft, JobRef
-from conveyor.errors import PayloadError
+from conveyor.errors import PayloadError, StorageUnavailable
 from conveyor.job import EnqueueResult, JobSpec
 from conveyor.registry import JobFunction
 from conveyor.storage import Backend
@@ -149,3 +150,51 @@ def test_the_bulk_path_is_taken_only_without_client_middleware(app: Conveyor,
     assert fn.enqueue_many([[n] for n in range(3_000)], return_refs=False) == 3_000
     assert seen == [[n] for n in range(3_000)]  # the middleware saw every job
     assert set(spy.calls) == {"enqueue"}
+
+
+def test_an_iterator_that_raises_stops_both_paths_after_the_items_before_it(
+    app: Conveyor, twin: Conveyor
+) -> None:
+    def items() -> Iterator[list[int]]:
+        yield from ([n] for n in range(2_500))
+        raise LookupError("source gone")
+
+    for store in (app, twin):
+        with pytest.raises(LookupError, match="source gone"):
+            _jobs(store).enqueue_many(items())
+        assert sorted(r.args[0] for r in store.storage.list_jobs(limit=10_000)) == list(
+            range(2_500))
+
+
+class Failing(Spy):
+    """The real storage, failing its second block as a lost connection would."""
+
+    def enqueue_block(self, block: JobBlock) -> list[EnqueueResult]:
+        if self.calls.count("enqueue_block") == 1:
+            self.calls.append("failed")
+            raise StorageUnavailable("connection lost")
+        return super().enqueue_block(block)
+
+
+def test_a_block_the_storage_refuses_stops_the_call_there(app: Conveyor,
+                                                         clock: FakeClock) -> None:
+    failing = Failing(app.storage)
+    client = Client(lambda: failing, app.registry, clock=clock)  # type: ignore[arg-type,return-value]
+    fn = JobFunction(client, lambda n: None, "tests.bulk.failing", _jobs(app).opts)
+    with pytest.raises(StorageUnavailable, match="connection lost"):
+        fn.enqueue_many([n] for n in range(9_000))
+    assert failing.calls == ["enqueue_block", "failed"]  # nothing after the refused block
+    assert sorted(r.args[0] for r in app.storage.list_jobs(limit=10_000)) == list(range(2_000))
+
+
+def test_closing_the_app_stops_its_bulk_threads(app: Conveyor) -> None:
+    def bulk_threads() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name.startswith("conveyor-bulk")}
+
+    before = bulk_threads()  # other clients' threads, if any (they may end meanwhile)
+    fn = _jobs(app)
+    assert fn.enqueue_many([[n] for n in range(5_000)], return_refs=False) == 5_000
+    assert bulk_threads() - before  # this client's
+    app.close()
+    assert not bulk_threads() - before
+    assert fn.enqueue_many([[n] for n in range(5_000)], return_refs=False) == 5_000  # again

@@ -1,6 +1,7 @@
 """The protocol members that replaced asking which backend a caller holds (issue #16 §2):
-``Inspector.now``, ``Storage.check_server``, and one error family for a store that cannot be
-used. Every caller (views, web, CLI, launcher) relies on them behaving the same everywhere.
+``Inspector.now``, ``Storage.check_server``, ``Storage.bind``, and one error family for a
+store that cannot be used. Every caller (views, web, CLI, launcher) relies on them behaving
+the same everywhere.
 
 ``wait_dequeue``, the one waiting method, has its own file (``test_wait_dequeue.py``).
 """
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conveyor.clock import FakeClock
-from conveyor.errors import StorageError, StorageUnavailable
+from conveyor.errors import StorageError, StorageUnavailable, TransactionUnsupported
 from conveyor.job import BatchSpec
 from conveyor.storage import Backend, Inspector, open_storage
 from conveyor.views import batch_view, stats_view, workers_view
@@ -42,6 +43,16 @@ def test_check_server_has_nothing_to_warn_about_on_a_test_store(backend: Backend
     """The test servers keep Redis's default ``noeviction``; memory and SQLite have no
     server settings of their own to warn about. A list either way, never a missing method."""
     assert backend.check_server() == []
+
+
+def test_bind_refuses_what_is_not_a_connection_to_its_database(backend: Backend) -> None:
+    """Every backend answers ``bind`` (only PostgreSQL accepts a connection, to its own
+    database: ``tests/postgres/test_transaction.py``); what it cannot join is one
+    ``TransactionUnsupported`` line, and nothing is stored."""
+    with pytest.raises(TransactionUnsupported) as info:
+        backend.bind(object())
+    assert len(str(info.value).splitlines()) == 1
+    assert backend.count_jobs() == 0
 
 
 def test_reads_of_a_sqlite_file_stripped_of_its_tables_are_unavailable(tmp_path: Path) -> None:

@@ -154,3 +154,53 @@ def test_specs_of_a_block_are_its_jobs() -> None:
                 deadline=5.0, run_at=3.0, batch_id="x", flow=None),
     ]
     assert len(block) == 2
+
+
+def test_ids_out_of_order_are_stored_as_given(backend: Backend) -> None:
+    block = _block("bulk", _payloads(4))
+    block = dataclasses.replace(block, ids=list(reversed(block.ids)))
+    results = backend.enqueue_block(block)
+    assert [(r.id, r.created) for r in results] == [(i, True) for i in block.ids]
+    assert [j.id for j in take(backend, ["bulk"], count=10)] == list(block.ids)
+
+
+def test_a_block_joining_a_batch_again_counts_each_job_once(backend: Backend) -> None:
+    backend.create_batch(BatchSpec(id="again"))
+    first = _block("bulk", _payloads(3), batch_id="again")
+    backend.enqueue_block(first)
+    # Ids below the batch's last one, ids it holds, and one id twice: no job counted twice.
+    twice = "0" + first.ids[0]
+    earlier = dataclasses.replace(first, ids=[twice, *first.ids[1:], twice], payloads=_payloads(4))
+    results = backend.enqueue_block(earlier)
+    assert [r.created for r in results] == [True, False, False, False]
+    status = backend.get_batch("again")
+    assert status is not None and status.total == 4
+    assert status.counts.get("pending") == 4
+    later = _block("bulk", _payloads(2), batch_id="again")  # after every id it holds
+    backend.enqueue_block(later)
+    status = backend.get_batch("again")
+    assert status is not None and (status.total, status.counts.get("pending")) == (6, 6)
+    assert backend.count_jobs(batch_id="again") == 6
+    # Ids of other shapes (above the last hex id, or not) are looked up, never assumed new.
+    odd = dataclasses.replace(later, ids=["~job-1", "~job-2", later.ids[0]], payloads=_payloads(3))
+    assert [r.created for r in backend.enqueue_block(odd)] == [True, True, False]
+    again = dataclasses.replace(later, ids=["~job-2", "~job-3"], payloads=_payloads(2))
+    assert [r.created for r in backend.enqueue_block(again)] == [False, True]
+    status = backend.get_batch("again")
+    assert status is not None and (status.total, status.counts.get("pending")) == (9, 9)
+    # Pages read every member once.
+    paged = [r.id for o in (0, 5) for r in backend.list_jobs(batch_id="again", offset=o, limit=5)]
+    assert sorted(paged) == sorted({*first.ids, twice, *later.ids, "~job-1", "~job-2", "~job-3"})
+
+
+def test_payload_text_is_stored_exactly(backend: Backend) -> None:
+    texts = ['{"a":["x\\u0000y"],"k":{}}', '{"a":["q\\"b\\\\s/\\t"],"k":{}}',
+             '{"a":["\u00e9\u4e2d\U0001f600"],"k":{}}', '{"a":[],"k":{"n":null}}']
+    for payloads in ([t] for t in texts):  # each alone: one odd text must not hide another
+        block = _block("bulk", payloads)
+        bulk = backend.enqueue_block(block)
+        _same_records(backend, _one_by_one(backend, block, "each"), bulk)
+        record = backend.get_job(bulk[0].id)
+        assert record is not None and record.payload == payloads[0]
+    block = _block("bulk", texts)
+    assert [backend.get_job(r.id).payload for r in backend.enqueue_block(block)] == texts  # type: ignore[union-attr]

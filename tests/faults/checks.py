@@ -3,6 +3,7 @@ explained by a crash, and how long recovery took (from the jobs' own ``recovered
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from typing import Any
 from conveyor.app import Conveyor
 from conveyor.job import EventKind, JobRecord, JobState
 from conveyor.registry import JobFunction
-from tests.faults.harness import ExecLog, Execution, wait_until
+from tests.faults.harness import ExecLog, Execution, WorkerProc, child_pids, wait_until
 
 
 def enqueue_batch(
@@ -127,3 +128,41 @@ def describe(app: Conveyor, ids: list[str], runs: dict[str, list[Execution]], t0
         for e in (rec.events or []) if rec else []:
             lines.append(f"    {e.ts - t0:+.2f}s {e.kind} worker={e.worker} {e.message or ''}")
     return "\n".join(lines)
+
+
+class Producer(threading.Thread):
+    """Enqueues one job at a time until stopped, remembering which enqueues were
+    acknowledged (returned) and when."""
+
+    def __init__(self, job: JobFunction) -> None:
+        super().__init__(daemon=True)
+        self.job = job
+        self.acked: list[tuple[str, float]] = []
+        self.refused: list[str] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            try:
+                ref = self.job.enqueue(20)
+            except Exception as exc:  # the outage: any error means "not acknowledged"
+                self.refused.append(type(exc).__name__)
+                time.sleep(0.05)
+                continue
+            assert ref is not None
+            self.acked.append((ref.id, time.time()))
+            time.sleep(0.004)
+
+
+def all_working(log: ExecLog, workers: list[WorkerProc]) -> bool:
+    """Every worker has run a job: none is still starting up when the fault strikes (under
+    load a worker can take seconds to start, and one that cannot reach its storage at start
+    exits with a one-line error by design: a wrong URL must not look like a running worker)."""
+    ran = {line["p"] for line in log.lines()}
+    return all(ran & {w.pid, *child_pids(w.pid)} for w in workers)
+
+
+def drained(app: Conveyor) -> bool:
+    """No job is waiting or running any more."""
+    waiting = (JobState.PENDING, JobState.ACTIVE, JobState.RETRYING, JobState.SCHEDULED)
+    return all(app.storage.count_jobs(state=s) == 0 for s in waiting)

@@ -16,7 +16,7 @@ from conveyor.registry import JobFunction
 from tests.faults.apps import chaos
 from tests.faults.harness import FIGURES, LOG_ENV, ExecLog, WorkerProc, summary_lines
 
-BACKENDS = ("sqlite", "redis", "redis_cluster")  # postgres: the poison scenario only, so far
+BACKENDS = ("sqlite", "postgres", "redis", "redis_cluster")
 
 
 @dataclass

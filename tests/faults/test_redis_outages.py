@@ -7,7 +7,6 @@ redis-server so it can crash, stop or pause it.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 
@@ -15,11 +14,19 @@ import pytest
 
 import redis
 from conveyor.app import Conveyor
-from conveyor.job import EventKind, JobState
-from conveyor.registry import JobFunction
-from tests.faults.checks import assert_batch_exact, describe, enqueue_batch, states, wait_batch
+from conveyor.job import EventKind
+from tests.faults.checks import (
+    Producer,
+    all_working,
+    assert_batch_exact,
+    describe,
+    drained,
+    enqueue_batch,
+    states,
+    wait_batch,
+)
 from tests.faults.conftest import Faults
-from tests.faults.harness import WorkerProc, child_pids, report, wait_until
+from tests.faults.harness import report, wait_until
 from tests.support.redis_server import RedisServer, redis_server_binary
 
 pytestmark = pytest.mark.skipif(redis_server_binary() is None, reason="needs redis-server")
@@ -40,43 +47,6 @@ def aof_server(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
         server.cleanup()
 
 
-class Producer(threading.Thread):
-    """Enqueues one job at a time until stopped, remembering which enqueues were
-    acknowledged (returned) and when."""
-
-    def __init__(self, job: JobFunction) -> None:
-        super().__init__(daemon=True)
-        self.job = job
-        self.acked: list[tuple[str, float]] = []
-        self.refused: list[str] = []
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        while not self.halt.is_set():
-            try:
-                ref = self.job.enqueue(20)
-            except Exception as exc:  # the outage: any error means "not acknowledged"
-                self.refused.append(type(exc).__name__)
-                time.sleep(0.05)
-                continue
-            assert ref is not None
-            self.acked.append((ref.id, time.time()))
-            time.sleep(0.004)
-
-
-def _all_working(faults: Faults, workers: list[WorkerProc]) -> bool:
-    """Every worker has run a job: none is still starting up when the fault strikes (under
-    load a worker can take seconds to start, and one that cannot reach Redis at start exits
-    with a one-line error by design: a wrong URL must not look like a running worker)."""
-    ran = {line["p"] for line in faults.log.lines()}
-    return all(ran & {w.pid, *child_pids(w.pid)} for w in workers)
-
-
-def _drained(app: Conveyor) -> bool:
-    waiting = (JobState.PENDING, JobState.ACTIVE, JobState.RETRYING, JobState.SCHEDULED)
-    return all(app.storage.count_jobs(state=s) == 0 for s in waiting)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("aof_server", ["always", "everysec"], indirect=True)
 def test_redis_crash_keeps_every_acknowledged_enqueue(
@@ -89,7 +59,7 @@ def test_redis_crash_keeps_every_acknowledged_enqueue(
     workers = [faults.worker(url, name=f"w{i}", lease=LEASE) for i in range(2)]
     producer = Producer(jobs["faults.work"])
     producer.start()
-    wait_until(lambda: faults.log.starts() > 100 and _all_working(faults, workers), 60,
+    wait_until(lambda: faults.log.starts() > 100 and all_working(faults.log, workers), 60,
                what="work to flow through every worker")
     crashed_at = time.time()
     aof_server.kill()
@@ -101,7 +71,7 @@ def test_redis_crash_keeps_every_acknowledged_enqueue(
     producer.join(timeout=30)
     resumed = faults.log.first_start_after(back_at)
 
-    wait_until(lambda: _drained(app), 60, interval=0.2, what="every job to finish")
+    wait_until(lambda: drained(app), 60, interval=0.2, what="every job to finish")
     acked = dict(producer.acked)
     before_crash = [job_id for job_id, at in producer.acked if at < crashed_at]
     found = states(app, before_crash)
@@ -146,7 +116,7 @@ def test_workers_survive_redis_unreachable(
     app, jobs = faults.client(url)
     batch_id, ids = enqueue_batch(app, jobs["faults.work"], [(20,)] * 1500, f"outage {how}")
     workers = [faults.worker(url, name=f"w{i}", lease=LEASE) for i in range(2)]
-    wait_until(lambda: faults.log.starts() > 150 and _all_working(faults, workers), 60,
+    wait_until(lambda: faults.log.starts() > 150 and all_working(faults.log, workers), 60,
                what="work to flow through every worker")
     down_at = time.time()
     if how == "stop":

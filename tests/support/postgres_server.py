@@ -78,13 +78,16 @@ class PostgresServer:
     tests add ``?schema=NAME`` to get a namespace of their own.
     """
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, settings: dict[str, str] | None = None) -> None:
         bin_dir = postgres_bin_dir()
         if bin_dir is None:
             raise RuntimeError("PostgreSQL is not installed (apt-get install postgresql)")
         self.bin_dir = bin_dir
         self.version = bin_dir.rstrip("/").split("/")[-2]
         self.port = port or _free_port()
+        # postgresql.conf lines over the defaults, e.g. {"synchronous_commit": "on"} for a
+        # scenario that crashes the server and counts the commits it acknowledged.
+        self.settings = {**_SETTINGS, **(settings or {})}
         self.dir = tempfile.mkdtemp(prefix=f"conveyor-pg-{self.port}-")
         self.data = os.path.join(self.dir, "data")
         self.socket_dir = os.path.join(self.dir, "run")
@@ -110,7 +113,7 @@ class PostgresServer:
         self._run(os.path.join(self.bin_dir, "initdb"), "-D", self.data, "-U", "postgres",
                   "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
         with open(os.path.join(self.data, "postgresql.conf"), "a", encoding="utf-8") as conf:
-            for name, value in _SETTINGS.items():
+            for name, value in self.settings.items():
                 conf.write(f"{name} = {value}\n")
 
     def start(self) -> PostgresServer:

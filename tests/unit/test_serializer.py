@@ -14,6 +14,7 @@ from conveyor.serializer import (
     MAX_DEPTH,
     decode_payload,
     dumps,
+    encode_arg_lists,
     encode_args,
     encode_payload,
     find_bad_value,
@@ -172,3 +173,21 @@ def test_encode_args_matches_encode_payload(args: Any, kwargs: Any) -> None:
             return ("error", str(exc))
 
     assert outcome(encode_args) == outcome(lambda a, k, m: encode_payload(a, k, None, m))
+
+
+@pytest.mark.parametrize(("items", "taken"), [
+    ([[1], (2, 3), [], ["a]b", "x\n", 'q"\\'], (None, True, 1.5, -0.0, 10**20)], True),
+    ([[]], True), ([()], True), ([["noop", 0.0]] * 3, True),
+    ([[1]] * 300, False),  # the lot near the limit: item by item
+    ([["x],[y"]], False), ([[[1]]], False), ([[{"a": 1}]], False), ([["caf\u00e9"]], False),
+    ([["\ud800"]], False), ([[float("nan")]], False), ([[object()]], False), (["s"], False),
+    ([[1], "s"], False), ([{"a": 1}], False), ([([1], {"b": 2})], False),
+    ([[1], ((2,), {})], False), ([["x" * 300]], False), ([], False),
+])
+def test_encode_arg_lists_matches_encode_args(items: list[Any], taken: bool) -> None:
+    """One encoding for a block gives each item's text, or declines (the caller then
+    encodes item by item): never a different text."""
+    texts = encode_arg_lists(items, 512)
+    assert (texts is not None) == taken
+    if texts is not None:
+        assert texts == [encode_args(item, {}, 512) for item in items]

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+from conveyor.errors import TransactionUnsupported
 from conveyor.job import (
     Ack,
     BatchSpec,
@@ -187,9 +188,35 @@ class Storage(Protocol):
         there is no server to check."""
         ...
 
+    def bind(self, connection: object) -> Storage:
+        """This storage writing inside the caller's own open transaction on ``connection``
+        (the application's database connection): jobs and batches stored through the result
+        exist if and only if that transaction commits (``app.transaction``).
+
+        Only writes (``enqueue``, ``enqueue_block``, ``create_batch``, ``close_batch``) are
+        made through it. A backend that cannot write through ``connection`` raises
+        ``TransactionUnsupported`` with one line saying why.
+        """
+        ...
+
     def close(self) -> None:
         """Release connections. Idempotent."""
         ...
+
+
+class RefusesTransactions:
+    """``Storage.bind`` for backends that are not the application's database (memory,
+    SQLite, Redis): a job cannot be part of a transaction on another server."""
+
+    url: str
+
+    def bind(self, connection: object) -> Storage:
+        """Refuse: this storage cannot write inside someone else's transaction."""
+        scheme = self.url.partition("://")[0] or "this"
+        raise TransactionUnsupported(
+            f"a {scheme}:// storage cannot enqueue in your database transaction "
+            f"(got {type(connection).__name__}); only a postgresql:// storage on the same "
+            "database as the connection can")
 
 
 @runtime_checkable

@@ -13,6 +13,7 @@ import random
 import threading
 
 from conveyor.clock import Clock
+from conveyor.errors import StorageUnavailable
 from conveyor.job import Ack, LeasedJob, Outcome
 from conveyor.storage.base import Storage
 from conveyor.worker.acker import Acker
@@ -26,7 +27,24 @@ __all__ = ["Fetcher"]
 
 log = logging.getLogger("conveyor.worker")
 
-_ERROR_DELAYS = (0.5, 1.0, 2.0, 5.0)
+# Waits after consecutive failed fetches: short enough that a storage back from an outage is
+# used again within ~2 s of answering (a longer cap left workers idle up to 5 s after a
+# PostgreSQL restart), long enough not to spin against a storage that is down.
+_ERROR_DELAYS = (0.25, 0.5, 1.0, 2.0)
+
+
+def retry_delay(errors: int) -> float:
+    """Seconds to wait after ``errors`` consecutive failed fetches before the next one."""
+    return _ERROR_DELAYS[min(errors, len(_ERROR_DELAYS) - 1)]
+
+
+def log_fetch_failure(exc: BaseException, delay: float) -> None:
+    """One line for an outage (expected, and logged on every retry while it lasts); the
+    traceback for anything else, which is a bug to see."""
+    if isinstance(exc, StorageUnavailable):
+        log.warning("fetching jobs failed: %s; trying again in %.1fs", exc, delay)
+    else:
+        log.error("fetching jobs failed; trying again in %.1fs", delay, exc_info=exc)
 
 
 class Fetcher:
@@ -166,10 +184,10 @@ class Fetcher:
             handed_back = self.isolation.handed_back
             try:
                 got = self.wait_tick() if drained else self.tick()
-            except Exception:
-                delay = _ERROR_DELAYS[min(self._errors, len(_ERROR_DELAYS) - 1)]
+            except Exception as exc:
+                delay = retry_delay(self._errors)
                 self._errors += 1
-                log.exception("fetching jobs failed; trying again in %.1fs", delay)
+                log_fetch_failure(exc, delay)
                 self._quiet.wait(delay)
                 continue
             self._errors = 0

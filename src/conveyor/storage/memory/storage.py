@@ -28,7 +28,7 @@ from conveyor.job import (
     LeasedJob,
     Outcome,
 )
-from conveyor.storage.base import WaitsThenDequeues
+from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
 from conveyor.storage.memory.flow import ScanBudget
 from conveyor.storage.memory.inspect import MemoryInspector
 from conveyor.storage.memory.schedules import MemorySchedules
@@ -44,7 +44,7 @@ from conveyor.storage.rules import (
 )
 
 
-class MemoryStorage(WaitsThenDequeues, MemoryInspector, MemorySchedules):
+class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryInspector, MemorySchedules):
     """A ``Storage`` and ``Inspector`` held in process memory; thread-safe."""
 
     def __init__(self, url: str, clock: Clock) -> None:

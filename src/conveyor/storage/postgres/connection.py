@@ -96,6 +96,11 @@ def translate(exc: psycopg.Error, where: str) -> StorageError:
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if isinstance(exc, pg_errors.UndefinedTable | pg_errors.UndefinedFunction):
         first += " (is the database migrated? run: conveyor migrate URL)"
+    elif isinstance(exc, pg_errors.InsufficientPrivilege):
+        first += (" (run conveyor migrate as a role that may create the schema, and grant the "
+                  "workers' role its use: docs/postgres.md, Roles)")
+    elif isinstance(exc, pg_errors.ReadOnlySqlTransaction):
+        first += " (this role or server only reads: migrate and run workers with one that writes)"
     cls = StorageUnavailable if is_outage(exc) else StorageError
     return cls(f"PostgreSQL {where}: {first}")
 

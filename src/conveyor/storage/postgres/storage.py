@@ -28,6 +28,7 @@ from conveyor.job import (
 from conveyor.storage.base import WaitsThenDequeues
 from conveyor.storage.postgres import acks as ack_sql
 from conveyor.storage.postgres import jobs
+from conveyor.storage.postgres.bound import Binder
 from conveyor.storage.postgres.connection import Database, Settings, parse_postgres_url, reads
 from conveyor.storage.postgres.migrate import migrate
 from conveyor.storage.postgres.schedules import PostgresSchedules
@@ -44,6 +45,11 @@ _HEARTBEAT = ("SELECT * FROM heartbeat(%s::float8, %s::text, %s::text, %s::text[
 _HAS_WORK = (
     "SELECT 1 FROM jobs WHERE state = 'pending' AND queue = ANY(%s) AND queue NOT IN "
     "(SELECT name FROM queues WHERE paused) LIMIT 1"
+)
+_SERVER_CHECK = (
+    "SELECT current_setting('fsync'), current_setting('full_page_writes'), "
+    "current_setting('transaction_read_only'), "
+    "has_table_privilege('jobs', 'INSERT') AND has_table_privilege('jobs', 'UPDATE')"
 )
 
 
@@ -68,6 +74,7 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
         super().__init__(db, clock)
         self.url = settings.url
         self._listener = Listener(settings, db.where)
+        self._binder = Binder(db)
 
     def __repr__(self) -> str:
         return f"<PostgresStorage {self._db.where}>"
@@ -161,11 +168,18 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
         ``synchronous_commit=off`` is not warned about: it loses at most the last moments of
         commits, as Redis's ``appendfsync everysec`` does."""
         with self._db.outages():
-            row = self._db.read().execute("SELECT current_setting('fsync'), "
-                                          "current_setting('full_page_writes')").fetchone()
+            row = self._db.read().execute(_SERVER_CHECK).fetchone() or ("", "", "", True)
         names = ("fsync", "full_page_writes")
-        return [f"PostgreSQL runs with {name}=off: a crash of its machine can lose or corrupt "
-                "jobs" for name, value in zip(names, row or (), strict=False) if value == "off"]
+        found = [f"PostgreSQL runs with {name}=off: a crash of its machine can lose or corrupt "
+                 "jobs" for name, value in zip(names, row[:2], strict=True) if value == "off"]
+        if row[2] == "on" or not row[3]:
+            found.append("this PostgreSQL role cannot write conveyor's tables (read-only "
+                         "transaction or no INSERT/UPDATE on them): no job can be taken")
+        return found
+
+    def bind(self, connection: object) -> PostgresStorage:
+        """This storage writing in the open transaction of your own connection (``bound.py``)."""
+        return PostgresStorage(self._db.settings, self._binder.database(connection), self._clock)
 
     def close(self) -> None:
         """Release this process's connections. Idempotent."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from conveyor.clock import Clock
+from conveyor.storage.base import RefusesTransactions
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.connection import Link, Settings
 from conveyor.storage.redis.keys import DoorbellKeys, Keys, QueueKeys
@@ -14,9 +15,10 @@ from conveyor.storage.redis.scripts import Scripts
 Move = Sequence[str]  # (batch id, job id, "state:queue") as the scripts report them
 
 
-class RedisBase:
-    """Connection, scripts and helpers; batches, flow, the inspector, schedules and
-    ``RedisStorage`` add the protocol methods."""
+class RedisBase(RefusesTransactions):
+    """Connection, scripts and helpers (and ``bind``, which Redis refuses: it is not the
+    application's database); batches, flow, the inspector, schedules and ``RedisStorage`` add
+    the protocol methods."""
 
     def __init__(self, settings: Settings, link: Link, clock: Clock | None) -> None:
         self.url = settings.url

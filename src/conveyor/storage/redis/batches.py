@@ -94,7 +94,6 @@ class RedisBatches(RedisBase):
             return self.enqueue_specs(block.specs())
         qk = self.register_queue(block.queue)
         shared = codec.block_args(block)
-        statics = codec.block_statics(block)
         joins = self._state_at(block.run_at, block.queue) if block.batch_id else ""
         results: list[EnqueueResult] = []
         for start in range(0, len(block), ENQUEUE_CHUNK):
@@ -103,9 +102,14 @@ class RedisBatches(RedisBase):
                 self._join_batch(block.batch_id, joins, ids)
             reply = self.scripts.run("enqueue", qk, [
                 self.now_arg(), block.queue, "block", *shared, "\n".join(ids),
-                "\n".join(statics[start:start + ENQUEUE_CHUNK])])
-            results += [_result(job_id, code) for job_id, code in zip(ids, reply, strict=True)]
-            self.ring(block.queue, reply.count("1"))
+                codec.block_statics(block, start, start + ENQUEUE_CHUNK)])
+            codes = str(reply)  # one character per job
+            if "0" in codes or len(codes) != len(ids):
+                results += [EnqueueResult(job_id, code == "1")
+                            for job_id, code in zip(ids, codes, strict=True)]
+            else:
+                results += [EnqueueResult(job_id, True) for job_id in ids]
+            self.ring(block.queue, codes.count("1"))
         return results
 
     def _state_at(self, run_at: float | None, queue: str) -> str:

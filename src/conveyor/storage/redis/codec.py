@@ -58,13 +58,24 @@ def static_json(spec: JobSpec) -> str:
                            spec.batch_id, spec.flow))
 
 
-def block_statics(block: JobBlock) -> list[str]:
-    """``static_json`` of each job of a block without flow control: the shared fields are
-    encoded once, each payload is escaped into its place."""
-    head = _static_head(block.name, block.queue)
-    tail = _static_tail(block.max_retries, block.timeout, block.deadline, block.run_at,
-                        block.batch_id, None)
-    return [f"{head}{_escape(payload)}{tail}" for payload in block.payloads]
+def block_statics(block: JobBlock, start: int = 0, end: int | None = None) -> str:
+    """``static_json`` of the jobs ``start:end`` of a block without flow control, joined by
+    newlines: the shared fields are encoded once, each payload is escaped into its place.
+
+    Payloads of printable ASCII (what the client's encoder writes) are escaped all at once:
+    for them JSON's escaping is only a backslash before each backslash and quote.
+    """
+    payloads = block.payloads[start:end]
+    if not payloads:
+        return ""
+    head = _static_head(block.name, block.queue) + '"'
+    tail = '"' + _static_tail(block.max_retries, block.timeout, block.deadline, block.run_at,
+                              block.batch_id, None)
+    text = "\n".join(payloads)
+    if text.isascii() and "".join(payloads).isprintable():
+        body = text.replace("\\", "\\\\").replace('"', '\\"')
+        return head + body.replace("\n", f"{tail}\n{head}") + tail
+    return "\n".join(f"{head[:-1]}{_escape(payload)}{tail[1:]}" for payload in payloads)
 
 
 def _static_head(name: str, queue: str) -> str:

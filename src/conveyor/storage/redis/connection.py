@@ -8,6 +8,7 @@ Passwords never reach a log line or an error message (``conveyor.storage.redact`
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import time
@@ -28,6 +29,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 from redis.retry import Retry
+from redis.utils import HIREDIS_AVAILABLE
 
 import redis
 from conveyor.errors import StorageError, StorageUnavailable, StorageURLError
@@ -50,6 +52,11 @@ KEYED = frozenset({
     "UNLINK", "ZADD", "ZCARD", "ZCOUNT", "ZRANGE", "ZRANGEBYSCORE", "ZREM", "ZREVRANGE",
     "ZSCORE",
 })
+
+# What redis-py's own hiredis serializer ends in, without its per-argument Python loop (a
+# script call has 20-30 arguments: ~10 µs saved per call on a small VM).
+_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None = (
+    importlib.import_module("hiredis").pack_command if HIREDIS_AVAILABLE else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +162,17 @@ def scrub(settings: Settings, exc: BaseException) -> str:
 def slot_of(key: str) -> int:
     """The Cluster hash slot of a key (its ``{tag}`` when it has one)."""
     return key_slot(key.encode("utf-8", "surrogateescape"))
+
+
+def _pack(conn: Connection, commands: Sequence[Sequence[Any]]) -> list[bytes]:
+    """The wire form of ``commands`` (each a single-word command and its arguments)."""
+    if _hiredis_pack is None:  # pragma: no cover
+        packed: list[bytes] = conn.pack_commands(commands)  # type: ignore[no-untyped-call]
+        return packed
+    try:
+        return [_hiredis_pack(tuple(c)) for c in commands]
+    except TypeError as exc:  # as redis-py reports an argument it cannot send
+        raise redis.DataError(str(exc)) from None
 
 
 class Link:
@@ -273,10 +291,7 @@ class Link:
         free, conn = self._acquire(node)
         replies: list[Any] = []
         try:
-            if len(commands) == 1:
-                conn.send_command(*commands[0])  # type: ignore[no-untyped-call]
-            else:
-                conn.send_packed_command(conn.pack_commands(commands))  # type: ignore[no-untyped-call]
+            conn.send_packed_command(_pack(conn, commands))  # type: ignore[no-untyped-call]
             for _ in commands:
                 try:
                     replies.append(conn.read_response())

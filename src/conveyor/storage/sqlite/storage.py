@@ -27,7 +27,7 @@ from conveyor.job import (
     JobState,
     LeasedJob,
 )
-from conveyor.storage.base import WaitsThenDequeues
+from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
 from conveyor.storage.records import JobBlock, Retention, WorkerInfo
 from conveyor.storage.rules import LEASE_EXPIRED, WORKER_DIED, cancelled_message
 from conveyor.storage.sqlite import acks as ack_sql
@@ -109,7 +109,7 @@ def open_sqlite(url: str, clock: Clock | None = None) -> SqliteStorage:
     return SqliteStorage(url, db, clock or SYSTEM_CLOCK)
 
 
-class SqliteStorage(WaitsThenDequeues, SqliteInspector, SqliteSchedules):
+class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteInspector, SqliteSchedules):
     """``Storage`` and ``Inspector`` over one SQLite file, safe across threads and processes."""
 
     def __init__(self, url: str, db: Database, clock: Clock) -> None:
