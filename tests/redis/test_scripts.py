@@ -101,7 +101,7 @@ def test_the_lua_field_table_is_codec_state_fields() -> None:
 
 def test_batch_lua_state_codes_are_the_inspectors() -> None:
     found = dict(re.findall(r"(\w+) = (\d+)", re.search(
-        r"STATE_CODE = \{(.*?)\}", script_text("batch"), re.S)[1]))  # type: ignore[index]
+        r"STATE_CODE = \{(.*?)\}", script_text("_runs"), re.S)[1]))  # type: ignore[index]
     assert {s: int(c) for s, c in found.items()} == {s.value: state_code(s) for s in ALL_STATES}
 
 

@@ -47,10 +47,14 @@ class BatchKeys:
     """The keys of one batch (all in one hash slot)."""
 
     batch: str  # hash: fields, counters, callbacks
-    jobs: str  # hash: job id -> "state:queue"
+    jobs: str  # hash: job id -> "state:queue" ("deleted:queue": a deleted job of a run)
     # Indexes that let a batch page be read by rank, never by loading the whole batch:
     order: str  # zset: job id, score 0 (so ranked by id: enqueue order)
     states: str  # zset: job id, score = the state's position in ALL_STATES + 1
+    # A bulk join keeps one entry per run of ids instead of the three above per job, until
+    # a reader indexes the run (lua/_runs.lua):
+    heads: str  # zset, score 0: the first id of each run not yet indexed
+    runs: str  # hash: first id -> "<count> state:queue"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +89,7 @@ class Keys:
 
     def _batch(self, batch_id: str) -> BatchKeys:
         base = f"{self.prefix}:{{b:{batch_id}}}:"
-        return BatchKeys(batch=base + "batch", jobs=base + "jobs", order=base + "order",
-                         states=base + "states")
+        return BatchKeys(*(base + field for field in BatchKeys.__slots__))
 
     def doorbell(self, queue: str) -> str:
         """List: wake-up tokens of one queue on Redis Cluster. Every doorbell shares the tag

@@ -364,7 +364,7 @@ class RedisStorage(RedisInspector, RedisSchedules, RedisRelease):
             if self.link.call("HEXISTS", bk.batch, "fa") or not self.link.call(
                     "EXISTS", bk.batch):
                 # UNLINK frees a big batch's keys in the background, DEL would block Redis.
-                self.link.call("UNLINK", bk.batch, bk.jobs, bk.order, bk.states)
+                self.link.call("UNLINK", *dataclasses.astuple(bk))
                 self.link.call("ZREM", self.keys.batches, batch_id)
 
     def check_server(self) -> list[str]:

@@ -1,23 +1,31 @@
--- batch.lua: a batch's counters. Idempotent per job: each job's last known state is kept in
--- a per-batch hash, so replaying an update never counts a job twice.
+-- batch.lua: a batch's members and counters. Idempotent per job: each job's last known state
+-- is kept (its own entry, or its run's), so replaying an update never counts a job twice.
 --- @include "_clock"
 --- @include "_util"
---- @key batch   hash: fields, counters "n:<state>", callbacks "cb:<event>", fired "f:<event>"
---- @key jobs    hash job id -> "state:queue"
+--- @include "_runs"
+--- @key batch   hash: fields, counters "n:<state>", callbacks "cb:<event>", fired "f:<event>", "hi" the last id of the newest run
+--- @key jobs    hash job id -> "state:queue" (see _runs.lua for a run's jobs)
 --- @key order   zset job id, score 0
 --- @key states  zset job id, score = STATE_CODE: pages by state are read by rank
+--- @key heads   zset first id of each run not yet indexed, score 0
+--- @key runs    hash first id -> "<count> state:queue"
 -- ARGV: 1 now|'', 2 mode: "add" (jobs join), "set" (jobs moved), "close", "cancel",
 --       then pairs: job id, "state:queue" (state "deleted" removes the job);
 --       or mode "join" (many jobs join in one state, as "add"): 3 "state:queue", 4 the job
---       ids joined by "\n" (a bulk enqueue sends two strings, not two per job)
--- Returns: {status "ok"|"missing"|"finished", due callbacks {event, job spec JSON}...}
--- Positions in conveyor.job.ALL_STATES, plus one (inspect.py reads the same numbers).
-local STATE_CODE = {scheduled = 1, pending = 2, active = 3, retrying = 4, succeeded = 5,
-  failed = 6, dead = 7, cancelled = 8}
+--       ids joined by "\n" (a bulk enqueue sends two strings, not two per job);
+--       or mode "runs" (as "join", ids sent as runs, see _runs.lua): 3 "pending:queue" or
+--       "scheduled:queue", then pairs: first id, count;
+--       or mode "index": 3 how many jobs of the oldest run to index.
+-- Returns: {status, due callbacks {event, job spec JSON}..., notes (one line each)}; status
+--   "ok", "missing", "finished"; "slow" when "runs" cannot join as runs (nothing written:
+--   send the ids with "join"); for "index", "ok" or "none" (no run was left to index).
 local mode = ARGV[2]
-local joining = mode == 'join'
-if joining then mode = 'add' end
-if redis.call('EXISTS', K_BATCH) == 0 then return {'missing', {}} end
+if redis.call('EXISTS', K_BATCH) == 0 then return {'missing', {}, {}} end
+if mode == 'index' then
+  return {run_index(tonumber(ARGV[3])) and 'ok' or 'none', {}, run_notes}
+end
+local joining, running = mode == 'join', mode == 'runs'
+if joining or running then mode = 'add' end
 
 -- Counters are read once and written once per call, however many jobs move: a worker's
 -- page of acknowledgements costs one HMGET, one HSET and a few HINCRBYs, not five per job.
@@ -33,41 +41,76 @@ local function done(c)
 end
 local c = counters()
 if mode == 'add' and c.closed == 1 and done(c) >= c.total then
-  return {'finished', {}}
+  return {'finished', {}, {}}
 end
 
-local function state_of(value)
-  return string.sub(value, 1, string.find(value, ':', 1, true) - 1)
+local delta, started = {}, false
+local function bump(field, by) delta[field] = (delta[field] or 0) + by end
+
+-- Jobs of a bulk enqueue join with ids made in order after every id the batch holds. The
+-- greatest of those is the last of K_ORDER or of the newest run ("hi"); false when it cannot
+-- be known cheaply (a batch stored before K_ORDER existed: K_ORDER misses jobs of K_JOBS).
+-- Lua compares strings with strcoll (redis-server's locale), K_ORDER with memcmp: the two
+-- agree on ids of lowercase hex digits (what the client makes), so only those take this way.
+local function hex(text) return not string.find(text, '[^0-9a-f\n]') end
+local function last_member()
+  local hi = redis.call('HGET', K_BATCH, 'hi')
+  if not hi and redis.call('ZCARD', K_ORDER) ~= redis.call('HLEN', K_JOBS) then return false end
+  local last = redis.call('ZRANGE', K_ORDER, -1, -1)[1]
+  if last and not hex(last) then return false end
+  if hi and (not last or hi > last) then last = hi end
+  return last or ''
+end
+
+if running then
+  -- One entry per run, counters bumped by its size: no loop per job. An exact replay of
+  -- the same runs counts nothing; any other overlap falls back to "join" (the caller's).
+  local value = ARGV[3]
+  local state = state_of(value)
+  local list, fresh = {}, false
+  for i = 4, #ARGV, 2 do
+    local r = run_make(ARGV[i], ARGV[i + 1], value)
+    if not r or (state ~= 'pending' and state ~= 'scheduled') then return {'slow', {}, {}} end
+    list[#list + 1] = r
+    if redis.call('HGET', K_RUNS, r.head) ~= r.n .. ' ' .. value then fresh = true end
+  end
+  if fresh then
+    local prev = last_member()
+    for _, r in ipairs(list) do
+      if prev == false or not (r.head > prev) then return {'slow', {}, {}} end
+      prev = r.last
+    end
+    for _, r in ipairs(list) do
+      redis.call('HSET', K_RUNS, r.head, r.n .. ' ' .. value)
+      redis.call('ZADD', K_HEADS, 0, r.head)
+      bump('total', r.n)
+      bump('n:' .. state, r.n)
+    end
+    redis.call('HSET', K_BATCH, 'hi', prev)
+  end
 end
 
 local ids, values = {}, {}
 if joining then
   ids = split_lines(ARGV[4])
   for i = 1, #ids do values[i] = ARGV[3] end
-else
+elseif not running then
   for i = 3, #ARGV, 2 do
     ids[#ids + 1] = ARGV[i]
     values[#values + 1] = ARGV[i + 1]
   end
 end
-local delta, sets, dels, started = {}, {}, {}, false
+local sets, dels, drops = {}, {}, {}
 local joined, ranked = {}, {}  -- zadd arguments for K_ORDER and K_STATES
-local function bump(field, by) delta[field] = (delta[field] or 0) + by end
--- Jobs of a bulk enqueue join with ids made in order after every id the batch holds: when
--- they ascend past the last id of K_ORDER, and K_ORDER holds every job of the batch, none
--- of them is in the batch yet, so they join without reading K_JOBS or a loop per job.
--- Lua compares strings with strcoll (redis-server's locale), K_ORDER with memcmp: the two
--- agree on ids of lowercase hex digits (what the client makes), so only those take this way.
-local function hex(text) return not string.find(text, '[^0-9a-f\n]') end
+-- Ids that ascend past every id of the batch are all new: they join without reading
+-- K_JOBS or a loop per job.
 local function all_new()
   if not joining or #ids == 0 or not hex(ARGV[4]) then return false end
   for i = 2, #ids do
     if ids[i] <= ids[i - 1] then return false end
   end
-  if redis.call('ZCARD', K_ORDER) ~= redis.call('HLEN', K_JOBS) then return false end
-  local last = redis.call('ZRANGE', K_ORDER, -1, -1)[1]
-  if not last then return true end
-  return hex(last) and ids[1] > last
+  local last = last_member()
+  return last ~= false and ids[1] > last
 end
 local olds = {}
 if all_new() then
@@ -85,48 +128,54 @@ if all_new() then
   if state == 'active' then started = true end
   ids = {}  -- nothing left for the loop below
 else
-  for i = 1, #ids, 1000 do  -- below Lua's unpack limit
-    local part = redis.call('HMGET', K_JOBS, unpack(ids, i, math.min(i + 999, #ids)))
-    for j = 1, #part do olds[i + j - 1] = part[j] end
-  end
+  olds = job_values(ids)
 end
 local seen = {}  -- a job named twice in one call: its last value wins, as if called twice
 for i = 1, #ids do
   local id, value = ids[i], values[i]
-  local old = olds[i]
-  if seen[id] ~= nil then old = seen[id] end
-  if old == false then old = nil end
+  local state = state_of(value)
+  local old = olds[i] or nil
+  local marked = old and state_of(old) == 'deleted'  -- a run's job, deleted
+  if marked then old = nil end
+  -- A job of a run not yet indexed: its run holds its value until it has its own entry.
+  local in_run = false
+  if not marked and (not old or state == 'deleted') then
+    local held = run_value(id)
+    in_run = held ~= nil
+    old = old or held
+  end
+  if seen[id] ~= nil then old = seen[id] or nil end
   if old ~= value and (old or mode == 'add') then
-    local state = state_of(value)
     if old then bump('n:' .. state_of(old), -1) else bump('total', 1) end
     if state == 'deleted' then
       bump('total', -1)
-      dels[#dels + 1] = id
+      drops[#drops + 1] = id
+      if in_run then
+        sets[#sets + 1], sets[#sets + 2] = id, value  -- the mark
+      else
+        dels[#dels + 1] = id
+      end
       seen[id] = false
     else
-      sets[#sets + 1] = id
-      sets[#sets + 1] = value
+      sets[#sets + 1], sets[#sets + 2] = id, value
       if not old then
-        joined[#joined + 1] = 0
-        joined[#joined + 1] = id
+        joined[#joined + 1], joined[#joined + 2] = 0, id
       end
-      ranked[#ranked + 1] = STATE_CODE[state] or 0
-      ranked[#ranked + 1] = id
+      ranked[#ranked + 1], ranked[#ranked + 2] = STATE_CODE[state] or 0, id
       bump('n:' .. state, 1)
       if state == 'active' then started = true end
       seen[id] = value
     end
   end
 end
-bulk('HSET', K_JOBS, sets)
-bulk('ZADD', K_ORDER, joined)
-bulk('ZADD', K_STATES, ranked)
-if #dels > 0 then
-  for i = 1, #dels, 1000 do
-    redis.call('HDEL', K_JOBS, unpack(dels, i, math.min(i + 999, #dels)))
-    redis.call('ZREM', K_ORDER, unpack(dels, i, math.min(i + 999, #dels)))
-    redis.call('ZREM', K_STATES, unpack(dels, i, math.min(i + 999, #dels)))
-  end
+write_members(sets, joined, ranked)
+for i = 1, #drops, 1000 do
+  local last = math.min(i + 999, #drops)
+  redis.call('ZREM', K_ORDER, unpack(drops, i, last))
+  redis.call('ZREM', K_STATES, unpack(drops, i, last))
+end
+for i = 1, #dels, 1000 do
+  redis.call('HDEL', K_JOBS, unpack(dels, i, math.min(i + 999, #dels)))
 end
 for field, by in pairs(delta) do
   if by ~= 0 then redis.call('HINCRBY', K_BATCH, field, by) end
@@ -156,4 +205,4 @@ end
 consider('complete', finished)
 consider('success', finished and c['n:succeeded'] >= total)
 consider('death', c['n:dead'] > 0)
-return {'ok', due}
+return {'ok', due, run_notes}
