@@ -81,6 +81,18 @@ def _redis_rewrite(which: str, change: Callable[[bytes], bytes]) -> Damage:
     return damage
 
 
+def damage_batch_runs(app: Conveyor, batch_id: str) -> None:
+    """Overwrite every run entry of a Redis batch (a bulk join's jobs, docs/design.md
+    "Batches on Redis") with bytes no run parses."""
+    storage = app.storage
+    keys = storage.keys.batch(batch_id)  # type: ignore[attr-defined]
+    client = storage.link.client  # type: ignore[attr-defined]
+    heads = client.zrange(keys.heads, 0, -1)
+    assert heads, f"batch {batch_id} holds no run"
+    for head in heads:
+        client.hset(keys.runs, head, b"\xff\xfe not a run")
+
+
 def _drop_name(static: bytes) -> bytes:
     record = json.loads(static)
     del record["n"]

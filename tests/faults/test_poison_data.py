@@ -4,7 +4,8 @@
 it is (a lone surrogate, control characters, an ANSI escape, a forged log line) into their
 result, failure reason, error and log, with a payload nested 100,000 levels deep, and with
 records damaged in storage after they were enqueued (truncated, not UTF-8, a field missing,
-a truncated state entry). Pass: every good job finishes exactly once, the text jobs end in
+a truncated state entry), and on Redis a second batch whose run entries (a bulk join's
+jobs) are damaged. Pass: every good job finishes exactly once, the text jobs end in
 their own natural state with their text visible, each damaged job ends dead with a reason that
 names the problem, the workers keep running, and the CLI and the dashboard list all of them.
 """
@@ -24,7 +25,7 @@ from conveyor.job import ALL_STATES, JobRecord, JobState
 from tests.faults.apps.chaos import POISON_TEXT
 from tests.faults.checks import assert_batch_exact, enqueue_batch, wait_batch
 from tests.faults.conftest import Backend, Faults
-from tests.faults.damage import DEEP_PAYLOAD, POISONS, enqueue_raw
+from tests.faults.damage import DEEP_PAYLOAD, POISONS, REDIS, damage_batch_runs, enqueue_raw
 from tests.faults.harness import conveyor_command, report, wait_until
 from tests.support.redis_server import free_port
 
@@ -69,7 +70,7 @@ def _get(port: int, path: str) -> tuple[int, str]:
         conn.close()
 
 
-def _dashboard_pages(url: str, tmp: Path, bad_ids: list[str]) -> list[str]:
+def _dashboard_pages(url: str, tmp: Path, bad_ids: list[str], batches: list[str]) -> list[str]:
     """Serve the dashboard on ``url``; the pages that did not answer 200."""
     port = free_port()
     out = (tmp / "web.out").open("wb")
@@ -80,6 +81,7 @@ def _dashboard_pages(url: str, tmp: Path, bad_ids: list[str]) -> list[str]:
         paths = ["/", "/queues", "/dead", "/retrying", "/batches"]
         paths += [f"/jobs?state={state.value}&limit=2000" for state in ALL_STATES]
         paths += [f"/jobs/{quote(job_id)}" for job_id in bad_ids]
+        paths += [f"/batches/{b}{tab}" for b in batches for tab in ("", "?state=pending")]
         return [f"{path}: {status}" for path in paths
                 if (status := _get(port, path)[0]) != 200]
     finally:
@@ -118,6 +120,13 @@ def test_poison_data_harms_only_its_own_job(backend: Backend, faults: Faults,
             poison.damage(app, ref.id)
             damaged[poison.label] = (ref.id, poison.reason)
 
+    # A bulk join's run entries damaged (Redis): that batch loses its bookkeeping, its
+    # jobs run as any other, and each worker says why in one line.
+    runs_batch, runs_ids = "", []
+    if backend.name in REDIS:
+        runs_batch, runs_ids = enqueue_batch(app, jobs["faults.work"], [(0,)] * 50, "runs")
+        damage_batch_runs(app, runs_batch)
+
     workers = [faults.worker(backend.url, concurrency=4, processes=1) for _ in range(2)]
     wait_batch(app, batch_id, timeout=180)
     bad_ids = [job_id for job_id, _ in damaged.values()] + list(text_ids.values())
@@ -144,9 +153,19 @@ def test_poison_data_harms_only_its_own_job(backend: Backend, faults: Faults,
         assert rec.state is JobState.DEAD, (label, rec.state, reason)
         assert word in reason.lower(), (label, reason)
 
+    if runs_batch:
+        done = wait_until(lambda: _terminal(app, runs_ids), 120, what="the runs' jobs to end")
+        assert {rec.state for rec in done} == {JobState.SUCCEEDED}
+        ran = faults.log.executions()
+        assert sorted(len(ran.get(job_id, [])) for job_id in runs_ids) == [1] * len(runs_ids)
+        said = [line for worker in workers for line in worker.output.splitlines()
+                if runs_batch in line and "unreadable" in line]
+        assert said, faults.outputs()
+
     assert all(worker.alive() for worker in workers), faults.outputs()
     listed = _cli_ids(backend.url)
     assert set(good_ids) | set(bad_ids) <= listed
-    assert _dashboard_pages(backend.url, tmp_path, bad_ids) == []
+    batches = [batch_id, runs_batch] if runs_batch else [batch_id]
+    assert _dashboard_pages(backend.url, tmp_path, bad_ids, batches) == []
     report("poison data", backend.name, good_jobs=GOOD, good_run_once=GOOD,
            damaged_dead=len(damaged), text_jobs_natural=len(TEXT_JOBS), listed=len(listed))

@@ -32,6 +32,7 @@ from conveyor.job import ALL_STATES, EnqueueResult, JobSpec, JobState
 from conveyor.storage.records import JobBlock
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.base import Move, RedisBase
+from conveyor.text import printable
 
 log = logging.getLogger("conveyor.storage.redis")
 
@@ -173,7 +174,7 @@ class RedisBatches(RedisBase):
         bk = self.keys.batch(batch_id)
         status, due, notes = self.scripts.run("batch", bk, [self.now_arg(), mode, *flat])
         for note in notes:
-            log.warning("batch %s: %s", batch_id, note)
+            log.warning("batch %s: %s", printable(batch_id), printable(str(note)))
         for event, spec_json in due:
             self._fire(batch_id, event, spec_json)
         return str(status)

@@ -59,8 +59,8 @@ local function run_read(head)
     local sp = raw and string.find(raw, ' ', 1, true)
     r = sp and run_make(head, string.sub(raw, 1, sp - 1), string.sub(raw, sp + 1)) or false
     if not r then
-      run_notes[#run_notes + 1] = 'run ' .. head .. ' is unreadable ('
-        .. string.gsub(string.sub(tostring(raw), 1, 40), '%c', '?') .. ')'
+      run_notes[#run_notes + 1] = 'run ' .. head .. ' is unreadable: '
+        .. string.sub(tostring(raw), 1, 40)  -- the caller escapes it for its log
     end
     run_cache[head] = r
   end
