@@ -98,6 +98,11 @@ def test_a_bulk_join_keeps_one_entry_per_run(runs_store: RedisStorage) -> None:
     status = store.get_batch(batch)
     assert status is not None and status.total == 131
     assert status.counts == {"pending": 121, "scheduled": 10}
+    # Once every job of a run has its own entry, the run is dropped: the first run's 40
+    # jobs are the first 40 of q1, so no reader ever has to index them.
+    assert len(store.dequeue(["q1"], "w", 40, 60.0)) == 40
+    assert store.link.call("ZCARD", bk.heads) == 3 and store.link.call("HLEN", bk.runs) == 3
+    assert store.link.call("ZCARD", bk.order) == 41  # with the job that joined by itself
 
 
 def test_pages_by_state_after_some_jobs_moved(runs_store: RedisStorage) -> None:
@@ -168,6 +173,9 @@ def test_callbacks_fire_once_when_the_runs_finish(runs_store: RedisStorage) -> N
     assert status is not None and status.complete and status.counts == {"succeeded": 75}
     assert status.callbacks_fired == ("complete",)
     assert store.count_jobs(queue="callbacks") == 1
+    bk = store.keys.batch(batch)
+    assert store.link.call("EXISTS", bk.heads, bk.runs) == 0  # every run dropped as it ran
+    assert store.link.call("ZCARD", bk.order) == store.link.call("ZCARD", bk.states) == 75
 
 
 def test_trimming_a_finished_batch_frees_its_runs(runs_store: RedisStorage) -> None:

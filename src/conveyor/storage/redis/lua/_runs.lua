@@ -67,18 +67,30 @@ local function run_read(head)
   return r
 end
 
--- The value a run holds for a job of a run not yet indexed, or nil.
+-- The value a run holds for a job of a run not yet indexed, and the run; or nil.
 local function run_value(id)
   if run_any == nil then run_any = redis.call('EXISTS', K_HEADS) == 1 end
   if not run_any then return nil end
-  if run_last and run_has(run_last, id) then return run_last.value end
+  if run_last and run_has(run_last, id) then return run_last.value, run_last end
   local head = redis.call('ZREVRANGEBYLEX', K_HEADS, '[' .. id, '-', 'LIMIT', 0, 1)[1]
   local r = head and run_read(head)
   if r and run_has(r, id) then
     run_last = r
-    return r.value
+    return r.value, r
   end
   return nil
+end
+
+-- A run's jobs that got their own entries (moved, or deleted) are counted in K_RUNS under
+-- "m:<first id>"; once all have, the run says nothing more and is dropped (a deleted job's
+-- mark may stay in K_JOBS: a mark without its run reads as no entry at all).
+local function run_moved(moved)
+  for head, k in pairs(moved) do
+    if redis.call('HINCRBY', K_RUNS, 'm:' .. head, k) >= run_cache[head].n then
+      redis.call('ZREM', K_HEADS, head)
+      redis.call('HDEL', K_RUNS, head, 'm:' .. head)
+    end
+  end
 end
 
 -- HMGET of K_JOBS for many ids (false for a missing one).
@@ -104,8 +116,9 @@ local function run_index(limit)
   local head = redis.call('ZRANGE', K_HEADS, 0, 0)[1]
   if not head then return false end
   local r = run_read(head)
+  local moved = tonumber(redis.call('HGET', K_RUNS, 'm:' .. head) or '0') or 0
   redis.call('ZREM', K_HEADS, head)
-  redis.call('HDEL', K_RUNS, head)
+  redis.call('HDEL', K_RUNS, head, 'm:' .. head)
   if not r then return true end  -- unreadable: dropped, with its note
   local k = math.min(limit, r.n)
   local ids = {}
@@ -115,6 +128,7 @@ local function run_index(limit)
   local sets, ordered, ranked, gone = {}, {}, {}, {}
   for i = 1, k do
     local id, old = ids[i], olds[i]
+    if old then moved = moved - 1 end
     if not old then  -- never moved: the run's value
       sets[#sets + 1], sets[#sets + 2] = id, r.value
       ranked[#ranked + 1], ranked[#ranked + 2] = code, id
@@ -132,6 +146,7 @@ local function run_index(limit)
   if k < r.n then
     local rest = run_id(r, k)
     redis.call('HSET', K_RUNS, rest, (r.n - k) .. ' ' .. r.value)
+    if moved > 0 then redis.call('HSET', K_RUNS, 'm:' .. rest, moved) end
     redis.call('ZADD', K_HEADS, 0, rest)
   end
   return true

@@ -131,6 +131,7 @@ else
   olds = job_values(ids)
 end
 local seen = {}  -- a job named twice in one call: its last value wins, as if called twice
+local moved = {}  -- first id of a run -> how many of its jobs got their own entry here
 for i = 1, #ids do
   local id, value = ids[i], values[i]
   local state = state_of(value)
@@ -138,15 +139,16 @@ for i = 1, #ids do
   local marked = old and state_of(old) == 'deleted'  -- a run's job, deleted
   if marked then old = nil end
   -- A job of a run not yet indexed: its run holds its value until it has its own entry.
-  local in_run = false
+  local in_run, first = false, nil
   if not marked and (not old or state == 'deleted') then
-    local held = run_value(id)
+    local held, r = run_value(id)
     in_run = held ~= nil
-    old = old or held
+    if held and not old then old, first = held, r end
   end
-  if seen[id] ~= nil then old = seen[id] or nil end
+  if seen[id] ~= nil then old, first = seen[id] or nil, nil end
   if old ~= value and (old or mode == 'add') then
     if old then bump('n:' .. state_of(old), -1) else bump('total', 1) end
+    if first then moved[first.head] = (moved[first.head] or 0) + 1 end
     if state == 'deleted' then
       bump('total', -1)
       drops[#drops + 1] = id
@@ -158,7 +160,7 @@ for i = 1, #ids do
       seen[id] = false
     else
       sets[#sets + 1], sets[#sets + 2] = id, value
-      if not old then
+      if not old or first then  -- a run's job joins K_ORDER when it first moves
         joined[#joined + 1], joined[#joined + 2] = 0, id
       end
       ranked[#ranked + 1], ranked[#ranked + 2] = STATE_CODE[state] or 0, id
@@ -177,6 +179,7 @@ end
 for i = 1, #dels, 1000 do
   redis.call('HDEL', K_JOBS, unpack(dels, i, math.min(i + 999, #dels)))
 end
+run_moved(moved)
 for field, by in pairs(delta) do
   if by ~= 0 then redis.call('HINCRBY', K_BATCH, field, by) end
 end

@@ -1,0 +1,100 @@
+"""Redis batch membership probe (a benchmark, not a test: run it by hand):
+
+    python -m benchmarks.batch_join_probe [--jobs 1000000] [--per-job]
+
+Starts its own redis-server. Joins ``--jobs`` ids to one batch 2,000 per call, as a bulk
+enqueue does before storing each chunk (``batch.lua``, nothing else: no job is stored), and
+prints redis-server's CPU per job (INFO ``used_cpu_*``) and the wall clock. By default the
+ids travel as runs (docs/design.md, "Batches on Redis"); ``--per-job`` sends them one by one
+as every join did before runs (``join`` mode, still taken by ids that do not count up).
+
+Then reads the batch as the dashboard would, each read timed (wall) and counted in
+``batch.lua`` calls: the first page of all jobs, a page of pending jobs half way through
+(which indexes the runs before it, 500 jobs per call), the same page again, and the count
+of pending jobs. The longest single ``batch.lua`` call is Redis's ``SLOWLOG`` maximum.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+import redis
+from benchmarks.servers import RedisServer
+from conveyor.ids import new_id, new_ids
+from conveyor.job import BatchSpec, JobState
+from conveyor.storage.redis.storage import RedisStorage, open_redis
+
+CHUNK = 2000
+
+
+def _cpu(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _calls(client: redis.Redis) -> int:
+    stats = client.info("commandstats").get("cmdstat_evalsha", {})
+    return int(stats.get("calls", 0))
+
+
+def _timed(what: str, client: redis.Redis, read: Callable[[], object]) -> None:
+    calls, start = _calls(client), time.perf_counter()
+    result = read()
+    wall = time.perf_counter() - start
+    shown = len(result) if isinstance(result, list) else result
+    print(f"  {what:<40} {wall * 1000:9.1f} ms  {_calls(client) - calls:5d} script calls  "
+          f"-> {shown}", flush=True)
+
+
+def _join(store: RedisStorage, batch: str, n: int, per_job: bool) -> None:
+    for start in range(0, n, CHUNK):
+        ids = new_ids(min(CHUNK, n - start))
+        if per_job:
+            store.batch_call(batch, "join", ["pending:q", "\n".join(ids)])
+        else:
+            store._join_batch(batch, "pending:q", ids)
+
+
+def main() -> None:
+    """Join, read, print."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=1_000_000)
+    parser.add_argument("--per-job", action="store_true", help="the join before runs")
+    args = parser.parse_args()
+    server = RedisServer()
+    try:
+        client = redis.Redis(port=server.port)
+        client.config_set("slowlog-log-slower-than", 0)
+        client.config_set("slowlog-max-len", 100_000)
+        store = open_redis(server.url)
+        batch = new_id()
+        store.create_batch(BatchSpec(id=batch))
+        cpu, start = _cpu(client), time.perf_counter()
+        _join(store, batch, args.jobs, args.per_job)
+        wall, cpu = time.perf_counter() - start, _cpu(client) - cpu
+        how = "one by one" if args.per_job else "as runs"
+        print(f"join {args.jobs:,} ids {how}: wall {wall:.2f} s, redis-server cpu {cpu:.2f} s "
+              f"= {cpu / args.jobs * 1e6:.3f} µs/job, memory "
+              f"{client.info('memory')['used_memory'] / 1e6:.0f} MB", flush=True)
+        client.slowlog_reset()
+        half = args.jobs // 2
+        _timed("page 1 of all jobs (50)", client,
+               lambda: store.batch_page(batch, None, None, 0, 50))
+        _timed(f"pending jobs at offset {half:,} (50)", client,
+               lambda: store.batch_page(batch, JobState.PENDING, None, half, 50))
+        _timed("the same page again", client,
+               lambda: store.batch_page(batch, JobState.PENDING, None, half, 50))
+        _timed("count of pending jobs", client,
+               lambda: store.batch_count(batch, JobState.PENDING, None))
+        longest = max((e["duration"] for e in client.slowlog_get(100_000)
+                       if b"evalsha" in e["command"].lower()[:8]), default=0)
+        print(f"  longest batch.lua call while reading: {longest / 1000:.1f} ms")
+        store.close()
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
