@@ -9,9 +9,11 @@ ids travel as runs (docs/design.md, "Batches on Redis"); ``--per-job`` sends the
 as every join did before runs (``join`` mode, still taken by ids that do not count up).
 
 Then reads the batch as the dashboard would, each read timed (wall) and counted in
-``batch.lua`` calls: the first page of all jobs, a page of pending jobs half way through
-(which indexes the runs before it, 500 jobs per call), the same page again, and the count
-of pending jobs. The longest single ``batch.lua`` call is Redis's ``SLOWLOG`` maximum.
+``batch.lua`` calls (``index`` steps of 500 jobs): the first page of all jobs, a page of
+pending jobs half way through, the same page again, the count of pending jobs; then moves
+the first tenth of the jobs to succeeded as acknowledgements would (500 per call, server CPU
+per job) and reads again. The longest single ``batch.lua`` call while reading is Redis's
+``SLOWLOG`` maximum.
 """
 
 from __future__ import annotations
@@ -46,6 +48,14 @@ def _timed(what: str, client: redis.Redis, read: Callable[[], object]) -> None:
     shown = len(result) if isinstance(result, list) else result
     print(f"  {what:<40} {wall * 1000:9.1f} ms  {_calls(client) - calls:5d} script calls  "
           f"-> {shown}", flush=True)
+
+
+def _longest(client: redis.Redis, what: str) -> None:
+    """The longest script call since the last one (SLOWLOG logs every call here)."""
+    longest = max((e["duration"] for e in client.slowlog_get(100_000)
+                   if e["command"].lower().startswith(b"evalsha")), default=0)
+    print(f"  longest script call while {what}: {longest / 1000:.1f} ms", flush=True)
+    client.slowlog_reset()
 
 
 def _join(store: RedisStorage, batch: str, n: int, per_job: bool) -> None:
@@ -88,9 +98,25 @@ def main() -> None:
                lambda: store.batch_page(batch, JobState.PENDING, None, half, 50))
         _timed("count of pending jobs", client,
                lambda: store.batch_count(batch, JobState.PENDING, None))
-        longest = max((e["duration"] for e in client.slowlog_get(100_000)
-                       if b"evalsha" in e["command"].lower()[:8]), default=0)
-        print(f"  longest batch.lua call while reading: {longest / 1000:.1f} ms")
+        _longest(client, "reading")
+        # A worker's part: the first tenth of the jobs succeed, 500 moves per call (as
+        # acknowledgements feed batch.lua), then the same reads on the running batch.
+        done = args.jobs // 10
+        firsts = [job_id for job_id, _ in store.batch_page(batch, None, None, 0, done)]
+        cpu, start = _cpu(client), time.perf_counter()
+        for at in range(0, done, 500):
+            store.sync_batches([(batch, job_id, "succeeded:q") for job_id in firsts[at:at + 500]])
+        cpu = _cpu(client) - cpu
+        print(f"moves: {done:,} jobs succeed: wall {time.perf_counter() - start:.2f} s, "
+              f"redis-server cpu {cpu / done * 1e6:.2f} µs/job", flush=True)
+        _longest(client, "moving")
+        _timed("page 1 of pending jobs (50)", client,
+               lambda: store.batch_page(batch, JobState.PENDING, None, 0, 50))
+        _timed(f"all jobs at offset {half:,} (50)", client,
+               lambda: store.batch_page(batch, None, None, half, 50))
+        _timed("page 1 of succeeded jobs (50)", client,
+               lambda: store.batch_page(batch, JobState.SUCCEEDED, None, 0, 50))
+        _longest(client, "reading")
         store.close()
     finally:
         server.stop()

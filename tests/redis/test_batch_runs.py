@@ -67,7 +67,8 @@ def _truth(store: RedisStorage, ids: list[str]) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _check_pages(store: RedisStorage, batch: str, truth: dict[str, tuple[str, str]]) -> None:
+def _check_pages(store: RedisStorage, batch: str, truth: dict[str, tuple[str, str]],
+                 queues: tuple[str | None, ...] = (None, "q2")) -> None:
     status = store.get_batch(batch)
     assert status is not None and status.total == len(truth)
     want_counts: dict[str, int] = {}
@@ -75,7 +76,7 @@ def _check_pages(store: RedisStorage, batch: str, truth: dict[str, tuple[str, st
         want_counts[state] = want_counts.get(state, 0) + 1
     assert status.counts == want_counts
     for state in (None, *ALL_STATES):
-        for queue in (None, "q2"):
+        for queue in queues:
             want = sorted(i for i, (s, q) in truth.items()
                           if (state is None or s == state.value) and (queue is None or q == queue))
             assert store.count_jobs(state=state, queue=queue, batch_id=batch) == len(want)
@@ -124,6 +125,25 @@ def test_pages_by_state_after_some_jobs_moved(runs_store: RedisStorage) -> None:
     assert _members(store, batch) == sorted(truth)  # indexes every run
     assert store.link.call("EXISTS", store.keys.batch(batch).heads) == 0
     _check_pages(store, batch, truth)
+
+
+def test_pages_of_runs_no_job_has_left_are_counted_not_indexed(
+        runs_store: RedisStorage) -> None:
+    store = runs_store
+    batch = new_id()
+    store.create_batch(BatchSpec(id=batch))
+    for queue, n in (("q1", 40), ("q2", 30), ("q1", 40)):
+        store.enqueue_block(_block(batch, queue, n))
+    store.enqueue_block(_block(batch, "q2", 10, run_at=store.now() + 3600))
+    ids = sorted(job_id for q in ("q1", "q2") for job_id in _queue_ids(store, q))
+    heads = store.keys.batch(batch).heads
+    _check_pages(store, batch, _truth(store, ids), queues=(None,))
+    assert store.link.call("ZCARD", heads) == 4  # nothing indexed
+    # Once a run has started, pages reaching it index it (then count the runs after it).
+    assert store.dequeue(["q1"], "w", 1, 60.0)
+    _check_pages(store, batch, _truth(store, ids), queues=(None,))
+    assert store.link.call("ZCARD", heads) == 3
+    _check_pages(store, batch, _truth(store, ids))  # a filter by queue walks every job
 
 
 def test_a_replayed_join_counts_nothing(runs_store: RedisStorage) -> None:

@@ -1,4 +1,4 @@
-"""Batches on Redis: membership, counters and callbacks, and reading a batch page by page.
+"""Batches on Redis: membership, counters and callbacks (reading a batch: ``batch_pages``).
 
 Jobs join their batch before they are stored (``enqueue_specs``), so a batch never completes
 without them. Every script reports the batch jobs it moved, and ``sync_batches`` feeds those
@@ -6,25 +6,16 @@ moves to ``batch.lua``: idempotent per job, so a replay never counts a job twice
 callbacks that became due are enqueued (each with an id fixed at creation) before they are
 marked fired.
 
-batch.lua keeps two sorted sets beside the batch's ``jobs`` hash (see ``keys.BatchKeys``):
-``order`` ranks every job by id (enqueue order) and ``states`` ranks them by state, then id.
-A page is one ``ZRANGE`` by rank, and a count one ``ZCARD``/``ZCOUNT``: a render of a
-200,000-job batch page costs the page, not four whole-hash reads (issue #14, item 12).
-Whatever must see every job (cancel, or a filter by queue) walks in steps of ``STEP``.
-A batch written by a version without these sets is read with ``HSCAN`` steps instead.
-
-The ids of a bulk enqueue join as runs (``lua/_runs.lua``): one entry per run of ids that
-count up, not three per job, so a million jobs join for a few hundred entries. The sets hold
-every job below the oldest run not yet indexed; a page that reaches it indexes ``STEP`` jobs
-of runs and is read again (docs/design.md, "Batches on Redis").
+The ids of a bulk enqueue join as runs (``id_runs``, ``lua/_runs.lua``): one entry per run
+of ids that count up, not three per job, so a million jobs join for a few hundred entries
+(docs/design.md, "Batches on Redis").
 """
-
 from __future__ import annotations
 
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from conveyor.errors import BatchClosedError, BatchNotFound
@@ -42,7 +33,7 @@ RUN_DIGITS = 12  # the counting part of an id in a run: its last 12 characters
 RUN_MAX = 16**RUN_DIGITS - 1
 MAX_RUNS = 8  # ids of a join that make more runs than this are sent one by one
 JOIN_STATES = (JobState.PENDING, JobState.SCHEDULED)  # the only states runs hold
-_HEX = re.compile(r"[0-9a-f]+")
+LOWER_HEX = re.compile(r"[0-9a-f]+")
 _LOW = [f"{i:03x}" for i in range(4096)]
 
 
@@ -187,114 +178,6 @@ class RedisBatches(RedisBase):
         self.link.call("HSET", self.keys.batch(batch_id).batch, f"f:{event}", 1)
         log.info("batch %s: %s callback %s enqueued", batch_id, event, spec.id)
 
-    # -- pages ------------------------------------------------------------------------------
-
-    def batch_members(self, batch_id: str) -> Iterator[list[tuple[str, str, str]]]:
-        """Every job of a batch as (job id, state, queue), in steps of about ``STEP``
-        (``HSCAN``: each job that stays in the batch is seen at least once). Runs are
-        indexed first, in steps: whoever walks the whole batch pays for it once."""
-        while self.index_step(batch_id):
-            pass
-        key = self.keys.batch(batch_id).jobs
-        cursor = "0"
-        while True:
-            cursor, found = scan_reply(self.link.call("HSCAN", key, cursor, "COUNT", STEP))
-            step = []
-            for job_id, value in found:
-                state, _, queue = value.partition(":")
-                if state != "deleted":  # a deleted job of a run indexed meanwhile
-                    step.append((job_id, state, queue))
-            yield step
-            if cursor == "0":
-                return
-
-    def index_step(self, batch_id: str) -> bool:
-        """Index up to ``STEP`` jobs of the batch's oldest run into its sets; False when no
-        run was left."""
-        return self.batch_call(batch_id, "index", [str(STEP)]) == "ok"
-
-    def _indexed(self, batch_id: str) -> bool:
-        bk = self.keys.batch(batch_id)
-        return (bool(self.link.call("ZCARD", bk.order)) or not self.link.call("HLEN", bk.jobs)
-                or bool(self.link.call("EXISTS", bk.heads)))
-
-    def _band(self, batch_id: str, state: JobState | None) -> tuple[str, int, int]:
-        """The set to read, and the first rank and size of the jobs in ``state`` there."""
-        bk = self.keys.batch(batch_id)
-        if state is None:
-            return bk.order, 0, int(self.link.call("ZCARD", bk.order))
-        code = state_code(state)
-        start = int(self.link.call("ZCOUNT", bk.states, "-inf", f"({code}"))
-        return bk.states, start, int(self.link.call("ZCOUNT", bk.states, code, code))
-
-    def batch_page(self, batch_id: str, state: JobState | None, queue: str | None,
-                   offset: int, limit: int) -> list[tuple[str, str]]:
-        """(job id, queue) of the jobs ``offset``..``offset+limit`` of a batch in id order,
-        as the batch knows their state and queue.
-
-        The sets hold every job below the oldest run not yet indexed (runs never overlap),
-        so a page that ends below it is exact; one that reaches it indexes one step of
-        runs and is read again. A state no run holds needs no indexing at all: a run's job
-        in any other state has its own entry."""
-        if not self._indexed(batch_id):
-            return self._scanned_page(batch_id, state, queue, offset, limit)
-        while True:
-            heads = self.link.call("ZRANGE", self.keys.batch(batch_id).heads, 0, 0)
-            below = heads[0] if heads and (state is None or state in JOIN_STATES) else None
-            page = self._ranked_page(batch_id, state, queue, offset, limit, below)
-            if page is not None:
-                return page
-            self.index_step(batch_id)
-
-    def _ranked_page(self, batch_id: str, state: JobState | None, queue: str | None,
-                     offset: int, limit: int, below: str | None) -> list[tuple[str, str]] | None:
-        """The page read by rank from the sets; None if it may miss jobs of a run (it does
-        not end below ``below``, the first id no set may hold yet)."""
-        key, start, size = self._band(batch_id, state)
-        jobs_key = self.keys.batch(batch_id).jobs
-        out: list[tuple[str, str]] = []
-        skip = offset if queue is not None else 0
-        rank = start if queue is not None else start + offset
-        while len(out) < limit and rank < start + size:
-            want = limit - len(out) if queue is None else STEP
-            ids = self.link.call("ZRANGE", key, rank, min(rank + want, start + size) - 1)
-            if not ids:
-                break
-            rank += len(ids)
-            values = self.link.call("HMGET", jobs_key, *ids)
-            for job_id, value in zip(ids, values, strict=True):
-                if below is not None and job_id >= below and len(out) < limit:
-                    return None
-                q = (value or "").partition(":")[2]
-                if queue is not None and q != queue:
-                    continue
-                if skip:
-                    skip -= 1
-                elif len(out) < limit:
-                    out.append((job_id, q))
-        if below is not None and len(out) < limit:
-            return None  # the sets ran out below the runs: the page goes on in them
-        return out
-
-    def batch_count(self, batch_id: str, state: JobState | None, queue: str | None) -> int:
-        """How many jobs of a batch are in ``state`` (and ``queue``), as the batch knows."""
-        bk = self.keys.batch(batch_id)
-        if queue is None and self.link.call("EXISTS", bk.heads):
-            # Runs are not in the sets yet; the counters count every job, runs included.
-            field = "total" if state is None else f"n:{state.value}"
-            return int(self.link.call("HGET", bk.batch, field) or 0)
-        if queue is None and self._indexed(batch_id):
-            return self._band(batch_id, state)[2]
-        return sum(1 for step in self.batch_members(batch_id) for _, s, q in step
-                   if (state is None or s == state.value) and (queue is None or q == queue))
-
-    def _scanned_page(self, batch_id: str, state: JobState | None, queue: str | None,
-                      offset: int, limit: int) -> list[tuple[str, str]]:
-        wanted = sorted((job_id, q) for step in self.batch_members(batch_id)
-                        for job_id, s, q in step
-                        if (queue is None or q == queue) and (state is None or s == state.value))
-        return wanted[offset:offset + limit]
-
 
 def id_runs(ids: Sequence[str]) -> list[tuple[str, int]] | None:
     """``ids`` as a few runs (first id, count) of ids that differ only in their last
@@ -303,17 +186,17 @@ def id_runs(ids: Sequence[str]) -> list[tuple[str, int]] | None:
     if not ids:
         return None
     head, n = ids[0], len(ids)
-    if len(head) > RUN_DIGITS and _HEX.fullmatch(head):
+    if len(head) > RUN_DIGITS and LOWER_HEX.fullmatch(head):
         prefix, start = head[:-RUN_DIGITS], int(head[-RUN_DIGITS:], 16)
         if start + n - 1 <= RUN_MAX and ids[-1] == f"{prefix}{start + n - 1:012x}" and (
-                _run_ids(prefix, start, n) == (ids if isinstance(ids, list) else list(ids))):
+                run_ids(prefix, start, n) == (ids if isinstance(ids, list) else list(ids))):
             return [(head, n)]  # the common case: one run, checked in one comparison
     runs: list[tuple[str, int]] = []
     follows = ""  # the id that would carry on the current run
     for job_id in ids:
         if job_id == follows:
             runs[-1] = (runs[-1][0], runs[-1][1] + 1)
-        elif len(runs) == MAX_RUNS or len(job_id) <= RUN_DIGITS or not _HEX.fullmatch(job_id):
+        elif len(runs) == MAX_RUNS or len(job_id) <= RUN_DIGITS or not LOWER_HEX.fullmatch(job_id):
             return None
         else:
             runs.append((job_id, 1))
@@ -322,7 +205,7 @@ def id_runs(ids: Sequence[str]) -> list[tuple[str, int]] | None:
     return runs
 
 
-def _run_ids(prefix: str, start: int, n: int) -> list[str]:
+def run_ids(prefix: str, start: int, n: int) -> list[str]:
     """The ids ``prefix`` + ``start``..``start + n - 1`` in 12 hex digits: one concatenation
     per id onto a table of the last three digits (formatting each costs four times more)."""
     out: list[str] = []

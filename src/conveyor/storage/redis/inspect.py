@@ -10,7 +10,7 @@ from typing import Any
 from conveyor.job import ALL_STATES, TERMINAL_STATES, JobRecord, JobState
 from conveyor.storage.records import BatchStatus, JobTotals, QueueStats, Retention, WorkerInfo
 from conveyor.storage.redis import codec
-from conveyor.storage.redis.batches import RedisBatches
+from conveyor.storage.redis.batch_pages import RedisBatchPages
 from conveyor.storage.redis.flow import PAUSED, RedisFlow
 
 WORKER_COMMANDS = ("quiet", "stop")
@@ -20,7 +20,7 @@ TERMINAL = frozenset(s.value for s in TERMINAL_STATES)
 ADMIN_CHUNK = 50
 
 
-class RedisInspector(RedisBatches, RedisFlow):
+class RedisInspector(RedisBatchPages, RedisFlow):
     """Reads and operator actions; every write goes through a Lua script."""
 
     def queues(self) -> list[QueueStats]:
