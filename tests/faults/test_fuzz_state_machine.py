@@ -1,10 +1,11 @@
 """Random sequences of lifecycle operations against every backend, checked against a model.
 
-``JobMachine`` (a hypothesis ``RuleBasedStateMachine``) drives enqueue, dequeue, every
-acknowledgement, stale acknowledgements, heartbeats, lease expiry + reclaim, cancel, kill, retry
-by hand, batch close and promotion, and after each step checks that the storage agrees with a
-small model of where every job must be: per-state lists and counts match, no job is in two
-states, nothing is lost, and the batch's counters and callbacks match the real job states.
+``JobMachine`` (a hypothesis ``RuleBasedStateMachine``) drives enqueue (one by one and in
+blocks), dequeue, every acknowledgement, stale acknowledgements, heartbeats, lease expiry +
+reclaim, cancel, kill, retry by hand, batch close and promotion, and after each step checks
+that the storage agrees with a small model of where every job must be: per-state lists and
+counts match, no job is in two states, nothing is lost, and the batch's counters, pages by
+state and callbacks match the real job states.
 ``FlowMachine`` does the same for concurrency, order and unique keys.
 """
 
@@ -30,9 +31,10 @@ from hypothesis.stateful import (
 
 from conveyor.clock import FakeClock
 from conveyor.errors import BatchClosedError
+from conveyor.ids import new_id, new_ids
 from conveyor.job import TERMINAL_STATES, Ack, BatchSpec, ErrorInfo, FlowControl, JobState, Outcome
 from conveyor.storage import Backend
-from conveyor.storage.records import WorkerInfo
+from conveyor.storage.records import JobBlock, WorkerInfo
 from tests.conformance.backends import BACKENDS, backend_url, open_backend
 from tests.conformance.helpers import new_job_id, spec
 
@@ -99,8 +101,10 @@ class JobMachine(RuleBasedStateMachine):
           delay=st.sampled_from([0.0, 0.0, 20.0]))
     def enqueue(self, n: int, queue: str, in_batch: bool, delay: float) -> None:
         run_at = self.clock.now() + delay if delay else None
-        specs = [spec(queue, batch_id=self.batch_id if in_batch else None, run_at=run_at)
-                 for _ in range(n)]
+        # Ids as the client makes them, so that bulk enqueues (runs on Redis) and these
+        # interleave in one batch.
+        specs = [spec(queue, batch_id=self.batch_id if in_batch else None, run_at=run_at,
+                      job_id=new_id()) for _ in range(n)]
         if in_batch and self._batch_finished():
             with pytest.raises(BatchClosedError):
                 self.store.enqueue(specs)
@@ -109,6 +113,22 @@ class JobMachine(RuleBasedStateMachine):
         state = JobState.SCHEDULED if delay else JobState.PENDING
         for s in specs:
             self.jobs[s.id] = ModelJob(queue, in_batch, state, run_at=run_at)
+
+    @rule(n=st.integers(1, 5), queue=st.sampled_from(QUEUES),
+          delay=st.sampled_from([0.0, 0.0, 20.0]))
+    def enqueue_block(self, n: int, queue: str, delay: float) -> None:
+        """A bulk enqueue into the batch (ids that count up: on Redis, a run)."""
+        run_at = self.clock.now() + delay if delay else None
+        block = JobBlock(name="tests.noop", queue=queue, ids=new_ids(n),
+                         payloads=['{"a":[],"k":{}}'] * n, run_at=run_at, batch_id=self.batch_id)
+        if self._batch_finished():
+            with pytest.raises(BatchClosedError):
+                self.store.enqueue_block(block)
+            return
+        assert all(r.created for r in self.store.enqueue_block(block))
+        state = JobState.SCHEDULED if delay else JobState.PENDING
+        for job_id in block.ids:
+            self.jobs[job_id] = ModelJob(queue, True, state, run_at=run_at)
 
     @rule(count=st.integers(1, 4),
           queues=st.sampled_from([("default",), ("other",), ("default", "other")]))
@@ -249,6 +269,11 @@ class JobMachine(RuleBasedStateMachine):
                        self.store.list_jobs(batch_id=self.batch_id, limit=EVERYTHING))
         assert {k: v for k, v in status.counts.items() if v} == dict(real)
         assert status.total == sum(real.values()) == sum(m.in_batch for m in self.jobs.values())
+        for state in JobState:
+            want = sorted(i for i, m in self.jobs.items() if m.in_batch and m.state is state)
+            assert self.store.count_jobs(state=state, batch_id=self.batch_id) == len(want)
+            assert sorted(r.id for r in self.store.list_jobs(
+                state=state, batch_id=self.batch_id, limit=EVERYTHING)) == want, state
         fired = list(status.callbacks_fired)
         assert len(fired) == len(set(fired)), f"a callback fired twice: {fired}"
         assert ("complete" in fired) == self.completed
