@@ -121,9 +121,10 @@ def test_pages_by_state_after_some_jobs_moved(runs_store: RedisStorage) -> None:
     assert store.delete_jobs(pending[5:7]) == 2
     truth = _truth(store, ids)
     assert len(truth) == len(ids) - 3
+    assert _members(store, batch) == sorted(truth)
     _check_pages(store, batch, truth)  # indexes what the pages need as they are read
-    assert _members(store, batch) == sorted(truth)  # indexes every run
-    assert store.link.call("EXISTS", store.keys.batch(batch).heads) == 0
+    assert store.link.call("EXISTS", store.keys.batch(batch).heads) == 0  # by queue: all
+    assert _members(store, batch) == sorted(truth)
     _check_pages(store, batch, truth)
 
 
@@ -138,12 +139,23 @@ def test_pages_of_runs_no_job_has_left_are_counted_not_indexed(
     ids = sorted(job_id for q in ("q1", "q2") for job_id in _queue_ids(store, q))
     heads = store.keys.batch(batch).heads
     _check_pages(store, batch, _truth(store, ids), queues=(None,))
+    assert _members(store, batch) == ids
     assert store.link.call("ZCARD", heads) == 4  # nothing indexed
     # Once a run has started, pages reaching it index it (then count the runs after it).
     assert store.dequeue(["q1"], "w", 1, 60.0)
     _check_pages(store, batch, _truth(store, ids), queues=(None,))
     assert store.link.call("ZCARD", heads) == 3
     _check_pages(store, batch, _truth(store, ids))  # a filter by queue walks every job
+
+
+def test_a_walk_sees_every_job_while_a_reader_indexes_runs(runs_store: RedisStorage) -> None:
+    store = runs_store
+    batch, block = _one_run(store, batches.STEP * 2 + 100)
+    walk = store.batch_members(batch)
+    seen = {job_id for job_id, _, _ in next(walk)}
+    assert store.index_step(batch)  # the run is cut under the walk
+    seen |= {job_id for step in walk for job_id, _, _ in step}
+    assert seen == set(block.ids)
 
 
 def test_a_replayed_join_counts_nothing(runs_store: RedisStorage) -> None:

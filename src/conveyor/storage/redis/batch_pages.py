@@ -35,19 +35,30 @@ class RedisBatchPages(RedisBatches):
     """Pages, counts and walks over one batch's jobs, runs included."""
 
     def batch_members(self, batch_id: str) -> Iterator[list[tuple[str, str, str]]]:
-        """Every job of a batch as (job id, state, queue), in steps of about ``STEP``
-        (``HSCAN``: each job that stays in the batch is seen at least once). Runs are
-        indexed first, in steps: whoever walks the whole batch pays for it once."""
-        while self.index_step(batch_id):
-            pass
-        key = self.keys.batch(batch_id).jobs
+        """Every job of a batch as (job id, state, queue), in steps of about ``STEP``: the
+        jobs of its runs that have no entry of their own, run by run, then every entry
+        (``HSCAN``). Each job that stays in the batch is seen at least once (a run cut by a
+        reader meanwhile is found again past where the walk is), and nothing is written."""
+        bk = self.keys.batch(batch_id)
+        after = "-"
+        while heads := self.link.call("ZRANGEBYLEX", bk.heads, after, "+", "LIMIT", 0, 1):
+            after = f"({heads[0]}"
+            run = _run_entry(heads[0], self.link.call("HGET", bk.runs, heads[0]))
+            if run is None:
+                continue  # gone meanwhile, or unreadable (batch.lua says so when it meets it)
+            prefix, start, count, state, queue = run
+            for at in range(0, count, STEP):
+                ids = run_ids(prefix, start + at, min(STEP, count - at))
+                values = self.link.call("HMGET", bk.jobs, *ids)
+                yield [(job_id, state, queue)
+                       for job_id, value in zip(ids, values, strict=True) if value is None]
         cursor = "0"
         while True:
-            cursor, found = scan_reply(self.link.call("HSCAN", key, cursor, "COUNT", STEP))
+            cursor, found = scan_reply(self.link.call("HSCAN", bk.jobs, cursor, "COUNT", STEP))
             step = []
             for job_id, value in found:
                 state, _, queue = value.partition(":")
-                if state != "deleted":  # a deleted job of a run indexed meanwhile
+                if state != "deleted":  # a deleted job of a run: its mark
                     step.append((job_id, state, queue))
             yield step
             if cursor == "0":
@@ -144,17 +155,16 @@ class RedisBatchPages(RedisBatches):
                for job_id, value in zip(ids, values, strict=True)]
         skip = max(0, offset - size)  # jobs of the runs before the page
         for head in sorted(entries):  # runs never overlap: in id order
-            count, _, value = entries[head].partition(" ")
-            run_state, _, queue = value.partition(":")
-            if not count.isdigit() or len(head) <= RUN_DIGITS or not LOWER_HEX.fullmatch(head):
+            run = _run_entry(head, entries[head])
+            if run is None:
                 return None  # unreadable: indexing drops it, with its note
+            prefix, first, count, run_state, queue = run
             if len(out) == limit or (state is not None and run_state != state.value):
                 continue
-            take = min(int(count) - skip, limit - len(out))
+            take = min(count - skip, limit - len(out))
             if take > 0:
-                first = int(head[-RUN_DIGITS:], 16) + skip
-                out += [(job_id, queue) for job_id in run_ids(head[:-RUN_DIGITS], first, take)]
-            skip = max(0, skip - int(count))
+                out += [(job_id, queue) for job_id in run_ids(prefix, first + skip, take)]
+            skip = max(0, skip - count)
         return out
 
     def batch_count(self, batch_id: str, state: JobState | None, queue: str | None) -> int:
@@ -175,3 +185,14 @@ class RedisBatchPages(RedisBatches):
                         for job_id, s, q in step
                         if (queue is None or q == queue) and (state is None or s == state.value))
         return wanted[offset:offset + limit]
+
+
+def _run_entry(head: str, raw: str | None) -> tuple[str, int, int, str, str] | None:
+    """A run's (prefix, first number, count, state, queue) from its ``runs`` entry; None if
+    there is none or it does not parse (``lua/_runs.lua`` writes them)."""
+    count, _, value = (raw or "").partition(" ")
+    state, colon, queue = value.partition(":")
+    if not count.isdigit() or not colon or len(head) <= RUN_DIGITS or not LOWER_HEX.fullmatch(
+            head):
+        return None
+    return head[:-RUN_DIGITS], int(head[-RUN_DIGITS:], 16), int(count), state, queue
