@@ -88,10 +88,10 @@ class RedisBatchPages(RedisBatches):
         """(job id, queue) of the jobs ``offset``..``offset+limit`` of a batch in id order,
         as the batch knows their state and queue.
 
-        The sets hold every job below the oldest run not yet indexed (runs never overlap),
-        so a page that ends below it is exact; one that reaches it indexes one step of
-        runs and is read again. A state no run holds needs no indexing at all: a run's job
-        in any other state has its own entry."""
+        The sets hold every job below the oldest run left (runs never overlap), so a page
+        that ends below it is exact; one that reaches it is counted through the runs when
+        none has started, or else indexes one step of runs and is read again. A state no
+        run holds needs neither: a run's job in any other state has its own entry."""
         if not self._indexed(batch_id):
             return self._scanned_page(batch_id, state, queue, offset, limit)
         while True:
