@@ -210,13 +210,18 @@ class RedisStorage(RedisInspector, RedisSchedules, RedisRelease):
             else:
                 self._ack_result(acks[i], code, batch, value, results, i, moves)
         self.sync_batches(moves)
-        if not later:
-            return
-        moves = []
-        applied = self._ack_call(queue, acks, later, "apply")
-        for i, (code, batch, value) in zip(later, applied, strict=True):
-            self._ack_result(acks[i], code, batch, value, results, i, moves)
-        self.sync_batches(moves)
+        applied: list[list[object]] = []
+        if later:
+            moves = []
+            applied = self._ack_call(queue, acks, later, "apply")
+            for i, (code, batch, value) in zip(later, applied, strict=True):
+                self._ack_result(acks[i], code, batch, value, results, i, moves)
+            self.sync_batches(moves)
+        # A job put back in the queue (a stopping worker's "interrupted") is ready at once:
+        # on Cluster the idle workers wait on the doorbell, which ack.lua cannot reach.
+        back = sum(1 for code, _, value in [*planned, *applied]
+                   if code == 1 and str(value).startswith("pending:"))
+        self.ring(queue, back)
 
     def _ack_call(self, queue: str, acks: Sequence[Ack], idxs: list[int],
                   mode: str) -> list[list[object]]:
