@@ -170,7 +170,9 @@ class Link:
 
     def _watching(self) -> sentinel.Watch:
         if self.watch is None or self.watch.pid != os.getpid():
-            self.watch = sentinel.Watch(self.settings)  # a forked child watches for itself
+            assert isinstance(self.client, redis.Redis)
+            manager = self.client.connection_pool.sentinel_manager  # type: ignore[attr-defined]
+            self.watch = sentinel.Watch(self.settings, manager)  # a forked child: its own
         return self.watch
 
     def node_of(self, command: Sequence[Any]) -> ClusterNode | None:

@@ -8,9 +8,12 @@ outage, on a new connection. Three things are added here:
 * ``PrimaryConnection`` asks the server it reached for its ``ROLE`` before using it: right
   after a failover a Sentinel can still name the old primary, and a stale primary coming back
   believes it still is one, so only a server that says ``master`` takes a command.
-* ``Watch`` listens for the Sentinels' ``+switch-master`` and shuts down every connection of
-  the process at once. Without it a call waiting on a primary that froze (SIGSTOP, a VM
-  pause, a partition) would wait for its socket timeout (30 s) before it moved over.
+* ``Sentinels`` believes the Sentinel with the newest configuration, not the first to answer.
+* ``Watch`` listens to every Sentinel for a promotion and a switch of the primary and moves
+  every connection of the process at once. Without it a call waiting on a primary that froze
+  (SIGSTOP, a VM pause, a partition) would wait for its socket timeout (30 s), and a
+  connection to a primary failed over by hand would keep writing to it until it is demoted
+  (seconds later), writes that the demotion throws away.
 * ``explain`` turns "no primary found" into one line that says why: no Sentinel answered, or
   none of them watches a primary of that name, or they see it down (a failover under way).
 """
@@ -21,20 +24,23 @@ import contextlib
 import os
 import socket
 import threading
+import time
 import weakref
 from typing import Any
 
 from redis.backoff import NoBackoff
 from redis.connection import Connection, SSLConnection
 from redis.retry import Retry
-from redis.sentinel import Sentinel, SentinelManagedConnection
+from redis.sentinel import MasterNotFoundError, Sentinel, SentinelManagedConnection
 from redis.utils import str_if_bytes
 
 import redis
 from conveyor.storage.redis.urls import Settings
 
 SENTINEL_TIMEOUT = 2.0  # connect and reply timeout of each Sentinel asked
-SWITCH = "+switch-master"  # published by a Sentinel once a failover has named a new primary
+SWITCH = "+switch-master"  # published by a Sentinel once it takes a new primary as the one
+PROMOTED = "+promoted-slave"  # published by the Sentinel leading a failover at the promotion
+AVOID = 30.0  # seconds an old primary is avoided after a promotion, unless a switch comes first
 
 
 class PrimaryConnection(SentinelManagedConnection):
@@ -56,6 +62,10 @@ class PrimaryConnection(SentinelManagedConnection):
             role = self.read_response()
         except redis.ResponseError:
             return  # an ACL user without ROLE: the Sentinels' word has to do
+        watch: Watch | None = getattr(self, "watch", None)
+        if watch is not None and watch.avoids(address):
+            self.disconnect()  # type: ignore[no-untyped-call]
+            raise redis.ConnectionError(f"{address[0]}:{address[1]} is being failed over")
         if str_if_bytes(role[0]) != "master":
             self.disconnect()  # type: ignore[no-untyped-call]
             raise redis.ConnectionError(f"{address[0]}:{address[1]} is a {str_if_bytes(role[0])} "
@@ -73,10 +83,44 @@ def sentinel_kwargs(settings: Settings) -> dict[str, Any]:
             "retry": Retry(NoBackoff(), 0), **settings.sentinel_options}
 
 
+class Sentinels(Sentinel):
+    """redis-py's Sentinel client, asking every Sentinel where the primary is: it believes
+    the newest configuration (the highest epoch), as the Sentinels themselves do, and never
+    the address a Sentinel is failing over (its ``failover_in_progress`` flag): right after
+    a promotion the Sentinel leading it still names the old primary until every replica is
+    moved, and the old primary still answers as one."""
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        """The primary's address; ``MasterNotFoundError`` (retried) while none is sure."""
+        found: list[tuple[int, tuple[str, int]]] = []
+        leaving: set[tuple[str, int]] = set()
+        errors = []
+        for sentinel in self.sentinels:
+            try:
+                masters: dict[str, Any] = sentinel.sentinel_masters()  # type: ignore[assignment]
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                errors.append(f"{sentinel} - {exc!r}")
+                continue
+            state = masters.get(service_name)
+            if not state or not self.check_master_state(  # type: ignore[no-untyped-call]
+                    state, service_name):
+                continue
+            address = (str(state["ip"]), int(state["port"]))
+            if "failover_in_progress" in str(state.get("flags", "")):
+                leaving.add(address)
+            else:
+                found.append((int(state.get("config-epoch", 0)), address))
+        found = [item for item in found if item[1] not in leaving]
+        if not found:
+            raise MasterNotFoundError(f"No master found for {service_name!r}: {errors}")
+        return max(found)[1]
+
+
 def make_sentinel_client(settings: Settings, common: dict[str, Any]) -> redis.Redis:
-    """A client of the primary the Sentinels name (discovered again on every connection)."""
-    manager = Sentinel(list(settings.hosts),  # type: ignore[no-untyped-call]
-                       sentinel_kwargs=sentinel_kwargs(settings))
+    """A client of the primary the Sentinels name (discovered again on every connection; its
+    pool's ``sentinel_manager`` is the ``Sentinels`` that finds it)."""
+    manager = Sentinels(list(settings.hosts),  # type: ignore[no-untyped-call]
+                        sentinel_kwargs=sentinel_kwargs(settings))
     options = dict(settings.options)
     connection_class = PrimarySSLConnection if options.pop("ssl", False) else PrimaryConnection
     client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
@@ -86,83 +130,92 @@ def make_sentinel_client(settings: Settings, common: dict[str, Any]) -> redis.Re
 
 
 class Watch:
-    """Shuts down every connection of this process when the Sentinels switch the primary.
+    """Moves every connection of this process off a primary the Sentinels gave up.
 
-    One daemon thread per process (a forked child starts its own) subscribes to
-    ``+switch-master`` on one Sentinel, moving to the next when that one fails; after each
-    (re)subscription it compares the primary's address with the last one seen, so a switch
-    missed meanwhile is acted on too. Shutting a socket down (not closing it: its owner
-    may be reading it right now) ends the owner's wait with ``ConnectionError``; the storage
-    then retries on a new connection, which asks the Sentinels afresh.
+    One daemon thread per Sentinel (a forked child starts its own) subscribes to
+    ``+promoted-slave`` (published by the Sentinel leading a failover the moment the chosen
+    replica is a primary) and ``+switch-master`` (published by every Sentinel as it adopts the
+    new primary). At a promotion the old primary is *avoided* (``avoids``) until the switch
+    or ``AVOID`` seconds: it may still answer as a primary, and anything written to it from
+    now on would be thrown away when it is demoted. At a switch, and after each
+    (re)subscription, every connection to another server than the primary is shut down (not
+    closed: its owner may be reading it right now), which ends the owner's call with
+    ``ConnectionError``; the storage retries it on a new connection, which asks the Sentinels
+    afresh.
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, manager: Sentinels) -> None:
         self.pid = os.getpid()
         self.settings = settings
+        self.manager = manager
         self.switches = 0
-        self._known: tuple[str, int] | None = None
+        self._avoid: dict[tuple[str, int], float] = {}
         self._conns: weakref.WeakSet[Connection] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="conveyor-sentinel-watch",
-                                        daemon=True)
-        self._thread.start()
+        for host, port in settings.hosts:
+            threading.Thread(target=self._run, args=(host, port), daemon=True,
+                             name=f"conveyor-sentinel-watch-{port}").start()
 
     def track(self, conn: Connection) -> None:
-        """Remember a connection to shut down at the next switch."""
+        """Remember a connection to move at the next failover."""
+        conn.watch = self  # type: ignore[attr-defined]  # read by PrimaryConnection.connect_to
         with self._lock:
             self._conns.add(conn)
 
-    def switched(self) -> None:
-        """A new primary: end every call in flight and make every idle connection reconnect."""
-        self.switches += 1
+    def avoids(self, address: tuple[str, int]) -> bool:
+        """Whether ``address`` is a primary being failed over (not to be written to)."""
+        until = self._avoid.get((str(address[0]), int(address[1])))
+        return until is not None and time.monotonic() < until
+
+    def moved(self, primary: tuple[str, int]) -> None:
+        """``primary`` is the primary now: shut down every connection to another server."""
         with self._lock:
             conns = list(self._conns)
+        moved = False
         for conn in conns:
             sock = conn._sock
-            if sock is not None:
+            if sock is not None and (conn.host, int(conn.port)) != primary:
+                moved = True
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
+        self.switches += moved
 
     def stop(self) -> None:
-        """End the thread (within a second); idempotent."""
+        """End the threads (within a second); idempotent."""
         self._stop.set()
 
-    def _run(self) -> None:
+    def _run(self, host: str, port: int) -> None:
         while not self._stop.is_set():
-            for host, port in self.settings.hosts:
-                if self._stop.is_set():
-                    return
-                with contextlib.suppress(redis.RedisError, OSError, IndexError, ValueError):
-                    self._listen(host, port)
-            self._stop.wait(0.5)  # no Sentinel answers: try them all again shortly
+            with contextlib.suppress(redis.RedisError, OSError, IndexError, ValueError):
+                self._listen(host, port)
+            self._stop.wait(0.5)  # this Sentinel does not answer: try it again shortly
 
     def _listen(self, host: str, port: int) -> None:
         client = redis.Redis(host, port, decode_responses=True, **sentinel_kwargs(self.settings))
         pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         try:
-            pubsub.subscribe(SWITCH)
-            self._seen(client.sentinel_get_master_addr_by_name(
-                self.settings.service))
+            pubsub.subscribe(SWITCH, PROMOTED)
+            # A switch missed while this thread was not subscribed is acted on now.
+            with contextlib.suppress(redis.ConnectionError):
+                self.moved(self.manager.discover_master(self.settings.service))
             while not self._stop.is_set():
                 message = pubsub.get_message(timeout=1.0)
-                if message is None:
-                    continue
-                # "<name> <old ip> <old port> <new ip> <new port>"
-                name, _, _, ip, new_port = str(message["data"]).split()
-                if name == self.settings.service:
-                    self._seen((ip, int(new_port)))
+                if message is not None:
+                    self._event(message["channel"], str(message["data"]).split())
         finally:
             pubsub.close()
             client.close()
 
-    def _seen(self, address: Any) -> None:
-        if not address:
-            return
-        address = (str(address[0]), int(address[1]))
-        if self._known is not None and address != self._known:
-            self.switched()
-        self._known = address
+    def _event(self, channel: str, words: list[str]) -> None:
+        if channel == SWITCH and words[0] == self.settings.service:
+            # "<name> <old ip> <old port> <new ip> <new port>"
+            self._avoid.pop((words[1], int(words[2])), None)
+            self.moved((words[3], int(words[4])))
+        elif channel == PROMOTED and words[5] == self.settings.service:
+            # "slave <ip:port> <ip> <port> @ <name> <old ip> <old port>"
+            self._avoid[(words[6], int(words[7]))] = time.monotonic() + AVOID
+            self.moved((words[2], int(words[3])))
 
 
 def explain(settings: Settings) -> str:
