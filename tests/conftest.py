@@ -19,6 +19,9 @@ from tests.support.postgres_server import PostgresServer, postgres_bin_dir
 from tests.support.redis_sentinel import RedisSentinelGroup
 from tests.support.redis_server import RedisCluster, RedisServer, redis_server_binary
 
+SENTINEL_DATA_SECRET = "DataNodeSecret42"  # test-only passwords of the session group
+SENTINEL_SECRET = "SentinelSecret42"
+
 pytest_plugins = ["tests.support.ci_skips"]  # CI=true: unexpected skips fail
 
 # CI runs every property test derandomized: the same examples each run, so a red build is
@@ -54,7 +57,9 @@ def redis_sentinel() -> Iterator[Any]:
     """One real Sentinel-managed Redis (a primary, two replicas, three Sentinels) for the
     whole session; scenarios that fail it over start their own."""
     _skip_without_redis()
-    with RedisSentinelGroup() as group:
+    # Passwords on the data nodes and on the Sentinels: every test through it logs in to both.
+    with RedisSentinelGroup(password=SENTINEL_DATA_SECRET,
+                            sentinel_password=SENTINEL_SECRET) as group:
         yield group
 
 

@@ -8,18 +8,23 @@ shared, and the one test that fails the primary over starts its own.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
 import pytest
 
 import redis
+from conveyor import Conveyor
 from conveyor.cli.main import main
 from conveyor.errors import StorageUnavailable
 from conveyor.job import JobSpec
 from conveyor.storage import open_storage
 from conveyor.storage.redis.scripts import SCRIPTS
 from conveyor.storage.redis.storage import RedisStorage
+from conveyor.worker.config import WorkerConfig
+from conveyor.worker.launcher import Launcher
+from tests.conftest import SENTINEL_DATA_SECRET, SENTINEL_SECRET
 from tests.faults.harness import wait_until
 from tests.support.redis_sentinel import RedisSentinelGroup
 from tests.support.redis_server import RedisServer, free_port
@@ -95,7 +100,8 @@ def test_wait_replicas_confirms_or_refuses(redis_sentinel: Any) -> None:
         storage.enqueue([spec := _spec()])
         for replica in (s for s in redis_sentinel.servers if s.port != storage.link.client
                         .connection_pool.get_master_address()[1]):  # type: ignore[attr-defined]
-            copy = redis.Redis(port=replica.port, decode_responses=True)
+            copy = redis.Redis(port=replica.port, password=redis_sentinel.password,
+                               decode_responses=True)
             assert copy.hexists(storage.keys.queue("default").jobs, spec.id)
             copy.close()
         with pytest.raises(StorageUnavailable, match="only 2 of 3 replicas confirmed"):
@@ -149,3 +155,36 @@ def test_unreachable_sentinels_are_one_line_without_secrets(
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1, err
     assert "no Sentinel answered" in err and SECRET not in err
+
+
+def test_no_password_shows_in_banner_repr_or_cli(redis_sentinel: Any,
+                                                 caplog: pytest.LogCaptureFixture,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The session's group has passwords on the data nodes and on the Sentinels."""
+    url = redis_sentinel.url(f"prefix=s{uuid.uuid4().hex[:8]}")
+    assert SENTINEL_DATA_SECRET in url and SENTINEL_SECRET in url
+    app = Conveyor(url)
+    try:
+        launcher = Launcher(app, WorkerConfig(concurrency=1))
+        with caplog.at_level(logging.INFO, logger="conveyor.worker"):
+            launcher.start()
+            launcher.stop(5)
+        assert "starting: storage=redis+sentinel://:***@127.0.0.1:" in caplog.text
+        assert "sentinel_password=***" in caplog.text
+        capsys.readouterr()
+        assert main(["stats", "--url", url]) == 0
+        printed = capsys.readouterr()
+        shown = caplog.text + repr(app) + repr(app.storage) + printed.out + printed.err
+        assert SENTINEL_DATA_SECRET not in shown and SENTINEL_SECRET not in shown
+    finally:
+        app.close()
+
+
+def test_wrong_sentinel_password_is_one_line_without_it(
+        redis_sentinel: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    url = redis_sentinel.url().replace(SENTINEL_SECRET, SECRET)
+    capsys.readouterr()
+    assert main(["stats", "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1, err
+    assert SECRET not in err and SENTINEL_DATA_SECRET not in err

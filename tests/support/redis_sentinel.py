@@ -79,7 +79,9 @@ class RedisSentinelGroup:
         self.password = password
         self.sentinel_password = sentinel_password
         first = free_port()
-        auth = ["--masterauth", password] if password else []
+        # A full sync starts at once, not after Redis's default 5 s wait for more replicas.
+        auth = ["--repl-diskless-sync-delay", "0"]
+        auth += ["--masterauth", password] if password else []
         self.servers = [RedisServer(password=password, port=first, extra=auth)]
         self.servers += [
             RedisServer(password=password, extra=[*auth, "--replicaof", "127.0.0.1", str(first)])
@@ -96,9 +98,9 @@ class RedisSentinelGroup:
         """The group's ``redis+sentinel://`` URL (``query`` without its ``?``)."""
         auth = f":{self.password}@" if self.password else ""
         hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
-        options = [query] if query else []
-        if self.sentinel_password:
-            options.append(f"sentinel_password={self.sentinel_password}")
+        # The caller's query last: tests append to a URL's prefix (``...?prefix=t1`` + ``e0``).
+        options = [f"sentinel_password={self.sentinel_password}"] if self.sentinel_password else []
+        options += [query] if query else []
         tail = "?" + "&".join(options) if options else ""
         return f"redis+sentinel://{auth}{hosts}/{MASTER_NAME}/{db}{tail}"
 

@@ -38,8 +38,13 @@ import redis
 from conveyor.storage.redis.urls import Settings
 
 SENTINEL_TIMEOUT = 2.0  # connect and reply timeout of each Sentinel asked
-SWITCH = "+switch-master"  # published by a Sentinel once it takes a new primary as the one
-PROMOTED = "+promoted-slave"  # published by the Sentinel leading a failover at the promotion
+# Events a Sentinel publishes on itself. The one leading a failover announces the replica it
+# chose (before it promotes it) and the promotion; every Sentinel announces the switch as it
+# adopts the new primary; an abandoned failover is announced as an abort.
+SWITCH = "+switch-master"
+CHOSEN = ("+selected-slave", "+promoted-slave")
+ABORTS = ("-failover-abort-not-elected", "-failover-abort-slave-timeout",
+          "-failover-abort-no-good-slave")
 AVOID = 30.0  # seconds an old primary is avoided after a promotion, unless a switch comes first
 
 
@@ -132,12 +137,11 @@ def make_sentinel_client(settings: Settings, common: dict[str, Any]) -> redis.Re
 class Watch:
     """Moves every connection of this process off a primary the Sentinels gave up.
 
-    One daemon thread per Sentinel (a forked child starts its own) subscribes to
-    ``+promoted-slave`` (published by the Sentinel leading a failover the moment the chosen
-    replica is a primary) and ``+switch-master`` (published by every Sentinel as it adopts the
-    new primary). At a promotion the old primary is *avoided* (``avoids``) until the switch
-    or ``AVOID`` seconds: it may still answer as a primary, and anything written to it from
-    now on would be thrown away when it is demoted. At a switch, and after each
+    One daemon thread per Sentinel (a forked child starts its own) subscribes to the events
+    of a failover (``CHOSEN``, ``SWITCH``, ``ABORTS``). From the moment the leading Sentinel
+    chose a replica, the old primary is *avoided* (``avoids``) until the switch, an abort or
+    ``AVOID`` seconds: it still answers as a primary, and anything written to it once the
+    replica is promoted would be thrown away when it is demoted. At a switch, and after each
     (re)subscription, every connection to another server than the primary is shut down (not
     closed: its owner may be reading it right now), which ends the owner's call with
     ``ConnectionError``; the storage retries it on a new connection, which asks the Sentinels
@@ -195,7 +199,7 @@ class Watch:
         client = redis.Redis(host, port, decode_responses=True, **sentinel_kwargs(self.settings))
         pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         try:
-            pubsub.subscribe(SWITCH, PROMOTED)
+            pubsub.subscribe(SWITCH, *CHOSEN, *ABORTS)
             # A switch missed while this thread was not subscribed is acted on now.
             with contextlib.suppress(redis.ConnectionError):
                 self.moved(self.manager.discover_master(self.settings.service))
@@ -212,10 +216,13 @@ class Watch:
             # "<name> <old ip> <old port> <new ip> <new port>"
             self._avoid.pop((words[1], int(words[2])), None)
             self.moved((words[3], int(words[4])))
-        elif channel == PROMOTED and words[5] == self.settings.service:
+        elif channel in CHOSEN and words[5] == self.settings.service:
             # "slave <ip:port> <ip> <port> @ <name> <old ip> <old port>"
             self._avoid[(words[6], int(words[7]))] = time.monotonic() + AVOID
             self.moved((words[2], int(words[3])))
+        elif channel in ABORTS and words[1] == self.settings.service:
+            # "master <name> <ip> <port>": the old primary stays the primary
+            self._avoid.pop((words[2], int(words[3])), None)
 
 
 def explain(settings: Settings) -> str:
