@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -32,7 +32,7 @@ from tests.faults.checks import Producer
 from tests.faults.conftest import Faults
 from tests.faults.harness import report, wait_until
 from tests.support.redis_sentinel import RedisSentinelGroup
-from tests.support.redis_server import redis_server_binary
+from tests.support.redis_server import RedisServer, redis_server_binary
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(redis_server_binary() is None, reason="needs redis-server")]
@@ -101,48 +101,55 @@ def _check_batch(faults: Faults, app: Conveyor, batch_id: str) -> None:
     assert all(w.alive() for w in faults.workers), faults.outputs()
 
 
+def _fail(group: RedisSentinelGroup, faults: Faults,
+          fault: Callable[[RedisServer], object]) -> tuple[RedisServer, float, float, float]:
+    """Strike the primary with ``fault``; returns it, the time of the fault, when the test saw
+    the promotion, and the first job start after it."""
+    old = group.primary()
+    fault_at = time.time()
+    fault(old)
+    _, promoted_at = group.wait_failover(old.port)
+    resumed = wait_until(lambda: faults.log.first_start_after(promoted_at), 60,
+                         interval=0.02, what="processing to resume")
+    return old, fault_at, promoted_at, resumed
+
+
+def _report(scenario: str, faults: Faults, producer: Producer, ids: list[str],
+            lost: list[str], times: tuple[float, float, float]) -> None:
+    fault_at, promoted_at, resumed = times
+    report(scenario, "redis_sentinel", acked=len(producer.acked), lost=len(lost),
+           extra_runs=_extra_runs(faults, ids), refused=len(producer.refused),
+           promoted_after_s=promoted_at - fault_at, resumed_after_s=resumed - promoted_at,
+           longest_pause_s=_longest_pause(faults, fault_at))
+
+
 @pytest.mark.parametrize("wait", [0, 1])
 def test_primary_killed_during_a_batch(wait: int, group: RedisSentinelGroup,
                                        faults: Faults) -> None:
     """Scenario 20: kill -9 of the primary with workers and a producer running."""
     app, batch_id, ids, producer = _start(faults, _url(group, f"kill{wait}", wait),
                                           "sentinel kill")
-    old = group.primary()
-    killed_at = time.time()
-    old.kill()
-    _, promoted_at = group.wait_failover(old.port)
-    resumed = wait_until(lambda: faults.log.first_start_after(promoted_at), 60,
-                         interval=0.02, what="processing to resume")
+    _, killed_at, promoted_at, resumed = _fail(group, faults, RedisServer.kill)
     lost = _finish(faults, app, producer, promoted_at)
     _check_batch(faults, app, batch_id)
     if wait:
         assert lost == []
-    report(f"20 Sentinel: primary kill -9 (wait {wait})", "redis_sentinel",
-           acked=len(producer.acked), lost=len(lost), extra_runs=_extra_runs(faults, ids),
-           refused=len(producer.refused), promoted_after_kill_s=promoted_at - killed_at,
-           resumed_after_s=resumed - promoted_at,
-           longest_pause_s=_longest_pause(faults, killed_at))
+    _report(f"20 Sentinel: primary kill -9 (wait {wait})", faults, producer, ids, lost,
+            (killed_at, promoted_at, resumed))
 
 
 def test_frozen_primary_comes_back_stale(group: RedisSentinelGroup, faults: Faults) -> None:
     """Scenario 21: the primary frozen past the failover, then back as a stale primary."""
     app, batch_id, ids, producer = _start(faults, _url(group, "stale", 1), "sentinel stale")
-    old = group.primary()
-    paused_at = time.time()
-    group.pause(old)
-    _, promoted_at = group.wait_failover(old.port)
-    resumed = wait_until(lambda: faults.log.first_start_after(promoted_at), 60,
-                         interval=0.02, what="processing to resume")
+    old, frozen_at, promoted_at, resumed = _fail(group, faults, group.pause)
     group.resume(old)  # it still believes it is the primary until a Sentinel says otherwise
     wait_until(lambda: group.role(old) == "slave", 60, what="the stale primary to be demoted")
     lost = _finish(faults, app, producer, promoted_at)
     _check_batch(faults, app, batch_id)
     assert lost == []
     assert resumed - promoted_at < FROZEN_BOUND
-    report("21 Sentinel: primary frozen, back stale", "redis_sentinel",
-           acked=len(producer.acked), lost=len(lost), extra_runs=_extra_runs(faults, ids),
-           promoted_after_freeze_s=promoted_at - paused_at, resumed_after_s=resumed - promoted_at,
-           longest_pause_s=_longest_pause(faults, paused_at))
+    _report("21 Sentinel: primary frozen, back stale", faults, producer, ids, lost,
+            (frozen_at, promoted_at, resumed))
 
 
 @pytest.mark.parametrize("wait", [0, 1])
@@ -150,21 +157,13 @@ def test_failover_by_hand(wait: int, group: RedisSentinelGroup, faults: Faults) 
     """Scenario 22: ``SENTINEL FAILOVER`` while everything runs."""
     app, batch_id, ids, producer = _start(faults, _url(group, f"manual{wait}", wait),
                                           "sentinel manual")
-    old = group.primary()
-    asked_at = time.time()
-    group.failover()
-    _, promoted_at = group.wait_failover(old.port)
-    resumed = wait_until(lambda: faults.log.first_start_after(promoted_at), 60,
-                         interval=0.02, what="processing to resume")
+    old, asked_at, promoted_at, resumed = _fail(group, faults, lambda _: group.failover())
     wait_until(lambda: group.role(old) == "slave", 60, what="the old primary to be demoted")
     lost = _finish(faults, app, producer, promoted_at)
     _check_batch(faults, app, batch_id)
     assert lost == []
-    report(f"22 Sentinel: SENTINEL FAILOVER (wait {wait})", "redis_sentinel",
-           acked=len(producer.acked),
-           lost=len(lost), extra_runs=_extra_runs(faults, ids),
-           promoted_after_s=promoted_at - asked_at, resumed_after_s=resumed - promoted_at,
-           longest_pause_s=_longest_pause(faults, asked_at))
+    _report(f"22 Sentinel: SENTINEL FAILOVER (wait {wait})", faults, producer, ids, lost,
+            (asked_at, promoted_at, resumed))
 
 
 class _Big:

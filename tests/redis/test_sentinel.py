@@ -157,24 +157,39 @@ def test_unreachable_sentinels_are_one_line_without_secrets(
     assert "no Sentinel answered" in err and SECRET not in err
 
 
+def _banner(app: Conveyor) -> str:
+    """What a worker on ``app`` logs as it starts and stops."""
+    lines: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("conveyor.worker")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        launcher = Launcher(app, WorkerConfig(concurrency=1))
+        launcher.start()
+        launcher.stop(5)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return "\n".join(lines)
+
+
 def test_no_password_shows_in_banner_repr_or_cli(redis_sentinel: Any,
-                                                 caplog: pytest.LogCaptureFixture,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """The session's group has passwords on the data nodes and on the Sentinels."""
     url = redis_sentinel.url(f"prefix=s{uuid.uuid4().hex[:8]}")
     assert SENTINEL_DATA_SECRET in url and SENTINEL_SECRET in url
     app = Conveyor(url)
     try:
-        launcher = Launcher(app, WorkerConfig(concurrency=1))
-        with caplog.at_level(logging.INFO, logger="conveyor.worker"):
-            launcher.start()
-            launcher.stop(5)
-        assert "starting: storage=redis+sentinel://:***@127.0.0.1:" in caplog.text
-        assert "sentinel_password=***" in caplog.text
+        banner = _banner(app)
+        assert "starting: storage=redis+sentinel://:***@127.0.0.1:" in banner
+        assert "sentinel_password=***" in banner
         capsys.readouterr()
         assert main(["stats", "--url", url]) == 0
         printed = capsys.readouterr()
-        shown = caplog.text + repr(app) + repr(app.storage) + printed.out + printed.err
+        shown = banner + repr(app) + repr(app.storage) + printed.out + printed.err
         assert SENTINEL_DATA_SECRET not in shown and SENTINEL_SECRET not in shown
     finally:
         app.close()
