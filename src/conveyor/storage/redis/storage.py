@@ -2,7 +2,7 @@
 one queue's hash slot; leases are compared with the server's clock and fenced by tokens.
 
 ``open_redis(url, clock)`` is what ``conveyor.storage.open_storage`` calls for
-``redis://``, ``rediss://``, ``valkey://`` and ``redis+cluster://`` URLs.
+``redis://``, ``rediss://``, ``valkey://``, ``redis+cluster://`` and ``redis+sentinel://``.
 """
 
 from __future__ import annotations
