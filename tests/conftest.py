@@ -16,7 +16,11 @@ import pytest
 from hypothesis import settings
 
 from tests.support.postgres_server import PostgresServer, postgres_bin_dir
+from tests.support.redis_sentinel import RedisSentinelGroup
 from tests.support.redis_server import RedisCluster, RedisServer, redis_server_binary
+
+SENTINEL_DATA_SECRET = "DataNodeSecret42"  # test-only passwords of the session group
+SENTINEL_SECRET = "SentinelSecret42"
 
 pytest_plugins = ["tests.support.ci_skips"]  # CI=true: unexpected skips fail
 
@@ -46,6 +50,17 @@ def redis_cluster() -> Iterator[Any]:
     _skip_without_redis()
     with RedisCluster(masters=3) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel() -> Iterator[Any]:
+    """One real Sentinel-managed Redis (a primary, two replicas, three Sentinels) for the
+    whole session; scenarios that fail it over start their own."""
+    _skip_without_redis()
+    # Passwords on the data nodes and on the Sentinels: every test through it logs in to both.
+    with RedisSentinelGroup(password=SENTINEL_DATA_SECRET,
+                            sentinel_password=SENTINEL_SECRET) as group:
+        yield group
 
 
 @pytest.fixture(scope="session")

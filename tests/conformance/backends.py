@@ -18,7 +18,7 @@ from typing import Any
 from conveyor.clock import FakeClock
 from conveyor.storage import Backend, open_storage
 
-BACKENDS = ("memory", "sqlite", "postgres", "redis", "redis_cluster")
+BACKENDS = ("memory", "sqlite", "postgres", "redis", "redis_cluster", "redis_sentinel")
 
 
 def backend_url(name: str, tmp_path: Path, fixture: Callable[[str], Any]) -> str:
@@ -29,6 +29,8 @@ def backend_url(name: str, tmp_path: Path, fixture: Callable[[str], Any]) -> str
         return f"sqlite:///{tmp_path / 'conveyor.db'}"
     if name == "postgres":
         return f"{fixture('postgres_server').url}?schema=t{uuid.uuid4().hex[:10]}"
+    if name == "redis_sentinel":
+        return str(fixture("redis_sentinel").url(f"prefix=t{uuid.uuid4().hex[:10]}"))
     server = fixture("redis_server" if name == "redis" else "redis_cluster")
     return f"{server.url}?prefix=t{uuid.uuid4().hex[:10]}"
 

@@ -28,7 +28,8 @@ from conveyor.worker.config import WorkerConfig
 from conveyor.worker.processor import Processor
 from tests.conformance.backends import BACKENDS, backend_url, open_backend
 
-EXAMPLES = {"memory": 40, "sqlite": 25, "postgres": 20, "redis": 15, "redis_cluster": 8}
+EXAMPLES = {"memory": 40, "sqlite": 25, "postgres": 20, "redis": 15, "redis_cluster": 8,
+            "redis_sentinel": 8}
 TRICKY = ["\ud800", "\udfff", "\udfff\ud800", "\ud83d\ude00", "\x00", "\n", "\r\n", "\t",
           "\x1b[2J", "\u2028", "\u2029", "\x85", "\ufeff", "\ufffd", "😀", "\\ud800", "{x}", "'"]
 # Pieces of text: any code point (surrogates and controls included) or a known tricky string.

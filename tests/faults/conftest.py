@@ -40,6 +40,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
         return Backend(name, f"{request.getfixturevalue('redis_server').url}?prefix={prefix}")
     if name == "redis_cluster":
         return Backend(name, f"{request.getfixturevalue('redis_cluster').url}?prefix={prefix}")
+    if name == "redis_sentinel":
+        return Backend(name, request.getfixturevalue("redis_sentinel").url(f"prefix={prefix}"))
     raise ValueError(name)
 
 

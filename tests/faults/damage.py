@@ -99,7 +99,7 @@ def _drop_name(static: bytes) -> bytes:
     return json.dumps(record).encode()
 
 
-REDIS = ("redis", "redis_cluster")
+REDIS = ("redis", "redis_cluster", "redis_sentinel")
 POISONS = (
     Poison("record truncated", REDIS, _redis_rewrite("jobs", lambda v: v[: len(v) // 2]),
            "unreadable"),

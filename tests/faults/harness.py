@@ -14,16 +14,19 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
+
+from tests.support.waiting import wait_until
+
+__all__ = ["wait_until"]  # re-exported: the scenarios import it from here
 
 REPO = Path(__file__).resolve().parents[2]
 APP_REF = "tests.faults.apps.chaos:app"
 LOG_ENV = "CONVEYOR_FAULTS_LOG"
 
-T = TypeVar("T")
 
 
 def conveyor_command() -> list[str]:
@@ -32,21 +35,6 @@ def conveyor_command() -> list[str]:
     if script.exists():
         return [str(script)]
     return [sys.executable, "-m", "conveyor.cli.main"]
-
-
-def wait_until(
-    check: Callable[[], T | None], timeout: float, interval: float = 0.1,
-    what: str = "condition",
-) -> T:
-    """Poll ``check`` until it returns something truthy; fail the test after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
-        time.sleep(interval)
 
 
 @dataclass

@@ -98,8 +98,8 @@ def _answers(port: int) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis", "redis_cluster"],
-                         indirect=True)
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis", "redis_cluster",
+                                     "redis_sentinel"], indirect=True)
 def test_poison_data_harms_only_its_own_job(backend: Backend, faults: Faults,
                                             tmp_path: Path) -> None:
     app, jobs = faults.client(backend.url)

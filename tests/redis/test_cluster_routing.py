@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import redis
-from conveyor.job import JobSpec, JobState
+from conveyor.job import Ack, JobSpec, JobState, Outcome
 from conveyor.storage.redis.connection import slot_of
 from conveyor.storage.redis.storage import RedisStorage, open_redis
 from tests.redis.conftest import prefixed
@@ -133,3 +133,16 @@ def test_a_restarted_node_is_reached_again() -> None:
         store.enqueue([job("second", queue)])
         assert [j.id for j in store.dequeue([queue], "w", 10, 30)] == ["second"]
         store.close()
+
+
+def test_a_job_put_back_by_its_ack_rings_the_doorbell(store: RedisStorage) -> None:
+    # Idle workers on Cluster wait on the doorbell, not on the queue's notify list: a job an
+    # acknowledgement puts back in the queue (a worker stopping) must ring it, as an enqueue
+    # does, or the idle workers only see it at their next poll.
+    queue = "putback"
+    store.enqueue([job("back", queue)])
+    [leased] = store.dequeue([queue], "w", 10, 30)
+    bell = store.keys.doorbell(queue)
+    store.link.call("DEL", bell)
+    assert store.ack([Ack(leased.id, leased.token, Outcome.INTERRUPTED)]) == [True]
+    assert int(store.link.call("LLEN", bell)) > 0

@@ -1,5 +1,6 @@
 """Storage backends behind one URL: ``sqlite:///path.db``, ``postgresql://``, ``redis://``,
-``rediss://``, ``redis+cluster://host:7000,host:7001``, ``memory://``.
+``rediss://``, ``redis+cluster://host:7000,host:7001``,
+``redis+sentinel://s1:26379,s2:26379/mymaster/0``, ``memory://``.
 
 Backends are imported by scheme so that ``redis`` and ``psycopg`` stay optional dependencies.
 """
@@ -30,6 +31,8 @@ _OPENERS = {
     "rediss": "conveyor.storage.redis.storage:open_redis",
     "redis+cluster": "conveyor.storage.redis.storage:open_redis",
     "rediss+cluster": "conveyor.storage.redis.storage:open_redis",
+    "redis+sentinel": "conveyor.storage.redis.storage:open_redis",
+    "rediss+sentinel": "conveyor.storage.redis.storage:open_redis",
     "valkey": "conveyor.storage.redis.storage:open_redis",
 }
 

@@ -1,9 +1,7 @@
-"""Redis connections from a storage URL, with retries and clear errors.
-
-``redis://[user:pass@]host:port/db``, ``rediss://`` (TLS), ``valkey://``,
-``redis+cluster://host1:7000,host2:7001`` (``rediss+cluster://`` with TLS); the query may hold
-``prefix=NAME`` (default ``conveyor``) and redis-py options such as ``ssl_ca_certs``.
-Passwords never reach a log line or an error message (``conveyor.storage.redact``).
+"""Redis connections from a storage URL (``urls.py`` says what each form means), with
+retries and clear errors: a single server, a Redis Cluster, or the primary a set of Sentinels
+watch (``sentinel.py``). Passwords never reach a log line or an error message
+(``conveyor.storage.redact``).
 """
 
 from __future__ import annotations
@@ -13,10 +11,8 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
@@ -29,15 +25,20 @@ from redis.exceptions import (
     TryAgainError,
 )
 from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError
 from redis.utils import HIREDIS_AVAILABLE
 
 import redis
 from conveyor.errors import StorageError, StorageUnavailable, StorageURLError
 from conveyor.storage import redact, url_secrets
+from conveyor.storage.redis import sentinel
+from conveyor.storage.redis.urls import DEFAULT_PREFIX, Settings, parse_url
+
+__all__ = ["DEFAULT_PREFIX", "Link", "ReplicaShortfall", "Settings", "make_client",
+           "parse_url", "scrub", "slot_of"]
 
 T = TypeVar("T")
 
-DEFAULT_PREFIX = "conveyor"
 SOCKET_TIMEOUT = 30.0  # longer than any blocking wait() we issue
 CONNECT_TIMEOUT = 5.0
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, OSError)
@@ -59,68 +60,6 @@ _hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None = (
     importlib.import_module("hiredis").pack_command if HIREDIS_AVAILABLE else None)
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """What a storage URL says: where Redis is, how to log in, and the key prefix."""
-
-    url: str
-    cluster: bool
-    prefix: str
-    hosts: tuple[tuple[str, int], ...] = ()
-    options: dict[str, Any] = field(default_factory=dict)
-    single_url: str = ""
-
-
-def parse_url(url: str) -> Settings:
-    """Split a storage URL into client settings; raises ``StorageURLError`` when malformed."""
-    scheme = url.partition("://")[0].lower()
-    parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query))
-    prefix = query.pop("prefix", DEFAULT_PREFIX) or DEFAULT_PREFIX
-    if scheme in ("redis+cluster", "rediss+cluster"):
-        return _cluster_settings(url, scheme, parts.netloc, query, prefix)
-    if scheme not in ("redis", "rediss", "valkey", "valkeys"):
-        raise StorageURLError(f"not a Redis URL: {redact(url)!r}")
-    real_scheme = "rediss" if scheme in ("rediss", "valkeys") else "redis"
-    clean = urlunsplit((real_scheme, parts.netloc, parts.path, urlencode(query), ""))
-    if not parts.hostname:
-        raise StorageURLError(f"Redis URL {redact(url)!r} names no host")
-    try:
-        port = parts.port or 6379
-    except ValueError:  # urllib's "Port could not be cast to integer value as 'x'"
-        raise StorageURLError(f"Redis URL {redact(url)!r} has a port that is not a number "
-                              "from 1 to 65535") from None
-    database = parts.path.lstrip("/")
-    if database and not database.isdigit():
-        raise StorageURLError(f"Redis URL {redact(url)!r} names database {database!r}; the "
-                              "path must be a database number, e.g. redis://host:6379/0")
-    return Settings(url=url, cluster=False, prefix=prefix, single_url=clean,
-                    hosts=((parts.hostname, port),))
-
-
-def _cluster_settings(
-    url: str, scheme: str, netloc: str, query: dict[str, str], prefix: str
-) -> Settings:
-    creds, _, hostlist = netloc.rpartition("@")
-    user, colon, password = creds.partition(":")
-    hosts = []
-    for item in filter(None, hostlist.split(",")):
-        host, _, port = item.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise StorageURLError(f"bad host:port {item!r} in {redact(url)!r}")
-        hosts.append((host, int(port)))
-    if not hosts:
-        raise StorageURLError(f"Redis Cluster URL {redact(url)!r} names no host")
-    options: dict[str, Any] = dict(query)
-    if user:
-        options["username"] = user
-    if colon:
-        options["password"] = password
-    if scheme == "rediss+cluster":
-        options["ssl"] = True
-    return Settings(url=url, cluster=True, prefix=prefix, hosts=tuple(hosts), options=options)
-
-
 def make_client(settings: Settings) -> redis.Redis | RedisCluster:
     """A redis-py client; the storage does its own retrying, so redis-py's is turned off."""
     common: dict[str, Any] = {
@@ -132,6 +71,8 @@ def make_client(settings: Settings) -> redis.Redis | RedisCluster:
         "socket_timeout": SOCKET_TIMEOUT,
         "socket_connect_timeout": CONNECT_TIMEOUT,
     }
+    if settings.sentinel:
+        return sentinel.make_sentinel_client(settings, common)
     if settings.cluster:
         nodes = [ClusterNode(host, port)  # type: ignore[no-untyped-call]
                  for host, port in settings.hosts]
@@ -147,12 +88,18 @@ def make_client(settings: Settings) -> redis.Redis | RedisCluster:
     )
 
 
-def scrub(settings: Settings, exc: BaseException) -> str:
+class ReplicaShortfall(redis.ConnectionError):
+    """Fewer replicas than ``wait_replicas`` confirmed a write within ``wait_timeout``: the
+    write is not acknowledged, and is tried again (every script is safe to re-run)."""
+
+
+def scrub(settings: Settings, exc: BaseException | str) -> str:
     """An error's text with every secret of the URL taken out, should a library echo one."""
-    text = str(exc) or type(exc).__name__
+    text = exc if isinstance(exc, str) else str(exc) or type(exc).__name__
     secrets = url_secrets(settings.url)
-    if settings.options.get("password"):
-        secrets.append(str(settings.options["password"]))
+    for options in (settings.options, settings.sentinel_options):
+        if options.get("password"):
+            secrets.append(str(options["password"]))
     for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
@@ -196,6 +143,7 @@ class Link:
         self._free: dict[str, list[Connection]] = {}
         self._pid = os.getpid()
         self._via_client = False  # Cluster: route through redis-py until a call succeeds
+        self.watch: sentinel.Watch | None = None  # Sentinel: follows failovers (per process)
         self.closed = False
 
     def _acquire(self, node: ClusterNode | None) -> tuple[list[Connection], Connection]:
@@ -215,7 +163,17 @@ class Link:
             else:
                 assert isinstance(self.client, RedisCluster)
                 pool = self.client.get_redis_connection(node).connection_pool
-            return free, pool.make_connection()  # type: ignore[return-value]
+            conn: Connection = pool.make_connection()  # type: ignore[assignment]
+            if self.settings.sentinel:
+                self._watching().track(conn)
+            return free, conn
+
+    def _watching(self) -> sentinel.Watch:
+        if self.watch is None or self.watch.pid != os.getpid():
+            assert isinstance(self.client, redis.Redis)
+            manager = self.client.connection_pool.sentinel_manager  # type: ignore[attr-defined]
+            self.watch = sentinel.Watch(self.settings, manager)  # a forked child: its own
+        return self.watch
 
     def node_of(self, command: Sequence[Any]) -> ClusterNode | None:
         """Cluster: the primary owning a keyed command's slot, by redis-py's slot table;
@@ -250,6 +208,21 @@ class Link:
         except TRANSIENT:
             self._via_client = True  # the node may be gone: let redis-py rediscover
             raise
+
+    def raw_durable(self, *args: Any) -> Any:
+        """One command, one attempt, then ``WAIT`` on the same connection until
+        ``wait_replicas`` replicas hold it; fewer raise ``ReplicaShortfall`` (retried)."""
+        want = self.settings.wait_replicas
+        reply, copies = self._exchange(
+            [args, ("WAIT", want, int(self.settings.wait_timeout * 1000))], None,
+            errors_in_place=True)
+        for answer in (reply, copies):
+            if isinstance(answer, Exception):
+                raise answer
+        if int(copies) < want:
+            raise ReplicaShortfall(f"only {copies} of {want} replicas confirmed a write within "
+                                   f"{self.settings.wait_timeout:g} s (wait_replicas)")
+        return reply
 
     def _via_redis_py(self, args: Sequence[Any]) -> Any:
         assert isinstance(self.client, RedisCluster)
@@ -343,13 +316,17 @@ class Link:
                                          f"{self.scrub(exc)}") from None
             except TRANSIENT as exc:
                 if self.closed or time.monotonic() + delay > deadline:
-                    raise StorageUnavailable(
-                        f"Redis at {self.where} is unreachable: {self.scrub(exc)}"
-                    ) from None
+                    raise StorageUnavailable(self.unreachable(exc)) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
 
-    def scrub(self, exc: BaseException) -> str:
+    def unreachable(self, exc: BaseException) -> str:
+        """The one line an outage is reported as (on Sentinel: why no primary was found)."""
+        if self.settings.sentinel and isinstance(exc, MasterNotFoundError):
+            return f"Redis at {self.where}: {self.scrub(sentinel.explain(self.settings))}"
+        return f"Redis at {self.where} is unreachable: {self.scrub(exc)}"
+
+    def scrub(self, exc: BaseException | str) -> str:
         """An error's text with the password taken out, should a library ever echo it."""
         return scrub(self.settings, exc)
 
@@ -371,6 +348,8 @@ class Link:
     def close(self) -> None:
         """Drop every connection. Idempotent."""
         self.closed = True
+        if self.watch is not None:
+            self.watch.stop()
         lists, self._free = self._free, {}
         for conns in lists.values():
             for conn in conns:

@@ -50,6 +50,9 @@ HOLDERS: dict[str, type] = {
     "repair": QueueKeys, "release": QueueKeys, "batch": BatchKeys, "ring": DoorbellKeys,
 }
 SCRIPT_NAMES = tuple(HOLDERS)
+# The writes a ``wait_replicas`` URL makes wait for replicas: new jobs, outcomes, and the
+# batch counters an outcome moves (applied before the outcome itself).
+DURABLE = frozenset({"enqueue", "ack", "batch"})
 
 INCLUDE = re.compile(r'^--- @include "(_[a-z_]+)"\s*$')
 KEY = re.compile(r"^--- @key ([a-z_]+)\b")
@@ -207,11 +210,16 @@ class Scripts:
         """Run a script with one attempt (the caller decides whether a retry is safe)."""
         script = self.scripts[name]
         keys = script.key_list(holder)
+        send = self.link.raw
+        if self.link.settings.wait_replicas and name in DURABLE:
+            send = self.link.raw_durable
         try:
             try:
-                return self.link.raw("EVALSHA", script.sha, len(keys), *keys, *args)
+                return send("EVALSHA", script.sha, len(keys), *keys, *args)
             except redis.exceptions.NoScriptError:
-                return self.link.raw("EVAL", script.source, len(keys), *keys, *args)
+                # A server that lost its script cache: a restart, SCRIPT FLUSH, or a replica
+                # promoted by a failover (a replica never caches the primary's scripts).
+                return send("EVAL", script.source, len(keys), *keys, *args)
         except redis.ResponseError as exc:
             located = script.located(exc)
             if located is exc:

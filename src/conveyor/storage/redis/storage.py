@@ -2,7 +2,7 @@
 one queue's hash slot; leases are compared with the server's clock and fenced by tokens.
 
 ``open_redis(url, clock)`` is what ``conveyor.storage.open_storage`` calls for
-``redis://``, ``rediss://``, ``valkey://`` and ``redis+cluster://`` URLs.
+``redis://``, ``rediss://``, ``valkey://``, ``redis+cluster://`` and ``redis+sentinel://``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import redis
 from conveyor.clock import Clock, SystemClock
 from conveyor.errors import BatchNotFound, StorageUnavailable
 from conveyor.job import (
-    Ack,
     BatchSpec,
     EnqueueResult,
     Event,
@@ -33,7 +32,7 @@ from conveyor.job import (
 )
 from conveyor.storage.records import Retention, WorkerInfo
 from conveyor.storage.redis import codec
-from conveyor.storage.redis.base import Move
+from conveyor.storage.redis.acks import RedisAcks
 from conveyor.storage.redis.connection import (
     REDIRECTS,
     TRANSIENT,
@@ -43,14 +42,11 @@ from conveyor.storage.redis.connection import (
     parse_url,
 )
 from conveyor.storage.redis.inspect import RedisInspector
-from conveyor.storage.redis.release import RedisRelease
 from conveyor.storage.redis.repair import PendingRepair
 from conveyor.storage.redis.schedules import RedisSchedules
 
 log = logging.getLogger("conveyor.storage.redis")
 
-ACK_PATIENCE = 60.0  # an acknowledgement is retried through outages this long, never dropped
-ACK_CHUNK = 1000  # acks per ack.lua call
 MAX_DEQUEUE = 1000  # jobs per dequeue.lua call
 TRIM_CHUNK = 500  # finished jobs deleted per trim.lua call
 TRIM_MAX = 10_000  # per queue and trim() call
@@ -77,7 +73,7 @@ def open_redis(url: str, clock: Clock | None = None) -> RedisStorage:
     return storage
 
 
-class RedisStorage(RedisInspector, RedisSchedules, RedisRelease):
+class RedisStorage(RedisInspector, RedisSchedules, RedisAcks):
     """``Storage`` and ``Inspector`` on Redis."""
 
     def __init__(self, settings: Settings, link: Link, clock: Clock | None) -> None:
@@ -184,59 +180,6 @@ class RedisStorage(RedisInspector, RedisSchedules, RedisRelease):
         log.warning("waiting for work on Redis at %s failed: %s",
                     self.link.where, self.link.scrub(exc))
         time.sleep(min(timeout, 0.5))
-
-    def ack(self, acks: Sequence[Ack]) -> list[bool]:
-        """Apply outcomes; a batch job's batch is updated before the job is acknowledged."""
-        results = [False] * len(acks)
-        groups: dict[str, list[int]] = defaultdict(list)
-        for i, ack in enumerate(acks):
-            queue = self.find_queue(ack.job_id, ack.token)
-            if queue is not None:
-                groups[queue].append(i)
-        for queue, idxs in groups.items():
-            for start in range(0, len(idxs), ACK_CHUNK):
-                self._ack_chunk(queue, acks, idxs[start:start + ACK_CHUNK], results)
-        return results
-
-    def _ack_chunk(self, queue: str, acks: Sequence[Ack], idxs: list[int],
-                   results: list[bool]) -> None:
-        later: list[int] = []
-        moves: list[Move] = []
-        planned = self._ack_call(queue, acks, idxs, "plan")
-        for i, (code, batch, value) in zip(idxs, planned, strict=True):
-            if code == 2:
-                later.append(i)
-                moves.append((str(batch), acks[i].job_id, str(value)))
-            else:
-                self._ack_result(acks[i], code, batch, value, results, i, moves)
-        self.sync_batches(moves)
-        if not later:
-            return
-        moves = []
-        applied = self._ack_call(queue, acks, later, "apply")
-        for i, (code, batch, value) in zip(later, applied, strict=True):
-            self._ack_result(acks[i], code, batch, value, results, i, moves)
-        self.sync_batches(moves)
-
-    def _ack_call(self, queue: str, acks: Sequence[Ack], idxs: list[int],
-                  mode: str) -> list[list[object]]:
-        args = [self.now_arg(), queue, mode]
-        for i in idxs:
-            args.extend(codec.ack_args(acks[i]))
-        reply: list[list[object]] = self.scripts.run("ack", self.keys.queue(queue), args,
-                                                     patience=ACK_PATIENCE)
-        return reply
-
-    @staticmethod
-    def _ack_result(ack: Ack, code: object, batch: object, value: object,
-                    results: list[bool], i: int, moves: list[Move]) -> None:
-        results[i] = code == 1
-        if code != 1:
-            log.warning("acknowledgement of job %s refused: its lease is no longer token %s",
-                        ack.job_id, ack.token)
-        if batch:
-            # Applied: confirms the count. Refused: re-syncs the batch with the real state.
-            moves.append((str(batch), ack.job_id, str(value)))
 
     def log(self, job_id: str, token: str, events: Sequence[Event],
             progress: tuple[int, int] | None = None) -> bool:

@@ -1,0 +1,88 @@
+"""``Storage.ack`` on Redis: outcomes applied by ``lua/ack.lua``, one call per queue and
+``ACK_CHUNK`` acknowledgements, each fenced by its lease token.
+
+A job of a batch is acknowledged in two steps ("plan", then "apply") so that its batch's
+counters (in another hash slot on Cluster) are updated before the job leaves ``active``:
+a crash between the two leaves a count that the next ack or repair confirms, never a job
+the batch has lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+
+from conveyor.job import Ack
+from conveyor.storage.redis import codec
+from conveyor.storage.redis.base import Move
+from conveyor.storage.redis.release import RedisRelease
+
+__all__ = ["ACK_CHUNK", "ACK_PATIENCE", "RedisAcks"]
+
+log = logging.getLogger("conveyor.storage.redis")
+
+ACK_PATIENCE = 60.0  # an acknowledgement is retried through outages this long, never dropped
+ACK_CHUNK = 1000  # acks per ack.lua call
+
+
+class RedisAcks(RedisRelease):
+    """The acknowledgement part of ``Storage`` on one Redis deployment."""
+
+    def ack(self, acks: Sequence[Ack]) -> list[bool]:
+        """Apply outcomes; a batch job's batch is updated before the job is acknowledged."""
+        results = [False] * len(acks)
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, ack in enumerate(acks):
+            queue = self.find_queue(ack.job_id, ack.token)
+            if queue is not None:
+                groups[queue].append(i)
+        for queue, idxs in groups.items():
+            for start in range(0, len(idxs), ACK_CHUNK):
+                self._ack_chunk(queue, acks, idxs[start:start + ACK_CHUNK], results)
+        return results
+
+    def _ack_chunk(self, queue: str, acks: Sequence[Ack], idxs: list[int],
+                   results: list[bool]) -> None:
+        later: list[int] = []
+        moves: list[Move] = []
+        planned = self._ack_call(queue, acks, idxs, "plan")
+        for i, (code, batch, value) in zip(idxs, planned, strict=True):
+            if code == 2:
+                later.append(i)
+                moves.append((str(batch), acks[i].job_id, str(value)))
+            else:
+                self._ack_result(acks[i], code, batch, value, results, i, moves)
+        self.sync_batches(moves)
+        applied: list[list[object]] = []
+        if later:
+            moves = []
+            applied = self._ack_call(queue, acks, later, "apply")
+            for i, (code, batch, value) in zip(later, applied, strict=True):
+                self._ack_result(acks[i], code, batch, value, results, i, moves)
+            self.sync_batches(moves)
+        # A job put back in the queue (a stopping worker's "interrupted") is ready at once:
+        # on Cluster the idle workers wait on the doorbell, which ack.lua cannot reach.
+        back = sum(1 for code, _, value in [*planned, *applied]
+                   if code == 1 and str(value).startswith("pending:"))
+        self.ring(queue, back)
+
+    def _ack_call(self, queue: str, acks: Sequence[Ack], idxs: list[int],
+                  mode: str) -> list[list[object]]:
+        args = [self.now_arg(), queue, mode]
+        for i in idxs:
+            args.extend(codec.ack_args(acks[i]))
+        reply: list[list[object]] = self.scripts.run("ack", self.keys.queue(queue), args,
+                                                     patience=ACK_PATIENCE)
+        return reply
+
+    @staticmethod
+    def _ack_result(ack: Ack, code: object, batch: object, value: object,
+                    results: list[bool], i: int, moves: list[Move]) -> None:
+        results[i] = code == 1
+        if code != 1:
+            log.warning("acknowledgement of job %s refused: its lease is no longer token %s",
+                        ack.job_id, ack.token)
+        if batch:
+            # Applied: confirms the count. Refused: re-syncs the batch with the real state.
+            moves.append((str(batch), ack.job_id, str(value)))
