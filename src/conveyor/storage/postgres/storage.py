@@ -73,6 +73,9 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
     def __init__(self, settings: Settings, db: Database, clock: Clock | None) -> None:
         super().__init__(db, clock)
         self.url = settings.url
+        # Enqueues name the schema: on a bound storage (``bind``) they run on the
+        # application's connection, whose search_path is its own.
+        self._schema = settings.schema
         self._listener = Listener(settings, db.where)
         self._binder = Binder(db)
 
@@ -85,7 +88,7 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
         for start in range(0, len(specs), ENQUEUE_CHUNK):
             chunk = specs[start:start + ENQUEUE_CHUNK]
             with self._db.call() as cur:
-                results.extend(jobs.insert(cur, self._clock_arg(), chunk))
+                results.extend(jobs.insert(cur, self._clock_arg(), chunk, self._schema))
         return results
 
     def enqueue_block(self, block: JobBlock) -> list[EnqueueResult]:
@@ -96,7 +99,7 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
             chunk = replace(block, ids=block.ids[start:end], payloads=block.payloads[start:end],
                             flows=None if block.flows is None else block.flows[start:end])
             with self._db.call() as cur:
-                results.extend(jobs.insert_block(cur, self._clock_arg(), chunk))
+                results.extend(jobs.insert_block(cur, self._clock_arg(), chunk, self._schema))
         return results
 
     def dequeue(
