@@ -237,7 +237,7 @@ class PostgresInspector(PostgresFlow):
     def get_batch(self, batch_id: str) -> BatchStatus | None:
         """Counters and timings of a batch."""
         row = self._db.read().execute(
-            f"SELECT {batches.BATCH_COLUMNS} FROM batches WHERE id = %s", (batch_id,)
+            f"SELECT {batches.BATCH_COLUMNS} FROM {batches.BATCH_FROM} WHERE id = %s", (batch_id,)
         ).fetchone()
         return batches.status_from_row(row) if row else None
 
@@ -245,7 +245,7 @@ class PostgresInspector(PostgresFlow):
     def list_batches(self, offset: int = 0, limit: int = 50) -> list[BatchStatus]:
         """Batches, newest first."""
         rows = self._db.read().execute(
-            f"SELECT {batches.BATCH_COLUMNS} FROM batches "
+            f"SELECT {batches.BATCH_COLUMNS} FROM {batches.BATCH_FROM} "
             "ORDER BY created_at DESC, seq DESC LIMIT %s OFFSET %s",
             (limit, offset),
         ).fetchall()

@@ -38,7 +38,16 @@ CREATE INDEX jobs_done ON jobs (state, finished_at) INCLUDE (queue)
 --   returns them with one statement, instead of one RETURN QUERY per job, and checks for
 --   expired and flow-controlled jobs in one statement;
 -- * ack writes the ack_refused events only when some ack was refused;
--- * add_totals updates both totals tables in one statement.
+-- * add_totals updates both totals tables in one statement;
+-- * batch counters: a lease no longer writes the batch's row. Every dequeue and every ack of
+--   a batch's jobs used to update that one row, so the worker's fetcher and acker (and every
+--   worker process on the batch) queued behind each other's row lock. `n_pending` now counts
+--   the batch's pending and active jobs together and `n_active` stays 0; readers count the
+--   active ones on jobs_batch (at most the workers' slots) and subtract them
+--   (storage/postgres/batches.py, BATCH_FROM). Only the first lease writes the row, to set
+--   started_at.
+
+UPDATE batches SET n_pending = n_pending + n_active, n_active = 0 WHERE n_active <> 0;
 
 CREATE OR REPLACE FUNCTION add_totals(p_now float8, p_queues text[], p_names text[], p_kinds text[])
 RETURNS void LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
@@ -395,5 +404,57 @@ BEGIN
                             b_to);
     END IF;
     RETURN ok;
+END
+$$;
+
+-- Batch counters: as in version 2, except that active counts as pending (above).
+CREATE OR REPLACE FUNCTION batch_moves(p_now float8, p_batches text[], p_from text[], p_to text[])
+RETURNS void LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    d record;
+BEGIN
+    FOR d IN
+        SELECT b,
+            count(*) FILTER (WHERE f IS NULL) - count(*) FILTER (WHERE t IS NULL) AS total,
+            count(*) FILTER (WHERE t = 'scheduled') - count(*) FILTER (WHERE f = 'scheduled') AS scheduled,
+            count(*) FILTER (WHERE t = 'pending') - count(*) FILTER (WHERE f = 'pending') AS pending,
+            count(*) FILTER (WHERE t = 'retrying') - count(*) FILTER (WHERE f = 'retrying') AS retrying,
+            count(*) FILTER (WHERE t = 'succeeded') - count(*) FILTER (WHERE f = 'succeeded') AS succeeded,
+            count(*) FILTER (WHERE t = 'failed') - count(*) FILTER (WHERE f = 'failed') AS failed,
+            count(*) FILTER (WHERE t = 'dead') - count(*) FILTER (WHERE f = 'dead') AS dead,
+            count(*) FILTER (WHERE t = 'cancelled') - count(*) FILTER (WHERE f = 'cancelled') AS cancelled,
+            -- only a job created, deleted, or entering or leaving a final state can change
+            -- whether the batch is complete
+            bool_or(f IS NULL OR t IS NULL
+                    OR f IN ('succeeded', 'failed', 'dead', 'cancelled')
+                    OR t IN ('succeeded', 'failed', 'dead', 'cancelled')) AS settles,
+            bool_or(starts) AS starts
+        -- active counts as pending (n_pending holds both): a lease moves no counter
+        FROM (SELECT u.b, CASE WHEN u.f = 'active' THEN 'pending' ELSE u.f END AS f,
+                     CASE WHEN u.t = 'active' THEN 'pending' ELSE u.t END AS t,
+                     u.t = 'active' AS starts
+              FROM unnest(p_batches, p_from, p_to) AS u(b, f, t)) AS m
+        WHERE b IS NOT NULL GROUP BY b ORDER BY b
+    LOOP
+        IF d.total <> 0 OR d.scheduled <> 0 OR d.pending <> 0
+                OR d.retrying <> 0 OR d.succeeded <> 0 OR d.failed <> 0 OR d.dead <> 0
+                OR d.cancelled <> 0 THEN
+            UPDATE batches SET total = total + d.total, n_scheduled = n_scheduled + d.scheduled,
+                n_pending = n_pending + d.pending,
+                n_retrying = n_retrying + d.retrying, n_succeeded = n_succeeded + d.succeeded,
+                n_failed = n_failed + d.failed, n_dead = n_dead + d.dead,
+                n_cancelled = n_cancelled + d.cancelled,
+                started_at = CASE WHEN d.starts THEN coalesce(started_at, p_now)
+                                  ELSE started_at END
+            WHERE id = d.b;
+        ELSIF d.starts THEN
+            -- a lease: the batch row is written (and locked) only by its first one; after
+            -- that the condition is false and the row is neither locked nor waited for
+            UPDATE batches SET started_at = p_now WHERE id = d.b AND started_at IS NULL;
+        END IF;
+        IF d.settles THEN
+            PERFORM settle_batch(p_now, d.b);
+        END IF;
+    END LOOP;
 END
 $$;
