@@ -84,3 +84,17 @@ def test_only_the_primary_key_sequence_and_batch_indexes_hold_finished_jobs(
     for name, predicate in partial.items():
         assert any(f"'{state}'" in predicate for state in LIVE), (name, predicate)
         assert not any(f"'{s}'" in predicate for s in FINISHED), (name, predicate)
+
+
+def test_the_jobs_table_is_vacuumed_after_a_fixed_number_of_changes(
+        store: PostgresStorage) -> None:
+    """Not after a share of the table: that share grows with the finished jobs kept, and
+    the leased jobs' entries at the head of jobs_ready with it (migrations/003_hot_path.sql)."""
+    with _conn(store) as conn:
+        row = conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'jobs'::regclass"
+                           ).fetchone()
+    assert row is not None
+    options = dict(option.split("=") for option in row[0])
+    assert options["autovacuum_vacuum_scale_factor"] == "0"
+    assert options["autovacuum_vacuum_insert_scale_factor"] == "0"
+    assert int(options["autovacuum_vacuum_threshold"]) <= 10000

@@ -24,6 +24,15 @@ DROP INDEX jobs_state_queue;
 DROP INDEX jobs_lease;
 DROP INDEX jobs_worker;
 DROP INDEX jobs_finished;
+-- * Vacuum as often on a table of a million finished jobs as on an empty one. A lease walks
+--   jobs_ready from the oldest pending job; the entries of jobs already leased stay at its
+--   head until VACUUM removes them, and autovacuum's default trigger (20% of the table
+--   changed) grows with the finished jobs kept: 200,000 changes on a million rows, so the
+--   head of jobs_ready grew for minutes and every lease walked it. A fixed threshold keeps
+--   it short whatever the table holds (VACUUM skips the all-visible pages of finished jobs).
+ALTER TABLE jobs SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000,
+                      autovacuum_vacuum_insert_scale_factor = 0,
+                      autovacuum_vacuum_insert_threshold = 10000);
 CREATE INDEX jobs_active ON jobs (worker) WHERE state = 'active';
 CREATE INDEX jobs_done ON jobs (state, finished_at) INCLUDE (queue)
     WHERE state IN ('succeeded', 'failed', 'dead', 'cancelled');
