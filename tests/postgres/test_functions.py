@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from conveyor.job import JobSpec
-from conveyor.storage.postgres import jobs
+from conveyor.storage.postgres import arrays, jobs
 from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
 
 
@@ -37,3 +37,20 @@ def test_insert_on_a_callers_connection_follows_its_transaction(
     assert store.get_job("kept") is not None
     assert store.get_job("dropped") is None
     assert [job.id for job in store.dequeue(["default"], "w1", 5, 30.0)] == ["kept"]
+
+
+def test_array_literals_read_back_as_the_values_written(store: PostgresStorage) -> None:
+    """The functions' array arguments are sent as literals (``arrays.py``): every text reads
+    back as written, quotes, backslashes, braces, commas and the word NULL included."""
+    words = ['plain', '', 'NULL', None, 'a "quoted" word', 'back\\slash\\', '{brace},comma',
+             'line\nbreak', 'üñí ✓', '\\"', ' spaced ']
+    numbers = [0.1, None, -2.5e-300, 1e300, 3.0, float("inf")]
+    with store._db.call() as cur:
+        row = cur.execute(
+            "SELECT %s::text[], %s::float8[], %s::int4[], %s::bool[]",
+            (arrays.texts(words), arrays.floats(numbers), arrays.ints([1, None, -7]),
+             arrays.bools([True, None, False]))).fetchone()
+    assert row == (words, numbers, [1, None, -7], [True, None, False])
+    with store._db.call() as cur:
+        empty = cur.execute("SELECT %s::text[]", (arrays.texts([]),)).fetchone()
+    assert empty == ([],)

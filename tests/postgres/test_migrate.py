@@ -13,11 +13,12 @@ import pytest
 
 from conveyor.cli.main import main
 from conveyor.errors import StorageURLError
-from conveyor.job import Ack, Outcome
+from conveyor.job import Ack, BatchSpec, JobState, Outcome
 from conveyor.storage import open_storage
 from conveyor.storage.postgres.connection import parse_postgres_url
 from conveyor.storage.postgres.migrate import latest_version, migrations
-from tests.conformance.helpers import put, take_one
+from conveyor.storage.records import WorkerInfo
+from tests.conformance.helpers import ack, put, take_one
 
 
 def _url(server: Any) -> str:
@@ -120,5 +121,66 @@ def test_a_database_at_version_1_upgrades_in_place_keeping_every_job(
         record = store.get_job("j1")
         assert record is not None and [e.kind for e in record.events or []] == [
             "enqueued", "started", "succeeded"]
+    finally:
+        store.close()
+
+
+def test_a_database_at_version_2_upgrades_in_place_keeping_every_job_and_lease(
+        postgres_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = _url(postgres_server)
+    first = migrations()[:2]
+    monkeypatch.setattr("conveyor.storage.postgres.migrate.migrations", lambda: first)
+    old = open_storage(url)  # version 2: the functions, and the indexes of version 1
+    monkeypatch.undo()
+    done, running, waiting = put(old), put(old), put(old)
+    later = put(old, run_at=9e9)
+    lost = put(old, queue="other")
+    assert ack(old, take_one(old))
+    held = take_one(old)
+    assert held.id == running
+    assert take_one(old, ["other"], lease=0.0).id == lost  # its lease expires at once
+    old.create_batch(BatchSpec(id="b2"))
+    in_batch = [put(old, "batch", batch_id="b2") for _ in range(3)]
+    old.close_batch("b2")
+    running_in_batch = take_one(old, ["batch"])
+    before = old.get_batch("b2")  # (its counters are read as version 3 counts them)
+    assert before is not None and before.started_at is not None
+    old.close()
+    assert _versions(url) == [1, 2]
+    store = open_storage(url)
+    try:
+        assert _versions(url) == list(range(1, latest_version() + 1))
+        states = {r.id: r.state.value for r in store.list_jobs(limit=20)}
+        assert states == {done: "succeeded", running: "active", waiting: "pending",
+                          later: "scheduled", lost: "active", running_in_batch.id: "active",
+                          in_batch[1]: "pending", in_batch[2]: "pending"}
+        assert [store.count_jobs(state=JobState(s)) for s in (
+            "pending", "active", "scheduled", "succeeded")] == [3, 3, 1, 1]
+        sizes = {(q.name, q.pending, q.active, q.scheduled) for q in store.queues()}
+        assert sizes == {("default", 1, 1, 1), ("other", 0, 1, 0), ("batch", 2, 1, 0)}
+        # the lease taken before the upgrade still fences: the wrong token is refused
+        assert store.ack([Ack(running, "not-the-token", Outcome.SUCCEEDED)]) == [False]
+        assert store.heartbeat(WorkerInfo(id="w1", hostname="h", pid=1, queues=("default",),
+                                          concurrency=1, started_at=0.0),
+                               {held.id: held.token}, 30.0).lost == frozenset()
+        assert ack(store, held)
+        assert store.reclaim_expired() == 1  # the expired lease, found without jobs_lease
+        assert [j.id for j in store.dequeue(["default", "other"], "w2", 5, 30.0)] == [
+            waiting, lost]
+        assert store.count_jobs(state=JobState.SUCCEEDED) == 2
+        # the batch's counters read the same after the upgrade, and go on moving
+        batch = store.get_batch("b2")
+        assert batch is not None and (batch.counts["pending"], batch.counts["active"]) == (2, 1)
+        assert ack(store, running_in_batch)
+        rest = store.dequeue(["batch"], "w2", 5, 30.0)
+        assert sorted(j.id for j in rest) == sorted(in_batch[1:])
+        batch = store.get_batch("b2")
+        assert batch is not None and batch.started_at == before.started_at
+        assert (batch.counts["pending"], batch.counts["active"], batch.counts["succeeded"]) == (
+            0, 2, 1)
+        assert store.ack([Ack(j.id, j.token, Outcome.SUCCEEDED) for j in rest]) == [True] * 2
+        done_batch = store.get_batch("b2")
+        assert done_batch is not None and done_batch.complete
+        assert done_batch.counts["succeeded"] == 3 and done_batch.counts["active"] == 0
     finally:
         store.close()

@@ -1,16 +1,18 @@
 """Each hot-path transition on PostgreSQL is one round trip to the server: a call of a
 server-side function (migrations/002_functions.sql), no BEGIN/COMMIT around it and no clock
-read of its own. Counted on the wire: libpq's trace of the storage's own connection lists
-every message the client sends, and each round trip ends in one ``Sync`` (extended
-protocol) or is one ``Query`` (simple protocol)."""
+read of its own. Counted on the wire: libpq's trace of the connection lists every message
+each side sends, and a round trip is the client sending messages and then waiting for the
+server's answer before it sends more."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from conveyor.job import Ack, BatchSpec, JobSpec, Outcome
@@ -25,9 +27,10 @@ def store(postgres_server: Any) -> Iterator[PostgresStorage]:
     storage.close()
 
 
-def round_trips(store: PostgresStorage, tmp_path: Path, call: Callable[[], object]) -> int:
-    """How many round trips ``call`` makes on this thread's connection."""
-    conn = store._db.conn()
+def round_trips(store: PostgresStorage, tmp_path: Path, call: Callable[[], object],
+                conn: psycopg.Connection[Any] | None = None) -> int:
+    """How many round trips ``call`` makes on this thread's connection (or on ``conn``)."""
+    conn = conn or store._db.conn()
     path = tmp_path / f"trace-{uuid.uuid4().hex}"
     with path.open("w") as out:
         conn.pgconn.trace(out.fileno())
@@ -35,9 +38,11 @@ def round_trips(store: PostgresStorage, tmp_path: Path, call: Callable[[], objec
             call()
         finally:
             conn.pgconn.untrace()
-    sent = [line.split("\t") for line in path.read_text().splitlines()]
-    return sum(1 for fields in sent
-               if len(fields) > 3 and fields[1] == "F" and fields[3] in ("Sync", "Query"))
+    # A round trip: messages sent, then the answers awaited (pipelined statements whose
+    # answers are read before the next are sent count once per wait).
+    sides = [fields[1] for fields in (line.split("\t") for line in path.read_text().splitlines())
+             if len(fields) > 3]
+    return sum(1 for sent, got in pairwise(sides) if sent == "F" and got == "B")
 
 
 def spec(n: int, batch_id: str | None = None) -> JobSpec:
@@ -76,3 +81,18 @@ def test_enqueue_and_heartbeat_are_one_round_trip_each(
     leased = store.dequeue(["default"], "w1", 3, 30.0)
     assert round_trips(store, tmp_path, lambda: store.heartbeat(
         info, {job.id: job.token for job in leased}, 30.0)) == 1
+
+
+def test_an_enqueue_in_the_applications_transaction_is_one_round_trip(
+        store: PostgresStorage, tmp_path: Path) -> None:
+    """On the application's connection: one statement naming conveyor's schema, no
+    search_path set and put back around it; the application's path is as it was."""
+    with psycopg.connect(store._db.settings.conninfo) as conn, conn.transaction():
+        conn.execute("SET LOCAL search_path TO public")
+        bound = store.bind(conn)
+        for i in range(6):
+            bound.enqueue([spec(i)])
+        assert round_trips(store, tmp_path, lambda: bound.enqueue([spec(100)]), conn) == 1
+        row = conn.execute("SHOW search_path").fetchone()
+        assert row is not None and row[0] == "public"
+    assert store.count_jobs() == 7

@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 
 from conveyor.job import Ack, Outcome
+from conveyor.storage.postgres import arrays
 from conveyor.storage.postgres.text import enc_opt
 from conveyor.storage.rules import CANCELS_ON_REQUEST, AckEffect, ack_effect, counts_as_error
 
@@ -26,6 +27,11 @@ _ACK = (
     "%s::text[], %s::text[], %s::text[], %s::text[], %s::bool[], %s::text[], %s::text[], "
     "%s::text[], %s::int4[], %s::text[], %s::text[], %s::float8[], %s::text[])"
 )
+
+# The ``ack`` function's arrays after ``p_now``, in its order (``arrays.py``).
+_ENCODERS: tuple[arrays.Encoder, ...] = (
+    *[arrays.texts] * 9, arrays.bools, *[arrays.texts] * 3, arrays.ints, arrays.texts,
+    arrays.texts, arrays.floats, arrays.texts)
 
 
 def _json(value: Any) -> str | None:
@@ -56,6 +62,6 @@ def apply(cur: psycopg.Cursor[Any], now: float | None, acks: Sequence[Ack]) -> l
     applied-or-refused per ack, in order."""
     if not acks:
         return []
-    columns = [list(col) for col in zip(*(_row(a) for a in acks), strict=True)]
+    columns = arrays.columns([_row(a) for a in acks], _ENCODERS)
     row = cur.execute(_ACK, (now, *columns)).fetchone()
     return [bool(ok) for ok in row[0]] if row else [False] * len(acks)

@@ -25,9 +25,15 @@ Cursor = psycopg.Cursor[Any]
 Move = tuple[str, "str | None", "str | None"]
 
 TERMINAL_SUM = "n_succeeded + n_failed + n_dead + n_cancelled"
+# A batch's stored n_pending counts its pending and active jobs together (a lease does not
+# write the batch's row: migrations/003_hot_path.sql); the active ones are counted on
+# jobs_batch, at most the workers' slots. Read as ``SELECT {BATCH_COLUMNS} FROM {BATCH_FROM}``.
+BATCH_FROM = ("batches CROSS JOIN LATERAL (SELECT count(*)::integer AS running FROM jobs "
+              "WHERE jobs.batch_id = batches.id AND jobs.state = 'active') AS a")
+_COUNTED = {"pending": "n_pending - a.running", "active": "a.running"}
 BATCH_COLUMNS = (
     "id, description, meta, created_at, total, closed, cancelled, started_at, finished_at, "
-    "callbacks_fired, " + ", ".join(f"n_{s.value}" for s in ALL_STATES)
+    "callbacks_fired, " + ", ".join(_COUNTED.get(s.value, f"n_{s.value}") for s in ALL_STATES)
 )
 
 

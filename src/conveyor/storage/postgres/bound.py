@@ -8,9 +8,11 @@ transaction: they exist if and only if it commits, and the NOTIFY that wakes the
 delivered at that commit (PostgreSQL holds back the notifications of a transaction until it
 commits and drops them when it rolls back).
 
-The connection's ``search_path`` is the application's: each write sets it to conveyor's schema
-for its own statements only (``set_config(…, is_local => true)``) and puts the previous value
-back, so the application's unqualified names mean what they meant before. No savepoint is
+The connection's ``search_path`` is the application's. An enqueue is one statement naming
+conveyor's schema (``SELECT * FROM "conveyor".enqueue(…)``; the function sets its own path),
+so it costs one round trip. The rarer batch writes (create, close) set the path to conveyor's
+schema for their own statements only (``set_config(…, is_local => true)``) and put the
+previous value back, pipelined with them. No savepoint is
 taken: a savepoint per enqueue would give a transaction that enqueues hundreds of jobs as many
 subtransactions (past 64, every snapshot on the server gets slower). A statement of conveyor's
 that fails therefore fails the application's transaction, as any of its own statements would.
@@ -150,10 +152,16 @@ class BoundDatabase(Database):
 
     @contextmanager
     def call(self) -> Iterator[psycopg.Cursor[Any]]:
-        """As ``write``: on the application's connection a server-side function call joins
-        its transaction (and runs with conveyor's ``search_path``) like any statement."""
-        with self.write() as cur:
-            yield cur
+        """A cursor on the application's connection for one call of a server-side function
+        named with its schema (``"conveyor".enqueue(…)``): one statement of the application's
+        transaction, one round trip, its ``search_path`` left alone (the function sets its
+        own). On an autocommit connection outside a transaction block the statement is its
+        own transaction."""
+        conn = self._conn
+        with self.outages():
+            usable(conn, self.where)
+            with conn.cursor(row_factory=tuple_row) as cur:
+                yield cur
 
     def read(self) -> psycopg.Connection[Any]:
         """Refused: conveyor reads through its own connections."""

@@ -23,6 +23,12 @@ from conveyor.storage.rules import CANCELLED_WHILE_WAITING
 
 WORKER_TTL = 60.0
 _SERVER_NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"
+# One count per state, each over the partial index that holds that state's jobs (a single
+# `state IN (...)` would read the whole table, finished jobs included).
+_SIZES = " UNION ALL ".join(
+    f"SELECT queue, state, count(*) FROM jobs WHERE {where} GROUP BY queue, state"
+    for where in ("state = 'pending'", "state = 'active'", "state IN ('scheduled', 'retrying')",
+                  "state = 'dead'"))
 CANCEL_CHUNK = 500  # jobs per cancel_batch transaction: row locks held briefly
 _KNOWN_SET = frozenset(s.value for s in ALL_STATES)
 _KNOWN = ", ".join(f"'{s.value}'" for s in ALL_STATES)
@@ -66,10 +72,7 @@ class PostgresInspector(PostgresFlow):
         now = self.now()
         today = time.strftime("%Y-%m-%d", time.gmtime(now))
         sizes: dict[tuple[str, str], int] = {
-            (q, s): n for q, s, n in db.execute(
-                "SELECT queue, state, count(*) FROM jobs WHERE state IN "
-                "('pending', 'scheduled', 'active', 'retrying', 'dead') GROUP BY queue, state"
-            )
+            (q, s): n for q, s, n in db.execute(_SIZES)
         }
         totals = {q: (p, f) for q, p, f in db.execute(
             "SELECT queue, sum(processed), sum(failed) + sum(dead) FROM job_totals GROUP BY queue"
@@ -234,7 +237,7 @@ class PostgresInspector(PostgresFlow):
     def get_batch(self, batch_id: str) -> BatchStatus | None:
         """Counters and timings of a batch."""
         row = self._db.read().execute(
-            f"SELECT {batches.BATCH_COLUMNS} FROM batches WHERE id = %s", (batch_id,)
+            f"SELECT {batches.BATCH_COLUMNS} FROM {batches.BATCH_FROM} WHERE id = %s", (batch_id,)
         ).fetchone()
         return batches.status_from_row(row) if row else None
 
@@ -242,7 +245,7 @@ class PostgresInspector(PostgresFlow):
     def list_batches(self, offset: int = 0, limit: int = 50) -> list[BatchStatus]:
         """Batches, newest first."""
         rows = self._db.read().execute(
-            f"SELECT {batches.BATCH_COLUMNS} FROM batches "
+            f"SELECT {batches.BATCH_COLUMNS} FROM {batches.BATCH_FROM} "
             "ORDER BY created_at DESC, seq DESC LIMIT %s OFFSET %s",
             (limit, offset),
         ).fetchall()

@@ -15,7 +15,7 @@ import psycopg
 
 from conveyor.errors import BatchClosedError, BatchNotFound
 from conveyor.job import EnqueueResult, FlowControl, JobRecord, JobSpec, JobState, decode_events
-from conveyor.storage.postgres import batches
+from conveyor.storage.postgres import arrays, batches
 from conveyor.storage.postgres.text import dec, enc_opt
 from conveyor.storage.records import JobBlock
 from conveyor.storage.rules import validate_flow
@@ -35,7 +35,15 @@ _ENQUEUE = (
 )
 
 
-def _columns(specs: Sequence[JobSpec]) -> list[list[Any]]:
+# The ``enqueue`` function's arrays after ``p_now``, in its order (``arrays.py``).
+_ENCODERS: tuple[arrays.Encoder, ...] = (
+    arrays.texts, arrays.texts, arrays.texts, arrays.texts, arrays.ints, arrays.floats,
+    arrays.floats, arrays.floats, arrays.texts, arrays.texts, arrays.texts, arrays.floats,
+    arrays.texts, arrays.ints, arrays.texts, arrays.texts, arrays.ints, arrays.floats,
+)
+
+
+def _columns(specs: Sequence[JobSpec]) -> list[str]:
     """The ``enqueue`` function's arrays for ``specs`` (flow control checked here)."""
     rows = []
     for spec in specs:
@@ -49,7 +57,7 @@ def _columns(specs: Sequence[JobSpec]) -> list[list[Any]]:
             fc.unique_for, enc_opt(fc.concurrency_key), fc.concurrency_limit,
             enc_opt(fc.order_key), enc_opt(fc.rate_key), fc.rate_limit, fc.rate_period,
         ))
-    return [list(col) for col in zip(*rows, strict=True)]
+    return arrays.columns(rows, _ENCODERS)
 
 
 def _call(schema: str | None) -> str:
@@ -82,12 +90,13 @@ def insert_block(cur: Cursor, now: float | None, block: JobBlock,
     nones: list[None] = [None] * n
     zeros = [0] * n
     columns = [
-        list(block.ids), [block.name] * n, [block.queue] * n, list(block.payloads),
+        block.ids, [block.name] * n, [block.queue] * n, block.payloads,
         [block.max_retries] * n, [block.timeout] * n, [block.deadline] * n, [block.run_at] * n,
         [block.batch_id] * n, nones, nones, nones, nones, zeros, nones, nones, zeros,
         [0.0] * n,
     ]
-    return _results(cur.execute(_call(schema), (now, *columns)).fetchall())
+    literals = [encode(column) for encode, column in zip(_ENCODERS, columns, strict=True)]
+    return _results(cur.execute(_call(schema), (now, *literals)).fetchall())
 
 
 def _results(rows: Sequence[tuple[Any, ...]]) -> list[EnqueueResult]:

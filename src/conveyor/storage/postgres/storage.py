@@ -27,7 +27,7 @@ from conveyor.job import (
 )
 from conveyor.storage.base import WaitsThenDequeues
 from conveyor.storage.postgres import acks as ack_sql
-from conveyor.storage.postgres import jobs
+from conveyor.storage.postgres import arrays, jobs
 from conveyor.storage.postgres.bound import Binder
 from conveyor.storage.postgres.connection import Database, Settings, parse_postgres_url, reads
 from conveyor.storage.postgres.migrate import migrate
@@ -73,6 +73,9 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
     def __init__(self, settings: Settings, db: Database, clock: Clock | None) -> None:
         super().__init__(db, clock)
         self.url = settings.url
+        # Enqueues name the schema: on a bound storage (``bind``) they run on the
+        # application's connection, whose search_path is its own.
+        self._schema = settings.schema
         self._listener = Listener(settings, db.where)
         self._binder = Binder(db)
 
@@ -85,7 +88,7 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
         for start in range(0, len(specs), ENQUEUE_CHUNK):
             chunk = specs[start:start + ENQUEUE_CHUNK]
             with self._db.call() as cur:
-                results.extend(jobs.insert(cur, self._clock_arg(), chunk))
+                results.extend(jobs.insert(cur, self._clock_arg(), chunk, self._schema))
         return results
 
     def enqueue_block(self, block: JobBlock) -> list[EnqueueResult]:
@@ -96,7 +99,7 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
             chunk = replace(block, ids=block.ids[start:end], payloads=block.payloads[start:end],
                             flows=None if block.flows is None else block.flows[start:end])
             with self._db.call() as cur:
-                results.extend(jobs.insert_block(cur, self._clock_arg(), chunk))
+                results.extend(jobs.insert_block(cur, self._clock_arg(), chunk, self._schema))
         return results
 
     def dequeue(
@@ -107,7 +110,7 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
         if count <= 0 or not queues:
             return []
         with self._db.call() as cur:
-            rows = cur.execute(_DEQUEUE, (self._clock_arg(), list(dict.fromkeys(queues)),
+            rows = cur.execute(_DEQUEUE, (self._clock_arg(), arrays.texts(dict.fromkeys(queues)),
                                           enc(worker_id), count, lease_seconds)).fetchall()
         return [_leased(row) for row in rows]
 
@@ -148,8 +151,8 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
         ids = sorted(leases)
         with self._db.call() as cur:
             rows = cur.execute(_HEARTBEAT, (
-                self._clock_arg(), enc(info.id), json.dumps(info.to_wire()), ids,
-                [leases[i] for i in ids], lease_seconds)).fetchall()
+                self._clock_arg(), enc(info.id), json.dumps(info.to_wire()), arrays.texts(ids),
+                arrays.texts(leases[i] for i in ids), lease_seconds)).fetchall()
         held = [(job_id, cancel) for _, job_id, cancel in rows if job_id is not None]
         return HeartbeatReply(
             lost=frozenset(set(leases) - {job_id for job_id, _ in held}),

@@ -1,0 +1,100 @@
+"""The hot path's statements on PostgreSQL use the indexes made for them, whatever the
+planner's statistics say, and those indexes hold no finished job.
+
+Plans are read with ``auto_explain`` (its output sent to the client as notices), from inside
+the server-side functions, on a table that was never analyzed: the state of a fresh schema,
+or of one a big enqueue has just filled, when a worker's connection plans its statements
+once for its whole life.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
+
+LIVE = ("pending", "active", "scheduled", "retrying")
+FINISHED = ("succeeded", "failed", "dead", "cancelled")
+
+
+@pytest.fixture
+def store(postgres_server: Any) -> Iterator[PostgresStorage]:
+    storage = open_postgres(f"{postgres_server.url}?schema=h{uuid.uuid4().hex[:10]}")
+    yield storage
+    storage.close()
+
+
+def _conn(store: PostgresStorage) -> psycopg.Connection[Any]:
+    settings = store._db.settings
+    conn = psycopg.connect(settings.conninfo, autocommit=True)
+    conn.execute(f'SET search_path TO "{settings.schema}"')
+    return conn
+
+
+def _plans(conn: psycopg.Connection[Any], statement: str) -> list[str]:
+    """The plan of every statement ``statement`` runs, nested ones included."""
+    plans: list[str] = []
+    conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+    conn.execute("LOAD 'auto_explain'")
+    for setting in ("log_min_duration = 0", "log_nested_statements = on",
+                    "log_level = notice"):
+        conn.execute(f"SET auto_explain.{setting}")
+    conn.execute(statement)
+    return plans
+
+
+def test_a_lease_walks_the_ready_index_on_a_table_never_analyzed(
+        store: PostgresStorage) -> None:
+    with _conn(store) as conn:  # as many pending jobs as made the planner sort them all
+        conn.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
+        conn.execute("INSERT INTO jobs (id, name, queue, payload, state, created_at, ready_at) "
+                     "SELECT 'j' || g, 't.x', 'default', '[]', 'pending', g, g "
+                     "FROM generate_series(1, 60000) AS g")
+    with _conn(store) as conn:
+        assert conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass"
+                            ).fetchone() == (-1,)  # never analyzed
+        plans = _plans(conn, "SELECT * FROM dequeue(NULL, ARRAY['default'], 'w1', 8, 30)")
+    lease = [p for p in plans if "SKIP LOCKED" in p and "ready_at" in p]
+    assert lease, plans
+    assert "jobs_ready" in lease[0] and "Sort" not in lease[0], lease[0]
+
+
+def test_only_the_primary_key_sequence_and_batch_indexes_hold_finished_jobs(
+        store: PostgresStorage) -> None:
+    """Every other index of ``jobs`` is partial over live states (or, ``jobs_done``, over
+    the finished ones only: trimming and counting them), so leasing and acknowledging walk
+    indexes whose size does not grow with the finished jobs the table keeps."""
+    with _conn(store) as conn:
+        rows = conn.execute(
+            "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'jobs'::regclass"
+        ).fetchall()
+    whole = {name for name, predicate in rows if predicate is None}
+    assert whole == {"jobs_pkey", "jobs_seq"}
+    partial = {name: predicate for name, predicate in rows if predicate is not None}
+    assert "batch_id IS NOT NULL" in partial.pop("jobs_batch")
+    done = partial.pop("jobs_done")
+    assert all(f"'{state}'" in done for state in FINISHED), done
+    assert not any(f"'{state}'" in done for state in LIVE), done
+    for name, predicate in partial.items():
+        assert any(f"'{state}'" in predicate for state in LIVE), (name, predicate)
+        assert not any(f"'{s}'" in predicate for s in FINISHED), (name, predicate)
+
+
+def test_the_jobs_table_is_vacuumed_after_a_fixed_number_of_changes(
+        store: PostgresStorage) -> None:
+    """Not after a share of the table: that share grows with the finished jobs kept, and
+    the leased jobs' entries at the head of jobs_ready with it (migrations/003_hot_path.sql)."""
+    with _conn(store) as conn:
+        row = conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'jobs'::regclass"
+                           ).fetchone()
+    assert row is not None
+    options = dict(option.split("=") for option in row[0])
+    assert options["autovacuum_vacuum_scale_factor"] == "0"
+    assert options["autovacuum_vacuum_insert_scale_factor"] == "0"
+    assert int(options["autovacuum_vacuum_threshold"]) <= 10000
