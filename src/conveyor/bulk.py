@@ -8,9 +8,12 @@ ids from the same sequence, the same records. Per ``BLOCK_SIZE`` items it encode
 once and hands the block to ``Storage.enqueue_block``. An item that raises stops the call
 after the items before it are stored, as ``push_many`` does.
 
-``stored`` overlaps the two halves: while a thread of the client's ``Writers`` stores
-block k (a script call, a transaction), the caller's thread reads and encodes block k+1,
-so the storage's own time per block is hidden behind the client's instead of added to it.
+``stored`` overlaps the two halves: while the storage stores block k, the caller's thread
+reads and encodes block k+1, so the storage's own time per block is hidden behind the
+client's instead of added to it. A storage that ``SendsBlocks`` (Redis) writes block k's
+script call to a connection and reads the reply when block k+1 is ready; any other runs
+``enqueue_block`` in a thread of the client's ``Writers`` (a transaction, on SQLite one
+that releases the GIL while it works).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import suppress
 from itertools import islice
 from typing import Any
 
@@ -29,7 +33,8 @@ from conveyor.options import JobOptions
 from conveyor.refs import JobLookup, JobRef
 from conveyor.registry import check_importable, split_item
 from conveyor.serializer import encode_arg_lists, encode_args
-from conveyor.storage.records import JobBlock
+from conveyor.storage.base import Sent
+from conveyor.storage.records import BlockResults, JobBlock
 from conveyor.text import check_name
 
 __all__ = ["BLOCK_SIZE", "Writers", "blocks", "refs_of", "stored"]
@@ -124,8 +129,8 @@ class Writers:
         self._pool: ThreadPoolExecutor | None = None
         self._pid = os.getpid()
 
-    def submit(self, store: Callable[[JobBlock], list[EnqueueResult]],
-               block: JobBlock) -> Future[list[EnqueueResult]]:
+    def submit(self, store: Callable[[JobBlock], Sequence[EnqueueResult]],
+               block: JobBlock) -> Future[Sequence[EnqueueResult]]:
         """Store ``block`` in one of the threads."""
         if self._pid != os.getpid():
             # A forked child, where only this thread runs: the lock may have been held by a
@@ -146,37 +151,47 @@ class Writers:
 
 def stored(
     pairs: Iterable[tuple[JobBlock | None, BaseException | None]],
-    store: Callable[[JobBlock], list[EnqueueResult]],
+    store: Callable[[JobBlock], Sequence[EnqueueResult]],
+    send: Callable[[JobBlock], Sent],
     before: Callable[[JobBlock], None],
-    writers: Writers,
-) -> Iterator[list[EnqueueResult]]:
-    """The results of ``store`` for each block of ``pairs`` (``blocks``' output), in order;
-    then the item's error, if one came, once every block before it is stored.
+) -> Iterator[Sequence[EnqueueResult]]:
+    """The results of storing each block of ``pairs`` (``blocks``' output), in order; then
+    the item's error, if one came, once every block before it is stored.
 
-    A full block (more may follow) is stored by one of ``writers`` while the next one is
-    built; at most one block is in flight, so memory stays bounded. ``before`` runs in the
-    caller's thread right before a block is handed on, after the one before it is stored.
-    An error of ``store`` is raised here, and nothing after that block is stored.
+    A full block (more may follow) is handed to ``send`` (``SendsBlocks.send_block``, or
+    ``enqueue_block`` in a thread of the client's ``Writers``) and stored while the next one
+    is built; the last one goes to ``store``. At most one block is in flight, so memory stays
+    bounded: block k+1 is sent once block k is stored, and only then are block k's results
+    yielded, so the caller's work on them overlaps the storing of block k+1. ``before`` runs
+    right before a block is handed on, after the one before it is stored. An error of the
+    storage is raised here, and nothing after that block is stored.
     """
-    pending: Future[list[EnqueueResult]] | None = None
+    pending: Sent | None = None
     try:
         for block, error in pairs:
+            done = None
             if pending is not None:
-                yield pending.result()
-                pending = None
+                sent, pending = pending, None  # an error of its own is not waited for again
+                done = sent.result()
             if block is not None:
                 before(block)
                 if error is None and len(block) >= BLOCK_SIZE:
-                    pending = writers.submit(store, block)
+                    pending = send(block)
                 else:
-                    yield store(block)
+                    if done is not None:
+                        yield done
+                    done = store(block)
+            if done is not None:
+                yield done
             if error is not None:
                 raise error
         if pending is not None:
-            yield pending.result()
+            sent, pending = pending, None
+            yield sent.result()
     finally:
         if pending is not None:  # abandoned by the caller: still wait for what was sent
-            wait([pending])
+            with suppress(Exception):
+                pending.result()
 
 
 def _pair(item: tuple[Any, ...]) -> bool:
@@ -184,6 +199,8 @@ def _pair(item: tuple[Any, ...]) -> bool:
     return len(item) == 2 and isinstance(item[0], (list, tuple)) and isinstance(item[1], Mapping)
 
 
-def refs_of(results: list[EnqueueResult], source: JobLookup) -> list[JobRef]:
+def refs_of(results: Sequence[EnqueueResult], source: JobLookup) -> list[JobRef]:
     """A ``JobRef`` per stored job."""
+    if isinstance(results, BlockResults) and results.all_created:
+        return [JobRef(job_id, True, source) for job_id in results.ids]
     return [JobRef(r.id, r.created, source) for r in results]

@@ -29,6 +29,7 @@ from conveyor.refs import JobLookup, JobRef
 from conveyor.registry import JobFunction, Registry, check_importable, split_item
 from conveyor.serializer import DEFAULT_MAX_PAYLOAD
 from conveyor.storage import Backend, Storage
+from conveyor.storage.base import SendsBlocks
 
 # EnqueueDraft, build_spec, run_at_from, JobLookup and JobRef lived here before draft.py and
 # refs.py; they stay importable from here, where client middleware has been importing them.
@@ -173,7 +174,9 @@ class Client:
                        batch_id=scope.id if scope is not None else None)
         # Inside a batch block its buffered jobs are stored first, and the block's counted.
         before = (lambda block: scope.reserve(len(block))) if scope is not None else _nothing
-        for results in stored(pairs, storage.enqueue_block, before, self._writers):
+        send = (storage.send_block if isinstance(storage, SendsBlocks)
+                else partial(self._writers.submit, storage.enqueue_block))
+        for results in stored(pairs, storage.enqueue_block, send, before):
             count += len(results)
             if return_refs:
                 refs += refs_of(results, self)

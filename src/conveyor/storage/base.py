@@ -204,6 +204,30 @@ class Storage(Protocol):
         ...
 
 
+class Sent(Protocol):
+    """A block on its way to the storage (``SendsBlocks.send_block``)."""
+
+    def result(self) -> Sequence[EnqueueResult]:
+        """Wait until the block is stored and return its results (or raise its error)."""
+        ...
+
+
+@runtime_checkable
+class SendsBlocks(Protocol):
+    """A storage that can store a block while its caller builds the next one, without a
+    thread (Redis: the script call is written to the connection, its reply read later).
+
+    The client's bulk path uses ``send_block`` when the storage has it, and otherwise runs
+    ``enqueue_block`` in a thread of its own. Between ``send_block`` and ``result()`` the
+    caller sends no other block, so blocks are stored in order, one after the other.
+    """
+
+    def send_block(self, block: JobBlock) -> Sent:
+        """Start storing ``block`` as ``Storage.enqueue_block`` does; the rest happens in
+        ``result()``, which the caller always calls (an error is raised there)."""
+        ...
+
+
 class RefusesTransactions:
     """``Storage.bind`` for backends that are not the application's database (memory,
     SQLite, Redis): a job cannot be part of a transaction on another server."""

@@ -23,9 +23,10 @@ from typing import Any
 
 from conveyor.errors import BatchClosedError, BatchNotFound
 from conveyor.job import ALL_STATES, EnqueueResult, JobSpec, JobState
-from conveyor.storage.records import JobBlock
+from conveyor.storage.records import BlockResults, JobBlock
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.base import Move, RedisBase
+from conveyor.storage.redis.pipeline import Call, Done, Sent
 
 log = logging.getLogger("conveyor.storage.redis")
 
@@ -87,30 +88,33 @@ class RedisBatches(RedisBase):
         return done
 
     def enqueue_block(self, block: JobBlock) -> list[EnqueueResult]:
-        """Store a block: per chunk, batch membership first, then one enqueue.lua call in its
-        "block" layout (ids and static JSONs sent as two joined strings). A block with flow
-        control, or with ids that cannot be joined, is stored spec by spec instead."""
-        if (block.flows is not None and any(block.flows)) or not codec.joinable(block.ids):
-            return self.enqueue_specs(block.specs())
+        """Store a block (``send_block``, then its results)."""
+        return list(self.send_block(block).result())
+
+    def send_block(self, block: JobBlock) -> Sent | Done:
+        """Start storing a block: per chunk, batch membership first, then one enqueue.lua
+        call in its "block" layout (the ids, then the static JSONs). The last chunk's call
+        is in flight when this returns (``pipeline.py``): ``result()`` reads it. A block
+        with flow control, an id twice, or (in a batch) ids that cannot be joined by
+        newlines is stored spec by spec instead."""
+        if ((block.flows is not None and any(block.flows)) or not codec.distinct(block.ids)
+                or (block.batch_id and not codec.joinable(block.ids))):
+            return Done(self.enqueue_specs(block.specs()))
         qk = self.register_queue(block.queue)
         shared = codec.block_args(block)
         joins = self._state_at(block.run_at, block.queue) if block.batch_id else ""
-        results: list[EnqueueResult] = []
+        done: list[BlockResults] = []
+        last: Call | None = None
         for start in range(0, len(block), ENQUEUE_CHUNK):
+            if last is not None:  # one chunk at a time, in order
+                done.append(last.result())
             ids = block.ids[start:start + ENQUEUE_CHUNK]
             if block.batch_id:
                 self._join_batch(block.batch_id, joins, ids)
-            reply = self.scripts.run("enqueue", qk, [
-                self.now_arg(), block.queue, "block", *shared, "\n".join(ids),
-                codec.block_statics(block, start, start + ENQUEUE_CHUNK)])
-            codes = str(reply)  # one character per job
-            if "0" in codes or len(codes) != len(ids):
-                results += [EnqueueResult(job_id, code == "1")
-                            for job_id, code in zip(ids, codes, strict=True)]
-            else:
-                results += [EnqueueResult(job_id, True) for job_id in ids]
-            self.ring(block.queue, codes.count("1"))
-        return results
+            last = Call(self, qk, block.queue, ids, [
+                self.now_arg(), block.queue, "block", *shared, *ids,
+                *codec.block_statics(block, start, start + ENQUEUE_CHUNK)])
+        return Sent(done, last)
 
     def _state_at(self, run_at: float | None, queue: str) -> str:
         """The batch value of a job joining now: "pending:<queue>" or "scheduled:<queue>"."""
