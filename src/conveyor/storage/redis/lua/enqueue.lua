@@ -98,11 +98,8 @@ if BLOCK then
   local packed, when = state_line(ARGV[7], ARGV[4], ARGV[5], ARGV[6], '')
   local fresh = 0
   for j = 1, n do
-    if exists[j] then
-      out[j] = '0'
-    else
+    if not exists[j] then
       local id = ARGV[7 + j]
-      out[j] = '1'
       fresh = fresh + 1
       jobs[2 * fresh - 1], jobs[2 * fresh] = id, ARGV[7 + n + j]
       states[2 * fresh - 1], states[2 * fresh] = id, packed
@@ -124,6 +121,7 @@ if BLOCK then
   bulk('LPUSH', K_PENDING, pending)
   if not when then notify(K_NOTIFY, fresh) end
   if found == 0 then return string.rep('1', n) end
+  for j = 1, n do out[j] = exists[j] and '0' or '1' end
   return table.concat(out)  -- "1"/"0" only: one string, not one per job
 end
 
