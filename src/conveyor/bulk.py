@@ -33,11 +33,11 @@ from conveyor.options import JobOptions
 from conveyor.refs import JobLookup, JobRef
 from conveyor.registry import check_importable, split_item
 from conveyor.serializer import encode_arg_lists, encode_args
-from conveyor.storage.base import Sent
+from conveyor.storage.base import Ready, Sent
 from conveyor.storage.records import BlockResults, JobBlock
 from conveyor.text import check_name
 
-__all__ = ["BLOCK_SIZE", "Writers", "blocks", "refs_of", "stored"]
+__all__ = ["BLOCK_SIZE", "Threaded", "Writers", "blocks", "refs_of", "stored"]
 
 BLOCK_SIZE = 2000
 """Jobs per ``Storage.enqueue_block`` call from the bulk path (bounds the client's memory)."""
@@ -149,34 +149,47 @@ class Writers:
             pool.shutdown(wait=True)
 
 
+class Threaded:
+    """A block ``Writers`` will store (the ``Ready`` of a storage without ``prepare_block``)."""
+
+    def __init__(self, writers: Writers, store: Callable[[JobBlock], Sequence[EnqueueResult]],
+                 block: JobBlock) -> None:
+        self.writers, self.store, self.block = writers, store, block
+
+    def send(self) -> Future[Sequence[EnqueueResult]]:
+        """Hand the block to a thread."""
+        return self.writers.submit(self.store, self.block)
+
+
 def stored(
     pairs: Iterable[tuple[JobBlock | None, BaseException | None]],
     store: Callable[[JobBlock], Sequence[EnqueueResult]],
-    send: Callable[[JobBlock], Sent],
+    prepare: Callable[[JobBlock], Ready],
     before: Callable[[JobBlock], None],
 ) -> Iterator[Sequence[EnqueueResult]]:
     """The results of storing each block of ``pairs`` (``blocks``' output), in order; then
     the item's error, if one came, once every block before it is stored.
 
-    A full block (more may follow) is handed to ``send`` (``SendsBlocks.send_block``, or
-    ``enqueue_block`` in a thread of the client's ``Writers``) and stored while the next one
-    is built; the last one goes to ``store``. At most one block is in flight, so memory stays
-    bounded: block k+1 is sent once block k is stored, and only then are block k's results
-    yielded, so the caller's work on them overlaps the storing of block k+1. ``before`` runs
-    right before a block is handed on, after the one before it is stored. An error of the
-    storage is raised here, and nothing after that block is stored.
+    Each block but one an item's error cut short is made ready (``prepare``:
+    ``SendsBlocks.prepare_block``, or a ``Threaded``) while the block before it is stored,
+    then sent the moment that one's results are in; only then are those results yielded, so
+    the caller's work on them overlaps the storing of the next block. At most one block is
+    in flight, so memory stays bounded. ``before`` runs right before a block is sent, after
+    the one before it is stored. An error of the storage is raised here, and nothing after
+    that block is sent.
     """
     pending: Sent | None = None
     try:
         for block, error in pairs:
+            ready = prepare(block) if block is not None and error is None else None
             done = None
             if pending is not None:
                 sent, pending = pending, None  # an error of its own is not waited for again
                 done = sent.result()
             if block is not None:
                 before(block)
-                if error is None and len(block) >= BLOCK_SIZE:
-                    pending = send(block)
+                if ready is not None:
+                    pending = ready.send()
                 else:
                     if done is not None:
                         yield done

@@ -23,10 +23,10 @@ from typing import Any
 
 from conveyor.errors import BatchClosedError, BatchNotFound
 from conveyor.job import ALL_STATES, EnqueueResult, JobSpec, JobState
-from conveyor.storage.records import BlockResults, JobBlock
+from conveyor.storage.records import JobBlock
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.base import Move, RedisBase
-from conveyor.storage.redis.pipeline import Call, Done, Sent
+from conveyor.storage.redis.pipeline import Ready
 
 log = logging.getLogger("conveyor.storage.redis")
 
@@ -88,33 +88,13 @@ class RedisBatches(RedisBase):
         return done
 
     def enqueue_block(self, block: JobBlock) -> list[EnqueueResult]:
-        """Store a block (``send_block``, then its results)."""
-        return list(self.send_block(block).result())
+        """Store a block: per chunk, batch membership first, then one enqueue.lua call in
+        its "block" layout (the ids, then the static JSONs); see ``pipeline.Ready``."""
+        return list(self.prepare_block(block).send().result())
 
-    def send_block(self, block: JobBlock) -> Sent | Done:
-        """Start storing a block: per chunk, batch membership first, then one enqueue.lua
-        call in its "block" layout (the ids, then the static JSONs). The last chunk's call
-        is in flight when this returns (``pipeline.py``): ``result()`` reads it. A block
-        with flow control, an id twice, or (in a batch) ids that cannot be joined by
-        newlines is stored spec by spec instead."""
-        if ((block.flows is not None and any(block.flows)) or not codec.distinct(block.ids)
-                or (block.batch_id and not codec.joinable(block.ids))):
-            return Done(self.enqueue_specs(block.specs()))
-        qk = self.register_queue(block.queue)
-        shared = codec.block_args(block)
-        joins = self._state_at(block.run_at, block.queue) if block.batch_id else ""
-        done: list[BlockResults] = []
-        last: Call | None = None
-        for start in range(0, len(block), ENQUEUE_CHUNK):
-            if last is not None:  # one chunk at a time, in order
-                done.append(last.result())
-            ids = block.ids[start:start + ENQUEUE_CHUNK]
-            if block.batch_id:
-                self._join_batch(block.batch_id, joins, ids)
-            last = Call(self, qk, block.queue, ids, [
-                self.now_arg(), block.queue, "block", *shared, *ids,
-                *codec.block_statics(block, start, start + ENQUEUE_CHUNK)])
-        return Sent(done, last)
+    def prepare_block(self, block: JobBlock) -> Ready:
+        """A block made ready to store (``SendsBlocks``): its call built, nothing written."""
+        return Ready(self, block, ENQUEUE_CHUNK)
 
     def _state_at(self, run_at: float | None, queue: str) -> str:
         """The batch value of a job joining now: "pending:<queue>" or "scheduled:<queue>"."""

@@ -291,16 +291,16 @@ class Link:
         return self.send(commands, node, errors_in_place)()
 
     def send(self, commands: Sequence[Sequence[Any]], node: ClusterNode | None,
-             errors_in_place: bool = False) -> Callable[[], list[Any]]:
-        """Write ``commands`` now, one attempt, on a connection to ``node`` (None on a single
-        server; on Cluster a node ``same_node`` accepts); the function returned reads their
-        replies (as ``raw_many`` with ``errors_in_place``) and gives the connection back.
-
-        The connection is the caller's until then: the caller works while Redis runs them.
-        """
+             errors_in_place: bool = False, packed: list[bytes] | None = None
+             ) -> Callable[[], list[Any]]:
+        """Write ``commands`` now (``packed``: their wire form, made beforehand), one attempt,
+        on a connection to ``node`` (None on a single server; on Cluster a node ``same_node``
+        accepts); the function returned reads their replies (as ``raw_many`` with
+        ``errors_in_place``) and gives the connection back: until then it is the caller's,
+        who works while Redis runs them."""
         free, conn = self._acquire(node)
         try:
-            conn.send_packed_command(_pack(conn, commands))  # type: ignore[no-untyped-call]
+            conn.send_packed_command(packed or _pack(conn, commands))  # type: ignore[no-untyped-call]
         except BaseException:
             conn.disconnect()  # type: ignore[no-untyped-call]
             free.append(conn)  # reconnects on its next use
