@@ -170,13 +170,13 @@ def stored(
     """The results of storing each block of ``pairs`` (``blocks``' output), in order; then
     the item's error, if one came, once every block before it is stored.
 
-    Each block but one an item's error cut short is made ready (``prepare``:
-    ``SendsBlocks.prepare_block``, or a ``Threaded``) while the block before it is stored,
-    then sent the moment that one's results are in; only then are those results yielded, so
-    the caller's work on them overlaps the storing of the next block. At most one block is
-    in flight, so memory stays bounded. ``before`` runs right before a block is sent, after
-    the one before it is stored. An error of the storage is raised here, and nothing after
-    that block is sent.
+    Each block is made ready (``prepare``: ``SendsBlocks.prepare_block``, or a ``Threaded``)
+    while the block before it is stored, then sent the moment that one's results are in (a
+    block cut short by an item's error is stored there and then, with ``store``); only then
+    are the results of the block before yielded, so the caller's work on them overlaps the
+    storing of the next block. At most one block is in flight and one ready, so memory stays
+    bounded. ``before`` runs right before a block is sent, after the one before it is
+    stored. An error of the storage is raised here, and nothing after that block is sent.
     """
     pending: Sent | None = None
     try:
