@@ -48,25 +48,18 @@ class Ready:
         self.by_spec = bool((block.flows is not None and any(block.flows))
                             or not codec.distinct(block.ids)
                             or (block.batch_id and not codec.joinable(block.ids)))
-        self.first: tuple[list[Any], list[bytes] | None] | None = None
+        self.first: tuple[list[Any], tuple[Any, ...], list[bytes] | None] | None = None
         if not self.by_spec and len(block):
             self.keys = storage.register_queue(block.queue)
             self.shared = codec.block_args(block)
             args = self._args(0)
-            self.first = args, self._packed(args)
+            command = storage.scripts.command("enqueue", self.keys, args)
+            self.first = args, command, _packed(command)
 
     def _args(self, start: int) -> list[Any]:
         block, end = self.block, start + self.chunk
         return [self.storage.now_arg(), block.queue, "block", *self.shared,
                 *block.ids[start:end], *codec.block_statics(block, start, end)]
-
-    def _packed(self, args: list[Any]) -> list[bytes] | None:
-        if _hiredis_pack is None:  # pragma: no cover - hiredis comes with conveyor[redis]
-            return None
-        try:
-            return [_hiredis_pack(self.storage.scripts.command("enqueue", self.keys, args))]
-        except TypeError:  # left for Link.send to report as redis-py would
-            return None
 
     def send(self) -> Sent | Done:
         """Store the block: every chunk but the last one by one, the last one's call left
@@ -83,19 +76,33 @@ class Ready:
             ids = block.ids[start:start + self.chunk]
             if block.batch_id:
                 storage._join_batch(block.batch_id, joins, ids)
-            args, packed = self.first if start == 0 and self.first else (self._args(start), None)
-            last = Call(storage, self.keys, block.queue, ids, args, packed)
+            if start == 0 and self.first is not None:
+                args, command, packed = self.first
+            else:
+                args = self._args(start)
+                command, packed = storage.scripts.command("enqueue", self.keys, args), None
+            last = Call(storage, self.keys, block.queue, ids, args, command, packed)
         return Sent(done, last)
+
+
+def _packed(command: tuple[Any, ...]) -> list[bytes] | None:
+    """The wire form of ``command``, made now (None: ``Link.send`` makes it, or reports why
+    it cannot, as redis-py would)."""
+    if _hiredis_pack is None:  # pragma: no cover - hiredis comes with conveyor[redis]
+        return None
+    try:
+        return [_hiredis_pack(command)]
+    except TypeError:
+        return None
 
 
 class Call:
     """One enqueue.lua call in "block" layout for ``ids``, written when made."""
 
     def __init__(self, storage: RedisBatches, keys: QueueKeys, queue: str, ids: Sequence[str],
-                 args: list[Any], packed: list[bytes] | None) -> None:
+                 args: list[Any], command: tuple[Any, ...], packed: list[bytes] | None) -> None:
         self.storage, self.keys, self.queue, self.ids, self.args = storage, keys, queue, ids, args
         self.read: Callable[[], list[Any]] | None = None
-        command = storage.scripts.command("enqueue", keys, args)
         link = storage.link
         if link.same_node(command):
             node = link.node_of(command) if link.settings.cluster else None
