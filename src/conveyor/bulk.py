@@ -8,9 +8,12 @@ ids from the same sequence, the same records. Per ``BLOCK_SIZE`` items it encode
 once and hands the block to ``Storage.enqueue_block``. An item that raises stops the call
 after the items before it are stored, as ``push_many`` does.
 
-``stored`` overlaps the two halves: while a thread of the client's ``Writers`` stores
-block k (a script call, a transaction), the caller's thread reads and encodes block k+1,
-so the storage's own time per block is hidden behind the client's instead of added to it.
+``stored`` overlaps the two halves: while the storage stores block k, the caller's thread
+reads and encodes block k+1, so the storage's own time per block is hidden behind the
+client's instead of added to it. A storage that ``SendsBlocks`` (Redis) writes block k's
+script call to a connection and reads the reply when block k+1 is ready; any other runs
+``enqueue_block`` in a thread of the client's ``Writers`` (a transaction, on SQLite one
+that releases the GIL while it works).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import suppress
 from itertools import islice
 from typing import Any
 
@@ -29,10 +33,11 @@ from conveyor.options import JobOptions
 from conveyor.refs import JobLookup, JobRef
 from conveyor.registry import check_importable, split_item
 from conveyor.serializer import encode_arg_lists, encode_args
-from conveyor.storage.records import JobBlock
+from conveyor.storage.base import Ready, Sent
+from conveyor.storage.records import BlockResults, JobBlock
 from conveyor.text import check_name
 
-__all__ = ["BLOCK_SIZE", "Writers", "blocks", "refs_of", "stored"]
+__all__ = ["BLOCK_SIZE", "Threaded", "Writers", "blocks", "refs_of", "stored"]
 
 BLOCK_SIZE = 2000
 """Jobs per ``Storage.enqueue_block`` call from the bulk path (bounds the client's memory)."""
@@ -124,8 +129,8 @@ class Writers:
         self._pool: ThreadPoolExecutor | None = None
         self._pid = os.getpid()
 
-    def submit(self, store: Callable[[JobBlock], list[EnqueueResult]],
-               block: JobBlock) -> Future[list[EnqueueResult]]:
+    def submit(self, store: Callable[[JobBlock], Sequence[EnqueueResult]],
+               block: JobBlock) -> Future[Sequence[EnqueueResult]]:
         """Store ``block`` in one of the threads."""
         if self._pid != os.getpid():
             # A forked child, where only this thread runs: the lock may have been held by a
@@ -144,39 +149,62 @@ class Writers:
             pool.shutdown(wait=True)
 
 
+class Threaded:
+    """A block ``Writers`` will store (the ``Ready`` of a storage without ``prepare_block``)."""
+
+    def __init__(self, writers: Writers, store: Callable[[JobBlock], Sequence[EnqueueResult]],
+                 block: JobBlock) -> None:
+        self.writers, self.store, self.block = writers, store, block
+
+    def send(self) -> Future[Sequence[EnqueueResult]]:
+        """Hand the block to a thread."""
+        return self.writers.submit(self.store, self.block)
+
+
 def stored(
     pairs: Iterable[tuple[JobBlock | None, BaseException | None]],
-    store: Callable[[JobBlock], list[EnqueueResult]],
+    store: Callable[[JobBlock], Sequence[EnqueueResult]],
+    prepare: Callable[[JobBlock], Ready],
     before: Callable[[JobBlock], None],
-    writers: Writers,
-) -> Iterator[list[EnqueueResult]]:
-    """The results of ``store`` for each block of ``pairs`` (``blocks``' output), in order;
-    then the item's error, if one came, once every block before it is stored.
+) -> Iterator[Sequence[EnqueueResult]]:
+    """The results of storing each block of ``pairs`` (``blocks``' output), in order; then
+    the item's error, if one came, once every block before it is stored.
 
-    A full block (more may follow) is stored by one of ``writers`` while the next one is
-    built; at most one block is in flight, so memory stays bounded. ``before`` runs in the
-    caller's thread right before a block is handed on, after the one before it is stored.
-    An error of ``store`` is raised here, and nothing after that block is stored.
+    Each block is made ready (``prepare``: ``SendsBlocks.prepare_block``, or a ``Threaded``)
+    while the block before it is stored, then sent the moment that one's results are in (a
+    block cut short by an item's error is stored there and then, with ``store``); only then
+    are the results of the block before yielded, so the caller's work on them overlaps the
+    storing of the next block. At most one block is in flight and one ready, so memory stays
+    bounded. ``before`` runs right before a block is sent, after the one before it is
+    stored. An error of the storage is raised here, and nothing after that block is sent.
     """
-    pending: Future[list[EnqueueResult]] | None = None
+    pending: Sent | None = None
     try:
         for block, error in pairs:
+            ready = prepare(block) if block is not None and error is None else None
+            done = None
             if pending is not None:
-                yield pending.result()
-                pending = None
+                sent, pending = pending, None  # an error of its own is not waited for again
+                done = sent.result()
             if block is not None:
                 before(block)
-                if error is None and len(block) >= BLOCK_SIZE:
-                    pending = writers.submit(store, block)
+                if ready is not None:
+                    pending = ready.send()
                 else:
-                    yield store(block)
+                    if done is not None:
+                        yield done
+                    done = store(block)
+            if done is not None:
+                yield done
             if error is not None:
                 raise error
         if pending is not None:
-            yield pending.result()
+            sent, pending = pending, None
+            yield sent.result()
     finally:
         if pending is not None:  # abandoned by the caller: still wait for what was sent
-            wait([pending])
+            with suppress(Exception):
+                pending.result()
 
 
 def _pair(item: tuple[Any, ...]) -> bool:
@@ -184,6 +212,8 @@ def _pair(item: tuple[Any, ...]) -> bool:
     return len(item) == 2 and isinstance(item[0], (list, tuple)) and isinstance(item[1], Mapping)
 
 
-def refs_of(results: list[EnqueueResult], source: JobLookup) -> list[JobRef]:
+def refs_of(results: Sequence[EnqueueResult], source: JobLookup) -> list[JobRef]:
     """A ``JobRef`` per stored job."""
+    if isinstance(results, BlockResults) and results.all_created:
+        return [JobRef(job_id, True, source) for job_id in results.ids]
     return [JobRef(r.id, r.created, source) for r in results]

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, Literal, overload
 
-from conveyor.bulk import Writers, blocks, refs_of, stored
+from conveyor.bulk import Threaded, Writers, blocks, refs_of, stored
 from conveyor.clock import SYSTEM_CLOCK, Clock
 from conveyor.context import current_batch
 from conveyor.draft import EnqueueDraft, build_spec, run_at_from
@@ -29,6 +29,7 @@ from conveyor.refs import JobLookup, JobRef
 from conveyor.registry import JobFunction, Registry, check_importable, split_item
 from conveyor.serializer import DEFAULT_MAX_PAYLOAD
 from conveyor.storage import Backend, Storage
+from conveyor.storage.base import SendsBlocks
 
 # EnqueueDraft, build_spec, run_at_from, JobLookup and JobRef lived here before draft.py and
 # refs.py; they stay importable from here, where client middleware has been importing them.
@@ -173,7 +174,9 @@ class Client:
                        batch_id=scope.id if scope is not None else None)
         # Inside a batch block its buffered jobs are stored first, and the block's counted.
         before = (lambda block: scope.reserve(len(block))) if scope is not None else _nothing
-        for results in stored(pairs, storage.enqueue_block, before, self._writers):
+        prepare = (storage.prepare_block if isinstance(storage, SendsBlocks)
+                   else partial(Threaded, self._writers, storage.enqueue_block))
+        for results in stored(pairs, storage.enqueue_block, prepare, before):
             count += len(results)
             if return_refs:
                 refs += refs_of(results, self)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import multiprocessing
 import re
+import time
 
+import pytest
+
+from conveyor import ids
 from conveyor.ids import new_id, new_ids
 
 
@@ -37,3 +41,15 @@ def test_ids_made_in_bulk_continue_the_same_sequence() -> None:
     assert len(ids) == 5003 and len(set(ids)) == len(ids)
     assert ids == sorted(ids)
     assert all(re.fullmatch(r"[0-9a-f]{24}", i) for i in ids)
+
+
+def test_ids_made_in_bulk_are_those_new_id_makes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Past a run of 256 (the last two hex digits wrap) and past the end of the random part
+    # (the millisecond moves on): a clock read in the past leaves both to the sequence.
+    monkeypatch.setattr(ids._ids, "ms", int(time.time() * 1000) + 60_000)
+    monkeypatch.setattr(ids._ids, "rand", ids._RAND_MAX - 700)
+    one_by_one = [new_id() for _ in range(1_000)]
+    monkeypatch.setattr(ids._ids, "ms", ids._ids.ms - 1)
+    monkeypatch.setattr(ids._ids, "rand", ids._RAND_MAX - 700)
+    assert new_ids(1_000) == one_by_one
+    assert one_by_one[700][:12] != one_by_one[699][:12]  # the millisecond moved on there

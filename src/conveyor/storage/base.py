@@ -204,6 +204,39 @@ class Storage(Protocol):
         ...
 
 
+class Sent(Protocol):
+    """A block on its way to the storage (``Ready.send``)."""
+
+    def result(self) -> Sequence[EnqueueResult]:
+        """Wait until the block is stored and return its results (or raise its error)."""
+        ...
+
+
+class Ready(Protocol):
+    """A block made ready to store (``SendsBlocks.prepare_block``)."""
+
+    def send(self) -> Sent:
+        """Start storing the block as ``Storage.enqueue_block`` does; the rest happens in
+        ``result()``, which the caller always calls (an error is raised there or here)."""
+        ...
+
+
+@runtime_checkable
+class SendsBlocks(Protocol):
+    """A storage that stores a block while its caller builds the next one, without a
+    thread (Redis: the script call is written to the connection, its reply read later).
+
+    The client's bulk path makes block k+1 ready while block k is stored, and sends it once
+    block k's results are in: blocks are stored one after the other, in order. A storage
+    without ``prepare_block`` has ``enqueue_block`` run in a thread of the client's own.
+    """
+
+    def prepare_block(self, block: JobBlock) -> Ready:
+        """Do what storing ``block`` needs before anything is written (encoding, packing),
+        so that it can be sent the moment the block before it is stored."""
+        ...
+
+
 class RefusesTransactions:
     """``Storage.bind`` for backends that are not the application's database (memory,
     SQLite, Redis): a job cannot be part of a transaction on another server."""

@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
-from conveyor.job import ALL_STATES, TERMINAL_STATES, FlowControl, JobSpec
+from conveyor.job import ALL_STATES, TERMINAL_STATES, EnqueueResult, FlowControl, JobSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +48,41 @@ class JobBlock:
                     run_at=self.run_at, batch_id=self.batch_id, flow=flow)
             for job_id, payload, flow in zip(self.ids, self.payloads, flows, strict=True)
         ]
+
+
+class BlockResults(Sequence[EnqueueResult]):
+    """What became of a block's jobs, as a storage reports it in one string: job ``i`` is
+    ``ids[i]``, created when ``codes[i]`` is "1". An ``EnqueueResult`` is made only for the
+    jobs read one by one; the client's bulk path reads ``ids`` and ``all_created`` instead.
+    """
+
+    __slots__ = ("codes", "ids")
+
+    def __init__(self, ids: Sequence[str], codes: str) -> None:
+        if len(codes) != len(ids):
+            raise ValueError(f"{len(codes)} result codes for {len(ids)} jobs")
+        self.ids = ids
+        self.codes = codes
+
+    @property
+    def all_created(self) -> bool:
+        """Whether every job of the block was created (none existed already)."""
+        return "0" not in self.codes
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, index: int) -> EnqueueResult: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[EnqueueResult]: ...
+
+    def __getitem__(self, index: int | slice) -> EnqueueResult | list[EnqueueResult]:
+        if isinstance(index, slice):
+            return [EnqueueResult(i, c == "1")
+                    for i, c in zip(self.ids[index], self.codes[index], strict=True)]
+        return EnqueueResult(self.ids[index], self.codes[index] == "1")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from conveyor.job import ALL_STATES, EnqueueResult, JobSpec, JobState
 from conveyor.storage.records import JobBlock
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.base import Move, RedisBase
+from conveyor.storage.redis.pipeline import Ready
 from conveyor.text import printable
 
 log = logging.getLogger("conveyor.storage.redis")
@@ -91,30 +92,13 @@ class RedisBatches(RedisBase):
         return done
 
     def enqueue_block(self, block: JobBlock) -> list[EnqueueResult]:
-        """Store a block: per chunk, batch membership first, then one enqueue.lua call in its
-        "block" layout (ids and static JSONs sent as two joined strings). A block with flow
-        control, or with ids that cannot be joined, is stored spec by spec instead."""
-        if (block.flows is not None and any(block.flows)) or not codec.joinable(block.ids):
-            return self.enqueue_specs(block.specs())
-        qk = self.register_queue(block.queue)
-        shared = codec.block_args(block)
-        joins = self._state_at(block.run_at, block.queue) if block.batch_id else ""
-        results: list[EnqueueResult] = []
-        for start in range(0, len(block), ENQUEUE_CHUNK):
-            ids = block.ids[start:start + ENQUEUE_CHUNK]
-            if block.batch_id:
-                self._join_batch(block.batch_id, joins, ids)
-            reply = self.scripts.run("enqueue", qk, [
-                self.now_arg(), block.queue, "block", *shared, "\n".join(ids),
-                codec.block_statics(block, start, start + ENQUEUE_CHUNK)])
-            codes = str(reply)  # one character per job
-            if "0" in codes or len(codes) != len(ids):
-                results += [EnqueueResult(job_id, code == "1")
-                            for job_id, code in zip(ids, codes, strict=True)]
-            else:
-                results += [EnqueueResult(job_id, True) for job_id in ids]
-            self.ring(block.queue, codes.count("1"))
-        return results
+        """Store a block: per chunk, batch membership first, then one enqueue.lua call in
+        its "block" layout (the ids, then the static JSONs); see ``pipeline.Ready``."""
+        return list(self.prepare_block(block).send().result())
+
+    def prepare_block(self, block: JobBlock) -> Ready:
+        """A block made ready to store (``SendsBlocks``): its call built, nothing written."""
+        return Ready(self, block, ENQUEUE_CHUNK)
 
     def _state_at(self, run_at: float | None, queue: str) -> str:
         """The batch value of a job joining now: "pending:<queue>" or "scheduled:<queue>"."""

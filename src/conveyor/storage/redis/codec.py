@@ -58,24 +58,25 @@ def static_json(spec: JobSpec) -> str:
                            spec.batch_id, spec.flow))
 
 
-def block_statics(block: JobBlock, start: int = 0, end: int | None = None) -> str:
-    """``static_json`` of the jobs ``start:end`` of a block without flow control, joined by
-    newlines: the shared fields are encoded once, each payload is escaped into its place.
+def block_statics(block: JobBlock, start: int = 0, end: int | None = None) -> list[str]:
+    """``static_json`` of each of the jobs ``start:end`` of a block without flow control:
+    the shared fields are encoded once, each payload is escaped into its place.
 
     Payloads of printable ASCII (what the client's encoder writes) are escaped all at once:
-    for them JSON's escaping is only a backslash before each backslash and quote.
+    for them JSON's escaping is only a backslash before each backslash and quote, and the
+    newlines that join them (no such payload holds one) cut the result apart again.
     """
     payloads = block.payloads[start:end]
     if not payloads:
-        return ""
+        return []
     head = _static_head(block.name, block.queue) + '"'
     tail = '"' + _static_tail(block.max_retries, block.timeout, block.deadline, block.run_at,
                               block.batch_id, None)
     text = "\n".join(payloads)
     if text.isascii() and "".join(payloads).isprintable():
         body = text.replace("\\", "\\\\").replace('"', '\\"')
-        return head + body.replace("\n", f"{tail}\n{head}") + tail
-    return "\n".join(f"{head[:-1]}{_escape(payload)}{tail[1:]}" for payload in payloads)
+        return (head + body.replace("\n", f"{tail}\n{head}") + tail).split("\n")
+    return [f"{head[:-1]}{_escape(payload)}{tail[1:]}" for payload in payloads]
 
 
 def _static_head(name: str, queue: str) -> str:
@@ -99,7 +100,8 @@ def _static_tail(max_retries: int, timeout: float | None, deadline: float | None
 
 
 def block_args(block: JobBlock) -> list[str]:
-    """ARGV 4-7 of enqueue.lua's "block" layout (the fields a block's jobs share)."""
+    """ARGV 4-7 of enqueue.lua's "block" layout (the fields a block's jobs share); the
+    ids and ``block_statics`` follow."""
     _check_name(block.name)
     if block.batch_id:
         check_text("batch id", block.batch_id)
@@ -108,7 +110,12 @@ def block_args(block: JobBlock) -> list[str]:
 
 def joinable(ids: Sequence[str]) -> bool:
     """Whether ids can travel joined by newlines (none empty, none holding one)."""
-    return all(ids) and not any("\n" in job_id for job_id in ids)
+    return all(ids) and "\n" not in "".join(ids)
+
+
+def distinct(ids: Sequence[str]) -> bool:
+    """Whether no id comes twice (enqueue.lua's "block" layout counts on it)."""
+    return len(set(ids)) == len(ids)
 
 
 def _opt_float(value: float | None) -> str:

@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, TypeVar
 
 from redis.backoff import NoBackoff
@@ -261,11 +261,30 @@ class Link:
 
     def _exchange(self, commands: Sequence[Sequence[Any]], node: ClusterNode | None,
                   errors_in_place: bool = False) -> list[Any]:
+        return self.send(commands, node, errors_in_place)()
+
+    def send(self, commands: Sequence[Sequence[Any]], node: ClusterNode | None,
+             errors_in_place: bool = False, packed: list[bytes] | None = None
+             ) -> Callable[[], list[Any]]:
+        """Write ``commands`` now (``packed``: their wire form, made beforehand), one attempt,
+        on a connection to ``node`` (None on a single server; on Cluster a node ``same_node``
+        accepts); the function returned reads their replies (as ``raw_many`` with
+        ``errors_in_place``) and gives the connection back: until then it is the caller's,
+        who works while Redis runs them."""
         free, conn = self._acquire(node)
+        try:
+            conn.send_packed_command(packed or _pack(conn, commands))  # type: ignore[no-untyped-call]
+        except BaseException:
+            conn.disconnect()  # type: ignore[no-untyped-call]
+            free.append(conn)  # reconnects on its next use
+            raise
+        return partial(self._receive, free, conn, len(commands), errors_in_place)
+
+    def _receive(self, free: list[Connection], conn: Connection, count: int,
+                 errors_in_place: bool) -> list[Any]:
         replies: list[Any] = []
         try:
-            conn.send_packed_command(_pack(conn, commands))  # type: ignore[no-untyped-call]
-            for _ in commands:
+            for _ in range(count):
                 try:
                     replies.append(conn.read_response())
                 except redis.ResponseError as exc:

@@ -206,6 +206,11 @@ class Scripts:
         header declares."""
         return list(self.scripts[name].key_list(holder))
 
+    def command(self, name: str, holder: object, args: list[Any]) -> tuple[Any, ...]:
+        """The ``EVALSHA`` command of a call of script ``name``, for sending it by hand."""
+        keys = self.scripts[name].key_list(holder)
+        return ("EVALSHA", self.shas[name], len(keys), *keys, *args)
+
     def once(self, name: str, holder: object, args: list[Any]) -> Any:
         """Run a script with one attempt (the caller decides whether a retry is safe)."""
         script = self.scripts[name]

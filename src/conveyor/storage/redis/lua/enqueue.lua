@@ -13,8 +13,9 @@
 --   layout "each": 9 per job: id, run_at|'', static JSON, name, batch|'', deadline|'',
 --       unique_key|'', unique_for seconds|'', flow-controlled "1"|''
 --   layout "block" (jobs of one name sharing every field but id and payload, no flow
---       control): 4 name, 5 batch|'', 6 deadline|'', 7 run_at|'', 8 the ids joined by "\n",
---       9 their static JSONs joined by "\n" (ASCII JSON holds no raw newline)
+--       control, no id twice): 4 name, 5 batch|'', 6 deadline|'', 7 run_at|'', then the n
+--       ids, then their n static JSONs (each job's fields are read from ARGV where they
+--       are: no string is cut or copied per job before the writes)
 -- Returns: one string per job: "1" created, "0" the id already existed, "=<id>" a unique job
 --          holding the lock already exists; layout "block": those codes ("1" or "0")
 --          concatenated into one string.
@@ -37,9 +38,7 @@ end
 
 local BLOCK = ARGV[3] == 'block'
 local ids, statics, at = {}, {}, {}
-if BLOCK then
-  ids, statics = split_lines(ARGV[8]), split_lines(ARGV[9])
-else
+if not BLOCK then
   for i = 4, #ARGV, 9 do
     ids[#ids + 1] = ARGV[i]
     statics[#statics + 1] = ARGV[i + 2]
@@ -48,19 +47,22 @@ else
 end
 -- Job j's run_at, name, batch, deadline, unique key, unique_for and flow-controlled flag.
 local function job_fields(j)
-  if BLOCK then return ARGV[7], ARGV[4], ARGV[5], ARGV[6], '', '', '' end
   local i = at[j]
   return ARGV[i + 1], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7],
     ARGV[i + 8]
 end
 
--- Which ids exist already: one HMGET per 1,000 ids instead of an HSETNX per job.
-local exists = {}
-for i = 1, #ids, 1000 do
-  local part = redis.call('HMGET', K_JOBS, unpack(ids, i, math.min(i + 999, #ids)))
-  for j = 1, #part do
-    if part[j] then exists[i + j - 1] = true end
+-- Which of the values t[first..last] (ids) exist already: one HMGET per 1,000 ids instead
+-- of an HSETNX per job; returns (position - first + 1) -> true, and how many.
+local function existing(t, first, last)
+  local exists, found = {}, 0
+  for i = first, last, 1000 do
+    local part = redis.call('HMGET', K_JOBS, unpack(t, i, math.min(i + 999, last)))
+    for j = 1, #part do
+      if part[j] then exists[i - first + j], found = true, found + 1 end
+    end
   end
+  return exists, found
 end
 
 -- A new job's state line: every field not set here is ''. Jobs of a block share one line,
@@ -88,33 +90,42 @@ local function state_line(run_at, name, batch, deadline, limited)
 end
 
 local out, jobs, pending, states, scheduled = {}, {}, {}, {}, {}
--- A block of ids in ascending order (as the client makes them) holds no id twice, and its
--- jobs share one state line: one loop of table writes per job, nothing else.
-local ascending = BLOCK
-for j = 2, BLOCK and #ids or 0 do
-  if ids[j] <= ids[j - 1] then ascending = false break end
-end
-if ascending then
+-- A block: its jobs share one state line and hold no id twice, so one loop of table writes
+-- per job, and when none of them exists its ids go to the pending list straight from ARGV.
+if BLOCK then
+  local n = (#ARGV - 7) / 2
+  local exists, found = existing(ARGV, 8, 7 + n)
   local packed, when = state_line(ARGV[7], ARGV[4], ARGV[5], ARGV[6], '')
   local fresh = 0
-  for j = 1, #ids do
-    if exists[j] then
-      out[j] = '0'
-    else
-      local id = ids[j]
-      out[j] = '1'
+  for j = 1, n do
+    if not exists[j] then
+      local id = ARGV[7 + j]
       fresh = fresh + 1
-      jobs[2 * fresh - 1], jobs[2 * fresh] = id, statics[j]
+      jobs[2 * fresh - 1], jobs[2 * fresh] = id, ARGV[7 + n + j]
       states[2 * fresh - 1], states[2 * fresh] = id, packed
       if when then
         scheduled[2 * fresh - 1], scheduled[2 * fresh] = when, id
-      else
+      elseif found > 0 then
         pending[fresh] = id
       end
     end
   end
-  ids = {}  -- nothing left for the loop below
+  bulk('HSET', K_JOBS, jobs)
+  bulk('HSET', K_STATE, states)
+  bulk('ZADD', K_SCHEDULED, scheduled)
+  if not when and found == 0 then
+    for i = 8, 7 + n, 2000 do
+      redis.call('LPUSH', K_PENDING, unpack(ARGV, i, math.min(i + 1999, 7 + n)))
+    end
+  end
+  bulk('LPUSH', K_PENDING, pending)
+  if not when then notify(K_NOTIFY, fresh) end
+  if found == 0 then return string.rep('1', n) end
+  for j = 1, n do out[j] = exists[j] and '0' or '1' end
+  return table.concat(out)  -- "1"/"0" only: one string, not one per job
 end
+
+local exists = existing(ids, 1, #ids)
 for j = 1, #ids do
   local id = ids[j]
   local run_at, name, batch, deadline, ukey, ufor, limited = job_fields(j)
@@ -151,5 +162,4 @@ bulk('HSET', K_STATE, states)
 bulk('ZADD', K_SCHEDULED, scheduled)
 bulk('LPUSH', K_PENDING, pending)
 notify(K_NOTIFY, #pending)
-if BLOCK then return table.concat(out) end  -- "1"/"0" only: one string, not one per job
 return out
