@@ -18,8 +18,10 @@ import redis
 from conveyor import Conveyor
 from conveyor.cli.main import main
 from conveyor.errors import StorageUnavailable
+from conveyor.ids import new_ids
 from conveyor.job import JobSpec
 from conveyor.storage import open_storage
+from conveyor.storage.records import JobBlock
 from conveyor.storage.redis.scripts import SCRIPTS
 from conveyor.storage.redis.storage import RedisStorage
 from conveyor.worker.config import WorkerConfig
@@ -108,6 +110,22 @@ def test_wait_replicas_confirms_or_refuses(redis_sentinel: Any) -> None:
             too_many.enqueue([_spec()])
     finally:
         storage.close()
+        too_many.close()
+
+
+def test_a_bulk_block_waits_for_replicas_too(redis_sentinel: Any) -> None:
+    # The bulk path writes its script call itself (storage/redis/pipeline.py); with
+    # wait_replicas it must still wait for the replicas before the block counts as stored.
+    plain = _open(redis_sentinel)
+    too_many = _open(redis_sentinel, "wait_replicas=3&wait_timeout=0.1")
+    try:
+        def block() -> JobBlock:
+            return JobBlock(name="t", queue="default", ids=new_ids(3), payloads=["[]"] * 3)
+        plain.enqueue_block(block())  # enqueue.lua is in the server's cache: no NOSCRIPT
+        with pytest.raises(StorageUnavailable, match="only 2 of 3 replicas confirmed"):
+            too_many.enqueue_block(block())
+    finally:
+        plain.close()
         too_many.close()
 
 
