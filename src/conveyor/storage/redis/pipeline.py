@@ -19,17 +19,30 @@ redirected); enqueue.lua is safe to run again, a job that exists already is left
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import redis
-from conveyor.job import EnqueueResult
+from conveyor.job import EnqueueResult, JobSpec
 from conveyor.storage.records import BlockResults, JobBlock
 from conveyor.storage.redis import codec
-from conveyor.storage.redis.connection import REDIRECTS, TRANSIENT, _hiredis_pack
+from conveyor.storage.redis.connection import REDIRECTS, TRANSIENT, Link, _hiredis_pack
 from conveyor.storage.redis.keys import QueueKeys
+from conveyor.storage.redis.scripts import Scripts
 
-if TYPE_CHECKING:
-    from conveyor.storage.redis.batches import RedisBatches
+
+class BlockStore(Protocol):
+    """What a block's calls need of the storage (``RedisBatches``, which imports this
+    module: named here by its shape, not its class)."""
+
+    link: Link
+    scripts: Scripts
+
+    def register_queue(self, name: str) -> QueueKeys: ...
+    def now_arg(self) -> str: ...
+    def ring(self, queue: str, ready: int) -> None: ...
+    def enqueue_specs(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]: ...
+    def _state_at(self, run_at: float | None, queue: str) -> str: ...
+    def _join_batch(self, batch_id: str, value: str, ids: Sequence[str]) -> None: ...
 
 # A reply worth one more attempt the ordinary way: nothing was stored, or it is unknown.
 AGAIN = (redis.exceptions.NoScriptError, *REDIRECTS, *TRANSIENT)
@@ -43,7 +56,7 @@ class Ready:
     newlines is stored spec by spec instead, at ``send``.
     """
 
-    def __init__(self, storage: RedisBatches, block: JobBlock, chunk: int) -> None:
+    def __init__(self, storage: BlockStore, block: JobBlock, chunk: int) -> None:
         self.storage, self.block, self.chunk = storage, block, chunk
         self.by_spec = bool((block.flows is not None and any(block.flows))
                             or not codec.distinct(block.ids)
@@ -99,7 +112,7 @@ def _packed(command: tuple[Any, ...]) -> list[bytes] | None:
 class Call:
     """One enqueue.lua call in "block" layout for ``ids``, written when made."""
 
-    def __init__(self, storage: RedisBatches, keys: QueueKeys, queue: str, ids: Sequence[str],
+    def __init__(self, storage: BlockStore, keys: QueueKeys, queue: str, ids: Sequence[str],
                  args: list[Any], command: tuple[Any, ...], packed: list[bytes] | None) -> None:
         self.storage, self.keys, self.queue, self.ids, self.args = storage, keys, queue, ids, args
         self.read: Callable[[], list[Any]] | None = None
