@@ -9,7 +9,10 @@ each in a fresh interpreter (so the peak RSS is the case's own):
 * ``plain``: ``fn.enqueue_many(items)`` of ``--jobs`` jobs (refs returned, as the suite's
   W1 does; ``--no-refs`` for ``return_refs=False``);
 * ``batch``: a batch of ``--batch-jobs`` jobs enqueued 10,000 at a time inside
-  ``with app.batch()``, as the suite's ``bigbatch`` does (refs on).
+  ``with app.batch()``, as the suite's ``bigbatch`` does (refs on);
+* ``stream`` (``--cases plain,batch,stream``): the same batch in one ``enqueue_many`` call
+  fed by a generator, ``return_refs=False``: how a million-job batch is written with
+  bounded memory.
 
 Prints jobs/s by wall clock, the client's CPU seconds, redis-server's CPU seconds (INFO
 ``used_cpu_*``; SQLite works inside the client) and the client's peak RSS. ``--stats`` adds
@@ -46,6 +49,9 @@ def _case(url: str, kind: str, n: int, refs: bool) -> dict[str, Any]:
     p0, w0 = time.process_time(), time.perf_counter()
     if kind == "plain":
         fn.enqueue_many([ITEM] * n, return_refs=refs)
+    elif kind == "stream":  # one call, items from a generator, no refs: bounded memory
+        with app.batch():
+            fn.enqueue_many((ITEM for _ in range(n)), return_refs=False)
     else:
         with app.batch():
             for start in range(0, n, 10_000):
@@ -106,7 +112,7 @@ def main() -> None:
     args = parser.parse_args()
     for backend in args.backends.split(","):
         for kind in args.cases.split(","):
-            n = args.jobs if kind == "plain" else args.batch_jobs
+            n = args.jobs if kind == "plain" else args.batch_jobs  # batch and stream
             with tempfile.TemporaryDirectory() as tmp:
                 server = RedisServer() if backend == "redis" else None
                 try:

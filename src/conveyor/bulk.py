@@ -156,6 +156,9 @@ class Threaded:
                  block: JobBlock) -> None:
         self.writers, self.store, self.block = writers, store, block
 
+    def ahead(self) -> None:
+        """Nothing: the thread does all of it."""
+
     def send(self) -> Future[Sequence[EnqueueResult]]:
         """Hand the block to a thread."""
         return self.writers.submit(self.store, self.block)
@@ -182,6 +185,8 @@ def stored(
     try:
         for block, error in pairs:
             ready = prepare(block) if block is not None and error is None else None
+            if ready is not None and pending is not None:
+                ready.ahead()
             done = None
             if pending is not None:
                 sent, pending = pending, None  # an error of its own is not waited for again

@@ -215,6 +215,14 @@ class Sent(Protocol):
 class Ready(Protocol):
     """A block made ready to store (``SendsBlocks.prepare_block``)."""
 
+    def ahead(self) -> None:
+        """Called while the block before this one is still being stored (never for the
+        first block of a call): do now what may happen then. On Redis a block of a batch
+        joins the batch here, so the join's round trip overlaps the previous block's script
+        call instead of leaving Redis idle before this block's. If the block before fails,
+        the jobs of this one have joined and are never stored, as that block's own have."""
+        ...
+
     def send(self) -> Sent:
         """Start storing the block as ``Storage.enqueue_block`` does; the rest happens in
         ``result()``, which the caller always calls (an error is raised there or here)."""

@@ -62,6 +62,7 @@ class Ready:
                             or not codec.distinct(block.ids)
                             or (block.batch_id and not codec.joinable(block.ids)))
         self.first: tuple[list[Any], tuple[Any, ...], list[bytes] | None] | None = None
+        self.joined = False  # the whole block joined its batch already (``ahead``)
         if not self.by_spec and len(block):
             self.keys = storage.register_queue(block.queue)
             self.shared = codec.block_args(block)
@@ -74,21 +75,33 @@ class Ready:
         return [self.storage.now_arg(), block.queue, "block", *self.shared,
                 *block.ids[start:end], *codec.block_statics(block, start, end)]
 
+    def ahead(self) -> None:
+        """Join the batch now, while Redis still runs the block before (``Ready.ahead``)."""
+        if self.block.batch_id and not self.by_spec and not self.joined:
+            self._join(0, len(self.block))
+            self.joined = True
+
+    def _join(self, start: int, end: int) -> None:
+        storage, block = self.storage, self.block
+        joins = storage._state_at(block.run_at, block.queue)
+        for first in range(start, end, self.chunk):
+            storage._join_batch(str(block.batch_id), joins,
+                                block.ids[first:min(first + self.chunk, end)])
+
     def send(self) -> Sent | Done:
         """Store the block: every chunk but the last one by one, the last one's call left
         in flight (``Sent.result`` reads it)."""
         storage, block = self.storage, self.block
         if self.by_spec:
             return Done(storage.enqueue_specs(block.specs()))
-        joins = storage._state_at(block.run_at, block.queue) if block.batch_id else ""
         done: list[BlockResults] = []
         last: Call | None = None
         for start in range(0, len(block), self.chunk):
             if last is not None:  # one chunk at a time, in order
                 done.append(last.result())
             ids = block.ids[start:start + self.chunk]
-            if block.batch_id:
-                storage._join_batch(block.batch_id, joins, ids)
+            if block.batch_id and not self.joined:
+                self._join(start, start + len(ids))
             if start == 0 and self.first is not None:
                 args, command, packed = self.first
             else:
