@@ -135,14 +135,16 @@ def insert_block(cur: sqlite3.Cursor, now: float, block: JobBlock) -> list[Enque
 
 
 # A block's rows in one statement: the columns its jobs share are bound once, the ids and
-# payloads come from one JSON array (binding 22 parameters per row from Python costs twice
-# what SQLite then spends storing the row).
+# payloads come from one JSON object {id: payload} (binding 22 parameters per row from Python
+# costs twice what SQLite then spends storing the row). An object, not an array of [id,
+# payload] pairs: json_each hands out each member's key and value as they are, where
+# json_extract would parse every pair twice more (a third of the statement's time).
+# ORDER BY rowid (json_each's members in the text's order) keeps the block's order.
 _INSERT_BLOCK = (
     "INSERT INTO jobs (id, name, queue, payload, state, max_retries, timeout, deadline, "
     "created_at, run_at, ready_at, batch_id, events) "
-    "SELECT json_extract(value, '$[0]'), :name, :queue, json_extract(value, '$[1]'), :state, "
-    ":max_retries, :timeout, :deadline, :now, :run_at, :ready_at, :batch_id, :event "
-    "FROM json_each(:rows) ORDER BY key"
+    "SELECT key, :name, :queue, value, :state, :max_retries, :timeout, :deadline, :now, "
+    ":run_at, :ready_at, :batch_id, :event FROM json_each(:rows) ORDER BY rowid"
 )
 
 
@@ -153,7 +155,10 @@ def _insert_all(cur: sqlite3.Cursor, block: JobBlock, shared: tuple[Any, ...],
     or a payload holds a NUL (which JSON functions do not carry)."""
     if not block.ids:
         return True
-    rows = _json_rows(list(zip(block.ids, block.payloads, strict=True)))
+    members = dict(zip(block.ids, block.payloads, strict=True))
+    if len(members) < len(block.ids):  # an id repeats: the object would keep one of them
+        return False
+    rows = _json_rows(members)
     if "\\u0000" in rows:
         return False
     state, max_retries, timeout, deadline, now, run_at, ready_at, batch_id = shared
