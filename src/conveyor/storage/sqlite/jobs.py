@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 from conveyor.job import (
@@ -111,7 +112,7 @@ def insert_block(cur: sqlite3.Cursor, now: float, block: JobBlock) -> list[Enque
     shared = (state, block.max_retries, block.timeout, block.deadline, now, block.run_at,
               now if state == "pending" else None, block.batch_id)
     if _insert_all(cur, block, shared, event):
-        results = [EnqueueResult(job_id, True) for job_id in block.ids]
+        results = _created(block.ids)
         _after_insert(cur, now, block, state, len(results))
         return results
     existing = {row[0] for row in cur.execute(
@@ -173,6 +174,22 @@ def _insert_all(cur: sqlite3.Cursor, block: JobBlock, shared: tuple[Any, ...],
     return True
 
 
+def _created(ids: Sequence[str]) -> list[EnqueueResult]:
+    """``[EnqueueResult(i, True) for i in ids]`` in less than half the time: the frozen
+    dataclass's ``__init__`` sets each field through ``object.__setattr__``, here the slots'
+    own setters are mapped over the lot (this runs in the thread that stores the blocks of a
+    bulk enqueue, the one the caller waits for)."""
+    count = len(ids)
+    out = list(map(_new_result, repeat(EnqueueResult, count)))
+    deque(map(_set_id, out, ids), 0)
+    deque(map(_set_created, out, repeat(True, count)), 0)
+    return out
+
+
+_new_result = EnqueueResult.__new__
+# The slots' member descriptors (a frozen dataclass's own setattr refuses)
+_set_id: Callable[[EnqueueResult, str], None] = vars(EnqueueResult)["id"].__set__
+_set_created: Callable[[EnqueueResult, bool], None] = vars(EnqueueResult)["created"].__set__
 _json_rows = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
