@@ -11,8 +11,6 @@ import os
 import signal
 import sqlite3
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ import pytest
 from conveyor.storage.records import JobBlock
 from conveyor.storage.sqlite.checkpoint import SAFETY_PAGES, WAL_BYTES
 from conveyor.storage.sqlite.storage import SqliteStorage, open_sqlite
+from tests.faults.harness import wait_until
 
 FORK = multiprocessing.get_context("fork")
 BLOCK = 2000
@@ -38,14 +37,6 @@ def _wal_size(db: Path) -> int:
         return os.stat(f"{db}-wal").st_size
     except FileNotFoundError:
         return 0
-
-
-def _poll(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def _checkpoints(store: SqliteStorage) -> int:
@@ -69,7 +60,8 @@ def test_the_committers_leave_checkpoints_to_the_checkpointer(tmp_path: Path) ->
         while _wal_size(tmp_path / "c.db") <= WAL_BYTES:
             store.enqueue_block(_block(k))
             k += 1
-        _poll(lambda: _checkpoints(store) > 0, "a checkpoint by the checkpointer")
+        wait_until(lambda: _checkpoints(store) > 0, 30, interval=0.01,
+                   what="a checkpoint by the checkpointer")
     finally:
         store.close()
     assert len(_checkpoint_threads()) == before
@@ -94,7 +86,7 @@ def test_the_wal_stays_bounded_through_a_long_bulk_enqueue(tmp_path: Path) -> No
                                          ids=[os.urandom(8).hex()], payloads=["{}"]))
             return _wal_size(db) <= WAL_BYTES
 
-        _poll(shrunk, "the -wal file to be cut back")
+        wait_until(shrunk, 30, interval=0.01, what="the -wal file to be cut back")
     finally:
         store.close()
 
@@ -119,7 +111,8 @@ def test_jobs_survive_a_kill_9_in_the_middle_of_a_bulk_enqueue(tmp_path: Path) -
     child.start()
     try:
         # past the checkpointer's threshold several times: checkpoints are under way
-        _poll(lambda: len(log.read_text().split()) >= 30, "30 blocks stored", timeout=120)
+        wait_until(lambda: len(log.read_text().split()) >= 30, 120, interval=0.01,
+                   what="30 blocks stored")
     finally:
         assert child.pid is not None
         os.kill(child.pid, signal.SIGKILL)
@@ -141,7 +134,7 @@ def _child_checkpoints(store: SqliteStorage, parent_checkpointer: object, out: P
     while _wal_size(store._db.path) <= WAL_BYTES:
         store.enqueue_block(_block(k))
         k += 1
-    _poll(lambda: _checkpoints(store) > 0, "the child's checkpoint")
+    wait_until(lambda: _checkpoints(store) > 0, 30, interval=0.01, what="the child's checkpoint")
     mine = store._db._checkpointer
     threads = _checkpoint_threads()
     own = mine is not None and mine.pid == os.getpid()
