@@ -81,9 +81,10 @@ def test_the_wal_stays_bounded_through_a_long_bulk_enqueue(tmp_path: Path) -> No
         assert max(sizes) < WAL_BOUND, sizes
         assert store.count_jobs() == 80 * BLOCK
 
-        def shrunk() -> bool:  # a small write lets the WAL start over, once checkpointed
-            store.enqueue_block(JobBlock(name="tests.noop", queue="small",
-                                         ids=[os.urandom(8).hex()], payloads=["{}"]))
+        def shrunk() -> bool:  # the WAL starts over at a write after a full checkpoint
+            store.enqueue_block(JobBlock(name="tests.noop", queue="more",
+                                         ids=[os.urandom(8).hex() for _ in range(BLOCK)],
+                                         payloads=["{}"] * BLOCK))
             return _wal_size(db) <= WAL_BYTES
 
         wait_until(shrunk, 30, interval=0.01, what="the -wal file to be cut back")
@@ -160,3 +161,29 @@ def test_a_forked_child_checkpoints_with_its_own_checkpointer(tmp_path: Path) ->
         assert parent._thread.is_alive()
     finally:
         store.close()
+
+
+def _write_one_block(store: SqliteStorage, k: int) -> None:
+    store.enqueue_block(_block(k))  # opens a connection: SQLite's mutexes must be free here
+    store.close()
+
+
+@pytest.mark.slow
+def test_a_fork_while_the_checkpointer_is_at_work_leaves_the_child_a_usable_sqlite(
+        tmp_path: Path) -> None:
+    """The checkpointer runs inside SQLite with the GIL released; a fork at that moment must
+    not hand the child one of SQLite's mutexes locked for ever (the child hung in malloc)."""
+    url = f"sqlite:///{tmp_path / 'forks.db'}"
+    for k in range(30):
+        store = open_sqlite(url)  # its first commit starts a checkpointer: it opens a connection
+        try:
+            for j in range(1 + k % 8):  # and past WAL_FRAMES, it checkpoints
+                store.enqueue_block(_block(k * 100 + j))
+            child = FORK.Process(target=_write_one_block, args=(store, k * 100 + 99))
+            child.start()
+            child.join(30)
+            if child.exitcode is None:
+                child.kill()
+            assert child.exitcode == 0, f"fork {k}: the child hung or failed"
+        finally:
+            store.close()
