@@ -8,12 +8,17 @@ process's commits, while the committers go on writing. Durability is unchanged: 
 as durable as before (``synchronous`` is untouched), a checkpoint only copies committed pages
 from the WAL into the database file.
 
-* The signal is the ``-wal`` file's size. Connections set ``journal_size_limit`` to
-  ``WAL_BYTES``: each time the WAL starts over (after a complete checkpoint), its file is cut
-  back to that size, so it is larger only when the WAL has grown past the threshold since.
-  A commit sets an ``Event``; the thread ``stat``s the file and checkpoints when it is larger,
-  at most once per ``MIN_INTERVAL`` when a checkpoint could not finish (a reader holds an old
-  snapshot, or another process's checkpointer is at work: PASSIVE never waits, it is retried).
+* The signal is the WAL's frames not yet copied: ``mxFrame`` (the wal-index header) less
+  ``nBackfill`` (the checkpoint info), read from the ``-shm`` file, whose layout is part of
+  SQLite's file format (https://www.sqlite.org/walformat.html). A commit sets an ``Event``;
+  the thread reads those 100 bytes (no lock: a torn read only moves one checkpoint) and
+  checkpoints past ``WAL_FRAMES``, SQLite's own default, so a bulk enqueue gets as many
+  checkpoints as before, just elsewhere. Without a readable ``-shm`` the ``-wal`` file's size
+  stands in. A checkpoint that could not copy every frame (a reader holds an old snapshot, or
+  another process's checkpointer is at work: PASSIVE never waits) is tried again on a later
+  commit, at most once per ``MIN_INTERVAL``.
+* Connections set ``journal_size_limit`` to ``WAL_BYTES``: each time the WAL starts over,
+  its file is cut back to that size, so a burst does not leave a huge ``-wal`` file behind.
 * The safety net: ``wal_autocheckpoint`` stays on at ``SAFETY_PAGES``, 16 × SQLite's default.
   The WAL only starts over when a checkpoint has copied every frame before a writer begins,
   which a background checkpointer cannot reach while a bulk enqueue commits back to back; the
@@ -22,7 +27,11 @@ from the WAL into the database file.
   a writer whose checkpointer thread is starved, or a process that never started one.
 * Several processes each have a checkpointer; SQLite lets one checkpoint run at a time and
   PASSIVE gives way at once, so they never block each other or a writer.
-* Fork: the thread does not exist in a child. ``Database`` keeps the parent's checkpointer
+* Fork: the thread runs inside SQLite with the GIL released, and a fork at that moment would
+  give the child SQLite's mutexes (its allocator's, its file table's) locked for ever — the
+  child hung at its first connection. A fork therefore waits for the thread to leave SQLite
+  (``_busy``, taken in ``os.register_at_fork``'s before hook: one checkpoint at most). The
+  thread does not exist in a child. ``Database`` keeps the parent's checkpointer
   (so its connection is never finalised in the child) and starts a new one there on its
   first commit.
 """
@@ -31,16 +40,23 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import struct
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
+WAL_FRAMES = 1000
+"""Frames not yet copied past which the checkpointer checkpoints (SQLite's default)."""
+
 WAL_BYTES = 4 * 1024 * 1024
-"""The -wal file size past which the checkpointer checkpoints (≈ SQLite's default 1,000 pages)."""
+"""``journal_size_limit``: the -wal file is cut back to this when the WAL starts over."""
 
 SAFETY_PAGES = 16_000
 """``wal_autocheckpoint``: the committer checkpoints itself past this many WAL frames."""
+
+_U32 = struct.Struct("=I")  # the wal-index is in the machine's byte order
 
 MIN_INTERVAL = 0.05
 """Seconds between two checkpoints when the last one could not copy every frame."""
@@ -51,6 +67,8 @@ class Checkpointer:
 
     def __init__(self, path: Path, connect: Callable[[], sqlite3.Connection]) -> None:
         self._wal = f"{path}-wal"
+        self._shm = f"{path}-shm"
+        self._shm_fd: int | None = None
         self._connect = connect
         self._wake = threading.Event()
         self._stopping = False
@@ -59,6 +77,8 @@ class Checkpointer:
                                         daemon=True)
         self._started = False
         self._start_lock = threading.Lock()
+        self._busy = threading.Lock()  # held while the thread is inside SQLite
+        _fork_waits_for(self)
         self.pid = os.getpid()
         self.checkpoints = 0
         """Checkpoints run that copied every frame (for tests and diagnostics)."""
@@ -74,14 +94,18 @@ class Checkpointer:
 
     def _run(self) -> None:
         try:
-            self._conn = self._connect()
+            with self._busy:
+                self._conn = self._connect()
         except Exception:  # unopenable now: the safety net (SAFETY_PAGES) checkpoints instead
             return
         try:
             self._loop()
         finally:
-            self._checkpoint()  # the last one: what this process wrote leaves the WAL
-            self._conn.close()
+            with self._busy:
+                self._checkpoint()  # the last one: what this process wrote leaves the WAL
+                self._conn.close()
+            if self._shm_fd is not None:
+                os.close(self._shm_fd)
 
     def _loop(self) -> None:
         done = True  # whether the last checkpoint copied every frame
@@ -91,21 +115,28 @@ class Checkpointer:
             self._wake.clear()
             if self._stopping:
                 return
-            if not done:  # a reader or another checkpointer was in the way: not in a loop
-                time.sleep(max(0.0, last + MIN_INTERVAL - time.monotonic()))
-            if not self._grown():
+            if not done and time.monotonic() < last + MIN_INTERVAL:
+                continue  # a reader or another checkpointer was in the way: not in a loop
+            if not self._behind():
                 done = True
                 continue
             last = time.monotonic()
-            done = self._checkpoint()
-            if not done:
-                self._wake.set()  # try again, MIN_INTERVAL later, without waiting for a commit
+            with self._busy:
+                done = self._checkpoint()
 
-    def _grown(self) -> bool:
+    def _behind(self) -> bool:
+        """Whether the WAL holds ``WAL_FRAMES`` frames not yet copied to the database."""
         try:
-            return os.stat(self._wal).st_size > WAL_BYTES
-        except OSError:  # no WAL file (yet, or deleted by the last connection's close)
-            return False
+            if self._shm_fd is None:  # kept open: the -shm file lives as long as a connection
+                self._shm_fd = os.open(self._shm, os.O_RDONLY)
+            head = os.pread(self._shm_fd, 100, 0)
+            (max_frame,), (backfilled,) = _U32.unpack_from(head, 16), _U32.unpack_from(head, 96)
+            return bool(max_frame - backfilled >= WAL_FRAMES)
+        except (OSError, struct.error):  # no -shm file to read: the -wal file's size
+            try:
+                return os.stat(self._wal).st_size > WAL_BYTES
+            except OSError:  # no WAL file (yet, or removed by the last connection's close)
+                return False
 
     def _checkpoint(self) -> bool:
         """One PASSIVE checkpoint; whether it copied every frame of the WAL."""
@@ -134,3 +165,22 @@ class Checkpointer:
         self.stop()
         if self._started and os.getpid() == self.pid:
             self._thread.join()
+
+
+def _fork_waits_for(checkpointer: Checkpointer) -> None:
+    """Make every ``fork`` of this process wait until ``checkpointer``'s thread is out of
+    SQLite, and keep it out until the fork is done (without keeping the object alive)."""
+    ref = weakref.ref(checkpointer)
+    held: list[threading.Lock] = []
+
+    def before() -> None:
+        target = ref()
+        if target is not None and target.pid == os.getpid():
+            target._busy.acquire()
+            held.append(target._busy)
+
+    def after_in_parent() -> None:
+        while held:
+            held.pop().release()
+
+    os.register_at_fork(before=before, after_in_parent=after_in_parent)
