@@ -20,6 +20,7 @@ from typing import Concatenate, ParamSpec, Protocol, TypeVar
 from urllib.parse import parse_qsl
 
 from conveyor.errors import StorageUnavailable, StorageURLError
+from conveyor.storage.sqlite.checkpoint import SAFETY_PAGES, WAL_BYTES, Checkpointer
 
 BUSY_TIMEOUT_MS = 10_000
 DEFAULT_FILE_MODE = 0o600  # owner only; ``?file_mode=0640`` in the URL to share
@@ -133,6 +134,10 @@ def _connect(path: Path) -> sqlite3.Connection:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         _use_wal(conn)
         conn.execute("PRAGMA synchronous = NORMAL")
+        # Checkpoints are the checkpointer thread's (checkpoint.py); these are its signal
+        # and the safety net that bounds the WAL without it.
+        conn.execute(f"PRAGMA wal_autocheckpoint = {SAFETY_PAGES}")
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_BYTES}")
         conn.execute("PRAGMA foreign_keys = OFF")
     except sqlite3.Error as exc:
         raise StorageUnavailable(f"cannot open SQLite database {str(path)!r}: {exc}") from exc
@@ -205,8 +210,9 @@ class Database:
         self._mine: weakref.WeakSet[sqlite3.Connection] = weakref.WeakSet()
         # Connections inherited through fork: kept referenced so they are never finalised
         # (and their locks never touched) in the child.
-        self._inherited: list[sqlite3.Connection] = []
+        self._inherited: list[sqlite3.Connection | Checkpointer] = []
         self._closed = False
+        self._checkpointer: Checkpointer | None = None  # this process's, from its first commit
         # A lock held by another thread at fork time would stay held forever in the child.
         after_fork_in_child(self._after_fork)
 
@@ -216,6 +222,9 @@ class Database:
         self._local = threading.local()
         self._inherited.extend(self._mine)
         self._mine = weakref.WeakSet()
+        if self._checkpointer is not None:  # its thread is not here; its connection stays
+            self._inherited.append(self._checkpointer)
+            self._checkpointer = None
         self._pid = os.getpid()
 
     def conn(self) -> sqlite3.Connection:
@@ -264,6 +273,23 @@ class Database:
                 cur.close()
         finally:
             self._writer.release()
+        self._committed()
+
+    def _committed(self) -> None:
+        checkpointer = self._checkpointer
+        if checkpointer is None or checkpointer.pid != os.getpid():
+            with self._lock:
+                if self._closed:
+                    return
+                checkpointer = self._checkpointer
+                if checkpointer is None or checkpointer.pid != os.getpid():
+                    if checkpointer is not None:  # a parent's: its connection must stay
+                        self._inherited.append(checkpointer)
+                    checkpointer = Checkpointer(self.path, functools.partial(_connect, self.path))
+                    self._checkpointer = checkpointer
+                    # A storage dropped without close must not leave its thread behind.
+                    weakref.finalize(self, checkpointer.stop)
+        checkpointer.committed()
 
     @contextmanager
     def outages(self) -> Iterator[None]:
@@ -284,6 +310,10 @@ class Database:
         """Close this process's connections. Idempotent."""
         with self._lock:
             self._closed = True
+            checkpointer, self._checkpointer = self._checkpointer, None
+        if checkpointer is not None:  # outside the lock: its thread may be opening a conn
+            checkpointer.close()
+        with self._lock:
             if os.getpid() == self._pid:
                 for conn in list(self._mine):
                     conn.close()
