@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
+from tests.postgres import schema_conn
 
 LIVE = ("pending", "active", "scheduled", "retrying")
 FINISHED = ("succeeded", "failed", "dead", "cancelled")
@@ -27,13 +28,6 @@ def store(postgres_server: Any) -> Iterator[PostgresStorage]:
     storage = open_postgres(f"{postgres_server.url}?schema=h{uuid.uuid4().hex[:10]}")
     yield storage
     storage.close()
-
-
-def _conn(store: PostgresStorage) -> psycopg.Connection[Any]:
-    settings = store._db.settings
-    conn = psycopg.connect(settings.conninfo, autocommit=True)
-    conn.execute(f'SET search_path TO "{settings.schema}"')
-    return conn
 
 
 def _plans(conn: psycopg.Connection[Any], statement: str) -> list[str]:
@@ -50,12 +44,12 @@ def _plans(conn: psycopg.Connection[Any], statement: str) -> list[str]:
 
 def test_a_lease_walks_the_ready_index_on_a_table_never_analyzed(
         store: PostgresStorage) -> None:
-    with _conn(store) as conn:  # as many pending jobs as made the planner sort them all
+    with schema_conn(store) as conn:  # as many pending jobs as made the planner sort them all
         conn.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
         conn.execute("INSERT INTO jobs (id, name, queue, payload, state, created_at, ready_at) "
                      "SELECT 'j' || g, 't.x', 'default', '[]', 'pending', g, g "
                      "FROM generate_series(1, 60000) AS g")
-    with _conn(store) as conn:
+    with schema_conn(store) as conn:
         assert conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass"
                             ).fetchone() == (-1,)  # never analyzed
         plans = _plans(conn, "SELECT * FROM dequeue(NULL, ARRAY['default'], 'w1', 8, 30)")
@@ -69,7 +63,7 @@ def test_only_the_primary_key_sequence_and_batch_indexes_hold_finished_jobs(
     """Every other index of ``jobs`` is partial over live states (or, ``jobs_done``, over
     the finished ones only: trimming and counting them), so leasing and acknowledging walk
     indexes whose size does not grow with the finished jobs the table keeps."""
-    with _conn(store) as conn:
+    with schema_conn(store) as conn:
         rows = conn.execute(
             "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) FROM pg_index i "
             "JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'jobs'::regclass"
@@ -90,7 +84,7 @@ def test_the_jobs_table_is_vacuumed_after_a_fixed_number_of_changes(
         store: PostgresStorage) -> None:
     """Not after a share of the table: that share grows with the finished jobs kept, and
     the leased jobs' entries at the head of jobs_ready with it (migrations/003_hot_path.sql)."""
-    with _conn(store) as conn:
+    with schema_conn(store) as conn:
         row = conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'jobs'::regclass"
                            ).fetchone()
     assert row is not None

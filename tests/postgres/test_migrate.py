@@ -13,12 +13,15 @@ import pytest
 
 from conveyor.cli.main import main
 from conveyor.errors import StorageURLError
-from conveyor.job import Ack, BatchSpec, JobState, Outcome
+from conveyor.job import Ack, BatchSpec, EnqueueResult, JobSpec, JobState, Outcome
 from conveyor.storage import open_storage
+from conveyor.storage.postgres import jobs
 from conveyor.storage.postgres.connection import parse_postgres_url
 from conveyor.storage.postgres.migrate import latest_version, migrations
 from conveyor.storage.records import WorkerInfo
 from tests.conformance.helpers import ack, put, take_one
+
+_SHIPPED = [number for number, _, _ in migrations()]  # numbers need not be consecutive
 
 
 def _url(server: Any) -> str:
@@ -42,9 +45,9 @@ def test_conveyor_migrate_creates_the_schema_at_the_latest_version(
     url = _url(postgres_server)
     assert main(["migrate", "--url", url]) == 0
     assert "is up to date" in capsys.readouterr().out
-    assert _versions(url) == list(range(1, latest_version() + 1))
+    assert _versions(url) == _SHIPPED
     assert main(["migrate", "--url", url]) == 0  # again: nothing to do, nothing applied twice
-    assert _versions(url) == list(range(1, latest_version() + 1))
+    assert _versions(url) == _SHIPPED
 
 
 def test_processes_opening_a_fresh_schema_at_once_migrate_it_once(postgres_server: Any) -> None:
@@ -56,7 +59,7 @@ def test_processes_opening_a_fresh_schema_at_once_migrate_it_once(postgres_serve
     for proc in procs:
         proc.join(60)
     assert [p.exitcode for p in procs] == [0, 0, 0, 0]
-    assert _versions(url) == list(range(1, latest_version() + 1))
+    assert _versions(url) == _SHIPPED
     store = open_storage(url)
     try:
         job_id = put(store)
@@ -106,7 +109,7 @@ def test_a_database_at_version_1_upgrades_in_place_keeping_every_job(
     assert _versions(url) == [1]
     store = open_storage(url)
     try:
-        assert _versions(url) == list(range(1, latest_version() + 1))
+        assert _versions(url) == _SHIPPED
         assert {r.id: r.state.value for r in store.list_jobs(limit=10)} == {
             "j1": "pending", "j2": "pending", "j3": "succeeded", "j4": "scheduled"}
         leased = store.dequeue(["default"], "w1", 10, 30.0)
@@ -125,13 +128,24 @@ def test_a_database_at_version_1_upgrades_in_place_keeping_every_job(
         store.close()
 
 
+def _generic_one(cur: Any, now: float | None, job_id: str, name: str, queue: str,
+                 payload: str, max_retries: int, timeout: float | None,
+                 deadline: float | None, run_at: float | None, batch_id: str | None,
+                 schema: str | None) -> list[EnqueueResult]:
+    spec = JobSpec(id=job_id, name=name, queue=queue, payload=payload,
+                   max_retries=max_retries, timeout=timeout, deadline=deadline, run_at=run_at,
+                   batch_id=batch_id)
+    return jobs.insert(cur, now, [spec, spec], schema)[:1]  # two: not the lean path
+
+
 def test_a_database_at_version_2_upgrades_in_place_keeping_every_job_and_lease(
         postgres_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     url = _url(postgres_server)
     first = migrations()[:2]
     monkeypatch.setattr("conveyor.storage.postgres.migrate.migrations", lambda: first)
+    # the code of version 2's time enqueued one job with the generic function too
+    monkeypatch.setattr(jobs, "_insert_one", _generic_one)
     old = open_storage(url)  # version 2: the functions, and the indexes of version 1
-    monkeypatch.undo()
     done, running, waiting = put(old), put(old), put(old)
     later = put(old, run_at=9e9)
     lost = put(old, queue="other")
@@ -146,10 +160,11 @@ def test_a_database_at_version_2_upgrades_in_place_keeping_every_job_and_lease(
     before = old.get_batch("b2")  # (its counters are read as version 3 counts them)
     assert before is not None and before.started_at is not None
     old.close()
+    monkeypatch.undo()
     assert _versions(url) == [1, 2]
     store = open_storage(url)
     try:
-        assert _versions(url) == list(range(1, latest_version() + 1))
+        assert _versions(url) == _SHIPPED
         states = {r.id: r.state.value for r in store.list_jobs(limit=20)}
         assert states == {done: "succeeded", running: "active", waiting: "pending",
                           later: "scheduled", lost: "active", running_in_batch.id: "active",
@@ -184,3 +199,22 @@ def test_a_database_at_version_2_upgrades_in_place_keeping_every_job_and_lease(
         assert done_batch.counts["succeeded"] == 3 and done_batch.counts["active"] == 0
     finally:
         store.close()
+
+
+def test_a_migration_numbered_below_one_already_applied_is_still_applied(
+        postgres_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two branches may each add a migration (004 and 005): a database that got 005 first
+    gets 004 when it ships, instead of skipping it for being below the highest applied."""
+    url = _url(postgres_server)
+    open_storage(url).close()
+    assert _versions(url) == _SHIPPED and latest_version() > 4 and 4 not in _SHIPPED
+    late = (4, "004_late.sql", "CREATE TABLE late_arrival (a integer);")
+    shipped = migrations()
+    monkeypatch.setattr("conveyor.storage.postgres.migrate.migrations",
+                        lambda: sorted([*shipped, late]))
+    open_storage(url).close()
+    assert _versions(url) == sorted([*_SHIPPED, 4])
+    settings = parse_postgres_url(url)
+    with psycopg.connect(settings.conninfo, autocommit=True) as db:
+        assert db.execute(f'SELECT count(*) FROM "{settings.schema}".late_arrival'
+                          ).fetchone() == (0,)

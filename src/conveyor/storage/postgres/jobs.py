@@ -34,6 +34,12 @@ _ENQUEUE = (
     "%s::float8[], %s::text[], %s::int4[], %s::text[], %s::text[], %s::int4[], %s::float8[])"
 )
 
+# One job without flow control (migrations/005_enqueue_one.sql): scalars, no arrays to
+# build on the client nor to unnest on the server.
+_ENQUEUE_ONE = (
+    "SELECT * FROM {schema}enqueue_one(%s::float8, %s::text, %s::text, %s::text, %s::text, "
+    "%s::int4, %s::float8, %s::float8, %s::float8, %s::text)"
+)
 
 # The ``enqueue`` function's arrays after ``p_now``, in its order (``arrays.py``).
 _ENCODERS: tuple[arrays.Encoder, ...] = (
@@ -60,10 +66,20 @@ def _columns(specs: Sequence[JobSpec]) -> list[str]:
     return arrays.columns(rows, _ENCODERS)
 
 
-def _call(schema: str | None) -> str:
-    """The ``enqueue`` call, qualified by ``schema`` when given (a caller's connection whose
-    ``search_path`` does not name conveyor's schema)."""
-    return _ENQUEUE.format(schema=f'"{schema}".' if schema else "")
+def _call(schema: str | None, statement: str = _ENQUEUE) -> str:
+    """The ``enqueue`` call (or ``statement``), qualified by ``schema`` when given (a
+    caller's connection whose ``search_path`` does not name conveyor's schema)."""
+    return statement.format(schema=f'"{schema}".' if schema else "")
+
+
+def _insert_one(cur: Cursor, now: float | None, job_id: str, name: str, queue: str,
+                payload: str, max_retries: int, timeout: float | None,
+                deadline: float | None, run_at: float | None,
+                batch_id: str | None, schema: str | None) -> list[EnqueueResult]:
+    """One job without flow control: the ``enqueue_one`` function, same results."""
+    return _results(cur.execute(_call(schema, _ENQUEUE_ONE), (
+        now, job_id, name, queue, payload, max_retries, timeout, deadline, run_at, batch_id,
+    )).fetchall())
 
 
 def insert(cur: Cursor, now: float | None, specs: Sequence[JobSpec],
@@ -75,6 +91,11 @@ def insert(cur: Cursor, now: float | None, specs: Sequence[JobSpec],
     before anything is written."""
     if not specs:
         return []
+    if len(specs) == 1 and specs[0].flow is None:  # the common case, made lean
+        one = specs[0]
+        return _insert_one(cur, now, one.id, one.name, one.queue, one.payload,
+                           one.max_retries, one.timeout, one.deadline, one.run_at,
+                           one.batch_id, schema)
     return _results(cur.execute(_call(schema), (now, *_columns(specs))).fetchall())
 
 
@@ -87,6 +108,10 @@ def insert_block(cur: Cursor, now: float | None, block: JobBlock,
     n = len(block)
     if not n:
         return []
+    if n == 1:
+        return _insert_one(cur, now, block.ids[0], block.name, block.queue, block.payloads[0],
+                           block.max_retries, block.timeout, block.deadline, block.run_at,
+                           block.batch_id, schema)
     nones: list[None] = [None] * n
     zeros = [0] * n
     columns = [

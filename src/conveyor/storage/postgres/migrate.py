@@ -2,8 +2,12 @@
 
 ``migrations/NNN_name.sql`` files are applied in order, each in its own transaction, under a
 session advisory lock named after the schema: processes that start at the same moment on a
-fresh database wait for each other, and none applies a migration twice. A database already at
-the latest version is recognised with one read, without the lock.
+fresh database wait for each other, and none applies a migration twice. A database that has
+every shipped migration is recognised with one read, without the lock.
+
+Numbers need not be consecutive, and every shipped migration not yet recorded is applied,
+not only those above the highest recorded: two branches may each add one (004 and 005), and
+a database that got 005 first still gets 004 when it ships.
 """
 
 from __future__ import annotations
@@ -44,11 +48,20 @@ def current_version(conn: psycopg.Connection[Any], schema: str) -> int:
     return int(found[0] or 0) if found else 0
 
 
+def applied_versions(conn: psycopg.Connection[Any], schema: str) -> set[int]:
+    """The versions recorded in the schema (none: not created or never migrated)."""
+    row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".schema_version',)).fetchone()
+    if row is None or row[0] is None:
+        return set()
+    return {int(r[0]) for r in conn.execute(f'SELECT version FROM "{schema}".schema_version')}
+
+
 def migrate(conn: psycopg.Connection[Any], settings: Settings) -> int:
     """Bring the schema up to the latest version; returns the version it ends at."""
     schema = settings.schema
     latest = latest_version()
-    if current_version(conn, schema) >= latest:
+    shipped = {number for number, _, _ in migrations()}
+    if shipped <= applied_versions(conn, schema):
         return latest
     key = f"conveyor-migrate:{schema}"
     conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
@@ -58,16 +71,15 @@ def migrate(conn: psycopg.Connection[Any], settings: Settings) -> int:
             conn.execute(f'CREATE TABLE IF NOT EXISTS "{schema}".schema_version ('
                          "version integer PRIMARY KEY, name text NOT NULL, "
                          "applied_at timestamptz NOT NULL DEFAULT now())")
-        version = current_version(conn, schema)
+        applied = applied_versions(conn, schema)
         for number, name, script in migrations():
-            if number <= version:
+            if number in applied:
                 continue
             with conn.transaction():
                 conn.execute(f'SET LOCAL search_path TO "{schema}"')
                 conn.execute(script.encode())  # several statements: the simple protocol
                 conn.execute(f'INSERT INTO "{schema}".schema_version (version, name) '
                              "VALUES (%s, %s)", (number, name))
-            version = number
     finally:
         conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
-    return version
+    return current_version(conn, schema)

@@ -1,9 +1,10 @@
 """The transitions workers make on the side: promotion of due jobs, recovery of lost leases
 (expired, or a dead worker's), cancel, batch creation and closing, and retention trimming.
 
-A mixin of ``PostgresStorage``; each method is one transaction. Promotion and recovery are one
-call of a server-side function each (migrations/002_functions.sql), picking rows ``FOR UPDATE
-SKIP LOCKED``, so two workers' pollers and recoverers never wait on each other.
+A mixin of ``PostgresStorage``; each method is one transaction, but trimming, which is several
+short ones of bounded size. Promotion and recovery are one call of a server-side function each
+(migrations/002_functions.sql), picking rows ``FOR UPDATE SKIP LOCKED``, so two workers'
+pollers and recoverers never wait on each other.
 """
 
 from __future__ import annotations
@@ -15,11 +16,39 @@ from conveyor.storage.postgres.text import enc
 from conveyor.storage.records import Retention
 from conveyor.storage.rules import LEASE_EXPIRED, WORKER_DIED, cancelled_message
 
-_TRIM = "DELETE FROM jobs WHERE state = %s AND finished_at < %s"
+# Retention deletes, each bounded by its last parameter (rows per statement). Rows another
+# transaction holds are skipped, not waited for: the next call takes them. The state is
+# written into the statement, not passed as a parameter, so that even a generic plan proves
+# the partial index jobs_done (finished states only) applies and walks it oldest first.
+_TRIM_STATE = (
+    "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state = '{state}' "
+    "AND finished_at < %s ORDER BY finished_at LIMIT %s FOR UPDATE SKIP LOCKED)")
+# The dead jobs beyond the newest dead_max. No SKIP LOCKED here: a skipped row would not be
+# counted by OFFSET and one of the newest would be deleted in its place; the outer test of
+# the state keeps a job retried meanwhile.
+_TRIM_DEAD_MAX = (
+    "DELETE FROM jobs WHERE state = 'dead' AND id IN (SELECT id FROM jobs WHERE state = 'dead' "
+    "AND finished_at IS NOT NULL ORDER BY finished_at DESC OFFSET %s LIMIT %s)")
+_TRIM_BATCHES = (
+    "DELETE FROM batches WHERE id IN (SELECT id FROM batches WHERE finished_at < %s "
+    f"AND {batches.TERMINAL_SUM} >= total LIMIT %s FOR UPDATE SKIP LOCKED)")
+_TRIM_UNIQUE = (
+    "DELETE FROM unique_locks WHERE key IN (SELECT key FROM unique_locks u WHERE until < %s "
+    "AND NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.id = u.job_id AND state NOT IN "
+    "('succeeded', 'failed', 'dead', 'cancelled')) LIMIT %s FOR UPDATE OF u SKIP LOCKED)")
+_TRIM_RATE_HITS = (  # no key of its own: rows are addressed by their physical place
+    "DELETE FROM rate_hits WHERE ctid = ANY(ARRAY(SELECT ctid FROM rate_hits WHERE ts < %s "
+    "LIMIT %s))")
+
+TRIM_CHUNK = 1000  # rows per DELETE statement (one short transaction)
+TRIM_ROUNDS = 20  # DELETE statements per kind of row and trim() call
 
 
 class PostgresUpkeep(PostgresInspector):
     """Promotion, recovery, cancel, batches and trimming over one schema."""
+
+    trim_chunk = TRIM_CHUNK
+    trim_rounds = TRIM_ROUNDS
 
     def promote_due(self, limit: int = 1000) -> int:
         """Scheduled and retrying jobs whose time has come → pending (server-side
@@ -63,34 +92,35 @@ class PostgresUpkeep(PostgresInspector):
             batches.close(cur, self._clock_arg(), batch_id)
 
     def trim(self, retention: Retention) -> int:
-        """Delete finished jobs, batches and silent workers past retention."""
-        removed = 0
-        with self._db.write() as cur:
+        """Delete finished jobs, batches and silent workers past retention; returns the jobs
+        removed. Bounded: each DELETE takes at most ``trim_chunk`` rows and is its own short
+        transaction, and each kind of row gets at most ``trim_rounds`` of them per call, so a
+        backlog past retention is worked off over several calls (docs/postgres.md)."""
+        with self._db.read().cursor() as cur:
             now = self._now(cur)
-            for state, keep in (("succeeded", retention.succeeded_seconds),
-                                ("failed", retention.failed_seconds),
-                                ("dead", retention.dead_seconds),
-                                ("cancelled", retention.failed_seconds)):
-                removed += cur.execute(_TRIM, (state, now - keep)).rowcount
-            removed += cur.execute(
-                "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state = 'dead' "
-                "AND finished_at IS NOT NULL ORDER BY finished_at DESC OFFSET %s)",
-                (retention.dead_max,),
-            ).rowcount
-            cur.execute(
-                f"DELETE FROM batches WHERE finished_at < %s AND {batches.TERMINAL_SUM} >= total",
-                (now - retention.batch_seconds,),
-            )
-            cur.execute("DELETE FROM workers WHERE last_seen < %s",
-                        (now - retention.worker_ttl,))
-            # Hits of keys still in use are pruned at dequeue; this drops abandoned keys.
-            cur.execute("DELETE FROM rate_hits WHERE ts < %s",
-                        (now - retention.succeeded_seconds,))
-            cur.execute(
-                "DELETE FROM unique_locks WHERE until < %s AND NOT EXISTS (SELECT 1 FROM jobs "
-                "WHERE jobs.id = unique_locks.job_id AND state NOT IN "
-                "('succeeded', 'failed', 'dead', 'cancelled'))",
-                (now,),
-            )
+        removed = 0
+        for state, keep in (("succeeded", retention.succeeded_seconds),
+                            ("failed", retention.failed_seconds),
+                            ("dead", retention.dead_seconds),
+                            ("cancelled", retention.failed_seconds)):
+            removed += self._bounded(_TRIM_STATE.format(state=state), (now - keep,))
+        removed += self._bounded(_TRIM_DEAD_MAX, (retention.dead_max,))
+        self._bounded(_TRIM_BATCHES, (now - retention.batch_seconds,))
+        self._bounded(_TRIM_UNIQUE, (now,))
+        # Hits of keys still in use are pruned at dequeue; this drops abandoned keys.
+        self._bounded(_TRIM_RATE_HITS, (now - retention.succeeded_seconds,))
+        with self._db.call() as cur:  # one row per worker process: small
+            cur.execute("DELETE FROM workers WHERE last_seen < %s", (now - retention.worker_ttl,))
         return removed
 
+    def _bounded(self, statement: str, args: tuple[object, ...]) -> int:
+        """Run a DELETE of at most ``trim_chunk`` rows (its last parameter) until it deletes
+        fewer, at most ``trim_rounds`` times; each run is one statement in autocommit."""
+        removed = 0
+        for _ in range(self.trim_rounds):
+            with self._db.call() as cur:
+                deleted = cur.execute(statement, (*args, self.trim_chunk)).rowcount
+            removed += max(deleted, 0)
+            if deleted < self.trim_chunk:
+                break
+        return removed
