@@ -203,17 +203,21 @@ def test_a_database_at_version_2_upgrades_in_place_keeping_every_job_and_lease(
 
 def test_a_migration_numbered_below_one_already_applied_is_still_applied(
         postgres_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two branches may each add a migration (004 and 005): a database that got 005 first
-    gets 004 when it ships, instead of skipping it for being below the highest applied."""
+    """Two branches may each add a migration (N+1 and N+2): a database that got N+2 first
+    gets N+1 when it ships, instead of skipping it for being below the highest applied."""
     url = _url(postgres_server)
-    open_storage(url).close()
-    assert _versions(url) == _SHIPPED and latest_version() > 4 and 4 not in _SHIPPED
-    late = (4, "004_late.sql", "CREATE TABLE late_arrival (a integer);")
+    n = latest_version()
     shipped = migrations()
+    ahead = (n + 2, f"{n + 2:03d}_ahead.sql", "CREATE TABLE ahead (a integer);")
+    late = (n + 1, f"{n + 1:03d}_late.sql", "CREATE TABLE late_arrival (a integer);")
     monkeypatch.setattr("conveyor.storage.postgres.migrate.migrations",
-                        lambda: sorted([*shipped, late]))
+                        lambda: sorted([*shipped, ahead]))
     open_storage(url).close()
-    assert _versions(url) == sorted([*_SHIPPED, 4])
+    assert _versions(url) == [*_SHIPPED, n + 2]
+    monkeypatch.setattr("conveyor.storage.postgres.migrate.migrations",
+                        lambda: sorted([*shipped, late, ahead]))
+    open_storage(url).close()
+    assert _versions(url) == [*_SHIPPED, n + 1, n + 2]
     settings = parse_postgres_url(url)
     with psycopg.connect(settings.conninfo, autocommit=True) as db:
         assert db.execute(f'SELECT count(*) FROM "{settings.schema}".late_arrival'

@@ -34,7 +34,7 @@ _ENQUEUE = (
     "%s::float8[], %s::text[], %s::int4[], %s::text[], %s::text[], %s::int4[], %s::float8[])"
 )
 
-# One job without flow control (migrations/005_enqueue_one.sql): scalars, no arrays to
+# One job without flow control (migrations/004_enqueue_one.sql): scalars, no arrays to
 # build on the client nor to unnest on the server.
 _ENQUEUE_ONE = (
     "SELECT * FROM {schema}enqueue_one(%s::float8, %s::text, %s::text, %s::text, %s::text, "
