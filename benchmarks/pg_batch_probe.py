@@ -27,6 +27,7 @@ import psycopg
 from tests.support.postgres_server import PostgresServer
 
 from benchmarks.pg_probe import QUEUE, app, fresh, noop, worker
+from conveyor.job import JobState
 from conveyor.storage.postgres.connection import parse_postgres_url
 from conveyor.storage.postgres.storage import PostgresStorage
 
@@ -96,6 +97,10 @@ def _round(url: str, n: int, batch: bool, server_pid: int,
             time.sleep(0.001)
     t2 = time.perf_counter()
     cpu1 = (_tree_cpu(server_pid), _tree_cpu(worker_pid()), _self_cpu())
+    if batch:  # complete must mean every job has finished (read after the clock stopped)
+        done = store.count_jobs(batch_id=b.id, state=JobState.SUCCEEDED)
+        if done != n:
+            raise AssertionError(f"batch reported complete with {done} of {n} jobs succeeded")
     return {"enqueue": t1 - t0, "total": t2 - t0, "server": cpu1[0] - cpu0[0],
             "worker": cpu1[1] - cpu0[1], "client": cpu1[2] - cpu0[2]}
 
