@@ -67,18 +67,19 @@ def specs(n: int) -> list[JobSpec]:
 
 
 @contextmanager
-def worker(url: str) -> Iterator[None]:
-    """One worker process on ``url`` (one process, 8 slots), running until the block ends."""
+def worker(url: str, slots: int = 8) -> Iterator[subprocess.Popen[bytes]]:
+    """One worker process on ``url`` (one process, ``slots`` slots), running until the block
+    ends."""
     path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
     with open(WORKER_LOG, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "conveyor.cli.main", "worker", "benchmarks.pg_probe:app",
-             "-c", "8", "--processes", "1", "-q", QUEUE, "--log-level", "WARNING",
+             "-c", str(slots), "--processes", "1", "-q", QUEUE, "--log-level", "WARNING",
              "--url", url],
             cwd=ROOT, env=dict(os.environ, PROBE_URL=url, PYTHONPATH=path), stdout=log,
             stderr=subprocess.STDOUT)
     try:
-        yield
+        yield proc
     finally:
         proc.terminate()
         proc.wait(60)

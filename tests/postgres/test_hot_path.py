@@ -16,6 +16,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from conveyor.ids import new_id
+from conveyor.job import Ack, JobSpec, Outcome
 from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
 from tests.postgres import schema_conn
 
@@ -56,6 +58,36 @@ def test_a_lease_walks_the_ready_index_on_a_table_never_analyzed(
     lease = [p for p in plans if "SKIP LOCKED" in p and "ready_at" in p]
     assert lease, plans
     assert "jobs_ready" in lease[0] and "Sort" not in lease[0], lease[0]
+
+
+def _jobs(n: int) -> list[JobSpec]:
+    return [JobSpec(id=new_id(), name="t.x", queue="default", payload="[]") for _ in range(n)]
+
+
+def test_plans_made_on_a_few_jobs_still_look_jobs_up_by_key_once_thousands_arrive(
+        store: PostgresStorage) -> None:
+    """A worker's connection plans the hot path at its first calls, on whatever the table
+    held then (a fresh schema, an idle queue: a few pages) and keeps those plans until
+    ANALYZE. Looking ids up by a sequential scan was the cheaper plan there, and it read the
+    whole table on every lease and ack once a burst of jobs arrived
+    (migrations/005_plans.sql)."""
+    with schema_conn(store) as conn:  # no autovacuum ANALYZE to re-plan in the middle
+        conn.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
+    store.enqueue(_jobs(3))
+    first = store.dequeue(["default"], "w1", 8, 30)
+    store.ack([Ack(j.id, j.token, Outcome.SUCCEEDED) for j in first])  # planned on 3 jobs
+    store.enqueue(_jobs(5000))
+    plans: list[str] = []
+    conn = store._db.read()  # the connection the storage's calls on this thread use
+    conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+    conn.execute("LOAD 'auto_explain'")
+    for setting in ("log_min_duration = 0", "log_nested_statements = on",
+                    "log_level = notice"):
+        conn.execute(f"SET auto_explain.{setting}")
+    leased = store.dequeue(["default"], "w1", 8, 30)
+    assert store.ack([Ack(j.id, j.token, Outcome.SUCCEEDED) for j in leased]) == [True] * 8
+    assert any("jobs_pkey" in p for p in plans), plans
+    assert not [p for p in plans if "Seq Scan on jobs" in p]
 
 
 def test_only_the_primary_key_sequence_and_batch_indexes_hold_finished_jobs(
