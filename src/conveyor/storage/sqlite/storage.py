@@ -29,7 +29,7 @@ from conveyor.job import (
 )
 from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
 from conveyor.storage.records import JobBlock, Retention, WorkerInfo
-from conveyor.storage.rules import LEASE_EXPIRED, WORKER_DIED, cancelled_message
+from conveyor.storage.rules import DEADLINE_PASSED, LEASE_EXPIRED, WORKER_DIED, cancelled_message
 from conveyor.storage.sqlite import acks as ack_sql
 from conveyor.storage.sqlite import batches, flow, jobs
 from conveyor.storage.sqlite.connection import (
@@ -96,7 +96,7 @@ _GATED = (
     "SELECT 1 FROM jobs INDEXED BY jobs_ready_gated "
     "WHERE state = 'pending' AND gated = 1 AND queue = ? LIMIT 1"
 )
-_EXPIRED_MESSAGE = "deadline passed before the job could start"
+_EXPIRED_MESSAGE = DEADLINE_PASSED
 
 
 def open_sqlite(url: str, clock: Clock | None = None) -> SqliteStorage:
