@@ -384,24 +384,6 @@ class BatchSpec:
 BATCH_CALLBACK_EVENTS = ("complete", "success", "death")
 
 
-class StartKind(str, Enum):
-    """What ``Outbox.start`` did with one delivered job id."""
-
-    STARTED = "started"  # leased to the caller: run it (``StartReply.job``)
-    RUNNING = "running"  # already active under another live lease: a duplicate, skip it
-    SKIPPED = "skipped"  # finished, cancelled, expired, unknown or not pending: skip it
-    PARKED = "parked"  # held back by flow control or a paused queue: waits in the store
-
-
-@dataclass(frozen=True, slots=True)
-class StartReply:
-    """The outcome of one delivery handed to ``Outbox.start``."""
-
-    job_id: str
-    kind: StartKind
-    job: LeasedJob | None = None  # set when ``kind`` is STARTED
-
-
 @dataclass(frozen=True, slots=True)
 class HeartbeatReply:
     """What a heartbeat learns: leases it no longer holds, cancellations, a remote command."""

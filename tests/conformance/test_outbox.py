@@ -20,11 +20,9 @@ from conveyor.job import (
     JobState,
     LeasedJob,
     Outcome,
-    StartKind,
-    StartReply,
 )
 from conveyor.storage import Backend
-from conveyor.storage.outbox import Outbox
+from conveyor.storage.outbox import Outbox, StartKind, StartReply
 from tests.conformance.helpers import (
     ack,
     boom,

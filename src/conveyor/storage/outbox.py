@@ -12,11 +12,31 @@ every reader, with no event, until it starts.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
 from typing import Protocol, runtime_checkable
 
-from conveyor.job import StartReply
+from conveyor.job import LeasedJob
 
-__all__ = ["Outbox"]
+__all__ = ["Outbox", "StartKind", "StartReply"]
+
+
+class StartKind(str, Enum):
+    """What ``Outbox.start`` did with one delivered job id."""
+
+    STARTED = "started"  # leased to the caller: run it (``StartReply.job``)
+    RUNNING = "running"  # already active under another live lease: a duplicate, skip it
+    SKIPPED = "skipped"  # finished, cancelled, expired, unknown or not pending: skip it
+    PARKED = "parked"  # held back by flow control or a paused queue: waits in the store
+
+
+@dataclass(frozen=True, slots=True)
+class StartReply:
+    """The outcome of one delivery handed to ``Outbox.start``."""
+
+    job_id: str
+    kind: StartKind
+    job: LeasedJob | None = None  # set when ``kind`` is STARTED
 
 
 @runtime_checkable

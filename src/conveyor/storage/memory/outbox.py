@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from conveyor.job import EventKind, JobState, LeasedJob, StartKind, StartReply
+from conveyor.job import EventKind, JobState, LeasedJob
 from conveyor.storage.memory.flow import ScanBudget
 from conveyor.storage.memory.state import Entry, MemoryState
+from conveyor.storage.outbox import StartKind, StartReply
 from conveyor.storage.rules import DEADLINE_PASSED, REDELIVERED
 
 

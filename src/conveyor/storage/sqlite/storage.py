@@ -41,6 +41,7 @@ from conveyor.storage.sqlite.connection import (
 )
 from conveyor.storage.sqlite.inspect import SqliteInspector
 from conveyor.storage.sqlite.migrate import migrate
+from conveyor.storage.sqlite.outbox import SqliteOutbox
 from conveyor.storage.sqlite.schedules import SqliteSchedules
 from conveyor.storage.sqlite.wakeup import data_version
 
@@ -75,7 +76,8 @@ def open_sqlite(url: str, clock: Clock | None = None) -> SqliteStorage:
     return SqliteStorage(url, db, clock or SYSTEM_CLOCK)
 
 
-class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteInspector, SqliteSchedules):
+class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, SqliteInspector,
+                    SqliteSchedules):
     """``Storage`` and ``Inspector`` over one SQLite file, safe across threads and processes."""
 
     def __init__(self, url: str, db: Database, clock: Clock) -> None:
