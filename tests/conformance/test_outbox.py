@@ -7,6 +7,8 @@ every backend must do, black-box, with the fake clock: nothing here needs a brok
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -23,6 +25,7 @@ from conveyor.job import (
 )
 from conveyor.storage import Backend
 from conveyor.storage.outbox import Outbox, StartKind, StartReply
+from tests.conformance.backends import backend_url, open_backend
 from tests.conformance.helpers import (
     ack,
     boom,
@@ -35,6 +38,22 @@ from tests.conformance.helpers import (
 )
 
 AGAIN = 30.0  # republish_after used by these tests
+
+#: The backends that are an outbox so far; Redis and PostgreSQL follow (issue 20). The one
+#: place to extend: every test here then runs on them too.
+OUTBOX_BACKENDS = ("memory", "sqlite")
+
+
+@pytest.fixture(params=OUTBOX_BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path,
+            clock: FakeClock) -> Iterator[Backend]:
+    """A fresh store of each outbox backend (conftest's ``backend``, narrowed)."""
+    name = str(request.param)
+    store = open_backend(name, backend_url(name, tmp_path, request.getfixturevalue), clock)
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 def box(store: Backend) -> Outbox:
