@@ -19,7 +19,8 @@ install: $(STAMP)
 
 # Debian packages the suite runs against for real: redis-server (single server and a local
 # Cluster), postgresql (its binaries only: the tests start their own cluster in a temp dir,
-# never the package's service) and chromium (web UI end to end). Not faketime: libfaketime 0.9.10 cannot run a
+# never the package's service), rabbitmq-server (the broker tests start their own node, never the
+# package's service: it is stopped and disabled if the package started one) and chromium (web UI end to end). Not faketime: libfaketime 0.9.10 cannot run a
 # Python worker, so the clock-skew scenario skews time.time in the worker processes instead
 # (docs/reliability.md, scenario 8).
 system-deps:
@@ -28,10 +29,13 @@ system-deps:
 	command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	ls /usr/lib/rabbitmq/bin/rabbitmq-server >/dev/null 2>&1 || missing="$$missing rabbitmq-server"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	  case "$$missing" in *rabbitmq-server*) \
+	    $$SUDO systemctl disable --now rabbitmq-server >/dev/null 2>&1 || true;; esac; \
 	fi
 
 demo: install

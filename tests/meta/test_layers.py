@@ -27,6 +27,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "conveyor.serializer", "conveyor.job", "conveyor.hooks", "conveyor.retry")),
     # the storage boundary and the backends
     ("storage", ("conveyor.storage", "conveyor.storage.*")),
+    # the broker boundary beside it (delivery only: the store still holds every job's state)
+    ("broker", ("conveyor.broker", "conveyor.broker.*")),
     # enqueueing and what a job sees: options, drafts, refs, the Client, job functions, batches
     ("client", ("conveyor.options", "conveyor.refs", "conveyor.draft", "conveyor.context",
                 "conveyor.middleware", "conveyor.registry", "conveyor.bulk", "conveyor.client",

@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 
 from conveyor.clock import FakeClock
-from conveyor.storage.sqlite import acks, storage
+from conveyor.storage.sqlite import acks, leases, storage
 from conveyor.storage.sqlite.storage import open_sqlite
 
 PLANS: dict[str, tuple[str, Any, str]] = {
-    "dequeue": (storage._LEASE_FIRST, {"worker": "w", "now": 1.0, "expires": 2.0,
+    "dequeue": (leases.LEASE_FIRST, {"worker": "w", "now": 1.0, "expires": 2.0,
                                        "queue": "q", "count": 10}, "jobs_ready"),
     "expire": (storage._EXPIRE, ("q", 1.0), "jobs_ready_deadline"),
     "gated": (storage._GATED, ("q",), "jobs_ready_gated"),
     "promote": (storage._PROMOTE, (1.0, 10), "jobs_due"),
-    "reclaim": (storage._RECLAIM, {"now": 1.0, "limit": 10}, "jobs_lease"),
+    "reclaim": (leases.RECLAIM, {"now": 1.0, "limit": 10}, "jobs_lease"),
     "trim": (storage._TRIM, (1.0, "succeeded"), "jobs_finished"),
     "ack": (acks._SELECT, ('["a"]',), "sqlite_autoindex_jobs_1"),
 }
@@ -45,7 +45,7 @@ def test_hot_statement_uses_its_index(conn: sqlite3.Connection, name: str) -> No
 def test_release_of_a_worker_reads_only_active_jobs(conn: sqlite3.Connection) -> None:
     """``release_worker`` walks the lease index, which holds active jobs only (a partial
     index): O(jobs running now), never O(jobs stored)."""
-    plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + storage._HELD, ("w",))]
+    plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + leases.HELD, ("w",))]
     assert plan == ["SCAN jobs USING INDEX jobs_lease"], plan
     (ddl,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'jobs_lease'").fetchone()
     assert ddl.endswith("WHERE state = 'active'"), ddl

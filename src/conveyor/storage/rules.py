@@ -41,6 +41,12 @@ CANCELLED_WHILE_WAITING = "cancelled while waiting"
 #: (``release_worker``). Either way the job is recovered by the same rules.
 LEASE_EXPIRED = "lease expired"
 WORKER_DIED = "worker process died"
+#: ... or a broker redelivered it (``Outbox.start``): the connection of the consumer holding
+#: it was lost, which a broker sees at once and a lease only when it runs out.
+REDELIVERED = "redelivered by the broker: its holder's connection was lost"
+
+#: ``message`` of a job whose deadline passed before it could start (``expired``, dead).
+DEADLINE_PASSED = "deadline passed before the job could start"
 
 
 def effective_outcome(outcome: Outcome, cancel_requested: bool) -> Outcome:

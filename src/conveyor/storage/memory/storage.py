@@ -31,10 +31,12 @@ from conveyor.job import (
 from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
 from conveyor.storage.memory.flow import ScanBudget
 from conveyor.storage.memory.inspect import MemoryInspector
+from conveyor.storage.memory.outbox import MemoryOutbox
 from conveyor.storage.memory.schedules import MemorySchedules
 from conveyor.storage.memory.state import Entry
 from conveyor.storage.records import JobBlock, Retention, WorkerInfo
 from conveyor.storage.rules import (
+    DEADLINE_PASSED,
     LEASE_EXPIRED,
     WORKER_DIED,
     ack_message,
@@ -44,7 +46,8 @@ from conveyor.storage.rules import (
 )
 
 
-class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryInspector, MemorySchedules):
+class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, MemoryInspector,
+                    MemorySchedules):
     """A ``Storage`` and ``Inspector`` held in process memory; thread-safe."""
 
     def __init__(self, url: str, clock: Clock) -> None:
@@ -85,7 +88,7 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryInspector, Mem
                 if queue not in self._paused:
                     self._scan(queue, now, count - len(picked), budget, picked, expired)
             for entry in expired:
-                entry.rec.message = "deadline passed before the job could start"
+                entry.rec.message = DEADLINE_PASSED
                 self._move(entry, JobState.DEAD, EventKind.EXPIRED, now,
                            message=entry.rec.message)
             return [self._lease(entry, worker_id, now, lease_seconds) for entry in picked]

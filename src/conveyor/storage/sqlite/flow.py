@@ -45,7 +45,7 @@ def lock_unique(cur: sqlite3.Cursor, now: float, spec: JobSpec) -> None:
 
 
 @dataclass
-class _Gates:
+class Gates:
     """Counts seen so far in one dequeue call, so each key is read once."""
 
     active: dict[str, int] = field(default_factory=dict)
@@ -56,13 +56,12 @@ class _Gates:
 
 def pick(cur: sqlite3.Cursor, now: float, queue: str, need: int) -> list[str]:
     """Ids of up to ``need`` pending jobs of ``queue`` that their limits admit, in order."""
-    gates = _Gates()
+    gates = Gates()
     chosen: list[str] = []
     offset = 0
     while len(chosen) < need and offset < _MAX_SCAN:
         rows = cur.execute(
-            "SELECT id, concurrency_key, concurrency_limit, order_key, rate_key, rate_limit, "
-            "rate_period FROM jobs WHERE state = 'pending' AND queue = ? "
+            f"SELECT id, {FLOW_COLUMNS} FROM jobs WHERE state = 'pending' AND queue = ? "
             "ORDER BY ready_at LIMIT ? OFFSET ?",
             (queue, _PAGE, offset),
         ).fetchall()
@@ -77,26 +76,57 @@ def pick(cur: sqlite3.Cursor, now: float, queue: str, need: int) -> list[str]:
     return chosen
 
 
-def _admit(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: _Gates) -> bool:
+#: The columns ``admit`` and ``allows`` read, in this order, after the job's id.
+FLOW_COLUMNS = "concurrency_key, concurrency_limit, order_key, rate_key, rate_limit, rate_period"
+
+
+def _admit(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates) -> bool:
     """Whether the limits admit this pending job now; if so, count it against them."""
+    if not allows(cur, now, row, gates):
+        return False
+    _take(cur, now, row, gates, start=True)
+    return True
+
+
+def allows(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates) -> bool:
+    """Whether the limits would admit this pending job (``id, FLOW_COLUMNS``) now."""
     job_id, ckey, climit, okey, rkey, rlimit, rperiod = row
     if ckey is not None and _active(cur, ckey, gates) >= climit:
         return False
     if okey is not None and not _first_in_order(cur, okey, job_id, gates):
         return False
-    if rkey is not None and _rate_used(cur, now, rkey, rperiod, gates) >= rlimit:
-        return False
+    return rkey is None or _rate_used(cur, now, rkey, rperiod, gates) < rlimit
+
+
+def _take(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates,
+          start: bool) -> None:
+    """Count the job against its limits in this call; a start also logs its rate hit."""
+    _, ckey, _, okey, rkey, _, _ = row
     if ckey is not None:
         gates.active[ckey] += 1
     if okey is not None:
         gates.order_taken.add(okey)
     if rkey is not None:
         gates.rate_used[rkey] += 1
-        cur.execute("INSERT INTO rate_hits (key, ts) VALUES (?, ?)", (rkey, now))
+        if start:
+            cur.execute("INSERT INTO rate_hits (key, ts) VALUES (?, ?)", (rkey, now))
+
+
+def admit_one(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates) -> bool:
+    """``_admit`` for one named job (the outbox's ``start``); ``gates`` spans one call."""
+    return _admit(cur, now, row, gates)
+
+
+def would_admit(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates) -> bool:
+    """Whether a parked job may run now, counted against ``gates`` without starting it (the
+    outbox's ``publish_due``: two waiters of a key freed by one ack are not both due)."""
+    if not allows(cur, now, row, gates):
+        return False
+    _take(cur, now, row, gates, start=False)
     return True
 
 
-def _active(cur: sqlite3.Cursor, key: str, gates: _Gates) -> int:
+def _active(cur: sqlite3.Cursor, key: str, gates: Gates) -> int:
     if key not in gates.active:
         gates.active[key] = int(cur.execute(
             "SELECT count(*) FROM jobs WHERE state = 'active' AND concurrency_key = ?", (key,)
@@ -104,7 +134,7 @@ def _active(cur: sqlite3.Cursor, key: str, gates: _Gates) -> int:
     return gates.active[key]
 
 
-def _first_in_order(cur: sqlite3.Cursor, key: str, job_id: str, gates: _Gates) -> bool:
+def _first_in_order(cur: sqlite3.Cursor, key: str, job_id: str, gates: Gates) -> bool:
     """True when ``job_id`` is the oldest unfinished job of its order key and none runs."""
     if key in gates.order_taken:
         return False
@@ -118,7 +148,7 @@ def _first_in_order(cur: sqlite3.Cursor, key: str, job_id: str, gates: _Gates) -
     return gates.order_first[key] == job_id
 
 
-def _rate_used(cur: sqlite3.Cursor, now: float, key: str, period: float, gates: _Gates) -> int:
+def _rate_used(cur: sqlite3.Cursor, now: float, key: str, period: float, gates: Gates) -> int:
     if key not in gates.rate_used:
         cur.execute("DELETE FROM rate_hits WHERE key = ? AND ts <= ?", (key, now - period))
         gates.rate_used[key] = int(cur.execute(

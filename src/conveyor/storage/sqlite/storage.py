@@ -8,9 +8,7 @@ that sets the lease; acknowledgements of a whole list are one fenced ``UPDATE â€
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -29,9 +27,10 @@ from conveyor.job import (
 )
 from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
 from conveyor.storage.records import JobBlock, Retention, WorkerInfo
-from conveyor.storage.rules import LEASE_EXPIRED, WORKER_DIED, cancelled_message
+from conveyor.storage.rules import DEADLINE_PASSED, LEASE_EXPIRED, WORKER_DIED
 from conveyor.storage.sqlite import acks as ack_sql
 from conveyor.storage.sqlite import batches, flow, jobs
+from conveyor.storage.sqlite import leases as lease_sql
 from conveyor.storage.sqlite.connection import (
     Database,
     check_path,
@@ -42,33 +41,12 @@ from conveyor.storage.sqlite.connection import (
 )
 from conveyor.storage.sqlite.inspect import SqliteInspector
 from conveyor.storage.sqlite.migrate import migrate
+from conveyor.storage.sqlite.outbox import SqliteOutbox
 from conveyor.storage.sqlite.schedules import SqliteSchedules
 from conveyor.storage.sqlite.wakeup import data_version
 
 ENQUEUE_CHUNK = 5000
 
-_LEASE = """
-UPDATE jobs SET state = 'active', attempt = attempt + 1, worker = :worker,
-    token = lower(hex(randomblob(12))), lease_expires_at = :expires, started_at = :now,
-    cancel_requested = 0,
-    events = events || json_object('t', :now, 'k', 'started', 's', 'active', 'w', :worker,
-                                   'a', attempt + 1) || char(10)
-WHERE {where}
-RETURNING CAST(id AS BLOB), CAST(name AS BLOB), queue, CAST(payload AS BLOB), token, attempt,
-    errors, max_retries, timeout, CAST(batch_id AS BLOB), recoveries, ready_at, rowid
-"""
-# Text another program wrote is read as bytes and decoded row by row (``jobs.decode_text``):
-# one row that is not UTF-8 must not fail the whole fetch. The queue matched :queue, so it is
-# sound; the token is ours.
-# Matching on rowid, not the text id, measured about four times faster.
-_LEASE_FIRST = _LEASE.format(
-    where="rowid IN (SELECT rowid FROM jobs WHERE state = 'pending' AND queue = :queue "
-    "ORDER BY ready_at LIMIT :count)"
-)
-_LEASE_IDS = _LEASE.format(
-    where="rowid IN (SELECT rowid FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))) "
-    "AND state = 'pending'"
-)
 _EXPIRE = (
     "SELECT id, state, batch_id FROM jobs WHERE state = 'pending' AND queue = ? "
     "AND deadline IS NOT NULL AND deadline < ?"
@@ -78,17 +56,6 @@ _PROMOTE = (
     "SELECT id, state, batch_id FROM jobs INDEXED BY jobs_due "
     "WHERE state IN ('scheduled', 'retrying') AND run_at <= ? ORDER BY run_at LIMIT ?"
 )
-_RECLAIM = (
-    "SELECT id, state, batch_id, recoveries, queue, name, cancel_requested FROM jobs "
-    "INDEXED BY jobs_lease WHERE state = 'active' AND lease_expires_at <= :now UNION ALL "
-    "SELECT id, state, batch_id, recoveries, queue, name, cancel_requested FROM jobs "
-    "WHERE state = 'active' AND lease_expires_at IS NULL LIMIT :limit"
-)
-# The jobs one worker holds (``release_worker``): only active jobs are in the lease index.
-_HELD = (
-    "SELECT id, state, batch_id, recoveries, queue, name, cancel_requested FROM jobs "
-    "INDEXED BY jobs_lease WHERE state = 'active' AND worker = ?"
-)
 # Hinted: the planner otherwise walks every finished job of the state.
 _TRIM = "DELETE FROM jobs INDEXED BY jobs_finished WHERE finished_at < ? AND state = ?"
 _GATED = (
@@ -96,7 +63,7 @@ _GATED = (
     "SELECT 1 FROM jobs INDEXED BY jobs_ready_gated "
     "WHERE state = 'pending' AND gated = 1 AND queue = ? LIMIT 1"
 )
-_EXPIRED_MESSAGE = "deadline passed before the job could start"
+_EXPIRED_MESSAGE = DEADLINE_PASSED
 
 
 def open_sqlite(url: str, clock: Clock | None = None) -> SqliteStorage:
@@ -109,7 +76,8 @@ def open_sqlite(url: str, clock: Clock | None = None) -> SqliteStorage:
     return SqliteStorage(url, db, clock or SYSTEM_CLOCK)
 
 
-class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteInspector, SqliteSchedules):
+class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, SqliteInspector,
+                    SqliteSchedules):
     """``Storage`` and ``Inspector`` over one SQLite file, safe across threads and processes."""
 
     def __init__(self, url: str, db: Database, clock: Clock) -> None:
@@ -163,7 +131,7 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteInspector, Sql
                 moves += jobs.move(cur, now, expired, JobState.DEAD, EventKind.EXPIRED,
                                    _EXPIRED_MESSAGE, f"message = :msg, {jobs.FINISH}")
                 for row in self._lease(cur, now, queue, need, params):
-                    job = _leased(row)
+                    job = lease_sql.leased(row)
                     leased.append(job)
                     if job.batch_id:
                         moves.append((job.batch_id, "pending", "active"))
@@ -180,9 +148,11 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteInspector, Sql
             ids = flow.pick(cur, now, queue, need)
             if not ids:
                 return []
-            rows = cur.execute(_LEASE_IDS, {**params, "ids": jobs.ids_param(ids)}).fetchall()
+            rows = cur.execute(lease_sql.LEASE_IDS,
+                               {**params, "ids": jobs.ids_param(ids)}).fetchall()
         else:
-            rows = cur.execute(_LEASE_FIRST, {**params, "queue": queue, "count": need}).fetchall()
+            rows = cur.execute(lease_sql.LEASE_FIRST,
+                               {**params, "queue": queue, "count": need}).fetchall()
         rows.sort(key=lambda r: (r[11], r[12]))
         return list(rows)
 
@@ -280,8 +250,8 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteInspector, Sql
         """Active jobs with an expired or missing lease â†’ pending (or dead: a poison job)."""
         with self._db.write() as cur:
             now = self.now()
-            rows = cur.execute(_RECLAIM, {"now": now, "limit": limit}).fetchall()
-            back = _recover(cur, now, rows, max_recoveries, LEASE_EXPIRED)
+            rows = cur.execute(lease_sql.RECLAIM, {"now": now, "limit": limit}).fetchall()
+            back = lease_sql.recover(cur, now, rows, max_recoveries, LEASE_EXPIRED)
         if back:
             self._wakeup.notify()
         return len(rows)
@@ -290,8 +260,8 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteInspector, Sql
         """Recover every job ``worker_id`` holds now, and unregister it."""
         with self._db.write() as cur:
             now = self.now()
-            rows = cur.execute(_HELD, (worker_id,)).fetchall()
-            back = _recover(cur, now, rows, max_recoveries, WORKER_DIED)
+            rows = cur.execute(lease_sql.HELD, (worker_id,)).fetchall()
+            back = lease_sql.recover(cur, now, rows, max_recoveries, WORKER_DIED)
             cur.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
         if back:
             self._wakeup.notify()
@@ -353,38 +323,3 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteInspector, Sql
         self._db.close()
 
 
-def _recover(cur: sqlite3.Cursor, now: float, rows: Sequence[Any], max_recoveries: int,
-             why: str) -> int:
-    """Recover active jobs selected as ``_RECLAIM`` does (a lost attempt: pending again, dead
-    past ``max_recoveries``, cancelled on request); returns how many went back to pending."""
-    back = [r[:3] for r in rows if r[3] + 1 <= max_recoveries and not r[6]]
-    moves = jobs.move(cur, now, back, JobState.PENDING, EventKind.RECOVERED,
-                      why, f"recoveries = recoveries + 1, {jobs.REQUEUE}")
-    # A cancel request was made: the lost attempt ends the job, as an error would.
-    moves += jobs.move(cur, now, [r[:3] for r in rows if r[6]], JobState.CANCELLED,
-                       EventKind.CANCELLED, cancelled_message(why),
-                       "recoveries = recoveries + 1, message = :msg, "
-                       "finished_at = :now, token = NULL, lease_expires_at = NULL")
-    for r in rows:
-        if r[3] + 1 > max_recoveries and not r[6]:
-            moves += jobs.move(
-                cur, now, [r[:3]], JobState.DEAD, EventKind.DEAD,
-                f"recovered {r[3] + 1} times (poison job?)",
-                f"recoveries = recoveries + 1, message = :msg, {jobs.FINISH}",
-            )
-    dead = Counter((r[4], r[5], "dead") for r in rows
-                   if r[3] + 1 > max_recoveries and not r[6])
-    if dead:
-        jobs.add_totals(cur, now, dead)
-    batches.apply(cur, now, moves, jobs.insert)
-    return len(back)
-
-
-def _leased(row: Sequence[Any]) -> LeasedJob:
-    (job_id, name, payload, batch_id), unreadable = jobs.decode_text(
-        row, {"id": 0, "name": 1, "payload": 3, "batch_id": 9})
-    return LeasedJob(
-        id=job_id or "", name=name or "", queue=row[2], payload=payload or "", token=row[4],
-        attempt=row[5], errors=row[6], max_retries=row[7], timeout=row[8], batch_id=batch_id,
-        recoveries=row[10], unreadable=unreadable,
-    )

@@ -1,0 +1,64 @@
+"""The broker boundary: what a message broker (RabbitMQ, later Kafka) must do for the worker.
+
+The store decides, the broker delivers. A message carries a job id and nothing the store does
+not already hold; a delivery only tells a worker *which* job to try to start, and the store's
+lease (fenced as today) decides whether it may. docs/design.md §7 has the whole design.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One message handed to a consumer, with the broker's own handle for settling it.
+
+    ``handle`` is opaque outside the broker (a RabbitMQ delivery tag with its channel, a Kafka
+    partition and offset). ``redelivered`` is the broker's hint that an earlier consumer got
+    the message and did not settle it; ``attempts`` counts deliveries where the broker keeps
+    such a count (a quorum queue's ``x-delivery-count``), else 0.
+    """
+
+    queue: str
+    job_id: str
+    handle: object
+    redelivered: bool = False
+    attempts: int = 0
+
+
+@runtime_checkable
+class Broker(Protocol):
+    """Publish job ids to queues and hand them out to consumers, each settled exactly once."""
+
+    url: str
+
+    def publish(self, queue: str, job_ids: Sequence[str]) -> list[bool]:
+        """Publish one message per job id and wait for the broker to confirm each; True for a
+        confirmed message. A message not confirmed stays "to be published" in the store, and
+        the sweeper publishes it again."""
+        ...
+
+    def consume(self, queues: Sequence[tuple[str, int]], limit: int,
+                timeout: float) -> list[Delivery]:
+        """Up to ``limit`` deliveries from ``queues`` (name, weight; weight 0 = strict order as
+        today), waiting at most ``timeout`` seconds for the first. ``limit`` is the worker's
+        free slots: the broker never holds more unsettled deliveries for it (prefetch)."""
+        ...
+
+    def ack(self, deliveries: Sequence[Delivery]) -> None:
+        """Settle deliveries for good: the job started in the store, or the store says it had
+        already finished (a redelivery, skipped)."""
+        ...
+
+    def release(self, deliveries: Sequence[Delivery]) -> None:
+        """Hand deliveries back unsettled so the broker delivers them again (a worker shutting
+        down before it started them). A broker counting deliveries may dead-letter a message
+        past its limit; the store then records the job ``dead`` with the reason."""
+        ...
+
+    def close(self) -> None:
+        """Hand back every unsettled delivery and close the connection."""
+        ...

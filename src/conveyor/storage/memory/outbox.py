@@ -1,0 +1,101 @@
+"""The memory backend as a broker's outbox (``conveyor.storage.outbox.Outbox``).
+
+A job's publish stamp is kept beside it, not in its record: readers never see it. A parked
+job (flow control said no at ``start``) is due again as soon as the flow gate would admit it,
+which ``publish_due`` asks the gate directly, so the ack that frees a key needs no hook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from conveyor.job import EventKind, JobState, LeasedJob
+from conveyor.storage.memory.flow import ScanBudget
+from conveyor.storage.memory.state import Entry, MemoryState
+from conveyor.storage.outbox import StartKind, StartReply
+from conveyor.storage.rules import DEADLINE_PASSED, REDELIVERED
+
+
+class MemoryOutbox(MemoryState):
+    """``publish_due``, ``publish_failed`` and ``start`` over the memory backend's state."""
+
+    # Defined by MemoryStorage (the hot path), shared with ``dequeue`` and ``reclaim_expired``.
+    _lease: Callable[[Entry, str, float, float], LeasedJob]
+    _recover: Callable[[list[Entry], int, float, str], None]
+
+    def _outbox(self) -> tuple[dict[str, float], set[str]]:
+        """The stamps (job id -> when it is due again) and the parked ids, made on first use."""
+        if not hasattr(self, "_stamps"):
+            self._stamps: dict[str, float] = {}
+            self._parked: set[str] = set()
+        return self._stamps, self._parked
+
+    def publish_due(self, queue: str, count: int, republish_after: float) -> list[str]:
+        """Pending jobs of ``queue`` due to be published, stamped; see ``Outbox``."""
+        with self._lock:
+            stamps, parked = self._outbox()
+            if queue in self._paused or count <= 0:
+                return []
+            now = self.now()
+            out: list[str] = []
+            for job_id in self._pending.get(queue, ()):
+                rec = self._jobs[job_id].rec
+                if job_id in parked:
+                    if not self._flow.allows(rec, now, ScanBudget()):
+                        continue
+                    parked.discard(job_id)
+                elif stamps.get(job_id, now) > now:
+                    continue
+                stamps[job_id] = now + republish_after
+                out.append(job_id)
+                if len(out) >= count:
+                    break
+            return out
+
+    def publish_failed(self, job_ids: Sequence[str]) -> None:
+        """Unconfirmed publishes: due again at once."""
+        with self._lock:
+            stamps, _ = self._outbox()
+            for job_id in job_ids:
+                stamps.pop(job_id, None)
+
+    def start(self, queue: str, deliveries: Sequence[tuple[str, bool]], worker_id: str,
+              lease_seconds: float, max_recoveries: int = 5) -> list[StartReply]:
+        """Lease delivered jobs; see ``Outbox.start``."""
+        with self._lock:
+            now = self.now()
+            budget = ScanBudget()
+            self._flow.forget_idle_rates(now)
+            return [self._start_one(job_id, redelivered, worker_id, lease_seconds,
+                                    max_recoveries, now, budget)
+                    for job_id, redelivered in deliveries]
+
+    def _start_one(self, job_id: str, redelivered: bool, worker_id: str, lease_seconds: float,
+                   max_recoveries: int, now: float, budget: ScanBudget) -> StartReply:
+        entry = self._jobs.get(job_id)
+        if entry is None:
+            return StartReply(job_id, StartKind.SKIPPED)
+        state = entry.rec.state
+        if state is JobState.ACTIVE:
+            if not redelivered:
+                return StartReply(job_id, StartKind.RUNNING)
+            self._recover([entry], max_recoveries, now, REDELIVERED)  # as a lease expiry
+            state = entry.rec.state
+        if state is not JobState.PENDING:
+            return StartReply(job_id, StartKind.SKIPPED)
+        rec = entry.rec
+        stamps, parked = self._outbox()
+        if rec.deadline is not None and now > rec.deadline:
+            rec.message = DEADLINE_PASSED
+            self._move(entry, JobState.DEAD, EventKind.EXPIRED, now, message=DEADLINE_PASSED)
+            stamps.pop(job_id, None)
+            parked.discard(job_id)
+            return StartReply(job_id, StartKind.SKIPPED)
+        if rec.queue in self._paused or not self._flow.allows(rec, now, budget):
+            parked.add(job_id)
+            return StartReply(job_id, StartKind.PARKED)
+        self._flow.reserve(rec, budget)
+        stamps.pop(job_id, None)  # back to pending later (retry, recovery): due at once
+        parked.discard(job_id)
+        return StartReply(job_id, StartKind.STARTED,
+                          self._lease(entry, worker_id, now, lease_seconds))

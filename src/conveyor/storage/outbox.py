@@ -1,0 +1,83 @@
+"""What a store does for a message broker (docs/design.md §7): it is the outbox.
+
+With a broker the store still holds every job's state; the broker only delivers job ids.
+Nothing here changes the path without a broker: ``enqueue``, ``promote_due``,
+``reclaim_expired``, ``release_worker``, retries and the operator's actions make jobs
+``pending`` exactly as today, and a pending job *is* a job to publish. A relay asks
+``publish_due`` for them, publishes them, and the worker that receives a delivery calls
+``start``. The publish stamp is bookkeeping, not a state: a published job is ``pending`` to
+every reader, with no event, until it starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol, runtime_checkable
+
+from conveyor.job import LeasedJob
+
+__all__ = ["Outbox", "StartKind", "StartReply"]
+
+
+class StartKind(str, Enum):
+    """What ``Outbox.start`` did with one delivered job id."""
+
+    STARTED = "started"  # leased to the caller: run it (``StartReply.job``)
+    RUNNING = "running"  # already active under another live lease: a duplicate, skip it
+    SKIPPED = "skipped"  # finished, cancelled, expired, unknown or not pending: skip it
+    PARKED = "parked"  # held back by flow control or a paused queue: waits in the store
+
+
+@dataclass(frozen=True, slots=True)
+class StartReply:
+    """The outcome of one delivery handed to ``Outbox.start``."""
+
+    job_id: str
+    kind: StartKind
+    job: LeasedJob | None = None  # set when ``kind`` is STARTED
+
+
+@runtime_checkable
+class Outbox(Protocol):
+    """The three calls a relay and a broker-fed worker make; one atomic transition each."""
+
+    def publish_due(self, queue: str, count: int, republish_after: float) -> list[str]:
+        """Ids of up to ``count`` pending jobs of ``queue`` due to be published, oldest first.
+
+        Due: pending and runnable now (not scheduled for later, queue not paused) and either
+        not handed out by this call since it last became pending, or handed out more than
+        ``republish_after`` seconds ago (storage clock) without being started (a publish never
+        confirmed, a message the broker lost). Each returned job is stamped in the same atomic
+        step, so concurrent callers never get the same job within ``republish_after``. A job
+        parked by ``start`` (flow control) is not due until it may run: an ``ack`` that frees
+        its concurrency or order key makes it due at once; a rate-limited one is due when its
+        window admits it.
+        """
+        ...
+
+    def publish_failed(self, job_ids: Sequence[str]) -> None:
+        """The broker did not confirm these: make each still-pending one due again at once."""
+        ...
+
+    def start(self, queue: str, deliveries: Sequence[tuple[str, bool]], worker_id: str,
+              lease_seconds: float, max_recoveries: int = 5) -> list[StartReply]:
+        """Lease delivered jobs of ``queue`` (``(job_id, redelivered)`` each) as ``dequeue`` would.
+
+        One reply per delivery, in order, each one atomic transition:
+
+        * pending and admitted (pause, flow control, deadline and unreadable records exactly
+          as ``dequeue`` treats them) -> STARTED with the ``LeasedJob`` as ``dequeue`` returns
+          it (``started`` event, attempt + 1, fresh token, batch counters moved);
+        * pending but held back by flow control or a paused queue -> PARKED: it stays pending
+          and is not due to publish until it may run (see ``publish_due``);
+        * deadline passed -> moved to ``dead`` (``expired``) and SKIPPED;
+        * active under a lease and ``redelivered`` False -> RUNNING (a duplicate message);
+        * active and ``redelivered`` True -> the broker says its holder's connection died: it
+          is taken over at once as a lease expiry would take it (``recovered`` event,
+          ``recoveries`` + 1, ``dead`` past ``max_recoveries``) and leased to this worker:
+          STARTED with a new token, so the old holder's ack is refused (fencing);
+        * anything else (finished, cancelled, scheduled, unknown id) -> SKIPPED, untouched.
+        """
+        ...

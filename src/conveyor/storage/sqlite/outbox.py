@@ -1,0 +1,144 @@
+"""SQLite as a broker's outbox (``conveyor.storage.outbox.Outbox``, docs/design.md §7).
+
+One column, ``jobs.publish_at`` (migration 005): NULL = due now, a time = handed to a relay
+and due again then if not started, negative = parked (flow control or a paused queue said no
+at ``start``; due once the same admission code ``dequeue`` uses would let it run). ``start``
+sets it back to NULL, so a job that later returns to pending by any path is due at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from conveyor.job import EventKind, JobState
+from conveyor.storage.outbox import StartKind, StartReply
+from conveyor.storage.rules import DEADLINE_PASSED, REDELIVERED
+from conveyor.storage.sqlite import batches, flow, jobs
+from conveyor.storage.sqlite import leases as lease_sql
+from conveyor.storage.sqlite.connection import Database
+
+_PARKED = -1.0
+_PAGE = 256
+_MAX_SCAN = 4096  # bound one call's walk past jobs already in the broker or still parked
+
+# Pending jobs of a queue in dequeue's order (the jobs_ready index), with their stamps.
+_PENDING = (
+    f"SELECT id, {flow.FLOW_COLUMNS}, publish_at FROM jobs INDEXED BY jobs_ready "
+    "WHERE state = 'pending' AND queue = ? ORDER BY ready_at LIMIT ? OFFSET ?"
+)
+_ROWS = (
+    f"SELECT id, {flow.FLOW_COLUMNS}, state, batch_id, deadline, recoveries, queue, name, "
+    "cancel_requested FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
+)
+
+
+class SqliteOutbox:
+    """``publish_due``, ``publish_failed`` and ``start``; one ``BEGIN IMMEDIATE`` each."""
+
+    # Declared, not defined: SqliteStorage provides them (a stub would shadow its own).
+    _db: Database
+    now: Callable[[], float]
+
+    def publish_due(self, queue: str, count: int, republish_after: float) -> list[str]:
+        """Pending jobs of ``queue`` due to be published, stamped; see ``Outbox``."""
+        if count <= 0:
+            return []
+        with self._db.write() as cur:
+            if cur.execute("SELECT 1 FROM queues WHERE name = ? AND paused = 1",
+                           (queue,)).fetchone():
+                return []
+            now = self.now()
+            due = _walk(cur, now, queue, count)
+            cur.execute("UPDATE jobs SET publish_at = ? WHERE id IN "
+                        "(SELECT value FROM json_each(?))",
+                        (now + republish_after, jobs.ids_param(due)))
+            return due
+
+    def publish_failed(self, job_ids: Sequence[str]) -> None:
+        """Unconfirmed publishes: due again at once."""
+        with self._db.write() as cur:
+            cur.execute("UPDATE jobs SET publish_at = NULL WHERE state = 'pending' AND "
+                        "publish_at >= 0 AND id IN (SELECT value FROM json_each(?))",
+                        (jobs.ids_param(job_ids),))
+
+    def start(self, queue: str, deliveries: Sequence[tuple[str, bool]], worker_id: str,
+              lease_seconds: float, max_recoveries: int = 5) -> list[StartReply]:
+        """Lease delivered jobs; see ``Outbox.start``."""
+        if not deliveries:
+            return []
+        with self._db.write() as cur:
+            now = self.now()
+            return _Start(cur, now, worker_id, lease_seconds, max_recoveries).run(deliveries)
+
+
+def _walk(cur: Any, now: float, queue: str, count: int) -> list[str]:
+    """Ids of up to ``count`` due jobs, oldest first (a parked one only if it may run)."""
+    gates = flow.Gates()
+    due: list[str] = []
+    offset = 0
+    while len(due) < count and offset < _MAX_SCAN:
+        rows = cur.execute(_PENDING, (queue, _PAGE, offset)).fetchall()
+        if not rows:
+            break
+        offset += len(rows)
+        for row in rows:
+            stamp = row[-1]
+            if stamp is None or 0 <= stamp <= now or (
+                    stamp < 0 and flow.would_admit(cur, now, row[:-1], gates)):
+                due.append(row[0])
+                if len(due) >= count:
+                    break
+    return due
+
+
+class _Start:
+    """One ``start`` call: the deliveries in order, each settled against the job's row."""
+
+    def __init__(self, cur: Any, now: float, worker: str, lease: float,
+                 max_recoveries: int) -> None:
+        self.cur, self.now, self.worker = cur, now, worker
+        self.lease, self.max_recoveries = lease, max_recoveries
+        self.gates = flow.Gates()
+        self.paused = {r[0] for r in cur.execute("SELECT name FROM queues WHERE paused = 1")}
+
+    def run(self, deliveries: Sequence[tuple[str, bool]]) -> list[StartReply]:
+        return [self.one(job_id, redelivered) for job_id, redelivered in deliveries]
+
+    def row(self, job_id: str) -> Any:
+        rows = self.cur.execute(_ROWS, (jobs.ids_param([job_id]),)).fetchall()
+        return rows[0] if rows else None
+
+    def one(self, job_id: str, redelivered: bool) -> StartReply:
+        row = self.row(job_id)
+        if row is None:
+            return StartReply(job_id, StartKind.SKIPPED)
+        state = row[7]
+        if state == "active":
+            if not redelivered:
+                return StartReply(job_id, StartKind.RUNNING)
+            # (id, state, batch, recoveries, queue, name, cancel_requested) as RECLAIM reads
+            lease_sql.recover(self.cur, self.now, [(row[0], state, row[8], *row[10:])],
+                              self.max_recoveries, REDELIVERED)
+            row = self.row(job_id)
+            state = row[7]
+        if state != "pending":
+            return StartReply(job_id, StartKind.SKIPPED)
+        cur, now = self.cur, self.now
+        if row[9] is not None and row[9] < now:
+            moves = jobs.move(cur, now, [(job_id, "pending", row[8])], JobState.DEAD,
+                              EventKind.EXPIRED, DEADLINE_PASSED,
+                              f"message = :msg, publish_at = NULL, {jobs.FINISH}")
+            batches.apply(cur, now, moves, jobs.insert)
+            return StartReply(job_id, StartKind.SKIPPED)
+        if row[11] in self.paused or not flow.admit_one(cur, now, row[:7], self.gates):
+            cur.execute("UPDATE jobs SET publish_at = ? WHERE id = ?", (_PARKED, job_id))
+            return StartReply(job_id, StartKind.PARKED)
+        leased = cur.execute(lease_sql.LEASE_IDS, {
+            "worker": self.worker, "now": now, "expires": now + self.lease,
+            "ids": jobs.ids_param([job_id])}).fetchone()
+        cur.execute("UPDATE jobs SET publish_at = NULL WHERE rowid = ?", (leased[12],))
+        job = lease_sql.leased(leased)
+        if job.batch_id:
+            batches.apply(cur, now, [(job.batch_id, "pending", "active")], jobs.insert)
+        return StartReply(job_id, StartKind.STARTED, job)
