@@ -45,7 +45,8 @@ enqueues them through the client middleware, the server middleware and error han
 worker runs jobs with, and the storage.
 
     ``url`` names the storage (``sqlite:///path.db``, ``redis://…``, ``memory://``); None
-    means ``$CONVEYOR_URL`` or ``sqlite:///conveyor.db``. The storage is opened on first use
+    means ``$CONVEYOR_URL`` or ``sqlite:///conveyor.db``; ``broker`` names a message broker
+    that delivers jobs to workers (docs/design.md §7). The storage is opened on first use
     and opened again in a child process after ``fork`` (so worker processes never share a
     connection with their parent); a ``storage=`` object given here is used as is.
     """
@@ -55,6 +56,7 @@ worker runs jobs with, and the storage.
         url: str | None = None,
         *,
         storage: Backend | None = None,
+        broker: str | None = None,
         clock: Clock | None = None,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         retention: Retention = Retention(),  # noqa: B008 - frozen dataclass, safe as a default
@@ -63,6 +65,10 @@ worker runs jobs with, and the storage.
             env = os.environ.get("CONVEYOR_URL")
             url = storage.url if storage is not None else env or DEFAULT_URL
         self.url = url
+        #: Where workers take jobs from when a message broker delivers them (``memory://``
+        #: for now; docs/design.md §7): ``broker``, else ``$CONVEYOR_BROKER``, else none —
+        #: workers lease from the store. Enqueueing never needs it: the store is the outbox.
+        self.broker_url: str | None = broker or os.environ.get("CONVEYOR_BROKER") or None
         self.retention = retention
         self.registry = Registry()
         self.client = Client(

@@ -61,6 +61,14 @@ class StorageURLError(ConveyorError, ValueError):
     """A storage URL that conveyor cannot open (unknown scheme, missing part)."""
 
 
+class BrokerURLError(ConveyorError, ValueError):
+    """A broker URL that conveyor cannot open (unknown scheme, missing part)."""
+
+
+class BrokerUnsupported(ConveyorError):
+    """A broker was asked for with a storage that cannot be a broker's outbox (yet)."""
+
+
 class StorageError(ConveyorError):
     """The storage answered an operation with an error of its own (a command or script it
     refused), named in the message; whichever backend it is, callers see only this."""

@@ -1,9 +1,38 @@
 """The broker seam: delivery through a message broker, with every job's state in the store.
 
-Only the protocol exists so far (``broker/base.py``); docs/design.md §7 describes the design
-that the RabbitMQ (issue 20) and Kafka (issue 21) brokers implement.
+``open_broker(url)`` picks the broker by the URL's scheme, importing it on first use so a
+broker's client library stays an optional dependency. docs/design.md §7 has the design.
 """
 
-from conveyor.broker.base import Broker, Delivery
+from __future__ import annotations
 
-__all__ = ["Broker", "Delivery"]
+import importlib
+from typing import Protocol
+
+from conveyor.broker.base import Broker, Delivery
+from conveyor.errors import BrokerURLError
+from conveyor.storage import redact
+
+__all__ = ["Broker", "Delivery", "open_broker"]
+
+# scheme -> "module:function"; the function takes the URL and returns a Broker.
+_OPENERS = {
+    "memory": "conveyor.broker.memory:open_memory_broker",
+}
+
+
+class _Opener(Protocol):
+    def __call__(self, url: str) -> Broker: ...
+
+
+def open_broker(url: str) -> Broker:
+    """Open the broker a URL names. Raises ``BrokerURLError`` with the reason when it can't."""
+    scheme, sep, _ = url.partition("://")
+    target = _OPENERS.get(scheme.lower()) if sep else None
+    if target is None:
+        raise BrokerURLError(
+            f"broker URL {redact(url)!r}: expected one of "
+            + ", ".join(f"{s}://" for s in sorted(_OPENERS)))
+    module_name, func_name = target.split(":")
+    opener: _Opener = getattr(importlib.import_module(module_name), func_name)
+    return opener(url)

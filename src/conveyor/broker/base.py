@@ -37,8 +37,8 @@ class Broker(Protocol):
 
     def publish(self, queue: str, job_ids: Sequence[str]) -> list[bool]:
         """Publish one message per job id and wait for the broker to confirm each; True for a
-        confirmed message. A message not confirmed stays "to be published" in the store, and
-        the sweeper publishes it again."""
+        confirmed message. The relay hands the unconfirmed back to the store
+        (``Outbox.publish_failed``), which has them published again."""
         ...
 
     def consume(self, queues: Sequence[tuple[str, int]], limit: int,
@@ -49,14 +49,19 @@ class Broker(Protocol):
         ...
 
     def ack(self, deliveries: Sequence[Delivery]) -> None:
-        """Settle deliveries for good: the job started in the store, or the store says it had
-        already finished (a redelivery, skipped)."""
+        """Settle deliveries for good: the job they started has been acknowledged in the
+        store, or the store said there was nothing to run (finished, a duplicate, parked)."""
         ...
 
     def release(self, deliveries: Sequence[Delivery]) -> None:
         """Hand deliveries back unsettled so the broker delivers them again (a worker shutting
         down before it started them). A broker counting deliveries may dead-letter a message
         past its limit; the store then records the job ``dead`` with the reason."""
+        ...
+
+    def backlog(self, queue: str) -> int:
+        """Messages waiting in ``queue`` not yet delivered: the relay keeps this below its
+        window so the backlog waits in the store, where flow control and pausing see it."""
         ...
 
     def close(self) -> None:

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
+from conveyor.errors import BrokerUnsupported
 from conveyor.job import LeasedJob
+from conveyor.storage import redact
 
-__all__ = ["Outbox", "StartKind", "StartReply"]
+__all__ = ["Outbox", "StartKind", "StartReply", "as_outbox"]
 
 
 class StartKind(str, Enum):
@@ -81,3 +83,13 @@ class Outbox(Protocol):
         * anything else (finished, cancelled, scheduled, unknown id) -> SKIPPED, untouched.
         """
         ...
+
+
+def as_outbox(storage: object) -> Outbox:
+    """``storage`` as an ``Outbox``, or ``BrokerUnsupported`` saying which store is not one."""
+    if not isinstance(storage, Outbox):
+        url = getattr(storage, "url", type(storage).__name__)
+        raise BrokerUnsupported(
+            f"storage {redact(str(url))!r} cannot feed a broker yet (memory:// and sqlite:// "
+            "can; docs/brokers.md)")
+    return storage

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from conveyor.clock import Clock
 from conveyor.errors import StorageUnavailable
@@ -52,6 +53,9 @@ class Acker:
         self._failures = 0
         self.refused = 0  # acks the storage refused: the lease had moved on (fencing)
         self.written = 0
+        #: Called with the job ids of every batch written (the broker feed settles their
+        #: deliveries: the store has the outcome, whether it applied or refused it).
+        self.on_written: Callable[[list[str]], None] | None = None
 
     def add(self, ack: Ack) -> None:
         """Queue an ack for the next batch."""
@@ -101,6 +105,8 @@ class Acker:
     def _write(self, acks: list[Ack]) -> None:
         """One storage call for ``acks``; they leave ``_writing`` once written."""
         results = self.storage.ack(acks)
+        if self.on_written is not None:  # a broker's deliveries of these jobs are done with
+            self.on_written([a.job_id for a in acks])
         refused = len(results) - sum(1 for ok in results if ok)
         if refused:
             self.refused += refused

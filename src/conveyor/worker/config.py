@@ -85,6 +85,12 @@ class WorkerConfig:
     idle_wait: float = 1.0
     max_recoveries: int = 5
     ack_batch: int = 500
+    #: With a broker (docs/design.md §7): messages the relay lets wait in each broker queue
+    #: (0 = four times ``concurrency``, at least 64), how long it idles when nothing was due,
+    #: and after how long a published job not yet started is published again.
+    relay_window: int = 0
+    relay_idle: float = 0.05
+    republish_after: float = 300.0
     worker_id: str = field(default_factory=_default_worker_id)
 
     def __post_init__(self) -> None:

@@ -19,6 +19,7 @@ from conveyor.storage.base import Storage
 from conveyor.worker.acker import Acker
 from conveyor.worker.config import WorkerConfig, queue_order
 from conveyor.worker.executors import AsyncExecutor, ThreadExecutor
+from conveyor.worker.feed import BrokerFeed
 from conveyor.worker.inflight import Entry, InFlight
 from conveyor.worker.isolation import Isolation
 from conveyor.worker.processor import Processor
@@ -63,6 +64,7 @@ class Fetcher:
         acker: Acker,
         threads: ThreadExecutor,
         loop: AsyncExecutor,
+        feed: BrokerFeed | None = None,
     ) -> None:
         self._fetch_lock = threading.Lock()  # see ``quiet``
         self.isolation = Isolation(processor, inflight, storage)
@@ -74,6 +76,7 @@ class Fetcher:
         self.acker = acker
         self.threads = threads
         self.loop = loop
+        self.feed = feed  # with a broker, jobs come from its deliveries (worker/feed.py)
         self._quiet = threading.Event()
         self._thread: threading.Thread | None = None
         self._rng = random.Random()
@@ -89,7 +92,11 @@ class Fetcher:
         with self._fetch_lock:
             if self._quiet.is_set():  # checked under the lock: see ``quiet``
                 return 0
-            jobs = self.storage.dequeue(order, self.config.worker_id, free, self.config.lease)
+            if self.feed is not None:
+                jobs = self.feed.take(order, free, 0.0)
+            else:
+                jobs = self.storage.dequeue(order, self.config.worker_id, free,
+                                            self.config.lease)
         self._start(jobs)
         return len(jobs)
 
@@ -104,8 +111,12 @@ class Fetcher:
         if free <= 0 or self._quiet.is_set():
             return 0
         order = queue_order(self.config.queues, self.config.strict, self._rng)
-        jobs = self.storage.wait_dequeue(self.config.queue_names, order, self.config.worker_id,
-                                         free, self.config.lease, self.config.idle_wait)
+        if self.feed is not None:
+            jobs = self.feed.take(order, free, self.config.idle_wait)
+        else:
+            jobs = self.storage.wait_dequeue(self.config.queue_names, order,
+                                             self.config.worker_id, free, self.config.lease,
+                                             self.config.idle_wait)
         with self._fetch_lock:
             if self._quiet.is_set():
                 for job in jobs:

@@ -19,13 +19,16 @@ from typing import Protocol
 
 from conveyor import __version__
 from conveyor.app import Conveyor
+from conveyor.broker import open_broker
 from conveyor.clock import Clock
 from conveyor.job import Ack
 from conveyor.periodic import CronConfig, CronScheduler, describe_unlistened, unlistened
 from conveyor.storage import redact
+from conveyor.storage.outbox import as_outbox
 from conveyor.worker.acker import Acker
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.executors import AsyncExecutor, ThreadExecutor
+from conveyor.worker.feed import BrokerFeed
 from conveyor.worker.fetcher import Fetcher
 from conveyor.worker.heartbeat import Heartbeater
 from conveyor.worker.inflight import Entry, InFlight
@@ -34,6 +37,7 @@ from conveyor.worker.logs import reopen_logs
 from conveyor.worker.poller import Poller
 from conveyor.worker.processor import Processor
 from conveyor.worker.recoverer import Recoverer
+from conveyor.worker.relay import Relay
 from conveyor.worker.signals import SignalPipe, log_stacks
 from conveyor.worker.watchdog import Watchdog
 
@@ -76,9 +80,17 @@ class Launcher:
         self.watchdog = Watchdog(storage, self.clock, config, inflight=self.inflight,
                                  threads=self.threads, timed_out=self.processor.timed_out,
                                  finish=self.finish)
+        # With a broker (docs/design.md §7) jobs come from its deliveries through the feed, a
+        # relay publishes what the store has due, and the acker settles deliveries it wrote.
+        self.feed: BrokerFeed | None = None
+        self.relay: Relay | None = None
+        if app.broker_url:
+            self.feed = BrokerFeed(open_broker(app.broker_url), as_outbox(storage), config)
+            self.relay = Relay(storage, self.clock, config, broker=open_broker(app.broker_url))
+            self.acker.on_written = self.feed.settle
         self.fetcher = Fetcher(storage, self.clock, config, processor=self.processor,
                                inflight=self.inflight, acker=self.acker, threads=self.threads,
-                               loop=self.loop)
+                               loop=self.loop, feed=self.feed)
         self.signals: SignalPipe | None = None
         self._stop = threading.Event()
         self._started = False
@@ -91,15 +103,17 @@ class Launcher:
 
     # -- lifecycle --------------------------------------------------------------------------
     def _components(self) -> list[_Component]:
-        return [self.heartbeat, self.recoverer, self.poller, self.cron, self.janitor,
+        relay = [self.relay] if self.relay is not None else []
+        return [self.heartbeat, self.recoverer, self.poller, *relay, self.cron, self.janitor,
                 self.acker, self.threads, self.watchdog, self.fetcher]
 
     def start(self) -> None:
         """Log the banner, warn about storage settings, start every component in order."""
         queues = " ".join(f"{q.name},{q.weight}" if q.weight != 1 else q.name
                           for q in self.config.queues)
-        log.info("conveyor %s worker %s starting: storage=%s queues=%s%s concurrency=%d pid=%d",
-                 __version__, self.config.worker_id, redact(self.storage.url), queues,
+        broker = f" broker={redact(self.app.broker_url)}" if self.app.broker_url else ""
+        log.info("conveyor %s worker %s starting: storage=%s%s queues=%s%s concurrency=%d pid=%d",
+                 __version__, self.config.worker_id, redact(self.storage.url), broker, queues,
                  " (strict)" if self.config.strict else "", self.config.concurrency, os.getpid())
         self._check_server()
         self.heartbeat.safe_tick()  # registered before the first job is taken
@@ -191,6 +205,8 @@ class Launcher:
             self.hard_shutdown()
         for component in reversed(self._components()[1:-1]):
             component.stop(5.0)
+        if self.feed is not None:  # after the acker's last write: nothing held is settled
+            self.feed.close()
         self.loop.stop()
         self.heartbeat.stop()
         self.heartbeat.unregister()

@@ -1,0 +1,133 @@
+"""``memory://name``: a broker inside one process, with a real broker's delivery semantics.
+
+For tests and demos, as ``memory://`` is for storage: every ``MemoryBroker`` opened on the
+same name in a process shares one set of queues, and each is a consumer "connection" of its
+own. Messages are confirmed at once; a delivery stays unsettled with its consumer until it
+is acked or released; ``close`` (a consumer whose connection died) puts every delivery it
+had not settled back at the head of its queue, marked redelivered with its delivery count,
+as RabbitMQ does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from conveyor.broker.base import Delivery
+
+__all__ = ["MemoryBroker", "open_memory_broker"]
+
+
+@dataclass(slots=True)
+class _Message:
+    job_id: str
+    deliveries: int = 0
+
+
+@dataclass
+class _Hub:
+    """The queues every broker of one name shares, under one condition."""
+
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    queues: dict[str, deque[_Message]] = field(default_factory=dict)
+    tags: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+
+_HUBS: dict[str, _Hub] = {}
+_HUBS_LOCK = threading.Lock()
+
+
+def open_memory_broker(url: str) -> MemoryBroker:
+    """A new consumer connection to the in-process broker ``url`` names."""
+    name = url.partition("://")[2]
+    with _HUBS_LOCK:
+        hub = _HUBS.setdefault(name, _Hub())
+    return MemoryBroker(url, hub)
+
+
+class MemoryBroker:
+    """One connection to an in-process broker (see the module docstring)."""
+
+    def __init__(self, url: str, hub: _Hub) -> None:
+        self.url = url
+        self._hub = hub
+        self._unsettled: dict[int, tuple[str, _Message]] = {}
+        self._rng = random.Random()
+        self._closed = False
+
+    def publish(self, queue: str, job_ids: Sequence[str]) -> list[bool]:
+        """Append one message per job id; every one is confirmed."""
+        with self._hub.cond:
+            self._hub.queues.setdefault(queue, deque()).extend(_Message(j) for j in job_ids)
+            self._hub.cond.notify_all()
+        return [True] * len(job_ids)
+
+    def consume(self, queues: Sequence[tuple[str, int]], limit: int,
+                timeout: float) -> list[Delivery]:
+        """Up to ``limit`` deliveries, queues in weighted (or, all weights 0, strict) order."""
+        if limit <= 0 or self._closed:
+            return []
+        with self._hub.cond:
+            self._hub.cond.wait_for(lambda: self._ready(queues), timeout=timeout)
+            out: list[Delivery] = []
+            for name in self._order(queues):
+                waiting = self._hub.queues.get(name)
+                while waiting and len(out) < limit:
+                    message = waiting.popleft()
+                    message.deliveries += 1
+                    tag = next(self._hub.tags)
+                    self._unsettled[tag] = (name, message)
+                    out.append(Delivery(queue=name, job_id=message.job_id, handle=tag,
+                                        redelivered=message.deliveries > 1,
+                                        attempts=message.deliveries))
+            return out
+
+    def _ready(self, queues: Sequence[tuple[str, int]]) -> bool:
+        return any(self._hub.queues.get(name) for name, _ in queues)
+
+    def _order(self, queues: Sequence[tuple[str, int]]) -> list[str]:
+        if all(weight <= 0 for _, weight in queues):
+            return [name for name, _ in queues]
+        pool = [(name, weight) for name, weight in queues if weight > 0]
+        order: list[str] = []
+        while pool:  # a weighted draw without replacement, as the fetcher orders queues
+            pick = self._rng.choices(range(len(pool)), [w for _, w in pool])[0]
+            order.append(pool.pop(pick)[0])
+        return order
+
+    def ack(self, deliveries: Sequence[Delivery]) -> None:
+        """Settle deliveries for good; a delivery of another connection is ignored."""
+        with self._hub.cond:
+            for delivery in deliveries:
+                self._unsettled.pop(_tag(delivery), None)
+
+    def release(self, deliveries: Sequence[Delivery]) -> None:
+        """Hand deliveries back to the head of their queue."""
+        with self._hub.cond:
+            for delivery in deliveries:
+                held = self._unsettled.pop(_tag(delivery), None)
+                if held is not None:
+                    self._hub.queues.setdefault(held[0], deque()).appendleft(held[1])
+            self._hub.cond.notify_all()
+
+    def backlog(self, queue: str) -> int:
+        """Messages waiting in ``queue``, not counting unsettled deliveries."""
+        with self._hub.cond:
+            return len(self._hub.queues.get(queue, ()))
+
+    def close(self) -> None:
+        """Hand every unsettled delivery back (as a dropped connection would)."""
+        with self._hub.cond:
+            self._closed = True
+            for name, message in reversed(list(self._unsettled.values())):
+                self._hub.queues.setdefault(name, deque()).appendleft(message)
+            self._unsettled.clear()
+            self._hub.cond.notify_all()
+
+
+def _tag(delivery: Delivery) -> int:
+    return delivery.handle if isinstance(delivery.handle, int) else -1

@@ -1,0 +1,79 @@
+"""BrokerFeed: where a worker's jobs come from when a broker delivers them (docs/design.md §7).
+
+The fetcher asks the feed instead of ``Storage.dequeue``: the feed consumes up to the free
+slots from the broker and starts each delivered job in the store (``Outbox.start``), which
+decides. A delivery whose job started is held until the job's outcome is written to the store
+(``settle``, called by the acker), so a worker that dies leaves its deliveries unsettled and
+the broker hands them to another worker at once; every other delivery is settled on the spot.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Sequence
+
+from conveyor.broker.base import Broker, Delivery
+from conveyor.job import LeasedJob
+from conveyor.storage.outbox import Outbox, StartKind
+from conveyor.worker.config import WorkerConfig
+
+__all__ = ["BrokerFeed"]
+
+
+class BrokerFeed:
+    """Consume, start in the store, hold what runs, settle the rest."""
+
+    def __init__(self, broker: Broker, outbox: Outbox, config: WorkerConfig) -> None:
+        self.broker = broker
+        self.outbox = outbox
+        self.config = config
+        self._lock = threading.Lock()
+        self._held: dict[str, Delivery] = {}  # job id -> the delivery that started it
+
+    def take(self, order: Sequence[str], free: int, timeout: float) -> list[LeasedJob]:
+        """Up to ``free`` jobs started from deliveries, queues tried in ``order``."""
+        deliveries = self.broker.consume([(name, 0) for name in order], free, timeout)
+        if not deliveries:
+            return []
+        per_queue: dict[str, list[Delivery]] = defaultdict(list)
+        for delivery in deliveries:
+            per_queue[delivery.queue].append(delivery)
+        started: list[LeasedJob] = []
+        settle: list[Delivery] = []
+        for queue, group in per_queue.items():
+            replies = self.outbox.start(
+                queue, [(d.job_id, d.redelivered) for d in group], self.config.worker_id,
+                self.config.lease, self.config.max_recoveries)
+            for delivery, reply in zip(group, replies, strict=True):
+                if reply.kind is StartKind.STARTED and reply.job is not None:
+                    started.append(reply.job)
+                    with self._lock:
+                        older = self._held.pop(reply.job.id, None)
+                        self._held[reply.job.id] = delivery
+                    if older is not None:  # this worker took its own job over: one message
+                        settle.append(older)
+                else:
+                    settle.append(delivery)
+        if settle:
+            self.broker.ack(settle)
+        return started
+
+    def settle(self, job_ids: Sequence[str]) -> None:
+        """The store has these jobs' outcomes: their deliveries are done with."""
+        with self._lock:
+            done = [d for d in (self._held.pop(j, None) for j in job_ids) if d is not None]
+        if done:
+            self.broker.ack(done)
+
+    @property
+    def held(self) -> int:
+        """Deliveries held for running jobs."""
+        with self._lock:
+            return len(self._held)
+
+    def close(self) -> None:
+        """Close the connection: deliveries still held go back to the broker."""
+        with self._lock:
+            self._held.clear()
+        self.broker.close()

@@ -1,0 +1,63 @@
+"""Relay: publishes the store's due jobs to the broker (docs/design.md §7, the outbox).
+
+Writers only write the store; this component, one per worker process with a broker, asks
+the store for pending jobs due to be published (``Outbox.publish_due``) and publishes them,
+handing the unconfirmed back (``publish_failed``). It keeps each broker queue shallow — at
+most a window of messages waiting (``relay_window``, default four times the
+worker's concurrency, at least 64) — so the backlog waits in the store, where pausing,
+flow control and cancelling see it.
+"""
+
+from __future__ import annotations
+
+from conveyor.broker.base import Broker
+from conveyor.clock import Clock
+from conveyor.storage.base import Storage
+from conveyor.storage.outbox import as_outbox
+from conveyor.worker.component import PeriodicComponent
+from conveyor.worker.config import WorkerConfig
+
+__all__ = ["Relay"]
+
+
+class Relay(PeriodicComponent):
+    """``tick()`` publishes one round over the worker's queues; it goes again at once while a
+    queue had a full window due, and waits ``relay_idle`` otherwise."""
+
+    name = "relay"
+
+    def __init__(self, storage: Storage, clock: Clock, config: WorkerConfig, *,
+                 broker: Broker) -> None:
+        super().__init__(storage, clock, config)
+        self.outbox = as_outbox(storage)
+        self.broker = broker
+        self.window = config.relay_window or max(64, 4 * config.concurrency)
+        self.published = 0
+        self._busy = False
+
+    def tick(self) -> None:
+        """Publish what is due on every queue, up to each queue's free window."""
+        busy = False
+        for queue in self.config.queue_names:
+            room = self.window - self.broker.backlog(queue)
+            if room <= 0:
+                continue
+            due = self.outbox.publish_due(queue, room, self.config.republish_after)
+            if not due:
+                continue
+            confirmed = self.broker.publish(queue, due)
+            failed = [job_id for job_id, ok in zip(due, confirmed, strict=True) if not ok]
+            if failed:
+                self.outbox.publish_failed(failed)
+            self.published += len(due) - len(failed)
+            busy = busy or len(due) == room
+        self._busy = busy
+
+    def interval(self) -> float:
+        """At once after a full window, else ``relay_idle``."""
+        return 0.0 if self._busy else self.config.relay_idle
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop publishing and close the relay's broker connection."""
+        super().stop(timeout)
+        self.broker.close()

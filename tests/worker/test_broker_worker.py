@@ -1,0 +1,155 @@
+"""A whole worker fed by a broker (docs/design.md §7): the relay publishes what the store has
+due, the feed starts deliveries in the store, the acker settles them. Real clock, real
+storage, the in-process ``memory://`` broker (a real broker's semantics, not a mock).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from conveyor import Conveyor, JobState
+from conveyor.broker import open_broker
+from conveyor.errors import BrokerUnsupported, BrokerURLError
+from conveyor.storage.outbox import as_outbox
+from conveyor.storage.records import BatchStatus
+from conveyor.worker.config import WorkerConfig
+from conveyor.worker.launcher import Launcher
+from tests.support.waiting import wait_until
+
+#: (storage, broker) pairs every test here runs on: the one place to extend as stores and
+#: brokers gain the outbox (Redis, PostgreSQL) and a network broker (RabbitMQ).
+PAIRS = [("memory", "memory"), ("sqlite", "memory")]
+
+
+def _until(check: Callable[[], bool]) -> bool:
+    return wait_until(check, 30.0, interval=0.01)
+
+
+@pytest.fixture(params=PAIRS, ids=[f"{s}+{b}" for s, b in PAIRS])
+def brokered(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Conveyor]:
+    """An app whose workers take jobs from a broker of their own (a fresh memory:// name)."""
+    store, broker = request.param
+    url = "memory://" if store == "memory" else f"sqlite:///{tmp_path}/b.db"
+    app = Conveyor(url, broker=f"{broker}://{uuid.uuid4().hex}")
+    try:
+        yield app
+    finally:
+        app.close()
+
+
+def _batch(app: Conveyor, batch_id: str) -> BatchStatus:
+    status = app.storage.get_batch(batch_id)
+    assert status is not None
+    return status
+
+
+def _state(app: Conveyor, job_id: str) -> JobState | None:
+    record = app.get_job(job_id)
+    return None if record is None else record.state
+
+
+def test_a_batch_runs_through_the_broker_with_exact_counters(brokered: Conveyor) -> None:
+    @brokered.job
+    def square(x: int) -> int:
+        return x * x
+
+    with brokered.batch(description="through the broker") as batch:
+        refs = [square.enqueue(i) for i in range(300)]
+    launcher = Launcher(brokered, WorkerConfig(concurrency=8, relay_window=64))
+    launcher.start()
+    try:
+        assert _until(lambda: _batch(brokered, batch.id).complete)
+    finally:
+        launcher.stop(5)
+    status = _batch(brokered, batch.id)
+    assert status.counts.get("succeeded") == 300 and status.total == 300
+    assert brokered.get_job(refs[7].id).result == "49"  # type: ignore[union-attr]
+    assert launcher.relay is not None and launcher.relay.published >= 300
+    assert launcher.feed is not None and launcher.feed.held == 0  # every delivery settled
+    assert launcher.relay.broker.backlog("default") == 0
+
+
+def test_a_retry_and_a_scheduled_job_are_published_when_due(brokered: Conveyor) -> None:
+    failures: list[int] = []
+
+    @brokered.job(retry_in=lambda attempt, exc: 0.2)
+    def flaky() -> str:
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("first attempt fails")
+        return "ok"
+
+    @brokered.job
+    def later() -> str:
+        return "later"
+
+    retried = flaky.enqueue()
+    scheduled = later.enqueue_in(0.3)
+    assert scheduled is not None
+    launcher = Launcher(brokered, WorkerConfig(concurrency=2, poll_interval=(0.05, 0.1)))
+    launcher.start()
+    try:
+        assert _until(lambda: _state(brokered, retried.id) is JobState.SUCCEEDED
+                      and _state(brokered, scheduled.id) is JobState.SUCCEEDED)
+    finally:
+        launcher.stop(5)
+    record = brokered.get_job(retried.id)
+    assert record is not None and record.attempt == 2 and record.errors == 1
+
+
+def test_a_lost_consumer_connection_hands_its_running_job_to_another_worker_at_once(
+        brokered: Conveyor) -> None:
+    """With a 60 s lease, the job runs again on the other worker while the first still holds
+    it: the broker's redelivery took it over, not a lease expiry."""
+    release = threading.Event()
+    ran_on: list[str] = []
+
+    @brokered.job
+    def hold() -> None:
+        from conveyor import current_job
+
+        ran_on.append(current_job().worker_id)
+        if len(ran_on) == 1:
+            release.wait(60)  # the first run hangs on until the test ends
+
+    ref = hold.enqueue()
+    first = Launcher(brokered, WorkerConfig(concurrency=1, lease=60, worker_id="first"))
+    second = Launcher(brokered, WorkerConfig(concurrency=1, lease=60, worker_id="second"))
+    first.start()
+    try:
+        assert _until(lambda: ran_on == ["first"])
+        second.start()
+        assert first.feed is not None
+        first.feed.broker.close()  # the first worker's connection dies; its job runs on
+        assert _until(lambda: _state(brokered, ref.id) is JobState.SUCCEEDED)
+        record = brokered.get_job(ref.id)
+        assert record is not None and ran_on == ["first", "second"]
+        assert record.worker == "second" and record.recoveries == 1
+        assert not release.is_set()  # the first run never finished: no lease ran out
+    finally:
+        release.set()
+        second.stop(5)
+        first.stop(5)
+    assert first.acker.refused == 1  # the first worker's late ack was fenced off
+
+
+def test_without_a_broker_there_is_no_relay_and_no_feed(tmp_path: Path) -> None:
+    app = Conveyor(f"sqlite:///{tmp_path}/plain.db")
+    try:
+        launcher = Launcher(app, WorkerConfig())
+        assert launcher.relay is None and launcher.feed is None
+        assert launcher.fetcher.feed is None and launcher.acker.on_written is None
+    finally:
+        app.close()
+
+
+def test_a_store_that_is_not_an_outbox_and_a_bad_broker_url_are_one_line() -> None:
+    with pytest.raises(BrokerUnsupported, match="cannot feed a broker"):
+        as_outbox(object())
+    with pytest.raises(BrokerURLError, match="expected one of memory://"):
+        open_broker("carrier-pigeon://coop")
