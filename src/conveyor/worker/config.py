@@ -86,7 +86,7 @@ class WorkerConfig:
     max_recoveries: int = 5
     ack_batch: int = 500
     #: With a broker (docs/design.md §7): messages the relay lets wait in each broker queue
-    #: (0 = four times ``concurrency``, at least 64), how long it idles when nothing was due,
+    #: (0 = 16 times ``concurrency``, at least 256), how long it idles when nothing was due,
     #: and after how long a published job not yet started is published again.
     relay_window: int = 0
     relay_idle: float = 0.05

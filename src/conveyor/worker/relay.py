@@ -3,9 +3,9 @@
 Writers only write the store; this component, one per worker process with a broker, asks
 the store for pending jobs due to be published (``Outbox.publish_due``) and publishes them,
 handing the unconfirmed back (``publish_failed``). It keeps each broker queue shallow — at
-most a window of messages waiting (``relay_window``, default four times the
-worker's concurrency, at least 64) — so the backlog waits in the store, where pausing,
-flow control and cancelling see it.
+most a window of messages waiting (``relay_window``, default 16 times the worker's
+concurrency, at least 256; refilled once half of it has been delivered) — so the backlog
+waits in the store, where pausing, flow control and cancelling see it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class Relay(PeriodicComponent):
         super().__init__(storage, clock, config)
         self.outbox = as_outbox(storage)
         self.broker = broker
-        self.window = config.relay_window or max(64, 4 * config.concurrency)
+        self.window = config.relay_window or max(256, 16 * config.concurrency)
         self.published = 0
         self._busy = False
 
@@ -40,7 +40,7 @@ class Relay(PeriodicComponent):
         busy = False
         for queue in self.config.queue_names:
             room = self.window - self.broker.backlog(queue)
-            if room <= 0:
+            if room < self.window // 2:  # refill in big steps: one store call per half window
                 continue
             due = self.outbox.publish_due(queue, room, self.config.republish_after)
             if not due:

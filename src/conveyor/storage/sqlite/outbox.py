@@ -8,10 +8,11 @@ sets it back to NULL, so a job that later returns to pending by any path is due 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from conveyor.job import EventKind, JobState
+from conveyor.job import EventKind, JobState, LeasedJob
 from conveyor.storage.outbox import StartKind, StartReply
 from conveyor.storage.rules import DEADLINE_PASSED, REDELIVERED
 from conveyor.storage.sqlite import batches, flow, jobs
@@ -93,7 +94,8 @@ def _walk(cur: Any, now: float, queue: str, count: int) -> list[str]:
 
 
 class _Start:
-    """One ``start`` call: the deliveries in order, each settled against the job's row."""
+    """One ``start`` call: the deliveries in order, each settled against the job's row; the
+    admitted ones leased together in one statement, as ``dequeue`` leases."""
 
     def __init__(self, cur: Any, now: float, worker: str, lease: float,
                  max_recoveries: int) -> None:
@@ -101,44 +103,68 @@ class _Start:
         self.lease, self.max_recoveries = lease, max_recoveries
         self.gates = flow.Gates()
         self.paused = {r[0] for r in cur.execute("SELECT name FROM queues WHERE paused = 1")}
+        self.rows: dict[str, Any] = {}
 
     def run(self, deliveries: Sequence[tuple[str, bool]]) -> list[StartReply]:
-        return [self.one(job_id, redelivered) for job_id, redelivered in deliveries]
+        ids = list(dict.fromkeys(job_id for job_id, _ in deliveries))
+        self.rows = {r[0]: r for r in self.cur.execute(_ROWS, (jobs.ids_param(ids),))}
+        kinds = [self.one(job_id, redelivered) for job_id, redelivered in deliveries]
+        leased = self.lease_all([job_id for (job_id, _), kind
+                                 in zip(deliveries, kinds, strict=True) if kind is None])
+        replies: list[StartReply] = []
+        for (job_id, _), kind in zip(deliveries, kinds, strict=True):
+            job = leased.pop(job_id, None) if kind is None else None
+            if job is not None:
+                replies.append(StartReply(job_id, StartKind.STARTED, job))
+            else:  # a duplicate within the call, or a row whose id no longer reads back
+                replies.append(StartReply(job_id, kind or StartKind.RUNNING))
+        return replies
 
-    def row(self, job_id: str) -> Any:
-        rows = self.cur.execute(_ROWS, (jobs.ids_param([job_id]),)).fetchall()
-        return rows[0] if rows else None
-
-    def one(self, job_id: str, redelivered: bool) -> StartReply:
-        row = self.row(job_id)
+    def one(self, job_id: str, redelivered: bool) -> StartKind | None:
+        """The reply for one delivery, or None for a job to lease."""
+        row = self.rows.get(job_id)
         if row is None:
-            return StartReply(job_id, StartKind.SKIPPED)
+            return StartKind.SKIPPED
         state = row[7]
+        if state == "leasing":  # admitted earlier in this call: a duplicate message
+            return StartKind.RUNNING
         if state == "active":
             if not redelivered:
-                return StartReply(job_id, StartKind.RUNNING)
+                return StartKind.RUNNING
             # (id, state, batch, recoveries, queue, name, cancel_requested) as RECLAIM reads
             lease_sql.recover(self.cur, self.now, [(row[0], state, row[8], *row[10:])],
                               self.max_recoveries, REDELIVERED)
-            row = self.row(job_id)
+            row = self.cur.execute(_ROWS, (jobs.ids_param([job_id]),)).fetchone()
             state = row[7]
         if state != "pending":
-            return StartReply(job_id, StartKind.SKIPPED)
+            self.rows[job_id] = (*row[:7], state, *row[8:])
+            return StartKind.SKIPPED
         cur, now = self.cur, self.now
         if row[9] is not None and row[9] < now:
             moves = jobs.move(cur, now, [(job_id, "pending", row[8])], JobState.DEAD,
                               EventKind.EXPIRED, DEADLINE_PASSED,
                               f"message = :msg, publish_at = NULL, {jobs.FINISH}")
             batches.apply(cur, now, moves, jobs.insert)
-            return StartReply(job_id, StartKind.SKIPPED)
+            self.rows[job_id] = (*row[:7], "dead", *row[8:])
+            return StartKind.SKIPPED
         if row[11] in self.paused or not flow.admit_one(cur, now, row[:7], self.gates):
             cur.execute("UPDATE jobs SET publish_at = ? WHERE id = ?", (_PARKED, job_id))
-            return StartReply(job_id, StartKind.PARKED)
-        leased = cur.execute(lease_sql.LEASE_IDS, {
+            return StartKind.PARKED
+        self.rows[job_id] = (*row[:7], "leasing", *row[8:])
+        return None
+
+    def lease_all(self, job_ids: list[str]) -> dict[str, LeasedJob]:
+        if not job_ids:
+            return {}
+        cur, now = self.cur, self.now
+        rows = cur.execute(lease_sql.LEASE_IDS, {
             "worker": self.worker, "now": now, "expires": now + self.lease,
-            "ids": jobs.ids_param([job_id])}).fetchone()
-        cur.execute("UPDATE jobs SET publish_at = NULL WHERE rowid = ?", (leased[12],))
-        job = lease_sql.leased(leased)
-        if job.batch_id:
-            batches.apply(cur, now, [(job.batch_id, "pending", "active")], jobs.insert)
-        return StartReply(job_id, StartKind.STARTED, job)
+            "ids": jobs.ids_param(job_ids)}).fetchall()
+        cur.execute("UPDATE jobs SET publish_at = NULL WHERE rowid IN "
+                    "(SELECT value FROM json_each(?))", (json.dumps([r[12] for r in rows]),))
+        leased = [lease_sql.leased(r) for r in rows]
+        moves: list[batches.Move] = [(j.batch_id, "pending", "active") for j in leased
+                                     if j.batch_id]
+        if moves:
+            batches.apply(cur, now, moves, jobs.insert)
+        return {j.id: j for j in leased}
