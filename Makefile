@@ -35,7 +35,8 @@ system-deps:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	  case "$$missing" in *rabbitmq-server*) \
-	    $$SUDO systemctl disable --now rabbitmq-server >/dev/null 2>&1 || true;; esac; \
+	    $$SUDO systemctl disable --now rabbitmq-server >/dev/null 2>&1 || true; \
+	    $$SUDO service rabbitmq-server stop >/dev/null 2>&1 || true;; esac; \
 	fi
 
 demo: install

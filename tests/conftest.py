@@ -16,6 +16,7 @@ import pytest
 from hypothesis import settings
 
 from tests.support.postgres_server import PostgresServer, postgres_bin_dir
+from tests.support.rabbitmq import RabbitServer, rabbitmq_installed
 from tests.support.redis_sentinel import RedisSentinelGroup
 from tests.support.redis_server import RedisCluster, RedisServer, redis_server_binary
 
@@ -69,4 +70,14 @@ def postgres_server() -> Iterator[Any]:
     if postgres_bin_dir() is None:
         pytest.skip("PostgreSQL is not installed (make test installs Debian's postgresql)")
     with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_server() -> Iterator[Any]:
+    """One private RabbitMQ node (Debian's package, a temp dir, its own epmd) for the session;
+    every test uses queues of its own prefix."""
+    if not rabbitmq_installed():
+        pytest.skip("rabbitmq-server is not installed (make test installs Debian's package)")
+    with RabbitServer() as server:
         yield server

@@ -65,6 +65,11 @@ class BrokerURLError(ConveyorError, ValueError):
     """A broker URL that conveyor cannot open (unknown scheme, missing part)."""
 
 
+class BrokerUnavailable(ConveyorError, ConnectionError):
+    """The broker could not be reached or refused this client (host down, wrong credentials,
+    no permission on the virtual host): one line saying which, never a password."""
+
+
 class BrokerUnsupported(ConveyorError):
     """A broker was asked for with a storage that cannot be a broker's outbox (yet)."""
 

@@ -21,7 +21,7 @@ from tests.web.seed import run_one
 APP = "tests.cli.sample_app:app"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -50,7 +50,7 @@ def test_enqueue_with_app_checks_the_name(env: Env) -> None:
     ("redis://127.0.0.1:{port}/0", "127.0.0.1:{port}"),
 ])
 def test_storage_errors_are_one_line_exit_2(url: str, needle: str) -> None:
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     proc = conveyor("stats", url=url.format(port=port))
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()

@@ -21,7 +21,9 @@ import tempfile
 import time
 from collections.abc import Callable
 
-__all__ = ["PostgresServer", "postgres_bin_dir"]
+from tests.support.managed import ManagedServer
+
+__all__ = ["PostgresServer", "demote", "free_port", "postgres_bin_dir"]
 
 _START_TIMEOUT = 30.0
 # Commits do not wait for the disk (a crash of the test server loses nothing anyone needs);
@@ -50,13 +52,13 @@ def postgres_bin_dir() -> str | None:
     return None
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def _demote() -> tuple[Callable[[], None] | None, int | None, int | None]:
+def demote() -> tuple[Callable[[], None] | None, int | None, int | None]:
     """(preexec function, uid, gid) that drop root to ``nobody``; Nones when not root."""
     if os.geteuid() != 0:
         return None, None, None
@@ -71,7 +73,7 @@ def _demote() -> tuple[Callable[[], None] | None, int | None, int | None]:
     return preexec, uid, gid
 
 
-class PostgresServer:
+class PostgresServer(ManagedServer):
     """A real PostgreSQL on 127.0.0.1:<free port>, its cluster in a temp dir.
 
     ``url`` connects as the superuser ``postgres`` (trust auth) to database ``postgres``;
@@ -84,7 +86,7 @@ class PostgresServer:
             raise RuntimeError("PostgreSQL is not installed (apt-get install postgresql)")
         self.bin_dir = bin_dir
         self.version = bin_dir.rstrip("/").split("/")[-2]
-        self.port = port or _free_port()
+        self.port = port or free_port()
         # postgresql.conf lines over the defaults, e.g. {"synchronous_commit": "on"} for a
         # scenario that crashes the server and counts the commits it acknowledged.
         self.settings = {**_SETTINGS, **(settings or {})}
@@ -94,7 +96,7 @@ class PostgresServer:
         self.log_path = os.path.join(self.dir, "postgres.log")
         self.process: subprocess.Popen[bytes] | None = None
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-        self._preexec, uid, gid = _demote()
+        self._preexec, uid, gid = demote()
         os.makedirs(self.socket_dir)
         if uid is not None and gid is not None:
             os.chmod(self.dir, 0o755)
@@ -171,13 +173,3 @@ class PostgresServer:
         self.stop()
         with contextlib.suppress(OSError):
             shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> PostgresServer:
-        try:
-            return self.start()
-        except BaseException:
-            self.cleanup()
-            raise
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.cleanup()

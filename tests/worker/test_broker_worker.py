@@ -23,19 +23,26 @@ from tests.support.waiting import wait_until
 
 #: (storage, broker) pairs every test here runs on: the one place to extend as stores and
 #: brokers gain the outbox (Redis, PostgreSQL) and a network broker (RabbitMQ).
-PAIRS = [("memory", "memory"), ("sqlite", "memory")]
+PAIRS = [("memory", "memory"), ("sqlite", "memory"),
+         pytest.param(("sqlite", "amqp"), marks=pytest.mark.rabbitmq)]
 
 
 def _until(check: Callable[[], bool]) -> bool:
     return wait_until(check, 30.0, interval=0.01)
 
 
-@pytest.fixture(params=PAIRS, ids=[f"{s}+{b}" for s, b in PAIRS])
+@pytest.fixture(params=PAIRS, ids=["memory+memory", "sqlite+memory", "sqlite+amqp"])
 def brokered(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Conveyor]:
-    """An app whose workers take jobs from a broker of their own (a fresh memory:// name)."""
+    """An app whose workers take jobs from a broker of their own: a fresh memory:// name, or
+    queues of a fresh prefix on the session's RabbitMQ node."""
     store, broker = request.param
     url = "memory://" if store == "memory" else f"sqlite:///{tmp_path}/b.db"
-    app = Conveyor(url, broker=f"{broker}://{uuid.uuid4().hex}")
+    tag = uuid.uuid4().hex[:10]
+    if broker == "amqp":
+        broker_url = f"{request.getfixturevalue('rabbitmq_server').url}?prefix=w{tag}"
+    else:
+        broker_url = f"memory://{tag}"
+    app = Conveyor(url, broker=broker_url)
     try:
         yield app
     finally:
@@ -64,6 +71,7 @@ def test_a_batch_runs_through_the_broker_with_exact_counters(brokered: Conveyor)
     launcher.start()
     try:
         assert _until(lambda: _batch(brokered, batch.id).complete)
+        assert launcher.relay is not None and launcher.relay.broker.backlog("default") == 0
     finally:
         launcher.stop(5)
     status = _batch(brokered, batch.id)
@@ -71,7 +79,6 @@ def test_a_batch_runs_through_the_broker_with_exact_counters(brokered: Conveyor)
     assert brokered.get_job(refs[7].id).result == "49"  # type: ignore[union-attr]
     assert launcher.relay is not None and launcher.relay.published >= 300
     assert launcher.feed is not None and launcher.feed.held == 0  # every delivery settled
-    assert launcher.relay.broker.backlog("default") == 0
 
 
 def test_a_retry_and_a_scheduled_job_are_published_when_due(brokered: Conveyor) -> None:
@@ -151,5 +158,5 @@ def test_without_a_broker_there_is_no_relay_and_no_feed(tmp_path: Path) -> None:
 def test_a_store_that_is_not_an_outbox_and_a_bad_broker_url_are_one_line() -> None:
     with pytest.raises(BrokerUnsupported, match="cannot feed a broker"):
         as_outbox(object())
-    with pytest.raises(BrokerURLError, match="expected one of memory://"):
+    with pytest.raises(BrokerURLError, match="expected one of amqp://, amqps://, memory://"):
         open_broker("carrier-pigeon://coop")

@@ -18,6 +18,8 @@ __all__ = ["Broker", "Delivery", "open_broker"]
 # scheme -> "module:function"; the function takes the URL and returns a Broker.
 _OPENERS = {
     "memory": "conveyor.broker.memory:open_memory_broker",
+    "amqp": "conveyor.broker.rabbitmq:open_rabbitmq",
+    "amqps": "conveyor.broker.rabbitmq:open_rabbitmq",
 }
 
 
@@ -34,5 +36,10 @@ def open_broker(url: str) -> Broker:
             f"broker URL {redact(url)!r}: expected one of "
             + ", ".join(f"{s}://" for s in sorted(_OPENERS)))
     module_name, func_name = target.split(":")
-    opener: _Opener = getattr(importlib.import_module(module_name), func_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:  # the optional client library is missing
+        raise BrokerURLError(f"{scheme}:// needs an optional dependency: "
+                             f"pip install 'conveyor[rabbitmq]' ({exc})") from exc
+    opener: _Opener = getattr(module, func_name)
     return opener(url)

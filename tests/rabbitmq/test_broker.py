@@ -1,0 +1,185 @@
+"""The RabbitMQ broker against a real private node (tests/support/rabbitmq.py): confirms,
+order, prefetch, redelivery when a connection dies, the delivery limit, a node restart, and
+what a wrong URL, password or permission says."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from conveyor.broker import Broker, open_broker
+from conveyor.broker.rabbitmq import RabbitBroker
+from conveyor.errors import BrokerUnavailable, BrokerURLError
+from tests.support.rabbitmq import RabbitServer
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.rabbitmq
+
+
+@pytest.fixture
+def url(rabbitmq_server: RabbitServer) -> str:
+    """The session node's URL with a queue prefix of this test's own."""
+    return f"{rabbitmq_server.url}?prefix=t{uuid.uuid4().hex[:10]}&timeout=5"
+
+
+@pytest.fixture
+def broker(url: str) -> Iterator[RabbitBroker]:
+    opened = open_broker(url)
+    assert isinstance(opened, RabbitBroker)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def _take(broker: Broker, queues: list[str], n: int, timeout: float = 5.0) -> list[str]:
+    """Job ids of ``n`` deliveries (strict order over ``queues``), acked."""
+    got: list[str] = []
+    deadline_reached = False
+    while len(got) < n and not deadline_reached:
+        batch = broker.consume([(q, 0) for q in queues], n - len(got), timeout)
+        deadline_reached = not batch
+        broker.ack(batch)
+        got += [d.job_id for d in batch]
+    return got
+
+
+def test_publish_is_confirmed_and_what_is_published_is_consumed_once(broker: RabbitBroker) -> None:
+    ids = [f"j{i}" for i in range(500)]
+    assert broker.publish("default", ids) == [True] * 500
+    assert wait_until(lambda: broker.backlog("default") == 500, 10, what="500 ready")
+    assert sorted(_take(broker, ["default"], 500)) == sorted(ids)
+    assert broker.consume([("default", 0)], 10, 0.2) == []
+
+
+def test_strict_order_takes_the_first_queue_while_it_has_messages(url: str) -> None:
+    publisher = open_broker(url)
+    consumer = open_broker(url + "&prefetch=10")
+    assert isinstance(consumer, RabbitBroker)
+    queues = [("high", 0), ("low", 0)]
+    try:
+        assert consumer.consume(queues, 1, 0) == []  # subscribed, nothing there yet
+        publisher.publish("low", ["l1", "l2"])
+        publisher.publish("high", ["h1", "h2"])
+        # everything is prefetched into this consumer before it takes anything
+        wait_until(lambda: publisher.backlog("low") + publisher.backlog("high") == 0
+                   and consumer.buffered() == 4, 10, what="prefetched")
+        got = consumer.consume(queues, 4, 5)
+        assert [d.job_id for d in got] == ["h1", "h2", "l1", "l2"]
+        consumer.ack(got)
+    finally:
+        publisher.close()
+        consumer.close()
+
+
+def test_a_consumer_never_holds_more_than_its_prefetch(url: str) -> None:
+    publisher = open_broker(url)
+    consumer = open_broker(url + "&prefetch=3")
+    other = open_broker(url)
+    try:
+        publisher.publish("default", [f"j{i}" for i in range(10)])
+        held = consumer.consume([("default", 0)], 10, 5)
+        wait_until(lambda: publisher.backlog("default") <= 7, 10, what="prefetch")
+        held += consumer.consume([("default", 0)], 10, 0.5)
+        assert len(held) == 3  # unacked deliveries cap what RabbitMQ sends this consumer
+        assert len(_take(other, ["default"], 7)) == 7  # the rest went to the other one
+    finally:
+        for b in (publisher, consumer, other):
+            b.close()
+
+
+def test_release_and_a_lost_connection_redeliver_to_another_consumer(url: str) -> None:
+    first = open_broker(url)
+    second = open_broker(url)
+    try:
+        first.publish("default", ["a", "b"])
+        got = first.consume([("default", 0)], 2, 5)
+        got += first.consume([("default", 0)], 2 - len(got), 5)
+        assert sorted(d.job_id for d in got) == ["a", "b"]
+        first.release([d for d in got if d.job_id == "a"])
+        again = first.consume([("default", 0)], 1, 5)  # handed back, delivered again
+        assert [(d.job_id, d.redelivered, d.attempts) for d in again] == [("a", True, 2)]
+        assert second.consume([("default", 0)], 2, 0.3) == []  # first holds both
+        first.close()  # its connection dies holding both: the broker hands them on at once
+        moved = second.consume([("default", 0)], 2, 10)
+        moved += second.consume([("default", 0)], 2 - len(moved), 5) if len(moved) < 2 else []
+        assert sorted((d.job_id, d.redelivered) for d in moved) == [("a", True), ("b", True)]
+        second.ack(moved)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_message_past_the_delivery_limit_is_dead_lettered_and_reported(url: str) -> None:
+    broker = open_broker(url.replace("timeout=5", "timeout=5&delivery_limit=2"))
+    assert isinstance(broker, RabbitBroker)
+    try:
+        broker.publish("default", ["poison"])
+        for _ in range(3):  # each consumer "dies" holding it
+            held = broker.consume([("default", 0)], 1, 5)
+            assert [d.job_id for d in held] == ["poison"]
+            broker.release(held)
+        assert wait_until(lambda: broker.dead_lettered() or None, 10,
+                          what="dead-lettered") == ["poison"]
+        assert broker.consume([("default", 0)], 1, 0.5) == []
+    finally:
+        broker.close()
+
+
+def test_a_restarted_node_keeps_durable_messages_and_the_broker_reconnects(url: str) -> None:
+    node = RabbitServer().start()  # its own node: restarting the session's would disturb others
+    node_url = f"{node.url}?prefix=r&timeout=5"
+    try:
+        broker = open_broker(node_url)
+        assert broker.publish("default", ["kept1", "kept2"]) == [True, True]
+        node.stop()
+        node.start()
+        assert wait_until(lambda: _try_take(broker), 60, interval=0.5,
+                          what="reconnected") == ["kept1", "kept2"]
+        broker.close()
+    finally:
+        node.cleanup()
+
+
+def _try_take(broker: Broker) -> list[str] | None:
+    try:
+        got = broker.consume([("default", 0)], 2, 1)
+        got += broker.consume([("default", 0)], 2 - len(got), 1) if len(got) < 2 else []
+    except BrokerUnavailable:
+        return None
+    broker.ack(got)
+    return sorted(d.job_id for d in got) if len(got) == 2 else None
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda s: "amqp://guest:guest@127.0.0.1:1/%2F?timeout=2",
+     "cannot connect"),
+    (lambda s: f"amqp://guest:not-the-password@127.0.0.1:{s.port}/%2F?timeout=5",
+     "wrong user or password"),
+    (lambda s: f"amqp://guest:guest@127.0.0.1:{s.port}/no-such-vhost?timeout=5",
+     "may not use this virtual host"),
+], ids=["unreachable", "password", "vhost"])
+def test_what_goes_wrong_is_one_line_without_the_password(
+        rabbitmq_server: RabbitServer, make: object, says: str) -> None:
+    target = make(rabbitmq_server)  # type: ignore[operator]
+    with pytest.raises(BrokerUnavailable) as caught:
+        open_broker(target)
+    text = str(caught.value)
+    assert says in text and "\n" not in text and "not-the-password" not in text
+
+
+def test_a_malformed_url_is_refused_before_connecting() -> None:
+    with pytest.raises(BrokerURLError, match="names no host"):
+        open_broker("amqp:///nohost")
+    with pytest.raises(BrokerURLError, match="not a number"):
+        open_broker("amqp://h/?delivery_limit=many")
+
+
+def test_a_user_without_permission_on_the_vhost_is_told_so(rabbitmq_server: RabbitServer) -> None:
+    name = f"noperm{uuid.uuid4().hex[:6]}"
+    target = rabbitmq_server.add_user(name, "secret-pw", permissions=None)
+    with pytest.raises(BrokerUnavailable, match="may not use this virtual host") as caught:
+        open_broker(target + "?timeout=5")
+    assert "secret-pw" not in str(caught.value)
