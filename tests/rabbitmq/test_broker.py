@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from conveyor.broker import Broker, open_broker
 from conveyor.broker.rabbitmq import RabbitBroker
 from conveyor.errors import BrokerUnavailable, BrokerURLError
+from tests.cli.conftest import conveyor
 from tests.support.rabbitmq import RabbitServer
 from tests.support.waiting import wait_until
 
@@ -183,3 +185,15 @@ def test_a_user_without_permission_on_the_vhost_is_told_so(rabbitmq_server: Rabb
     with pytest.raises(BrokerUnavailable, match="may not use this virtual host") as caught:
         open_broker(target + "?timeout=5")
     assert "secret-pw" not in str(caught.value)
+
+
+@pytest.mark.parametrize("processes", ["1", "2"], ids=["single", "supervised"])
+def test_conveyor_worker_with_a_broker_it_cannot_use_says_so_in_one_line(
+        rabbitmq_server: RabbitServer, tmp_path: Path, processes: str) -> None:
+    bad = f"amqp://guest:not-the-password@127.0.0.1:{rabbitmq_server.port}/%2F?timeout=5"
+    proc = conveyor("worker", "tests.cli.sample_app:app", "--processes", processes,
+                    "--broker", bad, url=f"sqlite:///{tmp_path}/w.db")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("conveyor: error:") and "wrong user or password" in lines[-1]
+    assert "not-the-password" not in proc.stderr and "Traceback" not in proc.stderr

@@ -12,10 +12,12 @@ and every method hands its work to that loop and waits for the answer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -80,8 +82,11 @@ class RabbitBroker:
         self._declared: set[str] = set()
         self._closed = False
         try:
-            self._conn: AbstractRobustConnection = self._call(
-                aio_pika.connect_robust(target, timeout=self._timeout), self._timeout + 5)
+            # The first connect fails with our one line; the client's own log lines about it
+            # (an ERROR and a "reconnecting") would only repeat it, with a traceback's noise.
+            with _quiet_client_logs():
+                self._conn: AbstractRobustConnection = self._call(
+                    aio_pika.connect_robust(target, timeout=self._timeout), self._timeout + 5)
             self._publisher = self._call(self._channel(confirms=True))
             self._consumer = self._call(self._channel(confirms=False))
         except BaseException:
@@ -162,7 +167,7 @@ class RabbitBroker:
         names = [name for name, _ in queues]
         missing = [name for name in names if name not in self._buffers]
         if missing:
-            self._call(self._subscribe(missing, self.prefetch or limit))
+            self._call(self._subscribe(missing, self.prefetch or max(16, 2 * limit)))
         self._settle_overdue()
         with self._cond:
             self._cond.wait_for(lambda: any(self._buffers[n] for n in names), timeout=timeout)
@@ -274,6 +279,19 @@ class RabbitBroker:
             pass
         finally:
             self._stop_loop()
+
+
+@contextlib.contextmanager
+def _quiet_client_logs() -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in ("aiormq", "aio_pika")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def _delivery(queue: str, message: AbstractIncomingMessage) -> Delivery:

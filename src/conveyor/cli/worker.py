@@ -11,8 +11,10 @@ import sys
 from typing import Any
 
 from conveyor.app import Conveyor
+from conveyor.broker import open_broker
 from conveyor.errors import ConveyorError
 from conveyor.storage import open_storage
+from conveyor.storage.outbox import as_outbox
 from conveyor.worker.config import QueueWeight, WorkerConfig, parse_queue
 from conveyor.worker.launcher import Launcher
 from conveyor.worker.logs import configure_logging
@@ -79,6 +81,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--log-file", default=None, help="log to this file (USR2 reopens it)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
     p.add_argument("--url", default=None, help="storage URL (overrides the app's and CONVEYOR_URL)")
+    p.add_argument("--broker", default=None,
+                   help="broker URL that delivers jobs, e.g. amqp://… (overrides the app's and "
+                        "CONVEYOR_BROKER; docs/brokers.md)")
     p.set_defaults(func=run)
 
 
@@ -133,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
     if url and url != app.url:
         app.close()  # in case importing the app already opened the old storage
         app.url = url
+    if args.broker:
+        app.broker_url = args.broker
     config = build_config(args)  # fail fast on bad flags, before forking
     processes, supervised = plan_processes(args.processes)
 
@@ -165,6 +172,9 @@ def run(args: argparse.Namespace) -> int:
     probe = open_storage(app.url, app.clock)
     try:
         probe.now()
+        if app.broker_url:  # the same for the broker, and a store that cannot feed one
+            as_outbox(probe)
+            open_broker(app.broker_url).close()
     finally:
         probe.close()
     return Supervisor(processes, body, shutdown_timeout=args.timeout, release=release).run()
