@@ -311,3 +311,27 @@ def test_batch_counters_move_on_start(backend: Backend) -> None:
     assert ack(backend, job)
     status = backend.get_batch("b1")
     assert status is not None and status.counts.get("succeeded") == 1 and status.complete
+
+
+# -- bury: a message the broker gave up on ------------------------------------------------------
+
+
+def test_bury_ends_pending_and_active_jobs_dead_with_the_reason(backend: Backend) -> None:
+    backend.create_batch(BatchSpec(id="b2"))
+    waiting = backend.enqueue([spec(batch_id="b2")])[0].id
+    running = backend.enqueue([spec(batch_id="b2")])[0].id
+    done = put(backend)
+    backend.close_batch("b2")
+    holder = started(backend, running)
+    assert ack(backend, started(backend, done))
+    reason = "delivery limit reached: the broker gave up on its message"
+    assert box(backend).bury([waiting, running, done, "no-such-job"], reason) == 2
+    for job_id in (waiting, running):
+        record = backend.get_job(job_id)
+        assert record is not None and record.state is JobState.DEAD
+        assert record.message == reason and kinds_of(backend, job_id)[-1] == EventKind.DEAD
+    assert state_of(backend, done) is JobState.SUCCEEDED
+    assert not ack(backend, holder)  # the running attempt's late ack is fenced off
+    status = backend.get_batch("b2")
+    assert status is not None and status.counts.get("dead") == 2 and status.complete
+    assert due(backend) == []

@@ -75,3 +75,15 @@ def test_a_delivery_is_plain_frozen_data() -> None:
     assert (delivery.redelivered, delivery.attempts) == (False, 0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         delivery.job_id = "other"  # type: ignore[misc]
+
+
+def test_memory_dead_letters_a_message_handed_back_past_its_delivery_limit() -> None:
+    url = f"memory://{uuid.uuid4().hex}?delivery_limit=2"
+    publisher = open_broker(url)
+    publisher.publish("default", ["poison", "fine"])
+    for _ in range(2):
+        consumer = open_broker(url)
+        assert [d.job_id for d in consumer.consume([("default", 0)], 1, 0)] == ["poison"]
+        consumer.close()  # dies holding it
+    assert publisher.dead_lettered() == ["poison"] and publisher.dead_lettered() == []
+    assert [d.job_id for d in publisher.consume([("default", 0)], 5, 0)] == ["fine"]

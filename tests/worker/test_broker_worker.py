@@ -19,6 +19,7 @@ from conveyor.storage.outbox import as_outbox
 from conveyor.storage.records import BatchStatus
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.launcher import Launcher
+from conveyor.worker.relay import DELIVERY_LIMIT_REACHED, Relay
 from tests.support.waiting import wait_until
 
 #: (storage, broker) pairs every test here runs on: the one place to extend as stores and
@@ -160,3 +161,34 @@ def test_a_store_that_is_not_an_outbox_and_a_bad_broker_url_are_one_line() -> No
         as_outbox(object())
     with pytest.raises(BrokerURLError, match="expected one of amqp://, amqps://, memory://"):
         open_broker("carrier-pigeon://coop")
+
+
+def test_a_job_whose_message_the_broker_gives_up_on_ends_dead_with_the_reason(
+        brokered: Conveyor) -> None:
+    """A job that kills every consumer it reaches: after the delivery limit the broker
+    dead-letters its message and the relay records the job dead, naming why."""
+    assert brokered.broker_url is not None
+    url = brokered.broker_url + ("&" if "?" in brokered.broker_url else "?") + "delivery_limit=2"
+    brokered.broker_url = url
+
+    @brokered.job
+    def victim() -> None: ...
+
+    ref = victim.enqueue()
+    config = WorkerConfig(concurrency=1)
+    relay = Relay(brokered.storage, brokered.clock, config, broker=open_broker(url))
+    try:
+        relay.tick()
+        assert relay.published == 1
+        for _ in range(5):  # consumers that die holding it, until the broker gives up
+            consumer = open_broker(url)
+            held = consumer.consume([("default", 0)], 1, 2)
+            consumer.close()
+            if not held:
+                break
+        wait_until(relay.bury_dead_lettered, 30, what="the dead-lettered job")
+    finally:
+        relay.stop(5)
+    record = brokered.get_job(ref.id)
+    assert record is not None and record.state is JobState.DEAD
+    assert record.message == DELIVERY_LIMIT_REACHED

@@ -64,6 +64,12 @@ class Broker(Protocol):
         window so the backlog waits in the store, where flow control and pausing see it."""
         ...
 
+    def dead_lettered(self, limit: int = 100) -> list[str]:
+        """Job ids of messages the broker gave up on (delivered more often than its delivery
+        limit without being settled), taken off its dead-letter queue: the relay records
+        those jobs ``dead`` in the store (``Outbox.bury``)."""
+        ...
+
     def close(self) -> None:
         """Hand back every unsettled delivery and close the connection."""
         ...

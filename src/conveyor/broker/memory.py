@@ -16,8 +16,10 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from urllib.parse import parse_qsl
 
 from conveyor.broker.base import Delivery
+from conveyor.errors import BrokerURLError
 
 __all__ = ["MemoryBroker", "open_memory_broker"]
 
@@ -34,6 +36,7 @@ class _Hub:
 
     cond: threading.Condition = field(default_factory=threading.Condition)
     queues: dict[str, deque[_Message]] = field(default_factory=dict)
+    dead: deque[str] = field(default_factory=deque)
     tags: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
 
@@ -42,19 +45,27 @@ _HUBS_LOCK = threading.Lock()
 
 
 def open_memory_broker(url: str) -> MemoryBroker:
-    """A new consumer connection to the in-process broker ``url`` names."""
-    name = url.partition("://")[2]
+    """A new consumer connection to the in-process broker ``url`` names
+    (``memory://name?delivery_limit=N``: dead-letter a message handed back N times)."""
+    rest = url.partition("://")[2]
+    name, _, query = rest.partition("?")
+    options = dict(parse_qsl(query))
+    try:
+        limit = int(options.get("delivery_limit", "0"))
+    except ValueError:
+        raise BrokerURLError(f"broker URL {url!r}: delivery_limit is not a whole number") from None
     with _HUBS_LOCK:
         hub = _HUBS.setdefault(name, _Hub())
-    return MemoryBroker(url, hub)
+    return MemoryBroker(url, hub, limit)
 
 
 class MemoryBroker:
     """One connection to an in-process broker (see the module docstring)."""
 
-    def __init__(self, url: str, hub: _Hub) -> None:
+    def __init__(self, url: str, hub: _Hub, delivery_limit: int = 0) -> None:
         self.url = url
         self._hub = hub
+        self._limit = delivery_limit
         self._unsettled: dict[int, tuple[str, _Message]] = {}
         self._rng = random.Random()
         self._closed = False
@@ -111,8 +122,22 @@ class MemoryBroker:
             for delivery in deliveries:
                 held = self._unsettled.pop(_tag(delivery), None)
                 if held is not None:
-                    self._hub.queues.setdefault(held[0], deque()).appendleft(held[1])
+                    self._hand_back(*held)
             self._hub.cond.notify_all()
+
+    def _hand_back(self, queue: str, message: _Message) -> None:
+        if self._limit and message.deliveries >= self._limit:
+            self._hub.dead.append(message.job_id)  # past the limit: dead-lettered
+        else:
+            self._hub.queues.setdefault(queue, deque()).appendleft(message)
+
+    def dead_lettered(self, limit: int = 100) -> list[str]:
+        """Job ids handed back more often than ``delivery_limit``, taken off."""
+        with self._hub.cond:
+            out: list[str] = []
+            while self._hub.dead and len(out) < limit:
+                out.append(self._hub.dead.popleft())
+            return out
 
     def backlog(self, queue: str) -> int:
         """Messages waiting in ``queue``, not counting unsettled deliveries."""
@@ -124,7 +149,7 @@ class MemoryBroker:
         with self._hub.cond:
             self._closed = True
             for name, message in reversed(list(self._unsettled.values())):
-                self._hub.queues.setdefault(name, deque()).appendleft(message)
+                self._hand_back(name, message)
             self._unsettled.clear()
             self._hub.cond.notify_all()
 

@@ -84,6 +84,13 @@ class Outbox(Protocol):
         """
         ...
 
+    def bury(self, job_ids: Sequence[str], reason: str) -> int:
+        """Jobs whose message the broker gave up on (its delivery limit: a job that kills
+        every worker it runs on): each one still pending or active ends ``dead`` with
+        ``reason`` (a ``dead`` event, batch counters moved, an active one's lease fenced).
+        Returns how many; the others are left as they are."""
+        ...
+
 
 def as_outbox(storage: object) -> Outbox:
     """``storage`` as an ``Outbox``, or ``BrokerUnsupported`` saying which store is not one."""

@@ -17,7 +17,13 @@ from conveyor.storage.outbox import as_outbox
 from conveyor.worker.component import PeriodicComponent
 from conveyor.worker.config import WorkerConfig
 
-__all__ = ["Relay"]
+__all__ = ["DELIVERY_LIMIT_REACHED", "Relay"]
+
+#: Seconds between two looks at the broker's dead-letter queue.
+DEAD_CHECK_INTERVAL = 1.0
+#: Why a job whose message the broker dead-lettered ends ``dead``.
+DELIVERY_LIMIT_REACHED = ("delivery limit reached: the broker gave up on its message (a job "
+                          "that kills the worker running it?)")
 
 
 class Relay(PeriodicComponent):
@@ -33,10 +39,17 @@ class Relay(PeriodicComponent):
         self.broker = broker
         self.window = config.relay_window or max(256, 16 * config.concurrency)
         self.published = 0
+        self.buried = 0
         self._busy = False
+        self._next_dead_check = 0.0
 
     def tick(self) -> None:
-        """Publish what is due on every queue, up to each queue's free window."""
+        """Publish what is due on every queue, up to each queue's free window; now and then
+        record the jobs whose messages the broker dead-lettered as ``dead``."""
+        now = self.clock.now()
+        if now >= self._next_dead_check:
+            self._next_dead_check = now + DEAD_CHECK_INTERVAL
+            self.bury_dead_lettered()
         busy = False
         for queue in self.config.queue_names:
             room = self.window - self.broker.backlog(queue)
@@ -52,6 +65,14 @@ class Relay(PeriodicComponent):
             self.published += len(due) - len(failed)
             busy = busy or len(due) == room
         self._busy = busy
+
+    def bury_dead_lettered(self) -> int:
+        """Jobs the broker gave up on (its delivery limit) end ``dead`` with the reason."""
+        buried = 0
+        while ids := self.broker.dead_lettered():
+            buried += self.outbox.bury(ids, DELIVERY_LIMIT_REACHED)
+            self.buried += len(ids)
+        return buried
 
     def interval(self) -> float:
         """At once after a full window, else ``relay_idle``."""

@@ -59,6 +59,22 @@ class MemoryOutbox(MemoryState):
             for job_id in job_ids:
                 stamps.pop(job_id, None)
 
+    def bury(self, job_ids: Sequence[str], reason: str) -> int:
+        """Pending or active jobs the broker gave up on → dead; see ``Outbox.bury``."""
+        with self._lock:
+            now = self.now()
+            buried = 0
+            for job_id in job_ids:
+                entry = self._jobs.get(job_id)
+                if entry is None or entry.rec.state not in (JobState.PENDING, JobState.ACTIVE):
+                    continue
+                entry.rec.message = reason
+                entry.token = None  # a holder's late ack is refused
+                self._move(entry, JobState.DEAD, EventKind.DEAD, now, worker=entry.rec.worker,
+                           message=reason)
+                buried += 1
+            return buried
+
     def start(self, queue: str, deliveries: Sequence[tuple[str, bool]], worker_id: str,
               lease_seconds: float, max_recoveries: int = 5) -> list[StartReply]:
         """Lease delivered jobs; see ``Outbox.start``."""

@@ -9,6 +9,7 @@ sets it back to NULL, so a job that later returns to pending by any path is due 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -62,6 +63,23 @@ class SqliteOutbox:
             cur.execute("UPDATE jobs SET publish_at = NULL WHERE state = 'pending' AND "
                         "publish_at >= 0 AND id IN (SELECT value FROM json_each(?))",
                         (jobs.ids_param(job_ids),))
+
+    def bury(self, job_ids: Sequence[str], reason: str) -> int:
+        """Pending or active jobs the broker gave up on → dead; see ``Outbox.bury``."""
+        if not job_ids:
+            return 0
+        with self._db.write() as cur:
+            now = self.now()
+            rows = cur.execute(
+                "SELECT id, state, batch_id, queue, name FROM jobs WHERE id IN "
+                "(SELECT value FROM json_each(?)) AND state IN ('pending', 'active')",
+                (jobs.ids_param(job_ids),)).fetchall()
+            moves = jobs.move(cur, now, [r[:3] for r in rows], JobState.DEAD, EventKind.DEAD,
+                              reason, f"message = :msg, publish_at = NULL, {jobs.FINISH}")
+            if rows:
+                jobs.add_totals(cur, now, Counter((r[3], r[4], "dead") for r in rows))
+            batches.apply(cur, now, moves, jobs.insert)
+            return len(rows)
 
     def start(self, queue: str, deliveries: Sequence[tuple[str, bool]], worker_id: str,
               lease_seconds: float, max_recoveries: int = 5) -> list[StartReply]:
