@@ -36,6 +36,9 @@ __all__ = ["RabbitBroker", "open_rabbitmq"]
 
 T = TypeVar("T")
 
+# Seconds between reconnect attempts after the connection is lost (aio-pika's default, 5 s,
+# left workers idle up to 5 s after the node was back: measured in scenario 25).
+_RECONNECT_INTERVAL = 1.0
 # conveyor's own URL options; every other query parameter goes to aio-pika as it is.
 _OPTIONS = {"prefix": "conveyor", "delivery_limit": "20", "hold": "900", "prefetch": "0",
             "timeout": "10"}
@@ -85,8 +88,9 @@ class RabbitBroker:
             # The first connect fails with our one line; the client's own log lines about it
             # (an ERROR and a "reconnecting") would only repeat it, with a traceback's noise.
             with _quiet_client_logs():
-                self._conn: AbstractRobustConnection = self._call(
-                    aio_pika.connect_robust(target, timeout=self._timeout), self._timeout + 5)
+                self._conn: AbstractRobustConnection = self._call(aio_pika.connect_robust(
+                    target, timeout=self._timeout, reconnect_interval=_RECONNECT_INTERVAL),
+                    self._timeout + 5)
             self._publisher = self._call(self._channel(confirms=True))
             self._consumer = self._call(self._channel(confirms=False))
         except BaseException:
