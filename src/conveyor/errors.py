@@ -84,6 +84,11 @@ class StorageUnavailable(StorageError):
     not a database): an outage, which every backend reports as this one error."""
 
 
+class StorageReadOnly(StorageError):
+    """The storage answers, but this client may only read (a read-only role or transaction,
+    no write privilege): listings work, a worker cannot take a single job."""
+
+
 class TransactionUnsupported(ConveyorError, TypeError):
     """An enqueue was asked to join the caller's own database transaction (``connection=``,
     ``app.transaction(...)``) on a storage that cannot: not the database that connection

@@ -4,7 +4,9 @@ never printed. A worker whose role only reads is warned about at start."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -16,7 +18,7 @@ import pytest
 
 from conveyor.cli.main import main
 from conveyor.storage.postgres.connection import parse_postgres_url
-from tests.faults.harness import APP_REF, REPO, conveyor_command, wait_until
+from tests.faults.harness import APP_REF, REPO, conveyor_command
 from tests.support.redis_server import free_port
 
 
@@ -96,23 +98,25 @@ def test_bad_input_is_one_clear_line_from_the_cli(
     assert "Traceback" not in worker.stderr and "wrong-secret" not in worker.stderr
 
 
-def test_a_worker_whose_role_only_reads_says_so_at_start(
-        roles: dict[str, str], tmp_path: Path) -> None:
-    """The listing works (reading is all it does); the worker warns in one line that it cannot
-    take a job, instead of only failing every transition afterwards."""
+@pytest.mark.parametrize("processes", ["1", "2"], ids=["single", "supervised"])
+def test_a_worker_whose_role_only_reads_stops_at_start_in_one_line(
+        roles: dict[str, str], processes: str) -> None:
+    """The listing works (reading is all it does); the worker says in one line that it cannot
+    take a job and exits 2, instead of failing every transition afterwards (or a supervisor
+    restarting children that cannot work)."""
     url = roles["migrated, read-only role"]
     listing = _conveyor("jobs", "list", "--url", url)
     assert listing.returncode == 0, listing.stderr
-    out = tmp_path / "worker.out"
-    with open(out, "wb") as sink:
-        proc = subprocess.Popen(
-            [*conveyor_command(), "worker", APP_REF, "--processes", "1", "--url", url],
-            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=sink,
-            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [*conveyor_command(), "worker", APP_REF, "--processes", processes, "--url", url],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        wait_until(lambda: "cannot write conveyor's tables" in out.read_text(), 60,
-                   what="the read-only warning")
-        assert "STORAGE SERVER WARNING" in out.read_text()
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
+        _, stderr = proc.communicate(timeout=120)
+    finally:  # a worker that did not stop must not outlive the test, children included
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 2, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("conveyor: error:") and "cannot write conveyor's tables" in last
+    assert "Traceback" not in stderr

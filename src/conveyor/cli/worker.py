@@ -172,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
     probe = open_storage(app.url, app.clock)
     try:
         probe.now()
+        probe.check_server()  # a store this worker could not write: one line, no fork
         if app.broker_url:  # the same for the broker, and a store that cannot feed one
             as_outbox(probe)
             open_broker(app.broker_url).close()

@@ -185,7 +185,8 @@ class Storage(Protocol):
     def check_server(self) -> list[str]:
         """Warnings about server settings that can lose jobs (e.g. a Redis that may evict
         keys), one line each, for the worker to log at start; empty when all is well or
-        there is no server to check."""
+        there is no server to check. Raises ``StorageReadOnly`` when this client can read
+        but not write: a worker could not take a single job."""
         ...
 
     def bind(self, connection: object) -> Storage:

@@ -21,6 +21,7 @@ from conveyor import __version__
 from conveyor.app import Conveyor
 from conveyor.broker import open_broker
 from conveyor.clock import Clock
+from conveyor.errors import StorageReadOnly
 from conveyor.job import Ack
 from conveyor.periodic import CronConfig, CronScheduler, describe_unlistened, unlistened
 from conveyor.storage import redact
@@ -139,6 +140,8 @@ class Launcher:
     def _check_server(self) -> None:
         try:
             warnings = self.storage.check_server()
+        except StorageReadOnly:
+            raise  # no job could ever be taken: stop here, in one line
         except Exception:
             log.exception("could not check the storage server's settings")
             return

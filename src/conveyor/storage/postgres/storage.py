@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from conveyor.clock import Clock, SystemClock
+from conveyor.errors import StorageReadOnly
 from conveyor.job import (
     Ack,
     EnqueueResult,
@@ -169,15 +170,18 @@ class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
         """Warnings about server settings that can lose jobs: ``fsync`` or
         ``full_page_writes`` off (a crash of the machine can corrupt the database).
         ``synchronous_commit=off`` is not warned about: it loses at most the last moments of
-        commits, as Redis's ``appendfsync everysec`` does."""
+        commits, as Redis's ``appendfsync everysec`` does. A role that cannot write raises
+        ``StorageReadOnly``."""
         with self._db.outages():
             row = self._db.read().execute(_SERVER_CHECK).fetchone() or ("", "", "", True)
         names = ("fsync", "full_page_writes")
         found = [f"PostgreSQL runs with {name}=off: a crash of its machine can lose or corrupt "
                  "jobs" for name, value in zip(names, row[:2], strict=True) if value == "off"]
         if row[2] == "on" or not row[3]:
-            found.append("this PostgreSQL role cannot write conveyor's tables (read-only "
-                         "transaction or no INSERT/UPDATE on them): no job can be taken")
+            raise StorageReadOnly(
+                "this PostgreSQL role cannot write conveyor's tables (read-only transaction or "
+                "no INSERT/UPDATE on them): a worker cannot take a job; grant the role write "
+                "access (docs/postgres.md, privileges)")
         return found
 
     def bind(self, connection: object) -> PostgresStorage:
