@@ -80,12 +80,14 @@ def test_a_consumer_never_holds_more_than_its_prefetch(url: str) -> None:
     publisher = open_broker(url)
     consumer = open_broker(url + "&prefetch=3")
     other = open_broker(url)
+    assert isinstance(consumer, RabbitBroker)
     try:
         publisher.publish("default", [f"j{i}" for i in range(10)])
         held = consumer.consume([("default", 0)], 10, 5)
-        wait_until(lambda: publisher.backlog("default") <= 7, 10, what="prefetch")
-        held += consumer.consume([("default", 0)], 10, 0.5)
+        wait_until(lambda: len(held) + consumer.buffered() == 3, 10, what="the prefetch")
+        held += consumer.consume([("default", 0)], 10, 0)
         assert len(held) == 3  # unacked deliveries cap what RabbitMQ sends this consumer
+        assert consumer.consume([("default", 0)], 10, 0.5) == []
         assert len(_take(other, ["default"], 7)) == 7  # the rest went to the other one
     finally:
         for b in (publisher, consumer, other):
