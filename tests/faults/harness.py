@@ -56,6 +56,7 @@ class WorkerProc:
     started_at: float = 0.0
     name: str = "worker"
     app_ref: str = APP_REF
+    args: Sequence[str] = ()  # more ``conveyor worker`` flags
 
     def start(self) -> WorkerProc:
         """Launch the worker; output goes to ``<log_dir>/<name>.out``."""
@@ -67,6 +68,7 @@ class WorkerProc:
             cmd += ["--lease", str(self.lease)]
         if self.timeout is not None:
             cmd += ["--timeout", str(self.timeout)]
+        cmd += self.args
         out = open(self.output_path, "ab")  # noqa: SIM115 - the child holds it for its lifetime
         env = {**os.environ, **self.env, "CONVEYOR_URL": self.url}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from conveyor.broker import open_broker
+from conveyor.worker.config import WorkerConfig
 from tests.faults.checks import (
     assert_batch_exact,
     enqueue_batch,
@@ -31,6 +33,8 @@ from tests.support.rabbitmq import RabbitServer
 pytestmark = [pytest.mark.slow, pytest.mark.rabbitmq]
 
 LEASE = 60.0  # far longer than the scenario: any recovery seen came from the broker
+# How long a relay waits before publishing again a job it published that never started.
+REPUBLISH_AFTER = WorkerConfig().republish_after
 
 
 @pytest.fixture
@@ -82,10 +86,7 @@ def test_rabbitmq_restarted_during_a_batch_loses_nothing(
     url, broker = f"sqlite:///{tmp_path / 'jobs.db'}", f"{node.url}?prefix=restart"
     app, jobs = faults.client(url)
     batch_id, ids = enqueue_batch(app, jobs["faults.work"], [(20,)] * 400, "node restart")
-    for i in range(2):
-        faults.worker(url, name=f"r{i}", concurrency=4, lease=LEASE,
-                      env={"CONVEYOR_BROKER": broker})
-    wait_until(lambda: faults.log.starts() > 40, 60, what="the workers to start working")
+    _two_workers_at_work(faults, url, broker, "r")
     node.stop()
     time.sleep(3.0)  # the outage itself: nothing to poll for while the node is down
     node.start()
@@ -100,3 +101,79 @@ def test_rabbitmq_restarted_during_a_batch_loses_nothing(
     report("25 RabbitMQ node restarted mid-batch (3 s down)", "sqlite+rabbitmq",
            jobs=len(ids), lost=0, first_job_after_node_answers_s=resumed,
            drained_after_node_answers_s=done_at - back_at)
+
+
+def test_rabbitmq_unreachable_for_20s_loses_nothing(
+        faults: Faults, node: RabbitServer, tmp_path: Path) -> None:
+    """2 workers mid-batch; the node is frozen (SIGSTOP) for 20 s — connections neither answer
+    nor close, as behind a partition — and a second batch is enqueued while it is. The relays'
+    calls time out (a publish in flight goes unconfirmed and is due again; the others fail at
+    the queue's depth and publish nothing), each worker says so in one line. After the thaw
+    both batches finish, long before the relays' 300 s sweep for publishes never started
+    could have sent anything again."""
+    url, broker = f"sqlite:///{tmp_path / 'jobs.db'}", f"{node.url}?prefix=frozen"
+    app, jobs = faults.client(url)
+    first, first_ids = enqueue_batch(app, jobs["faults.work"], [(20,)] * 300, "before")
+    _two_workers_at_work(faults, url, broker, "u")
+    node.freeze()
+    frozen_at = time.time()
+    second, second_ids = enqueue_batch(app, jobs["faults.work"], [(20,)] * 300, "during")
+    time.sleep(max(0.0, 20.0 - (time.time() - frozen_at)))  # the outage itself
+    node.thaw()
+    back_at = time.time()
+    _, first_done = wait_batch(app, first, timeout=REPUBLISH_AFTER / 2)
+    _, second_done = wait_batch(app, second, timeout=REPUBLISH_AFTER / 2)
+    ids = first_ids + second_ids
+    assert states(app, ids) == {"succeeded": len(ids)}
+    assert_batch_exact(app, first, {"succeeded": len(first_ids)})
+    assert_batch_exact(app, second, {"succeeded": len(second_ids)})
+    assert all(w.alive() for w in faults.workers)  # the workers rode it out
+    runs = extra_runs(faults.log, ids, set())
+    unconfirmed = sum(w.output.count("did not confirm") for w in faults.workers)
+    assert not any("Traceback" in w.output for w in faults.workers)  # an outage is one line
+    report("26 RabbitMQ unreachable 20 s (frozen) mid-batch", "sqlite+rabbitmq",
+           jobs=len(ids), lost=0, extra_runs=runs.extra_runs,
+           relay_rounds_unconfirmed=unconfirmed,
+           drained_after_thaw_s=max(first_done, second_done) - back_at)
+
+
+def test_messages_the_broker_lost_are_published_again(
+        faults: Faults, node: RabbitServer, tmp_path: Path) -> None:
+    """A broker can lose a message it confirmed (a lost node, a purged queue). 1 worker, 200
+    jobs of 30 ms, the queue purged right after the first starts: the store still has the
+    jobs pending, stamped as published; the relay publishes them again once ``republish_after``
+    (3 s here) has passed without a start, and the batch finishes."""
+    url, broker = f"sqlite:///{tmp_path / 'jobs.db'}", f"{node.url}?prefix=lost"
+    app, jobs = faults.client(url)
+    batch_id, ids = enqueue_batch(app, jobs["faults.work"], [(30,)] * 200, "purged")
+    faults.worker(url, name="p0", concurrency=2, lease=LEASE, args=["--republish-after", "3"],
+                  env={"CONVEYOR_BROKER": broker})
+    wait_until(lambda: faults.log.starts() > 0, 60, what="the worker to start working")
+    ready = _ready(node, "default")
+    node.ctl("purge_queue", "lost.default")
+    purged_at = time.time()
+    _, done_at = wait_batch(app, batch_id, timeout=LEASE - 5)
+    assert ready > 0, "nothing was waiting in the queue; the purge proved nothing"
+    assert states(app, ids) == {"succeeded": len(ids)}
+    assert_batch_exact(app, batch_id, {"succeeded": len(ids)})
+    report("27 RabbitMQ loses confirmed messages (queue purged)", "sqlite+rabbitmq",
+           jobs=len(ids), purged=ready, lost=0, republish_after_s=3,
+           drained_after_purge_s=done_at - purged_at)
+
+
+def _two_workers_at_work(faults: Faults, url: str, broker: str, tag: str) -> None:
+    """Two workers of 4 slots fed by ``broker``, once they have started 40 jobs between them."""
+    for i in range(2):
+        faults.worker(url, name=f"{tag}{i}", concurrency=4, lease=LEASE,
+                      env={"CONVEYOR_BROKER": broker})
+    wait_until(lambda: faults.log.starts() > 40, 60, what="the workers to start working")
+
+
+def _ready(node: RabbitServer, queue: str) -> int:
+    """Messages ready in ``queue`` of prefix ``lost`` (a passive declare counts them at once;
+    ``rabbitmqctl list_queues`` reports a quorum queue's count seconds late)."""
+    broker = open_broker(f"{node.url}?prefix=lost")
+    try:
+        return broker.backlog(queue)
+    finally:
+        broker.close()

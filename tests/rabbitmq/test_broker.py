@@ -4,6 +4,7 @@ what a wrong URL, password or permission says."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,19 +133,26 @@ def test_a_message_past_the_delivery_limit_is_dead_lettered_and_reported(url: st
         broker.close()
 
 
-def test_a_restarted_node_keeps_durable_messages_and_the_broker_reconnects(url: str) -> None:
+def test_a_restarted_node_keeps_durable_messages_and_the_broker_reconnects(
+        url: str, caplog: pytest.LogCaptureFixture) -> None:
     node = RabbitServer().start()  # its own node: restarting the session's would disturb others
     node_url = f"{node.url}?prefix=r&timeout=5"
     try:
         broker = open_broker(node_url)
         assert broker.publish("default", ["kept1", "kept2"]) == [True, True]
-        node.stop()
-        node.start()
-        assert wait_until(lambda: _try_take(broker), 60, interval=0.5,
-                          what="reconnected") == ["kept1", "kept2"]
+        with caplog.at_level(logging.DEBUG):
+            node.stop()
+            node.start()
+            assert wait_until(lambda: _try_take(broker), 60, interval=0.5,
+                              what="reconnected") == ["kept1", "kept2"]
         broker.close()
     finally:
         node.cleanup()
+    # The client logs the outage (its reconnect attempts), each record one line.
+    client = [r for r in caplog.records if r.name.startswith(("aiormq", "aio_pika"))]
+    assert client, "the client logged nothing about losing its node"
+    assert [r.name for r in client if r.exc_info] == []
+    assert "Traceback" not in caplog.text
 
 
 def _try_take(broker: Broker) -> list[str] | None:

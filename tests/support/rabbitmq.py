@@ -145,6 +145,7 @@ class RabbitServer(ManagedServer):
             return
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGCONT)  # a frozen node ignores SIGTERM
                 os.killpg(self.process.pid, signal.SIGTERM)
             try:
                 self.process.wait(timeout=30)
@@ -153,6 +154,19 @@ class RabbitServer(ManagedServer):
                     os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
         self.process = None
+
+    def freeze(self) -> None:
+        """SIGSTOP the node: it neither answers nor closes connections, as behind a network
+        partition (clients' writes hang, publishes go unconfirmed). ``thaw`` resumes it."""
+        self._signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT a frozen node."""
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, signum: int) -> None:
+        assert self.process is not None, "node not started"
+        os.killpg(self.process.pid, signum)
 
     def cleanup(self) -> None:
         """Stop the node and its epmd, remove the temp dir."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -192,3 +192,38 @@ def test_a_job_whose_message_the_broker_gives_up_on_ends_dead_with_the_reason(
     record = brokered.get_job(ref.id)
     assert record is not None and record.state is JobState.DEAD
     assert record.message == DELIVERY_LIMIT_REACHED
+
+
+def test_a_publish_that_fails_outright_is_due_again_at_once(tmp_path: Path) -> None:
+    """A broker call that raises (the connection dropped mid-publish) leaves no job stamped as
+    published: each is due again at once, not ``republish_after`` (300 s) later."""
+    from conveyor.broker.memory import MemoryBroker, open_memory_broker
+    from conveyor.errors import BrokerUnavailable
+
+    class DropsOnce(MemoryBroker):
+        """A real in-process broker whose first publish dies, as a lost connection's does."""
+
+        dropped = False
+
+        def publish(self, queue: str, job_ids: Sequence[str]) -> list[bool]:
+            if not self.dropped:
+                self.dropped = True
+                raise BrokerUnavailable("connection lost")
+            return super().publish(queue, job_ids)
+
+    app = Conveyor(f"sqlite:///{tmp_path}/d.db", broker=f"memory://{uuid.uuid4().hex}")
+
+    @app.job
+    def noop() -> None: ...
+
+    ref = noop.enqueue()
+    real = open_memory_broker(app.broker_url or "")
+    broker = DropsOnce(real.url, real._hub)
+    relay = Relay(app.storage, app.clock, WorkerConfig(concurrency=1), broker=broker)
+    try:
+        with pytest.raises(BrokerUnavailable):
+            relay.tick()
+        assert as_outbox(app.storage).publish_due("default", 10, 300.0) == [ref.id]
+    finally:
+        relay.stop(5)
+        app.close()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import Counter
+
+import pytest
 
 from conveyor import Conveyor, FakeClock, JobState
 from conveyor.job import Ack, Outcome
@@ -240,3 +243,33 @@ def test_the_launcher_runs_the_apps_periodic_schedules(app: Conveyor, clock: Fak
     clock.advance(60)
     assert launcher.cron.tick() == 1
     assert all(r.name == "noop" for r in app.storage.list_jobs(state=JobState.PENDING))
+
+
+def test_an_outage_is_one_warning_line_until_it_ends(caplog: pytest.LogCaptureFixture) -> None:
+    """A component whose storage or broker is out says so once per outage, in one line
+    without a traceback, and once more when it works again — not a traceback every tick."""
+    from conveyor.errors import BrokerUnavailable, StorageUnavailable
+    from conveyor.worker.component import PeriodicComponent
+
+    failures: list[Exception] = [BrokerUnavailable("broker down"), BrokerUnavailable("still"),
+                                 StorageUnavailable("store down")]
+
+    class Flaky(PeriodicComponent):
+        name = "flaky"
+
+        def tick(self) -> None:
+            if failures:
+                raise failures.pop(0)
+
+        def interval(self) -> float:
+            return 0.05
+
+    app = Conveyor("memory://")
+    flaky = Flaky(app.storage, app.clock, WorkerConfig())
+    with caplog.at_level(logging.INFO, logger="conveyor.worker"):
+        assert [flaky.safe_tick() for _ in range(5)] == [False, False, False, True, True]
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert lines == [(logging.WARNING, "flaky: broker down (trying again until it answers)"),
+                     (logging.WARNING, "flaky: store down (trying again until it answers)"),
+                     (logging.INFO, "flaky: working again")]
+    assert all(r.exc_info is None for r in caplog.records)

@@ -285,6 +285,27 @@ class RabbitBroker:
             self._stop_loop()
 
 
+class _OneLine(logging.Filter):
+    """The client's own log records in one line: a lost connection makes aiormq and aio-pika
+    log a traceback per reconnect attempt; the exception's name and text say as much."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            record.msg = f"{record.getMessage()} ({_reason(exc)})"
+            record.args = None
+            record.exc_info = record.exc_text = None
+        return True
+
+
+# Filters of a logger see only records logged on it, not its children's: name each one.
+for _name in ("aiormq.connection", "aiormq.channel", "aio_pika.connection",
+              "aio_pika.robust_connection", "aio_pika.channel", "aio_pika.robust_channel",
+              "aio_pika.tools", "aio_pika.queue", "aio_pika.robust_queue", "aio_pika.exchange",
+              "aio_pika.robust_exchange", "aio_pika.message"):
+    logging.getLogger(_name).addFilter(_OneLine())
+
+
 @contextlib.contextmanager
 def _quiet_client_logs() -> Iterator[None]:
     loggers = [logging.getLogger(name) for name in ("aiormq", "aio_pika")]

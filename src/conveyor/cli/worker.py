@@ -84,6 +84,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--broker", default=None,
                    help="broker URL that delivers jobs, e.g. amqp://… (overrides the app's and "
                         "CONVEYOR_BROKER; docs/brokers.md)")
+    p.add_argument("--republish-after", type=float, default=300.0, metavar="SECONDS",
+                   help="with a broker: publish again a job published this long ago that no "
+                        "worker started (a message the broker lost; default 300)")
     p.set_defaults(func=run)
 
 
@@ -97,6 +100,7 @@ def build_config(args: argparse.Namespace, worker_id: str | None = None) -> Work
             shutdown_timeout=args.timeout,
             lease=args.lease,
             heartbeat_interval=min(2.0, args.lease / 5),
+            republish_after=args.republish_after,
         )
     except ValueError as exc:
         raise WorkerOptionError(str(exc)) from exc

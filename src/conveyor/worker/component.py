@@ -10,12 +10,16 @@ import logging
 import threading
 
 from conveyor.clock import Clock
+from conveyor.errors import BrokerUnavailable, StorageUnavailable
 from conveyor.storage.base import Storage
 from conveyor.worker.config import WorkerConfig
 
 __all__ = ["PeriodicComponent"]
 
 log = logging.getLogger("conveyor.worker")
+
+#: Seconds at least between a failed tick and the next try.
+RETRY_AFTER = 0.5
 
 
 class PeriodicComponent:
@@ -33,6 +37,7 @@ class PeriodicComponent:
         self.config = config
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._outage: type[Exception] | None = None  # the error of the outage going on
 
     def tick(self) -> None:
         """One iteration of the component's work."""
@@ -64,14 +69,25 @@ class PeriodicComponent:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            self.safe_tick()
-            self._stopping.wait(self.interval())
+            ok = self.safe_tick()
+            # A failing tick is not retried faster than twice a second: a component ticking
+            # every 50 ms (the relay) would otherwise hammer a server that is down.
+            self._stopping.wait(self.interval() if ok else max(self.interval(), RETRY_AFTER))
 
     def safe_tick(self) -> bool:
         """``tick()``, logging instead of raising; returns False when it failed."""
         try:
             self.tick()
+        except (StorageUnavailable, BrokerUnavailable) as exc:
+            # An outage: one line when it starts (or changes), none per retry, one at its end.
+            if type(exc) is not self._outage:
+                log.warning("%s: %s (trying again until it answers)", self.name, exc)
+            self._outage = type(exc)
+            return False
         except Exception:
             log.exception("%s tick failed; trying again in %.1fs", self.name, self.interval())
             return False
+        if self._outage is not None:
+            log.info("%s: working again", self.name)
+            self._outage = None
         return True

@@ -103,6 +103,8 @@ class WorkerConfig:
                 f"lease ({self.lease}s) must be longer than the heartbeat interval "
                 f"({self.heartbeat_interval}s)"
             )
+        if self.republish_after <= 0:
+            raise ValueError("republish_after must be more than 0 seconds")
 
     @property
     def queue_names(self) -> tuple[str, ...]:

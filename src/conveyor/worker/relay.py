@@ -10,6 +10,8 @@ waits in the store, where pausing, flow control and cancelling see it.
 
 from __future__ import annotations
 
+import logging
+
 from conveyor.broker.base import Broker
 from conveyor.clock import Clock
 from conveyor.storage.base import Storage
@@ -18,6 +20,8 @@ from conveyor.worker.component import PeriodicComponent
 from conveyor.worker.config import WorkerConfig
 
 __all__ = ["DELIVERY_LIMIT_REACHED", "Relay"]
+
+log = logging.getLogger(__name__)
 
 #: Seconds between two looks at the broker's dead-letter queue.
 DEAD_CHECK_INTERVAL = 1.0
@@ -58,10 +62,18 @@ class Relay(PeriodicComponent):
             due = self.outbox.publish_due(queue, room, self.config.republish_after)
             if not due:
                 continue
-            confirmed = self.broker.publish(queue, due)
+            try:
+                confirmed = self.broker.publish(queue, due)
+            except Exception:
+                # Some may have reached the broker: a second message for a job is skipped at
+                # start, while a job stamped but never sent would wait ``republish_after``.
+                self.outbox.publish_failed(due)
+                raise
             failed = [job_id for job_id, ok in zip(due, confirmed, strict=True) if not ok]
             if failed:
                 self.outbox.publish_failed(failed)
+                log.warning("relay: the broker did not confirm %d of %d publishes to %r; "
+                            "they are due again", len(failed), len(due), queue)
             self.published += len(due) - len(failed)
             busy = busy or len(due) == room
         self._busy = busy
