@@ -22,8 +22,9 @@ import time
 from typing import Any
 
 from benchmarks import report
-from benchmarks.servers import PostgresBench, RedisCluster, RedisServer
+from benchmarks.servers import PostgresBench, RabbitBench, RedisCluster, RedisServer
 from benchmarks.suite import (
+    AMQP_GROUP,
     HERE,
     IO_GROUP,
     PEERS,
@@ -61,8 +62,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=None, help="rounds (default 3, quick 1)")
     p.add_argument("--peers", default="", help="comma-separated peer labels (substring match)")
     p.add_argument("--only", default="",
-                   help="comma-separated workload keys, 'io' for the I/O workloads, or 'pg' "
-                        "for the PostgreSQL comparison")
+                   help="comma-separated workload keys, 'io' for the I/O workloads, 'pg' "
+                        "for the PostgreSQL comparison, or 'amqp' for delivery through RabbitMQ")
     p.add_argument("--report", default="", help="re-render the markdown of a results JSON")
     p.add_argument("--docs", action="store_true",
                    help="write docs/benchmarks.md, its chart and the README table (the default "
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (1 if args.quick else 3)
     peers = [p for p in PEERS if (not args.quick or args.peers or p.label in QUICK_PEERS)
              and (not args.peers or any(s in p.label for s in args.peers.split(",")))]
-    group = {"io": IO_GROUP, "pg": PG_GROUP}.get(args.only)
+    group = {"io": IO_GROUP, "pg": PG_GROUP, "amqp": AMQP_GROUP}.get(args.only)
     keys = list(group) if group else args.only.split(",")
     wls = [w for w in workloads(args.quick) if not args.only or w.key in keys]
     peers = [p for p in peers if any(runs(w, p, group) for w in wls)]
@@ -206,17 +207,21 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = os.path.join(RESULTS, "tmp", stamp)
     os.makedirs(log_dir, exist_ok=True)
     server, cluster = RedisServer(), RedisCluster()
-    pg = None
+    pg = rabbit = None
     started = time.monotonic()
     try:
         if any(needs_postgres(w, p) and runs(w, p, group) for w in wls for p in peers):
             pg = PostgresBench()
+        if any(p.broker and runs(w, p, group) for w in wls for p in peers):
+            rabbit = RabbitBench()
         runner = Runner(server.url, cluster.url, calibrate_cpu(), log_dir,
-                        pg.url if pg else "")
+                        pg.url if pg else "", rabbit.url if rabbit else "")
         data: dict[str, Any] = {
             "started": stamp, "mode": mode, "rounds": rounds,
             "command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
-            "machine": machine(server.version(), pg.version() if pg else ""), "versions": {},
+            "machine": {**machine(server.version(), pg.version() if pg else ""),
+                        **({"rabbitmq": rabbit.version()} if rabbit else {})},
+            "versions": {},
             "settings": {p.label: p.settings for p in peers},
             "cpu_iters": runner.cpu_iters, "cpu_seconds": runner.cpu_seconds,
             "workloads": [{"key": w.key, "title": w.title, "n": w.n, "processes": w.processes,
@@ -241,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
                           flush=True)
                     save(data, stem)
     finally:
+        if rabbit is not None:
+            rabbit.stop()
         if pg is not None:
             pg.stop()
         cluster.stop()

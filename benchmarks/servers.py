@@ -1,5 +1,6 @@
-"""Private servers for the suite: one plain redis-server, a 3-master Redis Cluster, and a
-PostgreSQL for conveyor's PostgreSQL backend and the PostgreSQL peers.
+"""Private servers for the suite: one plain redis-server, a 3-master Redis Cluster, a
+PostgreSQL for conveyor's PostgreSQL backend and the PostgreSQL peers, and a RabbitMQ node for
+the runs that deliver through it (``--only amqp``).
 
 Redis: no persistence (``--save '' --appendonly no``). PostgreSQL: the test suite's throwaway
 cluster (``tests/support/postgres_server.py``: Debian's binaries, ``initdb`` in a temp dir, as
@@ -17,6 +18,7 @@ import tempfile
 import time
 
 from tests.support.postgres_server import PostgresServer, postgres_bin_dir
+from tests.support.rabbitmq import RabbitServer, rabbitmq_installed
 
 import redis
 
@@ -117,4 +119,24 @@ class PostgresBench:
 
     def stop(self) -> None:
         """Stop the server and remove its cluster."""
+        self.server.cleanup()
+
+
+class RabbitBench:
+    """The test suite's private RabbitMQ node (``tests/support/rabbitmq.py``: Debian's
+    rabbitmq-server, its own node name, ports, epmd and data dir, as ``nobody`` when root)."""
+
+    def __init__(self) -> None:
+        if not rabbitmq_installed():
+            raise SystemExit("RabbitMQ is not installed: make system-deps (Debian's "
+                             "rabbitmq-server package; only its scripts and Erlang are used)")
+        self.server = RabbitServer().start()
+        self.url = self.server.url
+
+    def version(self) -> str:
+        """The node's RabbitMQ version."""
+        return self.server.ctl("version").strip()
+
+    def stop(self) -> None:
+        """Stop the node and remove its data."""
         self.server.cleanup()

@@ -24,7 +24,7 @@ VENVS = os.path.join(HERE, ".venvs")
 VENV_REQS: dict[str, list[str]] = {
     "celery": ["celery[redis]", "hiredis"],
     "rq": ["rq", "hiredis"],
-    "dramatiq": ["dramatiq[redis]", "hiredis"],
+    "dramatiq": ["dramatiq[redis,rabbitmq]", "hiredis"],  # pika for its RabbitMQ broker
     "arq": ["arq", "hiredis"],  # pins redis<6
     "saq": ["saq[redis]", "hiredis", "typing_extensions"],  # needs redis<8
     "huey": ["huey", "redis", "hiredis"],
@@ -49,6 +49,7 @@ class PeerSpec:
     settings: str = ""
     env: tuple[tuple[str, str], ...] = ()  # extra environment for the adapter and its workers
     max_jobs: int = 0  # cap on n for engines so slow that n jobs would not fit the run's time
+    broker: str = ""  # "rabbitmq": jobs delivered by the suite's RabbitMQ node
 
 
 PEERS = [
@@ -91,6 +92,25 @@ PEERS = [
                       "max_concurrent_tasks C, "
                       "install --durability balanced; W4: bulk enqueue + job_status polled "
                       "(no group API)"),
+]
+# On the suite's RabbitMQ (issue 20): conveyor with the store as the outbox beside Celery and
+# Dramatiq on the same node, with their documented fast settings.
+AMQP_CONVEYORS = ("conveyor (sqlite+rabbitmq)", "conveyor (redis+rabbitmq)",
+                  "conveyor (postgres+rabbitmq)")
+AMQP_PEERS = ("celery prefork (rabbitmq)", "celery threads (rabbitmq)", "dramatiq (rabbitmq)")
+PEERS += [
+    *(PeerSpec(label, "conveyor_peer", storage=label.split("(")[1].split("+")[0],
+               broker="rabbitmq", settings="conveyor worker -c C --processes P --broker "
+               "amqp://… (quorum queues, confirms, prefetch 2 x C)")
+      for label in AMQP_CONVEYORS),
+    PeerSpec("celery prefork (rabbitmq)", "celery_peer", "celery", "prefork", per_process=False,
+             broker="rabbitmq", settings="-P prefork -c P, pyamqp, prefetch x16, no "
+             "gossip/mingle/heartbeat, early ack; Redis result backend for the tracked task"),
+    PeerSpec("celery threads (rabbitmq)", "celery_peer", "celery", "threads",
+             broker="rabbitmq", settings="P x (-P threads -c C), pyamqp, prefetch x16"),
+    PeerSpec("dramatiq (rabbitmq)", "dramatiq_peer", "dramatiq", broker="rabbitmq",
+             settings="dramatiq -p P -t C, RabbitmqBroker (pika, confirm_delivery off: its "
+             "default); Redis results backend for the tracked actor"),
 ]
 RAW = "redis-py LPUSH/BRPOP"  # the raw queue every I/O workload is reported against
 # Engines whose jobs are plain functions run the sync I/O bodies (W0a, W0c); the asyncio
@@ -173,6 +193,15 @@ IO_GROUP: dict[str, tuple[str, ...]] = {
 }
 
 
+# ``--only amqp``: W1-W4 for conveyor delivered by RabbitMQ (store as outbox) beside Celery and
+# Dramatiq on the same RabbitMQ node, and conveyor without a broker for scale.
+AMQP_GROUP: dict[str, tuple[str, ...]] = {
+    key: (*AMQP_CONVEYORS, *AMQP_PEERS, "conveyor (sqlite)", "conveyor (redis)")
+    for key in ("w1_enqueue_one", "w1_drain_p1", "w1_drain_p2", "w1_live_p1", "w2_latency",
+                "w3_io", "w4_batch")
+}
+
+
 def workloads(quick: bool) -> list[Workload]:
     """W0 (I/O bodies) first, then the W1-W5 scenarios and the storage-cost runs; ``quick``
     shrinks the job counts."""
@@ -207,11 +236,19 @@ def ensure_venv(name: str, log: Any) -> str:
     path = os.path.join(VENVS, name)
     py = os.path.join(path, "bin", "python")
     stamp = os.path.join(path, ".bench-installed")
-    if not os.path.exists(stamp):
-        print(f"[bench] creating venv {name} ...", file=log, flush=True)
-        subprocess.run([sys.executable, "-m", "venv", path], check=True)
+    wanted = " ".join(VENV_REQS[name])
+    try:
+        with open(stamp) as f:
+            installed = f.read().strip()
+    except FileNotFoundError:
+        installed = None
+    if installed != wanted:  # new, or its requirements changed: pip adds what is missing
+        print(f"[bench] filling venv {name} ({wanted}) ...", file=log, flush=True)
+        if not os.path.exists(py):
+            subprocess.run([sys.executable, "-m", "venv", path], check=True)
         subprocess.run([py, "-m", "pip", "install", "-q", *VENV_REQS[name]], check=True)
-        open(stamp, "w").close()
+        with open(stamp, "w") as f:
+            f.write(wanted)
     return py
 
 
@@ -238,8 +275,10 @@ class Runner:
     """Runs one (peer, workload) pair in its own subprocess."""
 
     def __init__(self, redis_url: str, cluster_url: str, cpu: tuple[int, float],
-                 log_dir: str, pg_url: str = "") -> None:
+                 log_dir: str, pg_url: str = "", amqp_url: str = "") -> None:
         self.redis_url = redis_url
+        self.amqp_url = amqp_url  # the suite's RabbitMQ node (empty: none in this run)
+        self.runs = 0
         self.cluster_url = cluster_url
         self.pg_url = pg_url  # the suite's PostgreSQL (empty: no PostgreSQL in this run)
         self.cpu_iters, self.cpu_seconds = cpu
@@ -277,6 +316,11 @@ class Runner:
         extra = os.environ.get("BENCH_SRC")
         env["PYTHONPATH"] = PEERS_DIR + (os.pathsep + extra if extra else "")
         env.update(peer.env)
+        if peer.broker:
+            env["BENCH_AMQP_URL"] = self.amqp_url
+            # conveyor: queues of a prefix of this run's own, so nothing is left from another
+            self.runs += 1
+            env["BENCH_CONVEYOR_BROKER"] = f"{self.amqp_url}?prefix=bench{self.runs}"
         if peer.storage:
             env["BENCH_CONVEYOR_URL"] = {
                 "redis": self.redis_url,

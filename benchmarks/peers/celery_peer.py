@@ -1,4 +1,5 @@
-"""Celery with the Redis broker. Variants: ``prefork`` (one child per process) and ``threads``.
+"""Celery with the Redis broker, or RabbitMQ when ``BENCH_AMQP_URL`` is set (pyamqp; results
+stay in Redis). Variants: ``prefork`` (one child per process) and ``threads``.
 
 Settings: JSON serializer, results ignored except for the tracked task (W4/storage), prefetch
 multiplier 16 (Celery's "Optimizing" guide: raise it for many short tasks), and the worker flags
@@ -15,7 +16,9 @@ import body
 from celery import Celery, group
 from common import QUEUE, Peer, main, paced
 
-app = Celery("bench", broker=os.environ.get("BENCH_DONE_URL", "redis://"),
+_amqp = os.environ.get("BENCH_AMQP_URL", "")
+app = Celery("bench", broker=("py" + _amqp) if _amqp else os.environ.get("BENCH_DONE_URL",
+                                                                        "redis://"),
              backend=os.environ.get("BENCH_DONE_URL", "redis://"))
 app.conf.update(
     task_serializer="json", accept_content=["json"], result_serializer="json",
@@ -37,7 +40,7 @@ def job_tracked(kind: str, ts: float) -> None:
 
 
 class CeleryPeer(Peer):
-    """Celery 5 on Redis."""
+    """Celery 5 on Redis or RabbitMQ."""
 
     name = "celery"
     module = "celery"

@@ -1,8 +1,9 @@
 """conveyor: ``conveyor worker conveyor_peer:app -c C --processes P -q bench``.
 
 The storage URL comes from ``BENCH_CONVEYOR_URL`` (SQLite file, the benchmark redis, a local
-Redis Cluster, or the suite's PostgreSQL with ``?schema=bench``). Every job is tracked (record +
-events), as conveyor always does.
+Redis Cluster, or the suite's PostgreSQL with ``?schema=bench``), the broker URL, if any, from
+``BENCH_CONVEYOR_BROKER`` (the suite's RabbitMQ). Every job is tracked (record + events), as
+conveyor always does.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import redis
 from conveyor import Conveyor
 
 PG_SCHEMA = "bench"  # the suite's conveyor (postgres) URL ends with ?schema=bench
-app = Conveyor(os.environ.get("BENCH_CONVEYOR_URL", "memory://"))
+BROKER = os.environ.get("BENCH_CONVEYOR_BROKER") or None
+app = Conveyor(os.environ.get("BENCH_CONVEYOR_URL", "memory://"), broker=BROKER)
 
 
 @app.job(name="job", queue=QUEUE, retry=0)
@@ -121,7 +123,8 @@ class ConveyorPeer(Peer):
     def worker_commands(self, processes: int, concurrency: int) -> list[list[str]]:
         return [[sys.executable, "-m", "conveyor.cli.main", "worker", "conveyor_peer:app",
                  "-c", str(concurrency), "--processes", str(processes), "-q", QUEUE,
-                 "--log-level", "WARNING", "--url", self.storage_url]]
+                 "--log-level", "WARNING", "--url", self.storage_url,
+                 *(["--broker", BROKER] if BROKER else [])]]
 
     def close(self) -> None:
         app.close()

@@ -1,4 +1,5 @@
-"""Dramatiq with the Redis broker: ``dramatiq -p P -t C`` (processes x threads).
+"""Dramatiq with the Redis broker, or its RabbitMQ broker (pika) when ``BENCH_AMQP_URL`` is
+set: ``dramatiq -p P -t C`` (processes x threads).
 
 Results middleware (Redis backend) only for the tracked actor used by W4/storage.
 """
@@ -17,7 +18,13 @@ from dramatiq.results import Results
 from dramatiq.results.backends import RedisBackend
 
 _url = os.environ.get("BENCH_DONE_URL", "redis://")
-broker = RedisBroker(url=_url)
+_amqp = os.environ.get("BENCH_AMQP_URL", "")
+if _amqp:
+    from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+    broker: dramatiq.Broker = RabbitmqBroker(url=_amqp)
+else:
+    broker = RedisBroker(url=_url)
 broker.add_middleware(Results(backend=RedisBackend(url=_url)))
 dramatiq.set_broker(broker)
 
@@ -36,7 +43,7 @@ def job_tracked(kind: str, ts: float) -> int:
 
 
 class DramatiqPeer(Peer):
-    """Dramatiq 2 on Redis."""
+    """Dramatiq 2 on Redis or RabbitMQ."""
 
     name = "dramatiq"
     module = "dramatiq"

@@ -83,7 +83,8 @@ def test_a_consumer_never_holds_more_than_its_prefetch(url: str) -> None:
     other = open_broker(url)
     assert isinstance(consumer, RabbitBroker)
     try:
-        publisher.publish("default", [f"j{i}" for i in range(10)])
+        for i in range(10):  # one message each (prefetch counts messages, a pack is one)
+            publisher.publish("default", [f"j{i}"])
         held = consumer.consume([("default", 0)], 10, 5)
         wait_until(lambda: len(held) + consumer.buffered() == 3, 10, what="the prefetch")
         held += consumer.consume([("default", 0)], 10, 0)
@@ -115,6 +116,77 @@ def test_release_and_a_lost_connection_redeliver_to_another_consumer(url: str) -
     finally:
         first.close()
         second.close()
+
+
+def test_many_ids_travel_in_few_messages_each_delivered_once(url: str) -> None:
+    publisher = open_broker(url)
+    fresh = open_broker(url)  # knows nothing of the publish: counts messages
+    ids = [f"j{i}" for i in range(64)]
+    try:
+        assert publisher.publish("default", ids) == [True] * 64
+        assert publisher.backlog("default") == 64  # the relay's window counts jobs
+        assert fresh.backlog("default") == 4  # four packs of 16
+        got = fresh.consume([("default", 0)], 100, 5)
+        while len(got) < 64 and (more := fresh.consume([("default", 0)], 100, 5)):
+            got += more
+        assert sorted(d.job_id for d in got) == sorted(ids)
+        assert not any(d.redelivered for d in got)
+        fresh.ack(got)
+    finally:
+        publisher.close()
+        fresh.close()
+
+
+def test_a_pack_is_settled_when_all_of_its_jobs_are_and_comes_back_one_by_one(url: str) -> None:
+    """A consumer that took part of a pack and died: every job of it comes back, each in a
+    message of its own marked redelivered (so the store takes over the started ones)."""
+    first, second = open_broker(url), open_broker(url)
+    ids = [f"j{i}" for i in range(16)]
+    try:
+        first.publish("default", ids)  # four packs of four
+        part = first.consume([("default", 0)], 6, 5)
+        first.ack(part[:5])  # five finished; the sixth and the rest still open
+        first.close()
+        back = second.consume([("default", 0)], 100, 10)
+        while (more := second.consume([("default", 0)], 100, 2)):
+            back += more
+        done = {d.job_id for d in part[:5]}
+        # the packs it held come back whole (the finished ones too: the store skips those),
+        # one job per message now, every one redelivered
+        assert {d.job_id for d in back} >= set(ids) - done
+        assert all(d.redelivered for d in back)
+        assert second.backlog("default") == 0
+        second.ack(back)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_poison_job_in_a_pack_is_dead_lettered_alone(url: str) -> None:
+    limited = url.replace("timeout=5", "timeout=5&delivery_limit=2")
+    publisher = open_broker(limited)
+    try:
+        publisher.publish("default", ["poison", "a", "b", "c"])  # packs of 1: spread out
+        # packs of four: "x", "y" and "z" share one with "poison2"
+        publisher.publish("default", ["x", "poison2", "y", "z", *[f"p{i}" for i in range(12)]])
+        victims = {"poison", "poison2"}
+        survivors: set[str] = set()
+        for _ in range(6):  # consumers that die whenever they hold a poison job
+            consumer = open_broker(limited)
+            got = consumer.consume([("default", 0)], 100, 2)
+            while (more := consumer.consume([("default", 0)], 100, 0.5)):
+                got += more
+            consumer.ack([d for d in got if d.job_id not in victims])
+            survivors |= {d.job_id for d in got if d.job_id not in victims}
+            consumer.close()  # dies holding the poison jobs (and their packs)
+        dead = sorted(wait_until(lambda: publisher.dead_lettered() or None, 10,
+                                 what="dead-lettered"))
+        while (more := publisher.dead_lettered()):
+            dead += more
+        assert sorted(dead) == ["poison", "poison2"]  # its pack-mates were not dead-lettered
+        assert survivors == {"a", "b", "c", "x", "y", "z", *(f"p{i}" for i in range(12))}
+    finally:
+        publisher.close()
 
 
 def test_a_message_past_the_delivery_limit_is_dead_lettered_and_reported(url: str) -> None:

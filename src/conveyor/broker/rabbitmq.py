@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -41,7 +42,13 @@ T = TypeVar("T")
 _RECONNECT_INTERVAL = 1.0
 # conveyor's own URL options; every other query parameter goes to aio-pika as it is.
 _OPTIONS = {"prefix": "conveyor", "delivery_limit": "20", "hold": "900", "prefetch": "0",
-            "timeout": "10"}
+            "timeout": "10", "pack": "32"}
+# A pack carries up to ``pack`` ids, and a publish of n ids makes packs of about n / _SPREAD:
+# a few ids go one per message (each to whichever consumer is free), a backlog in few messages.
+_SPREAD = 4
+# On a message that is one job of a pack handed back: deliver it as redelivered.
+_REDELIVERED = "x-conveyor-redelivered"
+_PACKED = "application/json"  # the content type of a pack: a JSON list of job ids
 
 
 def open_rabbitmq(url: str) -> RabbitBroker:
@@ -55,7 +62,7 @@ def _split(url: str) -> tuple[str, dict[str, str]]:
         raise BrokerURLError(f"broker URL {redact(url)!r} names no host")
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     options = {k: query.pop(k, v) for k, v in _OPTIONS.items()}
-    for name in ("delivery_limit", "hold", "prefetch", "timeout"):
+    for name in ("delivery_limit", "hold", "prefetch", "timeout", "pack"):
         try:
             float(options[name])
         except ValueError:
@@ -74,14 +81,16 @@ class RabbitBroker:
         self.delivery_limit = int(float(options["delivery_limit"]))
         self.hold = float(options["hold"])
         self.prefetch = int(float(options["prefetch"]))
+        self.pack = max(1, int(float(options["pack"])))
         self._timeout = float(options["timeout"])
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="conveyor-amqp")
         self._thread.start()
         self._cond = threading.Condition()
-        self._buffers: dict[str, deque[AbstractIncomingMessage]] = {}
-        self._held: dict[int, tuple[float, AbstractIncomingMessage]] = {}
+        self._buffers: dict[str, deque[tuple[_Pack, str]]] = {}
+        self._held: dict[int, _Pack] = {}  # packs with a delivery handed out, by id()
+        self._per_message: dict[str, float] = {}  # ids per message of the last publish
         self._declared: set[str] = set()
         self._closed = False
         try:
@@ -146,21 +155,35 @@ class RabbitBroker:
     # -- the Broker protocol ------------------------------------------------------------------
 
     def publish(self, queue: str, job_ids: Sequence[str]) -> list[bool]:
-        """Persistent messages, all in flight at once; True for each the broker confirmed."""
+        """Persistent messages, all in flight at once; True for each id the broker confirmed.
+
+        Many ids at once go in packs (one message of up to ``pack`` ids, a JSON list): the
+        per-message cost of AMQP — framing, a confirm, a delivery, an ack — is most of what a
+        job costs the worker, and a backlog needs no more messages than consumers can share.
+        """
         if not job_ids:
             return []
+        size = min(self.pack, -(-len(job_ids) // _SPREAD))
+        packs = [list(job_ids[i:i + size]) for i in range(0, len(job_ids), size)]
+        self._per_message[queue] = len(job_ids) / len(packs)
 
         async def run() -> list[bool]:
             await self._declare(queue)
-            exchange = self._publisher.default_exchange
-            results = await asyncio.gather(*(
-                exchange.publish(aio_pika.Message(
-                    job_id.encode(), delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
-                    routing_key=self.name(queue), timeout=self._timeout)
-                for job_id in job_ids), return_exceptions=True)
-            return [not isinstance(r, BaseException) for r in results]
+            results = await asyncio.gather(*(self._send(queue, ids) for ids in packs),
+                                           return_exceptions=True)
+            return [not isinstance(r, BaseException)
+                    for r, ids in zip(results, packs, strict=True) for _ in ids]
 
         return self._call(run(), self._timeout * 2 + 5)
+
+    async def _send(self, queue: str, ids: list[str], headers: dict[str, Any] | None = None,
+                    ) -> None:
+        body, kind = (ids[0].encode(), None) if len(ids) == 1 else (
+            json.dumps(ids).encode(), _PACKED)
+        await self._publisher.default_exchange.publish(aio_pika.Message(
+            body, content_type=kind, headers=headers,
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+            routing_key=self.name(queue), timeout=self._timeout)
 
     def consume(self, queues: Sequence[tuple[str, int]], limit: int,
                 timeout: float) -> list[Delivery]:
@@ -176,16 +199,22 @@ class RabbitBroker:
         with self._cond:
             self._cond.wait_for(lambda: any(self._buffers[n] for n in names), timeout=timeout)
             out: list[Delivery] = []
+            now = time.monotonic()
             for name in names:
                 buffer = self._buffers[name]
                 while buffer and len(out) < limit:
-                    message = buffer.popleft()
-                    self._held[id(message)] = (time.monotonic(), message)
-                    out.append(_delivery(name, message))
+                    pack, job_id = buffer.popleft()
+                    if not pack.live():  # its channel died: RabbitMQ delivers it again
+                        continue
+                    if not pack.handed_at:
+                        pack.handed_at = now
+                        self._held[id(pack)] = pack
+                    out.append(Delivery(queue=name, job_id=job_id, handle=pack,
+                                        redelivered=pack.redelivered, attempts=pack.attempts))
             return out
 
     def buffered(self) -> int:
-        """Deliveries RabbitMQ has sent this connection that ``consume`` has not handed out."""
+        """Job ids RabbitMQ has sent this connection that ``consume`` has not handed out."""
         with self._cond:
             return sum(len(b) for b in self._buffers.values())
 
@@ -202,50 +231,85 @@ class RabbitBroker:
     def _arrival(self, queue: str) -> Callable[[AbstractIncomingMessage], Awaitable[None]]:
         """The consumer callback of one queue: buffer the message for ``consume``."""
         async def arrived(message: AbstractIncomingMessage) -> None:
+            ids = _ids(message)
+            if message.redelivered and len(ids) > 1:
+                await self._split(queue, message, ids)
+                return
+            pack = _Pack(message, len(ids))
             with self._cond:
-                self._buffers[queue].append(message)
+                self._buffers[queue].extend((pack, job_id) for job_id in ids)
                 self._cond.notify_all()
 
         return arrived
 
+    async def _split(self, queue: str, message: AbstractIncomingMessage,
+                     ids: list[str]) -> None:
+        """A pack handed back (its consumer died, or gave part of it back) returns as one
+        message per job, each marked redelivered: from here on the broker counts deliveries
+        per job, so a job that kills its workers reaches the delivery limit alone and the
+        others in its pack are not dead-lettered with it."""
+        try:
+            await asyncio.gather(*(self._send(queue, [job_id], {_REDELIVERED: 1})
+                                   for job_id in ids))
+        except Exception:  # not all confirmed: the pack goes back as it is, to try again
+            with contextlib.suppress(Exception):
+                await message.reject(requeue=True)
+            return
+        with contextlib.suppress(Exception):  # a lost channel: the pack comes back, is split
+            await message.ack()
+
     def ack(self, deliveries: Sequence[Delivery]) -> None:
         """Settle for good; a delivery of a connection since lost is void (RabbitMQ has
         already handed it back)."""
-        self._settle(deliveries, requeue=None)
+        self._settle(deliveries, requeue=False)
 
     def release(self, deliveries: Sequence[Delivery]) -> None:
         """Hand back for redelivery."""
         self._settle(deliveries, requeue=True)
 
-    def _settle(self, deliveries: Sequence[Delivery], requeue: bool | None) -> None:
-        messages = [self._held.pop(id(d.handle), (0.0, None))[1] for d in deliveries]
-        live = [m for m in messages if m is not None]
-        if not live or self._closed:
-            return
+    def _settle(self, deliveries: Sequence[Delivery], requeue: bool) -> None:
+        """A message is settled once every job of it is: acked, or handed back whole when any
+        of them was (the others, finished, are skipped by the store when it comes back)."""
+        done: list[_Pack] = []
+        with self._cond:
+            for delivery in deliveries:
+                pack = delivery.handle
+                if not isinstance(pack, _Pack) or self._held.get(id(pack)) is not pack:
+                    continue  # another connection's, or settled already: void
+                pack.open -= 1
+                pack.requeue = pack.requeue or requeue
+                if pack.open <= 0:
+                    del self._held[id(pack)]
+                    done.append(pack)
+        if done and not self._closed:
+            self._call(self._finish(done))
 
-        async def run() -> None:
-            for message in live:
-                try:
-                    if requeue is None:
-                        await message.ack()
-                    else:
-                        await message.reject(requeue=True)
-                except Exception:  # the channel died: RabbitMQ redelivers it
-                    pass
-
-        self._call(run())
+    @staticmethod
+    async def _finish(packs: list[_Pack]) -> None:
+        for pack in packs:
+            try:
+                if pack.requeue:
+                    await pack.message.reject(requeue=True)
+                else:
+                    await pack.message.ack()
+            except Exception:  # the channel died: RabbitMQ redelivers it
+                pass
 
     def _settle_overdue(self) -> None:
-        """Ack deliveries held longer than ``hold``: RabbitMQ closes a channel with a delivery
+        """Ack messages held longer than ``hold``: RabbitMQ closes a channel with a delivery
         unacked past its consumer_timeout (30 min by default); the store's lease covers the
         job from here on, as it does without a broker."""
         limit = time.monotonic() - self.hold
-        overdue = [m for held_at, m in list(self._held.values()) if held_at < limit]
+        with self._cond:
+            overdue = [p for p in self._held.values() if p.handed_at < limit]
+            for pack in overdue:
+                del self._held[id(pack)]
         if overdue:
-            self.ack([_delivery("", m) for m in overdue])
+            self._call(self._finish(overdue))
 
     def backlog(self, queue: str) -> int:
-        """Messages ready in the queue (not counting deliveries held by consumers)."""
+        """Job ids ready in the queue (not counting deliveries held by consumers): its ready
+        messages times the ids per message of this connection's last publish to it."""
         async def run() -> int:
             await self._declare(queue)
             # The protocol's own passive declare: aio-pika's Queue object keeps the count of
@@ -254,7 +318,8 @@ class RabbitBroker:
             declared = await underlay.queue_declare(self.name(queue), passive=True)
             return int(declared.message_count or 0)
 
-        return self._call(run())
+        messages = self._call(run())
+        return int(messages * self._per_message.get(queue, 1.0) + 0.5)
 
     def dead_lettered(self, limit: int = 100) -> list[str]:
         """Job ids of messages RabbitMQ dead-lettered past the delivery limit (taken off)."""
@@ -266,7 +331,7 @@ class RabbitBroker:
                 message = await queue.get(no_ack=True, fail=False)
                 if message is None:
                     break
-                out.append(message.body.decode(errors="replace"))
+                out += _ids(message)
             return out
 
         return self._call(run())
@@ -319,11 +384,41 @@ def _quiet_client_logs() -> Iterator[None]:
             logger.setLevel(level)
 
 
-def _delivery(queue: str, message: AbstractIncomingMessage) -> Delivery:
-    count = (message.headers or {}).get("x-delivery-count")
-    attempts = (int(count) if isinstance(count, int) else 0) + 1
-    return Delivery(queue=queue, job_id=message.body.decode(errors="replace"), handle=message,
-                    redelivered=bool(message.redelivered), attempts=attempts)
+class _Pack:
+    """One message as this connection holds it: its jobs' deliveries share it as their
+    handle, and it is settled with RabbitMQ when the last of them is."""
+
+    __slots__ = ("attempts", "handed_at", "message", "open", "redelivered", "requeue")
+
+    def __init__(self, message: AbstractIncomingMessage, size: int) -> None:
+        headers = message.headers or {}
+        count = headers.get("x-delivery-count")
+        self.message = message
+        self.open = size
+        self.requeue = False
+        self.handed_at = 0.0  # monotonic time its first delivery was handed out
+        self.redelivered = bool(message.redelivered or headers.get(_REDELIVERED))
+        self.attempts = (int(count) if isinstance(count, int) else 0) + 1
+
+    def live(self) -> bool:
+        """Whether the channel it came on is open (else it can no longer be settled)."""
+        try:
+            return self.message.channel is not None  # raises once the channel is closed
+        except Exception:
+            return False
+
+
+def _ids(message: AbstractIncomingMessage) -> list[str]:
+    """The job ids a message carries: its body, or a pack's JSON list."""
+    text = message.body.decode(errors="replace")
+    if message.content_type == _PACKED:
+        try:
+            ids = json.loads(text)
+        except ValueError:
+            return [text]
+        if isinstance(ids, list):
+            return [str(job_id) for job_id in ids]
+    return [text]
 
 
 def _reason(exc: BaseException) -> str:
