@@ -5,6 +5,7 @@ storage, the in-process ``memory://`` broker (a real broker's semantics, not a m
 
 from __future__ import annotations
 
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -227,3 +228,35 @@ def test_a_publish_that_fails_outright_is_due_again_at_once(tmp_path: Path) -> N
     finally:
         relay.stop(5)
         app.close()
+
+
+def test_an_idle_relay_publishes_a_new_job_at_once(brokered: Conveyor) -> None:
+    """The relay waits for news from the store, not for a timer: with ``relay_idle`` at 60 s, a
+    job enqueued into an idle worker runs long before the relay's wait could have run out."""
+    @brokered.job
+    def noop() -> None: ...
+
+    launcher = Launcher(brokered, WorkerConfig(concurrency=2, relay_idle=60.0))
+    launcher.start()
+    try:
+        relay = launcher.relay
+        assert relay is not None and relay._thread is not None
+        thread = relay._thread
+        # its first round found nothing due: wait until it blocks in the store's wait
+        assert _until(lambda: _blocked_in_storage_wait(thread))
+        ref = noop.enqueue()
+        assert wait_until(lambda: _state(brokered, ref.id) is JobState.SUCCEEDED, 30.0,
+                          interval=0.01), "the relay slept through the enqueue"
+    finally:
+        launcher.stop(5)
+
+
+def _blocked_in_storage_wait(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is blocked on a lock inside a storage backend's ``wait``."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    names = []
+    while frame is not None:
+        names.append((frame.f_code.co_name, frame.f_code.co_filename))
+        frame = frame.f_back
+    return bool(names) and names[0][1].endswith("threading.py") and any(
+        name == "wait" and "/storage/" in path for name, path in names)
