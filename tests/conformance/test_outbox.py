@@ -41,7 +41,7 @@ AGAIN = 30.0  # republish_after used by these tests
 
 #: The backends that are an outbox so far; Redis and PostgreSQL follow (issue 20). The one
 #: place to extend: every test here then runs on them too.
-OUTBOX_BACKENDS = ("memory", "sqlite")
+OUTBOX_BACKENDS = ("memory", "sqlite", "redis", "redis_cluster")
 
 
 @pytest.fixture(params=OUTBOX_BACKENDS)
@@ -335,3 +335,19 @@ def test_bury_ends_pending_and_active_jobs_dead_with_the_reason(backend: Backend
     status = backend.get_batch("b2")
     assert status is not None and status.counts.get("dead") == 2 and status.complete
     assert due(backend) == []
+
+
+def test_published_jobs_are_counted_and_listed_as_pending(backend: Backend) -> None:
+    """Handed to a relay or not, a pending job is pending to every reader: counts, pages and
+    the queue's size; one cancelled after it was published leaves them exact."""
+    ids = [put(backend) for _ in range(5)]
+    assert due(backend, count=3) == ids[:3]
+    assert backend.count_jobs(state=JobState.PENDING) == 5
+    listed = [r.id for r in backend.list_jobs(state=JobState.PENDING, limit=10)]
+    assert sorted(listed) == sorted(ids)
+    assert [q.pending for q in backend.queues() if q.name == "default"] == [5]
+    assert backend.cancel(ids[0]) is JobState.CANCELLED
+    assert backend.count_jobs(state=JobState.PENDING) == 4
+    assert sorted(r.id for r in backend.list_jobs(state=JobState.PENDING, limit=10)) == sorted(
+        ids[1:])
+    assert due(backend) == ids[3:]  # the cancelled one is never handed out again

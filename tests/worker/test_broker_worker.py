@@ -5,6 +5,7 @@ storage, the in-process ``memory://`` broker (a real broker's semantics, not a m
 
 from __future__ import annotations
 
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -24,21 +25,24 @@ from tests.support.waiting import wait_until
 
 #: (storage, broker) pairs every test here runs on: the one place to extend as stores and
 #: brokers gain the outbox (Redis, PostgreSQL) and a network broker (RabbitMQ).
-PAIRS = [("memory", "memory"), ("sqlite", "memory"),
-         pytest.param(("sqlite", "amqp"), marks=pytest.mark.rabbitmq)]
+PAIRS = [("memory", "memory"), ("sqlite", "memory"), ("redis", "memory"),
+         pytest.param(("sqlite", "amqp"), marks=pytest.mark.rabbitmq),
+         pytest.param(("redis", "amqp"), marks=pytest.mark.rabbitmq)]
 
 
 def _until(check: Callable[[], bool]) -> bool:
     return wait_until(check, 30.0, interval=0.01)
 
 
-@pytest.fixture(params=PAIRS, ids=["memory+memory", "sqlite+memory", "sqlite+amqp"])
+@pytest.fixture(params=PAIRS, ids=["memory+memory", "sqlite+memory", "redis+memory",
+                                   "sqlite+amqp", "redis+amqp"])
 def brokered(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Conveyor]:
     """An app whose workers take jobs from a broker of their own: a fresh memory:// name, or
     queues of a fresh prefix on the session's RabbitMQ node."""
     store, broker = request.param
-    url = "memory://" if store == "memory" else f"sqlite:///{tmp_path}/b.db"
     tag = uuid.uuid4().hex[:10]
+    url = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path}/b.db"}.get(store) or (
+        f"{request.getfixturevalue('redis_server').url}?prefix=w{tag}")
     if broker == "amqp":
         broker_url = f"{request.getfixturevalue('rabbitmq_server').url}?prefix=w{tag}"
     else:
@@ -227,3 +231,36 @@ def test_a_publish_that_fails_outright_is_due_again_at_once(tmp_path: Path) -> N
     finally:
         relay.stop(5)
         app.close()
+
+
+def test_an_idle_relay_publishes_a_new_job_at_once(brokered: Conveyor) -> None:
+    """The relay waits for news from the store, not for a timer: with ``relay_idle`` at 60 s, a
+    job enqueued into an idle worker runs long before the relay's wait could have run out."""
+    @brokered.job
+    def noop() -> None: ...
+
+    launcher = Launcher(brokered, WorkerConfig(concurrency=2, relay_idle=60.0))
+    launcher.start()
+    try:
+        relay = launcher.relay
+        assert relay is not None and relay._thread is not None
+        thread = relay._thread
+        # its first round found nothing due: wait until it blocks in the store's wait
+        assert _until(lambda: _blocked_in_storage_wait(thread))
+        ref = noop.enqueue()
+        assert wait_until(lambda: _state(brokered, ref.id) is JobState.SUCCEEDED, 30.0,
+                          interval=0.01), "the relay slept through the enqueue"
+    finally:
+        launcher.stop(5)
+
+
+def _blocked_in_storage_wait(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is blocked inside a storage backend's ``wait``: in it, and deepest
+    in a library's code (a condition's lock, a socket read), not conveyor's own."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    names = []
+    while frame is not None:
+        names.append((frame.f_code.co_name, frame.f_code.co_filename))
+        frame = frame.f_back
+    return bool(names) and "/conveyor/" not in names[0][1] and any(
+        name == "wait" and "/conveyor/storage/" in path for name, path in names)

@@ -84,6 +84,13 @@ class Storage(Protocol):
         """
         ...
 
+    def wait(self, queues: Sequence[str], timeout: float) -> bool:
+        """Block until work may be ready on ``queues`` (a job stored, made pending, or freed
+        to run) or ``timeout`` passes; True when woken. A spurious wake-up is allowed, a
+        missed one only delays by ``timeout``; a thread's waits in a row miss nothing between
+        them. ``wait_dequeue`` is this and a lease; a broker's relay waits with it alone."""
+        ...
+
     def wait_dequeue(
         self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,
         lease_seconds: float, timeout: float,

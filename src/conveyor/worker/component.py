@@ -69,10 +69,16 @@ class PeriodicComponent:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            ok = self.safe_tick()
-            # A failing tick is not retried faster than twice a second: a component ticking
-            # every 50 ms (the relay) would otherwise hammer a server that is down.
-            self._stopping.wait(self.interval() if ok else max(self.interval(), RETRY_AFTER))
+            if self.safe_tick():
+                self.rest(self.interval())
+            else:
+                # A failing tick is not retried faster than twice a second: a component that
+                # ticks often (the relay) would otherwise hammer a server that is down.
+                self._stopping.wait(max(self.interval(), RETRY_AFTER))
+
+    def rest(self, seconds: float) -> None:
+        """Wait between two ticks: ``seconds``, or less if stopped."""
+        self._stopping.wait(seconds)
 
     def safe_tick(self) -> bool:
         """``tick()``, logging instead of raising; returns False when it failed."""

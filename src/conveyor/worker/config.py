@@ -86,10 +86,11 @@ class WorkerConfig:
     max_recoveries: int = 5
     ack_batch: int = 500
     #: With a broker (docs/design.md §7): messages the relay lets wait in each broker queue
-    #: (0 = 16 times ``concurrency``, at least 256), how long it idles when nothing was due,
-    #: and after how long a published job not yet started is published again.
+    #: (0 = 16 times ``concurrency``, at least 256), how long at most it waits for news from
+    #: the store when nothing was due, and after how long a published job not yet started is
+    #: published again.
     relay_window: int = 0
-    relay_idle: float = 0.05
+    relay_idle: float = 0.25
     republish_after: float = 300.0
     worker_id: str = field(default_factory=_default_worker_id)
 

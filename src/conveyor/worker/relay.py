@@ -11,6 +11,7 @@ waits in the store, where pausing, flow control and cancelling see it.
 from __future__ import annotations
 
 import logging
+import time
 
 from conveyor.broker.base import Broker
 from conveyor.clock import Clock
@@ -23,6 +24,11 @@ __all__ = ["DELIVERY_LIMIT_REACHED", "Relay"]
 
 log = logging.getLogger(__name__)
 
+#: Seconds at least between two rounds that were not full: a store whose every ack wakes the
+#: relay is not asked what is due hundreds of times a second.
+MIN_GAP = 0.002
+#: Seconds at most of one wait in the store (``stop`` waits for it to end).
+WAIT_SLICE = 0.25
 #: Seconds between two looks at the broker's dead-letter queue.
 DEAD_CHECK_INTERVAL = 1.0
 #: Why a job whose message the broker dead-lettered ends ``dead``.
@@ -32,7 +38,10 @@ DELIVERY_LIMIT_REACHED = ("delivery limit reached: the broker gave up on its mes
 
 class Relay(PeriodicComponent):
     """``tick()`` publishes one round over the worker's queues; it goes again at once while a
-    queue had a full window due, and waits ``relay_idle`` otherwise."""
+    queue had a full window due. Otherwise it waits for news from the store — the wait an idle
+    worker does without a broker (``Storage.wait``: a blocking pop on Redis, LISTEN on
+    PostgreSQL, a notification or a commit seen on SQLite) — for at most ``relay_idle``, the
+    bound on how late a job due by the clock alone (a publish to retry) is noticed."""
 
     name = "relay"
 
@@ -87,8 +96,20 @@ class Relay(PeriodicComponent):
         return buried
 
     def interval(self) -> float:
-        """At once after a full window, else ``relay_idle``."""
+        """At once after a full window, else ``relay_idle`` at most (``rest``)."""
         return 0.0 if self._busy else self.config.relay_idle
+
+    def rest(self, seconds: float) -> None:
+        """After a full window go on; else wait for the store to have news, ``seconds`` at
+        most, and after news never go again sooner than ``MIN_GAP`` (news comes with every
+        commit of a busy store: each ack). A job due between the round and the wait may wait
+        out ``seconds`` (``Storage.wait`` allows a missed wake-up): ``relay_idle`` bounds it."""
+        deadline = time.monotonic() + seconds
+        # In slices, so that ``stop`` never waits long for a relay blocked in the store.
+        while not self._stopping.is_set() and (left := deadline - time.monotonic()) > 0:
+            if self.storage.wait(self.config.queue_names, min(left, WAIT_SLICE)):
+                self._stopping.wait(MIN_GAP)
+                return
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop publishing and close the relay's broker connection."""

@@ -61,6 +61,7 @@ class MemoryState:
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._wakeups = 0
+        self._waited = threading.local()  # per thread: _wakeups when its last wait timed out
         self._seq = 0
         self._jobs: dict[str, Entry] = {}
         self._pending: dict[str, dict[str, None]] = defaultdict(dict)

@@ -124,10 +124,14 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, Memory
         )
 
     def wait(self, queues: Sequence[str], timeout: float) -> bool:
-        """Block until new work is stored (any queue: spurious wake-ups are allowed)."""
+        """Block until new work is stored (any queue: spurious wake-ups are allowed). Work
+        stored since this thread's last wait timed out counts: waits in a row miss nothing."""
         with self._cond:
-            seen = self._wakeups
-            return self._cond.wait_for(lambda: self._wakeups != seen, timeout=timeout)
+            seen = getattr(self._waited, "seen", None)
+            seen = self._wakeups if seen is None else seen
+            woken = self._cond.wait_for(lambda: self._wakeups != seen, timeout=timeout)
+            self._waited.seen = None if woken else seen
+            return woken
 
     # -- acknowledgements --------------------------------------------------------------------
 

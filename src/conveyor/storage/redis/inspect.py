@@ -33,8 +33,9 @@ class RedisInspector(RedisBatchPages, RedisFlow):
         meta: dict[str, str] = self.link.call("HGETALL", qk.meta)
         day = int(now // 86400)
         latency = 0.0
-        parked = self.link.call("ZRANGE", qk.parked, 0, 0)
-        oldest = parked[0] if parked else self.link.call("LINDEX", qk.pending, -1)
+        first = (self.link.call("ZRANGE", qk.parked, 0, 0)
+                 or self.link.call("ZRANGE", qk.published, 0, 0))
+        oldest = first[0] if first else self.link.call("LINDEX", qk.pending, -1)
         raw = self.link.call("HGET", qk.state, oldest) if oldest else None
         since = codec.pending_since(raw) if raw else None
         if since is not None:
@@ -77,13 +78,18 @@ class RedisInspector(RedisBatchPages, RedisFlow):
         qk = self.keys.queue(queue)
         if state is not JobState.PENDING:
             return list(self.link.call("ZRANGE", qk.by_state(state.value), start, stop))
-        # Parked jobs (held back by flow control) are older than the whole list, whose
-        # oldest job is at the tail (LPUSH): position p >= parked is list index -(p-parked)-1.
-        parked = int(self.link.call("ZCARD", qk.parked))
+        # Parked jobs (held back by flow control), then jobs handed to a broker's relay, are
+        # older than the whole list, whose oldest job is at the tail (LPUSH): position
+        # p >= ahead is list index -(p-ahead)-1.
         ids: list[str] = []
-        if start < parked:
-            ids += self.link.call("ZRANGE", qk.parked, start,
-                                  parked - 1 if stop < 0 else min(stop, parked - 1))
+        ahead = 0
+        for zset in (qk.parked, qk.published):
+            size = int(self.link.call("ZCARD", zset))
+            lo, hi = start - ahead, (size - 1 if stop < 0 else min(stop - ahead, size - 1))
+            if lo < size and hi >= max(lo, 0):
+                ids += self.link.call("ZRANGE", zset, max(lo, 0), hi)
+            ahead += size
+        parked = ahead
         if stop < 0 or stop >= parked:
             lo = max(start - parked, 0)
             first = 0 if stop < 0 else -(stop - parked) - 1
@@ -97,7 +103,8 @@ class RedisInspector(RedisBatchPages, RedisFlow):
             # (the admin scripts leave them for dequeue to drop); "stale" counts them.
             stale = int(self.link.call("HGET", qk.meta, "stale") or 0)
             return max(0, int(self.link.call("LLEN", qk.pending)) + int(
-                self.link.call("ZCARD", qk.parked)) - stale)
+                self.link.call("ZCARD", qk.parked)) + int(
+                self.link.call("ZCARD", qk.published)) - stale)
         return int(self.link.call("ZCARD", qk.by_state(state.value)))
 
     def list_jobs(self, *, state: JobState | None = None, queue: str | None = None,

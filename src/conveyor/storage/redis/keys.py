@@ -36,6 +36,9 @@ class QueueKeys:
     # zset, all scores 0: the sliding log of start times per rate key (see lua/_rates.lua)
     rates: str
     rate_ends: str  # zset: rate key -> when its newest start leaves the window
+    # zset, with a broker: pending jobs handed to a relay to publish -> when they are due to be
+    # published again if no worker has started them by then (docs/design.md §7)
+    published: str
 
     def by_state(self, state: str) -> str:
         """The index key holding jobs in ``state``."""

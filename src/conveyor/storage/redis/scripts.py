@@ -48,6 +48,7 @@ HOLDERS: dict[str, type] = {
     "extend": QueueKeys, "promote": QueueKeys, "reclaim": QueueKeys, "cancel": QueueKeys,
     "requeue": QueueKeys, "kill": QueueKeys, "delete": QueueKeys, "trim": QueueKeys,
     "repair": QueueKeys, "release": QueueKeys, "batch": BatchKeys, "ring": DoorbellKeys,
+    "publish": QueueKeys, "start": QueueKeys, "bury": QueueKeys,
 }
 SCRIPT_NAMES = tuple(HOLDERS)
 # The writes a ``wait_replicas`` URL makes wait for replicas: new jobs, outcomes, and the

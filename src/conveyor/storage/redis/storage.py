@@ -41,7 +41,7 @@ from conveyor.storage.redis.connection import (
     make_client,
     parse_url,
 )
-from conveyor.storage.redis.inspect import RedisInspector
+from conveyor.storage.redis.outbox import RedisOutbox
 from conveyor.storage.redis.repair import PendingRepair
 from conveyor.storage.redis.schedules import RedisSchedules
 
@@ -73,7 +73,7 @@ def open_redis(url: str, clock: Clock | None = None) -> RedisStorage:
     return storage
 
 
-class RedisStorage(RedisInspector, RedisSchedules, RedisAcks):
+class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks):
     """``Storage`` and ``Inspector`` on Redis."""
 
     def __init__(self, settings: Settings, link: Link, clock: Clock | None) -> None:

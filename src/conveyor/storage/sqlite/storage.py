@@ -172,7 +172,11 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
 
         seen: int | None = getattr(self._seen, "version", None)
         self._seen.version = None
-        return self._wakeup.wait(self._db.read, has_work, timeout, seen)
+
+        def last_seen(version: int) -> None:  # a timed-out wait hands on what it saw
+            self._seen.version = version
+
+        return self._wakeup.wait(self._db.read, has_work, timeout, seen, last_seen)
 
     def ack(self, acks: Sequence[Ack]) -> list[bool]:
         """Apply outcomes, fenced by lease token, all in one transaction."""

@@ -46,11 +46,14 @@ class Wakeup:
         has_work: Callable[[], bool],
         timeout: float,
         seen: int | None = None,
+        last_seen: Callable[[int], None] | None = None,
     ) -> bool:
         """Block until notified, another connection commits work, or ``timeout`` passes.
 
         ``seen`` is the ``data_version`` this thread saw at its last (empty) dequeue: a commit
-        that landed between that dequeue and this call is then not missed.
+        that landed between that dequeue and this call is then not missed. ``last_seen`` is
+        told the ``data_version`` a wait that timed out saw last: passed as ``seen`` to the
+        next wait, a commit between the two waits is not missed either.
         """
         deadline = time.monotonic() + max(timeout, 0.0)
         db = conn()
@@ -62,6 +65,8 @@ class Wakeup:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                if last_seen is not None:
+                    last_seen(version)
                 return False
             with self._cond:
                 if self._generation != start:

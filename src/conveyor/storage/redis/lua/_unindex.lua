@@ -1,12 +1,13 @@
 -- _unindex.lua: take jobs out of the index their state keeps them in, for the operator
 -- scripts that stop or delete jobs in any state (cancel, kill, delete).
 --- @include "_fields"
---- @needs-keys parked scheduled active retrying succeeded failed dead cancelled meta
+--- @needs-keys parked published scheduled active retrying succeeded failed dead cancelled meta
 local INDEX = {scheduled = K_SCHEDULED, active = K_ACTIVE, retrying = K_RETRYING,
   succeeded = K_SUCCEEDED, failed = K_FAILED, dead = K_DEAD, cancelled = K_CANCELLED}
 
--- Pending is a list, the other states are zsets, and a pending job held back by flow control
--- waits in the parked zset instead of the list.
+-- Pending is a list, the other states are zsets, a pending job held back by flow control
+-- waits in the parked zset instead of the list, and one handed to a broker's relay in the
+-- published zset.
 -- A pending job's list entry is left in place: LREM walks the whole list, which made cancelling
 -- a big batch quadratic. dequeue.lua drops the entry when it pops it (the record is no longer
 -- pending) and the meta field "stale" counts such entries until then, so sizes stay exact:
@@ -15,13 +16,16 @@ local INDEX = {scheduled = K_SCHEDULED, active = K_ACTIVE, retrying = K_RETRYING
 local stale = 0
 local function unindex(state, id)
   if state == 'pending' then
-    if redis.call('ZREM', K_PARKED, id) == 0 then stale = stale + 1 end  -- left in the list
+    if redis.call('ZREM', K_PARKED, id) == 0 and redis.call('ZREM', K_PUBLISHED, id) == 0 then
+      stale = stale + 1  -- left in the list
+    end
   elseif INDEX[state] then
     local K_INDEX = INDEX[state]
     redis.call('ZREM', K_INDEX, id)
   else
     for _, K_INDEX in pairs(INDEX) do redis.call('ZREM', K_INDEX, id) end
     redis.call('ZREM', K_PARKED, id)
+    redis.call('ZREM', K_PUBLISHED, id)
   end
 end
 

@@ -7,6 +7,7 @@
 --- @key jobs
 --- @key state
 --- @key parked
+--- @key published
 --- @key scheduled
 --- @key active
 --- @key retrying

@@ -1,11 +1,5 @@
 -- dequeue.lua: lease up to `count` pending jobs of one queue (DESIGN §2 "dequeue (lease)").
---- @include "_clock"
---- @include "_util"
---- @include "_fields"
---- @include "_record"
---- @include "_events"
---- @include "_counts"
---- @include "_moves"
+--- @include "_lease"
 --- @include "_flow"
 --- @include "_rates"
 --- @include "_admit"
@@ -30,49 +24,14 @@
 -- script fail after its RPOP (which Redis would not roll back), so no other job is stranded.
 -- Entries whose record is gone or no longer pending are dropped; the meta field "stale"
 -- counts those the admin scripts left behind (see _unindex.lua).
-local EXPIRED = 'deadline passed before the job could start'
 local PARKED_SCAN = 200
 local RATE_FORGET = 20  -- idle rate keys forgotten per call: more than a call can start
 
 if redis.call('HEXISTS', K_META, 'paused') == 1 then return {{}, {}} end
 local want = tonumber(ARGV[4])
-local lease_until = NOW + tonumber(ARGV[5])
-local lease_s = string.format('%.6f', lease_until)
-local token_tail = '/' .. ARGV[2]
-local out, moves, states, active, dead = {}, {}, {}, {}, {}
-local seq = 0
 local seen = {}
 local dropped = 0  -- list entries popped and dropped (stale: cancelled, deleted, duplicate)
 local rate_seq = 0  -- with the call's random token prefix, tags each rate log entry uniquely
-
-local function expire(id, f, events)
-  f[F_STATE] = 'dead'
-  f[F_FINISHED_AT] = NOWS
-  states[#states + 1] = id
-  states[#states + 1] = pack(f, events .. event_line('expired', 'dead', f, EXPIRED))
-  redis.call('HSET', K_MESSAGES, id, EXPIRED)
-  dead[#dead + 1] = NOW
-  dead[#dead + 1] = id
-  count('d', f[F_NAME])
-  note_batch(moves, f, id, 'dead')
-end
-
-local function lease(id, static, f, events, damage)
-  seq = seq + 1
-  local token = ARGV[6] .. seq .. token_tail
-  f[F_STATE] = 'active'
-  f[F_ATTEMPTS] = tostring(num(f[F_ATTEMPTS]) + 1)
-  f[F_TOKEN] = token
-  f[F_WORKER] = ARGV[3]
-  f[F_LEASE_EXPIRES] = lease_s
-  f[F_STARTED_AT] = NOWS
-  states[#states + 1] = id
-  states[#states + 1] = pack(f, events .. event_line('started', 'active', f))
-  active[#active + 1] = lease_until
-  active[#active + 1] = id
-  out[#out + 1] = {id, static or '', token, f[F_ATTEMPTS], f[F_ERRORS], f[F_RECOVERIES], damage or ''}
-  note_batch(moves, f, id, 'active')
-end
 
 local function drop(id, parked)
   if parked then redis.call('ZREM', K_PARKED, id) else dropped = dropped + 1 end
@@ -126,11 +85,9 @@ while #out < want and budget > 0 do
   budget = budget - #ids
   consider_all(ids, false)
 end
-bulk('HSET', K_STATE, states)
-bulk('ZADD', K_ACTIVE, active)
-bulk('ZADD', K_DEAD, dead)
+flush_leases()
 if dropped > 0 and redis.call('HINCRBY', K_META, 'stale', -dropped) < 0 then
   redis.call('HSET', K_META, 'stale', 0)
 end
 flush_counts(K_META)
-return {out, moves}
+return {out, lease_moves}

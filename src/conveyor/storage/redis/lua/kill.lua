@@ -10,6 +10,7 @@
 --- @key jobs       static JSON, read for flow control
 --- @key state
 --- @key parked
+--- @key published
 --- @key scheduled
 --- @key active
 --- @key retrying

@@ -10,6 +10,7 @@
 --- @key state    hash
 --- @key pending  list
 --- @key parked   zset
+--- @key published  zset: handed to a broker's relay, not stranded
 --- @key notify   list
 -- ARGV: 1 now|'', 2 queue, then pairs: job id, its pending-since field as the pass read it
 -- Returns: how many jobs were put back.
@@ -24,7 +25,7 @@ for i = 3, #ARGV, 2 do
   local id = ARGV[i]
   local f, events = load(K_STATE, id)
   if f and f[F_STATE] == 'pending' and f[F_PENDING_SINCE] == ARGV[i + 1]
-      and not redis.call('ZSCORE', K_PARKED, id) then
+      and not redis.call('ZSCORE', K_PARKED, id) and not redis.call('ZSCORE', K_PUBLISHED, id) then
     -- RPUSH: the tail is where dequeue pops, and this job has waited longer than most.
     redis.call('RPUSH', K_PENDING, id)
     f[F_PENDING_SINCE] = NOWS

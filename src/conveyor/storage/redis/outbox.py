@@ -1,0 +1,66 @@
+"""Redis as a broker's outbox (``conveyor.storage.outbox.Outbox``, docs/design.md §7).
+
+A job handed to a relay leaves its queue's pending list for the queue's ``published`` zset,
+scored with when it is due to be published again if no worker starts it by then; a job that
+flow control or a pause held back at ``start`` waits in the ``parked`` zset dequeue already
+uses, and is due once it would be admitted. Every call is one script on the queue's slot:
+``publish.lua``, ``start.lua`` (sharing dequeue's leasing, ``_lease.lua``, and the lease
+expiry's takeover, ``_recover.lua``) and ``bury.lua``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from conveyor.storage.outbox import StartKind, StartReply
+from conveyor.storage.redis import codec
+from conveyor.storage.redis.inspect import RedisInspector
+from conveyor.storage.rules import REDELIVERED
+
+__all__ = ["RedisOutbox"]
+
+
+class RedisOutbox(RedisInspector):
+    """``publish_due``, ``publish_failed``, ``start`` and ``bury`` on Redis."""
+
+    def publish_due(self, queue: str, count: int, republish_after: float) -> list[str]:
+        """Pending jobs of ``queue`` due to be published, stamped; see ``Outbox``."""
+        if count <= 0:
+            return []
+        return [str(job_id) for job_id in self.scripts.run(
+            "publish", self.register_queue(queue),
+            [self.now_arg(), queue, count, repr(float(republish_after))])]
+
+    def publish_failed(self, job_ids: Sequence[str]) -> None:
+        """Unconfirmed publishes: due again at once (only those still stamped)."""
+        for queue, ids in self.group_by_queue(job_ids).items():
+            self.link.call("ZADD", self.keys.queue(queue).published, "XX",
+                           *[x for job_id in ids for x in (0, job_id)])
+
+    def start(self, queue: str, deliveries: Sequence[tuple[str, bool]], worker_id: str,
+              lease_seconds: float, max_recoveries: int = 5) -> list[StartReply]:
+        """Lease delivered jobs; see ``Outbox.start``."""
+        if not deliveries:
+            return []
+        codec.check_text("worker id", worker_id)
+        prefix = os.urandom(8).hex() + "."
+        args = [self.now_arg(), queue, worker_id, max_recoveries, repr(float(lease_seconds)),
+                prefix, REDELIVERED,
+                *[x for job_id, again in deliveries for x in (job_id, "1" if again else "0")]]
+        kinds, rows, moves = self.scripts.run("start", self.register_queue(queue), args)
+        self.sync_batches(moves)
+        leased = iter(codec.leased(row, queue) for row in rows)
+        return [StartReply(job_id, StartKind(kind),
+                           next(leased) if kind == "started" else None)
+                for (job_id, _), kind in zip(deliveries, kinds, strict=True)]
+
+    def bury(self, job_ids: Sequence[str], reason: str) -> int:
+        """Pending or active jobs the broker gave up on → dead; see ``Outbox.bury``."""
+        buried = 0
+        for queue, ids in self.group_by_queue(job_ids).items():
+            moved, moves = self.scripts.run(
+                "bury", self.keys.queue(queue), [self.now_arg(), queue, reason, *ids])
+            self.sync_batches(moves)
+            buried += int(moved)
+        return buried
