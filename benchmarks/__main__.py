@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         if any(p.broker and runs(w, p, group) for w in wls for p in peers):
             rabbit = RabbitBench()
         runner = Runner(server.url, cluster.url, calibrate_cpu(), log_dir,
-                        pg.url if pg else "", rabbit.url if rabbit else "")
+                        pg.url if pg else "", rabbit.vhost if rabbit else None)
         data: dict[str, Any] = {
             "started": stamp, "mode": mode, "rounds": rounds,
             "command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),

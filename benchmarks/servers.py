@@ -133,6 +133,12 @@ class RabbitBench:
         self.server = RabbitServer().start()
         self.url = self.server.url
 
+    def vhost(self, name: str) -> str:
+        """A new virtual host ``name`` that ``guest`` may use: its URL."""
+        self.server.ctl("add_vhost", name)
+        self.server.ctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
+        return self.url.rsplit("/", 1)[0] + "/" + name
+
     def version(self) -> str:
         """The node's RabbitMQ version."""
         return self.server.ctl("version").strip()

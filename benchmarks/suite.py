@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -275,9 +276,13 @@ class Runner:
     """Runs one (peer, workload) pair in its own subprocess."""
 
     def __init__(self, redis_url: str, cluster_url: str, cpu: tuple[int, float],
-                 log_dir: str, pg_url: str = "", amqp_url: str = "") -> None:
+                 log_dir: str, pg_url: str = "",
+                 amqp_vhost: Callable[[str], str] | None = None) -> None:
         self.redis_url = redis_url
-        self.amqp_url = amqp_url  # the suite's RabbitMQ node (empty: none in this run)
+        # A fresh virtual host on the suite's RabbitMQ node, by name -> its URL (None: no node
+        # in this run). Each run gets its own: the engines declare queues of the same name
+        # with different arguments, and nothing is left over from the run before.
+        self.amqp_vhost = amqp_vhost
         self.runs = 0
         self.cluster_url = cluster_url
         self.pg_url = pg_url  # the suite's PostgreSQL (empty: no PostgreSQL in this run)
@@ -316,11 +321,10 @@ class Runner:
         extra = os.environ.get("BENCH_SRC")
         env["PYTHONPATH"] = PEERS_DIR + (os.pathsep + extra if extra else "")
         env.update(peer.env)
-        if peer.broker:
-            env["BENCH_AMQP_URL"] = self.amqp_url
-            # conveyor: queues of a prefix of this run's own, so nothing is left from another
+        if peer.broker and self.amqp_vhost is not None:
             self.runs += 1
-            env["BENCH_CONVEYOR_BROKER"] = f"{self.amqp_url}?prefix=bench{self.runs}"
+            env["BENCH_AMQP_URL"] = env["BENCH_CONVEYOR_BROKER"] = self.amqp_vhost(
+                f"run{self.runs}")
         if peer.storage:
             env["BENCH_CONVEYOR_URL"] = {
                 "redis": self.redis_url,
