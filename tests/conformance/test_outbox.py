@@ -41,7 +41,7 @@ AGAIN = 30.0  # republish_after used by these tests
 
 #: The backends that are an outbox so far; Redis and PostgreSQL follow (issue 20). The one
 #: place to extend: every test here then runs on them too.
-OUTBOX_BACKENDS = ("memory", "sqlite", "redis", "redis_cluster")
+OUTBOX_BACKENDS = ("memory", "sqlite", "postgres", "redis", "redis_cluster")
 
 
 @pytest.fixture(params=OUTBOX_BACKENDS)

@@ -309,3 +309,38 @@ def test_a_django_atomic_block_carries_the_transaction(
     assert app.get_job(ids["outer"]) is not None
     assert app.get_job(ids["dropped"]) is None
     assert app.get_job(ids["inner"]) is None
+
+
+def test_with_a_broker_only_a_committed_job_is_ever_published(
+        url: str, conn: psycopg.Connection[Any]) -> None:
+    """The store is the broker's outbox: a relay publishing while the application's
+    transaction is open sees nothing of it; a rolled-back job is never published, a committed
+    one is, once."""
+    from conveyor.broker import open_broker
+    from conveyor.worker.config import WorkerConfig
+    from conveyor.worker.relay import Relay
+
+    app = Conveyor(url, broker=f"memory://{uuid.uuid4().hex}")
+    try:
+        @app.job(name="send_receipt")
+        def send_receipt(order_id: int) -> int:
+            return order_id
+
+        relay = Relay(app.storage, app.clock, WorkerConfig(concurrency=1),
+                      broker=open_broker(app.broker_url or ""))
+        with pytest.raises(Rollback), conn.transaction():
+            dropped = send_receipt.enqueue(_order(conn), connection=conn)
+            relay.tick()
+            raise Rollback
+        with conn.transaction():
+            kept = send_receipt.enqueue(_order(conn), connection=conn)
+            relay.tick()
+            assert relay.published == 0  # not committed yet: no relay can see it
+        relay.tick()
+        assert relay.published == 1
+        taken = relay.broker.consume([("default", 0)], 10, 1.0)
+        assert [d.job_id for d in taken] == [kept.id]
+        assert dropped is not None and app.get_job(dropped.id) is None
+        relay.stop(5)
+    finally:
+        app.close()

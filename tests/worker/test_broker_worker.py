@@ -26,8 +26,10 @@ from tests.support.waiting import wait_until
 #: (storage, broker) pairs every test here runs on: the one place to extend as stores and
 #: brokers gain the outbox (Redis, PostgreSQL) and a network broker (RabbitMQ).
 PAIRS = [("memory", "memory"), ("sqlite", "memory"), ("redis", "memory"),
+         ("postgres", "memory"),
          pytest.param(("sqlite", "amqp"), marks=pytest.mark.rabbitmq),
-         pytest.param(("redis", "amqp"), marks=pytest.mark.rabbitmq)]
+         pytest.param(("redis", "amqp"), marks=pytest.mark.rabbitmq),
+         pytest.param(("postgres", "amqp"), marks=pytest.mark.rabbitmq)]
 
 
 def _until(check: Callable[[], bool]) -> bool:
@@ -35,13 +37,16 @@ def _until(check: Callable[[], bool]) -> bool:
 
 
 @pytest.fixture(params=PAIRS, ids=["memory+memory", "sqlite+memory", "redis+memory",
-                                   "sqlite+amqp", "redis+amqp"])
+                                   "postgres+memory", "sqlite+amqp", "redis+amqp",
+                                   "postgres+amqp"])
 def brokered(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Conveyor]:
     """An app whose workers take jobs from a broker of their own: a fresh memory:// name, or
     queues of a fresh prefix on the session's RabbitMQ node."""
     store, broker = request.param
     tag = uuid.uuid4().hex[:10]
     url = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path}/b.db"}.get(store) or (
+        f"{request.getfixturevalue('postgres_server').url}?schema=w{tag}"
+        if store == "postgres" else
         f"{request.getfixturevalue('redis_server').url}?prefix=w{tag}")
     if broker == "amqp":
         broker_url = f"{request.getfixturevalue('rabbitmq_server').url}?prefix=w{tag}"

@@ -97,6 +97,6 @@ def as_outbox(storage: object) -> Outbox:
     if not isinstance(storage, Outbox):
         url = getattr(storage, "url", type(storage).__name__)
         raise BrokerUnsupported(
-            f"storage {redact(str(url))!r} cannot feed a broker yet (memory://, sqlite:// and "
-            "Redis can; docs/brokers.md)")
+            f"storage {redact(str(url))!r} cannot feed a broker (memory://, sqlite://, Redis "
+            "and PostgreSQL can; docs/brokers.md)")
     return storage

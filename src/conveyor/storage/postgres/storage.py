@@ -32,6 +32,7 @@ from conveyor.storage.postgres import arrays, jobs
 from conveyor.storage.postgres.bound import Binder
 from conveyor.storage.postgres.connection import Database, Settings, parse_postgres_url, reads
 from conveyor.storage.postgres.migrate import migrate
+from conveyor.storage.postgres.outbox import PostgresOutbox
 from conveyor.storage.postgres.schedules import PostgresSchedules
 from conveyor.storage.postgres.text import enc
 from conveyor.storage.postgres.upkeep import PostgresUpkeep
@@ -67,7 +68,7 @@ def open_postgres(url: str, clock: Clock | None = None) -> PostgresStorage:
     return PostgresStorage(settings, db, None if isinstance(clock, SystemClock) else clock)
 
 
-class PostgresStorage(WaitsThenDequeues, PostgresUpkeep, PostgresSchedules):
+class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, PostgresSchedules):
     """``Storage`` and ``Inspector`` over one PostgreSQL schema, safe across threads and
     processes."""
 

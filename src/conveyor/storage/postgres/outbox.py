@@ -1,0 +1,85 @@
+"""PostgreSQL as a broker's outbox (``conveyor.storage.outbox.Outbox``, docs/design.md §7).
+
+One column, ``jobs.publish_at`` (migration 006), read and written by server-side functions,
+one round trip per call: ``publish_due`` (``FOR UPDATE SKIP LOCKED`` in dequeue's order, so
+concurrent relays never take the same job), ``start`` (dequeue's lease, the lease expiry's
+``recover`` for a redelivered job, ``flow_admits`` for flow control under dequeue's gate
+lock) and ``bury``. An enqueue in the application's transaction is published only once that
+transaction commits: until then no relay can see the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from conveyor.job import LeasedJob
+from conveyor.storage.outbox import StartKind, StartReply
+from conveyor.storage.postgres import arrays
+from conveyor.storage.postgres.connection import Database
+from conveyor.storage.postgres.text import enc
+from conveyor.storage.rules import REDELIVERED, cancelled_message
+
+__all__ = ["PostgresOutbox"]
+
+_PUBLISH_DUE = "SELECT publish_due(%s::float8, %s::text, %s::int4, %s::float8)"
+_PUBLISH_FAILED = ("UPDATE jobs SET publish_at = NULL WHERE id = ANY(%s::text[]) "
+                   "AND state = 'pending' AND publish_at >= 0")
+_START = ("SELECT * FROM start(%s::float8, %s::text, %s::text[], %s::bool[], %s::text, "
+          "%s::float8, %s::int4, %s::text, %s::text)")
+_BURY = "SELECT bury(%s::float8, %s::text[], %s::text)"
+
+
+class PostgresOutbox:
+    """``publish_due``, ``publish_failed``, ``start`` and ``bury``; one call each."""
+
+    # Declared, not defined: PostgresStorage provides them.
+    _db: Database
+    _clock_arg: Callable[[], float | None]
+
+    def publish_due(self, queue: str, count: int, republish_after: float) -> list[str]:
+        """Pending jobs of ``queue`` due to be published, stamped; see ``Outbox``."""
+        if count <= 0:
+            return []
+        with self._db.call() as cur:
+            row = cur.execute(_PUBLISH_DUE, (self._clock_arg(), enc(queue), count,
+                                             republish_after)).fetchone()
+        return list(row[0]) if row and row[0] else []
+
+    def publish_failed(self, job_ids: Sequence[str]) -> None:
+        """Unconfirmed publishes: due again at once."""
+        if job_ids:
+            with self._db.call() as cur:
+                cur.execute(_PUBLISH_FAILED, (arrays.texts(job_ids),))
+
+    def start(self, queue: str, deliveries: Sequence[tuple[str, bool]], worker_id: str,
+              lease_seconds: float, max_recoveries: int = 5) -> list[StartReply]:
+        """Lease delivered jobs; see ``Outbox.start``."""
+        if not deliveries:
+            return []
+        with self._db.call() as cur:
+            rows = cur.execute(_START, (
+                self._clock_arg(), enc(queue), arrays.texts(j for j, _ in deliveries),
+                arrays.bools(again for _, again in deliveries), enc(worker_id),
+                lease_seconds, max_recoveries, REDELIVERED,
+                cancelled_message(REDELIVERED))).fetchall()
+        return [_reply(job_id, row) for (job_id, _), row in zip(deliveries, rows, strict=True)]
+
+    def bury(self, job_ids: Sequence[str], reason: str) -> int:
+        """Pending or active jobs the broker gave up on → dead; see ``Outbox.bury``."""
+        if not job_ids:
+            return 0
+        with self._db.call() as cur:
+            row = cur.execute(_BURY, (self._clock_arg(), arrays.texts(job_ids),
+                                      enc(reason))).fetchone()
+        return int(row[0]) if row else 0
+
+
+def _reply(job_id: str, row: Sequence[Any]) -> StartReply:
+    kind = StartKind(row[0])
+    if kind is not StartKind.STARTED:
+        return StartReply(job_id, kind)
+    return StartReply(job_id, kind, LeasedJob(
+        id=row[1], name=row[2], queue=row[3], payload=row[4], token=row[5], attempt=row[6],
+        errors=row[7], max_retries=row[8], timeout=row[9], batch_id=row[10],
+        recoveries=row[11]))
