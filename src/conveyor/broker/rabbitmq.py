@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -29,7 +27,9 @@ from aio_pika.abc import (
     AbstractRobustConnection,
 )
 
+from conveyor.broker.amqp_logs import quiet_client_logs, reason
 from conveyor.broker.base import Delivery
+from conveyor.broker.packs import REDELIVERED, Pack, encode, job_ids
 from conveyor.errors import BrokerUnavailable, BrokerURLError
 from conveyor.storage import redact
 
@@ -46,9 +46,6 @@ _OPTIONS = {"prefix": "conveyor", "delivery_limit": "20", "hold": "900", "prefet
 # A pack carries up to ``pack`` ids, and a publish of n ids makes packs of about n / _SPREAD:
 # a few ids go one per message (each to whichever consumer is free), a backlog in few messages.
 _SPREAD = 4
-# On a message that is one job of a pack handed back: deliver it as redelivered.
-_REDELIVERED = "x-conveyor-redelivered"
-_PACKED = "application/json"  # the content type of a pack: a JSON list of job ids
 
 
 def open_rabbitmq(url: str) -> RabbitBroker:
@@ -88,15 +85,15 @@ class RabbitBroker:
                                         name="conveyor-amqp")
         self._thread.start()
         self._cond = threading.Condition()
-        self._buffers: dict[str, deque[tuple[_Pack, str]]] = {}
-        self._held: dict[int, _Pack] = {}  # packs with a delivery handed out, by id()
+        self._buffers: dict[str, deque[tuple[Pack, str]]] = {}
+        self._held: dict[int, Pack] = {}  # packs with a delivery handed out, by id()
         self._per_message: dict[str, float] = {}  # ids per message of the last publish
         self._declared: set[str] = set()
         self._closed = False
         try:
             # The first connect fails with our one line; the client's own log lines about it
             # (an ERROR and a "reconnecting") would only repeat it, with a traceback's noise.
-            with _quiet_client_logs():
+            with quiet_client_logs():
                 self._conn: AbstractRobustConnection = self._call(aio_pika.connect_robust(
                     target, timeout=self._timeout, reconnect_interval=_RECONNECT_INTERVAL),
                     self._timeout + 5)
@@ -120,7 +117,7 @@ class RabbitBroker:
             raise
         except Exception as exc:
             future.cancel()
-            raise BrokerUnavailable(f"RabbitMQ at {redact(self.url)}: {_reason(exc)}") from None
+            raise BrokerUnavailable(f"RabbitMQ at {redact(self.url)}: {reason(exc)}") from None
 
     async def _channel(self, confirms: bool) -> AbstractRobustChannel:
         channel = self._conn.channel(publisher_confirms=confirms)
@@ -178,8 +175,7 @@ class RabbitBroker:
 
     async def _send(self, queue: str, ids: list[str], headers: dict[str, Any] | None = None,
                     ) -> None:
-        body, kind = (ids[0].encode(), None) if len(ids) == 1 else (
-            json.dumps(ids).encode(), _PACKED)
+        body, kind = encode(ids)
         await self._publisher.default_exchange.publish(aio_pika.Message(
             body, content_type=kind, headers=headers,
             delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
@@ -231,11 +227,11 @@ class RabbitBroker:
     def _arrival(self, queue: str) -> Callable[[AbstractIncomingMessage], Awaitable[None]]:
         """The consumer callback of one queue: buffer the message for ``consume``."""
         async def arrived(message: AbstractIncomingMessage) -> None:
-            ids = _ids(message)
+            ids = job_ids(message)
             if message.redelivered and len(ids) > 1:
                 await self._split(queue, message, ids)
                 return
-            pack = _Pack(message, len(ids))
+            pack = Pack(message, len(ids))
             with self._cond:
                 self._buffers[queue].extend((pack, job_id) for job_id in ids)
                 self._cond.notify_all()
@@ -249,7 +245,7 @@ class RabbitBroker:
         per job, so a job that kills its workers reaches the delivery limit alone and the
         others in its pack are not dead-lettered with it."""
         try:
-            await asyncio.gather(*(self._send(queue, [job_id], {_REDELIVERED: 1})
+            await asyncio.gather(*(self._send(queue, [job_id], {REDELIVERED: 1})
                                    for job_id in ids))
         except Exception:  # not all confirmed: the pack goes back as it is, to try again
             with contextlib.suppress(Exception):
@@ -270,11 +266,11 @@ class RabbitBroker:
     def _settle(self, deliveries: Sequence[Delivery], requeue: bool) -> None:
         """A message is settled once every job of it is: acked, or handed back whole when any
         of them was (the others, finished, are skipped by the store when it comes back)."""
-        done: list[_Pack] = []
+        done: list[Pack] = []
         with self._cond:
             for delivery in deliveries:
                 pack = delivery.handle
-                if not isinstance(pack, _Pack) or self._held.get(id(pack)) is not pack:
+                if not isinstance(pack, Pack) or self._held.get(id(pack)) is not pack:
                     continue  # another connection's, or settled already: void
                 pack.open -= 1
                 pack.requeue = pack.requeue or requeue
@@ -285,7 +281,7 @@ class RabbitBroker:
             self._call(self._finish(done))
 
     @staticmethod
-    async def _finish(packs: list[_Pack]) -> None:
+    async def _finish(packs: list[Pack]) -> None:
         for pack in packs:
             try:
                 if pack.requeue:
@@ -331,7 +327,7 @@ class RabbitBroker:
                 message = await queue.get(no_ack=True, fail=False)
                 if message is None:
                     break
-                out += _ids(message)
+                out += job_ids(message)
             return out
 
         return self._call(run())
@@ -348,90 +344,3 @@ class RabbitBroker:
             pass
         finally:
             self._stop_loop()
-
-
-class _OneLine(logging.Filter):
-    """The client's own log records in one line: a lost connection makes aiormq and aio-pika
-    log a traceback per reconnect attempt; the exception's name and text say as much."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and record.exc_info[1] is not None:
-            exc = record.exc_info[1]
-            record.msg = f"{record.getMessage()} ({_reason(exc)})"
-            record.args = None
-            record.exc_info = record.exc_text = None
-        return True
-
-
-# Filters of a logger see only records logged on it, not its children's: name each one.
-for _name in ("aiormq.connection", "aiormq.channel", "aio_pika.connection",
-              "aio_pika.robust_connection", "aio_pika.channel", "aio_pika.robust_channel",
-              "aio_pika.tools", "aio_pika.queue", "aio_pika.robust_queue", "aio_pika.exchange",
-              "aio_pika.robust_exchange", "aio_pika.message"):
-    logging.getLogger(_name).addFilter(_OneLine())
-
-
-@contextlib.contextmanager
-def _quiet_client_logs() -> Iterator[None]:
-    loggers = [logging.getLogger(name) for name in ("aiormq", "aio_pika")]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
-
-
-class _Pack:
-    """One message as this connection holds it: its jobs' deliveries share it as their
-    handle, and it is settled with RabbitMQ when the last of them is."""
-
-    __slots__ = ("attempts", "handed_at", "message", "open", "redelivered", "requeue")
-
-    def __init__(self, message: AbstractIncomingMessage, size: int) -> None:
-        headers = message.headers or {}
-        count = headers.get("x-delivery-count")
-        self.message = message
-        self.open = size
-        self.requeue = False
-        self.handed_at = 0.0  # monotonic time its first delivery was handed out
-        self.redelivered = bool(message.redelivered or headers.get(_REDELIVERED))
-        self.attempts = (int(count) if isinstance(count, int) else 0) + 1
-
-    def live(self) -> bool:
-        """Whether the channel it came on is open (else it can no longer be settled)."""
-        try:
-            return self.message.channel is not None  # raises once the channel is closed
-        except Exception:
-            return False
-
-
-def _ids(message: AbstractIncomingMessage) -> list[str]:
-    """The job ids a message carries: its body, or a pack's JSON list."""
-    text = message.body.decode(errors="replace")
-    if message.content_type == _PACKED:
-        try:
-            ids = json.loads(text)
-        except ValueError:
-            return [text]
-        if isinstance(ids, list):
-            return [str(job_id) for job_id in ids]
-    return [text]
-
-
-def _reason(exc: BaseException) -> str:
-    """One line for what went wrong, never a password."""
-    name = type(exc).__name__
-    text = " ".join(str(exc).split()) or name
-    if "ACCESS_REFUSED" in text or "ProbableAuthentication" in name or "Authentication" in name:
-        return "access refused: wrong user or password"
-    # RabbitMQ refuses Connection.Open for a vhost that does not exist or that the user has no
-    # permission on: aiormq reports the Connection.Close it got instead of an OpenOk.
-    if "NOT_ALLOWED" in text or name == "ConnectionNotAllowed" or (
-            "Connection.OpenOk" in text and "Connection.Close" in text):
-        return "the user may not use this virtual host (missing or no permission)"
-    if isinstance(exc, ConnectionError | OSError | asyncio.TimeoutError | TimeoutError):
-        return f"cannot connect ({text})"
-    return f"{name}: {text}"[:300]
