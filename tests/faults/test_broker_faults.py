@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conveyor import Conveyor
 from conveyor.broker import open_broker
 from conveyor.worker.config import WorkerConfig
 from tests.faults.checks import (
@@ -27,7 +28,7 @@ from tests.faults.checks import (
     wait_batch,
 )
 from tests.faults.conftest import Faults
-from tests.faults.harness import report, wait_until
+from tests.faults.harness import ExecLog, report, wait_until
 from tests.support.rabbitmq import RabbitServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.rabbitmq]
@@ -46,11 +47,12 @@ def node() -> Iterator[RabbitServer]:
 
 def test_kill9_storm_through_rabbitmq_recovers_by_redelivery(
         faults: Faults, node: RabbitServer, tmp_path: Path) -> None:
-    """2 workers, 600 jobs of 20-50 ms, a random worker SIGKILLed every ~1.5 s for ~8 s."""
+    """2 workers, 1,200 jobs of 40-80 ms (~9 s of work for 8 slots), a random worker
+    SIGKILLed every ~1.5 s for ~8 s, each time while it is running a job."""
     rng = random.Random(2024)
     url, broker = f"sqlite:///{tmp_path / 'jobs.db'}", f"{node.url}?prefix=storm"
     app, jobs = faults.client(url)
-    items = [(rng.randint(20, 50),) for _ in range(600)]
+    items = [(rng.randint(40, 80),) for _ in range(1200)]
     batch_id, ids = enqueue_batch(app, jobs["faults.work"], items, "kill -9 through RabbitMQ")
     workers = [faults.worker(url, name=f"s{i}", concurrency=4, lease=LEASE,
                              env={"CONVEYOR_BROKER": broker}) for i in range(2)]
@@ -60,6 +62,11 @@ def test_kill9_storm_through_rabbitmq_recovers_by_redelivery(
     while time.time() < storm_end:
         time.sleep(rng.uniform(1.2, 1.8))
         i = rng.randrange(2)
+        # A kill proves something only when it hits a running job: a worker just restarted
+        # (a Python start and a connection, ~1 s, longer on a loaded machine) may not run one
+        # yet. Wait for it, unless the batch is done.
+        if not wait_running(faults.log, workers[i].pid, app, batch_id):
+            break
         kills[workers[i].pid] = workers[i].kill9()
         workers[i] = faults.worker(url, name=f"s{len(faults.workers)}", concurrency=4,
                                    lease=LEASE, env={"CONVEYOR_BROKER": broker})
@@ -78,6 +85,20 @@ def test_kill9_storm_through_rabbitmq_recovers_by_redelivery(
     report("24 kill -9 storm through RabbitMQ (lease 60 s)", "sqlite+rabbitmq",
            jobs=len(ids), kills=len(kills), lost=0, extra_runs=runs.extra_runs,
            max_recovery_s=max(delays), drained_after_last_kill_s=done_at - last_kill)
+
+
+def wait_running(log: ExecLog, pid: int, app: Conveyor, batch_id: str) -> bool:
+    """Wait until process ``pid`` is running a job (True) or the batch is done (False)."""
+    def running() -> bool:
+        return any(run.pid == pid and run.ended is None
+                   for runs in log.executions().values() for run in runs)
+
+    def done() -> bool:
+        status = app.storage.get_batch(batch_id)
+        return status is not None and status.complete
+
+    wait_until(lambda: running() or done(), 60, what=f"worker {pid} to run a job")
+    return not done()
 
 
 def test_rabbitmq_restarted_during_a_batch_loses_nothing(
