@@ -267,6 +267,18 @@ def test_an_operator_retry_of_a_dead_job_is_due(backend: Backend) -> None:
     assert due(backend) == [job_id]
 
 
+def test_a_job_cancelled_after_its_publish_is_due_again_when_retried(backend: Backend) -> None:
+    # Found by the lifecycle model through a broker: the cancel left the publish stamp, so a
+    # retry by hand waited ``republish_after`` (5 minutes by default) for its message.
+    job_id = put(backend)
+    assert due(backend) == [job_id]
+    assert backend.cancel(job_id) is JobState.CANCELLED
+    assert start(backend, job_id).kind is StartKind.SKIPPED  # its message, consumed
+    assert backend.retry_jobs([job_id]) == 1
+    assert due(backend) == [job_id]
+    assert started(backend, job_id).attempt == 1
+
+
 # -- flow control: held back in the store, published when the key frees ------------------------
 
 

@@ -23,10 +23,12 @@ class MemoryOutbox(MemoryState):
     _lease: Callable[[Entry, str, float, float], LeasedJob]
     _recover: Callable[[list[Entry], int, float, str], None]
 
-    def _outbox(self) -> tuple[dict[str, float], set[str]]:
-        """The stamps (job id -> when it is due again) and the parked ids, made on first use."""
+    def _outbox(self) -> tuple[dict[str, tuple[float, int]], set[str]]:
+        """The stamps (job id -> when it is due again, and the version of the job it was
+        stamped at: a stamp speaks only for the stretch of pending it was made in) and the
+        parked ids, made on first use."""
         if not hasattr(self, "_stamps"):
-            self._stamps: dict[str, float] = {}
+            self._stamps: dict[str, tuple[float, int]] = {}
             self._parked: set[str] = set()
         return self._stamps, self._parked
 
@@ -39,14 +41,16 @@ class MemoryOutbox(MemoryState):
             now = self.now()
             out: list[str] = []
             for job_id in self._pending.get(queue, ()):
-                rec = self._jobs[job_id].rec
+                entry = self._jobs[job_id]
                 if job_id in parked:
-                    if not self._flow.allows(rec, now, ScanBudget()):
+                    if not self._flow.allows(entry.rec, now, ScanBudget()):
                         continue
                     parked.discard(job_id)
-                elif stamps.get(job_id, now) > now:
-                    continue
-                stamps[job_id] = now + republish_after
+                else:
+                    until, version = stamps.get(job_id, (now, entry.version))
+                    if until > now and version == entry.version:
+                        continue
+                stamps[job_id] = (now + republish_after, entry.version)
                 out.append(job_id)
                 if len(out) >= count:
                     break

@@ -163,7 +163,10 @@ def move(
 
 FINISH = ("finished_at = %(now)s, token = NULL, lease_expires_at = NULL, "
           "cancel_requested = false")
-REQUEUE = "ready_at = %(now)s, finished_at = NULL, token = NULL, lease_expires_at = NULL"
+# Back to pending by hand: not published since (a job cancelled after its publish kept the
+# stamp, and its retry waited ``republish_after``).
+REQUEUE = ("ready_at = %(now)s, finished_at = NULL, token = NULL, lease_expires_at = NULL, "
+           "publish_at = NULL")
 
 
 def record(row: Sequence[Any], events: str | None = None) -> JobRecord:

@@ -254,7 +254,10 @@ def move(
 
 
 FINISH = "finished_at = :now, token = NULL, lease_expires_at = NULL, cancel_requested = 0"
-REQUEUE = "ready_at = :now, finished_at = NULL, token = NULL, lease_expires_at = NULL"
+# Back to pending (a retry by hand, a recovery): not published since (a job cancelled
+# after its publish kept the stamp, and its retry waited ``republish_after``).
+REQUEUE = ("ready_at = :now, finished_at = NULL, token = NULL, lease_expires_at = NULL, "
+           "publish_at = NULL")
 
 
 def add_totals(cur: sqlite3.Cursor, now: float, counts: Counter[tuple[str, str, str]]) -> None:
