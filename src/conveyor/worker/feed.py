@@ -37,10 +37,16 @@ class BrokerFeed:
         if not deliveries:
             return []
         per_queue: dict[str, list[Delivery]] = defaultdict(list)
-        for delivery in deliveries:
-            per_queue[delivery.queue].append(delivery)
-        started: list[LeasedJob] = []
         settle: list[Delivery] = []
+        for delivery in deliveries:
+            if delivery.redelivered and self._holds(delivery.job_id):
+                # An older message of a job running here, handed back with a pack or a closed
+                # connection after the job was published again: this worker's connection is
+                # alive, so it is a duplicate, never a reason to take the job over.
+                settle.append(delivery)
+            else:
+                per_queue[delivery.queue].append(delivery)
+        started: list[LeasedJob] = []
         for queue, group in per_queue.items():
             replies = self.outbox.start(
                 queue, [(d.job_id, d.redelivered) for d in group], self.config.worker_id,
@@ -58,6 +64,10 @@ class BrokerFeed:
         if settle:
             self.broker.ack(settle)
         return started
+
+    def _holds(self, job_id: str) -> bool:
+        with self._lock:
+            return job_id in self._held
 
     def settle(self, job_ids: Sequence[str]) -> None:
         """The store has these jobs' outcomes: their deliveries are done with."""
