@@ -22,6 +22,7 @@ from conveyor import Conveyor, Fail, FakeClock
 from conveyor.context import current_job
 from conveyor.job import Ack, LeasedJob
 from conveyor.storage import Backend
+from conveyor.storage.outbox import StartReply
 from conveyor.worker.config import QueueWeight, WorkerConfig
 from conveyor.worker.inflight import Entry
 from conveyor.worker.launcher import Launcher
@@ -152,6 +153,12 @@ class Recording:
         self.leased += jobs
         return jobs
 
+    def start(self, *args: Any, **kwargs: Any) -> list[StartReply]:
+        """``Outbox.start`` (a broker's deliveries), its started jobs recorded."""
+        replies: list[StartReply] = self._storage.start(*args, **kwargs)  # type: ignore[attr-defined]
+        self.leased += [r.job for r in replies if r.job is not None]
+        return replies
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._storage, name)
 
@@ -189,16 +196,47 @@ class Worker:
         self.launcher = ModelLauncher(app, config, clock)
         self.recording = Recording(app.storage)
         self.launcher.fetcher.storage = self.recording  # type: ignore[assignment]
+        self.cap = CONCURRENCY
+        if self.launcher.feed is not None:  # jobs start from deliveries: record those
+            feed = self.launcher.feed
+            feed.outbox = self.recording  # type: ignore[assignment]
+            take = feed.take
+            feed.take = lambda order, free, timeout: take(  # type: ignore[method-assign]
+                order, min(free, self.cap), timeout)
         self.launcher.threads.start()
         self.alive = True
         self.quiet = False
 
     def fetch(self) -> list[LeasedJob]:
         """One fetch; the jobs it leased, once every started body ran or parked."""
-        self.recording.leased = []
-        self.launcher.fetcher.tick()
-        self.settle()
-        return list(self.recording.leased)
+        return [job for leased in self.fetch_rounds(self.launcher.inflight.free)
+                for job in leased]
+
+    def fetch_rounds(self, want: int) -> list[list[LeasedJob]]:
+        """One fetch; the jobs it leased, once every started body ran or parked.
+
+        Without a broker that is one ``dequeue``. With one, the relay publishes what is due
+        and the fetcher takes what the broker has delivered so far: deliveries arrive on the
+        broker's own time, so it goes on (relay, fetch, settle) until ``want`` jobs were
+        leased or ``SETTLE_SECONDS`` passed. One list per fetch: each fetch is dispatched on
+        its own (a recovered job is isolated from the suspects running at that moment)."""
+        rounds: list[list[LeasedJob]] = []
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while True:
+            self.recording.leased = []
+            if self.launcher.relay is not None:
+                self.launcher.relay.tick()
+            # A round takes no more than the rest of ``want``: jobs of an earlier round that
+            # already ended have freed their slots, which one ``dequeue`` would not see.
+            self.cap = want - sum(len(r) for r in rounds)
+            self.launcher.fetcher.tick()
+            self.settle()
+            if self.recording.leased:
+                rounds.append(list(self.recording.leased))
+            got = sum(len(r) for r in rounds)
+            if self.launcher.feed is None or got >= want or time.monotonic() > deadline:
+                return rounds
+            time.sleep(0.002)
 
     def settle(self, ending: Collection[tuple[str, int]] = ()) -> None:
         """Wait (real time) until every running job is parked at its gate, every ended
@@ -232,10 +270,21 @@ class Worker:
         self.alive = False
 
     def kill(self) -> None:
-        """The process dies: nothing more is written; its leases will expire."""
+        """The process dies: nothing more is written; its leases will expire. With a broker
+        its connections close with it (the OS closes a dead process's sockets), so the
+        broker hands its unsettled deliveries to the next consumer at once."""
         self.alive = False
+        self.close_broker()
+
+    def close_broker(self) -> None:
+        """Close this worker's broker connections (none without a broker)."""
+        if self.launcher.feed is not None:
+            self.launcher.feed.close()
+        if self.launcher.relay is not None:
+            self.launcher.relay.broker.close()
 
     def close(self) -> None:
-        """Free the threads (after ``Bodies.release_all``)."""
+        """Free the threads (after ``Bodies.release_all``) and the broker connections."""
         self.launcher.threads.stop(0.5)
         self.launcher.loop.stop(0.5)
+        self.close_broker()

@@ -139,13 +139,14 @@ class Expected:
         self.due = None
         self.kinds.append("enqueued")
 
-    def recovered(self) -> None:
-        """Its lease expired (the worker died): back to pending, cancelled if asked, dead past
-        the recovery limit. Never an error."""
+    def recovered(self, why: str = "lease expired") -> None:
+        """Its lease expired (the worker died), or a broker redelivered its message because
+        its worker's connection died: back to pending, cancelled if asked, dead past the
+        recovery limit. Never an error."""
         self.recoveries += 1
         self.holder = None
         if self.cancel_requested:
-            self._end("cancelled", "cancelled", "cancelled: lease expired")
+            self._end("cancelled", "cancelled", f"cancelled: {why}")
         elif self.recoveries > MAX_RECOVERIES:
             self._end("dead", "dead", f"recovered {self.recoveries} times (poison job?)")
         else:

@@ -127,6 +127,8 @@ class RabbitBroker:
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        if not self._thread.is_alive():  # closed here, not by the GC in whatever thread
+            self._loop.close()
 
     # -- queues -----------------------------------------------------------------------------
 
