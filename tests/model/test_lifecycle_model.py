@@ -489,13 +489,17 @@ def test_the_lifecycle_matches_the_model(backend: str, tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Every job's record equals the model's after every step, on every backend."""
     monkeypatch.setattr(conveyor.retry, "_rng", _MidJitter())
-    machine = make_machine(store_factory(backend, tmp_path, request))
+    run_model(make_machine(store_factory(backend, tmp_path, request)), EXAMPLES, backend)
+
+
+def run_model(machine: type[RuleBasedStateMachine], examples: int, label: str) -> None:
+    """Run the state machine ``examples`` times (MODEL_STATS=1 prints what was reached)."""
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
+        max_examples=examples, stateful_step_count=STEPS, deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         phases=PHASES))
     if os.environ.get("MODEL_STATS"):
-        print(f"\n{backend}: {dict(sorted(REACHED.items()))}")
+        print(f"\n{label}: {dict(sorted(REACHED.items()))}")
         REACHED.clear()
 
 
@@ -526,10 +530,4 @@ def test_the_lifecycle_through_a_broker_matches_the_model(
         return f"{base}?prefix={tag}" if base is not None else f"memory://{tag}"
 
     machine = make_machine(store_factory(backend, tmp_path, request), broker_url)
-    run_state_machine_as_test(machine, settings=settings(
-        max_examples=examples, stateful_step_count=STEPS, deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        phases=PHASES))
-    if os.environ.get("MODEL_STATS"):
-        print(f"\n{backend}+{broker}: {dict(sorted(REACHED.items()))}")
-        REACHED.clear()
+    run_model(machine, examples, f"{backend}+{broker}")
