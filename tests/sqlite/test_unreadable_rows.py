@@ -10,13 +10,18 @@ import pytest
 
 from conveyor import Conveyor, FakeClock, JobState
 from conveyor.job import Ack
+from conveyor.storage.outbox import as_outbox
 from conveyor.worker.acker import Acker
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.processor import Processor
 
 
 @pytest.mark.parametrize("column", ["payload", "name", "batch_id"])
-def test_a_row_that_is_not_utf8_dies_alone_with_the_reason(tmp_path: Path, column: str) -> None:
+@pytest.mark.parametrize("take", ["dequeue", "start"])
+def test_a_row_that_is_not_utf8_dies_alone_with_the_reason(tmp_path: Path, column: str,
+                                                           take: str) -> None:
+    """``start`` (a broker's deliveries) as ``dequeue``: a name that was not UTF-8 made the
+    whole call raise there, so every fetch of every broker-fed worker failed."""
     path = tmp_path / "bad.db"
     app = Conveyor(f"sqlite:///{path}", clock=FakeClock())
 
@@ -31,7 +36,12 @@ def test_a_row_that_is_not_utf8_dies_alone_with_the_reason(tmp_path: Path, colum
                     (bad,))
     processor = Processor(app, "w", app.clock)
     acker = Acker(app.storage, app.clock, WorkerConfig(concurrency=1, worker_id="w"))
-    jobs = app.storage.dequeue(["default"], "w", 10, 30.0)
+    if take == "dequeue":
+        jobs = app.storage.dequeue(["default"], "w", 10, 30.0)
+    else:
+        replies = as_outbox(app.storage).start("default", [(r.id, False) for r in refs], "w",
+                                               30.0)
+        jobs = [reply.job for reply in replies if reply.job is not None]
     assert sorted(j.id for j in jobs) == sorted(r.id for r in refs)
     [unreadable] = [j for j in jobs if j.unreadable is not None]
     assert unreadable.id == bad and column in unreadable.unreadable  # type: ignore[operator]

@@ -29,10 +29,21 @@ _PENDING = (
     f"SELECT id, {flow.FLOW_COLUMNS}, publish_at FROM jobs INDEXED BY jobs_ready "
     "WHERE state = 'pending' AND queue = ? ORDER BY ready_at LIMIT ? OFFSET ?"
 )
+# ``batch_id`` and ``name`` read as bytes: one that is not UTF-8 (a damaged row) made the
+# whole call raise, so every fetch of every broker-fed worker failed (the poison-data
+# scenario). They are decoded as ``dequeue`` decodes them (bad bytes as U+FFFD), and
+# ``lease_all`` reads the row as ``dequeue`` does: the job ends dead, the reason names it.
 _ROWS = (
-    f"SELECT id, {flow.FLOW_COLUMNS}, state, batch_id, deadline, recoveries, queue, name, "
-    "cancel_requested FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
+    f"SELECT id, {flow.FLOW_COLUMNS}, state, CAST(batch_id AS BLOB), deadline, recoveries, "
+    "queue, CAST(name AS BLOB), cancel_requested FROM jobs "
+    "WHERE id IN (SELECT value FROM json_each(?))"
 )
+
+
+def _rows(cur: Any, job_ids: Sequence[str]) -> list[tuple[Any, ...]]:
+    """``_ROWS`` for ``job_ids``, every value read as bytes decoded."""
+    return [tuple(v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in row)
+            for row in cur.execute(_ROWS, (jobs.ids_param(job_ids),))]
 
 
 class SqliteOutbox:
@@ -125,7 +136,7 @@ class _Start:
 
     def run(self, deliveries: Sequence[tuple[str, bool]]) -> list[StartReply]:
         ids = list(dict.fromkeys(job_id for job_id, _ in deliveries))
-        self.rows = {r[0]: r for r in self.cur.execute(_ROWS, (jobs.ids_param(ids),))}
+        self.rows = {r[0]: r for r in _rows(self.cur, ids)}
         kinds = [self.one(job_id, redelivered) for job_id, redelivered in deliveries]
         leased = self.lease_all([job_id for (job_id, _), kind
                                  in zip(deliveries, kinds, strict=True) if kind is None])
@@ -152,7 +163,7 @@ class _Start:
             # (id, state, batch, recoveries, queue, name, cancel_requested) as RECLAIM reads
             lease_sql.recover(self.cur, self.now, [(row[0], state, row[8], *row[10:])],
                               self.max_recoveries, REDELIVERED)
-            row = self.cur.execute(_ROWS, (jobs.ids_param([job_id]),)).fetchone()
+            row = _rows(self.cur, [job_id])[0]
             state = row[7]
         if state != "pending":
             self.rows[job_id] = (*row[:7], state, *row[8:])
