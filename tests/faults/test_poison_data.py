@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import subprocess
+import uuid
 from pathlib import Path
 from urllib.parse import quote
 
@@ -97,13 +98,30 @@ def _answers(port: int) -> bool:
         return False
 
 
+# Each store on its own, then through RabbitMQ (issue 20: the relay publishes damaged and
+# poisoned jobs like any other, and ``start`` meets the damage instead of ``dequeue``):
+# SQLite + RabbitMQ with every good job, Redis and PostgreSQL + RabbitMQ as a smoke run.
+SMOKE = 200
+CASES = [
+    *[pytest.param(name, None, GOOD, id=name)
+      for name in ("sqlite", "postgres", "redis", "redis_cluster", "redis_sentinel")],
+    pytest.param("sqlite", "amqp", GOOD, id="sqlite+amqp", marks=pytest.mark.rabbitmq),
+    pytest.param("redis", "amqp", SMOKE, id="redis+amqp", marks=pytest.mark.rabbitmq),
+    pytest.param("postgres", "amqp", SMOKE, id="postgres+amqp", marks=pytest.mark.rabbitmq),
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis", "redis_cluster",
-                                     "redis_sentinel"], indirect=True)
-def test_poison_data_harms_only_its_own_job(backend: Backend, faults: Faults,
+@pytest.mark.parametrize(("backend", "broker", "good"), CASES, indirect=["backend"])
+def test_poison_data_harms_only_its_own_job(backend: Backend, broker: str | None, good: int,
+                                            faults: Faults, request: pytest.FixtureRequest,
                                             tmp_path: Path) -> None:
+    env: dict[str, str] = {}
+    if broker is not None:
+        rabbit = request.getfixturevalue("rabbitmq_server")
+        env["CONVEYOR_BROKER"] = f"{rabbit.url}?prefix=p{uuid.uuid4().hex[:10]}"
     app, jobs = faults.client(backend.url)
-    batch_id, good_ids = enqueue_batch(app, jobs["faults.work"], [(0,)] * GOOD, "good jobs")
+    batch_id, good_ids = enqueue_batch(app, jobs["faults.work"], [(0,)] * good, "good jobs")
 
     text_refs = {}
     for where in TEXT_JOBS:
@@ -127,16 +145,17 @@ def test_poison_data_harms_only_its_own_job(backend: Backend, faults: Faults,
         runs_batch, runs_ids = enqueue_batch(app, jobs["faults.work"], [(0,)] * 50, "runs")
         damage_batch_runs(app, runs_batch)
 
-    workers = [faults.worker(backend.url, concurrency=4, processes=1) for _ in range(2)]
+    workers = [faults.worker(backend.url, concurrency=4, processes=1, env=env)
+               for _ in range(2)]
     wait_batch(app, batch_id, timeout=180)
     bad_ids = [job_id for job_id, _ in damaged.values()] + list(text_ids.values())
     records = wait_until(lambda: _terminal(app, bad_ids), 120, what="the bad jobs to end")
     by_id = {rec.id: rec for rec in records}
 
     # the good jobs: all succeeded, each ran exactly once, counters exact
-    assert_batch_exact(app, batch_id, {"succeeded": GOOD})
+    assert_batch_exact(app, batch_id, {"succeeded": good})
     runs = faults.log.executions()
-    assert sorted(len(runs.get(job_id, [])) for job_id in good_ids) == [1] * GOOD
+    assert sorted(len(runs.get(job_id, [])) for job_id in good_ids) == [1] * good
 
     # the text jobs end as their code says, and their text is stored and readable
     for where, state in TEXT_JOBS.items():
@@ -167,5 +186,6 @@ def test_poison_data_harms_only_its_own_job(backend: Backend, faults: Faults,
     assert set(good_ids) | set(bad_ids) <= listed
     batches = [batch_id, runs_batch] if runs_batch else [batch_id]
     assert _dashboard_pages(backend.url, tmp_path, bad_ids, batches) == []
-    report("poison data", backend.name, good_jobs=GOOD, good_run_once=GOOD,
+    where = backend.name if broker is None else f"{backend.name}+rabbitmq"
+    report("poison data", where, good_jobs=good, good_run_once=good,
            damaged_dead=len(damaged), text_jobs_natural=len(TEXT_JOBS), listed=len(listed))
