@@ -39,13 +39,17 @@ def rabbitmq_installed() -> bool:
 class RabbitServer(ManagedServer):
     """A private RabbitMQ node on 127.0.0.1:<free port>; ``url`` connects as ``guest``."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: tuple[str, str, str] | None = None) -> None:
+        """``tls``: (certificate, key, CA) files to also listen for ``amqps://`` on
+        ``tls_port`` (``tls_url``)."""
         self.port = free_port()
         self.dist_port = free_port()
         self.epmd_port = free_port()
         self.node = f"conveyor-{self.port}@localhost"
         self.dir = tempfile.mkdtemp(prefix=f"conveyor-rabbit-{self.port}-")
         self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+        self.tls_port = free_port() if tls is not None else 0
+        self.tls_url = f"amqps://guest:guest@127.0.0.1:{self.tls_port}/%2F"
         self.log_path = os.path.join(self.dir, "node.log")
         self.process: subprocess.Popen[bytes] | None = None
         self.epmd: subprocess.Popen[bytes] | None = None
@@ -58,6 +62,15 @@ class RabbitServer(ManagedServer):
                        "disk_free_limit.absolute = 10MB\n"
                        "log.console = false\n"
                        "log.file.level = warning\n")
+            if tls is not None:  # copied in: the node runs as nobody and must read them
+                for name, src in zip(("cert.pem", "key.pem", "ca.pem"), tls, strict=True):
+                    shutil.copyfile(src, os.path.join(self.dir, name))
+                conf.write(f"listeners.ssl.default = {self.tls_port}\n"
+                           f"ssl_options.certfile = {self.dir}/cert.pem\n"
+                           f"ssl_options.keyfile = {self.dir}/key.pem\n"
+                           f"ssl_options.cacertfile = {self.dir}/ca.pem\n"
+                           "ssl_options.verify = verify_none\n"
+                           "ssl_options.fail_if_no_peer_cert = false\n")
         with open(os.path.join(self.dir, "enabled_plugins"), "w", encoding="utf-8") as f:
             f.write("[].\n")
         if uid is not None and gid is not None:
