@@ -1,10 +1,13 @@
 """Drain through a broker against a drain from the store alone, one worker in this process.
 
-``python -m benchmarks.broker_probe [--jobs 10000] [--store sqlite] [--broker memory|rabbitmq]
-[-c 8] [--rounds 2]``: stores ``--jobs`` no-op jobs, starts one worker (threads, this process)
-with and without the broker, and prints jobs/s from the worker's start until every job
-succeeded, and this process's CPU per job. Rounds alternate the two. ``rabbitmq`` starts a
-private node (tests/support/rabbitmq.py).
+``python -m benchmarks.broker_probe [--jobs 10000] [--store sqlite|memory|redis]
+[--broker memory|rabbitmq] [-c 8] [--rounds 2] [--calls]``: stores ``--jobs`` no-op jobs,
+starts one worker (threads, this process) with and without the broker, and prints jobs/s from
+the worker's start until every job succeeded, and this process's CPU per job. Rounds alternate
+the two. ``rabbitmq`` starts a private node (tests/support/rabbitmq.py), ``redis`` a private
+redis-server. ``--calls`` also prints, per drain, how many times and how long in all the
+worker called what it waits on (the store's ``dequeue``/``start``/``ack``, the broker's
+``consume``/``publish``/``ack``), to see where a drain's wall time goes.
 """
 
 from __future__ import annotations
@@ -13,10 +16,14 @@ import argparse
 import contextlib
 import resource
 import tempfile
+import threading
 import time
 import uuid
+from collections import defaultdict
+from typing import Any
 
 from tests.support.rabbitmq import RabbitServer
+from tests.support.redis_server import RedisServer
 
 from conveyor import Conveyor, JobState
 from conveyor.worker.config import WorkerConfig
@@ -28,11 +35,55 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def drain(store: str, broker: str | None, jobs: int, concurrency: int) -> tuple[float, float]:
+class Calls:
+    """Counts and wall time of the calls ``wrap`` instruments, from every thread."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+        self._lock = threading.Lock()
+
+    def wrap(self, obj: Any, name: str, label: str) -> None:
+        """Time ``obj.name`` under ``label`` (an instance attribute shadows the method)."""
+        fn = getattr(obj, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                with self._lock:
+                    entry = self.totals[label]
+                    entry[0] += 1
+                    entry[1] += time.perf_counter() - t0
+
+        setattr(obj, name, timed)
+
+    def report(self, title: str) -> str:
+        rows = [f"  {label}: {int(n):,} calls, {t:.2f} s, {t / max(n, 1) * 1e6:.0f} µs each"
+                for label, (n, t) in sorted(self.totals.items())]
+        return "\n".join([f"  -- {title}", *rows])
+
+
+def _instrument(launcher: Launcher, calls: Calls) -> None:
+    storage = launcher.storage
+    for name in ("dequeue", "wait_dequeue", "ack", "start", "publish_due"):
+        if hasattr(storage, name):
+            calls.wrap(storage, name, f"store.{name}")
+    if launcher.feed is not None:
+        calls.wrap(launcher.feed.broker, "consume", "broker.consume")
+        calls.wrap(launcher.feed.broker, "ack", "broker.ack (feed)")
+    if launcher.relay is not None:
+        calls.wrap(launcher.relay.broker, "publish", "broker.publish")
+        calls.wrap(launcher.relay.broker, "backlog", "broker.backlog")
+
+
+def drain(store: str, broker: str | None, jobs: int, concurrency: int,
+          calls: Calls | None = None, redis_url: str = "") -> tuple[float, float]:
     """(jobs/s, CPU µs per job) for one drain of ``jobs`` no-op jobs."""
     with tempfile.TemporaryDirectory() as tmp:
-        url = "memory://" if store == "memory" else f"sqlite:///{tmp}/probe.db"
         tag = uuid.uuid4().hex[:10]
+        url = {"memory": "memory://", "redis": f"{redis_url}?prefix=p{tag}"}.get(
+            store, f"sqlite:///{tmp}/probe.db")
         target = None if broker is None else (
             f"memory://{tag}" if broker == "memory" else f"{broker}?prefix=p{tag}")
         app = Conveyor(url, broker=target)
@@ -43,6 +94,8 @@ def drain(store: str, broker: str | None, jobs: int, concurrency: int) -> tuple[
 
         noop.enqueue_many(([] for _ in range(jobs)), return_refs=False)
         launcher = Launcher(app, WorkerConfig(concurrency=concurrency, relay_window=0))
+        if calls is not None:
+            _instrument(launcher, calls)
         cpu, start = _cpu(), time.perf_counter()
         launcher.start()
         try:
@@ -62,17 +115,28 @@ def main() -> None:
     parser.add_argument("--broker", default="memory", choices=("memory", "rabbitmq"))
     parser.add_argument("-c", "--concurrency", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--calls", action="store_true",
+                        help="print the calls the worker waits on, per drain")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         broker = "memory"
         if args.broker == "rabbitmq":
             broker = stack.enter_context(RabbitServer()).url
+        redis_url = ""
+        if args.store == "redis":
+            server = RedisServer().start()
+            stack.callback(server.cleanup)
+            redis_url = server.url
         print("| round | worker | jobs/s | CPU µs/job |\n|---|---|---|---|")
         for n in range(args.rounds):
             for label, via in (("store only", None), (f"+ {args.broker}", broker)):
-                rate, cpu = drain(args.store, via, args.jobs, args.concurrency)
+                calls = Calls() if args.calls else None
+                rate, cpu = drain(args.store, via, args.jobs, args.concurrency, calls,
+                                  redis_url)
                 print(f"| {n + 1} | {args.store} {label} | {rate:,.0f} | {cpu:.0f} |",
                       flush=True)
+                if calls is not None:
+                    print(calls.report(f"{args.store} {label}"), flush=True)
 
 
 if __name__ == "__main__":
