@@ -20,7 +20,7 @@ from conveyor.storage.outbox import as_outbox
 from conveyor.storage.records import BatchStatus
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.launcher import Launcher
-from conveyor.worker.relay import DELIVERY_LIMIT_REACHED, Relay
+from conveyor.worker.relay import BACKLOG_POLL, DELIVERY_LIMIT_REACHED, Relay
 from tests.support.waiting import wait_until
 
 #: (storage, broker) pairs every test here runs on: the one place to extend as stores and
@@ -269,3 +269,59 @@ def _blocked_in_storage_wait(thread: threading.Thread) -> bool:
         frame = frame.f_back
     return bool(names) and "/conveyor/" not in names[0][1] and any(
         name == "wait" and "/conveyor/storage/" in path for name, path in names)
+
+
+def test_a_full_window_is_looked_at_again_soon_then_less_and_less(tmp_path: Path) -> None:
+    """While a queue's window stays full the store has no news to wake the relay (Redis rings
+    no doorbell for an ack), so the relay looks at the broker again after ``BACKLOG_POLL``,
+    doubling up to ``relay_idle``: waiting ``relay_idle`` for news let a draining worker run
+    dry four times a second."""
+    app = Conveyor(f"sqlite:///{tmp_path}/w.db", broker=f"memory://{uuid.uuid4().hex}")
+
+    @app.job
+    def noop() -> None: ...
+
+    for _ in range(10):
+        noop.enqueue()
+    relay = Relay(app.storage, app.clock, WorkerConfig(relay_window=4, relay_idle=60.0),
+                  broker=open_broker(app.broker_url or ""))
+    consumer = open_broker(app.broker_url or "")
+    try:
+        relay.tick()
+        assert relay.published == 4 and relay.interval() == 0.0  # a full window: go on
+        looks = []
+        for _ in range(16):  # 2 ms doubled 15 times passes 60 s
+            relay.tick()
+            looks.append(relay.interval())
+        assert relay.published == 4  # the window stayed full
+        assert looks[:3] == [BACKLOG_POLL, 2 * BACKLOG_POLL, 4 * BACKLOG_POLL]
+        assert looks == sorted(looks) and looks[-1] == 60.0
+        consumer.ack(consumer.consume([("default", 0)], 4, 1.0))  # consumers took the window
+        relay.tick()
+        assert relay.published == 8 and relay.interval() == 0.0
+        consumer.ack(consumer.consume([("default", 0)], 4, 1.0))
+        relay.tick()  # the last two: the window is not full, nothing more is due
+        consumer.ack(consumer.consume([("default", 0)], 4, 1.0))
+        relay.tick()
+        assert relay.published == 10 and relay.interval() == 60.0
+    finally:
+        consumer.close()
+        relay.stop(5)
+        app.close()
+
+
+@pytest.mark.parametrize("brokered", [("redis", "memory")], indirect=True)
+def test_a_drain_past_the_window_never_waits_for_relay_idle(brokered: Conveyor) -> None:
+    """2,000 jobs through a window of 64 with ``relay_idle`` at 60 s on Redis, whose acks wake
+    no relay: the batch completes long before one ``relay_idle`` could have passed."""
+    @brokered.job
+    def noop() -> None: ...
+
+    with brokered.batch() as batch:
+        noop.enqueue_many([] for _ in range(2000))
+    launcher = Launcher(brokered, WorkerConfig(concurrency=8, relay_window=64, relay_idle=60.0))
+    launcher.start()
+    try:
+        assert wait_until(lambda: _batch(brokered, batch.id).complete, 30.0, interval=0.05)
+    finally:
+        launcher.stop(5)

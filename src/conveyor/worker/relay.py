@@ -29,6 +29,12 @@ log = logging.getLogger(__name__)
 MIN_GAP = 0.002
 #: Seconds at most of one wait in the store (``stop`` waits for it to end).
 WAIT_SLICE = 0.25
+#: Seconds before the first look at the broker again after a round that found a queue's window
+#: full while it had published into it: consumers empty a window in milliseconds during a
+#: drain, and the store has no news to wake the relay then (waiting ``relay_idle`` for it ran
+#: the workers dry four times a second: 3,700 against 8,300 jobs/s in broker_probe). Doubled
+#: each round the window stays full, up to ``relay_idle``.
+BACKLOG_POLL = 0.002
 #: Seconds between two looks at the broker's dead-letter queue.
 DEAD_CHECK_INTERVAL = 1.0
 #: Why a job whose message the broker dead-lettered ends ``dead``.
@@ -54,6 +60,8 @@ class Relay(PeriodicComponent):
         self.published = 0
         self.buried = 0
         self._busy = False
+        self._backed_up = 0.0  # the next look while a window stays full (0: none is)
+        self._published_at_look = 0
         self._next_dead_check = 0.0
 
     def tick(self) -> None:
@@ -63,10 +71,11 @@ class Relay(PeriodicComponent):
         if now >= self._next_dead_check:
             self._next_dead_check = now + DEAD_CHECK_INTERVAL
             self.bury_dead_lettered()
-        busy = False
+        busy = full = False
         for queue in self.config.queue_names:
             room = self.window - self.broker.backlog(queue)
             if room < self.window // 2:  # refill in big steps: one store call per half window
+                full = True
                 continue
             due = self.outbox.publish_due(queue, room, self.config.republish_after)
             if not due:
@@ -86,6 +95,14 @@ class Relay(PeriodicComponent):
             self.published += len(due) - len(failed)
             busy = busy or len(due) == room
         self._busy = busy
+        if not full:
+            self._backed_up = 0.0
+        elif self.published > self._published_at_look:  # it filled the window: look again soon
+            self._backed_up = BACKLOG_POLL
+        else:
+            self._backed_up = min(max(self._backed_up, BACKLOG_POLL / 2) * 2,
+                                  self.config.relay_idle)
+        self._published_at_look = self.published
 
     def bury_dead_lettered(self) -> int:
         """Jobs the broker gave up on (its delivery limit) end ``dead`` with the reason."""
@@ -96,8 +113,11 @@ class Relay(PeriodicComponent):
         return buried
 
     def interval(self) -> float:
-        """At once after a full window, else ``relay_idle`` at most (``rest``)."""
-        return 0.0 if self._busy else self.config.relay_idle
+        """At once after publishing a full window; soon (``BACKLOG_POLL``, doubling) while a
+        queue's window stays full; else ``relay_idle`` at most (``rest``)."""
+        if self._busy:
+            return 0.0
+        return self._backed_up or self.config.relay_idle
 
     def rest(self, seconds: float) -> None:
         """After a full window go on; else wait for the store to have news, ``seconds`` at
