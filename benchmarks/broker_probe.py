@@ -1,13 +1,14 @@
 """Drain through a broker against a drain from the store alone, one worker in this process.
 
-``python -m benchmarks.broker_probe [--jobs 10000] [--store sqlite|memory|redis]
+``python -m benchmarks.broker_probe [--jobs 10000] [--store sqlite|memory|redis|postgres]
 [--broker memory|rabbitmq] [-c 8] [--rounds 2] [--calls]``: stores ``--jobs`` no-op jobs,
 starts one worker (threads, this process) with and without the broker, and prints jobs/s from
 the worker's start until every job succeeded, and this process's CPU per job. Rounds alternate
 the two. ``rabbitmq`` starts a private node (tests/support/rabbitmq.py), ``redis`` a private
-redis-server. ``--calls`` also prints, per drain, how many times and how long in all the
-worker called what it waits on (the store's ``dequeue``/``start``/``ack``, the broker's
-``consume``/``publish``/``ack``), to see where a drain's wall time goes.
+redis-server, ``postgres`` a private PostgreSQL. ``--calls`` also prints, per drain, how many
+times and how long in all the worker called what it waits on (the store's
+``dequeue``/``start``/``ack``, the broker's ``consume``/``publish``/``ack``), to see where a
+drain's wall time goes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
+from tests.support.postgres_server import PostgresServer
 from tests.support.rabbitmq import RabbitServer
 from tests.support.redis_server import RedisServer
 
@@ -78,12 +80,12 @@ def _instrument(launcher: Launcher, calls: Calls) -> None:
 
 
 def drain(store: str, broker: str | None, jobs: int, concurrency: int,
-          calls: Calls | None = None, redis_url: str = "") -> tuple[float, float]:
+          calls: Calls | None = None, server_url: str = "") -> tuple[float, float]:
     """(jobs/s, CPU µs per job) for one drain of ``jobs`` no-op jobs."""
     with tempfile.TemporaryDirectory() as tmp:
         tag = uuid.uuid4().hex[:10]
-        url = {"memory": "memory://", "redis": f"{redis_url}?prefix=p{tag}"}.get(
-            store, f"sqlite:///{tmp}/probe.db")
+        url = {"memory": "memory://", "redis": f"{server_url}?prefix=p{tag}",
+               "postgres": f"{server_url}?schema=p{tag}"}.get(store, f"sqlite:///{tmp}/probe.db")
         target = None if broker is None else (
             f"memory://{tag}" if broker == "memory" else f"{broker}?prefix=p{tag}")
         app = Conveyor(url, broker=target)
@@ -122,17 +124,18 @@ def main() -> None:
         broker = "memory"
         if args.broker == "rabbitmq":
             broker = stack.enter_context(RabbitServer()).url
-        redis_url = ""
-        if args.store == "redis":
-            server = RedisServer().start()
+        server_url = ""
+        if args.store in ("redis", "postgres"):
+            server = RedisServer() if args.store == "redis" else PostgresServer()
+            server.start()
             stack.callback(server.cleanup)
-            redis_url = server.url
+            server_url = server.url
         print("| round | worker | jobs/s | CPU µs/job |\n|---|---|---|---|")
         for n in range(args.rounds):
             for label, via in (("store only", None), (f"+ {args.broker}", broker)):
                 calls = Calls() if args.calls else None
                 rate, cpu = drain(args.store, via, args.jobs, args.concurrency, calls,
-                                  redis_url)
+                                  server_url)
                 print(f"| {n + 1} | {args.store} {label} | {rate:,.0f} | {cpu:.0f} |",
                       flush=True)
                 if calls is not None:
