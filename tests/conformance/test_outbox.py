@@ -24,7 +24,7 @@ from conveyor.job import (
     Outcome,
 )
 from conveyor.storage import Backend
-from conveyor.storage.outbox import Outbox, StartKind, StartReply
+from conveyor.storage.outbox import Arrival, Outbox, StartKind, StartReply
 from tests.conformance.backends import backend_url, open_backend
 from tests.conformance.helpers import (
     ack,
@@ -35,6 +35,7 @@ from tests.conformance.helpers import (
     run_in_threads,
     spec,
     state_of,
+    take_one,
 )
 
 AGAIN = 30.0  # republish_after used by these tests
@@ -67,8 +68,9 @@ def due(store: Backend, queue: str = "default", count: int = 100) -> list[str]:
 
 
 def start(store: Backend, job_id: str, *, redelivered: bool = False, worker: str = "w1",
-          queue: str = "default", lease: float = 30.0) -> StartReply:
-    replies = box(store).start(queue, [(job_id, redelivered)], worker, lease)
+          queue: str = "default", lease: float = 30.0, message: str | None = None,
+          ) -> StartReply:
+    replies = box(store).start(queue, [Arrival(job_id, redelivered, message)], worker, lease)
     assert len(replies) == 1 and replies[0].job_id == job_id
     return replies[0]
 
@@ -177,6 +179,46 @@ def test_a_redelivery_takes_a_running_job_over_and_fences_the_old_holder(
     assert not ack(backend, old)  # the zombie's late ack is refused
     assert ack(backend, new)
     assert state_of(backend, job_id) is JobState.SUCCEEDED
+
+
+def test_an_old_message_of_a_job_published_again_does_not_take_it_over(
+        backend: Backend) -> None:
+    """Message m1 was handed to a worker that hoarded it unstarted past ``republish_after``;
+    the job went out again as m2 and started on w2. The first worker dies, and RabbitMQ hands
+    m1 to w3 as redelivered: w2's connection is alive, so m1 is a duplicate, not a takeover."""
+    job_id = put(backend)
+    holder = started(backend, job_id, worker="w2", message="m2", lease=600)
+    assert start(backend, job_id, redelivered=True, message="m1",
+                 worker="w3").kind is StartKind.RUNNING
+    record = backend.get_job(job_id)
+    assert record is not None and record.worker == "w2" and record.recoveries == 0
+    assert EventKind.RECOVERED not in kinds_of(backend, job_id)
+    # m2 itself redelivered: w2's connection died, so the job is taken over, w2 fenced
+    new = started(backend, job_id, redelivered=True, message="m2", worker="w3")
+    assert new.recoveries == 1 and new.token != holder.token
+    assert not ack(backend, holder)
+    # and once more: the new lease was started by m2 too
+    newer = started(backend, job_id, redelivered=True, message="m2", worker="w4")
+    assert newer.recoveries == 2 and not ack(backend, new)
+    assert ack(backend, newer)
+
+
+def test_a_redelivered_message_never_takes_over_a_job_leased_without_one(
+        backend: Backend) -> None:
+    job_id = put(backend)
+    job = take_one(backend, worker="w1")  # leased by dequeue (a worker with no broker)
+    assert job.id == job_id
+    assert start(backend, job_id, redelivered=True, message="m1",
+                 worker="w2").kind is StartKind.RUNNING
+    assert ack(backend, job)
+
+
+def test_a_redelivered_message_without_an_id_still_takes_over(backend: Backend) -> None:
+    """A message published before message ids (an upgrade): the broker's word is taken."""
+    job_id = put(backend)
+    old = started(backend, job_id, worker="w1", message="m1")
+    new = started(backend, job_id, redelivered=True, worker="w2")
+    assert new.recoveries == 1 and not ack(backend, old)
 
 
 def test_a_takeover_past_max_recoveries_ends_dead(backend: Backend) -> None:

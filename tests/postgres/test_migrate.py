@@ -222,3 +222,24 @@ def test_a_migration_numbered_below_one_already_applied_is_still_applied(
     with psycopg.connect(settings.conninfo, autocommit=True) as db:
         assert db.execute(f'SELECT count(*) FROM "{settings.schema}".late_arrival'
                           ).fetchone() == (0,)
+
+
+def test_a_worker_of_the_previous_release_still_starts_jobs_after_migration_7(
+        postgres_server: Any) -> None:
+    """Migration 7 gave ``start`` a message-id argument; the old signature stays, so a worker
+    not yet upgraded keeps working (its messages have no ids: a redelivery takes over)."""
+    url = _url(postgres_server)
+    store = open_storage(url)
+    try:
+        job_id = put(store)
+        settings = parse_postgres_url(url)
+        old_call = ("SELECT kind, token, recoveries FROM start(NULL::float8, 'default', "
+                    "%s::text[], %s::bool[], 'w-old', 30::float8, 5, 'why', 'cancelled')")
+        with psycopg.connect(settings.conninfo, autocommit=True) as db:
+            db.execute(f'SET search_path TO "{settings.schema}"')
+            first = db.execute(old_call, ([job_id], [False])).fetchone()
+            again = db.execute(old_call, ([job_id], [True])).fetchone()
+        assert first is not None and first[0] == "started" and "#" not in first[1]
+        assert again is not None and again[0] == "started" and again[2] == 1
+    finally:
+        store.close()

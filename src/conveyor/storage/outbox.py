@@ -11,16 +11,18 @@ every reader, with no event, until it starts.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from conveyor.errors import BrokerUnsupported
 from conveyor.job import LeasedJob
 from conveyor.storage import redact
 
-__all__ = ["Outbox", "StartKind", "StartReply", "as_outbox"]
+__all__ = ["Arrival", "Delivered", "Outbox", "StartKind", "StartReply", "arrivals", "as_outbox",
+           "mark", "marked_by"]
 
 
 class StartKind(str, Enum):
@@ -39,6 +41,48 @@ class StartReply:
     job_id: str
     kind: StartKind
     job: LeasedJob | None = None  # set when ``kind`` is STARTED
+
+
+class Arrival(NamedTuple):
+    """One delivered job id as ``Outbox.start`` takes it.
+
+    ``message`` is the id of the broker message that carried it (the broker layer's, a short
+    hex string), None for a message without one. A job started from a message keeps that id in
+    its lease token (``mark``), so a redelivered message takes the job over only when it is
+    the very message that started the current attempt: an older message of a job that was
+    published again (the first never started) is a duplicate, not news of a dead holder.
+    """
+
+    job_id: str
+    redelivered: bool = False
+    message: str | None = None
+
+
+#: What ``Outbox.start`` accepts per delivery: an ``Arrival`` or a ``(job_id, redelivered)``.
+Delivered = tuple[str, bool] | tuple[str, bool, str | None]
+
+_MARK = "#"  # between a lease token and the id of the message that started the lease
+_MESSAGE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def arrivals(deliveries: Sequence[Delivered]) -> list[Arrival]:
+    """``deliveries`` as ``Arrival`` s (a pair has no message id). A message id that is not 1
+    to 64 letters, digits, ``-`` or ``_`` (a hand-made message) counts as none: every store
+    puts it inside a lease token."""
+    out = [d if isinstance(d, Arrival) else Arrival(*d) for d in deliveries]
+    return [d if d.message is None or _MESSAGE_ID.fullmatch(d.message)
+            else d._replace(message=None) for d in out]
+
+
+def mark(message: str | None) -> str:
+    """The suffix a lease token started from ``message`` carries ('' without a message)."""
+    return "" if message is None else _MARK + message
+
+
+def marked_by(token: str | None, message: str | None) -> bool:
+    """Whether a redelivery of ``message`` may take over a lease holding ``token``: the lease
+    was started by that message, or the message has no id (published before ids existed)."""
+    return message is None or (token or "").endswith(_MARK + message)
 
 
 @runtime_checkable
@@ -63,22 +107,27 @@ class Outbox(Protocol):
         """The broker did not confirm these: make each still-pending one due again at once."""
         ...
 
-    def start(self, queue: str, deliveries: Sequence[tuple[str, bool]], worker_id: str,
+    def start(self, queue: str, deliveries: Sequence[Delivered], worker_id: str,
               lease_seconds: float, max_recoveries: int = 5) -> list[StartReply]:
-        """Lease delivered jobs of ``queue`` (``(job_id, redelivered)`` each) as ``dequeue`` would.
+        """Lease delivered jobs of ``queue`` (``Arrival`` s) as ``dequeue`` would.
 
         One reply per delivery, in order, each one atomic transition:
 
         * pending and admitted (pause, flow control, deadline and unreadable records exactly
           as ``dequeue`` treats them) -> STARTED with the ``LeasedJob`` as ``dequeue`` returns
-          it (``started`` event, attempt + 1, fresh token, batch counters moved);
+          it (``started`` event, attempt + 1, fresh token, batch counters moved); the token
+          carries ``mark(message)`` (each store puts it where its acks do not look);
         * pending but held back by flow control or a paused queue -> PARKED: it stays pending
           and is not due to publish until it may run (see ``publish_due``);
         * deadline passed -> moved to ``dead`` (``expired``) and SKIPPED;
         * active under a lease and ``redelivered`` False -> RUNNING (a duplicate message);
-        * active and ``redelivered`` True -> the broker says its holder's connection died: it
-          is taken over at once as a lease expiry would take it (``recovered`` event,
-          ``recoveries`` + 1, ``dead`` past ``max_recoveries``) and leased to this worker:
+        * active, ``redelivered`` True but the lease not started by this message
+          (``marked_by`` false: an older message of a job published again, or a job leased
+          by ``dequeue``) -> RUNNING, the holder untouched;
+        * active, ``redelivered`` True and ``marked_by`` -> the broker says its holder's
+          connection died: it is taken over at once as a lease expiry would take it
+          (``recovered`` event, ``recoveries`` + 1, ``dead`` past ``max_recoveries``) and
+          leased to this worker:
           STARTED with a new token, so the old holder's ack is refused (fencing);
         * anything else (finished, cancelled, scheduled, unknown id) -> SKIPPED, untouched.
         """

@@ -7,12 +7,13 @@ which ``publish_due`` asks the gate directly, so the ack that frees a key needs 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from conveyor.job import EventKind, JobState, LeasedJob
 from conveyor.storage.memory.flow import ScanBudget
 from conveyor.storage.memory.state import Entry, MemoryState
-from conveyor.storage.outbox import StartKind, StartReply
+from conveyor.storage.outbox import Delivered, StartKind, StartReply, arrivals, mark, marked_by
 from conveyor.storage.rules import DEADLINE_PASSED, REDELIVERED
 
 
@@ -79,25 +80,26 @@ class MemoryOutbox(MemoryState):
                 buried += 1
             return buried
 
-    def start(self, queue: str, deliveries: Sequence[tuple[str, bool]], worker_id: str,
+    def start(self, queue: str, deliveries: Sequence[Delivered], worker_id: str,
               lease_seconds: float, max_recoveries: int = 5) -> list[StartReply]:
         """Lease delivered jobs; see ``Outbox.start``."""
         with self._lock:
             now = self.now()
             budget = ScanBudget()
             self._flow.forget_idle_rates(now)
-            return [self._start_one(job_id, redelivered, worker_id, lease_seconds,
+            return [self._start_one(job_id, redelivered, message, worker_id, lease_seconds,
                                     max_recoveries, now, budget)
-                    for job_id, redelivered in deliveries]
+                    for job_id, redelivered, message in arrivals(deliveries)]
 
-    def _start_one(self, job_id: str, redelivered: bool, worker_id: str, lease_seconds: float,
-                   max_recoveries: int, now: float, budget: ScanBudget) -> StartReply:
+    def _start_one(self, job_id: str, redelivered: bool, message: str | None, worker_id: str,
+                   lease_seconds: float, max_recoveries: int, now: float,
+                   budget: ScanBudget) -> StartReply:
         entry = self._jobs.get(job_id)
         if entry is None:
             return StartReply(job_id, StartKind.SKIPPED)
         state = entry.rec.state
         if state is JobState.ACTIVE:
-            if not redelivered:
+            if not redelivered or not marked_by(entry.token, message):
                 return StartReply(job_id, StartKind.RUNNING)
             self._recover([entry], max_recoveries, now, REDELIVERED)  # as a lease expiry
             state = entry.rec.state
@@ -117,5 +119,8 @@ class MemoryOutbox(MemoryState):
         self._flow.reserve(rec, budget)
         stamps.pop(job_id, None)  # back to pending later (retry, recovery): due at once
         parked.discard(job_id)
-        return StartReply(job_id, StartKind.STARTED,
-                          self._lease(entry, worker_id, now, lease_seconds))
+        job = self._lease(entry, worker_id, now, lease_seconds)
+        if message is not None:  # the lease remembers the message that started it
+            entry.token = job.token + mark(message)
+            job = dataclasses.replace(job, token=entry.token)
+        return StartReply(job_id, StartKind.STARTED, job)

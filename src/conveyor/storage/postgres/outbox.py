@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from conveyor.job import LeasedJob
-from conveyor.storage.outbox import StartKind, StartReply
+from conveyor.storage.outbox import Delivered, StartKind, StartReply, arrivals
 from conveyor.storage.postgres import arrays
 from conveyor.storage.postgres.connection import Database
-from conveyor.storage.postgres.text import enc
+from conveyor.storage.postgres.text import enc, enc_opt
 from conveyor.storage.rules import REDELIVERED, cancelled_message
 
 __all__ = ["PostgresOutbox"]
@@ -25,8 +25,8 @@ __all__ = ["PostgresOutbox"]
 _PUBLISH_DUE = "SELECT publish_due(%s::float8, %s::text, %s::int4, %s::float8)"
 _PUBLISH_FAILED = ("UPDATE jobs SET publish_at = NULL WHERE id = ANY(%s::text[]) "
                    "AND state = 'pending' AND publish_at >= 0")
-_START = ("SELECT * FROM start(%s::float8, %s::text, %s::text[], %s::bool[], %s::text, "
-          "%s::float8, %s::int4, %s::text, %s::text)")
+_START = ("SELECT * FROM start(%s::float8, %s::text, %s::text[], %s::bool[], %s::text[], "
+          "%s::text, %s::float8, %s::int4, %s::text, %s::text)")
 _BURY = "SELECT bury(%s::float8, %s::text[], %s::text)"
 
 
@@ -52,18 +52,20 @@ class PostgresOutbox:
             with self._db.call() as cur:
                 cur.execute(_PUBLISH_FAILED, (arrays.texts(job_ids),))
 
-    def start(self, queue: str, deliveries: Sequence[tuple[str, bool]], worker_id: str,
+    def start(self, queue: str, deliveries: Sequence[Delivered], worker_id: str,
               lease_seconds: float, max_recoveries: int = 5) -> list[StartReply]:
         """Lease delivered jobs; see ``Outbox.start``."""
-        if not deliveries:
+        given = arrivals(deliveries)
+        if not given:
             return []
         with self._db.call() as cur:
             rows = cur.execute(_START, (
-                self._clock_arg(), enc(queue), arrays.texts(j for j, _ in deliveries),
-                arrays.bools(again for _, again in deliveries), enc(worker_id),
-                lease_seconds, max_recoveries, REDELIVERED,
+                self._clock_arg(), enc(queue), arrays.texts(d.job_id for d in given),
+                arrays.bools(d.redelivered for d in given),
+                arrays.texts(enc_opt(d.message) for d in given),
+                enc(worker_id), lease_seconds, max_recoveries, REDELIVERED,
                 cancelled_message(REDELIVERED))).fetchall()
-        return [_reply(job_id, row) for (job_id, _), row in zip(deliveries, rows, strict=True)]
+        return [_reply(d.job_id, row) for d, row in zip(given, rows, strict=True)]
 
     def bury(self, job_ids: Sequence[str], reason: str) -> int:
         """Pending or active jobs the broker gave up on → dead; see ``Outbox.bury``."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from conveyor.storage.outbox import StartKind, StartReply
+from conveyor.storage.outbox import Delivered, StartKind, StartReply, arrivals
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.inspect import RedisInspector
 from conveyor.storage.rules import REDELIVERED
@@ -38,22 +38,24 @@ class RedisOutbox(RedisInspector):
             self.link.call("ZADD", self.keys.queue(queue).published, "XX",
                            *[x for job_id in ids for x in (0, job_id)])
 
-    def start(self, queue: str, deliveries: Sequence[tuple[str, bool]], worker_id: str,
+    def start(self, queue: str, deliveries: Sequence[Delivered], worker_id: str,
               lease_seconds: float, max_recoveries: int = 5) -> list[StartReply]:
         """Lease delivered jobs; see ``Outbox.start``."""
-        if not deliveries:
+        given = arrivals(deliveries)
+        if not given:
             return []
         codec.check_text("worker id", worker_id)
         prefix = os.urandom(8).hex() + "."
         args = [self.now_arg(), queue, worker_id, max_recoveries, repr(float(lease_seconds)),
                 prefix, REDELIVERED,
-                *[x for job_id, again in deliveries for x in (job_id, "1" if again else "0")]]
+                *[x for job_id, again, message in given
+                  for x in (job_id, "1" if again else "0", message or "")]]
         kinds, rows, moves = self.scripts.run("start", self.register_queue(queue), args)
         self.sync_batches(moves)
         leased = iter(codec.leased(row, queue) for row in rows)
         return [StartReply(job_id, StartKind(kind),
                            next(leased) if kind == "started" else None)
-                for (job_id, _), kind in zip(deliveries, kinds, strict=True)]
+                for (job_id, _, _), kind in zip(given, kinds, strict=True)]
 
     def bury(self, job_ids: Sequence[str], reason: str) -> int:
         """Pending or active jobs the broker gave up on → dead; see ``Outbox.bury``."""

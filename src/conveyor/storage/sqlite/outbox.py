@@ -14,7 +14,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from conveyor.job import EventKind, JobState, LeasedJob
-from conveyor.storage.outbox import StartKind, StartReply
+from conveyor.storage.outbox import (
+    Arrival,
+    Delivered,
+    StartKind,
+    StartReply,
+    arrivals,
+    mark,
+    marked_by,
+)
 from conveyor.storage.rules import DEADLINE_PASSED, REDELIVERED
 from conveyor.storage.sqlite import batches, flow, jobs
 from conveyor.storage.sqlite import leases as lease_sql
@@ -35,7 +43,7 @@ _PENDING = (
 # ``lease_all`` reads the row as ``dequeue`` does: the job ends dead, the reason names it.
 _ROWS = (
     f"SELECT id, {flow.FLOW_COLUMNS}, state, CAST(batch_id AS BLOB), deadline, recoveries, "
-    "queue, CAST(name AS BLOB), cancel_requested FROM jobs "
+    "queue, CAST(name AS BLOB), cancel_requested, token FROM jobs "
     "WHERE id IN (SELECT value FROM json_each(?))"
 )
 
@@ -92,14 +100,15 @@ class SqliteOutbox:
             batches.apply(cur, now, moves, jobs.insert)
             return len(rows)
 
-    def start(self, queue: str, deliveries: Sequence[tuple[str, bool]], worker_id: str,
+    def start(self, queue: str, deliveries: Sequence[Delivered], worker_id: str,
               lease_seconds: float, max_recoveries: int = 5) -> list[StartReply]:
         """Lease delivered jobs; see ``Outbox.start``."""
         if not deliveries:
             return []
         with self._db.write() as cur:
             now = self.now()
-            return _Start(cur, now, worker_id, lease_seconds, max_recoveries).run(deliveries)
+            return _Start(cur, now, worker_id, lease_seconds, max_recoveries).run(
+                arrivals(deliveries))
 
 
 def _walk(cur: Any, now: float, queue: str, count: int) -> list[str]:
@@ -134,14 +143,14 @@ class _Start:
         self.paused = {r[0] for r in cur.execute("SELECT name FROM queues WHERE paused = 1")}
         self.rows: dict[str, Any] = {}
 
-    def run(self, deliveries: Sequence[tuple[str, bool]]) -> list[StartReply]:
-        ids = list(dict.fromkeys(job_id for job_id, _ in deliveries))
+    def run(self, deliveries: list[Arrival]) -> list[StartReply]:
+        ids = list(dict.fromkeys(d.job_id for d in deliveries))
         self.rows = {r[0]: r for r in _rows(self.cur, ids)}
-        kinds = [self.one(job_id, redelivered) for job_id, redelivered in deliveries]
-        leased = self.lease_all([job_id for (job_id, _), kind
-                                 in zip(deliveries, kinds, strict=True) if kind is None])
+        kinds = [self.one(*d) for d in deliveries]
+        leased = self.lease_all({d.job_id: d.message for d, kind
+                                 in zip(deliveries, kinds, strict=True) if kind is None})
         replies: list[StartReply] = []
-        for (job_id, _), kind in zip(deliveries, kinds, strict=True):
+        for (job_id, _, _), kind in zip(deliveries, kinds, strict=True):
             job = leased.pop(job_id, None) if kind is None else None
             if job is not None:
                 replies.append(StartReply(job_id, StartKind.STARTED, job))
@@ -149,7 +158,7 @@ class _Start:
                 replies.append(StartReply(job_id, kind or StartKind.RUNNING))
         return replies
 
-    def one(self, job_id: str, redelivered: bool) -> StartKind | None:
+    def one(self, job_id: str, redelivered: bool, message: str | None) -> StartKind | None:
         """The reply for one delivery, or None for a job to lease."""
         row = self.rows.get(job_id)
         if row is None:
@@ -158,10 +167,10 @@ class _Start:
         if state == "leasing":  # admitted earlier in this call: a duplicate message
             return StartKind.RUNNING
         if state == "active":
-            if not redelivered:
+            if not redelivered or not marked_by(row[14], message):
                 return StartKind.RUNNING
             # (id, state, batch, recoveries, queue, name, cancel_requested) as RECLAIM reads
-            lease_sql.recover(self.cur, self.now, [(row[0], state, row[8], *row[10:])],
+            lease_sql.recover(self.cur, self.now, [(row[0], state, row[8], *row[10:14])],
                               self.max_recoveries, REDELIVERED)
             row = _rows(self.cur, [job_id])[0]
             state = row[7]
@@ -182,16 +191,24 @@ class _Start:
         self.rows[job_id] = (*row[:7], "leasing", *row[8:])
         return None
 
-    def lease_all(self, job_ids: list[str]) -> dict[str, LeasedJob]:
-        if not job_ids:
+    def lease_all(self, messages: dict[str, str | None]) -> dict[str, LeasedJob]:
+        """Lease the admitted jobs (id -> the message that carried it) in one statement."""
+        if not messages:
             return {}
         cur, now = self.cur, self.now
         rows = cur.execute(lease_sql.LEASE_IDS, {
             "worker": self.worker, "now": now, "expires": now + self.lease,
-            "ids": jobs.ids_param(job_ids)}).fetchall()
-        cur.execute("UPDATE jobs SET publish_at = NULL WHERE rowid IN "
-                    "(SELECT value FROM json_each(?))", (json.dumps([r[12] for r in rows]),))
+            "ids": jobs.ids_param(list(messages))}).fetchall()
         leased = [lease_sql.leased(r) for r in rows]
+        # Each token ends with its message's id (one statement per message: a call's
+        # deliveries come in one or two messages).
+        by_message: dict[str | None, list[int]] = {}
+        for row, job in zip(rows, leased, strict=True):
+            by_message.setdefault(messages.get(job.id), []).append(row[12])
+            job.token += mark(messages.get(job.id))
+        for message, rowids in by_message.items():
+            cur.execute("UPDATE jobs SET publish_at = NULL, token = token || ? WHERE rowid IN "
+                        "(SELECT value FROM json_each(?))", (mark(message), json.dumps(rowids)))
         moves: list[batches.Move] = [(j.batch_id, "pending", "active") for j in leased
                                      if j.batch_id]
         if moves:

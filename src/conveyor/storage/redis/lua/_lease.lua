@@ -29,9 +29,11 @@ local function expire(id, f, events)
   note_batch(lease_moves, f, id, 'dead')
 end
 
-local function lease(id, static, f, events, damage)
+-- mark: start.lua's '#' and the id of the message that started the lease, put before the
+-- "/queue" tail that acks read the queue from
+local function lease(id, static, f, events, damage, mark)
   seq = seq + 1
-  local token = ARGV[6] .. seq .. token_tail
+  local token = ARGV[6] .. seq .. (mark or '') .. token_tail
   f[F_STATE] = 'active'
   f[F_ATTEMPTS] = tostring(num(f[F_ATTEMPTS]) + 1)
   f[F_TOKEN] = token

@@ -19,14 +19,16 @@
 --- @key cancelled  zset
 --- @key published  zset: job id -> when it is due to be published again
 -- ARGV: 1 now|'', 2 queue, 3 worker id, 4 max recoveries, 5 lease seconds, 6 token prefix,
---       7 why a redelivered job is recovered (rules.REDELIVERED), then pairs: job id, "1" if
---       the broker says it redelivered the message else "0".
--- Returns: {kinds, leased, batch moves}: a kind per pair ("started", "running", "skipped",
+--       7 why a redelivered job is recovered (rules.REDELIVERED), then triples: job id, "1" if
+--       the broker says it redelivered the message else "0", the message's id or ''.
+-- Returns: {kinds, leased, batch moves}: a kind per triple ("started", "running", "skipped",
 -- "parked"), the leased jobs as dequeue.lua returns them (in the order of the "started"
 -- kinds), and the batch moves.
 -- A job active under a lease whose message comes redelivered is taken over at once, as a lease
 -- expiry would take it (_recover.lua: "recovered", recoveries + 1, dead past the limit), then
--- leased here: its old holder's token no longer counts.
+-- leased here: its old holder's token no longer counts. Only the message that started the
+-- current lease may do that: a lease started from a message has a token whose part before
+-- "/queue" ends in '#' and the message's id, and an older message of a job published again is a duplicate ('running').
 max_recoveries = tonumber(ARGV[4])  -- _recover.lua reads its own callers' ARGV[3]
 local paused = redis.call('HEXISTS', K_META, 'paused') == 1
 local kinds, seen, rate_seq = {}, {}, 0
@@ -39,13 +41,16 @@ local function park(id)
   return 'parked'
 end
 
-local function start(id, redelivered)
+local function start(id, redelivered, message)
+  local mark = message ~= '' and ('#' .. message) or nil
   if seen[id] then return 'running' end  -- a second message for it in this call
   seen[id] = true
   local f, events, bad = load(K_STATE, id)
   if not f then redis.call('ZREM', K_PUBLISHED, id) return 'skipped' end
   if f[F_STATE] == 'active' and not bad then
     if not redelivered then return 'running' end
+    local head = string.match(f[F_TOKEN] or '', '^[^/]*')  -- the token before "/queue"
+    if mark and string.sub(head, -#mark) ~= mark then return 'running' end
     recover(id, f, events, ARGV[7])
     if f[F_STATE] ~= 'pending' then return 'skipped' end
     redis.call('RPOP', K_PENDING)  -- the entry recover() just pushed: it starts here instead
@@ -60,7 +65,7 @@ local function start(id, redelivered)
   if bad then  -- leased with the damage named: the worker acknowledges it dead with it
     redis.call('ZREM', K_PUBLISHED, id)
     redis.call('ZREM', K_PARKED, id)
-    lease(id, static, f, events, bad)
+    lease(id, static, f, events, bad, mark)
     return 'started'
   end
   local deadline = tonumber(f[F_DEADLINE])
@@ -78,11 +83,11 @@ local function start(id, redelivered)
   end
   redis.call('ZREM', K_PUBLISHED, id)
   redis.call('ZREM', K_PARKED, id)
-  lease(id, static, f, events)
+  lease(id, static, f, events, nil, mark)
   return 'started'
 end
 
-for i = 8, #ARGV, 2 do kinds[#kinds + 1] = start(ARGV[i], ARGV[i + 1] == '1') end
+for i = 8, #ARGV, 3 do kinds[#kinds + 1] = start(ARGV[i], ARGV[i + 1] == '1', ARGV[i + 2]) end
 flush_leases()
 flush_counts(K_META)
 -- A takeover's moves (active -> pending, _recover.lua) come before its lease's.
