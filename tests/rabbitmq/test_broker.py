@@ -152,9 +152,14 @@ def test_a_pack_is_settled_when_all_of_its_jobs_are_and_comes_back_one_by_one(ur
             back += more
         done = {d.job_id for d in part[:5]}
         # the packs it held come back whole (the finished ones too: the store skips those),
-        # one job per message now, every one redelivered
+        # one job per message now, every one redelivered, each with its pack's message id
+        # (the store takes over a job only for the message that started it)
         assert {d.job_id for d in back} >= set(ids) - done
         assert all(d.redelivered for d in back)
+        first_ids = {d.job_id: d.message_id for d in part}
+        packs = {int(job_id[1:]) // 4 for job_id in first_ids}  # j0-j3 the first pack, ...
+        assert len(set(first_ids.values())) == len(packs) and None not in first_ids.values()
+        assert all(d.message_id == first_ids[d.job_id] for d in back if d.job_id in first_ids)
         assert second.backlog("default") == 0
         second.ack(back)
     finally:

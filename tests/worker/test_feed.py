@@ -4,12 +4,35 @@ from the live worker that runs it."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from conveyor import Conveyor, FakeClock
 from conveyor.broker import open_broker
-from conveyor.storage.outbox import as_outbox
+from conveyor.storage.outbox import Outbox, as_outbox
 from conveyor.worker.config import QueueWeight, WorkerConfig
 from conveyor.worker.feed import BrokerFeed
+
+
+@contextmanager
+def one_job(clock: FakeClock) -> Iterator[tuple[Conveyor, Outbox, str, str,
+                                                Callable[[str], BrokerFeed]]]:
+    """A memory store holding one pending job of queue ``default`` and a memory broker: the
+    app, the outbox, the job's id, the broker's URL, and a maker of a worker's feed."""
+    app = Conveyor("memory://", clock=clock)
+    try:
+        outbox = as_outbox(app.storage)
+        ref = app.enqueue("job", queue="default")
+        assert ref is not None
+        broker_url = f"memory://{uuid.uuid4().hex}"
+
+        def feed(worker_id: str) -> BrokerFeed:
+            config = WorkerConfig(queues=(QueueWeight("default"),), worker_id=worker_id)
+            return BrokerFeed(open_broker(broker_url), outbox, config)
+
+        yield app, outbox, ref.id, broker_url, feed
+    finally:
+        app.close()
 
 
 def test_a_redelivered_old_message_of_a_job_running_here_is_a_duplicate() -> None:
@@ -17,30 +40,47 @@ def test_a_redelivered_old_message_of_a_job_running_here_is_a_duplicate() -> Non
     # the job it handed back was published again and started here, then the pack came back
     # marked redelivered and the old message took the job over from this live worker (a
     # second run of it beside the first, a ``recovered`` event that never happened).
-    clock = FakeClock()
-    app = Conveyor("memory://", clock=clock)
-    try:
-        outbox = as_outbox(app.storage)
-        ref = app.enqueue("job", queue="default")
-        assert ref is not None
-        broker_url = f"memory://{uuid.uuid4().hex}"
-        config = WorkerConfig(queues=(QueueWeight("default"),), worker_id="w2")
-        old, feed = open_broker(broker_url), BrokerFeed(open_broker(broker_url), outbox, config)
-
+    with one_job(FakeClock()) as (app, outbox, job_id, broker_url, make_feed):
+        old, feed = open_broker(broker_url), make_feed("w2")
         old.publish("default", outbox.publish_due("default", 10, 300.0))
-        assert [d.job_id for d in old.consume([("default", 0)], 10, 0.0)] == [ref.id]
-        outbox.publish_failed([ref.id])  # as if the first publish was never confirmed
+        assert [d.job_id for d in old.consume([("default", 0)], 10, 0.0)] == [job_id]
+        outbox.publish_failed([job_id])  # as if the first publish was never confirmed
         feed.broker.publish("default", outbox.publish_due("default", 10, 300.0))
         [job] = feed.take(["default"], 10, 0.0)
         old.close()  # the first consumer's connection dies: its message comes back
 
         assert feed.take(["default"], 10, 0.0) == []
-        record = app.get_job(ref.id)
+        record = app.get_job(job_id)
         assert record is not None
         assert (record.state.value, record.recoveries, record.attempt) == ("active", 0, 1)
         assert [e.kind for e in record.events or ()] == ["enqueued", "started"]
         assert feed.broker.consume([("default", 0)], 10, 0.0) == []  # the duplicate is settled
-        assert feed.held == 1 and job.id == ref.id
+        assert feed.held == 1 and job.id == job_id
         feed.close()
-    finally:
-        app.close()
+
+
+def test_an_old_message_reaching_another_worker_does_not_take_the_job_over() -> None:
+    # The same old message, but handed to a third worker: its own feed holds nothing of the
+    # job, so only the store can tell. The lease started by message 2 carries that message's
+    # id; message 1, redelivered, is a duplicate there too (before: a takeover, the job run a
+    # second time beside its live first run).
+    clock = FakeClock()
+    with one_job(clock) as (app, outbox, job_id, broker_url, feed):
+        hoarder, runner, third = open_broker(broker_url), feed("w2"), feed("w3")
+        hoarder.publish("default", outbox.publish_due("default", 10, 300.0))
+        assert [d.job_id for d in hoarder.consume([("default", 0)], 10, 0.0)] == [job_id]
+        clock.advance(301)  # never started within republish_after: published again
+        runner.broker.publish("default", outbox.publish_due("default", 10, 300.0))
+        [job] = runner.take(["default"], 10, 0.0)
+        hoarder.close()  # the hoarder dies: message 1 comes back, redelivered
+
+        assert third.take(["default"], 10, 0.0) == []
+        record = app.get_job(job_id)
+        assert record is not None and record.worker == "w2"
+        assert (record.state.value, record.recoveries, record.attempt) == ("active", 0, 1)
+        assert third.broker.consume([("default", 0)], 10, 0.0) == []  # settled as a duplicate
+
+        runner.broker.close()  # now the runner's connection dies: message 2 comes back
+        [taken] = third.take(["default"], 10, 0.0)
+        assert taken.id == job_id and taken.recoveries == 1 and taken.token != job.token
+        third.close()

@@ -19,7 +19,10 @@ class Delivery:
     ``handle`` is opaque outside the broker (a RabbitMQ delivery tag with its channel, a Kafka
     partition and offset). ``redelivered`` is the broker's hint that an earlier consumer got
     the message and did not settle it; ``attempts`` counts deliveries where the broker keeps
-    such a count (a quorum queue's ``x-delivery-count``), else 0.
+    such a count (a quorum queue's ``x-delivery-count``), else 0. ``message_id`` names the
+    message: every publish gives its message a new one, and a redelivery keeps it, so the store
+    can tell the message that started a job from an older one of the same job
+    (``conveyor.storage.outbox.Arrival``); None where a message came without one.
     """
 
     queue: str
@@ -27,6 +30,7 @@ class Delivery:
     handle: object
     redelivered: bool = False
     attempts: int = 0
+    message_id: str | None = None
 
 
 @runtime_checkable

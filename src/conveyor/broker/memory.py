@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import secrets
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ __all__ = ["MemoryBroker", "open_memory_broker"]
 class _Message:
     job_id: str
     deliveries: int = 0
+    message_id: str = field(default_factory=lambda: secrets.token_hex(8))
 
 
 @dataclass
@@ -94,7 +96,8 @@ class MemoryBroker:
                     self._unsettled[tag] = (name, message)
                     out.append(Delivery(queue=name, job_id=message.job_id, handle=tag,
                                         redelivered=message.deliveries > 1,
-                                        attempts=message.deliveries))
+                                        attempts=message.deliveries,
+                                        message_id=message.message_id))
             return out
 
     def _ready(self, queues: Sequence[tuple[str, int]]) -> bool:

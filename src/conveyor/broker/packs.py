@@ -8,14 +8,20 @@ as a JSON list; a single id travels as the plain body. docs/brokers.md explains 
 from __future__ import annotations
 
 import json
+import secrets
 
 from aio_pika.abc import AbstractIncomingMessage
 
-__all__ = ["PACKED", "REDELIVERED", "Pack", "encode", "job_ids"]
+__all__ = ["PACKED", "REDELIVERED", "Pack", "encode", "job_ids", "new_message_id"]
 
 # On a message that is one job of a pack handed back: deliver it as redelivered.
 REDELIVERED = "x-conveyor-redelivered"
 PACKED = "application/json"  # the content type of a pack: a JSON list of job ids
+
+
+def new_message_id() -> str:
+    """The id a published message carries (AMQP ``message-id``): 16 hex digits."""
+    return secrets.token_hex(8)
 
 
 def encode(ids: list[str]) -> tuple[bytes, str | None]:
@@ -29,7 +35,8 @@ class Pack:
     """One message as this connection holds it: its jobs' deliveries share it as their
     handle, and it is settled with RabbitMQ when the last of them is."""
 
-    __slots__ = ("attempts", "handed_at", "message", "open", "redelivered", "requeue")
+    __slots__ = ("attempts", "handed_at", "message", "message_id", "open", "redelivered",
+                 "requeue")
 
     def __init__(self, message: AbstractIncomingMessage, size: int) -> None:
         headers = message.headers or {}
@@ -40,6 +47,7 @@ class Pack:
         self.handed_at = 0.0  # monotonic time its first delivery was handed out
         self.redelivered = bool(message.redelivered or headers.get(REDELIVERED))
         self.attempts = (int(count) if isinstance(count, int) else 0) + 1
+        self.message_id = message.message_id  # kept by a redelivery and by a split
 
     def live(self) -> bool:
         """Whether the channel it came on is open (else it can no longer be settled)."""

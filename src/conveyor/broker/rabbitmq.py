@@ -29,7 +29,7 @@ from aio_pika.abc import (
 
 from conveyor.broker.amqp_logs import quiet_client_logs, reason
 from conveyor.broker.base import Delivery
-from conveyor.broker.packs import REDELIVERED, Pack, encode, job_ids
+from conveyor.broker.packs import REDELIVERED, Pack, encode, job_ids, new_message_id
 from conveyor.errors import BrokerUnavailable, BrokerURLError
 from conveyor.storage import redact
 
@@ -159,6 +159,7 @@ class RabbitBroker:
         Many ids at once go in packs (one message of up to ``pack`` ids, a JSON list): the
         per-message cost of AMQP — framing, a confirm, a delivery, an ack — is most of what a
         job costs the worker, and a backlog needs no more messages than consumers can share.
+        Every message gets a new id (AMQP ``message-id``); see ``Delivery.message_id``.
         """
         if not job_ids:
             return []
@@ -168,18 +169,19 @@ class RabbitBroker:
 
         async def run() -> list[bool]:
             await self._declare(queue)
-            results = await asyncio.gather(*(self._send(queue, ids) for ids in packs),
-                                           return_exceptions=True)
+            results = await asyncio.gather(
+                *(self._send(queue, ids, new_message_id()) for ids in packs),
+                return_exceptions=True)
             return [not isinstance(r, BaseException)
                     for r, ids in zip(results, packs, strict=True) for _ in ids]
 
         return self._call(run(), self._timeout * 2 + 5)
 
-    async def _send(self, queue: str, ids: list[str], headers: dict[str, Any] | None = None,
-                    ) -> None:
+    async def _send(self, queue: str, ids: list[str], message_id: str | None,
+                    headers: dict[str, Any] | None = None) -> None:
         body, kind = encode(ids)
         await self._publisher.default_exchange.publish(aio_pika.Message(
-            body, content_type=kind, headers=headers,
+            body, content_type=kind, headers=headers, message_id=message_id,
             delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
             routing_key=self.name(queue), timeout=self._timeout)
 
@@ -208,7 +210,8 @@ class RabbitBroker:
                         pack.handed_at = now
                         self._held[id(pack)] = pack
                     out.append(Delivery(queue=name, job_id=job_id, handle=pack,
-                                        redelivered=pack.redelivered, attempts=pack.attempts))
+                                        redelivered=pack.redelivered, attempts=pack.attempts,
+                                        message_id=pack.message_id))
             return out
 
     def buffered(self) -> int:
@@ -245,10 +248,11 @@ class RabbitBroker:
         """A pack handed back (its consumer died, or gave part of it back) returns as one
         message per job, each marked redelivered: from here on the broker counts deliveries
         per job, so a job that kills its workers reaches the delivery limit alone and the
-        others in its pack are not dead-lettered with it."""
+        others in its pack are not dead-lettered with it. Each keeps the pack's message id:
+        the store knows the jobs the pack started by it (``Outbox.start``)."""
         try:
-            await asyncio.gather(*(self._send(queue, [job_id], {REDELIVERED: 1})
-                                   for job_id in ids))
+            await asyncio.gather(*(self._send(queue, [job_id], message.message_id,
+                                              {REDELIVERED: 1}) for job_id in ids))
         except Exception:  # not all confirmed: the pack goes back as it is, to try again
             with contextlib.suppress(Exception):
                 await message.reject(requeue=True)

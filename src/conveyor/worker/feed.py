@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from conveyor.broker.base import Broker, Delivery
 from conveyor.job import LeasedJob
-from conveyor.storage.outbox import Outbox, StartKind
+from conveyor.storage.outbox import Arrival, Outbox, StartKind
 from conveyor.worker.config import WorkerConfig
 
 __all__ = ["BrokerFeed"]
@@ -49,7 +49,8 @@ class BrokerFeed:
         started: list[LeasedJob] = []
         for queue, group in per_queue.items():
             replies = self.outbox.start(
-                queue, [(d.job_id, d.redelivered) for d in group], self.config.worker_id,
+                queue, [Arrival(d.job_id, d.redelivered, d.message_id) for d in group],
+                self.config.worker_id,
                 self.config.lease, self.config.max_recoveries)
             for delivery, reply in zip(group, replies, strict=True):
                 if reply.kind is StartKind.STARTED and reply.job is not None:
