@@ -310,6 +310,50 @@ def test_a_full_window_is_looked_at_again_soon_then_less_and_less(tmp_path: Path
         app.close()
 
 
+def test_the_relay_asks_the_broker_for_its_backlog_only_near_half_a_window(
+        tmp_path: Path) -> None:
+    """Each look at the backlog is a round trip to the broker (1.5 ms through RabbitMQ), most
+    of an idle job's way through the relay. What waits in the broker is at most what it held
+    at the last look plus what this relay published since, so the relay asks only once that
+    reaches half the window, and still stops at a full window."""
+    from conveyor.broker.memory import MemoryBroker, open_memory_broker
+
+    class Counting(MemoryBroker):
+        looks = 0
+
+        def backlog(self, queue: str) -> int:
+            self.looks += 1
+            return super().backlog(queue)
+
+    app = Conveyor(f"sqlite:///{tmp_path}/b.db", broker=f"memory://{uuid.uuid4().hex}")
+
+    @app.job
+    def noop() -> None: ...
+
+    real = open_memory_broker(app.broker_url or "")
+    broker = Counting(real.url, real._hub)
+    relay = Relay(app.storage, app.clock, WorkerConfig(relay_window=8), broker=broker)
+    try:
+        for published in range(1, 4):  # one job at a time, as an idle worker sees them
+            noop.enqueue()
+            relay.tick()
+            assert relay.published == published
+        assert broker.looks == 0  # at most 3 wait: under half of 8, no need to ask
+        noop.enqueue()
+        relay.tick()
+        assert relay.published == 4 and broker.looks == 0
+        for _ in range(6):
+            noop.enqueue()
+        relay.tick()  # 4 may wait: ask; the broker holds 4, so 4 more fit
+        assert broker.looks == 1 and relay.published == 8
+        relay.tick()  # the window is full: asked again, nothing published
+        assert broker.looks == 2 and relay.published == 8
+        assert broker.backlog("default") == 8
+    finally:
+        relay.stop(5)
+        app.close()
+
+
 @pytest.mark.parametrize("brokered", [("redis", "memory")], indirect=True)
 def test_a_drain_past_the_window_never_waits_for_relay_idle(brokered: Conveyor) -> None:
     """2,000 jobs through a window of 64 with ``relay_idle`` at 60 s on Redis, whose acks wake
