@@ -3,13 +3,14 @@ job whose outcome cannot be stored is harmed: it ends dead saying why; the other
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conveyor.clock import FakeClock
-from conveyor.errors import StorageUnavailable
+from conveyor.errors import BrokerUnavailable, StorageUnavailable
 from conveyor.job import Ack, Event, EventKind, JobState, Outcome
 from conveyor.storage import Backend
 from conveyor.worker.acker import Acker
@@ -68,7 +69,8 @@ def test_only_the_job_whose_outcome_cannot_be_stored_is_harmed(store: Backend) -
     assert acker.tick() == 1 and len(acker) == 0
 
 
-def test_an_outage_is_never_taken_for_a_bad_outcome(store: Backend) -> None:
+def test_an_outage_is_never_taken_for_a_bad_outcome(store: Backend,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
     store.enqueue([spec() for _ in range(3)])
     jobs = store.dequeue(["default"], "w", 3, 30.0)
     acks = [Ack(j.id, j.token, Outcome.SUCCEEDED, result="1") for j in jobs]
@@ -87,7 +89,33 @@ def test_an_outage_is_never_taken_for_a_bad_outcome(store: Backend) -> None:
     acker = Acker(Down(), FakeClock(), WorkerConfig(concurrency=1))  # type: ignore[arg-type]
     for ack in acks:
         acker.add(ack)
-    assert acker.tick() == 0 and len(acker) == 3  # kept whole, not split
+    with caplog.at_level(logging.WARNING, logger="conveyor.worker"):
+        assert acker.tick() == 0 and len(acker) == 3  # kept whole, not split
     assert Down.calls == 1
+    [line] = caplog.records  # an outage is one line, not a traceback
+    assert "storage down" in line.getMessage() and line.exc_info is None
     assert acker.tick() == 3 and len(acker) == 0
     assert all(store.get_job(j.id).state is JobState.SUCCEEDED for j in jobs)  # type: ignore[union-attr]
+
+
+def test_a_broker_that_cannot_settle_never_undoes_written_acks(
+        store: Backend, caplog: pytest.LogCaptureFixture) -> None:
+    """The outcomes are in the store; settling their deliveries with the broker failed (its
+    connection is gone: it hands them out again and the store skips finished jobs). Before,
+    the acker took that failure for a bad outcome and wrote every job ``dead`` apart."""
+    store.enqueue([spec() for _ in range(2)])
+    jobs = store.dequeue(["default"], "w", 2, 30.0)
+    acker = Acker(store, FakeClock(), WorkerConfig(concurrency=1))
+
+    def settle(job_ids: list[str]) -> None:
+        raise BrokerUnavailable("RabbitMQ at amqp://127.0.0.1:1/: connection closed")
+
+    acker.on_written = settle
+    for job in jobs:
+        acker.add(Ack(job.id, job.token, Outcome.SUCCEEDED, result="1"))
+    with caplog.at_level(logging.WARNING, logger="conveyor.worker"):
+        assert acker.tick() == 2 and len(acker) == 0
+    assert all(store.get_job(j.id).state is JobState.SUCCEEDED for j in jobs)  # type: ignore[union-attr]
+    assert acker.refused == 0
+    [line] = caplog.records
+    assert "connection closed" in line.getMessage() and line.exc_info is None

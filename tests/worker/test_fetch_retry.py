@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from conveyor.errors import StorageUnavailable
+from conveyor.errors import BrokerUnavailable, StorageUnavailable
 from conveyor.worker.fetcher import log_fetch_failure, retry_delay
 
 
@@ -19,9 +19,16 @@ def test_retries_back_off_but_never_wait_more_than_two_seconds() -> None:
     assert max(delays) == 2.0
 
 
-def test_an_outage_is_one_line_without_a_traceback(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("exc", [
+    StorageUnavailable("Redis at 127.0.0.1:1 is unreachable"),
+    # A broker-fed worker's fetch subscribing while RabbitMQ is frozen (scenario 26 printed
+    # this one with a traceback, which the scenario refuses).
+    BrokerUnavailable("RabbitMQ at amqp://guest:***@127.0.0.1:1/: unreachable (INTERNAL_ERROR)"),
+], ids=["storage", "broker"])
+def test_an_outage_is_one_line_without_a_traceback(caplog: pytest.LogCaptureFixture,
+                                                   exc: Exception) -> None:
     with caplog.at_level(logging.WARNING, logger="conveyor.worker"):
-        log_fetch_failure(StorageUnavailable("Redis at 127.0.0.1:1 is unreachable"), 2.0)
+        log_fetch_failure(exc, 2.0)
     [record] = caplog.records
     assert record.levelno == logging.WARNING and record.exc_info is None
     assert "unreachable" in record.getMessage() and "2.0" in record.getMessage()

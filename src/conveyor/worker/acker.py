@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 
 from conveyor.clock import Clock
-from conveyor.errors import StorageUnavailable
+from conveyor.errors import BrokerUnavailable, StorageUnavailable
 from conveyor.job import Ack, ErrorInfo, Outcome
 from conveyor.storage.base import Storage
 from conveyor.text import printable
@@ -93,9 +93,10 @@ class Acker:
                 log.error("writing %d ack(s) failed (%s); writing them apart", len(batch),
                           _reason(exc))
                 self._write_apart(batch, exc)
-        except _OUTAGES:
+        except _OUTAGES as exc:  # an outage is one line; the acks are kept and written later
             self._failures += 1
-            log.exception("writing %d ack(s) failed; keeping them and retrying", len(batch))
+            log.warning("writing %d ack(s) failed: %s; keeping them and retrying", len(batch),
+                        _reason(exc))
             return self.written - before
         self._failures = 0
         with self._cond:
@@ -106,7 +107,12 @@ class Acker:
         """One storage call for ``acks``; they leave ``_writing`` once written."""
         results = self.storage.ack(acks)
         if self.on_written is not None:  # a broker's deliveries of these jobs are done with
-            self.on_written([a.job_id for a in acks])
+            try:
+                self.on_written([a.job_id for a in acks])
+            except BrokerUnavailable as exc:
+                # The outcomes are stored: an unsettled delivery comes back and is skipped.
+                log.warning("settling %d delivery(ies) with the broker failed: %s", len(acks),
+                            exc)
         refused = len(results) - sum(1 for ok in results if ok)
         if refused:
             self.refused += refused

@@ -13,7 +13,7 @@ import random
 import threading
 
 from conveyor.clock import Clock
-from conveyor.errors import StorageUnavailable
+from conveyor.errors import BrokerUnavailable, StorageUnavailable
 from conveyor.job import Ack, LeasedJob, Outcome
 from conveyor.storage.base import Storage
 from conveyor.worker.acker import Acker
@@ -40,9 +40,9 @@ def retry_delay(errors: int) -> float:
 
 
 def log_fetch_failure(exc: BaseException, delay: float) -> None:
-    """One line for an outage (expected, and logged on every retry while it lasts); the
-    traceback for anything else, which is a bug to see."""
-    if isinstance(exc, StorageUnavailable):
+    """One line for an outage of the store or the broker (expected, and logged on every retry
+    while it lasts); the traceback for anything else, which is a bug to see."""
+    if isinstance(exc, (StorageUnavailable, BrokerUnavailable)):
         log.warning("fetching jobs failed: %s; trying again in %.1fs", exc, delay)
     else:
         log.error("fetching jobs failed; trying again in %.1fs", delay, exc_info=exc)
