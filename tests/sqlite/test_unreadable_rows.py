@@ -59,3 +59,39 @@ def test_a_row_that_is_not_utf8_dies_alone_with_the_reason(tmp_path: Path, colum
     assert state == "dead" and message.decode().startswith("unreadable: ")
     assert app.storage.dequeue(["default"], "w", 10, 30.0) == []
     app.close()
+
+
+@pytest.mark.parametrize("column", ["name", "batch_id"])
+@pytest.mark.parametrize("how", ["lease expiry", "worker released", "redelivered"])
+def test_an_active_row_that_is_not_utf8_never_stops_the_others_being_recovered(
+        tmp_path: Path, column: str, how: str) -> None:
+    """Recovery reads the rows it moves; one damaged row made the whole read raise, so no
+    expired lease of any job was ever reclaimed again (nor a dead worker's jobs released)."""
+    path = tmp_path / "bad.db"
+    clock = FakeClock()
+    app = Conveyor(f"sqlite:///{path}", clock=clock)
+
+    @app.job(name="t.ok")
+    def ok() -> str:
+        return "ok"
+
+    refs = [ok.enqueue() for _ in range(4)]
+    jobs = app.storage.dequeue(["default"], "w", 10, 30.0)
+    assert len(jobs) == 4
+    bad = refs[1].id
+    with sqlite3.connect(path) as raw:
+        raw.execute(f"UPDATE jobs SET {column} = CAST(X'7b22ff80fe22' AS TEXT) WHERE id = ?",
+                    (bad,))
+    if how == "lease expiry":
+        clock.advance(31)
+        app.storage.reclaim_expired(max_recoveries=5)
+    elif how == "worker released":
+        app.storage.release_worker("w", max_recoveries=5)
+    else:
+        as_outbox(app.storage).start("default", [(r.id, True) for r in refs], "w2", 30.0)
+    for ref in refs:
+        if ref.id == bad:
+            continue
+        record = app.storage.get_job(ref.id)
+        assert record is not None and record.recoveries == 1, (ref.id, record)
+    app.close()

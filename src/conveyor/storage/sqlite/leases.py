@@ -37,17 +37,30 @@ LEASE_IDS = LEASE.format(
     where="rowid IN (SELECT rowid FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))) "
     "AND state = 'pending'"
 )
+# Recovery's rows. Text another program wrote is read as bytes and decoded (``decoded_rows``):
+# one name or batch id that was not UTF-8 made the whole read raise, so no expired lease was
+# reclaimed again and no dead worker's jobs released (tests/sqlite/test_unreadable_rows.py).
+_RECOVERY_COLUMNS = ("CAST(id AS BLOB), state, CAST(batch_id AS BLOB), recoveries, queue, "
+                     "CAST(name AS BLOB), cancel_requested")
 RECLAIM = (
-    "SELECT id, state, batch_id, recoveries, queue, name, cancel_requested FROM jobs "
+    f"SELECT {_RECOVERY_COLUMNS} FROM jobs "
     "INDEXED BY jobs_lease WHERE state = 'active' AND lease_expires_at <= :now UNION ALL "
-    "SELECT id, state, batch_id, recoveries, queue, name, cancel_requested FROM jobs "
+    f"SELECT {_RECOVERY_COLUMNS} FROM jobs "
     "WHERE state = 'active' AND lease_expires_at IS NULL LIMIT :limit"
 )
 # The jobs one worker holds (``release_worker``): only active jobs are in the lease index.
 HELD = (
-    "SELECT id, state, batch_id, recoveries, queue, name, cancel_requested FROM jobs "
+    f"SELECT {_RECOVERY_COLUMNS} FROM jobs "
     "INDEXED BY jobs_lease WHERE state = 'active' AND worker = ?"
 )
+
+
+def decoded_rows(cur: sqlite3.Cursor, sql: str, params: Any) -> list[tuple[Any, ...]]:
+    """The rows of ``sql``, every value read as bytes decoded as ``dequeue`` decodes text (bad
+    bytes as U+FFFD): a damaged job is handled like any other, its damage named when it is
+    next leased (``RECLAIM``, ``HELD``, the outbox's ``start``)."""
+    return [tuple(v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in row)
+            for row in cur.execute(sql, params)]
 
 def recover(cur: sqlite3.Cursor, now: float, rows: Sequence[Any], max_recoveries: int,
              why: str) -> int:

@@ -50,8 +50,7 @@ _ROWS = (
 
 def _rows(cur: Any, job_ids: Sequence[str]) -> list[tuple[Any, ...]]:
     """``_ROWS`` for ``job_ids``, every value read as bytes decoded."""
-    return [tuple(v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in row)
-            for row in cur.execute(_ROWS, (jobs.ids_param(job_ids),))]
+    return lease_sql.decoded_rows(cur, _ROWS, (jobs.ids_param(job_ids),))
 
 
 class SqliteOutbox:

@@ -254,7 +254,7 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
         """Active jobs with an expired or missing lease → pending (or dead: a poison job)."""
         with self._db.write() as cur:
             now = self.now()
-            rows = cur.execute(lease_sql.RECLAIM, {"now": now, "limit": limit}).fetchall()
+            rows = lease_sql.decoded_rows(cur, lease_sql.RECLAIM, {"now": now, "limit": limit})
             back = lease_sql.recover(cur, now, rows, max_recoveries, LEASE_EXPIRED)
         if back:
             self._wakeup.notify()
@@ -264,7 +264,7 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
         """Recover every job ``worker_id`` holds now, and unregister it."""
         with self._db.write() as cur:
             now = self.now()
-            rows = cur.execute(lease_sql.HELD, (worker_id,)).fetchall()
+            rows = lease_sql.decoded_rows(cur, lease_sql.HELD, (worker_id,))
             back = lease_sql.recover(cur, now, rows, max_recoveries, WORKER_DIED)
             cur.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
         if back:
