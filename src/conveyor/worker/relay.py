@@ -80,7 +80,7 @@ class Relay(PeriodicComponent):
         self._round_at = time.monotonic()
         busy = full = False
         for queue in self.config.queue_names:
-            waiting = self._at_most.get(queue, 0)
+            waiting = self._at_most.get(queue, self.window)  # unknown: ask (a restart)
             if waiting >= self.window // 2:
                 waiting = self._at_most[queue] = self.broker.backlog(queue)
             room = self.window - waiting
