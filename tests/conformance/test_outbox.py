@@ -405,3 +405,16 @@ def test_published_jobs_are_counted_and_listed_as_pending(backend: Backend) -> N
     assert sorted(r.id for r in backend.list_jobs(state=JobState.PENDING, limit=10)) == sorted(
         ids[1:])
     assert due(backend) == ids[3:]  # the cancelled one is never handed out again
+
+
+def test_order_keys_are_read_for_a_keyed_broker(backend: Backend) -> None:
+    """Kafka keys a job's message by its order key: the relay reads them in one call."""
+    keyed = put(backend, flow=FlowControl(order_key="acct:7"))
+    plain = put(backend)
+    unicode = put(backend, flow=FlowControl(order_key="konto:ø✓", concurrency_key="c",
+                                            concurrency_limit=2))
+    elsewhere = put(backend, "mail", flow=FlowControl(order_key="acct:9"))
+    assert box(backend).order_keys("default", [keyed, plain, "no-such-job", unicode,
+                                               elsewhere]) == [
+        "acct:7", None, None, "konto:ø✓", None]
+    assert box(backend).order_keys("default", []) == []

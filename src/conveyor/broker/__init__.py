@@ -20,7 +20,11 @@ _OPENERS = {
     "memory": "conveyor.broker.memory:open_memory_broker",
     "amqp": "conveyor.broker.rabbitmq:open_rabbitmq",
     "amqps": "conveyor.broker.rabbitmq:open_rabbitmq",
+    "kafka": "conveyor.broker.kafka:open_kafka",
+    "kafkas": "conveyor.broker.kafka:open_kafka",
 }
+# scheme -> the extra that installs its client library
+_EXTRAS = {"amqp": "rabbitmq", "amqps": "rabbitmq", "kafka": "kafka", "kafkas": "kafka"}
 
 
 class _Opener(Protocol):
@@ -39,7 +43,8 @@ def open_broker(url: str) -> Broker:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:  # the optional client library is missing
+        extra = _EXTRAS.get(scheme.lower(), scheme)
         raise BrokerURLError(f"{scheme}:// needs an optional dependency: "
-                             f"pip install 'conveyor[rabbitmq]' ({exc})") from exc
+                             f"pip install 'conveyor[{extra}]' ({exc})") from exc
     opener: _Opener = getattr(module, func_name)
     return opener(url)

@@ -38,11 +38,16 @@ class Broker(Protocol):
     """Publish job ids to queues and hand them out to consumers, each settled exactly once."""
 
     url: str
+    #: Whether ``publish`` uses the jobs' order keys (Kafka's message key keeps one key's
+    #: messages in one partition, in order); the relay reads them from the store only then.
+    keyed: bool
 
-    def publish(self, queue: str, job_ids: Sequence[str]) -> list[bool]:
+    def publish(self, queue: str, job_ids: Sequence[str],
+                keys: Sequence[str | None] | None = None) -> list[bool]:
         """Publish one message per job id and wait for the broker to confirm each; True for a
         confirmed message. The relay hands the unconfirmed back to the store
-        (``Outbox.publish_failed``), which has them published again."""
+        (``Outbox.publish_failed``), which has them published again. ``keys``: each job's
+        order key (None: none), given when the broker is ``keyed``."""
         ...
 
     def consume(self, queues: Sequence[tuple[str, int]], limit: int,

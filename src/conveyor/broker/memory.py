@@ -72,7 +72,10 @@ class MemoryBroker:
         self._rng = random.Random()
         self._closed = False
 
-    def publish(self, queue: str, job_ids: Sequence[str]) -> list[bool]:
+    keyed = False  # one queue, one order: keys would change nothing
+
+    def publish(self, queue: str, job_ids: Sequence[str],
+                keys: Sequence[str | None] | None = None) -> list[bool]:
         """Append one message per job id; every one is confirmed."""
         with self._hub.cond:
             self._hub.queues.setdefault(queue, deque()).extend(_Message(j) for j in job_ids)

@@ -153,7 +153,10 @@ class RabbitBroker:
 
     # -- the Broker protocol ------------------------------------------------------------------
 
-    def publish(self, queue: str, job_ids: Sequence[str]) -> list[bool]:
+    keyed = False  # a queue is one ordered line: no routing by key
+
+    def publish(self, queue: str, job_ids: Sequence[str],
+                keys: Sequence[str | None] | None = None) -> list[bool]:
         """Persistent messages, all in flight at once; True for each id the broker confirmed.
 
         Many ids at once go in packs (one message of up to ``pack`` ids, a JSON list): the

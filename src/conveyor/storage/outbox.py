@@ -133,6 +133,12 @@ class Outbox(Protocol):
         """
         ...
 
+    def order_keys(self, queue: str, job_ids: Sequence[str]) -> list[str | None]:
+        """Each job's order key (None for a job without one, or one not of ``queue``): a
+        broker that keeps one key's messages in order (Kafka's message key) asks for them
+        before publishing. A read, no transition."""
+        ...
+
     def bury(self, job_ids: Sequence[str], reason: str) -> int:
         """Jobs whose message the broker gave up on (its delivery limit: a job that kills
         every worker it runs on): each one still pending or active ends ``dead`` with

@@ -93,7 +93,8 @@ class Relay(PeriodicComponent):
             self._at_most[queue] = waiting + len(due)  # counted before the publish: it may
             # raise after some messages reached the broker
             try:
-                confirmed = self.broker.publish(queue, due)
+                keys = self.outbox.order_keys(queue, due) if self.broker.keyed else None
+                confirmed = self.broker.publish(queue, due, keys)
             except Exception:
                 # Some may have reached the broker: a second message for a job is skipped at
                 # start, while a job stamped but never sent would wait ``republish_after``.

@@ -64,6 +64,13 @@ class MemoryOutbox(MemoryState):
             for job_id in job_ids:
                 stamps.pop(job_id, None)
 
+    def order_keys(self, queue: str, job_ids: Sequence[str]) -> list[str | None]:
+        """Each job's order key; see ``Outbox.order_keys``."""
+        with self._lock:
+            found = [self._jobs.get(job_id) for job_id in job_ids]
+            return [e.rec.flow.order_key if e is not None and e.rec.queue == queue
+                    and e.rec.flow is not None else None for e in found]
+
     def bury(self, job_ids: Sequence[str], reason: str) -> int:
         """Pending or active jobs the broker gave up on → dead; see ``Outbox.bury``."""
         with self._lock:

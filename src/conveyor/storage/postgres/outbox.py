@@ -27,6 +27,8 @@ _PUBLISH_FAILED = ("UPDATE jobs SET publish_at = NULL WHERE id = ANY(%s::text[])
                    "AND state = 'pending' AND publish_at >= 0")
 _START = ("SELECT * FROM start(%s::float8, %s::text, %s::text[], %s::bool[], %s::text[], "
           "%s::text, %s::float8, %s::int4, %s::text, %s::text)")
+_ORDER_KEYS = ("SELECT id, order_key FROM jobs WHERE queue = %s AND id = ANY(%s::text[]) "
+               "AND order_key IS NOT NULL")
 _BURY = "SELECT bury(%s::float8, %s::text[], %s::text)"
 
 
@@ -66,6 +68,15 @@ class PostgresOutbox:
                 enc(worker_id), lease_seconds, max_recoveries, REDELIVERED,
                 cancelled_message(REDELIVERED))).fetchall()
         return [_reply(d.job_id, row) for d, row in zip(given, rows, strict=True)]
+
+    def order_keys(self, queue: str, job_ids: Sequence[str]) -> list[str | None]:
+        """Each job's order key; see ``Outbox.order_keys``."""
+        if not job_ids:
+            return []
+        with self._db.call() as cur:
+            keys = dict(cur.execute(_ORDER_KEYS, (enc(queue), arrays.texts(job_ids)))
+                        .fetchall())
+        return [keys.get(job_id) for job_id in job_ids]
 
     def bury(self, job_ids: Sequence[str], reason: str) -> int:
         """Pending or active jobs the broker gave up on → dead; see ``Outbox.bury``."""

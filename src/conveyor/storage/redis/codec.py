@@ -144,6 +144,17 @@ def _check_name(name: str) -> None:
     check_text("job name", name)
 
 
+def order_key(static: object) -> str | None:
+    """The order key in a job's static record (None without one, or for a record that cannot
+    be read: the broker then keys the message by the job's id)."""
+    try:
+        decoded = json.loads(static) if isinstance(static, (str, bytes)) else None
+        key = decoded["fl"]["order_key"] if isinstance(decoded, dict) else None
+    except (ValueError, KeyError, TypeError):
+        return None
+    return key if isinstance(key, str) else None
+
+
 class Unreadable(ValueError):
     """A stored entry that cannot be decoded; the message says why, for operators."""
 

@@ -57,6 +57,13 @@ class RedisOutbox(RedisInspector):
                            next(leased) if kind == "started" else None)
                 for (job_id, _, _), kind in zip(given, kinds, strict=True)]
 
+    def order_keys(self, queue: str, job_ids: Sequence[str]) -> list[str | None]:
+        """Each job's order key, read from its static record; see ``Outbox.order_keys``."""
+        if not job_ids:
+            return []
+        statics = self.link.call("HMGET", self.keys.queue(queue).jobs, *job_ids)
+        return [codec.order_key(static) for static in statics]
+
     def bury(self, job_ids: Sequence[str], reason: str) -> int:
         """Pending or active jobs the broker gave up on → dead; see ``Outbox.bury``."""
         buried = 0

@@ -26,7 +26,7 @@ from conveyor.storage.outbox import (
 from conveyor.storage.rules import DEADLINE_PASSED, REDELIVERED
 from conveyor.storage.sqlite import batches, flow, jobs
 from conveyor.storage.sqlite import leases as lease_sql
-from conveyor.storage.sqlite.connection import Database
+from conveyor.storage.sqlite.connection import Database, reads
 
 _PARKED = -1.0
 _PAGE = 256
@@ -46,6 +46,10 @@ _ROWS = (
     "queue, CAST(name AS BLOB), cancel_requested, token FROM jobs "
     "WHERE id IN (SELECT value FROM json_each(?))"
 )
+
+# As bytes, decoded: a damaged key must not fail the relay's whole round (its job gets its id).
+_ORDER_KEYS = ("SELECT CAST(id AS BLOB), CAST(order_key AS BLOB) FROM jobs WHERE queue = ? "
+               "AND order_key IS NOT NULL AND id IN (SELECT value FROM json_each(?))")
 
 
 def _rows(cur: Any, job_ids: Sequence[str]) -> list[tuple[Any, ...]]:
@@ -81,6 +85,13 @@ class SqliteOutbox:
             cur.execute("UPDATE jobs SET publish_at = NULL WHERE state = 'pending' AND "
                         "publish_at >= 0 AND id IN (SELECT value FROM json_each(?))",
                         (jobs.ids_param(job_ids),))
+
+    @reads
+    def order_keys(self, queue: str, job_ids: Sequence[str]) -> list[str | None]:
+        """Each job's order key; see ``Outbox.order_keys``."""
+        keys = dict(lease_sql.decoded_rows(self._db.read().cursor(), _ORDER_KEYS,
+                                           (queue, jobs.ids_param(job_ids))))
+        return [keys.get(job_id) for job_id in job_ids]
 
     def bury(self, job_ids: Sequence[str], reason: str) -> int:
         """Pending or active jobs the broker gave up on → dead; see ``Outbox.bury``."""
