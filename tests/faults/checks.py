@@ -166,3 +166,17 @@ def drained(app: Conveyor) -> bool:
     """No job is waiting or running any more."""
     waiting = (JobState.PENDING, JobState.ACTIVE, JobState.RETRYING, JobState.SCHEDULED)
     return all(app.storage.count_jobs(state=s) == 0 for s in waiting)
+
+
+def wait_running(log: ExecLog, pid: int, app: Conveyor, batch_id: str) -> bool:
+    """Wait until process ``pid`` is running a job (True) or the batch is done (False)."""
+    def running() -> bool:
+        return any(run.pid == pid and run.ended is None
+                   for runs in log.executions().values() for run in runs)
+
+    def done() -> bool:
+        status = app.storage.get_batch(batch_id)
+        return status is not None and status.complete
+
+    wait_until(lambda: running() or done(), 60, what=f"worker {pid} to run a job")
+    return not done()

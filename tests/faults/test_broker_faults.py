@@ -31,9 +31,10 @@ from tests.faults.checks import (
     states,
     succeeded,
     wait_batch,
+    wait_running,
 )
 from tests.faults.conftest import Backend, Faults
-from tests.faults.harness import ExecLog, Execution, report, wait_until
+from tests.faults.harness import Execution, report, wait_until
 from tests.support.rabbitmq import RabbitServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.rabbitmq]
@@ -132,20 +133,6 @@ def test_a_supervised_child_killed_through_rabbitmq_has_its_job_run_again_at_onc
     report("28 supervised child SIGKILLed through RabbitMQ (lease 60 s)",
            f"{backend.name}+rabbitmq", rerun_after_kill_s=again.started - killed_at,
            put_back_by="the broker" if "broker" in recovered[0] else "the supervisor")
-
-
-def wait_running(log: ExecLog, pid: int, app: Conveyor, batch_id: str) -> bool:
-    """Wait until process ``pid`` is running a job (True) or the batch is done (False)."""
-    def running() -> bool:
-        return any(run.pid == pid and run.ended is None
-                   for runs in log.executions().values() for run in runs)
-
-    def done() -> bool:
-        status = app.storage.get_batch(batch_id)
-        return status is not None and status.complete
-
-    wait_until(lambda: running() or done(), 60, what=f"worker {pid} to run a job")
-    return not done()
 
 
 def test_rabbitmq_restarted_during_a_batch_loses_nothing(

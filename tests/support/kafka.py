@@ -68,6 +68,14 @@ class TansuServer(ManagedServer):
         wait_ready(self.process, self._answers, 30, "tansu", self.log_path)
         return self
 
+    def restart(self) -> None:
+        """Kill the broker and start a new one on the same port: in memory, it comes back
+        with no topic, message, offset or group."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(10)
+        self.start()
+
     def _answers(self) -> bool:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):

@@ -13,7 +13,6 @@ Read positions go under ``<group>.read`` for the relay's backlog. docs/brokers.m
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from confluent_kafka.cimpl import NewTopic
 from conveyor.broker.base import Delivery
 from conveyor.broker.kafka_positions import GroupPositions
 from conveyor.broker.kafka_url import parse_kafka_url
+from conveyor.broker.kafka_windows import Windows
 from conveyor.broker.offsets import OffsetWindow
 from conveyor.errors import BrokerUnavailable
 from conveyor.storage import redact
@@ -68,33 +68,38 @@ class KafkaBroker:
         self.url = url
         self.settings = s = parse_kafka_url(url)
         self._base: dict[str, Any] = {"bootstrap.servers": s.bootstrap, **s.client,
-                                      "logger": log, "error_cb": self._client_error}
+                                      # librdkafka logs every reconnect attempt; the
+                                      # error callback says each new fault once
+                                      "logger": log, "log_level": 2,
+                                      "error_cb": self._client_error}
         self._producer = confluent_kafka.Producer({
-            **self._base, "acks": "all", "enable.idempotence": True, "linger.ms": 1,
+            # Not idempotent: a duplicate message is skipped by the store anyway, and an
+            # idempotent producer whose broker lost its state (Tansu in memory, restarted)
+            # had every later produce time out until it was made again.
+            **self._base, "acks": "all", "enable.idempotence": False, "linger.ms": 1,
             "message.timeout.ms": int(s.timeout * 1000), **s.producer})
         self._admin = AdminClient(dict(self._base))
         self._consumer: Any = None  # joins the group on the first consume
         self._reader: Any = None  # commits read positions under <group>.read
         self._read_positions = GroupPositions(self._base, f"{s.group}.read", s.timeout)
         self._commit_points = GroupPositions(self._base, s.group, s.timeout)
-        self._lock = threading.Lock()
-        self._windows: dict[tuple[str, int], OffsetWindow] = {}
-        self._read: dict[tuple[str, int], int] = {}  # one past the last message read
+        self._windows = Windows()
         self._ends: dict[tuple[str, int], int] = {}  # one past the last message produced
-        self._paused: set[tuple[str, int]] = set()
         self._topics: set[str] = set()  # created (or found) by this connection
         self._subscribed: tuple[str, ...] = ()
         self._queue_of: dict[str, str] = {}
         self._committed_at = self._read_committed_at = 0.0
-        self._unsent_read = False
         self._closed = False
         self._last_error = ""
 
     # -- helpers ----------------------------------------------------------------------------
 
     def _client_error(self, error: KafkaError) -> None:
-        text = error.str()
-        if text != self._last_error:  # librdkafka repeats itself while a broker is away
+        self._warn(error.str())
+
+    def _warn(self, text: str) -> None:
+        """One warning line per new fault: librdkafka repeats itself while a broker is away."""
+        if text != self._last_error:
             self._last_error = text
             log.warning("Kafka at %s: %s", redact(self.url), text)
 
@@ -121,6 +126,8 @@ class KafkaBroker:
                 raise self._unavailable(f"creating topic {topic!r}", exc) from None
         except Exception as exc:  # a timeout: no broker answered
             raise self._unavailable(f"creating topic {topic!r}", exc) from None
+        else:  # a new topic: nothing this connection produced is in it
+            self._forget(topic)
         self._topics.add(topic)
         return topic
 
@@ -129,7 +136,7 @@ class KafkaBroker:
     def publish(self, queue: str, job_ids: Sequence[str],
                 keys: Sequence[str | None] | None = None) -> list[bool]:
         """One message per job, keyed by its order key (else its id); True for each the
-        broker acknowledged within ``timeout`` (``acks=all``, idempotent producer)."""
+        broker acknowledged within ``timeout`` (``acks=all``)."""
         if not job_ids:
             return []
         topic = self._ensure(queue)
@@ -147,11 +154,20 @@ class KafkaBroker:
             self._produce(topic, key.encode(errors="surrogatepass"), job_id.encode(
                 errors="surrogatepass"), confirmed(index))
         self._producer.flush(self.settings.timeout + 1)
+        if not all(results):
+            # The topic may be gone (a broker that lost its data): look for it again next
+            # time, and forget where this connection's produces ended in it.
+            self._forget(topic)
         return results
 
+    def _forget(self, topic: str) -> None:
+        self._topics.discard(topic)
+        for place in [p for p in self._ends if p[0] == topic]:
+            del self._ends[place]
+
     def _produced(self, message: Any) -> None:
-        place = (message.topic(), message.partition())
-        self._ends[place] = max(self._ends.get(place, 0), message.offset() + 1)
+        # The latest, not the highest: a broker that lost its data numbers from 0 again.
+        self._ends[(message.topic(), message.partition())] = message.offset() + 1
 
     def _produce(self, topic: str, key: bytes, value: bytes, report: Any) -> None:
         while True:
@@ -175,6 +191,8 @@ class KafkaBroker:
                       # ends (500 ms by default: 250 ms per idle job, measured). 20 ms costs
                       # an idle consumer 50 small requests a second.
                       "fetch.wait.max.ms": 20, "on_commit": self._commit_done,
+                      # how soon a topic created again (a broker that lost its data) is seen
+                      "topic.metadata.refresh.interval.ms": 5000,
                       **self.settings.consumer}
             if self.settings.session_timeout:
                 session = int(self.settings.session_timeout * 1000)
@@ -191,13 +209,8 @@ class KafkaBroker:
     def _revoked(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         """Partitions taken away by a rebalance: commit what is done, forget the rest (the
         next owner is handed it again; the store skips what runs or ran here)."""
-        with self._lock:
-            gone = [(tp.topic, tp.partition) for tp in partitions]
-            offsets = self._due_commits(only=set(gone))
-            for place in gone:
-                self._windows.pop(place, None)
-                self._paused.discard(place)
-        self._commit(offsets, asynchronous=False)
+        self._commit(self._windows.revoke([(tp.topic, tp.partition) for tp in partitions]),
+                     asynchronous=False)
 
     def consume(self, queues: Sequence[tuple[str, int]], limit: int,
                 timeout: float) -> list[Delivery]:
@@ -227,44 +240,29 @@ class KafkaBroker:
         most every ``READ_COMMIT_GAP``, or at once before a wait: the relay must see all
         that was read, or it may wait for this consumer while this consumer waits for it)."""
         if time.monotonic() - self._committed_at >= COMMIT_GAP:
-            with self._lock:
-                offsets = self._due_commits()
-            self._commit(offsets)
+            self._commit(self._windows.due_commits())
         self._commit_read(force=waiting)
 
     def _receive(self, messages: list[Any]) -> list[Delivery]:
         out: list[Delivery] = []
-        with self._lock:
-            for message in messages:
-                if message.error() is not None:
-                    continue  # an event, not a message (the error callback reports faults)
-                place = (message.topic(), message.partition())
-                window = self._windows.get(place)
-                if window is None:
-                    window = self._windows[place] = OffsetWindow()
-                offset = message.offset()
-                window.take(offset)
-                self._read[place] = max(self._read.get(place, 0), offset + 1)
-                self._unsent_read = True
-                value = message.value() or b""
-                out.append(Delivery(
-                    queue=self._queue_of.get(place[0], place[0]),
-                    job_id=value.decode(errors="replace"),
-                    handle=_Handle(place[0], place[1], offset, message.key(), window),
-                    message_id=f"{place[1]}-{offset}"))
+        for message in messages:
+            if message.error() is not None:
+                continue  # an event, not a message (the error callback reports faults)
+            place = (message.topic(), message.partition())
+            offset = message.offset()
+            window = self._windows.take(place, offset)
+            value = message.value() or b""
+            out.append(Delivery(
+                queue=self._queue_of.get(place[0], place[0]),
+                job_id=value.decode(errors="replace"),
+                handle=_Handle(place[0], place[1], offset, message.key(), window),
+                message_id=f"{place[1]}-{offset}"))
         return out
 
     def _flow(self) -> None:
         """Pause a partition whose window is full (its oldest message is slow), resume it
         when the window has half its room again."""
-        limit = self.settings.window
-        with self._lock:
-            stop = [p for p, w in self._windows.items()
-                    if p not in self._paused and w.span() >= limit]
-            go = [p for p in self._paused
-                  if (w := self._windows.get(p)) is None or w.span() < limit // 2]
-            self._paused.update(stop)
-            self._paused.difference_update(go)
+        stop, go = self._windows.flow(self.settings.window)
         try:
             if stop:
                 self._consumer.pause([TopicPartition(t, p) for t, p in stop])
@@ -272,18 +270,6 @@ class KafkaBroker:
                 self._consumer.resume([TopicPartition(t, p) for t, p in go])
         except KafkaException as exc:  # a partition revoked meanwhile: nothing to do
             log.debug("Kafka pause/resume: %s", exc)
-
-    def _due_commits(self, only: set[tuple[str, int]] | None = None) -> list[TopicPartition]:
-        """Commit points that moved (call with the lock held); marked as committed."""
-        out: list[TopicPartition] = []
-        for place, window in self._windows.items():
-            if only is not None and place not in only:
-                continue
-            point = window.due()
-            if point is not None:
-                window.committed = point
-                out.append(TopicPartition(place[0], place[1], point))
-        return out
 
     def _commit(self, offsets: list[TopicPartition], asynchronous: bool = True) -> None:
         if not offsets or self._consumer is None:
@@ -294,26 +280,23 @@ class KafkaBroker:
         except KafkaException as exc:
             # Not a member any more (a zombie past its session) or the partition is gone:
             # the next owner resumes from the last commit that did land; nothing is lost.
-            log.warning("Kafka at %s: commit refused: %s", redact(self.url),
-                        exc.args[0].str() if exc.args else exc)
+            self._warn(f"commit refused: {exc.args[0].str() if exc.args else exc}")
 
     def _commit_done(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """An asynchronous commit's answer (served by ``consume``)."""
         if error is not None and error.code() != KafkaError._NO_OFFSET:
-            log.warning("Kafka at %s: commit refused: %s", redact(self.url), error.str())
+            self._warn(f"commit refused: {error.str()}")
 
     def _commit_read(self, force: bool = False) -> None:
         """Commit read positions that moved, at most every ``READ_COMMIT_GAP`` unless
         ``force``."""
         now = time.monotonic()
-        if self._reader is None or not self._unsent_read or (
+        if self._reader is None or (
                 not force and now - self._read_committed_at < READ_COMMIT_GAP):
             return
-        self._read_committed_at = now
-        with self._lock:
-            self._unsent_read = False
-            read = [TopicPartition(t, p, o) for (t, p), o in self._read.items()]
+        read = self._windows.read_positions()
         if read:
+            self._read_committed_at = now
             try:
                 self._reader.commit(offsets=read, asynchronous=True)
             except KafkaException as exc:
@@ -325,12 +308,11 @@ class KafkaBroker:
         """Mark deliveries done; a partition's commit point moves past them once every older
         message of it is done too, and is committed by ``consume`` (within ``WAIT_SLICE``).
         A delivery of a partition since revoked is void."""
-        with self._lock:
-            for delivery in deliveries:
-                handle = delivery.handle
-                if isinstance(handle, _Handle) and \
-                        self._windows.get((handle.topic, handle.partition)) is handle.window:
-                    handle.window.done(handle.offset)
+        for delivery in deliveries:
+            handle = delivery.handle
+            if isinstance(handle, _Handle):
+                self._windows.done((handle.topic, handle.partition), handle.window,
+                                   handle.offset)
 
     def release(self, deliveries: Sequence[Delivery]) -> None:
         """Kafka cannot hand one message back: produce it again (same key, at the end of its
@@ -378,9 +360,7 @@ class KafkaBroker:
             return
         self._closed = True
         if self._consumer is not None:
-            with self._lock:
-                offsets = self._due_commits()
-            self._commit(offsets, asynchronous=False)
+            self._commit(self._windows.due_commits(), asynchronous=False)
             for client in (self._consumer, self._reader):
                 try:
                     client.close()

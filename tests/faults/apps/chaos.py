@@ -97,6 +97,15 @@ def stall() -> int:
     return os.getpid()
 
 
+def ordered(account: int, seq: int, ms: float) -> int:
+    """A job of an ordered key (``acct:<account>``, registered with ``order_key``): the
+    ``seq``-th of its account; sleeps ``ms``. The order check reads the jobs' own records."""
+    record("start", account=account, seq=seq)
+    time.sleep(ms / 1000.0)
+    record("end", account=account, seq=seq)
+    return seq
+
+
 # Text no encoder accepts as it is: a lone surrogate (what ``json.loads`` of the valid ASCII
 # JSON ``"\\ud800"`` gives), a bell, an ANSI escape and a newline that would forge a log line.
 POISON_TEXT = json.loads('"bad \\ud800 text \\u0007 \\u001b[31mred\\n2026-01-01 forged line"')
@@ -122,12 +131,22 @@ JOBS: dict[str, Callable[..., Any]] = {
     "faults.write_then_die": write_then_die,
     "faults.stall": stall,
     "faults.poison_text": poison_text,
+    "faults.ordered": ordered,
 }
+
+
+def _account_key(account: int, *_: Any) -> str:
+    return f"acct:{account}"
+
+
+#: Job options beyond the name, by job.
+OPTIONS: dict[str, dict[str, Any]] = {"faults.ordered": {"order_key": _account_key}}
 
 
 def register(target: Conveyor) -> dict[str, JobFunction]:
     """Register every fault job on ``target`` under its stable name; returns them by name."""
-    return {name: target.job(name=name)(func) for name, func in JOBS.items()}
+    return {name: target.job(name=name, **OPTIONS.get(name, {}))(func)
+            for name, func in JOBS.items()}
 
 
 app = Conveyor()
