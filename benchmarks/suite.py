@@ -113,6 +113,13 @@ PEERS += [
              settings="dramatiq -p P -t C, RabbitmqBroker (pika, confirm_delivery off: its "
              "default); Redis results backend for the tracked actor"),
 ]
+# On the suite's Kafka-wire broker (issue 21; Tansu, not Apache Kafka).
+KAFKA_CONVEYORS = ("conveyor (redis+kafka)", "conveyor (sqlite+kafka)",
+                   "conveyor (postgres+kafka)")
+PEERS += [PeerSpec(label, "conveyor_peer", storage=label.split("(")[1].split("+")[0],
+                   broker="kafka", settings="conveyor worker -c C --processes P --broker "
+                   "kafka://… (Tansu in memory, 4 partitions, acks=all)")
+          for label in KAFKA_CONVEYORS]
 RAW = "redis-py LPUSH/BRPOP"  # the raw queue every I/O workload is reported against
 # Engines whose jobs are plain functions run the sync I/O bodies (W0a, W0c); the asyncio
 # engines run the async one (W0b): a blocking body on their event loop would run one at a time.
@@ -203,6 +210,15 @@ AMQP_GROUP: dict[str, tuple[str, ...]] = {
 }
 
 
+# ``--only kafka``: conveyor delivered by Kafka (Tansu) beside conveyor delivered by RabbitMQ
+# and conveyor on its stores alone.
+KAFKA_GROUP: dict[str, tuple[str, ...]] = {
+    key: (*KAFKA_CONVEYORS, "conveyor (redis+rabbitmq)", "conveyor (sqlite+rabbitmq)",
+          "conveyor (redis)", "conveyor (sqlite)")
+    for key in ("w1_drain_p1", "w1_drain_p2", "w1_live_p1", "w2_latency", "w4_batch")
+}
+
+
 def workloads(quick: bool) -> list[Workload]:
     """W0 (I/O bodies) first, then the W1-W5 scenarios and the storage-cost runs; ``quick``
     shrinks the job counts."""
@@ -277,12 +293,14 @@ class Runner:
 
     def __init__(self, redis_url: str, cluster_url: str, cpu: tuple[int, float],
                  log_dir: str, pg_url: str = "",
-                 amqp_vhost: Callable[[str], str] | None = None) -> None:
+                 amqp_vhost: Callable[[str], str] | None = None,
+                 kafka_url: Callable[[str], str] | None = None) -> None:
         self.redis_url = redis_url
         # A fresh virtual host on the suite's RabbitMQ node, by name -> its URL (None: no node
         # in this run). Each run gets its own: the engines declare queues of the same name
         # with different arguments, and nothing is left over from the run before.
         self.amqp_vhost = amqp_vhost
+        self.kafka_url = kafka_url  # likewise topics and a group of its own per run
         self.runs = 0
         self.cluster_url = cluster_url
         self.pg_url = pg_url  # the suite's PostgreSQL (empty: no PostgreSQL in this run)
@@ -321,7 +339,10 @@ class Runner:
         extra = os.environ.get("BENCH_SRC")
         env["PYTHONPATH"] = PEERS_DIR + (os.pathsep + extra if extra else "")
         env.update(peer.env)
-        if peer.broker and self.amqp_vhost is not None:
+        if peer.broker == "kafka" and self.kafka_url is not None:
+            self.runs += 1
+            env["BENCH_CONVEYOR_BROKER"] = self.kafka_url(f"run{self.runs}")
+        elif peer.broker and self.amqp_vhost is not None:
             self.runs += 1
             env["BENCH_AMQP_URL"] = env["BENCH_CONVEYOR_BROKER"] = self.amqp_vhost(
                 f"run{self.runs}")
