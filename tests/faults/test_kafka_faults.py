@@ -182,3 +182,21 @@ def test_a_worker_frozen_past_its_session_cannot_overwrite_the_outcome(
     assert "Traceback" not in zombie.output
     report("31 Kafka consumer frozen past its session and lease", "sqlite+kafka",
            rescued_after_s=rescued_after, outcome="rescuer's")
+
+
+def test_a_supervised_worker_takes_jobs_from_kafka(faults: Faults, tansu: TansuServer,
+                                                   tmp_path: Path) -> None:
+    """``conveyor worker --processes 2``: the supervisor checks the broker before it forks,
+    and librdkafka is not fork-safe — a client of the parent still alive at the fork (the
+    check's, kept by a reference cycle) left both children hung in the group join."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    app, jobs = faults.client(url)
+    batch_id, ids = enqueue_batch(app, jobs["faults.work"], [(5,)] * 100, "supervised")
+    supervisor = faults.worker(url, name="supervised", processes=2, concurrency=2,
+                               lease=LEASE, env=_broker(tansu))
+    wait_batch(app, batch_id, timeout=90)
+    assert states(app, ids) == {"succeeded": len(ids)}
+    assert {run.pid for runs in faults.log.executions().values() for run in runs} <= set(
+        supervisor.children())
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=60) == 0

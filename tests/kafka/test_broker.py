@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,8 @@ pytest.importorskip("confluent_kafka", reason="make test installs confluent-kafk
 
 from conveyor.broker import Delivery, open_broker
 from conveyor.broker.kafka import KafkaBroker
-from conveyor.errors import BrokerURLError
+from conveyor.errors import BrokerUnavailable, BrokerURLError
+from tests.cli.conftest import conveyor
 from tests.support.kafka import TansuServer
 
 pytestmark = pytest.mark.kafka
@@ -148,3 +150,26 @@ def test_credentials_become_sasl_settings_and_never_show(kafka_server: TansuServ
     with pytest.raises(BrokerURLError) as caught:
         open_broker("kafka://app:s3cret@h:9092?nope=1")
     assert "s3cret" not in str(caught.value)
+
+
+def test_an_unreachable_broker_is_one_line_at_open() -> None:
+    from tests.support.postgres_server import free_port
+
+    with pytest.raises(BrokerUnavailable) as caught:
+        open_broker(f"kafka://app:not-the-password@127.0.0.1:{free_port()}?timeout=1")
+    text = str(caught.value)
+    assert "cannot connect" in text and "\n" not in text and "not-the-password" not in text
+
+
+@pytest.mark.parametrize("processes", ["1", "2"], ids=["single", "supervised"])
+def test_conveyor_worker_with_a_broker_it_cannot_reach_says_so_in_one_line(
+        tmp_path: Path, processes: str) -> None:
+    from tests.support.postgres_server import free_port
+
+    bad = f"kafka://127.0.0.1:{free_port()}?timeout=1"
+    proc = conveyor("worker", "tests.cli.sample_app:app", "--processes", processes,
+                    "--broker", bad, url=f"sqlite:///{tmp_path}/w.db")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("conveyor: error:") and "cannot connect" in lines[-1]
+    assert "Traceback" not in proc.stderr

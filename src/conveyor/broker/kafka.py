@@ -72,13 +72,18 @@ class KafkaBroker:
                                       # error callback says each new fault once
                                       "logger": log, "log_level": 2,
                                       "error_cb": self._client_error}
-        self._producer = confluent_kafka.Producer({
+        self._producer: Any = confluent_kafka.Producer({
             # Not idempotent: a duplicate message is skipped by the store anyway, and an
             # idempotent producer whose broker lost its state (Tansu in memory, restarted)
             # had every later produce time out until it was made again.
             **self._base, "acks": "all", "enable.idempotence": False, "linger.ms": 1,
             "message.timeout.ms": int(s.timeout * 1000), **s.producer})
-        self._admin = AdminClient(dict(self._base))
+        self._admin: Any = AdminClient(dict(self._base))
+        try:  # fail at once, in one line, when no broker answers (as RabbitMQ's connect does)
+            self._admin.list_topics(timeout=s.timeout)
+        except KafkaException as exc:
+            self._producer = self._admin = None
+            raise self._unavailable("cannot connect", exc) from None
         self._consumer: Any = None  # joins the group on the first consume
         self._reader: Any = None  # commits read positions under <group>.read
         self._read_positions = GroupPositions(self._base, f"{s.group}.read", s.timeout)
@@ -369,3 +374,7 @@ class KafkaBroker:
         self._read_positions.close()
         self._commit_points.close()
         self._producer.flush(self.settings.timeout)
+        # Destroy the clients now: each holds this object through its callbacks (a cycle the
+        # GC may collect much later), and librdkafka is not fork-safe — a client alive in the
+        # supervisor when it forks (its check of the broker) hung every child.
+        self._producer = self._admin = self._consumer = self._reader = None
