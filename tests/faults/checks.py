@@ -180,3 +180,25 @@ def wait_running(log: ExecLog, pid: int, app: Conveyor, batch_id: str) -> bool:
 
     wait_until(lambda: running() or done(), 60, what=f"worker {pid} to run a job")
     return not done()
+
+
+def storm_while_running(faults: Any, app: Conveyor, batch_id: str, url: str, tag: str,
+                        rng: Any, seconds: float = 8.0, **opts: Any) -> dict[int, float]:
+    """Two workers on ``url`` (``opts``: concurrency, lease, env), then a random one of them
+    SIGKILLed every ~1.5 s for ``seconds`` and started again at once, each time while it runs
+    a job; returns the kill time by pid. A kill proves something only when it hits a running
+    job: a worker just restarted (a Python start and a connection, ~1 s, longer on a loaded
+    machine; a group join on Kafka) may not run one yet, so it is waited for, unless the batch
+    is done."""
+    workers = [faults.worker(url, name=f"{tag}{i}", **opts) for i in range(2)]
+    wait_until(lambda: faults.log.starts() > 20, 60, what="the workers to start working")
+    kills: dict[int, float] = {}
+    storm_end = time.time() + seconds
+    while time.time() < storm_end:
+        time.sleep(rng.uniform(1.2, 1.8))
+        i = rng.randrange(2)
+        if not wait_running(faults.log, workers[i].pid, app, batch_id):
+            break
+        kills[workers[i].pid] = workers[i].kill9()
+        workers[i] = faults.worker(url, name=f"{tag}{len(faults.workers)}", **opts)
+    return kills

@@ -29,9 +29,9 @@ from tests.faults.checks import (
     extra_runs,
     recovery_delays,
     states,
+    storm_while_running,
     succeeded,
     wait_batch,
-    wait_running,
 )
 from tests.faults.conftest import Backend, Faults
 from tests.faults.harness import Execution, report, wait_until
@@ -62,22 +62,8 @@ def test_kill9_storm_through_rabbitmq_recovers_by_redelivery(
     app, jobs = faults.client(url)
     items = [(rng.randint(40, 80),) for _ in range(1200)]
     batch_id, ids = enqueue_batch(app, jobs["faults.work"], items, "kill -9 through RabbitMQ")
-    workers = [faults.worker(url, name=f"s{i}", concurrency=4, lease=LEASE,
-                             env={"CONVEYOR_BROKER": broker}) for i in range(2)]
-    wait_until(lambda: faults.log.starts() > 30, 60, what="the workers to start working")
-    kills: dict[int, float] = {}
-    storm_end = time.time() + 8.0
-    while time.time() < storm_end:
-        time.sleep(rng.uniform(1.2, 1.8))
-        i = rng.randrange(2)
-        # A kill proves something only when it hits a running job: a worker just restarted
-        # (a Python start and a connection, ~1 s, longer on a loaded machine) may not run one
-        # yet. Wait for it, unless the batch is done.
-        if not wait_running(faults.log, workers[i].pid, app, batch_id):
-            break
-        kills[workers[i].pid] = workers[i].kill9()
-        workers[i] = faults.worker(url, name=f"s{len(faults.workers)}", concurrency=4,
-                                   lease=LEASE, env={"CONVEYOR_BROKER": broker})
+    kills = storm_while_running(faults, app, batch_id, url, "s", rng, concurrency=4,
+                                lease=LEASE, env={"CONVEYOR_BROKER": broker})
     last_kill = max(kills.values())
 
     _, done_at = wait_batch(app, batch_id, timeout=LEASE - 5)

@@ -27,9 +27,9 @@ from tests.faults.checks import (
     assert_batch_exact,
     enqueue_batch,
     states,
+    storm_while_running,
     succeeded,
     wait_batch,
-    wait_running,
 )
 from tests.faults.conftest import Backend, Faults
 from tests.faults.harness import ExecLog, process_state, report, wait_until
@@ -87,20 +87,8 @@ def test_kill9_storm_of_ordered_keys_through_kafka(faults: Faults, tansu: TansuS
     items = [(seq % ACCOUNTS, seq // ACCOUNTS, rng.randint(20, 40))
              for seq in range(ACCOUNTS * PER_ACCOUNT)]
     batch_id, ids = enqueue_batch(app, jobs["faults.ordered"], items, "ordered kill -9")
-    env = _broker(tansu)
-    workers = [faults.worker(backend.url, name=f"k{i}", concurrency=4, lease=LEASE, env=env)
-               for i in range(2)]
-    wait_until(lambda: faults.log.starts() > 20, 60, what="the workers to start working")
-    kills: dict[int, float] = {}
-    storm_end = time.time() + 8.0
-    while time.time() < storm_end:
-        time.sleep(rng.uniform(1.2, 1.8))
-        i = rng.randrange(2)
-        if not wait_running(faults.log, workers[i].pid, app, batch_id):
-            break  # the batch is done
-        kills[workers[i].pid] = workers[i].kill9()
-        workers[i] = faults.worker(backend.url, name=f"k{len(faults.workers)}", concurrency=4,
-                                   lease=LEASE, env=env)
+    kills = storm_while_running(faults, app, batch_id, backend.url, "k", rng, concurrency=4,
+                                lease=LEASE, env=_broker(tansu))
     _, done_at = wait_batch(app, batch_id, timeout=120)
     assert states(app, ids) == {"succeeded": len(ids)}
     assert_batch_exact(app, batch_id, {"succeeded": len(ids)})
