@@ -116,11 +116,14 @@ def test_a_slow_message_does_not_hold_back_the_partition_beyond_the_window(
 def test_the_backlog_counts_what_no_consumer_has_read(open_kafka: Opener) -> None:
     relay = open_kafka()
     assert relay.backlog("default") == 0
-    assert all(relay.publish("default", [f"b{i}" for i in range(40)]))
-    assert relay.backlog("default") == 40
+    # One message a publish: Tansu reports a partition's end as one past the first message
+    # of its last record batch (docs/brokers.md), so many at once would count low.
+    for i in range(12):
+        assert relay.publish("default", [f"b{i}"]) == [True]
+    assert relay.backlog("default") == 12
     consumer = open_kafka()
-    got = _take(consumer, 40)
-    assert len(got) == 40
+    got = _take(consumer, 12)
+    assert len(got) == 12
     # read, not yet finished: no longer waiting (the read positions land within 0.1 s)
     consumer.consume([("default", 0)], 1, 0.3)
     deadline = time.monotonic() + 10

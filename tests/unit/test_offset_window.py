@@ -49,3 +49,19 @@ def test_never_commits_past_an_unfinished_offset(order: list[int], finished: int
     point = window.commit_point()
     assert point == (min(unfinished) if unfinished else 30)
     assert all(offset >= point for offset in unfinished)
+
+
+def test_a_revoked_partition_no_longer_reports_its_read_position() -> None:
+    """Read positions size the relay's backlog. A consumer that kept reporting the position of
+    a partition taken from it overwrote the new owner's, which had read further: the relay saw
+    those messages as waiting, and stopped publishing when nothing more came (scenario 30)."""
+    from conveyor.broker.kafka_windows import Windows
+
+    windows = Windows()
+    windows.take(("t", 0), 40)
+    windows.take(("t", 1), 7)
+    assert {(tp.partition, tp.offset) for tp in windows.read_positions()} == {(0, 41), (1, 8)}
+    windows.revoke([("t", 0)])
+    windows.take(("t", 1), 8)
+    assert {(tp.partition, tp.offset) for tp in windows.read_positions()} == {(1, 9)}
+    assert windows.read_positions() == []  # nothing moved since

@@ -89,7 +89,6 @@ class KafkaBroker:
         self._read_positions = GroupPositions(self._base, f"{s.group}.read", s.timeout)
         self._commit_points = GroupPositions(self._base, s.group, s.timeout)
         self._windows = Windows()
-        self._ends: dict[tuple[str, int], int] = {}  # one past the last message produced
         self._topics: set[str] = set()  # created (or found) by this connection
         self._subscribed: tuple[str, ...] = ()
         self._queue_of: dict[str, str] = {}
@@ -131,8 +130,6 @@ class KafkaBroker:
                 raise self._unavailable(f"creating topic {topic!r}", exc) from None
         except Exception as exc:  # a timeout: no broker answered
             raise self._unavailable(f"creating topic {topic!r}", exc) from None
-        else:  # a new topic: nothing this connection produced is in it
-            self._forget(topic)
         self._topics.add(topic)
         return topic
 
@@ -148,10 +145,8 @@ class KafkaBroker:
         results: list[bool] = [False] * len(job_ids)
 
         def confirmed(index: int) -> Any:
-            def report(error: KafkaError | None, message: Any) -> None:
+            def report(error: KafkaError | None, _message: Any) -> None:
                 results[index] = error is None
-                if error is None:
-                    self._produced(message)
             return report
 
         for index, job_id in enumerate(job_ids):
@@ -159,20 +154,9 @@ class KafkaBroker:
             self._produce(topic, key.encode(errors="surrogatepass"), job_id.encode(
                 errors="surrogatepass"), confirmed(index))
         self._producer.flush(self.settings.timeout + 1)
-        if not all(results):
-            # The topic may be gone (a broker that lost its data): look for it again next
-            # time, and forget where this connection's produces ended in it.
-            self._forget(topic)
+        if not all(results):  # the topic may be gone (a broker that lost its data)
+            self._topics.discard(topic)
         return results
-
-    def _forget(self, topic: str) -> None:
-        self._topics.discard(topic)
-        for place in [p for p in self._ends if p[0] == topic]:
-            del self._ends[place]
-
-    def _produced(self, message: Any) -> None:
-        # The latest, not the highest: a broker that lost its data numbers from 0 again.
-        self._ends[(message.topic(), message.partition())] = message.offset() + 1
 
     def _produce(self, topic: str, key: bytes, value: bytes, report: Any) -> None:
         while True:
@@ -207,13 +191,22 @@ class KafkaBroker:
             self._reader = confluent_kafka.Consumer({
                 **self._base, "group.id": f"{self.settings.group}.read",
                 "enable.auto.commit": False})
-        self._consumer.subscribe(list(topics), on_revoke=self._revoked,
-                                 on_lost=self._revoked)
+        self._consumer.subscribe(list(topics), on_assign=self._assigned,
+                                 on_revoke=self._revoked, on_lost=self._revoked)
         self._subscribed = topics
+
+    @staticmethod
+    def _assigned(_consumer: Any, partitions: list[TopicPartition]) -> None:
+        if partitions:
+            log.info("Kafka: assigned %s", ", ".join(
+                f"{tp.topic}[{tp.partition}]" for tp in partitions))
 
     def _revoked(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         """Partitions taken away by a rebalance: commit what is done, forget the rest (the
         next owner is handed it again; the store skips what runs or ran here)."""
+        if partitions:
+            log.info("Kafka: gave up %s", ", ".join(
+                f"{tp.topic}[{tp.partition}]" for tp in partitions))
         self._commit(self._windows.revoke([(tp.topic, tp.partition) for tp in partitions]),
                      asynchronous=False)
 
@@ -348,11 +341,10 @@ class KafkaBroker:
 
     def backlog(self, queue: str) -> int:
         """Messages of the queue's topic no consumer has read yet: per partition, its end
-        minus the furthest position read (``<group>.read``), else its start. The end is
-        what the broker reports, or further what this connection has produced."""
+        minus the furthest position read (``<group>.read``), else its start."""
         topic = self._ensure(queue)
         try:
-            return self._read_positions.unread(topic, lambda p: self._ends.get((topic, p), 0))
+            return self._read_positions.unread(topic)
         except KafkaException as exc:
             raise self._unavailable(f"reading the backlog of {topic!r}", exc) from None
 

@@ -7,7 +7,6 @@ Both use clients that never join a group: the group member's consumer may be blo
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import confluent_kafka
@@ -36,16 +35,17 @@ class GroupPositions:
         parts = [TopicPartition(topic, p) for p in sorted(meta.topics[topic].partitions)]
         return list(client.committed(parts, timeout=self._timeout))
 
-    def unread(self, topic: str, produced: Callable[[int], int]) -> int:
+    def unread(self, topic: str) -> int:
         """Messages of ``topic`` past the group's positions (a partition without one counts
-        from its start). A partition's end is what the broker reports or ``produced(p)``,
-        whichever is further: Tansu reports one past the first message of a partition's last
-        record batch as its end."""
+        from its start). Tansu reports a partition's end as one past the first message of its
+        last record batch, so there this counts low by up to a batch per partition: the relay
+        may publish that much past its window, a soft bound. (Counting what this process
+        produced instead outlived a broker that lost its data: the relay saw a full window in
+        an empty topic and never published again.)"""
         total = 0
         for part in self.committed(topic):
             low, high = self._query().get_watermark_offsets(
                 TopicPartition(topic, part.partition), timeout=self._timeout, cached=False)
-            high = max(high, produced(part.partition))
             start = part.offset if part.offset >= 0 else low
             total += max(0, high - max(start, low))
         return total

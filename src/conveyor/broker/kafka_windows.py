@@ -60,12 +60,16 @@ class Windows:
         return out
 
     def revoke(self, places: list[Place]) -> list[TopicPartition]:
-        """Partitions taken away: their due commit points, and they are forgotten."""
+        """Partitions taken away: their due commit points, and they are forgotten — their
+        read positions too: committed again by this consumer, a position it no longer
+        advances overwrote the new owner's, and the relay saw as waiting what had been read
+        (and, when nothing more came, stopped publishing for good)."""
         offsets = self.due_commits(only=set(places))
         with self._lock:
             for place in places:
                 self._windows.pop(place, None)
                 self._paused.discard(place)
+                self._read.pop(place, None)
         return offsets
 
     def flow(self, limit: int) -> tuple[list[Place], list[Place]]:
