@@ -6,6 +6,7 @@ from conveyor.context import JobContext, current_job
 from conveyor.errors import Fail, Retry
 from conveyor.job import Event, JobRecord, JobState
 from conveyor.refs import JobRef
+from conveyor.workflow import Workflow
 
 __all__ = [
     "Conveyor",
@@ -17,6 +18,7 @@ __all__ = [
     "JobRef",
     "JobState",
     "Retry",
+    "Workflow",
     "current_job",
 ]
 __version__ = "0.1.0"

@@ -33,6 +33,7 @@ from conveyor.registry import JobFunction, Registry, default_name
 from conveyor.serializer import DEFAULT_MAX_PAYLOAD
 from conveyor.storage import DEFAULT_URL, Backend, Retention, open_storage, redact
 from conveyor.text import check_name
+from conveyor.workflow import Workflow
 
 __all__ = ["Conveyor"]
 
@@ -319,6 +320,19 @@ worker runs jobs with, and the storage.
             self.client, batch_id, description=description, on_complete=on_complete,
             on_success=on_success, on_death=on_death, meta=meta,
         )
+
+    def workflow(
+        self,
+        *,
+        description: str | None = None,
+        on_complete: Callback = None,
+        on_success: Callback = None,
+        on_death: Callback = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Workflow:
+        """A workflow to build with ``add`` and store with ``enqueue`` (``conveyor.workflow``)."""
+        return Workflow(self.client, description=description, on_complete=on_complete,
+                        on_success=on_success, on_death=on_death, meta=meta)
 
     def batch_status(self, batch_id: str) -> dict[str, Any]:
         """The batch's counters, progress and timings (``BatchStatus.as_dict``), plus

@@ -45,7 +45,7 @@ from conveyor.refs import JobRef
 from conveyor.registry import JobFunction
 from conveyor.storage import Backend
 
-__all__ = ["Batch", "Callback", "batch_status"]
+__all__ = ["Batch", "Callback", "batch_status", "callback_spec"]
 
 _FAILURES_SHOWN = 10
 
@@ -170,14 +170,20 @@ class Batch:
         return BatchSpec(self._id, self.description, self.meta, callbacks)
 
     def _callback_spec(self, event: str, target: JobFunction | str) -> JobSpec:
-        assert event in BATCH_CALLBACK_EVENTS
-        fn = self._client.registry.get(target) if isinstance(target, str) else target
-        name = target if isinstance(target, str) else target.name
-        draft = EnqueueDraft(
-            name=name, args=[self._id], kwargs={},
-            options=fn.opts if fn is not None else make_options(), id=f"{self._id}-{event}",
-        )
-        return self._client.build_spec(draft)
+        return callback_spec(self._client, self._id, event, target)
+
+
+def callback_spec(client: Client, batch_id: str, event: str, target: JobFunction | str) -> JobSpec:
+    """The job a batch (or workflow) enqueues at ``event``: ``target`` called with the batch
+    id, under the fixed id ``f"{batch_id}-{event}"`` so that it is enqueued once."""
+    assert event in BATCH_CALLBACK_EVENTS
+    fn = client.registry.get(target) if isinstance(target, str) else target
+    name = target if isinstance(target, str) else target.name
+    draft = EnqueueDraft(
+        name=name, args=[batch_id], kwargs={},
+        options=fn.opts if fn is not None else make_options(), id=f"{batch_id}-{event}",
+    )
+    return client.build_spec(draft)
 
 
 def batch_status(storage: Backend, batch_id: str) -> dict[str, Any]:

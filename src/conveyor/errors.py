@@ -57,6 +57,11 @@ class BatchClosedError(ConveyorError):
     """Jobs were added to a batch that has already finished."""
 
 
+class WorkflowError(ConveyorError, ValueError):
+    """A workflow that cannot be built or enqueued as given (an unknown parent, a policy
+    that does not exist, a node a client middleware stopped)."""
+
+
 class StorageURLError(ConveyorError, ValueError):
     """A storage URL that conveyor cannot open (unknown scheme, missing part)."""
 

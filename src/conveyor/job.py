@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+# Re-exported: a spec's flow control and node are part of the job vocabulary.
+from conveyor.flow_control import FlowControl as FlowControl
+from conveyor.node import Node as Node
 from conveyor.text import storable
 
 
@@ -28,6 +31,9 @@ class JobState(str, Enum):
     FAILED = "failed"
     DEAD = "dead"
     CANCELLED = "cancelled"
+    #: A workflow node whose parents have not all settled (docs/workflows.md). Last in the
+    #: enum: a state's position is stored by some backends (Redis batch pages).
+    WAITING = "waiting"
 
     def __str__(self) -> str:
         return self.value
@@ -42,6 +48,11 @@ TERMINAL_STATES = frozenset(
     {JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, JobState.CANCELLED}
 )
 ALL_STATES: tuple[JobState, ...] = tuple(JobState)
+#: The states in the order a job passes through them, for display (CLI, web, metrics).
+SHOWN_STATES: tuple[JobState, ...] = (
+    JobState.WAITING, JobState.SCHEDULED, JobState.PENDING, JobState.ACTIVE, JobState.RETRYING,
+    JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, JobState.CANCELLED,
+)
 
 
 class EventKind:
@@ -64,6 +75,8 @@ class EventKind:
     RETRIED = "retried"  # retried by hand (CLI, web)
     KILLED = "killed"  # moved to dead by hand
     ACK_REFUSED = "ack_refused"  # a stale lease holder tried to acknowledge (fencing)
+    RELEASED = "released"  # a workflow node's parents all settled: it is pending now
+    REOPENED = "reopened"  # a parent was retried by hand: the node waits for it again
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,32 +160,6 @@ def decode_events(log: str | None) -> list[Event]:
 
 
 @dataclass(frozen=True, slots=True)
-class FlowControl:
-    """Optional flow-control settings of a job, enforced atomically by the storage."""
-
-    unique_key: str | None = None
-    unique_for: float | None = None
-    concurrency_key: str | None = None
-    concurrency_limit: int = 0
-    rate_key: str | None = None
-    rate_limit: int = 0
-    rate_period: float = 0.0
-    order_key: str | None = None
-
-    def to_wire(self) -> dict[str, Any]:
-        """Dict with only the settings in use."""
-        values = {k: getattr(self, k) for k in self.__slots__}
-        return {k: v for k, v in values.items() if v not in (None, 0, 0.0)}
-
-    @classmethod
-    def from_wire(cls, raw: Mapping[str, Any] | None) -> FlowControl | None:
-        """Inverse of ``to_wire``; ``None`` when nothing is set."""
-        if not raw:
-            return None
-        return cls(**{k: raw[k] for k in cls.__slots__ if k in raw})
-
-
-@dataclass(frozen=True, slots=True)
 class JobSpec:
     """A job to store, as the client hands it to ``Storage.enqueue``.
 
@@ -190,6 +177,13 @@ class JobSpec:
     run_at: float | None = None
     batch_id: str | None = None
     flow: FlowControl | None = None
+    #: Set for a job of a workflow; a node with parents is stored ``waiting``.
+    node: Node | None = None
+
+    @property
+    def waits(self) -> bool:
+        """True when the job is stored ``waiting`` for its parents."""
+        return self.node is not None and bool(self.node.parents)
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,6 +369,8 @@ class BatchSpec:
     description: str | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
     callbacks: Mapping[str, JobSpec] = field(default_factory=dict)
+    #: "batch", or "workflow" for the batch holding a workflow's jobs (listed apart).
+    kind: str = "batch"
 
     def __post_init__(self) -> None:
         if self.description is not None:  # human text: see text.py

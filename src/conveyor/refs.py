@@ -49,6 +49,11 @@ class JobRef:
     def __hash__(self) -> int:
         return hash(self.id)
 
+    def bind(self, source: JobLookup) -> None:
+        """Read the job through ``source`` from now on (a ref made before its app was
+        known: a workflow's nodes)."""
+        self._source = source
+
     def status(self) -> JobRecord | None:
         """The job's record with its state and events, or None if it is not stored."""
         if self._source is None:

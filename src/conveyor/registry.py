@@ -23,7 +23,8 @@ from conveyor.text import check_name
 
 # JobOptions, KeyOption and make_options lived here before options.py; still importable here.
 __all__ = [
-    "Enqueuer", "JobFunction", "JobOptions", "KeyOption", "Registry", "UnimportableJobError",
+    "Enqueuer", "JobFunction", "JobOptions", "KeyOption", "Registry", "Signature",
+    "UnimportableJobError",
     "default_name", "importable_module", "make_options",
 ]
 
@@ -171,6 +172,11 @@ class JobFunction:
         return self.enqueuer.enqueue_many_function(self, items, return_refs=return_refs,
                                                    connection=connection)
 
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """This job with its arguments, not enqueued: a step of a workflow
+        (``workflow.add(extract.s("orders"))``), as Celery's signatures."""
+        return Signature(self, args, kwargs)
+
     def options(self, **overrides: Any) -> JobFunction:
         """A copy with other options for the next enqueues, e.g. ``.options(queue="low")``.
 
@@ -179,6 +185,25 @@ class JobFunction:
         """
         opts = make_options(self.opts, **overrides)
         return JobFunction(self.enqueuer, self.func, self.name, opts)
+
+
+class Signature:
+    """A job function with its arguments, to be enqueued later (``JobFunction.s``)."""
+
+    __slots__ = ("args", "fn", "kwargs")
+
+    def __init__(self, fn: JobFunction, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        self.fn = fn
+        self.args = list(args)
+        self.kwargs = dict(kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Signature {self.fn.name} args={self.args!r} kwargs={self.kwargs!r}>"
+
+    @property
+    def name(self) -> str:
+        """The job's stored name."""
+        return self.fn.name
 
 
 def split_item(item: Any, index: int) -> tuple[Sequence[Any], Mapping[str, Any]]:

@@ -23,7 +23,8 @@ MAX_LINES = 400
 # modules), so a new module is placed deliberately.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # plain data and rules, no I/O
-    ("base", ("conveyor.errors", "conveyor.text", "conveyor.ids", "conveyor.clock",
+    ("base", ("conveyor.errors", "conveyor.text", "conveyor.ids", "conveyor.clock", "conveyor.node",
+              "conveyor.flow_control",
               "conveyor.serializer", "conveyor.job", "conveyor.hooks", "conveyor.retry")),
     # the storage boundary and the backends
     ("storage", ("conveyor.storage", "conveyor.storage.*")),
@@ -32,7 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # enqueueing and what a job sees: options, drafts, refs, the Client, job functions, batches
     ("client", ("conveyor.options", "conveyor.refs", "conveyor.draft", "conveyor.context",
                 "conveyor.middleware", "conveyor.registry", "conveyor.bulk", "conveyor.client",
-                "conveyor.batch", "conveyor.periodic")),
+                "conveyor.batch", "conveyor.workflow", "conveyor.periodic")),
     # the application object that wires the parts, and the public API re-exported from it
     ("app", ("conveyor.app", "conveyor")),
     # running jobs (built from an app, never built by one)

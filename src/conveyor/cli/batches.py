@@ -16,7 +16,7 @@ from conveyor.cli.common import (
     table,
 )
 from conveyor.cli.terminal import safe, say
-from conveyor.job import ALL_STATES
+from conveyor.job import SHOWN_STATES
 from conveyor.storage.base import Inspector
 from conveyor.views import batch_state, batch_view, fmt_duration, fmt_time, get_batch
 
@@ -111,7 +111,7 @@ def progress_line(view: dict[str, Any]) -> str:
     """``[#####-----]  40.0%  4/10  pending 6 · succeeded 3 · failed 1``."""
     filled = int(BAR_WIDTH * view["percent"] / 100)
     bar = "#" * filled + "-" * (BAR_WIDTH - filled)
-    counts = " · ".join(f"{s.value} {view['counts'][s.value]}" for s in ALL_STATES
+    counts = " · ".join(f"{s.value} {view['counts'][s.value]}" for s in SHOWN_STATES
                         if view["counts"][s.value])
     eta = f"  eta {fmt_duration(view['eta'])}" if view["eta"] is not None else ""
     return (f"[{bar}] {view['percent']:5.1f}%  {view['done']}/{view['total']}  "

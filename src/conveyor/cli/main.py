@@ -29,6 +29,7 @@ COMMANDS = (
     "conveyor.cli.jobs",
     "conveyor.cli.workers",
     "conveyor.cli.batches",
+    "conveyor.cli.workflows",
     "conveyor.cli.periodic",
     "conveyor.cli.enqueue",
     "conveyor.cli.serve",

@@ -363,8 +363,9 @@ class Inspector(Protocol):
         """Counters and timings of a batch, in O(1)."""
         ...
 
-    def list_batches(self, offset: int = 0, limit: int = 50) -> list[BatchStatus]:
-        """Batches, newest first."""
+    def list_batches(self, offset: int = 0, limit: int = 50,
+                     kind: str | None = None) -> list[BatchStatus]:
+        """Batches (of one ``kind`` when given: "batch" or "workflow"), newest first."""
         ...
 
     def cancel_batch(self, batch_id: str) -> int:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-from conveyor.job import ALL_STATES, TERMINAL_STATES, EnqueueResult, FlowControl, JobSpec
+from conveyor.job import SHOWN_STATES, TERMINAL_STATES, EnqueueResult, FlowControl, JobSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +124,8 @@ class BatchStatus:
     started_at: float | None = None
     finished_at: float | None = None
     callbacks_fired: tuple[str, ...] = ()
+    #: "batch", or "workflow" (the batch of a workflow's jobs).
+    kind: str = "batch"
 
     @property
     def done(self) -> int:
@@ -156,7 +158,7 @@ class BatchStatus:
             "description": self.description,
             "meta": self.meta,
             "total": self.total,
-            "counts": {s.value: self.counts.get(s.value, 0) for s in ALL_STATES},
+            "counts": {s.value: self.counts.get(s.value, 0) for s in SHOWN_STATES},
             "done": self.done,
             "percent": self.percent,
             "closed": self.closed,
@@ -168,6 +170,7 @@ class BatchStatus:
             "elapsed": (end - self.started_at) if self.started_at else None,
             "eta": self.eta(now),
             "callbacks_fired": list(self.callbacks_fired),
+            "kind": self.kind,
         }
 
 

@@ -94,14 +94,20 @@ class BatchBook:
         """Flag the batch as cancelled (its jobs are cancelled by the storage)."""
         self._batch(batch_id).cancelled = True
 
+    def cancelled(self, batch_id: str) -> bool:
+        """True when the batch exists and was cancelled."""
+        batch = self._batches.get(batch_id)
+        return batch is not None and batch.cancelled
+
     def status(self, batch_id: str) -> BatchStatus | None:
         """A snapshot of the batch, or None."""
         batch = self._batches.get(batch_id)
         return None if batch is None else _snapshot(batch)
 
-    def page(self, offset: int, limit: int) -> list[BatchStatus]:
-        """Batches newest first."""
-        ordered = sorted(self._batches.values(), key=lambda b: (b.created_at, b.seq), reverse=True)
+    def page(self, offset: int, limit: int, kind: str | None = None) -> list[BatchStatus]:
+        """Batches newest first (of one ``kind`` when given)."""
+        ordered = sorted((b for b in self._batches.values() if kind in (None, b.spec.kind)),
+                         key=lambda b: (b.created_at, b.seq), reverse=True)
         return [_snapshot(b) for b in ordered[offset : offset + limit]]
 
     def trim(self, before: float) -> None:
@@ -150,4 +156,5 @@ def _snapshot(batch: _Batch) -> BatchStatus:
         started_at=batch.started_at,
         finished_at=batch.finished_at,
         callbacks_fired=tuple(batch.fired),
+        kind=batch.spec.kind,
     )

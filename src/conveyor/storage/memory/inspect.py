@@ -176,10 +176,11 @@ class MemoryInspector(MemoryState):
         with self._lock:
             return self._batches.status(batch_id)
 
-    def list_batches(self, offset: int = 0, limit: int = 50) -> list[BatchStatus]:
-        """Batches, newest first."""
+    def list_batches(self, offset: int = 0, limit: int = 50,
+                     kind: str | None = None) -> list[BatchStatus]:
+        """Batches (of one ``kind`` when given: "batch" or "workflow"), newest first."""
         with self._lock:
-            return self._batches.page(offset, limit)
+            return self._batches.page(offset, limit, kind)
 
     def cancel_batch(self, batch_id: str) -> int:
         """Cancel waiting jobs of a batch, request cancellation of active ones; returns both

@@ -11,18 +11,22 @@ import heapq
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from conveyor.clock import Clock
 from conveyor.errors import ConveyorError
 from conveyor.job import EnqueueResult, Event, EventKind, JobRecord, JobSpec, JobState
+from conveyor.storage import graph
+from conveyor.storage.graph import JobView, NodeRow
 from conveyor.storage.memory.batches import BatchBook
 from conveyor.storage.memory.flow import FlowGate
 from conveyor.storage.records import WorkerInfo
 
-WAITING_STATES = frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.RETRYING})
+#: States a job waits in before it runs (cancelled at once by a cancel request).
+WAITING_STATES = frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.RETRYING,
+                            JobState.WAITING})
 _DUE_STATES = (JobState.SCHEDULED, JobState.RETRYING)
 
 
@@ -76,6 +80,9 @@ class MemoryState:
         self._commands: dict[str, str] = {}
         self._batches = BatchBook()
         self._flow = FlowGate(self._lookup)
+        self._nodes: dict[str, NodeRow] = {}  # workflow nodes (storage/graph.py)
+        self._marks: dict[str, None] = {}
+        self._settling = False
 
     def now(self) -> float:
         """The storage's clock."""
@@ -87,8 +94,11 @@ class MemoryState:
         holder = self._flow.unique_holder(spec.flow, now)
         if holder is not None:
             return EnqueueResult(holder, created=False)
-        scheduled = spec.run_at is not None and spec.run_at > now
-        state = JobState.SCHEDULED if scheduled else JobState.PENDING
+        scheduled = spec.run_at is not None and spec.run_at > now and not spec.waits
+        state = (JobState.WAITING if spec.waits else
+                 JobState.SCHEDULED if scheduled else JobState.PENDING)
+        if spec.node is not None:
+            self._nodes[spec.id] = NodeRow(spec.id, spec.node, len(spec.node.parents))
         rec = JobRecord(
             id=spec.id, name=spec.name, queue=spec.queue, payload=spec.payload, state=state,
             max_retries=spec.max_retries, timeout=spec.timeout, deadline=spec.deadline,
@@ -107,6 +117,8 @@ class MemoryState:
         if scheduled:
             heapq.heappush(self._due, (now if spec.run_at is None else spec.run_at,
                                        entry.seq, entry.version, spec.id))
+        elif state is JobState.WAITING:
+            pass
         else:
             self._pending[spec.queue][spec.id] = None
             if wake:
@@ -163,6 +175,8 @@ class MemoryState:
         self._event(rec, now, kind, message=message, data=data, worker=worker)
         if rec.batch_id:
             self._fire(self._batches.moved(rec.batch_id, old, new, now), now)
+        if old.terminal != new.terminal and rec.id in self._nodes:
+            self._mark(rec.id)
 
     @staticmethod
     def _event(rec: JobRecord, now: float, kind: str, *, message: str | None = None,
@@ -198,7 +212,72 @@ class MemoryState:
         self._counts[(rec.queue, rec.state)] -= 1
         if touch_batch and rec.batch_id:
             self._fire(self._batches.left(rec.batch_id, rec.state, now), now)
+        if rec.state.terminal:
+            self._nodes.pop(rec.id, None)  # settled already: its children know its outcome
+        elif rec.id in self._nodes:
+            self._mark(rec.id)  # settles as cancelled: its children must not wait for it
+
+    # -- workflows: the graph settles inside the move that marked it ---------------------------
+
+    def _mark(self, job_id: str) -> None:
+        self._marks[job_id] = None
+        if not self._settling:
+            self._settling = True
+            try:
+                graph.settle(_Graph(self))
+            finally:
+                self._settling = False
 
     def _lookup(self, job_id: str) -> tuple[JobRecord, int] | None:
         entry = self._jobs.get(job_id)
         return None if entry is None else (entry.rec, entry.seq)
+
+
+class _Graph:
+    """``graph.GraphTxn`` over the memory backend (under its lock)."""
+
+    def __init__(self, state: MemoryState) -> None:
+        self._state = state
+        self._now = state.now()
+
+    def take_marks(self) -> list[str]:
+        marks = list(self._state._marks)
+        self._state._marks.clear()
+        return marks
+
+    def nodes(self, ids: Collection[str]) -> dict[str, NodeRow]:
+        found = self._state._nodes
+        return {i: found[i] for i in ids if i in found}
+
+    def jobs(self, ids: Collection[str]) -> dict[str, JobView]:
+        out: dict[str, JobView] = {}
+        for job_id in ids:
+            entry = self._state._jobs.get(job_id)
+            if entry is not None:
+                rec = entry.rec
+                halted = rec.batch_id is not None and self._state._batches.cancelled(rec.batch_id)
+                out[job_id] = JobView(rec.state.value, rec.name, rec.message, rec.result,
+                                      rec.payload, halted)
+        return out
+
+    def save(self, rows: Iterable[NodeRow]) -> None:
+        """Rows are the stored objects themselves: nothing to write."""
+
+    def release(self, job_id: str, payload: str | None, message: str) -> None:
+        entry = self._state._jobs[job_id]
+        if payload is not None:
+            entry.rec.payload = payload
+        self._state._move(entry, JobState.PENDING, EventKind.RELEASED, self._now,
+                          message=message)
+
+    def end(self, job_id: str, state: JobState, message: str) -> None:
+        entry = self._state._jobs[job_id]
+        entry.rec.message = message
+        kind = EventKind.FAILED if state is JobState.FAILED else EventKind.CANCELLED
+        self._state._move(entry, state, kind, self._now, message=message)
+
+    def reopen(self, job_id: str, message: str) -> None:
+        entry = self._state._jobs[job_id]
+        entry.rec.message = None
+        self._state._move(entry, JobState.WAITING, EventKind.REOPENED, self._now,
+                          message=message)

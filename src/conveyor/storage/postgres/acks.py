@@ -25,7 +25,7 @@ from conveyor.storage.rules import CANCELS_ON_REQUEST, AckEffect, ack_effect, co
 _ACK = (
     "SELECT ack(%s::float8, %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
     "%s::text[], %s::text[], %s::text[], %s::text[], %s::bool[], %s::text[], %s::text[], "
-    "%s::text[], %s::int4[], %s::text[], %s::text[], %s::float8[], %s::text[])"
+    "%s::text[], %s::int4[], %s::text[], %s::text[], %s::float8[], %s::text[]), wf_pending()"
 )
 
 # The ``ack`` function's arrays after ``p_now``, in its order (``arrays.py``).
@@ -57,11 +57,14 @@ def _row(ack: Ack) -> tuple[Any, ...]:
     )
 
 
-def apply(cur: psycopg.Cursor[Any], now: float | None, acks: Sequence[Ack]) -> list[bool]:
+def apply(cur: psycopg.Cursor[Any], now: float | None,
+          acks: Sequence[Ack]) -> tuple[list[bool], bool]:
     """Apply the acks (``now``: the storage clock, None for the server's); returns
-    applied-or-refused per ack, in order."""
+    applied-or-refused per ack, in order, and whether workflow nodes wait to be settled."""
     if not acks:
-        return []
+        return [], False
     columns = arrays.columns([_row(a) for a in acks], _ENCODERS)
     row = cur.execute(_ACK, (now, *columns)).fetchone()
-    return [bool(ok) for ok in row[0]] if row else [False] * len(acks)
+    if not row:
+        return [False] * len(acks), False
+    return [bool(ok) for ok in row[0]], bool(row[1])

@@ -33,7 +33,8 @@ BATCH_FROM = ("batches CROSS JOIN LATERAL (SELECT count(*)::integer AS running F
 _COUNTED = {"pending": "n_pending - a.running", "active": "a.running"}
 BATCH_COLUMNS = (
     "id, description, meta, created_at, total, closed, cancelled, started_at, finished_at, "
-    "callbacks_fired, " + ", ".join(_COUNTED.get(s.value, f"n_{s.value}") for s in ALL_STATES)
+    "callbacks_fired, kind, " + ", ".join(_COUNTED.get(s.value, f"n_{s.value}")
+                                          for s in ALL_STATES)
 )
 
 
@@ -41,10 +42,10 @@ def create(cur: Cursor, now: float, spec: BatchSpec) -> None:
     """Insert an open batch (creating an existing id again is a no-op)."""
     callbacks = {event: spec_to_wire(job) for event, job in spec.callbacks.items()}
     cur.execute(
-        "INSERT INTO batches (id, description, meta, callbacks, created_at) "
-        "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+        "INSERT INTO batches (id, description, meta, callbacks, created_at, kind) "
+        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
         (spec.id, enc_opt(spec.description), json.dumps(dict(spec.meta)), json.dumps(callbacks),
-         now),
+         now, spec.kind),
     )
 
 
@@ -67,10 +68,11 @@ def close(cur: Cursor, now: float | None, batch_id: str) -> None:
 
 def status_from_row(row: Sequence[Any]) -> BatchStatus:
     """A ``BatchStatus`` from a row selected with ``BATCH_COLUMNS``."""
-    counts = {state.value: int(n) for state, n in zip(ALL_STATES, row[10:], strict=True)}
+    counts = {state.value: int(n) for state, n in zip(ALL_STATES, row[11:], strict=True)}
     return BatchStatus(
         id=row[0], description=dec(row[1]), meta=json.loads(row[2] or "{}"), created_at=row[3],
         total=int(row[4]), counts=counts, closed=bool(row[5]), cancelled=bool(row[6]),
         started_at=row[7], finished_at=row[8],
         callbacks_fired=tuple(name for name in (row[9] or "").split(",") if name),
+        kind=row[10],
     )

@@ -14,7 +14,7 @@ import psycopg
 
 from conveyor.clock import Clock
 from conveyor.job import ALL_STATES, EventKind, JobRecord, JobState
-from conveyor.storage.postgres import batches, jobs
+from conveyor.storage.postgres import batches, graph, jobs
 from conveyor.storage.postgres.connection import Database, reads
 from conveyor.storage.postgres.flow import PostgresFlow
 from conveyor.storage.postgres.text import enc
@@ -32,7 +32,7 @@ _SIZES = " UNION ALL ".join(
 CANCEL_CHUNK = 500  # jobs per cancel_batch transaction: row locks held briefly
 _KNOWN_SET = frozenset(s.value for s in ALL_STATES)
 _KNOWN = ", ".join(f"'{s.value}'" for s in ALL_STATES)
-_WAITING = ("scheduled", "pending", "retrying")
+_WAITING = ("scheduled", "pending", "retrying", "waiting")
 _RETRYABLE = ("dead", "failed", "cancelled", "retrying")
 Cursor = psycopg.Cursor[Any]
 
@@ -175,6 +175,7 @@ class PostgresInspector(PostgresFlow):
             moves = jobs.move(cur, now, rows, JobState.PENDING, EventKind.RETRIED,
                               sets=f"message = NULL, cancel_requested = false, {jobs.REQUEUE}")
             batches.apply(cur, now, moves)
+            graph.settle(cur, now)
         return len(rows)
 
     def delete_jobs(self, job_ids: Sequence[str]) -> int:
@@ -188,6 +189,7 @@ class PostgresInspector(PostgresFlow):
             moves: list[batches.Move] = [(b, s, None) for _, s, b in rows
                                          if b and s in _KNOWN_SET]
             batches.apply(cur, now, moves)
+            graph.settle(cur, now)
         return len(rows)
 
     def kill_jobs(self, job_ids: Sequence[str]) -> int:
@@ -198,6 +200,7 @@ class PostgresInspector(PostgresFlow):
             moves = jobs.move(cur, now, rows, JobState.DEAD, EventKind.KILLED,
                               "killed by hand", f"message = %(msg)s, {jobs.FINISH}")
             batches.apply(cur, now, moves)
+            graph.settle(cur, now)
         return len(rows)
 
     @reads
@@ -242,12 +245,14 @@ class PostgresInspector(PostgresFlow):
         return batches.status_from_row(row) if row else None
 
     @reads
-    def list_batches(self, offset: int = 0, limit: int = 50) -> list[BatchStatus]:
-        """Batches, newest first."""
+    def list_batches(self, offset: int = 0, limit: int = 50,
+                     kind: str | None = None) -> list[BatchStatus]:
+        """Batches (of one ``kind`` when given: "batch" or "workflow"), newest first."""
+        where = "WHERE kind = %s " if kind is not None else ""
         rows = self._db.read().execute(
-            f"SELECT {batches.BATCH_COLUMNS} FROM {batches.BATCH_FROM} "
+            f"SELECT {batches.BATCH_COLUMNS} FROM {batches.BATCH_FROM} {where}"
             "ORDER BY created_at DESC, seq DESC LIMIT %s OFFSET %s",
-            (limit, offset),
+            (*([kind] if kind is not None else []), limit, offset),
         ).fetchall()
         return [batches.status_from_row(r) for r in rows]
 
@@ -259,7 +264,7 @@ class PostgresInspector(PostgresFlow):
         # for one chunk at most, not for one transaction over a 200,000-job batch.
         # One state at a time, so each chunk is a range of the (batch_id, state, seq) index.
         done = 0
-        for state in ("scheduled", "pending", "retrying", "active"):
+        for state in ("waiting", "scheduled", "pending", "retrying", "active"):
             after = 0
             while True:
                 with self._db.write() as cur:
@@ -295,6 +300,7 @@ class PostgresInspector(PostgresFlow):
         moves = jobs.move(cur, now, waiting, JobState.CANCELLED, EventKind.CANCELLED,
                           CANCELLED_WHILE_WAITING, f"message = %(msg)s, {jobs.FINISH}")
         batches.apply(cur, now, moves)
+        graph.settle(cur, now)
         # The event names the worker and the attempt, as on every backend.
         asked = [r[0] for r in rows if r[1] == "active" and not r[3]]
         if asked:

@@ -28,7 +28,7 @@ from conveyor.job import (
 )
 from conveyor.storage.base import WaitsThenDequeues
 from conveyor.storage.postgres import acks as ack_sql
-from conveyor.storage.postgres import arrays, jobs
+from conveyor.storage.postgres import arrays, graph, jobs
 from conveyor.storage.postgres.bound import Binder
 from conveyor.storage.postgres.connection import Database, Settings, parse_postgres_url, reads
 from conveyor.storage.postgres.migrate import migrate
@@ -89,6 +89,12 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
         results: list[EnqueueResult] = []
         for start in range(0, len(specs), ENQUEUE_CHUNK):
             chunk = specs[start:start + ENQUEUE_CHUNK]
+            if any(s.node for s in chunk):  # a workflow's: its waiting nodes in the same commit
+                with self._db.write() as cur:
+                    stored = jobs.insert(cur, self._clock_arg(), chunk, self._schema)
+                    graph.store(cur, self._now(cur), chunk, stored)
+                results.extend(stored)
+                continue
             with self._db.call() as cur:
                 results.extend(jobs.insert(cur, self._clock_arg(), chunk, self._schema))
         return results
@@ -131,7 +137,10 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
         if not acks:
             return []
         with self._db.call() as cur:
-            return ack_sql.apply(cur, self._clock_arg(), acks)
+            applied, marked = ack_sql.apply(cur, self._clock_arg(), acks)
+        if marked:  # a workflow node settled: its children move in the next transaction
+            self.settle_marks()
+        return applied
 
     def log(self, job_id: str, token: str, events: Sequence[Event],
             progress: tuple[int, int] | None = None) -> bool:

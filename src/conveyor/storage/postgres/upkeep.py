@@ -10,7 +10,7 @@ pollers and recoverers never wait on each other.
 from __future__ import annotations
 
 from conveyor.job import BatchSpec, JobState
-from conveyor.storage.postgres import batches
+from conveyor.storage.postgres import batches, graph
 from conveyor.storage.postgres.inspect import PostgresInspector
 from conveyor.storage.postgres.text import enc
 from conveyor.storage.records import Retention
@@ -40,6 +40,11 @@ _TRIM_RATE_HITS = (  # no key of its own: rows are addressed by their physical p
     "DELETE FROM rate_hits WHERE ctid = ANY(ARRAY(SELECT ctid FROM rate_hits WHERE ts < %s "
     "LIMIT %s))")
 
+# Node rows of workflow jobs deleted after they settled.
+_TRIM_NODES = (
+    "DELETE FROM wf_nodes WHERE id = ANY(ARRAY(SELECT id FROM wf_nodes WHERE settled IS NOT "
+    "NULL AND NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.id = wf_nodes.id) LIMIT %s))")
+
 TRIM_CHUNK = 1000  # rows per DELETE statement (one short transaction)
 TRIM_ROUNDS = 20  # DELETE statements per kind of row and trim() call
 
@@ -56,7 +61,16 @@ class PostgresUpkeep(PostgresInspector):
         with self._db.call() as cur:
             row = cur.execute("SELECT promote(%s::float8, %s::int4)",
                               (self._clock_arg(), limit)).fetchone()
+        self.settle_marks()  # the sweep: marks a crash or a server-side move left behind
         return int(row[0]) if row else 0
+
+    def settle_marks(self) -> int:
+        """Settle the workflow nodes whose moves left a mark (``graph.py``); returns the
+        nodes moved. One read when there are none."""
+        if self._db.read().execute("SELECT 1 FROM wf_marks LIMIT 1").fetchone() is None:
+            return 0
+        with self._db.write() as cur:
+            return graph.settle(cur, self._now(cur))
 
     def reclaim_expired(self, max_recoveries: int = 5, limit: int = 1000) -> int:
         """Active jobs with an expired or missing lease → pending (or dead: a poison job)."""
@@ -65,6 +79,7 @@ class PostgresUpkeep(PostgresInspector):
                 "SELECT reclaim(%s::float8, %s::int4, %s::int4, %s::text, %s::text)",
                 (self._clock_arg(), max_recoveries, limit, LEASE_EXPIRED,
                  cancelled_message(LEASE_EXPIRED))).fetchone()
+        self.settle_marks()
         return int(row[0]) if row else 0
 
     def release_worker(self, worker_id: str, max_recoveries: int = 5) -> int:
@@ -74,6 +89,7 @@ class PostgresUpkeep(PostgresInspector):
                 "SELECT release_worker(%s::float8, %s::text, %s::int4, %s::text, %s::text)",
                 (self._clock_arg(), enc(worker_id), max_recoveries, WORKER_DIED,
                  cancelled_message(WORKER_DIED))).fetchone()
+        self.settle_marks()
         return int(row[0]) if row else 0
 
     def cancel(self, job_id: str) -> JobState | None:
@@ -111,6 +127,7 @@ class PostgresUpkeep(PostgresInspector):
         self._bounded(_TRIM_RATE_HITS, (now - retention.succeeded_seconds,))
         with self._db.call() as cur:  # one row per worker process: small
             cur.execute("DELETE FROM workers WHERE last_seen < %s", (now - retention.worker_ttl,))
+        self._bounded(_TRIM_NODES, ())
         return removed
 
     def _bounded(self, statement: str, args: tuple[object, ...]) -> int:

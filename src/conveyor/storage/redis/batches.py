@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from conveyor.errors import BatchClosedError, BatchNotFound
+from conveyor.errors import BatchClosedError, BatchNotFound, WorkflowError
 from conveyor.job import ALL_STATES, EnqueueResult, JobSpec, JobState
 from conveyor.storage.records import JobBlock
 from conveyor.storage.redis import codec
@@ -61,6 +61,9 @@ class RedisBatches(RedisBase):
     def enqueue_specs(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
         """Store jobs: batch membership first (so a batch never completes without them),
         then one enqueue.lua call per queue and chunk."""
+        if any(s.node is not None for s in specs):
+            raise WorkflowError("workflows are not stored on Redis yet (docs/workflows.md): "
+                                "run them on SQLite or PostgreSQL")
         if len(specs) == 1 and not specs[0].batch_id:  # the one-by-one fast path
             spec = specs[0]
             reply = self.scripts.run("enqueue", self.register_queue(spec.queue),

@@ -223,11 +223,31 @@ class RedisInspector(RedisBatchPages, RedisFlow):
         raw: dict[str, str] = self.link.call("HGETALL", self.keys.batch(batch_id).batch)
         return _batch_status(batch_id, raw) if raw else None
 
-    def list_batches(self, offset: int = 0, limit: int = 50) -> list[BatchStatus]:
-        """Batches, newest first."""
-        ids = self.link.call("ZREVRANGE", self.keys.batches, offset, offset + limit - 1)
-        found = (self.get_batch(i) for i in ids)
-        return [b for b in found if b is not None]
+    def list_batches(self, offset: int = 0, limit: int = 50,
+                     kind: str | None = None) -> list[BatchStatus]:
+        """Batches (of one ``kind`` when given: "batch" or "workflow"), newest first. With a
+        kind, the registry is read newest first, a page at a time, until ``limit`` match
+        (at most ``KIND_SCAN`` batches read per call)."""
+        if kind is None:
+            ids = self.link.call("ZREVRANGE", self.keys.batches, offset, offset + limit - 1)
+            found = (self.get_batch(i) for i in ids)
+            return [b for b in found if b is not None]
+        out: list[BatchStatus] = []
+        skip = offset
+        for start in range(0, KIND_SCAN, KIND_PAGE):
+            ids = self.link.call("ZREVRANGE", self.keys.batches, start, start + KIND_PAGE - 1)
+            for status in (self.get_batch(i) for i in ids):
+                if status is None or status.kind != kind:
+                    continue
+                if skip:
+                    skip -= 1
+                    continue
+                out.append(status)
+                if len(out) >= limit:
+                    return out
+            if len(ids) < KIND_PAGE:
+                break
+        return out
 
     def cancel_batch(self, batch_id: str) -> int:
         """Cancel every waiting job of a batch, request cancellation of its active ones;
@@ -259,6 +279,10 @@ class RedisInspector(RedisBatchPages, RedisFlow):
         return out
 
 
+KIND_PAGE = 200  # batches read per step of list_batches(kind=...)
+KIND_SCAN = 10_000  # ... and at most this many per call
+
+
 def _total(meta: dict[str, str], prefix: str) -> int:
     return sum(int(v) for k, v in meta.items() if k.startswith(prefix))
 
@@ -274,4 +298,5 @@ def _batch_status(batch_id: str, raw: dict[str, Any]) -> BatchStatus:
         closed=raw.get("closed") == "1", cancelled=raw.get("cancelled") == "1",
         started_at=opt("sa"), finished_at=opt("fa"),
         callbacks_fired=tuple(sorted(k[2:] for k in raw if k.startswith("f:"))),
+        kind=raw.get("kind", "batch"),
     )

@@ -39,6 +39,7 @@ class QueueKeys:
     # zset, with a broker: pending jobs handed to a relay to publish -> when they are due to be
     # published again if no worker has started them by then (docs/design.md §7)
     published: str
+    waiting: str  # zset: workflow nodes waiting for their parents -> when stored
 
     def by_state(self, state: str) -> str:
         """The index key holding jobs in ``state``."""

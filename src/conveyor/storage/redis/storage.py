@@ -268,7 +268,7 @@ class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks):
             return  # creating an existing batch again changes nothing
         now = self.now()
         fields: list[object] = ["id", spec.id, "c", repr(now), "total", 0,
-                                "meta", json.dumps(dict(spec.meta))]
+                                "meta", json.dumps(dict(spec.meta)), "kind", spec.kind]
         if spec.description is not None:
             fields += ["desc", spec.description]
         for event, cb in spec.callbacks.items():

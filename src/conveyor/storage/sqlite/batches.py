@@ -17,6 +17,7 @@ from typing import Any
 from conveyor.errors import BatchClosedError, BatchNotFound
 from conveyor.job import ALL_STATES, BatchSpec, JobSpec
 from conveyor.storage.records import BatchStatus, spec_from_wire, spec_to_wire
+from conveyor.storage.sqlite import graph
 
 # (batch_id, from_state or None for a new job, to_state or None for a deleted job)
 Move = tuple[str, "str | None", "str | None"]
@@ -25,7 +26,7 @@ EnqueueFn = Callable[[sqlite3.Cursor, float, Sequence[JobSpec]], object]
 TERMINAL_SUM = "n_succeeded + n_failed + n_dead + n_cancelled"
 BATCH_COLUMNS = (
     "id, description, meta, created_at, total, closed, cancelled, started_at, finished_at, "
-    "callbacks_fired, " + ", ".join(f"n_{s.value}" for s in ALL_STATES)
+    "callbacks_fired, kind, " + ", ".join(f"n_{s.value}" for s in ALL_STATES)
 )
 
 
@@ -33,9 +34,10 @@ def create(cur: sqlite3.Cursor, now: float, spec: BatchSpec) -> None:
     """Insert an open batch (creating an existing id again is a no-op)."""
     callbacks = {event: spec_to_wire(job) for event, job in spec.callbacks.items()}
     cur.execute(
-        "INSERT OR IGNORE INTO batches (id, description, meta, callbacks, created_at) "
-        "VALUES (?, ?, ?, ?, ?)",
-        (spec.id, spec.description, json.dumps(dict(spec.meta)), json.dumps(callbacks), now),
+        "INSERT OR IGNORE INTO batches (id, description, meta, callbacks, created_at, kind) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (spec.id, spec.description, json.dumps(dict(spec.meta)), json.dumps(callbacks), now,
+         spec.kind),
     )
 
 
@@ -50,6 +52,15 @@ def check_open(cur: sqlite3.Cursor, batch_ids: Iterable[str]) -> None:
 
 
 def apply(cur: sqlite3.Cursor, now: float, moves: Iterable[Move], enqueue: EnqueueFn) -> None:
+    """Move the counters, complete batches and fire callbacks as they become due, then
+    settle the workflow nodes these moves marked (``graph.settle``)."""
+    moves = list(moves)
+    count(cur, now, moves, enqueue)
+    if moves:
+        graph.settle(cur, now, lambda more: count(cur, now, more, enqueue))
+
+
+def count(cur: sqlite3.Cursor, now: float, moves: Iterable[Move], enqueue: EnqueueFn) -> None:
     """Move the counters, then complete batches and fire callbacks as they become due."""
     deltas: dict[str, Counter[str]] = {}
     # Equal moves counted first (in C): a bulk enqueue reports thousands of the same one.
@@ -129,10 +140,11 @@ def close(cur: sqlite3.Cursor, now: float, batch_id: str, enqueue: EnqueueFn) ->
 
 def status_from_row(row: Sequence[Any]) -> BatchStatus:
     """A ``BatchStatus`` from a row selected with ``BATCH_COLUMNS``."""
-    counts = {state.value: int(n) for state, n in zip(ALL_STATES, row[10:], strict=True)}
+    counts = {state.value: int(n) for state, n in zip(ALL_STATES, row[11:], strict=True)}
     return BatchStatus(
         id=row[0], description=row[1], meta=json.loads(row[2] or "{}"), created_at=row[3],
         total=int(row[4]), counts=counts, closed=bool(row[5]), cancelled=bool(row[6]),
         started_at=row[7], finished_at=row[8],
         callbacks_fired=tuple(name for name in (row[9] or "").split(",") if name),
+        kind=row[10],
     )

@@ -23,7 +23,7 @@ WORKER_TTL = 60.0
 CANCEL_CHUNK = 500  # jobs per cancel_batch transaction (~10 ms of write lock)
 _KNOWN_SET = frozenset(s.value for s in ALL_STATES)
 _KNOWN = ", ".join(f"'{s.value}'" for s in ALL_STATES)
-_WAITING = ("scheduled", "pending", "retrying")
+_WAITING = ("scheduled", "pending", "retrying", "waiting")
 _RETRYABLE = ("dead", "failed", "cancelled", "retrying")
 
 
@@ -240,12 +240,14 @@ class SqliteInspector:
         return batches.status_from_row(row) if row else None
 
     @reads
-    def list_batches(self, offset: int = 0, limit: int = 50) -> list[BatchStatus]:
-        """Batches, newest first."""
+    def list_batches(self, offset: int = 0, limit: int = 50,
+                     kind: str | None = None) -> list[BatchStatus]:
+        """Batches (of one ``kind`` when given: "batch" or "workflow"), newest first."""
+        where = "WHERE kind = ? " if kind is not None else ""
         rows = self._db.read().execute(
-            f"SELECT {batches.BATCH_COLUMNS} FROM batches "
+            f"SELECT {batches.BATCH_COLUMNS} FROM batches {where}"
             "ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?",
-            (limit, offset),
+            (*([kind] if kind is not None else []), limit, offset),
         ).fetchall()
         return [batches.status_from_row(r) for r in rows]
 
@@ -258,7 +260,7 @@ class SqliteInspector:
         # One state at a time, so each chunk is a range of the (batch_id, state) index in
         # rowid order: a seek, not a sort of every remaining job.
         done = 0
-        for state in ("scheduled", "pending", "retrying", "active"):
+        for state in ("waiting", "scheduled", "pending", "retrying", "active"):
             after = 0
             while True:
                 with self._db.write() as cur:

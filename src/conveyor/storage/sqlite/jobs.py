@@ -10,7 +10,7 @@ import json
 import sqlite3
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -24,7 +24,14 @@ from conveyor.job import (
 )
 from conveyor.storage.records import JobBlock
 from conveyor.storage.rules import is_gated, validate_flow
-from conveyor.storage.sqlite import batches, flow
+from conveyor.storage.sqlite import batches, flow, graph
+
+# Re-exported: every transition of this package goes through them (moves.py).
+from conveyor.storage.sqlite.moves import FINISH as FINISH
+from conveyor.storage.sqlite.moves import REQUEUE as REQUEUE
+from conveyor.storage.sqlite.moves import event_line as event_line
+from conveyor.storage.sqlite.moves import ids_param as ids_param
+from conveyor.storage.sqlite.moves import move as move
 
 JOB_COLUMNS = (
     "id, name, queue, payload, state, attempt, errors, recoveries, max_retries, timeout, "
@@ -38,21 +45,6 @@ _INSERT = (
     "concurrency_limit, order_key, rate_key, rate_limit, rate_period, gated, events) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-
-
-def event_line(now: float, kind: str, state: str | None, message: str | None = None) -> str:
-    """One NDJSON event line, as ``Event.to_json`` writes it, for rows sharing one event."""
-    out: dict[str, Any] = {"t": now, "k": kind}
-    if state is not None:
-        out["s"] = state
-    if message is not None:
-        out["m"] = message
-    return json.dumps(out, separators=(",", ":")) + "\n"
-
-
-def ids_param(ids: Iterable[str]) -> str:
-    """A JSON array of ids, to be expanded with ``json_each`` (no parameter-count limit)."""
-    return json.dumps(list(ids))
 
 
 def _row(spec: JobSpec, now: float, state: str, event: str) -> tuple[Any, ...]:
@@ -76,23 +68,29 @@ def insert(cur: sqlite3.Cursor, now: float, specs: Sequence[JobSpec]) -> list[En
     events = {
         "pending": event_line(now, "enqueued", "pending"),
         "scheduled": event_line(now, "scheduled", "scheduled"),
+        "waiting": event_line(now, "enqueued", "waiting"),
     }
     results: list[EnqueueResult] = []
     rows: list[tuple[Any, ...]] = []
     moves: list[batches.Move] = []
     locks: dict[str, str] = {}  # unique keys taken by this call (their rows are not in yet)
+    nodes: list[JobSpec] = []
     for spec in specs:
         holder = _holder(cur, now, spec, existing, locks)
         if holder is not None:
             results.append(EnqueueResult(holder, created=False))
             continue
         existing.add(spec.id)
-        state = "scheduled" if spec.run_at is not None and spec.run_at > now else "pending"
+        state = ("waiting" if spec.waits else
+                 "scheduled" if spec.run_at is not None and spec.run_at > now else "pending")
         rows.append(_row(spec, now, state, events[state]))
+        if spec.node is not None:
+            nodes.append(spec)
         if spec.batch_id:
             moves.append((spec.batch_id, None, state))
         results.append(EnqueueResult(spec.id, created=True))
     cur.executemany(_INSERT, rows)
+    graph.insert(cur, nodes)
     cur.executemany(
         "INSERT OR IGNORE INTO queues (name) VALUES (?)", [(q,) for q in {r[2] for r in rows}]
     )
@@ -223,41 +221,6 @@ def _holder(
         flow.lock_unique(cur, now, spec)
         locks[key] = spec.id
     return holder
-
-
-def move(
-    cur: sqlite3.Cursor,
-    now: float,
-    rows: Sequence[tuple[str, str, str | None]],
-    to: JobState,
-    kind: str,
-    message: str | None = None,
-    sets: str = "",
-) -> list[batches.Move]:
-    """Move jobs ``(id, state, batch_id)`` to ``to`` with one event; returns the batch moves.
-
-    ``sets`` adds SQL assignments (``"finished_at = :now, token = NULL"``); the caller applies
-    the returned moves with ``batches.apply`` once per transaction.
-    """
-    if not rows:
-        return []
-    msg = ", 'm', :msg" if message is not None else ""
-    cur.execute(
-        f"UPDATE jobs SET state = :to, {sets + ', ' if sets else ''}"
-        f"events = events || json_object('t', :now, 'k', :kind, 's', :to{msg}, "
-        "'a', attempt) || char(10) "
-        "WHERE id IN (SELECT value FROM json_each(:ids))",
-        {"to": to.value, "now": now, "kind": kind, "msg": message,
-         "ids": ids_param(r[0] for r in rows)},
-    )
-    return [(b, s, to.value) for _, s, b in rows if b]
-
-
-FINISH = "finished_at = :now, token = NULL, lease_expires_at = NULL, cancel_requested = 0"
-# Back to pending (a retry by hand, a recovery): not published since (a job cancelled
-# after its publish kept the stamp, and its retry waited ``republish_after``).
-REQUEUE = ("ready_at = :now, finished_at = NULL, token = NULL, lease_expires_at = NULL, "
-           "publish_at = NULL")
 
 
 def add_totals(cur: sqlite3.Cursor, now: float, counts: Counter[tuple[str, str, str]]) -> None:

@@ -29,7 +29,7 @@ from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
 from conveyor.storage.records import JobBlock, Retention, WorkerInfo
 from conveyor.storage.rules import DEADLINE_PASSED, LEASE_EXPIRED, WORKER_DIED
 from conveyor.storage.sqlite import acks as ack_sql
-from conveyor.storage.sqlite import batches, flow, jobs
+from conveyor.storage.sqlite import batches, flow, graph, jobs
 from conveyor.storage.sqlite import leases as lease_sql
 from conveyor.storage.sqlite.connection import (
     Database,
@@ -308,6 +308,7 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
                 (now - retention.batch_seconds,),
             )
             cur.execute("DELETE FROM workers WHERE last_seen < ?", (now - retention.worker_ttl,))
+            graph.trim(cur)
             # Hits of keys still in use are pruned at dequeue; this drops abandoned keys.
             cur.execute("DELETE FROM rate_hits WHERE ts < ?", (now - retention.succeeded_seconds,))
             cur.execute(

@@ -1,0 +1,33 @@
+"""A job's flow-control settings (``JobSpec.flow``): unique, concurrency, rate and order keys."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class FlowControl:
+    """Optional flow-control settings of a job, enforced atomically by the storage."""
+
+    unique_key: str | None = None
+    unique_for: float | None = None
+    concurrency_key: str | None = None
+    concurrency_limit: int = 0
+    rate_key: str | None = None
+    rate_limit: int = 0
+    rate_period: float = 0.0
+    order_key: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """Dict with only the settings in use."""
+        values = {k: getattr(self, k) for k in self.__slots__}
+        return {k: v for k, v in values.items() if v not in (None, 0, 0.0)}
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any] | None) -> FlowControl | None:
+        """Inverse of ``to_wire``; ``None`` when nothing is set."""
+        if not raw:
+            return None
+        return cls(**{k: raw[k] for k in cls.__slots__ if k in raw})

@@ -1,0 +1,34 @@
+"""A job's place in a workflow's graph (``JobSpec.node``; docs/workflows.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: What a workflow node does when a parent ends failed, dead or cancelled (docs/workflows.md).
+PARENT_FAILURE_POLICIES = ("fail", "continue", "ignore", "skip")
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A job's place in its workflow's graph (``JobSpec.node``): the jobs it waits for, the
+    jobs waiting for it, what a failed parent does to it (``policy``, one of
+    ``PARENT_FAILURE_POLICIES``) and whether its parents' results are passed to it as its
+    first argument (``results``). The workflow is the job's batch."""
+
+    parents: tuple[str, ...] = ()
+    children: tuple[str, ...] = ()
+    policy: str = "fail"
+    results: bool = False
+
+    def to_wire(self) -> dict[str, Any]:
+        """Compact dict form stored by backends."""
+        return {"p": list(self.parents), "c": list(self.children), "f": self.policy,
+                "r": self.results}
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> Node:
+        """Inverse of ``to_wire``."""
+        return cls(tuple(raw.get("p", ())), tuple(raw.get("c", ())), str(raw.get("f", "fail")),
+                   bool(raw.get("r", False)))

@@ -1,0 +1,236 @@
+"""Settling a workflow's graph: what a node's parents' outcomes do to it (docs/workflows.md).
+
+A workflow is a batch whose jobs carry a ``Node`` (their parents and children). A node with
+parents is stored ``waiting`` with ``unsettled`` = its number of parents. When a job of a
+workflow enters a terminal state (or leaves one: a retry by hand), the same atomic step that
+moved it leaves a *mark*; ``settle`` turns marks into their effects, inside that same step on
+memory, SQLite and PostgreSQL (the transaction of the move), by an idempotent call on Redis:
+
+- a node newly terminal counts down each child's ``unsettled``; a child at zero is *decided*
+  by its policy and its parents' outcomes: released to ``pending`` (its parents' results put
+  in front of its arguments when it asked for them), ended ``failed`` (policy ``fail``) or
+  ended ``cancelled`` as skipped (policy ``skip``, or any parent that was itself skipped);
+- a node no longer terminal (retried by hand) counts its children up again and re-opens the
+  children the graph had ended because of it, which re-opens theirs in turn.
+
+Each node remembers the state it settled its children with (``settled``), so applying a mark
+twice changes nothing: a replay after a crash, or a late duplicate, releases no child twice.
+The backends provide the reads and the moves (``GraphTxn``); the decisions are made here once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from conveyor.job import TERMINAL_STATES, JobState, Node
+
+__all__ = ["FAILED", "GraphTxn", "JobView", "NodeRow", "decide", "inject", "settle"]
+
+#: A parent in one of these states did not succeed: its children's policy applies.
+FAILED = frozenset({JobState.FAILED.value, JobState.DEAD.value, JobState.CANCELLED.value})
+_TERMINAL = frozenset(s.value for s in TERMINAL_STATES)
+#: ``settle`` stops after this many rounds (a graph is acyclic, so each round goes a level
+#: deeper; a chain longer than this settles the rest at the next call).
+MAX_ROUNDS = 100_000
+
+
+@dataclass(slots=True)
+class NodeRow:
+    """What a backend stores per workflow node besides the job."""
+
+    id: str
+    node: Node
+    unsettled: int
+    settled: str | None = None  # the state its children were settled with; None: not yet
+    ended_by: str | None = None  # "fail" / "skip" when the graph ended this job
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """The job fields settling reads: state, name, message, result and payload (JSON text)."""
+
+    state: str
+    name: str = ""
+    message: str | None = None
+    result: str | None = None
+    payload: str | None = None
+    halted: bool = False  # its workflow was cancelled: nothing of it is released any more
+
+
+class GraphTxn(Protocol):
+    """One backend's reads and moves inside the step that settles (a transaction, a lock)."""
+
+    def take_marks(self) -> list[str]:
+        """The marked node ids (removing the marks); nodes moved by this step mark again."""
+
+    def nodes(self, ids: Collection[str]) -> dict[str, NodeRow]:
+        """The node rows of ``ids`` that exist (locked for this step where that matters)."""
+
+    def jobs(self, ids: Collection[str]) -> dict[str, JobView]:
+        """The jobs of ``ids`` that exist."""
+
+    def save(self, rows: Iterable[NodeRow]) -> None:
+        """Write back ``unsettled``, ``settled`` and ``ended_by``."""
+
+    def release(self, job_id: str, payload: str | None, message: str) -> None:
+        """``waiting`` -> ``pending`` (with a new payload when not None), event ``released``."""
+
+    def end(self, job_id: str, state: JobState, message: str) -> None:
+        """``waiting`` -> ``state`` (failed or cancelled), terminal, with ``message``."""
+
+    def reopen(self, job_id: str, message: str) -> None:
+        """A job the graph ended -> ``waiting`` again, event ``reopened``."""
+
+
+def settle(txn: GraphTxn) -> int:
+    """Apply every mark, and the marks the moves it makes leave; returns the nodes moved."""
+    moved = 0
+    for _ in range(MAX_ROUNDS):
+        marks = txn.take_marks()
+        if not marks:
+            break
+        moved += _round(txn, sorted(set(marks)))
+    return moved
+
+
+def _round(txn: GraphTxn, marks: list[str]) -> int:
+    rows = txn.nodes(marks)
+    states = txn.jobs(marks)
+    child_ids = sorted({c for r in rows.values() for c in r.node.children})
+    children = txn.nodes(child_ids)
+    ready: list[str] = []
+    reopen: list[str] = []
+    for node_id in marks:
+        row = rows.get(node_id)
+        if row is None:
+            continue
+        view = states.get(node_id)
+        if view is None and row.settled is not None:
+            continue  # a finished job deleted: its children were settled with its outcome
+        # A job deleted unfinished settles as cancelled: its children must not wait forever.
+        state = view.state if view is not None else JobState.CANCELLED.value
+        terminal = state in _TERMINAL
+        if row.settled is not None and (not terminal or _succeeded(row.settled)
+                                        != _succeeded(state)):
+            row.settled = None  # retried by hand (perhaps finished again since): count up
+            for child_id in row.node.children:
+                child = children.get(child_id)
+                if child is not None:
+                    child.unsettled += 1
+                    if child.ended_by is not None:
+                        reopen.append(child_id)
+        if terminal and row.settled is None:
+            row.settled = state
+            for child_id in row.node.children:
+                child = children.get(child_id)
+                if child is not None:
+                    child.unsettled -= 1
+                    if child.unsettled <= 0:
+                        ready.append(child_id)
+    txn.save([*rows.values(), *(c for i, c in children.items() if i not in rows)])
+    moved = _reopen(txn, reopen, children)
+    return moved + _decide_all(txn, ready, children)
+
+
+def _succeeded(state: str) -> bool:
+    return state == JobState.SUCCEEDED.value
+
+
+def _reopen(txn: GraphTxn, ids: list[str], children: Mapping[str, NodeRow]) -> int:
+    if not ids:
+        return 0
+    jobs = txn.jobs(ids)
+    moved = 0
+    for job_id in ids:
+        view = jobs.get(job_id)
+        if view is None or view.state not in _TERMINAL:
+            continue
+        children[job_id].ended_by = None
+        txn.reopen(job_id, "a parent was retried: waiting for it again")
+        moved += 1
+    txn.save([children[i] for i in ids])
+    return moved
+
+
+def _decide_all(txn: GraphTxn, ids: list[str], children: Mapping[str, NodeRow]) -> int:
+    if not ids:
+        return 0
+    jobs = txn.jobs(ids)
+    waiting = [i for i in dict.fromkeys(ids) if (v := jobs.get(i)) is not None
+               and v.state == JobState.WAITING.value]
+    parent_ids = sorted({p for i in waiting for p in children[i].node.parents})
+    parents = txn.nodes(parent_ids)
+    parent_jobs = txn.jobs(parent_ids)
+    ended: list[NodeRow] = []
+    for job_id in waiting:
+        row = children[job_id]
+        if jobs[job_id].halted:
+            txn.end(job_id, JobState.CANCELLED, "cancelled: its workflow was cancelled")
+            continue
+        verdict, message = decide(row, parents, parent_jobs)
+        if verdict == "release":
+            payload = inject(jobs[job_id], row.node, parent_jobs) if row.node.results else None
+            txn.release(job_id, payload, message)
+            continue
+        row.ended_by = verdict
+        ended.append(row)
+        txn.end(job_id, JobState.FAILED if verdict == "fail" else JobState.CANCELLED, message)
+    txn.save(ended)
+    return len(waiting)
+
+
+def decide(row: NodeRow, parents: Mapping[str, NodeRow],
+           jobs: Mapping[str, JobView]) -> tuple[str, str]:
+    """``("release" | "fail" | "skip", message)`` for a node whose parents all settled."""
+    failed: list[tuple[str, str]] = []
+    for parent_id in row.node.parents:
+        parent = parents.get(parent_id)
+        state = parent.settled if parent is not None and parent.settled else "cancelled"
+        if state in FAILED:
+            if parent is not None and parent.ended_by == "skip":
+                return "skip", f"skipped: parent {_who(parent_id, jobs)} was skipped"
+            failed.append((parent_id, state))
+    if not failed or row.node.policy in ("continue", "ignore"):
+        how = f" ({len(failed)} did not succeed: {row.node.policy})" if failed else ""
+        return "release", f"parents settled{how}"
+    parent_id, state = failed[0]
+    view = jobs.get(parent_id)
+    why = f": {view.message}" if view is not None and view.message else ""
+    if row.node.policy == "skip":
+        return "skip", f"skipped: parent {_who(parent_id, jobs)} ended {state}"
+    return "fail", f"parent {_who(parent_id, jobs)} ended {state}{why}"
+
+
+def _who(job_id: str, jobs: Mapping[str, JobView]) -> str:
+    view = jobs.get(job_id)
+    return f"{view.name} {job_id}" if view is not None and view.name else job_id
+
+
+def inject(job: JobView, node: Node, parents: Mapping[str, JobView]) -> str | None:
+    """The payload with the parents' results as the first positional argument: a list in the
+    order of ``node.parents``, ``None`` for a parent that did not succeed (``continue``), left
+    out for one that did not succeed under ``ignore``. None when the payload is not a stored
+    payload (the worker reports that job as unreadable)."""
+    payload = _loads(job.payload)
+    if not isinstance(payload, dict):
+        return None
+    results: list[Any] = []
+    for parent_id in node.parents:
+        view = parents.get(parent_id)
+        if view is not None and view.state == JobState.SUCCEEDED.value:
+            results.append(_loads(view.result))
+        elif node.policy != "ignore":
+            results.append(None)
+    args = payload.get("a", [])
+    payload["a"] = [results, *(args if isinstance(args, list) else [])]
+    return json.dumps(payload, separators=(",", ":"))
+
+
+def _loads(text: str | None) -> Any:
+    try:
+        return json.loads(text) if text else None
+    except (ValueError, RecursionError):
+        return None

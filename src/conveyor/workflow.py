@@ -1,0 +1,214 @@
+"""Workflows on the client side: jobs that wait for other jobs (docs/workflows.md).
+
+::
+
+    wf = Workflow(description="nightly export")
+    a = wf.add(extract.s("orders"))
+    b = wf.add(extract.s("refunds"))
+    c = wf.add(reconcile.s(), after=[a, b], results=True)    # reconcile([orders, refunds])
+    d = wf.add(notify.s(), after=[c], on_parent_failure="continue")
+    wf.enqueue()
+    c.result(timeout=60)
+
+A workflow is a batch (kind ``"workflow"``) whose jobs carry their place in the graph: its
+counters, callbacks (``on_complete`` / ``on_success`` / ``on_death``), cancel and pages are a
+batch's. Every node is stored at ``enqueue``; a node with parents is ``waiting`` until each
+parent has settled (reached a terminal state), then runs, fails or is skipped as its
+``on_parent_failure`` policy says; the storage settles it in the same atomic step as the
+parent's own move (``storage/graph.py``).
+
+Nodes waiting for parents are stored before the nodes without any, so no parent can finish
+before its children are stored. A crash in the middle of ``enqueue`` leaves the nodes stored
+so far, and the workflow never completes: enqueue a workflow in ``app.transaction(conn)`` on
+PostgreSQL to make it all or nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from conveyor.batch import Callback, batch_status, callback_spec
+from conveyor.client import CHUNK_SIZE, Client
+from conveyor.errors import WorkflowError
+from conveyor.ids import new_id
+from conveyor.job import BatchSpec, JobSpec, Node
+from conveyor.node import PARENT_FAILURE_POLICIES
+from conveyor.refs import JobRef
+from conveyor.registry import JobFunction, Signature
+
+__all__ = ["After", "Workflow"]
+
+After = JobRef | Iterable["After"]
+"""Parents given to ``Workflow.add``: node refs, or lists of them (a group added at once)."""
+
+
+class _Step:
+    __slots__ = ("parents", "policy", "ref", "results", "sig")
+
+    def __init__(self, sig: Signature, ref: JobRef, parents: tuple[str, ...], policy: str,
+                 results: bool) -> None:
+        self.sig, self.ref, self.parents, self.policy, self.results = (
+            sig, ref, parents, policy, results)
+
+
+class Workflow:
+    """A graph of jobs to enqueue together; see the module docstring.
+
+    ``client`` is the app's client (``app.workflow(...)`` passes it); without one, the client
+    of the first step's job function is used.
+    """
+
+    def __init__(
+        self,
+        client: Client | None = None,
+        *,
+        description: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        on_complete: Callback = None,
+        on_success: Callback = None,
+        on_death: Callback = None,
+        workflow_id: str | None = None,
+    ) -> None:
+        self._client = client
+        self._id = workflow_id or new_id()
+        self.description = description
+        self.meta: dict[str, Any] = dict(meta or {})
+        self._callbacks = {"complete": on_complete, "success": on_success, "death": on_death}
+        self._steps: dict[str, _Step] = {}
+        self._enqueued = False
+
+    def __repr__(self) -> str:
+        return f"<Workflow {self._id} nodes={len(self._steps)}>"
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    @property
+    def id(self) -> str:
+        """The workflow's id (its batch's id: ``app.batch_status(wf.id)`` reads it too)."""
+        return self._id
+
+    def add(
+        self,
+        step: Signature | JobFunction,
+        *,
+        after: After = (),
+        on_parent_failure: str = "fail",
+        results: bool = False,
+        node_id: str | None = None,
+    ) -> JobRef:
+        """Add a node; returns its ref (``ref.result()`` works once enqueued).
+
+        ``after``: the nodes it waits for. ``on_parent_failure`` (a parent ended failed, dead
+        or cancelled): ``"fail"`` ends it failed, ``"skip"`` ends it cancelled and skips every
+        node after it, ``"continue"`` runs it anyway, ``"ignore"`` runs it as if that parent
+        were not there. ``results=True`` passes the parents' results as its first argument: a
+        list in the order of ``after`` (``None`` for a parent that did not succeed, left out
+        under ``"ignore"``).
+        """
+        if self._enqueued:
+            raise WorkflowError(f"workflow {self._id} is enqueued; it takes no more nodes")
+        sig = step if isinstance(step, Signature) else step.s()
+        if on_parent_failure not in PARENT_FAILURE_POLICIES:
+            raise WorkflowError(f"on_parent_failure must be one of "
+                                f"{', '.join(PARENT_FAILURE_POLICIES)}, not {on_parent_failure!r}")
+        parents = tuple(dict.fromkeys(_flatten(after)))
+        for parent in parents:
+            if parent not in self._steps:
+                raise WorkflowError(f"{parent} is not a node of workflow {self._id}: add a "
+                                    "node's parents to the same workflow first")
+        ref = JobRef(node_id or new_id(), True, self._client)
+        if ref.id in self._steps:
+            raise WorkflowError(f"node id {ref.id!r} is used twice")
+        self._steps[ref.id] = _Step(sig, ref, parents, on_parent_failure, results)
+        return ref
+
+    def add_group(self, steps: Iterable[Signature | JobFunction], *, after: After = (),
+                  on_parent_failure: str = "fail", results: bool = False) -> list[JobRef]:
+        """Add several nodes with the same parents and policy (a fan-out); the list can be
+        given as ``after`` of a later node (a fan-in)."""
+        return [self.add(step, after=after, on_parent_failure=on_parent_failure,
+                         results=results) for step in steps]
+
+    def enqueue(self) -> Workflow:
+        """Store the workflow and every node; the nodes without parents start at once."""
+        if self._enqueued:
+            raise WorkflowError(f"workflow {self._id} is enqueued already")
+        if not self._steps:
+            raise WorkflowError("a workflow needs at least one node")
+        client = self._client_of()
+        specs = self._specs(client)
+        writer = client.writer
+        writer.create_batch(self._batch_spec(client))
+        for start in range(0, len(specs), CHUNK_SIZE):
+            writer.enqueue(specs[start:start + CHUNK_SIZE])
+        writer.close_batch(self._id)
+        self._enqueued = True
+        for step in self._steps.values():
+            step.ref.bind(client)  # refs made before the client was known
+        return self
+
+    def status(self) -> dict[str, Any]:
+        """The workflow's counters and progress, as ``app.batch_status``."""
+        return batch_status(self._client_of().storage, self._id)
+
+    # -- building ---------------------------------------------------------------------------
+
+    def _client_of(self) -> Client:
+        if self._client is None:
+            first = next(iter(self._steps.values()), None)
+            enqueuer = first.sig.fn.enqueuer if first is not None else None
+            if not isinstance(enqueuer, Client):
+                raise WorkflowError("this workflow has no app: use app.workflow(...)")
+            self._client = enqueuer
+        return self._client
+
+    def _batch_spec(self, client: Client) -> BatchSpec:
+        callbacks = {event: callback_spec(client, self._id, event, target)
+                     for event, target in self._callbacks.items() if target is not None}
+        return BatchSpec(self._id, self.description, self.meta, callbacks, kind="workflow")
+
+    def _specs(self, client: Client) -> list[JobSpec]:
+        children: dict[str, list[str]] = {node_id: [] for node_id in self._steps}
+        for node_id, step in self._steps.items():
+            for parent in step.parents:
+                children[parent].append(node_id)
+        waiting: list[JobSpec] = []
+        roots: list[JobSpec] = []
+        for node_id, step in self._steps.items():
+            spec = self._spec(client, step)
+            node = Node(step.parents, tuple(children[node_id]), step.policy, step.results)
+            (waiting if step.parents else roots).append(replace(spec, node=node))
+        return waiting + roots
+
+    def _spec(self, client: Client, step: _Step) -> JobSpec:
+        sig = step.sig
+        draft = client.draft(sig.name, sig.fn.opts, sig.args, sig.kwargs)
+        draft.id, draft.batch_id = step.ref.id, self._id
+        built: list[JobSpec] = []
+
+        def capture() -> JobRef:
+            built.append(client.build_spec(draft))
+            return step.ref
+
+        client.middleware.run_client(draft, capture)
+        if not built:
+            raise WorkflowError(f"a client middleware stopped node {step.ref.id} "
+                                f"({sig.name}); a workflow is enqueued whole")
+        spec = built[0]
+        if spec.id != step.ref.id or spec.batch_id != self._id:
+            raise WorkflowError(f"a client middleware changed the id or batch of node "
+                                f"{step.ref.id} ({sig.name}); a workflow's nodes keep theirs")
+        return spec
+
+
+def _flatten(after: After) -> Sequence[str]:
+    if isinstance(after, JobRef):
+        return [after.id]
+    out: list[str] = []
+    for item in after:
+        out += _flatten(item)
+    return out
+
