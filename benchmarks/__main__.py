@@ -32,6 +32,7 @@ from benchmarks.suite import (
     PG_GROUP,
     PG_PEERS,
     QUICK_PEERS,
+    WORKFLOW_GROUP,
     PeerSpec,
     Runner,
     Workload,
@@ -65,7 +66,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", default="",
                    help="comma-separated workload keys, 'io' for the I/O workloads, 'pg' "
                         "for the PostgreSQL comparison, 'amqp' for delivery through RabbitMQ, or "
-                        "'kafka' for delivery through Kafka (Tansu)")
+                        "'kafka' for delivery through Kafka (Tansu), or 'workflows' for the "
+                        "fan-out with a callback beside Celery's chord")
     p.add_argument("--report", default="", help="re-render the markdown of a results JSON")
     p.add_argument("--docs", action="store_true",
                    help="write docs/benchmarks.md, its chart and the README table (the default "
@@ -197,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     peers = [p for p in PEERS if (not args.quick or args.peers or p.label in QUICK_PEERS)
              and (not args.peers or any(s in p.label for s in args.peers.split(",")))]
     group = {"io": IO_GROUP, "pg": PG_GROUP, "amqp": AMQP_GROUP,
-             "kafka": KAFKA_GROUP}.get(args.only)
+             "kafka": KAFKA_GROUP, "workflows": WORKFLOW_GROUP}.get(args.only)
     keys = list(group) if group else args.only.split(",")
     wls = [w for w in workloads(args.quick) if not args.only or w.key in keys]
     peers = [p for p in peers if any(runs(w, p, group) for w in wls)]

@@ -219,6 +219,14 @@ KAFKA_GROUP: dict[str, tuple[str, ...]] = {
 }
 
 
+# ``--only workflows``: W6, a fan-out with one callback, for conveyor on each store beside
+# Celery's chord and Dramatiq's group with a completion callback, all on the suite's Redis.
+WORKFLOW_GROUP: dict[str, tuple[str, ...]] = {
+    "w6_fanout": ("conveyor (sqlite)", "conveyor (redis)", "conveyor (postgres)",
+                  "celery threads", "celery prefork", "dramatiq"),
+}
+
+
 def workloads(quick: bool) -> list[Workload]:
     """W0 (I/O bodies) first, then the W1-W5 scenarios and the storage-cost runs; ``quick``
     shrinks the job counts."""
@@ -240,6 +248,8 @@ def workloads(quick: bool) -> list[Workload]:
         Workload("w4_batch", "W4 batch, engine reports complete", "batch", 5_000 // k),
         Workload("w5_cpu", "W5 CPU-bound (~20 ms, 2 processes)", "cpu",
                  200 // (2 if quick else 1), 2, 1),
+        Workload("w6_fanout", "W6 fan-out of 5,000 + one callback (enqueue to callback done)",
+                 "fanout", 5_000 // k),
         Workload("storage", "Storage cost", "storage", 10_000 // k, once=True),
         Workload("overhead", "Batch tracking overhead (drain, 1 process)", "overhead",
                  10_000 // k, only=("conveyor (redis)",)),

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 import body
-from celery import Celery, group
+from celery import Celery, chord, group
 from common import QUEUE, Peer, main, paced
 
 _amqp = os.environ.get("BENCH_AMQP_URL", "")
@@ -39,6 +39,12 @@ def job_tracked(kind: str, ts: float) -> None:
     body.run(kind, ts)
 
 
+@app.task(name="joined", ignore_result=False)
+def joined(results: list[Any]) -> int:
+    """A chord's callback: runs once every header task has finished."""
+    return len(results)
+
+
 class CeleryPeer(Peer):
     """Celery 5 on Redis or RabbitMQ."""
 
@@ -53,6 +59,10 @@ class CeleryPeer(Peer):
         task = job_tracked if kind == "tracked" else job
         for _ in paced(n, interval):
             task.apply_async((kind, body.time.time()))
+
+    def fanout(self, n: int, timeout: float) -> None:
+        res = chord(job_tracked.s("noop", 0.0) for _ in range(n))(joined.s())
+        res.get(timeout=timeout)
 
     def batch(self, n: int, timeout: float) -> None:
         res = group(job_tracked.s("noop", 0.0) for _ in range(n)).apply_async()

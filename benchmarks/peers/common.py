@@ -62,6 +62,11 @@ class Peer:
         """Create a batch/group of ``n`` no-op jobs and return when the engine says it is done."""
         raise Unsupported("no batch/group API with per-job status")
 
+    def fanout(self, n: int, timeout: float) -> None:
+        """Enqueue ``n`` no-op jobs and one callback that runs after all of them (a chord, a
+        workflow's fan-in) and return when the callback has run."""
+        raise Unsupported("no fan-out with a callback")
+
     def preload_batch(self, n: int) -> None:
         """Enqueue ``n`` no-op jobs as one batch without waiting for it (tracking overhead)."""
         raise Unsupported("no batch API")
@@ -294,11 +299,18 @@ class Driver:
         return res
 
     def w_batch(self) -> dict[str, Any]:
+        return self._until_done(self.peer.batch)
+
+    def w_fanout(self) -> dict[str, Any]:
+        return self._until_done(self.peer.fanout)
+
+    def _until_done(self, run: Any) -> dict[str, Any]:
+        """Workers up, then ``run(n, timeout)`` timed: it returns when the engine says done."""
         n, p, c = self.cfg["n"], self.cfg["processes"], self.cfg["concurrency"]
         self.start_workers(p, c)
         self.warm_up(p, c)
         t0 = time.perf_counter()
-        self.peer.batch(n, self.cfg.get("timeout", 600))
+        run(n, self.cfg.get("timeout", 600))
         dt = time.perf_counter() - t0
         return {"seconds": dt, "rate": n / dt, "counted": self.count()}
 

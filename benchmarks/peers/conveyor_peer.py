@@ -85,6 +85,17 @@ class ConveyorPeer(Peer):
                 raise TimeoutError("batch not complete")
             time.sleep(0.001)
 
+    def fanout(self, n: int, timeout: float) -> None:
+        wf = app.workflow()
+        parts = wf.add_group([job.s("noop", 0.0) for _ in range(n)])
+        last = wf.add(job.s("noop", 0.0), after=parts)
+        wf.enqueue()
+        deadline = time.monotonic() + timeout
+        while (rec := app.get_job(last.id)) is None or rec.state.value != "succeeded":
+            if time.monotonic() > deadline:
+                raise TimeoutError("callback did not run")
+            time.sleep(0.001)
+
     def preload_batch(self, n: int) -> None:
         with app.batch():
             job.enqueue_many([("noop", 0.0)] * n)

@@ -14,6 +14,8 @@ import body
 import dramatiq
 from common import QUEUE, Peer, main, paced
 from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import GroupCallbacks
+from dramatiq.rate_limits.backends import RedisBackend as RateLimiterBackend
 from dramatiq.results import Results
 from dramatiq.results.backends import RedisBackend
 
@@ -26,6 +28,8 @@ if _amqp:
 else:
     broker = RedisBroker(url=_url)
 broker.add_middleware(Results(backend=RedisBackend(url=_url)))
+# A group's completion callback needs a barrier in a rate-limiter backend (Dramatiq's docs).
+broker.add_middleware(GroupCallbacks(RateLimiterBackend(url=_url)))
 dramatiq.set_broker(broker)
 
 
@@ -42,6 +46,12 @@ def job_tracked(kind: str, ts: float) -> int:
     return 1
 
 
+@dramatiq.actor(queue_name=QUEUE, max_retries=0, store_results=True)
+def joined() -> int:
+    """A group's completion callback."""
+    return 1
+
+
 class DramatiqPeer(Peer):
     """Dramatiq 2 on Redis or RabbitMQ."""
 
@@ -52,6 +62,13 @@ class DramatiqPeer(Peer):
         actor = job_tracked if kind == "tracked" else job
         for _ in paced(n, interval):
             actor.send(kind, time.time())
+
+    def fanout(self, n: int, timeout: float) -> None:
+        g = dramatiq.group(job_tracked.message("noop", 0.0) for _ in range(n))
+        done = joined.message()
+        g.add_completion_callback(done)
+        g.run()
+        done.get_result(block=True, timeout=int(timeout * 1000))
 
     def batch(self, n: int, timeout: float) -> None:
         g = dramatiq.group(job_tracked.message("noop", 0.0) for _ in range(n)).run()

@@ -8,48 +8,12 @@ what the graph ended, and the workflow's counters are a batch's (docs/workflows.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
-
-import pytest
+from collections.abc import Mapping, Sequence
 
 from conveyor.clock import FakeClock
-from conveyor.errors import WorkflowError
 from conveyor.job import Ack, BatchSpec, EventKind, JobState, Node, Outcome
 from conveyor.storage import Backend
-from tests.conformance.backends import BACKENDS, backend_url, open_backend
 from tests.conformance.helpers import ack, boom, kinds_of, new_job_id, spec, state_of, take
-
-#: The backends that store workflows today; Redis refuses them in one line (next test).
-WORKFLOW_BACKENDS = ("memory", "sqlite", "postgres")
-
-
-def _open(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Backend]:
-    name = str(request.param)
-    store = open_backend(name, backend_url(name, tmp_path, request.getfixturevalue), clock)
-    try:
-        yield store
-    finally:
-        store.close()
-
-
-@pytest.fixture(params=WORKFLOW_BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Backend]:
-    """The conformance suite's ``backend``, over the backends that store workflows."""
-    yield from _open(request, tmp_path, clock)
-
-
-@pytest.fixture(params=[b for b in BACKENDS if b not in WORKFLOW_BACKENDS])
-def refusing(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Backend]:
-    """A backend that does not store workflows yet."""
-    yield from _open(request, tmp_path, clock)
-
-
-def test_a_backend_without_workflows_refuses_them_in_one_line(refusing: Backend) -> None:
-    node = spec("wf", batch_id="w1", node=Node(parents=("p",)))
-    with pytest.raises(WorkflowError, match=r"^workflows are not stored on Redis yet"):
-        refusing.enqueue([node])
-    assert refusing.count_jobs() == 0
 
 
 class Graph:

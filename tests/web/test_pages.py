@@ -12,7 +12,7 @@ from tests.web.conftest import Site
 from tests.web.seed import XSS
 
 PAGES = ["/", "/queues", "/jobs", "/jobs?state=dead", "/jobs?queue=exports", "/scheduled",
-         "/retrying", "/dead", "/batches", "/workers", "/periodic"]
+         "/retrying", "/dead", "/batches", "/workflows", "/workers", "/periodic"]
 
 
 @pytest.mark.parametrize("path", PAGES)
@@ -121,3 +121,25 @@ def test_periodic_page_flags_a_queue_no_worker_listens_to(site: Site) -> None:
     assert body.count(">no worker</span>") == 2
     rows = {r["name"]: r for r in json.loads(site.client().get("/api/periodic").body)}
     assert not rows["nightly-export"]["queue_listened"]
+
+
+def test_workflows_are_listed_with_their_nodes_linking_to_each_event_log(site: Site) -> None:
+    app = site.app
+    export = app.registry.get("shop.export")
+    assert export is not None
+    wf = app.workflow(description="nightly <b>export</b>")
+    first = wf.add(export.s(1))
+    last = wf.add(export.s(2), after=[first])
+    wf.enqueue()
+    client = site.client()
+    listing = client.get("/workflows").body
+    assert "nightly &lt;b&gt;export&lt;/b&gt;" in listing and f"/batches/{wf.id}" in listing
+    assert wf.id not in client.get("/batches").body  # batches and workflows are listed apart
+    page = client.get(f"/batches/{wf.id}").body
+    assert "Workflow nightly" in page
+    for ref in (first, last):
+        assert f'href="/jobs/{ref.id}"' in page
+    assert "s-waiting" in page and "s-pending" in page
+    waiting = client.get(f"/batches/{wf.id}?state=waiting").body
+    assert last.id in waiting and first.id not in waiting
+    assert "released" not in client.get(f"/jobs/{last.id}").body

@@ -105,6 +105,32 @@ def test_a_batch_runs_through_the_broker_with_exact_counters(brokered: Conveyor)
     assert launcher.feed is not None and launcher.feed.held == 0  # every delivery settled
 
 
+def test_a_workflow_runs_through_the_broker(brokered: Conveyor) -> None:
+    """A released node is a pending job like any other: the relay publishes it (a smoke run
+    of a fan-out and fan-in on every store and broker; docs/workflows.md)."""
+    @brokered.job
+    def part(x: int) -> int:
+        return x
+
+    @brokered.job
+    def total(parts: list[int]) -> int:
+        return sum(parts)
+
+    wf = brokered.workflow(description="through the broker")
+    first = wf.add(part.s(0))
+    middle = wf.add_group([part.s(i) for i in range(1, 21)], after=[first])
+    last = wf.add(total.s(), after=middle, results=True)
+    wf.enqueue()
+    launcher = Launcher(brokered, WorkerConfig(concurrency=8, relay_window=64))
+    launcher.start()
+    try:
+        assert _until(lambda: _batch(brokered, wf.id).complete)
+    finally:
+        launcher.stop(5)
+    assert brokered.get_job(last.id).result == str(sum(range(1, 21)))  # type: ignore[union-attr]
+    assert _batch(brokered, wf.id).counts.get("succeeded") == 22
+
+
 def test_a_retry_and_a_scheduled_job_are_published_when_due(brokered: Conveyor) -> None:
     failures: list[int] = []
 

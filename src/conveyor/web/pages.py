@@ -169,6 +169,7 @@ ROUTES: list[tuple[re.Pattern[str], Page]] = [
         (r"/scheduled", _state_page(JobState.SCHEDULED)),
         (r"/retrying", _state_page(JobState.RETRYING)), (r"/dead", _state_page(JobState.DEAD)),
         (r"/jobs/(?P<id>[^/]+)", pages_jobs.job), (r"/batches", pages_jobs.batches),
+        (r"/workflows", pages_jobs.workflows),
         (r"/batches/(?P<id>[^/]+)", pages_jobs.batch), (r"/metrics", metrics),
         (r"/api/stats", api_stats), (r"/api/workers", api_workers),
         (r"/api/jobs/(?P<id>[^/]+)", api_job), (r"/api/batches/(?P<id>[^/]+)", api_batch),

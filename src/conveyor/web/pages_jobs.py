@@ -6,7 +6,7 @@ import re
 from typing import Any
 from urllib.parse import urlencode
 
-from conveyor.job import ALL_STATES, JobState
+from conveyor.job import SHOWN_STATES, JobState
 from conveyor.storage.base import Inspector
 from conveyor.views import (
     batch_jobs_view,
@@ -59,7 +59,7 @@ async def jobs(dash: StorageCaller, request: Request, csrf: str, fixed: JobState
     def read(insp: Inspector) -> tuple[list[dict[str, Any]], int, dict[str, int]]:
         rows = [job_row(j) for j in insp.list_jobs(state=state, queue=queue, offset=offset,
                                                    limit=PAGE)]
-        counts = {s.value: insp.count_jobs(state=s, queue=queue) for s in ALL_STATES}
+        counts = {s.value: insp.count_jobs(state=s, queue=queue) for s in SHOWN_STATES}
         return rows, insp.count_jobs(state=state, queue=queue), counts
 
     rows, total, counts = await dash.call(read)
@@ -75,7 +75,7 @@ async def jobs(dash: StorageCaller, request: Request, csrf: str, fixed: JobState
 def _state_tabs(state: JobState | None, queue: str | None, counts: dict[str, int]) -> str:
     tabs = [link(_here("/jobs", {"queue": queue or ""}), "all",
                  "tab on" if state is None else "tab")]
-    for s in ALL_STATES:
+    for s in SHOWN_STATES:
         href = _here("/jobs", {"state": s.value, "queue": queue or ""})
         tabs.append(f'<a class="tab{" on" if s == state else ""}" href="{e(href)}">'
                     f'{e(s.value)} <small>{counts[s.value]}</small></a>')
@@ -180,11 +180,23 @@ def _errors(errors: list[dict[str, Any]]) -> str:
 async def batches(dash: StorageCaller, request: Request, csrf: str,
                   m: re.Match[str]) -> Response:
     """Batches, newest first, each with its progress bar."""
+    return await _batch_list(dash, request, csrf, "batch")
+
+
+async def workflows(dash: StorageCaller, request: Request, csrf: str,
+                    m: re.Match[str]) -> Response:
+    """Workflows, newest first: batches of kind ``workflow`` (docs/workflows.md)."""
+    return await _batch_list(dash, request, csrf, "workflow")
+
+
+async def _batch_list(dash: StorageCaller, request: Request, csrf: str,
+                      kind: str) -> Response:
     offset = request.int_arg("offset", 0, high=10**9)
+    base = "/workflows" if kind == "workflow" else "/batches"
 
     def read(insp: Inspector) -> list[dict[str, Any]]:
         now = insp.now()
-        return [b.as_dict(now) for b in insp.list_batches(offset, PAGE)]
+        return [b.as_dict(now) for b in insp.list_batches(offset, PAGE, kind=kind)]
 
     rows = [[link(f"/batches/{b['id']}", b["description"] or b["id"])
              + f"<br><small>{e(b['id'])}</small>",
@@ -192,12 +204,13 @@ async def batches(dash: StorageCaller, request: Request, csrf: str,
              e(f"{b['done']}/{b['total']}"), e(b["counts"]["failed"] + b["counts"]["dead"]),
              badge(batch_state(b)), when(b["created_at"]), e(fmt_duration(b["elapsed"]))]
             for b in await dash.call(read)]
-    live = table(("Batch", "Progress", "Done", "Failed", "State", "Created", "Elapsed"), rows,
+    noun = "Workflow" if kind == "workflow" else "Batch"
+    live = table((noun, "Progress", "Done", "Failed", "State", "Created", "Elapsed"), rows,
                  "batches")
     if offset or len(rows) == PAGE:
-        live += (f'<div class="pager">{link(f"/batches?offset={offset + PAGE}", "older →")}'
+        live += (f'<div class="pager">{link(f"{base}?offset={offset + PAGE}", "older →")}'
                  "</div>")
-    return page("Batches", "/batches", live, request, csrf)
+    return page(f"{noun}s", base, live, request, csrf)
 
 
 
@@ -217,7 +230,7 @@ async def batch(dash: StorageCaller, request: Request, csrf: str, m: re.Match[st
                  "tab on" if state is None else "tab")]
     tabs += [f'<a class="tab{" on" if s == state else ""}" '
              f'href="/batches/{e(view["id"])}?state={s.value}">{s.value} '
-             f'<small>{view["counts"][s.value]}</small></a>' for s in ALL_STATES]
+             f'<small>{view["counts"][s.value]}</small></a>' for s in SHOWN_STATES]
     facts = (f'<p class="sub">{e(view["done"])}/{e(view["total"])} done · '
              f'{badge(batch_state(view))} · elapsed {e(fmt_duration(view["elapsed"]))} · '
              f'ETA {e(fmt_duration(view["eta"]))} · created {when(view["created_at"])}</p>')
@@ -233,5 +246,6 @@ async def batch(dash: StorageCaller, request: Request, csrf: str, m: re.Match[st
             + f'<div class="toolbar">{cancel}</div><nav class="tabs">{"".join(tabs)}</nav>'
             + jobs_table + pager(f"/batches/{view['id']}",
                                  {"state": state.value} if state else {}, offset, PAGE, total))
-    title = f"Batch {view['description'] or view['id']}"
-    return page(title, "/batches", live, request, csrf)
+    workflow = view.get("kind") == "workflow"
+    title = f"{'Workflow' if workflow else 'Batch'} {view['description'] or view['id']}"
+    return page(title, "/workflows" if workflow else "/batches", live, request, csrf)

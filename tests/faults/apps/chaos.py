@@ -106,6 +106,22 @@ def ordered(account: int, seq: int, ms: float) -> int:
     return seq
 
 
+def collect(results: list[Any], ms: float) -> int:
+    """A workflow's fan-in node: gets its parents' results (``results=True``); returns how
+    many it got, so the test sees that none was lost or doubled."""
+    record("start", n=len(results))
+    time.sleep(ms / 1000.0)
+    record("end")
+    return len(results)
+
+
+def finished(workflow_id: str) -> str:
+    """A workflow's ``on_complete`` callback: the log counts how often it ran."""
+    record("start", workflow=workflow_id)
+    record("end")
+    return workflow_id
+
+
 # Text no encoder accepts as it is: a lone surrogate (what ``json.loads`` of the valid ASCII
 # JSON ``"\\ud800"`` gives), a bell, an ANSI escape and a newline that would forge a log line.
 POISON_TEXT = json.loads('"bad \\ud800 text \\u0007 \\u001b[31mred\\n2026-01-01 forged line"')
@@ -132,6 +148,8 @@ JOBS: dict[str, Callable[..., Any]] = {
     "faults.stall": stall,
     "faults.poison_text": poison_text,
     "faults.ordered": ordered,
+    "faults.collect": collect,
+    "faults.finished": finished,
 }
 
 

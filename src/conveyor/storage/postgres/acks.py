@@ -67,4 +67,4 @@ def apply(cur: psycopg.Cursor[Any], now: float | None,
     row = cur.execute(_ACK, (now, *columns)).fetchone()
     if not row:
         return [False] * len(acks), False
-    return [bool(ok) for ok in row[0]], bool(row[1])
+    return [bool(ok) for ok in row[0]], len(row) > 1 and bool(row[1])

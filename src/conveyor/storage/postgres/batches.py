@@ -41,11 +41,14 @@ BATCH_COLUMNS = (
 def create(cur: Cursor, now: float, spec: BatchSpec) -> None:
     """Insert an open batch (creating an existing id again is a no-op)."""
     callbacks = {event: spec_to_wire(job) for event, job in spec.callbacks.items()}
+    plain = spec.kind == "batch"
+    kind, value, extra = ("", "", ()) if plain else (", kind", ", %s", (spec.kind,))
     cur.execute(
-        "INSERT INTO batches (id, description, meta, callbacks, created_at, kind) "
-        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+        # ``kind`` is written only for a workflow: a plain batch is stored as before it existed
+        f"INSERT INTO batches (id, description, meta, callbacks, created_at{kind}) "
+        f"VALUES (%s, %s, %s, %s, %s{value}) ON CONFLICT (id) DO NOTHING",
         (spec.id, enc_opt(spec.description), json.dumps(dict(spec.meta)), json.dumps(callbacks),
-         now, spec.kind),
+         now, *extra),
     )
 
 

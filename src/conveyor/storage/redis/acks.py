@@ -53,7 +53,9 @@ class RedisAcks(RedisRelease):
                 moves.append((str(batch), acks[i].job_id, str(value)))
             else:
                 self._ack_result(acks[i], code, batch, value, results, i, moves)
-        self.sync_batches(moves)
+        # Counted before the jobs leave active; a workflow's marks are settled only once the
+        # outcomes stand (below): a refused one releases nothing.
+        self.sync_batches(moves, settle=False)
         applied: list[list[object]] = []
         if later:
             moves = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from conveyor.clock import Clock
+from conveyor.job import JobRecord
 from conveyor.storage.base import RefusesTransactions
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.connection import Link, Settings
@@ -29,6 +30,7 @@ class RedisBase(RefusesTransactions):
         self._clock = clock
         self._queues: set[str] = set()
         self._scan: dict[str, str] = {}  # reclaim's HSCAN cursor per queue
+        self._kinds: dict[str, str] = {}  # batch id -> kind ("batch" / "workflow")
 
     def __repr__(self) -> str:
         return f"<RedisStorage {self.link.where} prefix={self.settings.prefix!r}>"
@@ -95,3 +97,18 @@ class RedisBase(RefusesTransactions):
                     groups.setdefault(queue, []).extend(here)
                     left = [job_id for job_id, hit in zip(left, found, strict=True) if not hit]
         return groups
+
+    def records(self, queue: str, ids: Sequence[str], with_events: bool) -> list[JobRecord]:
+        """The stored jobs of ``ids`` in ``queue``, in order (an unknown id is left out; half
+        a job is shown, unreadable, not hidden)."""
+        if not ids:
+            return []
+        qk = self.keys.queue(queue)
+        statics = self.link.call("HMGET", qk.jobs, *ids)
+        states = self.link.call("HMGET", qk.state, *ids)
+        results = self.link.call("HMGET", qk.results, *ids)
+        messages = self.link.call("HMGET", qk.messages, *ids)
+        return [codec.to_record(i, static, state, result, message, with_events)
+                for i, static, state, result, message
+                in zip(ids, statics, states, results, messages, strict=True)
+                if static or state]

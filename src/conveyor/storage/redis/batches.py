@@ -12,6 +12,7 @@ of ids that count up, not three per job, so a million jobs join for a few hundre
 """
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections import defaultdict
@@ -23,12 +24,14 @@ from conveyor.job import ALL_STATES, EnqueueResult, JobSpec, JobState
 from conveyor.storage.records import JobBlock
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.base import Move, RedisBase
+from conveyor.storage.redis.codec import check_text
 from conveyor.storage.redis.pipeline import Ready
 from conveyor.text import printable
 
 log = logging.getLogger("conveyor.storage.redis")
 
 ENQUEUE_CHUNK = 2000  # jobs per enqueue.lua call; scripts unpack at most 2,000 values
+KIND_CACHE = 10_000  # batch kinds remembered per storage
 STEP = 500  # jobs read per command when walking a batch, or indexed per batch.lua call
 RUN_DIGITS = 12  # the counting part of an id in a run: its last 12 characters
 RUN_MAX = 16**RUN_DIGITS - 1
@@ -61,9 +64,9 @@ class RedisBatches(RedisBase):
     def enqueue_specs(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
         """Store jobs: batch membership first (so a batch never completes without them),
         then one enqueue.lua call per queue and chunk."""
-        if any(s.node is not None for s in specs):
-            raise WorkflowError("workflows are not stored on Redis yet (docs/workflows.md): "
-                                "run them on SQLite or PostgreSQL")
+        nodes = [s for s in specs if s.node is not None]
+        if nodes:  # a workflow's graph is stored before any of its jobs can move
+            self._store_nodes(nodes)
         if len(specs) == 1 and not specs[0].batch_id:  # the one-by-one fast path
             spec = specs[0]
             reply = self.scripts.run("enqueue", self.register_queue(spec.queue),
@@ -119,11 +122,28 @@ class RedisBatches(RedisBase):
                 return
         _check_joined(batch_id, self.batch_call(batch_id, "join", [value, "\n".join(ids)]))
 
+    def _store_nodes(self, specs: Sequence[JobSpec]) -> None:
+        """Write the graph entries of a workflow's jobs: "n:<id>" its node, "u:<id>" its
+        parents not settled yet (``graph.lua``)."""
+        by_workflow: dict[str, list[str]] = defaultdict(list)
+        for spec in specs:
+            if not spec.batch_id or spec.node is None:
+                raise WorkflowError(f"workflow node {spec.id} names no workflow (batch id)")
+            node = json.dumps(spec.node.to_wire(), separators=(",", ":"))
+            by_workflow[spec.batch_id] += [f"n:{spec.id}", node,
+                                           f"u:{spec.id}", str(len(spec.node.parents))]
+        for workflow_id, flat in by_workflow.items():
+            check_text("workflow id", workflow_id)
+            key = self.keys.batch(workflow_id).graph
+            for start in range(0, len(flat), 2000):
+                self.link.call("HSET", key, *flat[start:start + 2000])
+
     def _join_batches(self, specs: Sequence[JobSpec]) -> None:
         now = self.now()
         pairs: dict[str, list[str]] = defaultdict(list)
         for spec in specs:
-            state = "scheduled" if spec.run_at is not None and spec.run_at > now else "pending"
+            state = ("waiting" if spec.waits else
+                     "scheduled" if spec.run_at is not None and spec.run_at > now else "pending")
             pairs[str(spec.batch_id)] += [spec.id, f"{state}:{spec.queue}"]
         for batch_id, flat in pairs.items():
             _check_joined(batch_id, self.batch_call(batch_id, "add", flat))
@@ -135,7 +155,14 @@ class RedisBatches(RedisBase):
     # -- counters: every transition's moves, fed to batch.lua ---------------------------
 
     def sync_batches(self, moves: Iterable[Move]) -> None:
-        """Feed job state changes reported by a script to their batches' counters."""
+        """Feed job state changes reported by a script to their batches' counters (and
+        settle the workflows they marked: ``graph.py`` overrides this)."""
+        self.sync_counts(moves)
+
+    def sync_counts(self, moves: Iterable[Move]) -> set[str]:
+        """Feed job state changes to their batches' counters; returns the workflows among
+        them that hold marks to settle. A workflow is registered for the sweep before
+        batch.lua can mark it, so a crash after the marks leaves it findable."""
         pairs: dict[str, list[str]] = defaultdict(list)
         for batch_id, job_id, value in moves:
             if not batch_id.isascii() and not _encodable(batch_id):
@@ -144,18 +171,38 @@ class RedisBatches(RedisBase):
                 log.warning("job %r names an unreadable batch id %r", job_id, batch_id)
                 continue
             pairs[batch_id] += [job_id, value]
+        marked: set[str] = set()
         for batch_id, flat in pairs.items():
-            self.batch_call(batch_id, "set", flat)
+            if self.is_workflow(batch_id):
+                self.link.call("ZADD", self.keys.workflows_marked, "NX", self.now(), batch_id)
+            if self.batch_run(batch_id, "set", flat)[1]:
+                marked.add(batch_id)
+        return marked
+
+    def is_workflow(self, batch_id: str) -> bool:
+        """Whether a batch holds a workflow (its kind never changes: cached)."""
+        kind = self._kinds.get(batch_id)
+        if kind is None:
+            kind = self.link.call("HGET", self.keys.batch(batch_id).batch, "kind") or "batch"
+            if len(self._kinds) >= KIND_CACHE:
+                self._kinds.clear()
+            self._kinds[batch_id] = kind
+        return kind == "workflow"
 
     def batch_call(self, batch_id: str, mode: str, flat: list[str]) -> str:
         """Run batch.lua and enqueue any callback that became due; returns its status."""
+        return self.batch_run(batch_id, mode, flat)[0]
+
+    def batch_run(self, batch_id: str, mode: str, flat: list[str]) -> tuple[str, int]:
+        """``batch_call``, also returning how many marks the workflow holds (0 for a batch)."""
         bk = self.keys.batch(batch_id)
-        status, due, notes = self.scripts.run("batch", bk, [self.now_arg(), mode, *flat])
+        reply = self.scripts.run("batch", bk, [self.now_arg(), mode, *flat])
+        status, due, notes = reply[:3]
         for note in notes:
             log.warning("batch %s: %s", printable(batch_id), printable(str(note)))
         for event, spec_json in due:
             self._fire(batch_id, event, spec_json)
-        return str(status)
+        return str(status), int(reply[3]) if len(reply) > 3 else 0
 
     def _fire(self, batch_id: str, event: str, spec_json: str) -> None:
         # The callback's id is fixed when the batch is created, so a second enqueue after a

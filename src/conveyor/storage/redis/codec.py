@@ -135,7 +135,9 @@ def enqueue_args(spec: JobSpec) -> tuple[str, ...]:
         ukey = flow.unique_key or ""
         ufor = repr(float(flow.unique_for)) if flow.unique_for else ""
         limited = "1" if flow.concurrency_key or flow.order_key or flow.rate_key else ""
-    return (spec.id, _opt_float(spec.run_at), static_json(spec), spec.name, batch,
+    # run_at "w": a workflow node waiting for its parents (stored "waiting", in no queue)
+    run_at = "w" if spec.waits else _opt_float(spec.run_at)
+    return (spec.id, run_at, static_json(spec), spec.name, batch,
             _opt_float(spec.deadline), ukey, ufor, limited)
 
 

@@ -57,21 +57,8 @@ class RedisInspector(RedisBatchPages, RedisFlow):
         queue = self.find_queue(job_id)
         if queue is None:
             return None
-        records = self._records(queue, [job_id], with_events=True)
+        records = self.records(queue, [job_id], with_events=True)
         return records[0] if records else None
-
-    def _records(self, queue: str, ids: Sequence[str], with_events: bool) -> list[JobRecord]:
-        if not ids:
-            return []
-        qk = self.keys.queue(queue)
-        statics = self.link.call("HMGET", qk.jobs, *ids)
-        states = self.link.call("HMGET", qk.state, *ids)
-        results = self.link.call("HMGET", qk.results, *ids)
-        messages = self.link.call("HMGET", qk.messages, *ids)
-        return [codec.to_record(i, static, state, result, message, with_events)
-                for i, static, state, result, message
-                in zip(ids, statics, states, results, messages, strict=True)
-                if static or state]  # half a job is shown (unreadable), not hidden
 
     def _index_ids(self, queue: str, state: JobState, start: int, stop: int) -> list[str]:
         """Ids in ``state`` oldest first, positions ``start``..``stop`` (inclusive)."""
@@ -118,7 +105,7 @@ class RedisInspector(RedisBatchPages, RedisFlow):
             # twice until dequeue drops its old entry (admin scripts leave it there, counted
             # as stale); it is listed once, where a worker will take it, at the older entry.
             ids = list(dict.fromkeys(self._index_ids(queue, state, offset, offset + limit - 1)))
-            return [r for r in self._records(queue, ids, with_events)
+            return [r for r in self.records(queue, ids, with_events)
                     if r.state is state or r.unreadable]
         groups: dict[str, list[str]] = defaultdict(list)
         if batch_id is not None:
@@ -132,7 +119,7 @@ class RedisInspector(RedisBatchPages, RedisFlow):
             for q in [queue] if queue is not None else self.known_queues():
                 for s in [state] if state is not None else ALL_STATES:
                     groups[q] += self._index_ids(q, s, 0, offset + limit - 1)
-        records = [r for q, ids in groups.items() for r in self._records(q, ids, with_events)
+        records = [r for q, ids in groups.items() for r in self.records(q, ids, with_events)
                    if state is None or r.state is state or r.unreadable]
         records.sort(key=lambda r: (r.created_at, r.id))  # ids break ties: enqueue order
         return records[offset:offset + limit]

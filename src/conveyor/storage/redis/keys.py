@@ -59,6 +59,12 @@ class BatchKeys:
     # a reader indexes the run (lua/_runs.lua):
     heads: str  # zset, score 0: the first id of each run not yet indexed
     runs: str  # hash: first id -> "<count> state:queue"
+    # A workflow's graph (storage/redis/graph.py): "n:<id>" Node JSON, "u:<id>" parents not
+    # settled yet, "s:<id>" the state its children were settled with, "e:<id>" "fail"/"skip"
+    graph: str
+    # hash: job id -> a counter bumped by batch.lua each time the job enters or leaves a
+    # terminal state (a mark to settle; removed by graph.lua only if unchanged since read)
+    marks: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +82,8 @@ class Keys:
         self.prefix = prefix
         self.queues = f"{prefix}:queues"  # set of queue names
         self.batches = f"{prefix}:batches"  # zset: batch id -> created_at
+        # zset: workflows that may hold marks to settle -> when registered (graph.py's sweep)
+        self.workflows_marked = f"{prefix}:workflows:marked"
         self.workers = f"{prefix}:workers"  # zset: worker id -> last seen
         self.worker_info = f"{prefix}:workers:info"  # hash: worker id -> WorkerInfo JSON
         # Periodic schedules, plain keys written outside scripts:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from conveyor.storage.redis.batches import RedisBatches
+from conveyor.storage.redis.graph import RedisGraph
 
 __all__ = ["RELEASE_PAGE", "RedisRelease"]
 
 RELEASE_PAGE = 200  # active jobs looked at per release.lua call
 
 
-class RedisRelease(RedisBatches):
+class RedisRelease(RedisGraph):
     """The release part of ``Storage`` on one Redis deployment."""
 
     # Declared, not defined: ``RedisStorage`` defines it (see ``WaitsThenDequeues``).

@@ -48,12 +48,13 @@ HOLDERS: dict[str, type] = {
     "extend": QueueKeys, "promote": QueueKeys, "reclaim": QueueKeys, "cancel": QueueKeys,
     "requeue": QueueKeys, "kill": QueueKeys, "delete": QueueKeys, "trim": QueueKeys,
     "repair": QueueKeys, "release": QueueKeys, "batch": BatchKeys, "ring": DoorbellKeys,
-    "publish": QueueKeys, "start": QueueKeys, "bury": QueueKeys,
+    "publish": QueueKeys, "start": QueueKeys, "bury": QueueKeys, "graph": BatchKeys,
+    "node": QueueKeys,
 }
 SCRIPT_NAMES = tuple(HOLDERS)
 # The writes a ``wait_replicas`` URL makes wait for replicas: new jobs, outcomes, and the
 # batch counters an outcome moves (applied before the outcome itself).
-DURABLE = frozenset({"enqueue", "ack", "batch"})
+DURABLE = frozenset({"enqueue", "ack", "batch", "graph", "node"})
 
 INCLUDE = re.compile(r'^--- @include "(_[a-z_]+)"\s*$')
 KEY = re.compile(r"^--- @key ([a-z_]+)\b")

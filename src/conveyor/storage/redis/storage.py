@@ -235,6 +235,7 @@ class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks):
             self.sync_batches(moves)
             self.ring(queue, int(moved))
             total += int(moved)
+        self.settle_marked()  # the sweep: workflows whose marks a crash left unsettled
         return total
 
     def reclaim_expired(self, max_recoveries: int = 5, limit: int = 1000) -> int:

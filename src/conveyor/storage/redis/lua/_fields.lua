@@ -26,6 +26,6 @@ local F_FLOW_CONTROLLED = 21  -- '1' when its static JSON has limits to read (se
 local NFIELDS = 21
 
 local STATES = {scheduled = true, pending = true, active = true, retrying = true,
-  succeeded = true, failed = true, dead = true, cancelled = true}
+  succeeded = true, failed = true, dead = true, cancelled = true, waiting = true}
 local TERMINAL = {succeeded = true, failed = true, dead = true, cancelled = true}
-local WAITING = {pending = true, scheduled = true, retrying = true}
+local WAITING = {pending = true, scheduled = true, retrying = true, waiting = true}

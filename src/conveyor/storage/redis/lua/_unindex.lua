@@ -2,8 +2,10 @@
 -- scripts that stop or delete jobs in any state (cancel, kill, delete).
 --- @include "_fields"
 --- @needs-keys parked published scheduled active retrying succeeded failed dead cancelled meta
+--- @needs-keys waiting
 local INDEX = {scheduled = K_SCHEDULED, active = K_ACTIVE, retrying = K_RETRYING,
-  succeeded = K_SUCCEEDED, failed = K_FAILED, dead = K_DEAD, cancelled = K_CANCELLED}
+  succeeded = K_SUCCEEDED, failed = K_FAILED, dead = K_DEAD, cancelled = K_CANCELLED,
+  waiting = K_WAITING}
 
 -- Pending is a list, the other states are zsets, a pending job held back by flow control
 -- waits in the parked zset instead of the list, and one handed to a broker's relay in the

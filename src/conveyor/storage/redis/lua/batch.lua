@@ -9,6 +9,7 @@
 --- @key states  zset job id, score = STATE_CODE: pages by state are read by rank
 --- @key heads   zset first id of each run not yet indexed, score 0
 --- @key runs    hash first id -> "<count> state:queue"
+--- @key marks   hash job id -> bumped when a workflow's job enters or leaves a terminal state
 -- ARGV: 1 now|'', 2 mode: "add" (jobs join), "set" (jobs moved), "close", "cancel",
 --       then pairs: job id, "state:queue" (state "deleted" removes the job);
 --       or mode "join" (many jobs join in one state, as "add"): 3 "state:queue", 4 the job
@@ -130,6 +131,15 @@ if all_new() then
 else
   olds = job_values(ids)
 end
+-- A workflow's job that enters or leaves a terminal state (or is deleted unfinished) is
+-- marked for settling (storage/redis/graph.py): here, where every move of it is reported
+-- once, in the workflow's own slot.
+local GRAPH = redis.call('HGET', K_BATCH, 'kind') == 'workflow'
+local ENDS = {succeeded = true, failed = true, dead = true, cancelled = true, deleted = true}
+local function mark(id, old, state)
+  if not GRAPH or (old and ENDS[state_of(old)]) == ENDS[state] then return end
+  redis.call('HINCRBY', K_MARKS, id, 1)
+end
 local seen = {}  -- a job named twice in one call: its last value wins, as if called twice
 local moved = {}  -- first id of a run -> how many of its jobs got their own entry here
 for i = 1, #ids do
@@ -147,6 +157,7 @@ for i = 1, #ids do
   end
   if seen[id] ~= nil then old, first = seen[id] or nil, nil end
   if old ~= value and (old or mode == 'add') then
+    mark(id, old, state)
     if old then bump('n:' .. state_of(old), -1) else bump('total', 1) end
     if first then moved[first.head] = (moved[first.head] or 0) + 1 end
     if state == 'deleted' then
@@ -208,4 +219,4 @@ end
 consider('complete', finished)
 consider('success', finished and c['n:succeeded'] >= total)
 consider('death', c['n:dead'] > 0)
-return {'ok', due, run_notes}
+return {'ok', due, run_notes, GRAPH and redis.call('HLEN', K_MARKS) or 0}

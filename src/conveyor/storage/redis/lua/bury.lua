@@ -21,6 +21,7 @@
 --- @key failed
 --- @key dead
 --- @key cancelled
+--- @key waiting
 --- @key meta
 --- @key messages
 --- @key flow

@@ -15,6 +15,7 @@
 --- @key failed
 --- @key dead
 --- @key cancelled
+--- @key waiting
 --- @key meta
 --- @key results
 --- @key messages

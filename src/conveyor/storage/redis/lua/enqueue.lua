@@ -7,10 +7,12 @@
 --- @key state      hash id -> state line + events
 --- @key pending    list
 --- @key scheduled  zset run_at
+--- @key waiting    zset created_at: workflow nodes waiting for their parents
 --- @key notify     list
 --- @key unique     hash unique key -> "expiry|job id"
 -- ARGV: 1 now|'', 2 queue, 3 layout, then
---   layout "each": 9 per job: id, run_at|'', static JSON, name, batch|'', deadline|'',
+--   layout "each": 9 per job: id, run_at|''|'w' (a workflow node waiting for its parents),
+--       static JSON, name, batch|'', deadline|'',
 --       unique_key|'', unique_for seconds|'', flow-controlled "1"|''
 --   layout "block" (jobs of one name sharing every field but id and payload, no flow
 --       control, no id twice): 4 name, 5 batch|'', 6 deadline|'', 7 run_at|'', then the n
@@ -77,7 +79,11 @@ local function state_line(run_at, name, batch, deadline, limited)
   local when = tonumber(run_at)
   line[F_NAME], line[F_BATCH], line[F_DEADLINE] = name, batch, deadline
   line[F_FLOW_CONTROLLED] = limited
-  if when and when > NOW then
+  if run_at == 'w' then
+    when = 'w'
+    line[F_STATE], line[F_PENDING_SINCE], line[F_RUN_AT] = 'waiting', '', ''
+    line[F_CREATED_SCHEDULED] = ''
+  elseif when and when > NOW then
     line[F_STATE], line[F_PENDING_SINCE], line[F_RUN_AT] = 'scheduled', '', run_at
     line[F_CREATED_SCHEDULED] = '1'
   else
@@ -89,7 +95,7 @@ local function state_line(run_at, name, batch, deadline, limited)
   return last_line, last_when
 end
 
-local out, jobs, pending, states, scheduled = {}, {}, {}, {}, {}
+local out, jobs, pending, states, scheduled, waiting = {}, {}, {}, {}, {}, {}
 -- A block: its jobs share one state line and hold no id twice, so one loop of table writes
 -- per job, and when none of them exists its ids go to the pending list straight from ARGV.
 if BLOCK then
@@ -147,7 +153,10 @@ for j = 1, #ids do
     local packed, when = state_line(run_at, name, batch, deadline, limited)
     states[#states + 1] = id
     states[#states + 1] = packed
-    if when then
+    if when == 'w' then
+      waiting[#waiting + 1] = NOW
+      waiting[#waiting + 1] = id
+    elseif when then
       scheduled[#scheduled + 1] = when
       scheduled[#scheduled + 1] = id
     else
@@ -160,6 +169,7 @@ end
 bulk('HSET', K_JOBS, jobs)
 bulk('HSET', K_STATE, states)
 bulk('ZADD', K_SCHEDULED, scheduled)
+bulk('ZADD', K_WAITING, waiting)
 bulk('LPUSH', K_PENDING, pending)
 notify(K_NOTIFY, #pending)
 return out

@@ -18,6 +18,7 @@
 --- @key failed
 --- @key dead
 --- @key cancelled
+--- @key waiting
 --- @key meta
 --- @key messages
 --- @key flow

@@ -1,0 +1,223 @@
+"""Workflow graphs on Redis: the marks batch.lua leaves, settled by ``graph.lua`` and moved
+by ``node.lua`` (docs/workflows.md; the other backends run ``storage/graph.py`` whole).
+
+A workflow's graph lives in its batch's hash slot (``BatchKeys.graph``), its jobs in their
+queues' slots, so settling is a chain of idempotent steps rather than one transaction:
+
+1. every move of a workflow's job reaches ``batch.lua`` (the batch counters' own call) which,
+   when the job enters or leaves a terminal state, bumps the job's mark (``BatchKeys.marks``);
+   the workflow is registered in ``Keys.workflows_marked`` before that call;
+2. ``settle`` reads the marked jobs' real states and hands them to ``graph.lua``, which counts
+   the children down (or up), remembering per node what it settled with, so a replay counts
+   nothing twice, and names the children to decide or to take back;
+3. the children are decided here with the rules every backend shares (``graph.decide``,
+   ``graph.inject``) and moved by ``node.lua``, each move only from the state it expects;
+4. the marks are removed if no move bumped them meanwhile.
+
+A crash anywhere leaves the marks, and the workflow registered: the next move of that
+workflow settles them, and so does the poller's sweep (``settle_marked``). An
+acknowledgement is applied before its marks are settled: the lease's fence refuses a stale
+worker's outcome first, so nothing is released on an outcome that did not stand.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
+
+from conveyor.job import Node
+from conveyor.storage import graph
+from conveyor.storage.graph import JobView, NodeRow
+from conveyor.storage.redis import codec
+from conveyor.storage.redis.base import Move
+from conveyor.storage.redis.batches import RedisBatches, scan_reply
+from conveyor.storage.redis.keys import BatchKeys
+from conveyor.text import printable
+
+log = logging.getLogger("conveyor.storage.redis")
+
+MARKS_PER_ROUND = 500  # marks read per HSCAN step
+SWEEP_PER_CALL = 20  # registered workflows settled per ``settle_marked`` call
+SWEEP_AFTER = 5.0  # seconds before the sweep looks again at a workflow with no mark
+
+
+class RedisGraph(RedisBatches):
+    """Settling the workflows a script's moves marked."""
+
+    def sync_batches(self, moves: Iterable[Move], *, settle: bool = True) -> None:
+        """Feed moves to their batches' counters, then settle the workflows they marked
+        (``settle=False``: the caller settles later, after the moves stand)."""
+        marked = self.sync_counts(moves)
+        if settle:
+            self.settle_graphs(marked)
+
+    def settle_graphs(self, workflow_ids: Collection[str]) -> None:
+        """Settle every mark of these workflows."""
+        for workflow_id in sorted(workflow_ids):
+            self._settle(workflow_id)
+
+    def settle_marked(self, limit: int = SWEEP_PER_CALL) -> int:
+        """The sweep: settle the registered workflows that are due; returns how many."""
+        ids = self.link.call("ZRANGEBYSCORE", self.keys.workflows_marked, "-inf", self.now(),
+                             "LIMIT", 0, limit)
+        self.settle_graphs(ids)
+        return len(ids)
+
+    def _settle(self, workflow_id: str) -> None:
+        bk = self.keys.batch(workflow_id)
+        for _ in range(graph.MAX_ROUNDS):
+            _, pairs = scan_reply(self.link.call("HSCAN", bk.marks, 0, "COUNT",
+                                                      MARKS_PER_ROUND))
+            if not pairs:
+                break
+            marks = dict(pairs)
+            members: dict[str, str] = {}
+            views = self._views(bk, marks, members)
+            flat: list[str] = []
+            for job_id in marks:
+                view = views.get(job_id)
+                flat += [job_id, view.state if view is not None else "gone"]
+            ready, reopen = self.scripts.run("graph", bk, ["settle", *flat])
+            moves = self._reopen(bk, [str(i) for i in reopen])
+            moves += self._decide(bk, [str(i) for i in ready])
+            self.sync_batches(moves, settle=False)  # the next round takes their marks
+            # A mark stays while its job's move is still under way: an acknowledgement counts
+            # its batch (and marks) before it applies, so a job read as active whose batch
+            # says it finished is settled again once the outcome stands (or is refused).
+            done = [v for job_id, count in marks.items()
+                    if job_id not in views or members.get(job_id) == views[job_id].state
+                    for v in (job_id, count)]
+            if not done:
+                break
+            self.scripts.run("graph", bk, ["done", *done])
+        self._reschedule(workflow_id, bk)
+
+    def _reschedule(self, workflow_id: str, bk: BatchKeys) -> None:
+        """Leave the sweep's registry once complete with no mark; else look again soon
+        (at once while marks wait, in ``SWEEP_AFTER`` seconds otherwise)."""
+        left = int(self.link.call("HLEN", bk.marks))
+        status = self.link.call("HMGET", bk.batch, "closed", "fa")
+        if not left and status[0] == "1" and status[1]:
+            self.link.call("ZREM", self.keys.workflows_marked, workflow_id)
+            return
+        due = self.now() + (SWEEP_AFTER if not left else 1.0)
+        self.link.call("ZADD", self.keys.workflows_marked, "XX", due, workflow_id)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def _views(self, bk: BatchKeys, ids: Iterable[str],
+               members: dict[str, str] | None = None) -> dict[str, JobView]:
+        """The jobs of ``ids`` that exist, read from their queues (found through the batch's
+        member entries, ``"state:queue"``; their states are put in ``members`` if given)."""
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return {}
+        halted = self.link.call("HGET", bk.batch, "cancelled") == "1"
+        queues: dict[str, list[str]] = defaultdict(list)
+        for job_id, value in zip(wanted, self.link.call("HMGET", bk.jobs, *wanted),
+                                 strict=True):
+            if value:
+                state, _, queue = str(value).partition(":")
+                queues[queue].append(job_id)
+                if members is not None:
+                    members[job_id] = state
+        out: dict[str, JobView] = {}
+        for queue, held in queues.items():
+            for rec in self.records(queue, held, with_events=False):
+                out[rec.id] = JobView(rec.state.value, rec.name, rec.message, rec.result,
+                                      rec.payload, halted)
+        return out
+
+    def _rows(self, bk: BatchKeys, ids: Sequence[str]) -> dict[str, NodeRow]:
+        """Node rows of ``ids`` from the graph hash (their node, settled state, ended_by)."""
+        if not ids:
+            return {}
+        fields = [f"{kind}:{i}" for i in ids for kind in ("n", "s", "e")]
+        raw = self.link.call("HMGET", bk.graph, *fields)
+        out: dict[str, NodeRow] = {}
+        for k, job_id in enumerate(ids):
+            text, settled, ended = raw[3 * k: 3 * k + 3]
+            if text is None:
+                continue
+            try:
+                node = Node.from_wire(json.loads(text))
+            except (ValueError, TypeError, AttributeError, RecursionError):
+                log.warning("workflow node %s: its graph entry cannot be read", printable(job_id))
+                node = Node()
+            out[job_id] = NodeRow(job_id, node, 0, settled, ended)
+        return out
+
+    # -- moves --------------------------------------------------------------------------------
+
+    def _move(self, bk: BatchKeys, quads: list[tuple[str, str, str, str]]) -> list[Move]:
+        """Run node.lua per queue over (id, move, text, message); returns the batch moves."""
+        queues: dict[str, list[str]] = defaultdict(list)
+        members = self.link.call("HMGET", bk.jobs, *[q[0] for q in quads]) if quads else []
+        for quad, value in zip(quads, members, strict=True):
+            if value:
+                queues[str(value).partition(":")[2]] += list(quad)
+        moves: list[Move] = []
+        for queue, flat in queues.items():
+            for start in range(0, len(flat), 2000):
+                _, found = self.scripts.run("node", self.keys.queue(queue),
+                                            [self.now_arg(), queue, *flat[start:start + 2000]])
+                moves += [(str(b), str(j), str(v)) for b, j, v in found]
+            self.ring(queue, flat[1::4].count("release"))
+        return moves
+
+    def _reopen(self, bk: BatchKeys, ids: list[str]) -> list[Move]:
+        if not ids:
+            return []
+        views = self._views(bk, ids)
+        quads = [(i, "reopen", "", "a parent was retried: waiting for it again") for i in ids
+                 if i in views and views[i].state in graph.FAILED]
+        moves = self._move(bk, quads)
+        self.link.call("HDEL", bk.graph, *[f"e:{i}" for i in ids])
+        return moves
+
+    def _decide(self, bk: BatchKeys, ids: list[str]) -> list[Move]:
+        views = self._views(bk, ids)
+        waiting = [i for i in dict.fromkeys(ids) if i in views and views[i].state == "waiting"]
+        if not waiting:
+            return []
+        rows = self._rows(bk, waiting)
+        parent_ids = sorted({p for i in waiting if i in rows for p in rows[i].node.parents})
+        parents = self._rows(bk, parent_ids)
+        parent_views = self._views(bk, parent_ids)
+        quads: list[tuple[str, str, str, str]] = []
+        ended: list[Any] = []
+        for job_id in waiting:
+            row, view = rows.get(job_id), views[job_id]
+            if row is None:
+                continue
+            if view.halted:
+                quads.append((job_id, "skip", "", "cancelled: its workflow was cancelled"))
+                continue
+            verdict, message = graph.decide(row, parents, parent_views)
+            if verdict == "release":
+                payload = graph.inject(view, row.node, parent_views) if row.node.results \
+                    else None
+                quads.append((job_id, "release", self._static(bk, job_id, payload), message))
+            else:
+                ended += [f"e:{job_id}", verdict]
+                quads.append((job_id, verdict, "", message))
+        if ended:  # written before the move: a crash between them decides the same again
+            self.link.call("HSET", bk.graph, *ended)
+        return self._move(bk, quads)
+
+    def _static(self, bk: BatchKeys, job_id: str, payload: str | None) -> str:
+        """The job's static JSON with ``payload`` in it ('' to keep it as it is)."""
+        if payload is None:
+            return ""
+        value = self.link.call("HGET", bk.jobs, job_id)
+        queue = str(value).partition(":")[2] if value else ""
+        text = self.link.call("HGET", self.keys.queue(queue).jobs, job_id) if queue else None
+        try:
+            static = codec.static_of(text)
+        except ValueError:
+            return ""  # an unreadable record keeps it: the worker reports it dead
+        static["p"] = payload
+        return json.dumps(static, separators=(",", ":"))

@@ -1,0 +1,76 @@
+-- graph.lua: a workflow's graph counters (storage/redis/graph.py; the same rules as
+-- storage/graph.py, which memory, SQLite and PostgreSQL run).
+--- @include "_util"
+--- @key graph   hash "n:<id>" Node JSON, "u:<id>" unsettled parents, "s:<id>" settled with,
+--               "e:<id>" "fail"/"skip" when the graph ended the job
+--- @key marks   hash job id -> mark counter (batch.lua)
+-- ARGV: 1 mode:
+--   "settle", then pairs: node id, the job's state as just read ('gone': no such job).
+--     Gives {children whose parents all settled (to decide; those decided before too, so a
+--     crash between settling and moving them is redone), children the graph ended that a
+--     re-opened parent takes back}.
+--   "done", then pairs: node id, the mark counter read before settling: the marks still at
+--     that count are removed (a mark bumped meanwhile stays, to be settled again).
+-- Returns: for "settle" the two lists above; for "done" how many marks were removed.
+-- A node remembers the state it settled its children with ("s:"), so a replay counts nothing
+-- twice: only a change between "not terminal" and "terminal" (or between succeeded and not)
+-- moves the children's counters.
+local TERMINAL = {succeeded = true, failed = true, dead = true, cancelled = true}
+local mode = ARGV[1]
+if mode == 'done' then
+  local removed = 0
+  for i = 2, #ARGV, 2 do
+    if redis.call('HGET', K_MARKS, ARGV[i]) == ARGV[i + 1] then
+      removed = removed + redis.call('HDEL', K_MARKS, ARGV[i])
+    end
+  end
+  return removed
+end
+
+local ready, reopen = {}, {}
+local function children(id)
+  local raw = redis.call('HGET', K_GRAPH, 'n:' .. id)
+  if not raw then return nil end
+  local ok, node = pcall(cjson.decode, raw)
+  if not ok or type(node) ~= 'table' or type(node.c) ~= 'table' then return {} end
+  return node.c
+end
+local function count(child, by)
+  if redis.call('HEXISTS', K_GRAPH, 'n:' .. child) == 0 then return nil end
+  return redis.call('HINCRBY', K_GRAPH, 'u:' .. child, by)
+end
+local function ended(child)
+  if redis.call('HEXISTS', K_GRAPH, 'e:' .. child) == 1 then reopen[#reopen + 1] = child end
+end
+
+for i = 2, #ARGV, 2 do
+  local id, state = ARGV[i], ARGV[i + 1]
+  local kids = children(id)
+  local settled = redis.call('HGET', K_GRAPH, 's:' .. id)
+  if kids and not (state == 'gone' and settled) then
+    if state == 'gone' then state = 'cancelled' end  -- deleted unfinished: settles cancelled
+    local terminal = TERMINAL[state]
+    if settled and (not terminal or (settled == 'succeeded') ~= (state == 'succeeded')) then
+      redis.call('HDEL', K_GRAPH, 's:' .. id)
+      for _, child in ipairs(kids) do
+        if count(child, 1) then ended(child) end
+      end
+      settled = false
+    elseif not settled and not terminal then
+      for _, child in ipairs(kids) do ended(child) end  -- a re-open cut short: redo its moves
+    end
+    if terminal and not settled then
+      redis.call('HSET', K_GRAPH, 's:' .. id, state)
+      for _, child in ipairs(kids) do
+        local left = count(child, -1)
+        if left and left <= 0 then ready[#ready + 1] = child end
+      end
+    elseif terminal then
+      for _, child in ipairs(kids) do
+        local left = tonumber(redis.call('HGET', K_GRAPH, 'u:' .. child) or '1')
+        if left <= 0 then ready[#ready + 1] = child end
+      end
+    end
+  end
+end
+return {ready, reopen}

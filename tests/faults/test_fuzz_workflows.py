@@ -1,0 +1,208 @@
+"""Random operations on a random workflow, against every backend, checked after each step.
+
+``GraphMachine`` stores a random graph (5-8 nodes, each after 0-3 earlier ones, each with a
+random ``on_parent_failure``), then runs leases, every acknowledgement, stale ones, lease
+expiry with recovery to dead, cancel, kill, retry by hand and promotion in random order.
+After every step the graph must be settled as docs/workflows.md says, read black-box:
+
+- no node waits when every parent has settled (nothing is stuck);
+- a node the graph ended names a parent that did not succeed (or was skipped), and a node
+  ended by ``fail`` or ``skip`` had such a parent under that policy;
+- a node is released at most once per time it was re-opened, and a node under ``fail`` or
+  ``skip`` is never released on a parent that did not succeed;
+- the workflow's counters equal the nodes' states.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+
+from conveyor.clock import FakeClock
+from conveyor.job import (
+    TERMINAL_STATES,
+    Ack,
+    BatchSpec,
+    ErrorInfo,
+    EventKind,
+    JobRecord,
+    JobState,
+    Node,
+    Outcome,
+)
+from conveyor.node import PARENT_FAILURE_POLICIES
+from conveyor.storage import Backend
+from tests.conformance.backends import BACKENDS, backend_url, open_backend
+from tests.conformance.helpers import new_job_id, spec
+
+LEASE = 30.0
+QUEUE = "wf"
+EXAMPLES = {"memory": 60, "sqlite": 25, "postgres": 15, "redis": 15, "redis_cluster": 8}
+FUZZED = tuple(name for name in BACKENDS if name != "redis_sentinel")
+FAILED = frozenset({JobState.FAILED, JobState.DEAD, JobState.CANCELLED})
+OUTCOMES = [Outcome.SUCCEEDED, Outcome.SUCCEEDED, Outcome.FAILED, Outcome.DEAD, Outcome.RETRY,
+            Outcome.INTERRUPTED]
+BOOM = ErrorInfo("ValueError", "boom")
+
+GRAPH = st.integers(5, 8).flatmap(lambda n: st.tuples(*(
+    st.tuples(st.lists(st.integers(0, max(i - 1, 0)), max_size=min(i, 3), unique=True),
+              st.sampled_from(PARENT_FAILURE_POLICIES))
+    for i in range(n))))
+
+
+class GraphMachine(RuleBasedStateMachine):
+    """One workflow on one store; ``open_store`` is set per backend by the test below."""
+
+    open_store: ClassVar[Callable[[FakeClock], Backend]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock()
+        self.store = type(self).open_store(self.clock)
+        self.workflow = new_job_id("wf")
+        self.ids: list[str] = []
+        self.parents: dict[str, tuple[str, ...]] = {}
+        self.policy: dict[str, str] = {}
+        self.leases: dict[str, str] = {}  # job id -> token held
+        self.stale: list[tuple[str, str]] = []
+
+    def teardown(self) -> None:
+        self.store.close()
+
+    @initialize(graph=GRAPH)
+    def build(self, graph: tuple[tuple[list[int], str], ...]) -> None:
+        self.ids = [new_job_id(f"n{i}") for i in range(len(graph))]
+        children: dict[str, list[str]] = {i: [] for i in self.ids}
+        for i, (parents, policy) in enumerate(graph):
+            node_id = self.ids[i]
+            self.parents[node_id] = tuple(self.ids[p] for p in parents if p < i)
+            self.policy[node_id] = policy
+            for parent in self.parents[node_id]:
+                children[parent].append(node_id)
+        self.store.create_batch(BatchSpec(self.workflow, kind="workflow"))
+        specs = [spec(QUEUE, job_id=i, batch_id=self.workflow,
+                      node=Node(self.parents[i], tuple(children[i]), self.policy[i]))
+                 for i in self.ids]
+        specs.sort(key=lambda s: not (s.node and s.node.parents))
+        assert all(r.created for r in self.store.enqueue(specs))
+        self.store.close_batch(self.workflow)
+
+    @rule(count=st.integers(1, 4))
+    def lease(self, count: int) -> None:
+        for job in self.store.dequeue([QUEUE], "fuzz", count, LEASE):
+            self.leases[job.id] = job.token
+
+    @rule(data=st.data(), outcome=st.sampled_from(OUTCOMES))
+    def ack(self, data: st.DataObject, outcome: Outcome) -> None:
+        if not self.leases:
+            return
+        job_id = data.draw(st.sampled_from(sorted(self.leases)))
+        token = self.leases.pop(job_id)
+        error = BOOM if outcome in (Outcome.DEAD, Outcome.RETRY) else None
+        assert self.store.ack([Ack(job_id, token, outcome, result="1", error=error,
+                                   retry_in=0.0 if outcome is Outcome.RETRY else None)])[0]
+        self.stale.append((job_id, token))
+
+    @rule(data=st.data())
+    def stale_ack(self, data: st.DataObject) -> None:
+        if self.stale:
+            job_id, token = data.draw(st.sampled_from(self.stale))
+            assert self.store.ack([Ack(job_id, token, Outcome.DEAD, error=BOOM)]) == [False]
+
+    @rule()
+    def expire_leases(self) -> None:
+        self.clock.advance(LEASE + 1)
+        self.store.reclaim_expired(max_recoveries=1)
+        self.stale += list(self.leases.items())
+        self.leases.clear()
+
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        self.store.cancel(data.draw(st.sampled_from(self.ids)))
+
+    @rule(data=st.data())
+    def kill(self, data: st.DataObject) -> None:
+        self.store.kill_jobs([data.draw(st.sampled_from(self.ids))])
+
+    @rule(data=st.data())
+    def retry_by_hand(self, data: st.DataObject) -> None:
+        self.store.retry_jobs([data.draw(st.sampled_from(self.ids))])
+
+    @rule()
+    def promote(self) -> None:
+        self.clock.advance(1.0)
+        self.store.promote_due()
+
+    # -- what must hold after every step ------------------------------------------------------
+
+    def _records(self) -> dict[str, JobRecord]:
+        out: dict[str, JobRecord] = {}
+        for job_id in self.ids:
+            rec = self.store.get_job(job_id)
+            assert rec is not None, f"node {job_id} is lost"
+            out[job_id] = rec
+        return out
+
+    @invariant()
+    def the_graph_is_settled_as_documented(self) -> None:
+        if not self.ids:
+            return
+        recs = self._records()
+        for job_id, rec in recs.items():
+            parents = [recs[p] for p in self.parents[job_id]]
+            settled = all(p.state in TERMINAL_STATES for p in parents)
+            kinds = [e.kind for e in rec.events or []]
+            if rec.state is JobState.WAITING:
+                assert parents and not settled, f"{job_id} waits for settled parents"
+            for event in rec.events or []:
+                if event.kind == EventKind.RELEASED and self.policy[job_id] in ("fail", "skip"):
+                    assert "did not succeed" not in (event.message or ""), (
+                        f"{job_id} ({self.policy[job_id]}) released after a parent failed")
+            releases = kinds.count(EventKind.RELEASED)
+            assert releases <= 1 + kinds.count(EventKind.REOPENED), f"{job_id} released twice"
+            message = rec.message or ""
+            if message.startswith(("skipped: parent", "parent ")) and rec.state in FAILED:
+                failed = [p for p in parents if p.state in FAILED]
+                assert failed, f"{job_id} ended by its parents, none of which failed: {message}"
+                if rec.state is JobState.FAILED:
+                    assert self.policy[job_id] == "fail", (job_id, message)
+
+    @invariant()
+    def the_counters_are_the_nodes_states(self) -> None:
+        if not self.ids:
+            return
+        status = self.store.get_batch(self.workflow)
+        assert status is not None
+        recs = self._records()
+        for state in JobState:
+            want = sum(r.state is state for r in recs.values())
+            assert status.counts.get(state.value, 0) == want, (state, status.counts)
+
+
+@pytest.mark.parametrize("name", FUZZED)
+def test_workflow_state_machine(name: str, request: pytest.FixtureRequest,
+                                tmp_path: Path) -> None:
+    def open_store(clock: FakeClock) -> Backend:
+        where = tmp_path / uuid.uuid4().hex[:8]
+        where.mkdir()
+        return open_backend(name, backend_url(name, where, request.getfixturevalue), clock)
+
+    open_store(FakeClock()).close()
+    bound: Any = type(f"GraphMachine_{name}", (GraphMachine,),
+                      {"open_store": staticmethod(open_store)})
+    run_state_machine_as_test(bound, settings=settings(  # type: ignore[no-untyped-call]
+        max_examples=EXAMPLES[name], stateful_step_count=25, deadline=None, database=None,
+        suppress_health_check=list(HealthCheck)))
