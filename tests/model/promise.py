@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 #: States a job waits in: a cancel ends it at once.
-WAITING = frozenset({"pending", "scheduled", "retrying"})
+WAITING = frozenset({"pending", "scheduled", "retrying", "waiting"})
 #: States a retry by hand takes a job from.
 RETRYABLE = frozenset({"dead", "failed", "cancelled", "retrying"})
 TERMINAL = frozenset({"succeeded", "failed", "dead", "cancelled"})

@@ -40,6 +40,7 @@ from hypothesis.stateful import (
 import conveyor.retry
 from conveyor import Conveyor, FakeClock
 from conveyor.job import JobRecord, LeasedJob
+from conveyor.node import PARENT_FAILURE_POLICIES
 from conveyor.storage.rules import REDELIVERED
 from tests.model.harness import (
     LEASE,
@@ -100,6 +101,10 @@ def make_machine(open_store: StoreFactory,
                                    self.bodies, new_code=True)
             self.jobs: dict[str, Expected] = {}
             self.batches: dict[str, list[str]] = {}
+            # Workflows of two nodes: child id -> (parent id, on_parent_failure), and the
+            # children the graph ended (failed or skipped), which a parent's retry re-opens.
+            self.edges: dict[str, tuple[str, str]] = {}
+            self.graph_ended: set[str] = set()
             self.paused: set[str] = set()
             self.workers: list[Worker] = []
             self.worker: Worker | None = None
@@ -144,6 +149,7 @@ def make_machine(open_store: StoreFactory,
                 raise AssertionError(step)
 
         def observe_fetch(self, worker: Worker, free: int) -> None:
+            self.settle_graph()
             eligible = [j.id for j in self.jobs.values()
                         if j.queue not in self.paused and (j.state == "pending" or (
                             j.id in self.redelivered and not j.cancel_requested
@@ -264,6 +270,48 @@ def make_machine(open_store: StoreFactory,
             assert ref is not None
             self.jobs[ref.id] = Expected(ref.id, name, queue, plan, MAX_RETRIES)
 
+        @rule(parent=JOB, child=JOB, policy=st.sampled_from(PARENT_FAILURE_POLICIES))
+        def enqueue_workflow(self, parent: tuple[str, str, tuple[str, ...]],
+                             child: tuple[str, str, tuple[str, ...]], policy: str) -> None:
+            wf = self.client.workflow()
+            refs = []
+            for (name, queue, plan), after in ((parent, ()), (child, refs)):
+                fn = self.client.registry.get(name)
+                assert fn is not None
+                step = fn.options(queue=queue, retry=MAX_RETRIES).s(plan=list(plan))
+                refs.append(wf.add(step, after=after, on_parent_failure=policy))
+            wf.enqueue()
+            for ref, (name, queue, plan), state in zip(refs, (parent, child),
+                                                       ("pending", "waiting"), strict=True):
+                self.jobs[ref.id] = Expected(ref.id, name, queue, plan, MAX_RETRIES,
+                                             batch=wf.id, state=state)
+            self.edges[refs[1].id] = (refs[0].id, policy)
+
+        def settle_graph(self) -> None:
+            """docs/workflows.md for a node of one parent: once the parent settled, the
+            child runs, fails or is skipped by its policy; a parent retried by hand takes
+            back the child it ended."""
+            for child_id, (parent_id, policy) in self.edges.items():
+                parent, child = self.jobs[parent_id], self.jobs[child_id]
+                if child_id in self.graph_ended and child.terminal and not parent.terminal:
+                    self.graph_ended.discard(child_id)
+                    child.state, child.message = "waiting", None
+                    child.kinds.append("reopened")
+                if child.state != "waiting" or not parent.terminal:
+                    continue
+                if parent.state == "succeeded" or policy in ("continue", "ignore"):
+                    child.state = "pending"
+                    child.kinds.append("released")
+                    continue
+                self.graph_ended.add(child_id)
+                who = f"{parent.name} {parent.id}"
+                if policy == "skip":
+                    child._end("cancelled", "cancelled", f"skipped: parent {who} ended "
+                               f"{parent.state}")
+                else:
+                    why = f": {parent.message}" if parent.message else ""
+                    child._end("failed", "failed", f"parent {who} ended {parent.state}{why}")
+
         @rule(specs=st.lists(JOB, min_size=1, max_size=3))
         def enqueue_batch(self, specs: list[tuple[str, str, tuple[str, ...]]]) -> None:
             with self.client.batch() as batch:
@@ -326,6 +374,7 @@ def make_machine(open_store: StoreFactory,
 
         def pick(self, data: st.DataObject, fits: Callable[[Expected], bool]) -> Expected | None:
             """A job, one that ``fits`` when there is one (so actions mostly do something)."""
+            self.settle_graph()
             # Insertion order, never the ids' order: ids differ between runs, draws must not.
             ids = [j.id for j in self.jobs.values() if fits(j)] or list(self.jobs)
             return self.jobs[data.draw(st.sampled_from(ids), label="job")] if ids else None
@@ -356,6 +405,8 @@ def make_machine(open_store: StoreFactory,
             if job is None:
                 return
             expected = job.retry_by_hand()
+            if expected:
+                self.graph_ended.discard(job.id)  # it runs again: no longer the graph's
             assert self.storage.retry_jobs([job.id]) == int(expected)
 
         @rule(queue=st.sampled_from(QUEUES), pause=st.booleans())
@@ -399,6 +450,7 @@ def make_machine(open_store: StoreFactory,
         # -- the comparison -----------------------------------------------------------------
         @invariant()
         def records_match(self) -> None:
+            self.settle_graph()
             for job in self.jobs.values():
                 self.compare(job, self.storage.get_job(job.id))
 

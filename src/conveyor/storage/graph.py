@@ -113,6 +113,8 @@ def _round(txn: GraphTxn, marks: list[str]) -> int:
         # A job deleted unfinished settles as cancelled: its children must not wait forever.
         state = view.state if view is not None else JobState.CANCELLED.value
         terminal = state in _TERMINAL
+        if not terminal:
+            row.ended_by = None  # running again (a retry by hand): no longer the graph's
         if row.settled is not None and (not terminal or _succeeded(row.settled)
                                         != _succeeded(state)):
             row.settled = None  # retried by hand (perhaps finished again since): count up

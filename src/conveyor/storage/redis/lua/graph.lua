@@ -50,6 +50,8 @@ for i = 2, #ARGV, 2 do
   if kids and not (state == 'gone' and settled) then
     if state == 'gone' then state = 'cancelled' end  -- deleted unfinished: settles cancelled
     local terminal = TERMINAL[state]
+    -- running again (a retry by hand): no longer a job the graph ended
+    if not terminal then redis.call('HDEL', K_GRAPH, 'e:' .. id) end
     if settled and (not terminal or (settled == 'succeeded') ~= (state == 'succeeded')) then
       redis.call('HDEL', K_GRAPH, 's:' .. id)
       for _, child in ipairs(kids) do
