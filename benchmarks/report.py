@@ -13,6 +13,8 @@ METRICS: dict[str, list[tuple[str, str, str, bool]]] = {
     "w3_io": [("efficiency", "efficiency", "{:.3f}", True),
               ("seconds", "seconds", "{:.3f}", False)],
     "w4_batch": [("seconds", "seconds", "{:.3f}", False), ("rate", "jobs/s", "{:,.0f}", True)],
+    "w6_fanout": [("seconds", "seconds", "{:.3f}", False),
+                  ("rate", "jobs/s", "{:,.0f}", True)],
     "w5_cpu": [("seconds", "seconds", "{:.3f}", False),
                ("efficiency", "efficiency", "{:.3f}", True)],
     "storage": [("pending_bytes_per_job", "B/pending job", "{:,.0f}", False),
@@ -143,6 +145,7 @@ def targets(data: dict[str, Any]) -> str:
     absolute("w2_latency", "p99_ms", 1.0, "idle latency p99 ≤ 1.0 ms", False)
     absolute("w3_io", "efficiency", 0.95, "W3 efficiency ≥ 0.95", True)
     ratio("w4_batch", "seconds", 3, "W4 ≥ 3× fastest peer")
+    ratio("w6_fanout", "seconds", 3, "W6 fan-out + callback ≥ 3× fastest peer")
     ratio("w1_drain_p1", "rate", 1, "SQLite drain ≥ fastest peer on Redis", "conveyor (sqlite)")
     absolute("storage", "pending_bytes_per_job", 400, "≤ 400 B per pending job", False)
     absolute("storage", "finished_bytes_per_job", 1536, "≤ 1.5 KiB per finished job", False)

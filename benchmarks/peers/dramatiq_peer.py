@@ -16,7 +16,7 @@ from common import QUEUE, Peer, main, paced
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import GroupCallbacks
 from dramatiq.rate_limits.backends import RedisBackend as RateLimiterBackend
-from dramatiq.results import Results
+from dramatiq.results import ResultMissing, Results
 from dramatiq.results.backends import RedisBackend
 
 _url = os.environ.get("BENCH_DONE_URL", "redis://")
@@ -68,7 +68,16 @@ class DramatiqPeer(Peer):
         done = joined.message()
         g.add_completion_callback(done)
         g.run()
-        done.get_result(block=True, timeout=int(timeout * 1000))
+        # Polled: a blocking get outlasts the backend client's socket timeout on a long run.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                done.get_result()
+                return
+            except ResultMissing:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the completion callback did not run") from None
+                time.sleep(0.001)
 
     def batch(self, n: int, timeout: float) -> None:
         g = dramatiq.group(job_tracked.message("noop", 0.0) for _ in range(n)).run()
