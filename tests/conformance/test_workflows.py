@@ -73,6 +73,7 @@ def test_a_node_waits_for_every_parent_and_receives_their_results(backend: Backe
     assert g.states() == {"a": "pending", "b": "pending", "c": "waiting"}
     assert [r.id for r in backend.list_jobs(state=JobState.WAITING)] == [g.ids["c"]]
     assert backend.count_jobs(state=JobState.WAITING) == 1
+    assert {q.name: q.waiting for q in backend.queues()}["wf"] == 1
     g.run("b", **_succeed({"rows": 2}))
     assert g.state("c") is JobState.WAITING
     g.run("a", **_succeed([1]))

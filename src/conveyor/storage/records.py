@@ -269,6 +269,7 @@ class QueueStats:
     dead: int  # currently in the dead set
     processed_today: int = 0
     failed_today: int = 0
+    waiting: int = 0  # workflow nodes waiting for their parents
 
 
 def spec_to_wire(spec: JobSpec) -> dict[str, Any]:

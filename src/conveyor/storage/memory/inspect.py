@@ -44,6 +44,7 @@ class MemoryInspector(MemoryState):
             dead=self._counts[(queue, JobState.DEAD)],
             processed_today=self._daily.get((queue, today, "processed"), 0),
             failed_today=self._daily.get((queue, today, "failed"), 0),
+            waiting=self._counts[(queue, JobState.WAITING)],
         )
 
     def get_job(self, job_id: str) -> JobRecord | None:

@@ -28,7 +28,7 @@ _SERVER_NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"
 _SIZES = " UNION ALL ".join(
     f"SELECT queue, state, count(*) FROM jobs WHERE {where} GROUP BY queue, state"
     for where in ("state = 'pending'", "state = 'active'", "state IN ('scheduled', 'retrying')",
-                  "state = 'dead'"))
+                  "state = 'dead'", "state = 'waiting'"))
 CANCEL_CHUNK = 500  # jobs per cancel_batch transaction: row locks held briefly
 _KNOWN_SET = frozenset(s.value for s in ALL_STATES)
 _KNOWN = ", ".join(f"'{s.value}'" for s in ALL_STATES)
@@ -95,6 +95,7 @@ class PostgresInspector(PostgresFlow):
                 failed=totals.get(name, (0, 0))[1], dead=sizes.get((name, "dead"), 0),
                 processed_today=daily.get(name, (0, 0))[0],
                 failed_today=daily.get(name, (0, 0))[1],
+                waiting=sizes.get((name, "waiting"), 0),
             ))
         return out
 

@@ -50,6 +50,7 @@ class RedisInspector(RedisBatchPages, RedisFlow):
             dead=self.link.call("ZCARD", qk.dead),
             processed_today=int(meta.get(f"pd:{day}", 0)),
             failed_today=int(meta.get(f"fd:{day}", 0)) + int(meta.get(f"dd:{day}", 0)),
+            waiting=self.link.call("ZCARD", qk.waiting),
         )
 
     def get_job(self, job_id: str) -> JobRecord | None:

@@ -48,7 +48,8 @@ class SqliteInspector:
         sizes: dict[tuple[str, str], int] = {
             (q, s): n for q, s, n in db.execute(
                 "SELECT queue, state, count(*) FROM jobs WHERE state IN "
-                "('pending', 'scheduled', 'active', 'retrying', 'dead') GROUP BY queue, state"
+                "('pending', 'scheduled', 'active', 'retrying', 'dead', 'waiting') "
+                "GROUP BY queue, state"
             )
         }
         totals = {q: (p, f) for q, p, f in db.execute(
@@ -72,6 +73,7 @@ class SqliteInspector:
                 failed=totals.get(name, (0, 0))[1], dead=sizes.get((name, "dead"), 0),
                 processed_today=daily.get(name, (0, 0))[0],
                 failed_today=daily.get(name, (0, 0))[1],
+                waiting=sizes.get((name, "waiting"), 0),
             ))
         return out
 

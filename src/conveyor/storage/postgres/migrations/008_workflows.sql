@@ -3,6 +3,8 @@
 ALTER TABLE batches ADD COLUMN n_waiting integer NOT NULL DEFAULT 0;
 ALTER TABLE batches ADD COLUMN kind text NOT NULL DEFAULT 'batch';
 CREATE INDEX batches_kind ON batches (kind, created_at);
+-- Counted per queue (Inspector.queues) over its own partial index, as every other state.
+CREATE INDEX jobs_waiting ON jobs (queue) WHERE state = 'waiting';
 
 CREATE TABLE wf_nodes (
     id        text PRIMARY KEY,   -- the job's id
