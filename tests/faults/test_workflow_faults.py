@@ -22,21 +22,24 @@ from tests.faults.harness import report, wait_until
 STORM_LEASE = 3.0
 SLACK = 6.0
 #: The full storm runs on SQLite (the default store); the other stores get a smaller one.
-SIZES = {"sqlite": (1000, 10.0), "postgres": (300, 5.0), "redis": (300, 5.0),
-         "redis_cluster": (300, 5.0)}
+#: backend -> (nodes between root and fan-in, their body in ms (low, high), storm seconds).
+#: A smoke run still lasts past two kills: 400 x 40-80 ms on 8 slots is ~3 s of work.
+SIZES = {"sqlite": (1000, (20, 50), 10.0), "postgres": (400, (40, 80), 4.0),
+         "redis": (400, (40, 80), 4.0), "redis_cluster": (400, (40, 80), 4.0)}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", list(SIZES), indirect=True)
 def test_kill9_storm_over_a_fan_out_fan_in_workflow(backend: Backend, faults: Faults) -> None:
-    """One root, N nodes of 20-50 ms after it, one fan-in node after all of them (with their
-    results) and an ``on_complete`` callback; 2 workers, one SIGKILLed every ~1.5 s."""
-    fan_out, storm_seconds = SIZES[backend.name]
+    """One root, N nodes of 20-50 ms (40-80 ms on the smoke runs) after it, one fan-in node
+    after all of them (with their results) and an ``on_complete`` callback; 2 workers, one
+    SIGKILLed every ~1.5 s while it runs a job."""
+    fan_out, (low, high), storm_seconds = SIZES[backend.name]
     rng = random.Random(32)
     app, jobs = faults.client(backend.url)
     wf = app.workflow(description="kill -9 storm", on_complete="faults.finished")
     root = wf.add(jobs["faults.work"].s(10))
-    middle = wf.add_group([jobs["faults.work"].s(rng.randint(20, 50)) for _ in range(fan_out)],
+    middle = wf.add_group([jobs["faults.work"].s(rng.randint(low, high)) for _ in range(fan_out)],
                           after=[root])
     join = wf.add(jobs["faults.collect"].s(20), after=middle, results=True)
     wf.enqueue()
