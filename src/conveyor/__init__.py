@@ -1,6 +1,7 @@
 """conveyor: a background-job engine with batch tracking, on SQLite, Redis and Redis Cluster."""
 
 from conveyor.app import Conveyor
+from conveyor.canvas import chain, chord, group
 from conveyor.clock import FakeClock
 from conveyor.context import JobContext, current_job
 from conveyor.errors import Fail, Retry
@@ -19,6 +20,9 @@ __all__ = [
     "JobState",
     "Retry",
     "Workflow",
+    "chain",
+    "chord",
     "current_job",
+    "group",
 ]
 __version__ = "0.1.0"

@@ -8,19 +8,22 @@ from typing import Any
 
 #: What a workflow node does when a parent ends failed, dead or cancelled (docs/workflows.md).
 PARENT_FAILURE_POLICIES = ("fail", "continue", "ignore", "skip")
+#: How a node receives its parents' results (``Node.results``): not at all, as a list in the
+#: order of its parents, or the one parent's result itself (a chain's step, Celery's way).
+RESULT_MODES = ("", "list", "one")
 
 
 @dataclass(frozen=True, slots=True)
 class Node:
     """A job's place in its workflow's graph (``JobSpec.node``): the jobs it waits for, the
     jobs waiting for it, what a failed parent does to it (``policy``, one of
-    ``PARENT_FAILURE_POLICIES``) and whether its parents' results are passed to it as its
-    first argument (``results``). The workflow is the job's batch."""
+    ``PARENT_FAILURE_POLICIES``) and how its parents' results are passed to it as its first
+    argument (``results``, one of ``RESULT_MODES``). The workflow is the job's batch."""
 
     parents: tuple[str, ...] = ()
     children: tuple[str, ...] = ()
     policy: str = "fail"
-    results: bool = False
+    results: str = ""
 
     def to_wire(self) -> dict[str, Any]:
         """Compact dict form stored by backends."""
@@ -30,5 +33,7 @@ class Node:
     @classmethod
     def from_wire(cls, raw: Mapping[str, Any]) -> Node:
         """Inverse of ``to_wire``."""
+        mode = raw.get("r", "")
+        results = "list" if mode is True else mode if mode in RESULT_MODES else ""
         return cls(tuple(raw.get("p", ())), tuple(raw.get("c", ())), str(raw.get("f", "fail")),
-                   bool(raw.get("r", False)))
+                   results)

@@ -34,7 +34,7 @@ from conveyor.client import CHUNK_SIZE, Client
 from conveyor.errors import WorkflowError
 from conveyor.ids import new_id
 from conveyor.job import BatchSpec, JobSpec, Node
-from conveyor.node import PARENT_FAILURE_POLICIES
+from conveyor.node import PARENT_FAILURE_POLICIES, RESULT_MODES
 from conveyor.refs import JobRef
 from conveyor.registry import JobFunction, Signature
 
@@ -48,7 +48,7 @@ class _Step:
     __slots__ = ("parents", "policy", "ref", "results", "sig")
 
     def __init__(self, sig: Signature, ref: JobRef, parents: tuple[str, ...], policy: str,
-                 results: bool) -> None:
+                 results: str) -> None:
         self.sig, self.ref, self.parents, self.policy, self.results = (
             sig, ref, parents, policy, results)
 
@@ -96,7 +96,7 @@ class Workflow:
         *,
         after: After = (),
         on_parent_failure: str = "fail",
-        results: bool = False,
+        results: bool | str = False,
         node_id: str | None = None,
     ) -> JobRef:
         """Add a node; returns its ref (``ref.result()`` works once enqueued).
@@ -106,7 +106,8 @@ class Workflow:
         node after it, ``"continue"`` runs it anyway, ``"ignore"`` runs it as if that parent
         were not there. ``results=True`` passes the parents' results as its first argument: a
         list in the order of ``after`` (``None`` for a parent that did not succeed, left out
-        under ``"ignore"``).
+        under ``"ignore"``); ``results="one"``, for a node of one parent, passes that
+        parent's result itself (a chain's step).
         """
         if self._enqueued:
             raise WorkflowError(f"workflow {self._id} is enqueued; it takes no more nodes")
@@ -122,11 +123,16 @@ class Workflow:
         ref = JobRef(node_id or new_id(), True, self._client)
         if ref.id in self._steps:
             raise WorkflowError(f"node id {ref.id!r} is used twice")
-        self._steps[ref.id] = _Step(sig, ref, parents, on_parent_failure, results)
+        mode = "list" if results is True else "" if results is False else results
+        if mode not in RESULT_MODES or (mode == "one" and len(parents) != 1):
+            raise WorkflowError(f"results must be True, False or 'one' (with one parent), "
+                                f"not {results!r}")
+        self._steps[ref.id] = _Step(sig, ref, parents, on_parent_failure, mode)
         return ref
 
     def add_group(self, steps: Iterable[Signature | JobFunction], *, after: After = (),
-                  on_parent_failure: str = "fail", results: bool = False) -> list[JobRef]:
+                  on_parent_failure: str = "fail",
+                  results: bool | str = False) -> list[JobRef]:
         """Add several nodes with the same parents and policy (a fan-out); the list can be
         given as ``after`` of a later node (a fan-in)."""
         return [self.add(step, after=after, on_parent_failure=on_parent_failure,

@@ -35,7 +35,7 @@ class Graph:
         for name, parents in edges.items():
             node = Node(tuple(self.ids[p] for p in parents),
                         tuple(self.ids[c] for c in children[name]),
-                        (policy or {}).get(name, "fail"), name in results)
+                        (policy or {}).get(name, "fail"), "list" if name in results else "")
             specs.append(spec(queue, name=f"step.{name}", args=[name], job_id=self.ids[name],
                               batch_id=self.id, node=node))
         specs.sort(key=lambda s: not (s.node and s.node.parents))  # waiting nodes first

@@ -39,7 +39,7 @@ def in_tmp(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_the_workflow_page_runs_as_written(in_tmp: Path) -> None:
-    setup, use, *rest = python_blocks()
+    setup, use, canvas, *rest = python_blocks()
     namespace: dict[str, Any] = {"__name__": "docs_workflows"}
     exec(compile(setup, f"{DOC}[1]", "exec"), namespace)
     app = namespace["app"]
@@ -62,6 +62,7 @@ def test_the_workflow_page_runs_as_written(in_tmp: Path) -> None:
         assert status["callbacks_fired"] == ["complete"]
         record = app.get_job(callback)
         assert record is not None and record.state is JobState.SUCCEEDED
+        exec(compile(canvas, f"{DOC}[3]", "exec"), namespace)  # its asserts are the checks
     finally:
         launcher.stop()
         app.close()

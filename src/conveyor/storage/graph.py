@@ -219,6 +219,12 @@ def inject(job: JobView, node: Node, parents: Mapping[str, JobView]) -> str | No
     payload = _loads(job.payload)
     if not isinstance(payload, dict):
         return None
+    if node.results == "one":  # the one parent's result itself (None if it did not succeed)
+        view = parents.get(node.parents[0]) if node.parents else None
+        one = _loads(view.result) if view is not None and view.state == "succeeded" else None
+        args = payload.get("a", [])
+        payload["a"] = [one, *(args if isinstance(args, list) else [])]
+        return json.dumps(payload, separators=(",", ":"))
     results: list[Any] = []
     for parent_id in node.parents:
         view = parents.get(parent_id)

@@ -1,0 +1,156 @@
+"""Celery's canvas on conveyor's workflows: ``chain``, ``group``, ``chord`` (docs/workflows.md,
+"From Celery's canvas"; map and starmap are a group over items).
+
+::
+
+    chain(fetch.s(url), parse.s(), store.s()).enqueue()        # each gets the previous result
+    chord([resize.s(i) for i in images], make_album.s(album_id)).enqueue()
+    group(send.s(u) for u in users).enqueue()
+    chain(group(fetch.s(u) for u in urls), merge.s()).enqueue()  # a group then a step: a chord
+
+Each builds a ``Workflow`` (so every step is a job with its state, events and retries, and
+the whole is one batch with counters and callbacks) and ``enqueue`` returns it; ``.result()``
+of what ``enqueue`` returns waits for the last step (a list of results for a group).
+
+Where Celery's semantics differ: a step after a group gets the group's results **in the
+order the group was written**, not of completion; a failed member of a chord's header ends
+the callback ``failed`` naming it, unless the callback was built with
+``on_parent_failure="continue"`` (it then runs with ``None`` in that member's place), where
+Celery raises ``ChordError`` in the callback's result and leaves the callback unrun.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from conveyor.errors import WorkflowError
+from conveyor.refs import JobRef
+from conveyor.registry import Signature
+from conveyor.workflow import Workflow
+
+__all__ = ["Canvas", "Chain", "Group", "Run", "chain", "chord", "group"]
+
+class Canvas:
+    """Steps that can be placed in a workflow after other nodes (a chain or a group)."""
+
+    def attach(self, wf: Workflow, after: Sequence[JobRef], results: str,
+               policy: str) -> list[JobRef]:
+        """Add the steps to ``wf`` after ``after``, the first ones receiving results as
+        ``results`` says, every one with ``policy`` for a failed parent; returns the nodes a
+        next step waits for."""
+        raise NotImplementedError
+
+    def signatures(self) -> list[Signature]:
+        """Every signature inside, in order."""
+        raise NotImplementedError
+
+    def enqueue(self, *, description: str | None = None, on_parent_failure: str = "fail",
+                **workflow: Any) -> Run:
+        """Store the steps as one workflow (``workflow``: its callbacks and meta, as
+        ``Workflow``; ``on_parent_failure`` for every step); returns it with the last
+        steps' refs."""
+        if not self.signatures():
+            raise WorkflowError("nothing to enqueue: the canvas has no step")
+        wf = Workflow(description=description, **workflow)
+        tails = self.attach(wf, [], "", on_parent_failure)
+        wf.enqueue()
+        return Run(wf, tails, single=isinstance(self, Chain) and not self.ends_in_group())
+
+
+def _attach(step: Signature | Canvas, wf: Workflow, after: Sequence[JobRef], results: str,
+            policy: str) -> list[JobRef]:
+    if isinstance(step, Canvas):
+        return step.attach(wf, after, results, policy)
+    return [wf.add(step, after=list(after), results=results if after else False,
+                   on_parent_failure=policy)]
+
+
+class Chain(Canvas):
+    """Steps one after the other; each gets the previous one's result as its first argument
+    (the list of a group's results after a group)."""
+
+    def __init__(self, steps: Iterable[Signature | Canvas]) -> None:
+        self.steps = list(steps)
+        if not self.steps:
+            raise WorkflowError("a chain needs at least one step")
+
+    def attach(self, wf: Workflow, after: Sequence[JobRef], results: str,
+               policy: str) -> list[JobRef]:
+        tails = list(after)
+        mode = results
+        for step in self.steps:
+            tails = _attach(step, wf, tails, mode, policy)
+            mode = "one" if len(tails) == 1 and not isinstance(step, Group) else "list"
+        return tails
+
+    def signatures(self) -> list[Signature]:
+        return [s for step in self.steps for s in _signatures(step)]
+
+    def ends_in_group(self) -> bool:
+        """True when the last step is a group (its result is then a list)."""
+        return isinstance(self.steps[-1], Group)
+
+
+class Group(Canvas):
+    """Steps side by side, all after the same nodes; a step after the group waits for all of
+    them and gets their results as a list, in the order written."""
+
+    def __init__(self, steps: Iterable[Signature | Canvas]) -> None:
+        self.steps = list(steps)
+
+    def attach(self, wf: Workflow, after: Sequence[JobRef], results: str,
+               policy: str) -> list[JobRef]:
+        tails: list[JobRef] = []
+        for step in self.steps:
+            tails += _attach(step, wf, after, results, policy)
+        return tails
+
+    def signatures(self) -> list[Signature]:
+        return [s for step in self.steps for s in _signatures(step)]
+
+
+def _signatures(step: Signature | Canvas) -> list[Signature]:
+    return step.signatures() if isinstance(step, Canvas) else [step]
+
+
+class Run:
+    """An enqueued canvas: its ``workflow`` and the refs of its last steps."""
+
+    def __init__(self, workflow: Workflow, tails: list[JobRef], single: bool) -> None:
+        self.workflow = workflow
+        self.tails = tails
+        self._single = single and len(tails) == 1
+
+    @property
+    def id(self) -> str:
+        """The workflow's id."""
+        return self.workflow.id
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The last step's result (a list of results when the canvas ends in a group)."""
+        if self._single:
+            return self.tails[0].result(timeout=timeout)
+        return [ref.result(timeout=timeout) for ref in self.tails]
+
+
+def chain(*steps: Signature | Canvas) -> Chain:
+    """``chain(a.s(), b.s(), c.s())``: a, then b with a's result, then c with b's."""
+    return Chain(steps)
+
+
+def group(*steps: Signature | Canvas | Iterable[Signature | Canvas]) -> Group:
+    """``group(a.s(1), a.s(2))`` or ``group(a.s(i) for i in items)``: side by side."""
+    flat: list[Signature | Canvas] = []
+    for step in steps:
+        if isinstance(step, Signature | Canvas):
+            flat.append(step)
+        else:
+            flat.extend(step)
+    return Group(flat)
+
+
+def chord(header: Iterable[Signature | Canvas], body: Signature | Canvas) -> Chain:
+    """``chord([a.s(i) for i in items], b.s())``: the header side by side, then ``body`` with
+    their results as a list, in the order written."""
+    return Chain([Group(header), body])

@@ -1,0 +1,100 @@
+"""Celery's canvas on workflows: chain, group, chord (and map as a group), run on every kind
+of store by ``conveyor.testing.drain``: results flow as docs/workflows.md says."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conveyor import Conveyor, Fail, JobState, chain, chord, group
+from conveyor.errors import JobFailed, WorkflowError
+from conveyor.testing import drain
+from tests.conformance.backends import backend_url
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres", "redis"])
+def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Conveyor]:
+    app = Conveyor(backend_url(request.param, tmp_path, request.getfixturevalue))
+
+    @app.job(name="t.add")
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    @app.job(name="t.square")
+    def square(x: int) -> int:
+        return x * x
+
+    @app.job(name="t.total")
+    def total(values: list[int | None]) -> int:
+        return sum(v or 0 for v in values)
+
+    @app.job(name="t.refuse", retry=0)
+    def refuse(x: int) -> int:
+        raise Fail(f"no {x}")
+
+    yield app
+    app.close()
+
+
+def test_a_chain_passes_each_result_to_the_next_step(app: Conveyor) -> None:
+    add = app.registry.get("t.add")
+    assert add is not None
+    run = chain(add.s(1, 2), add.s(10), add.s(100)).enqueue(description="sums")
+    assert drain(app) == 3
+    assert run.result(timeout=1) == 113  # add(add(add(1, 2), 10), 100)
+    status = app.batch_status(run.id)
+    assert status["kind"] == "workflow" and status["counts"]["succeeded"] == 3
+
+
+def test_a_chord_gets_its_header_results_in_the_order_written(app: Conveyor) -> None:
+    square, total = app.registry.get("t.square"), app.registry.get("t.total")
+    assert square is not None and total is not None
+    run = chord([square.s(i) for i in (3, 1, 2)], total.s()).enqueue()
+    drain(app)
+    body = app.get_job(run.tails[0].id)
+    assert body is not None and body.args == [[9, 1, 4]]
+    assert run.result(timeout=1) == 14
+
+
+def test_a_group_and_a_group_inside_a_chain(app: Conveyor) -> None:
+    square, add, total = (app.registry.get(n) for n in ("t.square", "t.add", "t.total"))
+    assert square is not None and add is not None and total is not None
+    mapped = group(square.s(i) for i in range(4)).enqueue()  # Celery's map
+    drain(app)
+    assert mapped.result(timeout=1) == [0, 1, 4, 9]
+    # square(2) = 4; each member of the group gets 4; the last step gets both results
+    run = chain(square.s(2), group(add.s(1), add.s(2)), total.s()).enqueue()
+    drain(app)
+    assert run.result(timeout=1) == 11
+    ends_in_group = chain(square.s(3), group(add.s(1), add.s(2))).enqueue()
+    drain(app)
+    assert ends_in_group.result(timeout=1) == [10, 11]
+
+
+def test_a_failed_header_member_fails_the_chord_or_not_by_policy(app: Conveyor) -> None:
+    square, refuse, total = (app.registry.get(n) for n in ("t.square", "t.refuse", "t.total"))
+    assert square is not None and refuse is not None and total is not None
+    strict = chord([square.s(2), refuse.s(7)], total.s()).enqueue()
+    drain(app)
+    body = app.get_job(strict.tails[0].id)
+    assert body is not None and body.state is JobState.FAILED
+    assert body.message is not None and body.message.endswith("ended failed: no 7")
+    with pytest.raises(JobFailed):
+        strict.result(timeout=1)
+    lenient = chord([square.s(2), refuse.s(7)], total.s()).enqueue(
+        on_parent_failure="continue")
+    drain(app)
+    assert lenient.result(timeout=1) == 4  # total([4, None])
+
+
+def test_an_empty_canvas_and_a_bad_results_mode_are_refused(app: Conveyor) -> None:
+    with pytest.raises(WorkflowError, match="no step"):
+        group().enqueue()
+    square = app.registry.get("t.square")
+    assert square is not None
+    wf = app.workflow()
+    a, b = wf.add(square.s(1)), wf.add(square.s(2))
+    with pytest.raises(WorkflowError, match="results must be"):
+        wf.add(square.s(), after=[a, b], results="one")
