@@ -1,4 +1,5 @@
-"""conveyor: a background-job engine with batch tracking, on SQLite, Redis and Redis Cluster."""
+"""conveyor: a background-job engine with batches and workflows, on SQLite, Redis (Cluster,
+Sentinel) and PostgreSQL, with RabbitMQ or Kafka as an optional broker."""
 
 from conveyor.app import Conveyor
 from conveyor.canvas import chain, chord, group

@@ -13,7 +13,7 @@ that logs in a tight loop costs no storage round trip per line.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
@@ -24,8 +24,8 @@ from conveyor.serializer import decode_payload
 if TYPE_CHECKING:
     from conveyor.refs import JobRef
 
-__all__ = ["BatchScope", "ClockOwner", "JobContext", "activate", "current_batch", "current_job",
-           "pop_batch", "push_batch"]
+__all__ = ["BatchScope", "ClockOwner", "JobContext", "WorkflowScope", "activate", "current_batch",
+           "current_job", "pop_batch", "push_batch", "set_workflow_scope"]
 
 
 @runtime_checkable
@@ -36,6 +36,41 @@ class ClockOwner(Protocol):
     def clock(self) -> Clock:
         """The clock its events are stamped with."""
         ...
+
+
+class WorkflowScope(Protocol):
+    """The workflow a running job belongs to, as job code sees it (``current_job().workflow``;
+    ``conveyor.workflow.RunningWorkflow``): nodes can be added to it while the job runs."""
+
+    @property
+    def id(self) -> str:
+        """The workflow's id."""
+        ...
+
+    @property
+    def node(self) -> JobRef:
+        """The running job's own node (give it in ``after=`` to add its children)."""
+        ...
+
+    def add(self, step: Any, *, after: Any = (), on_parent_failure: str = "fail",
+            results: bool | str = False, node_id: str | None = None) -> JobRef:
+        """Add one node now; returns its ref."""
+        ...
+
+    def add_group(self, steps: Iterable[Any], *, after: Any = (),
+                  on_parent_failure: str = "fail", results: bool | str = False) -> list[JobRef]:
+        """Add several nodes with the same parents in one atomic step; returns their refs."""
+        ...
+
+
+#: Builds ``JobContext.workflow``; set by ``conveyor.workflow`` (which this module cannot
+#: import: the workflow module builds on the client, the client on this).
+_workflow_scope: list[Callable[[JobContext], WorkflowScope]] = []
+
+
+def set_workflow_scope(factory: Callable[[JobContext], WorkflowScope]) -> None:
+    """Register what ``JobContext.workflow`` returns (``conveyor.workflow`` does, once)."""
+    _workflow_scope[:] = [factory]
 
 
 class JobContext:
@@ -61,6 +96,7 @@ class JobContext:
         kwargs: Mapping[str, Any] | None = None,
         clock: Clock | None = None,
         app: ClockOwner | None = None,
+        token: str = "",
     ) -> None:
         self.clock: Clock = clock or (app.clock if app is not None else SYSTEM_CLOCK)
         # Any, not ClockOwner: job code reaches the whole app through it (docs/api.md), as
@@ -76,6 +112,8 @@ class JobContext:
         self.worker_id = worker_id
         self.args: list[Any] = list(args or [])
         self.kwargs: dict[str, Any] = dict(kwargs or {})
+        self.token = token  # this run's lease: what it adds to a workflow is fenced by it
+        self._workflow: WorkflowScope | None = None
         # log() may be called from threads the job starts itself.
         self._lock = threading.Lock()
         self._events: list[Event] = []
@@ -98,7 +136,7 @@ class JobContext:
             app=owner, clock=None if owner is not None else cast(Clock, app),
             job_id=job.id, name=job.name, queue=job.queue, attempt=job.attempt,
             errors=job.errors, batch_id=job.batch_id, meta=meta, worker_id=worker_id,
-            args=args, kwargs=kwargs,
+            args=args, kwargs=kwargs, token=job.token,
         )
 
     def __repr__(self) -> str:
@@ -129,6 +167,23 @@ class JobContext:
                 ts=self.clock.now(), kind=EventKind.PROGRESS, worker=self.worker_id or None,
                 attempt=self.attempt, data={"done": int(done), "total": int(total)},
             ))
+
+    @property
+    def workflow(self) -> WorkflowScope:
+        """The workflow this job is a node of: ``current_job().workflow.add(step.s(),
+        after=[current_job().node])`` adds a child while it runs (docs/workflows.md).
+        ``RuntimeError`` outside a worker's app; adding raises ``WorkflowError`` when the job
+        is not a workflow's node."""
+        if self._workflow is None:
+            if not _workflow_scope:
+                raise RuntimeError("no workflow support loaded: import conveyor")
+            self._workflow = _workflow_scope[0](self)
+        return self._workflow
+
+    @property
+    def node(self) -> JobRef:
+        """This job's own node in its workflow (``self.workflow.node``)."""
+        return self.workflow.node
 
     @property
     def cancelled(self) -> bool:

@@ -62,6 +62,11 @@ class WorkflowError(ConveyorError, ValueError):
     that does not exist, a node a client middleware stopped)."""
 
 
+class LeaseLost(ConveyorError):
+    """A running job acted on its lease after losing it (its run was reclaimed after a
+    missed heartbeat, or cancelled): nothing was written; its outcome will be refused too."""
+
+
 class StorageURLError(ConveyorError, ValueError):
     """A storage URL that conveyor cannot open (unknown scheme, missing part)."""
 

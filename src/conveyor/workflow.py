@@ -25,23 +25,29 @@ PostgreSQL to make it all or nothing.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from conveyor.batch import Callback, batch_status, callback_spec
 from conveyor.client import CHUNK_SIZE, Client
-from conveyor.errors import WorkflowError
+from conveyor.context import JobContext, set_workflow_scope
+from conveyor.errors import LeaseLost, WorkflowError
 from conveyor.ids import new_id
 from conveyor.job import BatchSpec, JobSpec, Node
 from conveyor.node import PARENT_FAILURE_POLICIES, RESULT_MODES
 from conveyor.refs import JobRef
 from conveyor.registry import JobFunction, Signature
 
-__all__ = ["After", "Workflow"]
+__all__ = ["After", "RunningWorkflow", "Workflow"]
 
-After = JobRef | Iterable["After"]
-"""Parents given to ``Workflow.add``: node refs, or lists of them (a group added at once)."""
+_HEX = re.compile(r"[0-9a-f]{24}")
+
+After = JobRef | str | Iterable["After"]
+"""Parents given to ``Workflow.add``: node refs (or node ids), or lists of them (a group
+added at once)."""
 
 
 class _Step:
@@ -112,9 +118,7 @@ class Workflow:
         if self._enqueued:
             raise WorkflowError(f"workflow {self._id} is enqueued; it takes no more nodes")
         sig = step if isinstance(step, Signature) else step.s()
-        if on_parent_failure not in PARENT_FAILURE_POLICIES:
-            raise WorkflowError(f"on_parent_failure must be one of "
-                                f"{', '.join(PARENT_FAILURE_POLICIES)}, not {on_parent_failure!r}")
+        _check_policy(on_parent_failure)
         parents = tuple(dict.fromkeys(_flatten(after)))
         for parent in parents:
             if parent not in self._steps:
@@ -123,10 +127,7 @@ class Workflow:
         ref = JobRef(node_id or new_id(), True, self._client)
         if ref.id in self._steps:
             raise WorkflowError(f"node id {ref.id!r} is used twice")
-        mode = "list" if results is True else "" if results is False else results
-        if mode not in RESULT_MODES or (mode == "one" and len(parents) != 1):
-            raise WorkflowError(f"results must be True, False or 'one' (with one parent), "
-                                f"not {results!r}")
+        mode = _result_mode(results, parents)
         self._steps[ref.id] = _Step(sig, ref, parents, on_parent_failure, mode)
         return ref
 
@@ -190,29 +191,137 @@ class Workflow:
         return waiting + roots
 
     def _spec(self, client: Client, step: _Step) -> JobSpec:
-        sig = step.sig
-        draft = client.draft(sig.name, sig.fn.opts, sig.args, sig.kwargs)
-        draft.id, draft.batch_id = step.ref.id, self._id
-        built: list[JobSpec] = []
+        return _node_spec(client, step.sig, step.ref.id, self._id)
 
-        def capture() -> JobRef:
-            built.append(client.build_spec(draft))
-            return step.ref
 
-        client.middleware.run_client(draft, capture)
-        if not built:
-            raise WorkflowError(f"a client middleware stopped node {step.ref.id} "
-                                f"({sig.name}); a workflow is enqueued whole")
-        spec = built[0]
-        if spec.id != step.ref.id or spec.batch_id != self._id:
-            raise WorkflowError(f"a client middleware changed the id or batch of node "
-                                f"{step.ref.id} ({sig.name}); a workflow's nodes keep theirs")
-        return spec
+def _node_spec(client: Client, sig: Signature, node_id: str, workflow_id: str) -> JobSpec:
+    """A node's job, built as ``enqueue`` builds a job (client middleware included)."""
+    draft = client.draft(sig.name, sig.fn.opts, sig.args, sig.kwargs)
+    draft.id, draft.batch_id = node_id, workflow_id
+    built: list[JobSpec] = []
+
+    def capture() -> JobRef:
+        built.append(client.build_spec(draft))
+        return JobRef(node_id, True, client)
+
+    client.middleware.run_client(draft, capture)
+    if not built:
+        raise WorkflowError(f"a client middleware stopped node {node_id} "
+                            f"({sig.name}); a workflow's nodes are stored whole")
+    spec = built[0]
+    if spec.id != node_id or spec.batch_id != workflow_id:
+        raise WorkflowError(f"a client middleware changed the id or batch of node "
+                            f"{node_id} ({sig.name}); a workflow's nodes keep theirs")
+    return spec
+
+
+class RunningWorkflow:
+    """The workflow of a running job (``current_job().workflow``): nodes added while it runs.
+
+    ::
+
+        @app.job()
+        def crawl(url: str) -> None:
+            wf = current_job().workflow
+            pages = wf.add_group([fetch.s(u) for u in links(url)], after=[wf.node])
+            wf.add(index.s(), after=pages, results=True)
+
+    Each call is stored at once, in one atomic step fenced by the job's lease (a job whose
+    lease is lost gets ``LeaseLost``): the new nodes join the workflow (its counters, pages,
+    callbacks) and wait only for the parents that have not settled yet; a node whose parents
+    all settled runs (or fails, or is skipped) at once. A node added after the running job
+    itself is released when the job ends, as any child is.
+
+    Node ids are derived from the running job's id and the order of the additions, so a job
+    retried after an error adds the same nodes again and each is stored once: keep what a
+    job adds, and its order, a function of its arguments (or pass ``node_id``).
+    """
+
+    def __init__(self, ctx: JobContext) -> None:
+        app = ctx.app
+        client = getattr(app, "client", None)
+        if not isinstance(client, Client):
+            raise RuntimeError("current_job().workflow needs the job to run in a conveyor app")
+        if not ctx.batch_id:
+            raise WorkflowError(f"job {ctx.job_id} ({ctx.name}) is not part of a workflow")
+        self._ctx = ctx
+        self._client = client
+        self._added = 0
+
+    def __repr__(self) -> str:
+        return f"<RunningWorkflow {self.id} node={self._ctx.job_id}>"
+
+    @property
+    def id(self) -> str:
+        """The workflow's id."""
+        return str(self._ctx.batch_id)
+
+    @property
+    def node(self) -> JobRef:
+        """The running job's own node."""
+        return JobRef(self._ctx.job_id, True, self._client)
+
+    def add(self, step: Signature | JobFunction, *, after: After = (),
+            on_parent_failure: str = "fail", results: bool | str = False,
+            node_id: str | None = None) -> JobRef:
+        """Add one node now (arguments as ``Workflow.add``); returns its ref."""
+        return self._store([step], after, on_parent_failure, results, node_id)[0]
+
+    def add_group(self, steps: Iterable[Signature | JobFunction], *, after: After = (),
+                  on_parent_failure: str = "fail",
+                  results: bool | str = False) -> list[JobRef]:
+        """Add several nodes with the same parents, in one atomic step; returns their refs."""
+        return self._store(list(steps), after, on_parent_failure, results, None)
+
+    def _store(self, steps: Sequence[Signature | JobFunction], after: After, policy: str,
+               results: bool | str, node_id: str | None) -> list[JobRef]:
+        _check_policy(policy)
+        parents = tuple(dict.fromkeys(_flatten(after)))
+        mode = _result_mode(results, parents)
+        specs: list[JobSpec] = []
+        for step in steps:
+            sig = step if isinstance(step, Signature) else step.s()
+            self._added += 1
+            spec = _node_spec(self._client, sig, node_id or self._next_id(), self.id)
+            specs.append(replace(spec, node=Node(parents, (), policy, mode)))
+        if not specs:
+            return []
+        ctx = self._ctx
+        stored = self._client.storage.add_nodes(ctx.job_id, ctx.token, specs)
+        if stored is None:
+            raise LeaseLost(f"job {ctx.job_id} no longer holds its lease: nodes not added")
+        return [JobRef(r.id, r.created, self._client) for r in stored]
+
+    def _next_id(self) -> str:
+        """The id of the ``_added``-th node this run adds: the same in every run of the job."""
+        digest = hashlib.sha256(f"{self._ctx.job_id}/{self._added}".encode()).hexdigest()
+        job_id = self._ctx.job_id
+        head = job_id[:12] if len(job_id) == 24 and _HEX.fullmatch(job_id) else digest[12:24]
+        return head + digest[:12]
+
+
+set_workflow_scope(RunningWorkflow)
+
+
+def _check_policy(policy: str) -> None:
+    if policy not in PARENT_FAILURE_POLICIES:
+        raise WorkflowError(f"on_parent_failure must be one of "
+                            f"{', '.join(PARENT_FAILURE_POLICIES)}, not {policy!r}")
+
+
+def _result_mode(results: bool | str, parents: Sequence[str]) -> str:
+    mode = "list" if results is True else "" if results is False else results
+    if mode not in RESULT_MODES or (mode == "one" and len(parents) != 1):
+        raise WorkflowError(f"results must be True, False or 'one' (with one parent), "
+                            f"not {results!r}")
+    return mode
 
 
 def _flatten(after: After) -> Sequence[str]:
     if isinstance(after, JobRef):
         return [after.id]
+    if isinstance(after, str):
+        return [after]
     out: list[str] = []
     for item in after:
         out += _flatten(item)

@@ -1,8 +1,7 @@
-"""The storage boundary: what every backend (memory, SQLite, Redis) must do, atomically.
+"""The storage boundary: what every backend must do, atomically (docs/design.md).
 
-``Storage`` is the hot path used by clients and workers; each method is one atomic
-transition per job (a Lua script on Redis, one ``BEGIN IMMEDIATE`` transaction on SQLite).
-``Inspector`` is what the CLI, web UI and metrics read and do.
+``Storage`` is the hot path used by clients and workers, each method one atomic transition
+per job (a Lua script, a transaction); ``Inspector`` is what the CLI, web UI and metrics use.
 
 Rules every backend honours (checked by ``tests/conformance``):
 
@@ -119,6 +118,15 @@ class Storage(Protocol):
         """Append a running job's own messages and progress (live view); fenced like ``ack``."""
         ...
 
+    def add_nodes(self, adder: str, token: str,
+                  specs: Sequence[JobSpec]) -> list[EnqueueResult] | None:
+        """Store workflow nodes the running job ``adder`` adds to its own workflow, fenced
+        like ``ack`` (None, nothing stored, when ``token`` lost the lease). Each node counts
+        only its parents not settled yet, in the step that links it into their children; one
+        whose parents all settled is decided at once. An id stored already is left as it is
+        (``created=False``). ``WorkflowError`` if ``adder`` or a parent is not a node."""
+        ...
+
     def heartbeat(
         self, info: WorkerInfo, leases: Mapping[str, str], lease_seconds: float
     ) -> HeartbeatReply:
@@ -143,14 +151,12 @@ class Storage(Protocol):
         ...
 
     def schedule_pauses(self) -> dict[str, float | None]:
-        """Schedules an operator paused or resumed: ``None`` while paused, else the storage
-        time of the latest resume. Schedulers skip paused schedules and never enqueue a tick
-        that fell before the resume."""
+        """Schedules an operator paused (``None``) or resumed (the storage time of the latest
+        resume: schedulers never enqueue a tick that fell before it)."""
         ...
 
     def schedule_ticked(self, name: str, tick: float) -> None:
-        """Record that the tick at ``tick`` was enqueued; an older tick never overwrites a
-        newer one."""
+        """Record that the tick at ``tick`` was enqueued (never older than the one stored)."""
         ...
 
     def reclaim_expired(self, max_recoveries: int = 5, limit: int = 1000) -> int:
@@ -179,10 +185,8 @@ class Storage(Protocol):
         ...
 
     def close_batch(self, batch_id: str) -> None:
-        """Mark a batch as fully enqueued: it completes once every job is terminal.
-
-        Closing a batch whose jobs are all already terminal completes it at once.
-        """
+        """Mark a batch as fully enqueued: it completes once (or at once if) every job is
+        terminal."""
         ...
 
     def trim(self, retention: Retention) -> int:

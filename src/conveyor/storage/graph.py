@@ -21,13 +21,15 @@ The backends provide the reads and the moves (``GraphTxn``); the decisions are m
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from conveyor.job import TERMINAL_STATES, JobState, Node
+from conveyor.errors import WorkflowError
+from conveyor.job import TERMINAL_STATES, JobSpec, JobState, Node
 
-__all__ = ["FAILED", "GraphTxn", "JobView", "NodeRow", "decide", "inject", "settle"]
+__all__ = ["FAILED", "GraphTxn", "JobView", "NodeRow", "attach", "check_added", "decide",
+           "inject", "settle"]
 
 #: A parent in one of these states did not succeed: its children's policy applies.
 FAILED = frozenset({JobState.FAILED.value, JobState.DEAD.value, JobState.CANCELLED.value})
@@ -75,6 +77,9 @@ class GraphTxn(Protocol):
     def save(self, rows: Iterable[NodeRow]) -> None:
         """Write back ``unsettled``, ``settled`` and ``ended_by``."""
 
+    def link(self, rows: Iterable[NodeRow]) -> None:
+        """Write back ``node`` (its children grew: a node was added at run time)."""
+
     def release(self, job_id: str, payload: str | None, message: str) -> None:
         """``waiting`` -> ``pending`` (with a new payload when not None), event ``released``."""
 
@@ -94,6 +99,56 @@ def settle(txn: GraphTxn) -> int:
             break
         moved += _round(txn, sorted(set(marks)))
     return moved
+
+
+def check_added(workflow_id: str, specs: Sequence[JobSpec], known: Collection[str]) -> None:
+    """Raise ``WorkflowError`` unless every spec is a node of ``workflow_id`` whose parents
+    are nodes of it: stored already (``known``, the parent ids found in its graph) or added
+    in the same call before it."""
+    seen = set(known)
+    for spec in specs:
+        if spec.node is None or spec.batch_id != workflow_id:
+            raise WorkflowError(f"job {spec.id} is not a node of workflow {workflow_id}")
+        for parent in spec.node.parents:
+            if parent not in seen:
+                raise WorkflowError(f"{parent} is not a node of workflow {workflow_id}: a "
+                                    "node added at run time waits only for nodes of its own "
+                                    "workflow")
+        seen.add(spec.id)
+
+
+def attach(txn: GraphTxn, ids: Collection[str]) -> int:
+    """Nodes just stored in a running workflow (added by one of its running jobs): link each
+    into its parents' children and count only the parents not settled yet, all under the
+    locks ``settle`` takes, so a parent settling meanwhile is counted exactly once (here or
+    by its mark). A node whose parents have all settled is decided at once. Returns the nodes
+    moved."""
+    new = txn.nodes(ids)
+    parent_ids = sorted({p for r in new.values() for p in r.node.parents} - set(new))
+    parents = {**txn.nodes(parent_ids), **new}
+    linked: dict[str, NodeRow] = {}
+    ready: list[str] = []
+    for node_id in ids:
+        row = new.get(node_id)
+        if row is None:
+            continue
+        unsettled = 0
+        for parent_id in row.node.parents:
+            parent = parents.get(parent_id)
+            if parent is None:
+                continue  # a parent deleted after it settled: nothing left to wait for
+            if node_id not in parent.node.children:
+                parent.node = replace(parent.node,
+                                      children=(*parent.node.children, node_id))
+                linked[parent_id] = parent
+            if parent.settled is None:
+                unsettled += 1
+        row.unsettled = unsettled
+        if row.node.parents and unsettled == 0:
+            ready.append(node_id)
+    txn.link(linked.values())
+    txn.save(new.values())
+    return _decide_all(txn, ready, new) + settle(txn)
 
 
 def _round(txn: GraphTxn, marks: list[str]) -> int:

@@ -228,6 +228,15 @@ class MemoryState:
             finally:
                 self._settling = False
 
+    def _attach(self, ids: Collection[str]) -> None:
+        """Link nodes added at run time into their graph (``graph.attach``), settling what
+        that moves in the same step."""
+        self._settling = True
+        try:
+            graph.attach(_Graph(self), ids)
+        finally:
+            self._settling = False
+
     def _lookup(self, job_id: str) -> tuple[JobRecord, int] | None:
         entry = self._jobs.get(job_id)
         return None if entry is None else (entry.rec, entry.seq)
@@ -261,6 +270,9 @@ class _Graph:
         return out
 
     def save(self, rows: Iterable[NodeRow]) -> None:
+        """Rows are the stored objects themselves: nothing to write."""
+
+    def link(self, rows: Iterable[NodeRow]) -> None:
         """Rows are the stored objects themselves: nothing to write."""
 
     def release(self, job_id: str, payload: str | None, message: str) -> None:

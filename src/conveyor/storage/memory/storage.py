@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from conveyor.clock import SYSTEM_CLOCK, Clock
-from conveyor.errors import StorageURLError
+from conveyor.errors import StorageURLError, WorkflowError
 from conveyor.job import (
     Ack,
     BatchSpec,
@@ -28,6 +28,7 @@ from conveyor.job import (
     LeasedJob,
     Outcome,
 )
+from conveyor.storage import graph
 from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
 from conveyor.storage.memory.flow import ScanBudget
 from conveyor.storage.memory.inspect import MemoryInspector
@@ -214,6 +215,26 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, Memory
             if progress is not None:
                 entry.rec.progress = progress
             return True
+
+    def add_nodes(self, adder: str, token: str,
+                  specs: Sequence[JobSpec]) -> list[EnqueueResult] | None:
+        """Store nodes a running job adds to its workflow; see ``Storage.add_nodes``."""
+        with self._lock:
+            entry = self._holder(adder, token)
+            if entry is None:
+                return None
+            workflow_id = entry.rec.batch_id
+            if adder not in self._nodes or workflow_id is None:
+                raise WorkflowError(f"job {adder} is not a node of a workflow")
+            known = [p for s in specs if s.node for p in s.node.parents
+                     if p in self._nodes and (found := self._jobs.get(p)) is not None
+                     and found.rec.batch_id == workflow_id]
+            graph.check_added(workflow_id, specs, known)
+            now = self.now()
+            results = [self._store(spec, now, wake=False) for spec in specs]
+            self._attach([r.id for r in results if r.created])
+            self._wake()
+            return results
 
     # -- leases, workers, schedules ----------------------------------------------------------
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 
+from conveyor.errors import WorkflowError
 from conveyor.job import EnqueueResult, EventKind, JobSpec, JobState, Node
 from conveyor.storage import graph
 from conveyor.storage.graph import JobView, NodeRow
@@ -46,6 +47,34 @@ def store(cur: Cursor, now: float, specs: Sequence[JobSpec],
             "WHERE id = ANY(%s) AND state = 'pending' RETURNING batch_id", (now, waiting),
         ).fetchall()
         batches.apply(cur, now, [(r[0], "pending", "waiting") for r in rows if r[0]])
+
+
+def adder(cur: Cursor, job_id: str, token: str) -> str | None:
+    """The workflow of the running job ``job_id`` if ``token`` holds its lease (its row
+    locked until the transaction ends, so its own outcome waits for the nodes it adds);
+    ``WorkflowError`` if it is not a workflow's node."""
+    row = cur.execute(
+        "SELECT jobs.batch_id, wf_nodes.id FROM jobs LEFT JOIN wf_nodes ON wf_nodes.id = jobs.id "
+        "WHERE jobs.id = %s AND token = %s AND state = 'active' FOR SHARE OF jobs",
+        (job_id, token)).fetchone()
+    if row is None:
+        return None
+    if row[0] is None or row[1] is None:
+        raise WorkflowError(f"job {job_id} is not a node of a workflow")
+    return str(row[0])
+
+
+def known(cur: Cursor, workflow_id: str, ids: Collection[str]) -> list[str]:
+    """The ids among ``ids`` that are stored nodes of ``workflow_id``."""
+    rows = cur.execute(
+        "SELECT wf_nodes.id FROM wf_nodes JOIN jobs ON jobs.id = wf_nodes.id "
+        "WHERE wf_nodes.id = ANY(%s) AND jobs.batch_id = %s", (list(ids), workflow_id))
+    return [r[0] for r in rows.fetchall()]
+
+
+def attach(cur: Cursor, now: float, ids: Collection[str]) -> int:
+    """Link nodes added at run time into their graph (``graph.attach``) in this transaction."""
+    return graph.attach(_Txn(cur, now), ids) if ids else 0
 
 
 def settle(cur: Cursor, now: float) -> int:
@@ -86,6 +115,10 @@ class _Txn:
         self._cur.executemany(
             "UPDATE wf_nodes SET unsettled = %s, settled = %s, ended_by = %s WHERE id = %s",
             [(r.unsettled, r.settled, r.ended_by, r.id) for r in rows])
+
+    def link(self, rows: Iterable[NodeRow]) -> None:
+        self._cur.executemany("UPDATE wf_nodes SET node = %s WHERE id = %s",
+                              [(json.dumps(r.node.to_wire()), r.id) for r in rows])
 
     def _move(self, job_id: str, to: JobState, kind: str, message: str, sets: str) -> None:
         row = self._cur.execute("SELECT id, state, batch_id FROM jobs WHERE id = %s",

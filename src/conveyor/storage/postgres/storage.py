@@ -27,6 +27,7 @@ from conveyor.job import (
     LeasedJob,
 )
 from conveyor.storage.base import WaitsThenDequeues
+from conveyor.storage.graph import check_added
 from conveyor.storage.postgres import acks as ack_sql
 from conveyor.storage.postgres import arrays, graph, jobs
 from conveyor.storage.postgres.bound import Binder
@@ -153,6 +154,22 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
                 (text, json.dumps(list(progress)) if progress else None, job_id, token),
             ).rowcount
         return bool(updated)
+
+    def add_nodes(self, adder: str, token: str,
+                  specs: Sequence[JobSpec]) -> list[EnqueueResult] | None:
+        """Store nodes a running job adds to its workflow, fenced by its lease token (its row
+        locked meanwhile), and link them in the same transaction; see ``Storage.add_nodes``."""
+        with self._db.write() as cur:
+            workflow_id = graph.adder(cur, adder, token)
+            if workflow_id is None:
+                return None
+            parents = {p for s in specs if s.node for p in s.node.parents}
+            check_added(workflow_id, specs, graph.known(cur, workflow_id, parents))
+            now = self._now(cur)
+            stored = jobs.insert(cur, self._clock_arg(), specs, self._schema)
+            graph.store(cur, now, specs, stored)
+            graph.attach(cur, now, [r.id for r in stored if r.created])
+        return stored
 
     def heartbeat(
         self, info: WorkerInfo, leases: Mapping[str, str], lease_seconds: float

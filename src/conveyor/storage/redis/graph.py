@@ -28,7 +28,8 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from conveyor.job import Node
+from conveyor.errors import WorkflowError
+from conveyor.job import EnqueueResult, JobSpec, Node
 from conveyor.storage import graph
 from conveyor.storage.graph import JobView, NodeRow
 from conveyor.storage.redis import codec
@@ -53,6 +54,38 @@ class RedisGraph(RedisBatches):
         marked = self.sync_counts(moves)
         if settle:
             self.settle_graphs(marked)
+
+    def add_nodes(self, adder: str, token: str,
+                  specs: Sequence[JobSpec]) -> list[EnqueueResult] | None:
+        """Store nodes a running job adds to its workflow; see ``Storage.add_nodes``.
+
+        The lease is checked first, then the nodes are stored as any workflow's (graph
+        entries, batch, queues: ``enqueue_specs``) and linked by one ``graph.lua`` call in
+        the workflow's slot. The check and the write are not one step (the job and its
+        workflow live in different slots): a worker that loses its lease in between adds
+        what its job's next run adds again, under the same ids, so nothing is doubled."""
+        queue = self.find_queue(adder, token)
+        if queue is None or not self.scripts.run(
+                "log", self.keys.queue(queue), [self.now_arg(), queue, adder, token, "", ""]):
+            return None
+        found = self.records(queue, [adder], with_events=False)
+        workflow_id = found[0].batch_id if found else None
+        bk = self.keys.batch(workflow_id) if workflow_id else None
+        if bk is None or workflow_id is None or not self.link.call("HEXISTS", bk.graph,
+                                                                     f"n:{adder}"):
+            raise WorkflowError(f"job {adder} is not a node of a workflow")
+        ids = list(dict.fromkeys([s.id for s in specs]
+                                 + [p for s in specs if s.node for p in s.node.parents]))
+        present = self.link.call("HMGET", bk.graph, *[f"n:{i}" for i in ids])
+        stored = {i for i, raw in zip(ids, present, strict=True) if raw is not None}
+        graph.check_added(workflow_id, specs, stored)
+        new = [s for s in specs if s.id not in stored]  # a node stored already keeps its links
+        results = {r.id: r for r in self.enqueue_specs(new)} if new else {}
+        created = [s.id for s in new if results[s.id].created]
+        if created:
+            ready = self.scripts.run("graph", bk, ["attach", *created])
+            self.sync_batches(self._decide(bk, [str(i) for i in ready]))
+        return [results.get(s.id, EnqueueResult(s.id, created=False)) for s in specs]
 
     def settle_graphs(self, workflow_ids: Collection[str]) -> None:
         """Settle every mark of these workflows."""

@@ -60,6 +60,12 @@ def apply(cur: sqlite3.Cursor, now: float, moves: Iterable[Move], enqueue: Enque
         graph.settle(cur, now, lambda more: count(cur, now, more, enqueue))
 
 
+def attach(cur: sqlite3.Cursor, now: float, ids: Sequence[str], enqueue: EnqueueFn) -> None:
+    """Link workflow nodes added at run time into their graph, counters and callbacks moved
+    with whatever that decides (``graph.attach``)."""
+    graph.attach(cur, now, lambda more: count(cur, now, more, enqueue), ids)
+
+
 def count(cur: sqlite3.Cursor, now: float, moves: Iterable[Move], enqueue: EnqueueFn) -> None:
     """Move the counters, then complete batches and fire callbacks as they become due."""
     deltas: dict[str, Counter[str]] = {}

@@ -34,6 +34,20 @@ def settle(cur: sqlite3.Cursor, now: float, count: CountFn) -> None:
     graph.settle(_Txn(cur, now, count))
 
 
+def attach(cur: sqlite3.Cursor, now: float, count: CountFn, ids: Collection[str]) -> None:
+    """Link nodes added at run time into their graph (``graph.attach``) in this transaction."""
+    if ids:
+        graph.attach(_Txn(cur, now, count), ids)
+
+
+def known(cur: sqlite3.Cursor, workflow_id: str, ids: Collection[str]) -> list[str]:
+    """The ids among ``ids`` that are stored nodes of ``workflow_id``."""
+    return [r[0] for r in cur.execute(
+        "SELECT wf_nodes.id FROM wf_nodes JOIN jobs ON jobs.id = wf_nodes.id "
+        "WHERE wf_nodes.id IN (SELECT value FROM json_each(?)) AND jobs.batch_id = ?",
+        (ids_param(ids), workflow_id))]
+
+
 def trim(cur: sqlite3.Cursor) -> None:
     """Forget the node rows of jobs deleted after they settled."""
     cur.execute("DELETE FROM wf_nodes WHERE settled IS NOT NULL AND NOT EXISTS "
@@ -74,6 +88,10 @@ class _Txn:
         self._cur.executemany(
             "UPDATE wf_nodes SET unsettled = ?, settled = ?, ended_by = ? WHERE id = ?",
             [(r.unsettled, r.settled, r.ended_by, r.id) for r in rows])
+
+    def link(self, rows: Iterable[NodeRow]) -> None:
+        self._cur.executemany("UPDATE wf_nodes SET node = ? WHERE id = ?",
+                              [(json.dumps(r.node.to_wire()), r.id) for r in rows])
 
     def _move(self, job_id: str, to: JobState, kind: str, message: str, sets: str) -> None:
         row = self._cur.execute("SELECT id, state, batch_id FROM jobs WHERE id = ?",

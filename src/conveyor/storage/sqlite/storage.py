@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from conveyor.clock import SYSTEM_CLOCK, Clock
+from conveyor.errors import WorkflowError
 from conveyor.job import (
     Ack,
     BatchSpec,
@@ -26,6 +27,7 @@ from conveyor.job import (
     LeasedJob,
 )
 from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
+from conveyor.storage.graph import check_added
 from conveyor.storage.records import JobBlock, Retention, WorkerInfo
 from conveyor.storage.rules import DEADLINE_PASSED, LEASE_EXPIRED, WORKER_DIED
 from conveyor.storage.sqlite import acks as ack_sql
@@ -201,6 +203,27 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
                 (text, json.dumps(list(progress)) if progress else None, job_id, token),
             ).rowcount
         return bool(updated)
+
+    def add_nodes(self, adder: str, token: str,
+                  specs: Sequence[JobSpec]) -> list[EnqueueResult] | None:
+        """Store nodes a running job adds to its workflow, fenced by its lease token, and
+        link them in the same transaction; see ``Storage.add_nodes``."""
+        with self._db.write() as cur:
+            row = cur.execute(
+                "SELECT jobs.batch_id, wf_nodes.id FROM jobs LEFT JOIN wf_nodes "
+                "ON wf_nodes.id = jobs.id WHERE jobs.id = ? AND token = ? AND state = 'active'",
+                (adder, token)).fetchone()
+            if row is None:
+                return None
+            if row[0] is None or row[1] is None:
+                raise WorkflowError(f"job {adder} is not a node of a workflow")
+            parents = {p for s in specs if s.node for p in s.node.parents}
+            check_added(row[0], specs, graph.known(cur, row[0], parents))
+            now = self.now()
+            results = jobs.insert(cur, now, specs)
+            batches.attach(cur, now, [r.id for r in results if r.created], jobs.insert)
+        self._wakeup.notify()
+        return results
 
     def heartbeat(
         self, info: WorkerInfo, leases: Mapping[str, str], lease_seconds: float

@@ -11,7 +11,12 @@
 --     re-opened parent takes back}.
 --   "done", then pairs: node id, the mark counter read before settling: the marks still at
 --     that count are removed (a mark bumped meanwhile stays, to be settled again).
--- Returns: for "settle" the two lists above; for "done" how many marks were removed.
+--   "attach", then node ids just stored by a running job of the workflow: each is linked
+--     into its parents' children ("n:<parent>") and its "u:" set to its parents not settled
+--     yet, in this one step, so a parent settling meanwhile is counted once (here or by its
+--     mark). Gives the nodes whose parents have all settled (to decide).
+-- Returns: for "settle" the two lists above; for "done" how many marks were removed; for
+-- "attach" the list above.
 -- A node remembers the state it settled its children with ("s:"), so a replay counts nothing
 -- twice: only a change between "not terminal" and "terminal" (or between succeeded and not)
 -- moves the children's counters.
@@ -25,6 +30,35 @@ if mode == 'done' then
     end
   end
   return removed
+end
+
+if mode == 'attach' then
+  local decided = {}
+  for i = 2, #ARGV do
+    local id = ARGV[i]
+    local ok, node = pcall(cjson.decode, redis.call('HGET', K_GRAPH, 'n:' .. id) or '')
+    if ok and type(node) == 'table' and type(node.p) == 'table' then
+      local left = 0
+      for _, parent in ipairs(node.p) do
+        local raw = redis.call('HGET', K_GRAPH, 'n:' .. parent)
+        local fine, pnode = pcall(cjson.decode, raw or '')
+        if fine and type(pnode) == 'table' then
+          local kids = type(pnode.c) == 'table' and pnode.c or {}
+          local linked = false
+          for _, kid in ipairs(kids) do if kid == id then linked = true end end
+          if not linked then
+            kids[#kids + 1] = id
+            pnode.c = kids
+            redis.call('HSET', K_GRAPH, 'n:' .. parent, cjson.encode(pnode))
+          end
+          if redis.call('HEXISTS', K_GRAPH, 's:' .. parent) == 0 then left = left + 1 end
+        end
+      end
+      redis.call('HSET', K_GRAPH, 'u:' .. id, left)
+      if #node.p > 0 and left == 0 then decided[#decided + 1] = id end
+    end
+  end
+  return decided
 end
 
 local ready, reopen = {}, {}
