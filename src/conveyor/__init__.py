@@ -2,12 +2,13 @@
 Sentinel) and PostgreSQL, with RabbitMQ or Kafka as an optional broker."""
 
 from conveyor.app import Conveyor
-from conveyor.canvas import chain, chord, group
+from conveyor.canvas import chain, chord, chunks, group
 from conveyor.clock import FakeClock
 from conveyor.context import JobContext, current_job
 from conveyor.errors import Fail, Retry
 from conveyor.job import Event, JobRecord, JobState
 from conveyor.refs import JobRef
+from conveyor.running_workflow import RunningWorkflow
 from conveyor.workflow import Workflow
 
 __all__ = [
@@ -20,9 +21,11 @@ __all__ = [
     "JobRef",
     "JobState",
     "Retry",
+    "RunningWorkflow",
     "Workflow",
     "chain",
     "chord",
+    "chunks",
     "current_job",
     "group",
 ]

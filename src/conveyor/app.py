@@ -76,6 +76,7 @@ worker runs jobs with, and the storage.
             lambda: self.storage, self.registry, clock=clock or SYSTEM_CLOCK,
             max_payload=max_payload,
         )
+        self.registry.add_builtins(self.client)
         self.schedules: list[Schedule] = []  # run by every worker's cron component
         self.server_middleware = ServerChain()
         self.error_handlers: list[ErrorHandler] = []  # see on_error

@@ -1,5 +1,6 @@
-"""Celery's canvas on conveyor's workflows: ``chain``, ``group``, ``chord`` (docs/workflows.md,
-"From Celery's canvas"; map and starmap are a group over items).
+"""Celery's canvas on conveyor's workflows: ``chain``, ``group``, ``chord`` and ``chunks``
+(docs/workflows.md, "From Celery's canvas"; ``fn.map(items)`` and ``fn.starmap(items)`` are
+one job over the items, as Celery's).
 
 ::
 
@@ -26,10 +27,10 @@ from typing import Any
 
 from conveyor.errors import WorkflowError
 from conveyor.refs import JobRef
-from conveyor.registry import Signature
+from conveyor.registry import JobFunction, Signature
 from conveyor.workflow import Workflow
 
-__all__ = ["Canvas", "Chain", "Group", "Run", "chain", "chord", "group"]
+__all__ = ["Canvas", "Chain", "Group", "Run", "chain", "chord", "chunks", "group"]
 
 class Canvas:
     """Steps that can be placed in a workflow after other nodes (a chain or a group)."""
@@ -148,6 +149,17 @@ def group(*steps: Signature | Canvas | Iterable[Signature | Canvas]) -> Group:
         else:
             flat.extend(step)
     return Group(flat)
+
+
+def chunks(fn: JobFunction, items: Iterable[Sequence[Any]], size: int) -> Group:
+    """Celery's ``task.chunks(items, size)``: ``items`` (each the positional arguments of
+    one call of ``fn``) cut into chunks of ``size``, each chunk one job calling ``fn`` on its
+    items in turn (``fn.starmap``), the chunks side by side: the result is each chunk's list
+    of results, in order. Fewer, larger jobs for many small calls."""
+    if size < 1:
+        raise WorkflowError(f"chunks need a size of at least 1, not {size}")
+    calls = [list(item) for item in items]
+    return Group(fn.starmap(calls[i:i + size]) for i in range(0, len(calls), size))
 
 
 def chord(header: Iterable[Signature | Canvas], body: Signature | Canvas) -> Chain:

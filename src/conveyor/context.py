@@ -62,6 +62,11 @@ class WorkflowScope(Protocol):
         """Add several nodes with the same parents in one atomic step; returns their refs."""
         ...
 
+    def add_workflow(self, sub: Any, *, after: Any = (), on_parent_failure: str = "fail",
+                     results: bool | str = False) -> list[JobRef]:
+        """Add a whole sub-workflow (or canvas) in one atomic step; returns its last nodes."""
+        ...
+
 
 #: Builds ``JobContext.workflow``; set by ``conveyor.workflow`` (which this module cannot
 #: import: the workflow module builds on the client, the client on this).

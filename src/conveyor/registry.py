@@ -9,6 +9,7 @@ a script run as ``python myapp.py`` is named after the module a worker imports i
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import os
 import sys
@@ -16,7 +17,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, overload
 
-from conveyor.errors import ConveyorError
+from conveyor.context import current_job
+from conveyor.errors import ConveyorError, UnknownJobError
 from conveyor.options import JobOptions, KeyOption, by_name_keys, make_options
 from conveyor.refs import JobRef
 from conveyor.text import check_name
@@ -177,6 +179,24 @@ class JobFunction:
         (``workflow.add(extract.s("orders"))``), as Celery's signatures."""
         return Signature(self, args, kwargs)
 
+    def map(self, items: Iterable[Any]) -> Signature:
+        """One job that calls this function on each item in turn and returns the list of
+        results (Celery's ``task.map``): a step of a workflow or canvas. An error in any item
+        retries the whole job by this job's rules; for a job per item, use
+        ``group(fn.s(i) for i in items)``."""
+        return self._mapped([item for item in items], star=False)
+
+    def starmap(self, items: Iterable[Sequence[Any]]) -> Signature:
+        """As ``map``, each item being the positional arguments (Celery's ``task.starmap``)."""
+        return self._mapped([list(item) for item in items], star=True)
+
+    def _mapped(self, items: list[Any], star: bool) -> Signature:
+        o = self.opts
+        opts = JobOptions(queue=o.queue, max_retries=o.max_retries, timeout=o.timeout,
+                          expires_in=o.expires_in, retry_in=o.retry_in)
+        return Signature(JobFunction(self.enqueuer, run_map, MAP_JOB, opts),
+                         (self.name, items, star), {})
+
     def options(self, **overrides: Any) -> JobFunction:
         """A copy with other options for the next enqueues, e.g. ``.options(queue="low")``.
 
@@ -205,6 +225,10 @@ class Signature:
         """The job's stored name."""
         return self.fn.name
 
+    def enqueue(self) -> JobRef | None:
+        """Enqueue this job on its own, outside any workflow (Celery's ``sig.delay()``)."""
+        return self.fn.enqueue(*self.args, **self.kwargs)
+
 
 def split_item(item: Any, index: int) -> tuple[Sequence[Any], Mapping[str, Any]]:
     """(args, kwargs) of one ``enqueue_many`` item; ``TypeError`` naming the item otherwise."""
@@ -223,11 +247,36 @@ def split_item(item: Any, index: int) -> tuple[Sequence[Any], Mapping[str, Any]]
     )
 
 
+#: The built-in job behind ``JobFunction.map`` / ``starmap`` and ``canvas.chunks``.
+MAP_JOB = "conveyor.map"
+
+
+def run_map(name: str, items: list[Any], star: bool = False) -> list[Any]:
+    """The body of ``MAP_JOB``: the job ``name`` called on each item in this run, in order
+    (``star``: each item is its positional arguments); returns the results."""
+    app = current_job().app
+    fn = app.registry.get(name) if app is not None else None
+    if fn is None:
+        raise UnknownJobError(f"no job named {name!r} in this worker to map over")
+    out: list[Any] = []
+    for item in items:
+        args = list(item) if star else [item]
+        value = fn.func(*args)
+        out.append(asyncio.run(value) if inspect.iscoroutine(value) else value)
+    return out
+
+
 class Registry:
-    """Job functions by name, as the worker looks them up."""
+    """Job functions by name, as the worker looks them up; ``get`` also finds the built-in
+    ``MAP_JOB``, which ``names()`` does not list."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, JobFunction] = {}
+        self._builtin: dict[str, JobFunction] = {}
+
+    def add_builtins(self, enqueuer: Enqueuer) -> None:
+        """Register conveyor's own jobs (``MAP_JOB``), stored by ``enqueuer``."""
+        self._builtin[MAP_JOB] = JobFunction(enqueuer, run_map, MAP_JOB, JobOptions())
 
     def add(self, fn: JobFunction) -> None:
         """Register ``fn`` under ``fn.name``.
@@ -247,7 +296,7 @@ class Registry:
 
     def get(self, name: str) -> JobFunction | None:
         """The job registered under ``name``, or None."""
-        return self._jobs.get(name)
+        return self._jobs.get(name) or self._builtin.get(name)
 
     def names(self) -> list[str]:
         """Every registered name, sorted."""

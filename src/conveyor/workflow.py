@@ -25,32 +25,40 @@ PostgreSQL to make it all or nothing.
 
 from __future__ import annotations
 
-import hashlib
-import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from conveyor.batch import Callback, batch_status, callback_spec
 from conveyor.client import CHUNK_SIZE, Client
-from conveyor.context import JobContext, set_workflow_scope
-from conveyor.errors import LeaseLost, WorkflowError
+from conveyor.errors import ResultTimeout, WorkflowError
 from conveyor.ids import new_id
 from conveyor.job import BatchSpec, JobSpec, Node
 from conveyor.node import PARENT_FAILURE_POLICIES, RESULT_MODES
 from conveyor.refs import JobRef
 from conveyor.registry import JobFunction, Signature
 
-__all__ = ["After", "RunningWorkflow", "Workflow"]
-
-_HEX = re.compile(r"[0-9a-f]{24}")
+__all__ = ["After", "Attachable", "Workflow"]
 
 After = JobRef | str | Iterable["After"]
 """Parents given to ``Workflow.add``: node refs (or node ids), or lists of them (a group
 added at once)."""
 
 
-class _Step:
+class Attachable(Protocol):
+    """Steps that can be placed in a workflow after some of its nodes (a canvas: ``chain``,
+    ``group``, ``chord``)."""
+
+    def attach(self, wf: Workflow, after: Sequence[JobRef], results: str,
+               policy: str) -> list[JobRef]:
+        """Add the steps to ``wf`` after ``after``; returns the nodes a next step waits for."""
+        ...
+
+
+class Step:
+    """One node of a workflow as built: its signature, ref, parents, policy, results mode."""
+
     __slots__ = ("parents", "policy", "ref", "results", "sig")
 
     def __init__(self, sig: Signature, ref: JobRef, parents: tuple[str, ...], policy: str,
@@ -82,7 +90,7 @@ class Workflow:
         self.description = description
         self.meta: dict[str, Any] = dict(meta or {})
         self._callbacks = {"complete": on_complete, "success": on_success, "death": on_death}
-        self._steps: dict[str, _Step] = {}
+        self._steps: dict[str, Step] = {}
         self._enqueued = False
 
     def __repr__(self) -> str:
@@ -118,8 +126,8 @@ class Workflow:
         if self._enqueued:
             raise WorkflowError(f"workflow {self._id} is enqueued; it takes no more nodes")
         sig = step if isinstance(step, Signature) else step.s()
-        _check_policy(on_parent_failure)
-        parents = tuple(dict.fromkeys(_flatten(after)))
+        check_policy(on_parent_failure)
+        parents = tuple(dict.fromkeys(flatten(after)))
         for parent in parents:
             if parent not in self._steps:
                 raise WorkflowError(f"{parent} is not a node of workflow {self._id}: add a "
@@ -127,8 +135,8 @@ class Workflow:
         ref = JobRef(node_id or new_id(), True, self._client)
         if ref.id in self._steps:
             raise WorkflowError(f"node id {ref.id!r} is used twice")
-        mode = _result_mode(results, parents)
-        self._steps[ref.id] = _Step(sig, ref, parents, on_parent_failure, mode)
+        mode = result_mode(results, parents)
+        self._steps[ref.id] = Step(sig, ref, parents, on_parent_failure, mode)
         return ref
 
     def add_group(self, steps: Iterable[Signature | JobFunction], *, after: After = (),
@@ -138,6 +146,46 @@ class Workflow:
         given as ``after`` of a later node (a fan-in)."""
         return [self.add(step, after=after, on_parent_failure=on_parent_failure,
                          results=results) for step in steps]
+
+    def add_workflow(self, sub: Workflow | Attachable, *, after: After = (),
+                     on_parent_failure: str = "fail", results: bool | str = False) -> list[JobRef]:
+        """Add a whole sub-workflow (a ``Workflow`` not enqueued, or a canvas) as one node:
+        its nodes without parents wait for ``after`` (``on_parent_failure`` and ``results``
+        apply to them), and the refs returned, its last nodes, are the node to wait for:
+        ``after=`` those settles when the sub-workflow has. The sub-workflow's nodes join
+        this one (its counters, pages and callbacks); its refs stay valid."""
+        parents = tuple(dict.fromkeys(flatten(after)))
+        check_policy(on_parent_failure)
+        mode = result_mode(results, parents)
+        if not isinstance(sub, Workflow):
+            return sub.attach(self, [JobRef(p, True, self._client) for p in parents], mode,
+                              on_parent_failure)
+        for parent in parents:
+            if parent not in self._steps:
+                raise WorkflowError(f"{parent} is not a node of workflow {self._id}")
+        steps = sub.take_steps(self._id)
+        for step in steps:
+            if step.ref.id in self._steps:
+                raise WorkflowError(f"node id {step.ref.id!r} is used twice")
+            if not step.parents:
+                step.parents, step.policy, step.results = parents, on_parent_failure, mode
+            self._steps[step.ref.id] = step
+        return tails(steps)
+
+    def take_steps(self, into: str) -> list[Step]:
+        """This workflow's steps, in the order added, for embedding in workflow ``into``
+        (which it becomes part of: it can no longer be enqueued on its own)."""
+        if self._enqueued:
+            raise WorkflowError(f"workflow {self._id} is enqueued already: it cannot become "
+                                f"part of workflow {into}")
+        if not self._steps:
+            raise WorkflowError("a sub-workflow needs at least one node")
+        if any(self._callbacks.values()):
+            raise WorkflowError(f"workflow {self._id} has callbacks: a sub-workflow has none "
+                                "(add a node after its last nodes instead)")
+        self._enqueued = True
+        return [Step(s.sig, s.ref, s.parents, s.policy, s.results)
+                for s in self._steps.values()]
 
     def enqueue(self) -> Workflow:
         """Store the workflow and every node; the nodes without parents start at once."""
@@ -160,6 +208,21 @@ class Workflow:
     def status(self) -> dict[str, Any]:
         """The workflow's counters and progress, as ``app.batch_status``."""
         return batch_status(self._client_of().storage, self._id)
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+        """Wait until every node has settled (nodes added while it ran included) and return
+        ``status()``; ``ResultTimeout`` after ``timeout`` seconds (None: no limit). Polls
+        with a backoff from 5 ms to 200 ms."""
+        limit = None if timeout is None else time.monotonic() + timeout
+        delay = 0.005
+        while True:
+            status = self.status()
+            if status["complete"]:
+                return status
+            if limit is not None and time.monotonic() + delay > limit:
+                raise ResultTimeout(f"workflow {self._id} did not complete within {timeout} s")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
 
     # -- building ---------------------------------------------------------------------------
 
@@ -190,11 +253,11 @@ class Workflow:
             (waiting if step.parents else roots).append(replace(spec, node=node))
         return waiting + roots
 
-    def _spec(self, client: Client, step: _Step) -> JobSpec:
-        return _node_spec(client, step.sig, step.ref.id, self._id)
+    def _spec(self, client: Client, step: Step) -> JobSpec:
+        return node_spec(client, step.sig, step.ref.id, self._id)
 
 
-def _node_spec(client: Client, sig: Signature, node_id: str, workflow_id: str) -> JobSpec:
+def node_spec(client: Client, sig: Signature, node_id: str, workflow_id: str) -> JobSpec:
     """A node's job, built as ``enqueue`` builds a job (client middleware included)."""
     draft = client.draft(sig.name, sig.fn.opts, sig.args, sig.kwargs)
     draft.id, draft.batch_id = node_id, workflow_id
@@ -215,101 +278,19 @@ def _node_spec(client: Client, sig: Signature, node_id: str, workflow_id: str) -
     return spec
 
 
-class RunningWorkflow:
-    """The workflow of a running job (``current_job().workflow``): nodes added while it runs.
-
-    ::
-
-        @app.job()
-        def crawl(url: str) -> None:
-            wf = current_job().workflow
-            pages = wf.add_group([fetch.s(u) for u in links(url)], after=[wf.node])
-            wf.add(index.s(), after=pages, results=True)
-
-    Each call is stored at once, in one atomic step fenced by the job's lease (a job whose
-    lease is lost gets ``LeaseLost``): the new nodes join the workflow (its counters, pages,
-    callbacks) and wait only for the parents that have not settled yet; a node whose parents
-    all settled runs (or fails, or is skipped) at once. A node added after the running job
-    itself is released when the job ends, as any child is.
-
-    Node ids are derived from the running job's id and the order of the additions, so a job
-    retried after an error adds the same nodes again and each is stored once: keep what a
-    job adds, and its order, a function of its arguments (or pass ``node_id``).
-    """
-
-    def __init__(self, ctx: JobContext) -> None:
-        app = ctx.app
-        client = getattr(app, "client", None)
-        if not isinstance(client, Client):
-            raise RuntimeError("current_job().workflow needs the job to run in a conveyor app")
-        if not ctx.batch_id:
-            raise WorkflowError(f"job {ctx.job_id} ({ctx.name}) is not part of a workflow")
-        self._ctx = ctx
-        self._client = client
-        self._added = 0
-
-    def __repr__(self) -> str:
-        return f"<RunningWorkflow {self.id} node={self._ctx.job_id}>"
-
-    @property
-    def id(self) -> str:
-        """The workflow's id."""
-        return str(self._ctx.batch_id)
-
-    @property
-    def node(self) -> JobRef:
-        """The running job's own node."""
-        return JobRef(self._ctx.job_id, True, self._client)
-
-    def add(self, step: Signature | JobFunction, *, after: After = (),
-            on_parent_failure: str = "fail", results: bool | str = False,
-            node_id: str | None = None) -> JobRef:
-        """Add one node now (arguments as ``Workflow.add``); returns its ref."""
-        return self._store([step], after, on_parent_failure, results, node_id)[0]
-
-    def add_group(self, steps: Iterable[Signature | JobFunction], *, after: After = (),
-                  on_parent_failure: str = "fail",
-                  results: bool | str = False) -> list[JobRef]:
-        """Add several nodes with the same parents, in one atomic step; returns their refs."""
-        return self._store(list(steps), after, on_parent_failure, results, None)
-
-    def _store(self, steps: Sequence[Signature | JobFunction], after: After, policy: str,
-               results: bool | str, node_id: str | None) -> list[JobRef]:
-        _check_policy(policy)
-        parents = tuple(dict.fromkeys(_flatten(after)))
-        mode = _result_mode(results, parents)
-        specs: list[JobSpec] = []
-        for step in steps:
-            sig = step if isinstance(step, Signature) else step.s()
-            self._added += 1
-            spec = _node_spec(self._client, sig, node_id or self._next_id(), self.id)
-            specs.append(replace(spec, node=Node(parents, (), policy, mode)))
-        if not specs:
-            return []
-        ctx = self._ctx
-        stored = self._client.storage.add_nodes(ctx.job_id, ctx.token, specs)
-        if stored is None:
-            raise LeaseLost(f"job {ctx.job_id} no longer holds its lease: nodes not added")
-        return [JobRef(r.id, r.created, self._client) for r in stored]
-
-    def _next_id(self) -> str:
-        """The id of the ``_added``-th node this run adds: the same in every run of the job."""
-        digest = hashlib.sha256(f"{self._ctx.job_id}/{self._added}".encode()).hexdigest()
-        job_id = self._ctx.job_id
-        head = job_id[:12] if len(job_id) == 24 and _HEX.fullmatch(job_id) else digest[12:24]
-        return head + digest[:12]
+def tails(steps: Sequence[Step]) -> list[JobRef]:
+    """The refs of the steps no other step waits for (a sub-workflow's last nodes)."""
+    waited = {p for step in steps for p in step.parents}
+    return [step.ref for step in steps if step.ref.id not in waited]
 
 
-set_workflow_scope(RunningWorkflow)
-
-
-def _check_policy(policy: str) -> None:
+def check_policy(policy: str) -> None:
     if policy not in PARENT_FAILURE_POLICIES:
         raise WorkflowError(f"on_parent_failure must be one of "
                             f"{', '.join(PARENT_FAILURE_POLICIES)}, not {policy!r}")
 
 
-def _result_mode(results: bool | str, parents: Sequence[str]) -> str:
+def result_mode(results: bool | str, parents: Sequence[str]) -> str:
     mode = "list" if results is True else "" if results is False else results
     if mode not in RESULT_MODES or (mode == "one" and len(parents) != 1):
         raise WorkflowError(f"results must be True, False or 'one' (with one parent), "
@@ -317,13 +298,13 @@ def _result_mode(results: bool | str, parents: Sequence[str]) -> str:
     return mode
 
 
-def _flatten(after: After) -> Sequence[str]:
+def flatten(after: After) -> Sequence[str]:
     if isinstance(after, JobRef):
         return [after.id]
     if isinstance(after, str):
         return [after]
     out: list[str] = []
     for item in after:
-        out += _flatten(item)
+        out += flatten(item)
     return out
 

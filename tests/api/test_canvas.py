@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conveyor import Conveyor, Fail, JobState, chain, chord, group
+from conveyor import Conveyor, Fail, JobState, chain, chord, chunks, group
 from conveyor.errors import JobFailed, WorkflowError
 from conveyor.testing import drain
 from tests.conformance.backends import backend_url
@@ -98,3 +98,36 @@ def test_an_empty_canvas_and_a_bad_results_mode_are_refused(app: Conveyor) -> No
     a, b = wf.add(square.s(1)), wf.add(square.s(2))
     with pytest.raises(WorkflowError, match="results must be"):
         wf.add(square.s(), after=[a, b], results="one")
+
+
+def test_map_and_starmap_are_one_job_over_the_items(app: Conveyor) -> None:
+    square, add, total = (app.registry.get(n) for n in ("t.square", "t.add", "t.total"))
+    assert square is not None and add is not None and total is not None
+    run = chain(square.map([1, 2, 3]), total.s()).enqueue()
+    assert drain(app) == 2
+    assert run.result(timeout=1) == 14
+    starred = add.starmap([(1, 2), (3, 4)]).enqueue()
+    assert starred is not None
+    drain(app)
+    assert starred.result(timeout=1) == [3, 7]
+    assert "conveyor.map" not in app.registry.names()  # built in: found, not listed
+
+
+def test_chunks_cut_many_calls_into_fewer_jobs(app: Conveyor) -> None:
+    add = app.registry.get("t.add")
+    assert add is not None
+    run = chunks(add, zip(range(7), range(7), strict=True), 3).enqueue()
+    assert drain(app) == 3  # 7 calls in chunks of 3
+    assert run.result(timeout=1) == [[0, 2, 4], [6, 8, 10], [12]]
+    with pytest.raises(WorkflowError, match="size"):
+        chunks(add, [(1, 2)], 0)
+
+
+def test_an_item_that_fails_fails_its_map_job(app: Conveyor) -> None:
+    refuse = app.registry.get("t.refuse")
+    assert refuse is not None
+    run = group(refuse.map([1, 2])).enqueue()
+    drain(app)
+    record = run.tails[0].status()
+    assert record is not None and record.state is JobState.FAILED
+    assert record.message == "no 1"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conveyor import Conveyor, Workflow, current_job
+from conveyor import Conveyor, Workflow, chord, current_job
 from conveyor.errors import WorkflowError
 from conveyor.testing import drain
 from tests.conformance.backends import backend_url
@@ -106,3 +106,66 @@ def test_unknown_parents_are_refused_in_the_job(app: Conveyor) -> None:
     assert "no-such-node is not a node of workflow" in (record.message or "")
     with pytest.raises(WorkflowError):
         Workflow(app.client).enqueue()
+
+
+def test_a_sub_workflow_is_one_node_of_its_parent(app: Conveyor) -> None:
+    page, index = _fn(app, "t.page"), _fn(app, "t.index")
+    sub = Workflow(app.client)
+    x = sub.add(page.s(1))
+    sub.add(page.s(2), after=[x], results=False)
+    sub.add(page.s(3))
+    wf = app.workflow()
+    first = wf.add(page.s(0))
+    last = wf.add_workflow(sub, after=[first])
+    assert len(last) == 2  # the sub-workflow's last nodes: page(2) and page(3)
+    end = wf.add(index.s("sub"), after=last, results=True)
+    wf.enqueue()
+    with pytest.raises(WorkflowError, match="enqueued already"):
+        sub.enqueue()
+    drain(app)
+    assert end.result(timeout=1) == "sub: 50"
+    assert x.result(timeout=1) == 10  # the sub-workflow's refs stay valid
+    status = app.batch_status(wf.id)
+    assert status["total"] == 5 and status["counts"]["succeeded"] == 5
+
+
+def test_a_failure_inside_a_sub_workflow_settles_its_edge(app: Conveyor) -> None:
+    @app.job(name="t.refuse", retry=0)
+    def refuse() -> None:
+        raise RuntimeError("bad row")
+
+    sub = Workflow(app.client)
+    sub.add(refuse.s())
+    wf = app.workflow()
+    last = wf.add_workflow(sub)
+    end = wf.add(_fn(app, "t.page").s(1), after=last)
+    wf.enqueue()
+    drain(app)
+    record = end.status()
+    assert record is not None and record.state.value == "failed"
+    assert "bad row" in (record.message or "")
+    with_callback = Workflow(app.client, on_complete=refuse)
+    with_callback.add(refuse.s())
+    with pytest.raises(WorkflowError, match="callbacks"):
+        app.workflow().add_workflow(with_callback)
+
+
+def test_a_running_job_adds_a_whole_canvas(app: Conveyor) -> None:
+    page, index = _fn(app, "t.page"), _fn(app, "t.index")
+
+    @app.job(name="t.expand", retry=2, retry_in=lambda attempt, exc: 0.0)
+    def expand(count: int) -> None:
+        wf = current_job().workflow
+        wf.add_workflow(chord([page.s(i) for i in range(count)], index.s("chord")),
+                        after=[wf.node])
+        if current_job().attempt == 1:
+            raise RuntimeError("retried after adding: the same nodes again")
+
+    wf = app.workflow()
+    wf.add(expand.s(3))
+    wf.enqueue()
+    drain(app)
+    status = app.batch_status(wf.id)
+    assert status["total"] == 1 + 3 + 1 and status["complete"]
+    rows = app.batch_jobs(wf.id, limit=100)
+    assert [r.result for r in rows if r.name == "t.index"] == ['"chord: 30"']

@@ -1,6 +1,7 @@
 """The ``python`` blocks of docs/workflows.md, run top to bottom against a real worker on
 SQLite: the fan-in gets both results, the child after it gets the summary, the workflow
-completes and its callback runs once."""
+completes and its callback runs once; the canvas, a workflow grown by its running job and a
+sub-workflow give the results the page states."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def in_tmp(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_the_workflow_page_runs_as_written(in_tmp: Path) -> None:
-    setup, use, canvas, *rest = python_blocks()
+    setup, use, canvas, grow, sub, *rest = python_blocks()
     namespace: dict[str, Any] = {"__name__": "docs_workflows"}
     exec(compile(setup, f"{DOC}[1]", "exec"), namespace)
     app = namespace["app"]
@@ -63,6 +64,8 @@ def test_the_workflow_page_runs_as_written(in_tmp: Path) -> None:
         record = app.get_job(callback)
         assert record is not None and record.state is JobState.SUCCEEDED
         exec(compile(canvas, f"{DOC}[3]", "exec"), namespace)  # its asserts are the checks
+        exec(compile(grow, f"{DOC}[4]", "exec"), namespace)
+        exec(compile(sub, f"{DOC}[5]", "exec"), namespace)
     finally:
         launcher.stop()
         app.close()

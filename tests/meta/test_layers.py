@@ -33,7 +33,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # enqueueing and what a job sees: options, drafts, refs, the Client, job functions, batches
     ("client", ("conveyor.options", "conveyor.refs", "conveyor.draft", "conveyor.context",
                 "conveyor.middleware", "conveyor.registry", "conveyor.bulk", "conveyor.client",
-                "conveyor.batch", "conveyor.workflow", "conveyor.canvas", "conveyor.periodic")),
+                "conveyor.batch", "conveyor.workflow", "conveyor.running_workflow",
+                "conveyor.canvas", "conveyor.periodic")),
     # the application object that wires the parts, and the public API re-exported from it
     ("app", ("conveyor.app", "conveyor")),
     # running jobs (built from an app, never built by one)
