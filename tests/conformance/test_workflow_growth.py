@@ -13,7 +13,7 @@ import pytest
 
 from conveyor.clock import FakeClock
 from conveyor.errors import WorkflowError
-from conveyor.job import EventKind, JobSpec, JobState, LeasedJob, Node, Outcome
+from conveyor.job import BatchSpec, EventKind, JobSpec, JobState, LeasedJob, Node, Outcome
 from conveyor.storage import Backend
 from tests.conformance.helpers import ack, boom, kinds_of, new_job_id, spec, state_of, take
 from tests.conformance.test_workflows import Graph
@@ -149,3 +149,22 @@ def test_the_workflow_completes_only_after_the_added_nodes(backend: Backend) -> 
     status = backend.get_batch(g.id)
     assert status is not None and status.complete and status.total == 3
     assert state_of(backend, g.ids["c"]) is JobState.SUCCEEDED
+
+
+def test_the_graph_is_read_with_states_and_parents(backend: Backend) -> None:
+    g = Graph(backend, {"a": [], "b": ["a"], "c": ["a", "b"]})
+    g.run("a")
+    job = _lease(backend, g, "b")
+    assert backend.add_nodes(job.id, job.token, [_node(g, "d", ["b", "c"])])
+    nodes = {n.id: n for n in backend.workflow_graph(g.id)}
+    assert {n.name for n in nodes.values()} == {"step.a", "step.b", "step.c", "step.d"}
+    assert nodes[g.ids["c"]].parents == (g.ids["a"], g.ids["b"])
+    assert nodes[g.ids["d"]].parents == (g.ids["b"], g.ids["c"])
+    assert [nodes[g.ids[n]].state for n in "abcd"] == [
+        JobState.SUCCEEDED, JobState.ACTIVE, JobState.WAITING, JobState.WAITING]
+    assert len(backend.workflow_graph(g.id, limit=2)) == 2
+    assert backend.workflow_graph("no-such-workflow") == []
+    plain = new_job_id("plain")
+    backend.create_batch(BatchSpec(plain))
+    backend.enqueue([spec("wf", batch_id=plain)])
+    assert backend.workflow_graph(plain) == []  # a batch is not a graph

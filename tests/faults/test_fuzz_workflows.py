@@ -2,7 +2,8 @@
 
 ``GraphMachine`` stores a random graph (5-8 nodes, each after 0-3 earlier ones, each with a
 random ``on_parent_failure``), then runs leases, every acknowledgement, stale ones, lease
-expiry with recovery to dead, cancel, kill, retry by hand and promotion in random order.
+expiry with recovery to dead, cancel, kill, retry by hand, promotion, and nodes added by a
+running node (after any nodes, settled or not; and refused on a stale lease) in random order.
 After every step the graph must be settled as docs/workflows.md says, read black-box:
 
 - no node waits when every parent has settled (nothing is stuck);
@@ -120,6 +121,31 @@ class GraphMachine(RuleBasedStateMachine):
         assert self.store.ack([Ack(job_id, token, outcome, result="1", error=error,
                                    retry_in=0.0 if outcome is Outcome.RETRY else None)])[0]
         self.stale.append((job_id, token, outcome))
+
+    @rule(data=st.data(), policy=st.sampled_from(PARENT_FAILURE_POLICIES))
+    def grow(self, data: st.DataObject, policy: str) -> None:
+        """A running node adds a node after 0-2 nodes of the workflow (settled or not)."""
+        if not self.leases or len(self.ids) >= 16:
+            return
+        adder = data.draw(st.sampled_from(sorted(self.leases)))
+        parents = tuple(data.draw(st.lists(st.sampled_from(self.ids), max_size=2, unique=True)))
+        node_id = f"grow{len(self.ids):02d}"
+        stored = self.store.add_nodes(adder, self.leases[adder], [spec(
+            QUEUE, job_id=node_id, batch_id=self.workflow, node=Node(parents, (), policy))])
+        assert stored is not None and stored[0].created, f"{adder} holds its lease"
+        self.ids.append(node_id)
+        self.parents[node_id], self.policy[node_id] = parents, policy
+
+    @rule(data=st.data())
+    def stale_grow(self, data: st.DataObject) -> None:
+        """A node whose lease is gone adds nothing."""
+        if self.stale:
+            job_id, token, _ = data.draw(st.sampled_from(self.stale))
+            if self.leases.get(job_id) == token:
+                return
+            late = spec(QUEUE, job_id="late", batch_id=self.workflow, node=Node((job_id,)))
+            assert self.store.add_nodes(job_id, token, [late]) is None
+            assert self.store.get_job("late") is None
 
     @rule(data=st.data())
     def stale_ack(self, data: st.DataObject) -> None:

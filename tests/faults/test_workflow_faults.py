@@ -71,3 +71,52 @@ def test_kill9_storm_over_a_fan_out_fan_in_workflow(backend: Backend, faults: Fa
     report("32 kill -9 storm over a workflow", backend.name, nodes=fan_out + 2,
            kills=len(kills), lost=0, extra_runs=runs.extra_runs,
            fan_in_released=1, callbacks=1)
+
+
+#: Scenario 33: backend -> (nodes the running node adds, their body in ms, storm seconds).
+GROWN = {"sqlite": (500, (20, 50), 8.0), "postgres": (250, (40, 80), 3.0),
+         "redis": (250, (40, 80), 3.0)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", list(GROWN), indirect=True)
+def test_kill9_storm_over_a_workflow_grown_at_run_time(backend: Backend,
+                                                       faults: Faults) -> None:
+    """Scenario 33: one node adds N nodes of 20-50 ms (25 at a time, pausing between) and a
+    fan-in after them; its worker is SIGKILLed half-way through the additions, then a worker
+    is SIGKILLed every ~1.5 s. The run cut short is run again and adds the same nodes: each
+    is stored once, the fan-in gets N results, the counters are exact and the callback fires
+    once."""
+    count, (low, high), storm_seconds = GROWN[backend.name]
+    rng = random.Random(33)
+    app, jobs = faults.client(backend.url)
+    wf = app.workflow(description="grown under kill -9", on_complete="faults.finished")
+    root = wf.add(jobs["faults.expand"].s(count, low, high, 0.25))
+    wf.enqueue()
+
+    first = faults.worker(backend.url, name="grow0", concurrency=4, lease=STORM_LEASE)
+
+    def half_way() -> bool:
+        return any(line["j"] == root.id and line["s"] == "added" and line["n"] >= 50
+                   for line in faults.log.lines())
+
+    wait_until(half_way, 60, what="the expanding node to add its first 50 nodes")
+    kills = {first.pid: first.kill9()}
+    kills.update(storm_while_running(faults, app, wf.id, backend.url, "wf", rng, storm_seconds,
+                                     concurrency=4, lease=STORM_LEASE))
+
+    wait_batch(app, wf.id, timeout=STORM_LEASE + SLACK + 60)
+    callback = f"{wf.id}-complete"
+    wait_until(lambda: states(app, [callback]) == {"succeeded": 1}, 60,
+               what="the workflow's callback to run")
+    runs = faults.log.executions()[root.id]
+    assert len(runs) >= 2, "the expanding node was not run again after its kill"
+    assert_batch_exact(app, wf.id, {"succeeded": count + 2})  # none added twice, none lost
+    rows = app.batch_jobs(wf.id, limit=count + 10)
+    fan_in = [r for r in rows if r.name == "faults.collect"]
+    assert len(fan_in) == 1 and fan_in[0].result == str(count)
+    assert root.result(timeout=5) == count
+    assert app.batch_status(wf.id)["callbacks_fired"] == ["complete"]
+    report("33 kill -9 storm over a workflow grown at run time", backend.name,
+           nodes=count + 2, kills=len(kills), expander_runs=len(runs), lost=0, doubled=0,
+           callbacks=1)

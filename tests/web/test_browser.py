@@ -149,6 +149,37 @@ def test_batch_progress_bar_advances_without_reload(site: Site, page: Page) -> N
     assert "row 3: bad SKU" in page.locator("table.jobs").inner_text()
 
 
+def test_the_workflow_graph_follows_its_nodes_live(site: Site, page: Page) -> None:
+    export = site.app.registry.get("shop.export")
+    assert export is not None
+    step = export.options(queue="graphs")
+    wf = site.app.workflow(description="live graph")
+    root = wf.add(step.s(0))
+    middle = wf.add_group([step.s(i) for i in (1, 2, 3)], after=[root])
+    join = wf.add(step.s(4), after=middle)
+    wf.enqueue()
+    page.goto(f"{site.server.url}/workflows/{wf.id}")
+    nodes = page.locator("#live svg.graph g.node")
+    assert nodes.count() == 5 and page.locator("#live svg.graph path.edge").count() == 6
+    assert page.locator(f"a[href='/jobs/{join.id}'] g.node").get_attribute(
+        "data-state") == "waiting"
+    page.evaluate("window.__sameDocument = true")  # gone if the page were reloaded
+    assert run_one(site.app.storage, "graphs", Outcome.SUCCEEDED) == root.id
+    page.locator(f"a[href='/jobs/{root.id}'] g.node[data-state='succeeded']").wait_for(
+        timeout=15_000)
+    for ref in middle:  # released by the root's outcome, redrawn without a reload
+        page.locator(f"a[href='/jobs/{ref.id}'] g.node[data-state='pending']").wait_for(
+            timeout=15_000)
+    assert page.evaluate("window.__sameDocument") is True
+    with page.expect_navigation():
+        page.click(f"a[href='/jobs/{middle[0].id}']")
+    assert "released" in page.locator(".timeline").inner_text()  # the node's event log
+    page.goto(f"{site.server.url}/batches/{wf.id}")
+    with page.expect_navigation():
+        page.click("a.tab:has-text('graph')")
+    assert page.locator("#live svg.graph g.node").count() == 5
+
+
 def test_overview_chart_draws(site: Site, page: Page) -> None:
     page.goto(site.server.url + "/")
     page.locator("#chart-queues polyline").nth(1).wait_for(state="attached", timeout=15_000)

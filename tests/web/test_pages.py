@@ -143,3 +143,29 @@ def test_workflows_are_listed_with_their_nodes_linking_to_each_event_log(site: S
     waiting = client.get(f"/batches/{wf.id}?state=waiting").body
     assert last.id in waiting and first.id not in waiting
     assert "released" not in client.get(f"/jobs/{last.id}").body
+
+
+def test_the_workflow_graph_page_draws_every_node_live(site: Site) -> None:
+    app = site.app
+    export = app.registry.get("shop.export")
+    assert export is not None
+    wf = app.workflow(description="graph <i>me</i>")
+    first = wf.add(export.s(1))
+    wide = wf.add_group([export.s(i) for i in range(30)], after=[first])  # summarised
+    last = wf.add(export.s(2), after=wide)
+    wf.enqueue()
+    client = site.client()
+    page = client.get(f"/workflows/{wf.id}").body
+    assert "Workflow graph &lt;i&gt;me&lt;/i&gt;" in page
+    assert '<svg class="graph"' in page and page.count('class="edge"') == 2
+    for ref in (first, last):  # single nodes link to their job's event log
+        assert f'href="/jobs/{ref.id}"' in page
+    assert "shop.export ×30" in page and f'href="/jobs/{wide[0].id}"' not in page
+    assert 'data-state="pending"' in page and 'data-state="waiting"' in page
+    assert f'href="/batches/{wf.id}"' in page  # the jobs view, one click away
+    assert f'href="/workflows/{wf.id}"' in client.get(f"/batches/{wf.id}").body
+    partial = client.get(f"/workflows/{wf.id}?partial=1").body
+    assert "<html" not in partial and '<svg class="graph"' in partial
+    missing = client.get("/workflows/no-such-workflow")
+    assert missing.status == 404 and "no batch with id" in missing.body
+    assert "no node to draw" in client.get(f"/workflows/{site.seeded.batch_id}").body

@@ -29,16 +29,13 @@ from conveyor.job import (
     EnqueueResult,
     Event,
     HeartbeatReply,
-    JobRecord,
     JobSpec,
     JobState,
     LeasedJob,
 )
+from conveyor.storage.inspector import Inspector as Inspector
 from conveyor.storage.records import (
-    BatchStatus,
     JobBlock,
-    JobTotals,
-    QueueStats,
     Retention,
     ScheduleInfo,
     WorkerInfo,
@@ -270,115 +267,6 @@ class RefusesTransactions:
             f"a {scheme}:// storage cannot enqueue in your database transaction "
             f"(got {type(connection).__name__}); only a postgresql:// storage on the same "
             "database as the connection can")
-
-
-@runtime_checkable
-class Inspector(Protocol):
-    """Reads and operator actions for the CLI, web UI and metrics.
-
-    A read on a store that cannot be reached or used (server down, file locked past the busy
-    timeout, not a database) raises ``StorageUnavailable`` on every backend, so a caller
-    reports it without knowing which backend failed.
-    """
-
-    def now(self) -> float:
-        """The storage's clock (as ``Storage.now``): ages and ETAs are measured against it."""
-        ...
-
-    def queues(self) -> list[QueueStats]:
-        """Every known queue with sizes, latency, paused flag and outcome totals."""
-        ...
-
-    def get_job(self, job_id: str) -> JobRecord | None:
-        """A job with its full event log, or None."""
-        ...
-
-    def list_jobs(
-        self,
-        *,
-        state: JobState | None = None,
-        queue: str | None = None,
-        batch_id: str | None = None,
-        offset: int = 0,
-        limit: int = 50,
-        with_events: bool = False,
-    ) -> list[JobRecord]:
-        """Jobs filtered by state/queue/batch, oldest first, paged."""
-        ...
-
-    def count_jobs(
-        self, *, state: JobState | None = None, queue: str | None = None,
-        batch_id: str | None = None,
-    ) -> int:
-        """How many jobs ``list_jobs`` would page through."""
-        ...
-
-    def retry_jobs(self, job_ids: Sequence[str]) -> int:
-        """Dead, failed, cancelled or retrying jobs → pending now (``retried``); returns count."""
-        ...
-
-    def delete_jobs(self, job_ids: Sequence[str]) -> int:
-        """Delete jobs that are not active; returns how many were deleted."""
-        ...
-
-    def kill_jobs(self, job_ids: Sequence[str]) -> int:
-        """Waiting jobs (scheduled, pending, retrying) → dead (``killed``); returns count."""
-        ...
-
-    def retry_all(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
-        """Retry every job in ``state`` (dead by default)."""
-        ...
-
-    def clear(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
-        """Delete every job in a terminal ``state`` (dead by default)."""
-        ...
-
-    def pause_queue(self, queue: str) -> None:
-        """Stop every worker from taking jobs from ``queue``."""
-        ...
-
-    def resume_queue(self, queue: str) -> None:
-        """Undo ``pause_queue``."""
-        ...
-
-    def schedules(self) -> list[ScheduleInfo]:
-        """Every stored periodic schedule, by name."""
-        ...
-
-    def pause_schedule(self, name: str) -> bool:
-        """Stop every worker from enqueueing ``name``'s ticks; False for an unknown name.
-        Ticks that fall while paused are skipped, not caught up on resume."""
-        ...
-
-    def resume_schedule(self, name: str) -> bool:
-        """Undo ``pause_schedule`` (noting the time, so ticks of the paused period are not
-        caught up later); False for an unknown name."""
-        ...
-
-    def workers(self) -> list[WorkerInfo]:
-        """Workers seen within the registry's time-to-live."""
-        ...
-
-    def command_worker(self, worker_id: str, command: str) -> bool:
-        """Queue ``quiet`` or ``stop`` for a worker; it acts at its next heartbeat."""
-        ...
-
-    def get_batch(self, batch_id: str) -> BatchStatus | None:
-        """Counters and timings of a batch, in O(1)."""
-        ...
-
-    def list_batches(self, offset: int = 0, limit: int = 50,
-                     kind: str | None = None) -> list[BatchStatus]:
-        """Batches (of one ``kind`` when given: "batch" or "workflow"), newest first."""
-        ...
-
-    def cancel_batch(self, batch_id: str) -> int:
-        """Cancel every waiting job of a batch and request cancellation of its active ones."""
-        ...
-
-    def job_totals(self) -> list[JobTotals]:
-        """All-time outcome counters per (queue, job name)."""
-        ...
 
 
 class WaitsThenDequeues:

@@ -29,7 +29,7 @@ from conveyor.errors import WorkflowError
 from conveyor.job import TERMINAL_STATES, JobSpec, JobState, Node
 
 __all__ = ["FAILED", "GraphTxn", "JobView", "NodeRow", "attach", "check_added", "decide",
-           "inject", "settle"]
+           "inject", "parents_of", "settle"]
 
 #: A parent in one of these states did not succeed: its children's policy applies.
 FAILED = frozenset({JobState.FAILED.value, JobState.DEAD.value, JobState.CANCELLED.value})
@@ -290,6 +290,14 @@ def inject(job: JobView, node: Node, parents: Mapping[str, JobView]) -> str | No
     args = payload.get("a", [])
     payload["a"] = [results, *(args if isinstance(args, list) else [])]
     return json.dumps(payload, separators=(",", ":"))
+
+
+def parents_of(text: str | None) -> tuple[str, ...]:
+    """The parents in a stored node's JSON (none when it cannot be read: a damaged row is
+    still drawn, without its edges)."""
+    raw = _loads(text)
+    found = raw.get("p") if isinstance(raw, dict) else None
+    return tuple(str(p) for p in found) if isinstance(found, list) else ()
 
 
 def _loads(text: str | None) -> Any:

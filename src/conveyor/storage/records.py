@@ -12,7 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-from conveyor.job import SHOWN_STATES, TERMINAL_STATES, EnqueueResult, FlowControl, JobSpec
+from conveyor.job import (
+    SHOWN_STATES,
+    TERMINAL_STATES,
+    EnqueueResult,
+    FlowControl,
+    JobSpec,
+    JobState,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +258,16 @@ class ScheduleInfo:
         """The fields a worker writes (the rest belongs to operators and the ticks)."""
         return {"name": self.name, "cron": self.cron, "tz": self.tz, "job_name": self.job_name,
                 "queue": self.queue}
+
+
+@dataclass(frozen=True, slots=True)
+class GraphNode:
+    """One node of a workflow's graph as the dashboard draws it (``Inspector.workflow_graph``)."""
+
+    id: str
+    name: str
+    state: JobState
+    parents: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -173,6 +173,7 @@ ROUTES: list[tuple[re.Pattern[str], Page]] = [
         (r"/retrying", _state_page(JobState.RETRYING)), (r"/dead", _state_page(JobState.DEAD)),
         (r"/jobs/(?P<id>[^/]+)", pages_jobs.job), (r"/batches", pages_jobs.batches),
         (r"/workflows", pages_jobs.workflows),
+        (r"/workflows/(?P<id>[^/]+)", pages_jobs.workflow_graph),
         (r"/batches/(?P<id>[^/]+)", pages_jobs.batch), (r"/metrics", metrics),
         (r"/api/stats", api_stats), (r"/api/workers", api_workers),
         (r"/api/jobs/(?P<id>[^/]+)", api_job), (r"/api/batches/(?P<id>[^/]+)", api_batch),

@@ -8,6 +8,7 @@ from urllib.parse import urlencode
 
 from conveyor.job import SHOWN_STATES, JobState
 from conveyor.storage.base import Inspector
+from conveyor.storage.records import GraphNode
 from conveyor.views import (
     batch_jobs_view,
     batch_state,
@@ -18,6 +19,7 @@ from conveyor.views import (
     job_view,
     parse_state,
 )
+from conveyor.web.graph import BY_NAME, WIDE_LAYER, svg
 from conveyor.web.http import Request, Response, StorageCaller
 from conveyor.web.render import (
     badge,
@@ -34,6 +36,7 @@ from conveyor.web.render import (
 )
 
 PAGE = 50
+GRAPH_LIMIT = 2000  # nodes read for a graph page
 
 
 
@@ -248,4 +251,36 @@ async def batch(dash: StorageCaller, request: Request, csrf: str, m: re.Match[st
                                  {"state": state.value} if state else {}, offset, PAGE, total))
     workflow = view.get("kind") == "workflow"
     title = f"{'Workflow' if workflow else 'Batch'} {view['description'] or view['id']}"
-    return page(title, "/workflows" if workflow else "/batches", live, request, csrf)
+    return page(title, "/workflows" if workflow else "/batches", live, request, csrf,
+                before=_views(view["id"], "jobs") if workflow else "")
+
+
+async def workflow_graph(dash: StorageCaller, request: Request, csrf: str,
+                         m: re.Match[str]) -> Response:
+    """A workflow's graph, live: every node in its layer, coloured by state, linked to its
+    job's page (large graphs summarised by step name: ``web/graph.py``)."""
+
+    def read(insp: Inspector) -> tuple[dict[str, Any], list[GraphNode]]:
+        return batch_view(insp, m["id"]), insp.workflow_graph(m["id"], GRAPH_LIMIT)
+
+    view, nodes = await dash.call(read)
+    facts = (f'<p class="sub">{e(view["done"])}/{e(view["total"])} settled · '
+             f'{badge(batch_state(view))} · elapsed {e(fmt_duration(view["elapsed"]))} · '
+             f'created {when(view["created_at"])}</p>')
+    shown = f"the first {GRAPH_LIMIT:,} of {view['total']:,} nodes · " \
+        if len(nodes) >= GRAPH_LIMIT else ""
+    note = (f'<p class="sub">{shown}a box per step name where a layer holds more than '
+            f"{WIDE_LAYER} nodes, or the graph more than {BY_NAME}</p>"
+            if len(nodes) > WIDE_LAYER else "")
+    drawing = (f'<div class="graph-wrap">{svg(nodes)}</div>' if nodes
+               else '<p class="empty">no node to draw (not a workflow, or trimmed)</p>')
+    live = progress(view["counts"], view["total"], view["percent"]) + facts + note + drawing
+    title = f"Workflow {view['description'] or view['id']}"
+    return page(title, "/workflows", live, request, csrf, before=_views(view["id"], "graph"))
+
+
+def _views(workflow_id: str, on: str) -> str:
+    """The two views of a workflow: its graph and its jobs (the batch page)."""
+    tabs = [link(href, name, "tab on" if name == on else "tab") for name, href in
+            (("graph", f"/workflows/{workflow_id}"), ("jobs", f"/batches/{workflow_id}"))]
+    return f'<nav class="tabs">{"".join(tabs)}</nav>'

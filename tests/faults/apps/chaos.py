@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import signal
 import threading
 import time
@@ -115,6 +116,28 @@ def collect(results: list[Any], ms: float) -> int:
     return len(results)
 
 
+def expand(count: int, low: int, high: int, pause: float = 0.05) -> int:
+    """A workflow node that grows it while it runs: ``count`` ``faults.work`` nodes of
+    ``low``-``high`` ms, added 25 at a time with ``pause`` s between (so a kill lands
+    half-way),
+    and a ``faults.collect`` node after all of them. Deterministic in its arguments: a run
+    after a kill adds the same nodes again, which must be stored once."""
+    record("start")
+    wf = current_job().workflow
+    work_fn = current_job().app.registry.get("faults.work")
+    collect_fn = current_job().app.registry.get("faults.collect")
+    rng = random.Random(count)
+    parts = []
+    for start in range(0, count, 25):
+        chunk = range(start, min(start + 25, count))
+        parts += wf.add_group([work_fn.s(rng.randint(low, high)) for _ in chunk])
+        record("added", n=len(parts))
+        time.sleep(pause)
+    wf.add(collect_fn.s(20), after=parts, results=True)
+    record("end")
+    return count
+
+
 def finished(workflow_id: str) -> str:
     """A workflow's ``on_complete`` callback: the log counts how often it ran."""
     record("start", workflow=workflow_id)
@@ -150,6 +173,7 @@ JOBS: dict[str, Callable[..., Any]] = {
     "faults.ordered": ordered,
     "faults.collect": collect,
     "faults.finished": finished,
+    "faults.expand": expand,
 }
 
 

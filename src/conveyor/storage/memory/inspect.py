@@ -7,7 +7,14 @@ from dataclasses import replace
 
 from conveyor.job import TERMINAL_STATES, EventKind, JobRecord, JobState
 from conveyor.storage.memory.state import WAITING_STATES, Entry, MemoryState, day_of
-from conveyor.storage.records import BatchStatus, JobTotals, QueueStats, Retention, WorkerInfo
+from conveyor.storage.records import (
+    BatchStatus,
+    GraphNode,
+    JobTotals,
+    QueueStats,
+    Retention,
+    WorkerInfo,
+)
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING
 
 _RETRYABLE = frozenset({JobState.DEAD, JobState.FAILED, JobState.CANCELLED, JobState.RETRYING})
@@ -182,6 +189,14 @@ class MemoryInspector(MemoryState):
         """Batches (of one ``kind`` when given: "batch" or "workflow"), newest first."""
         with self._lock:
             return self._batches.page(offset, limit, kind)
+
+    def workflow_graph(self, workflow_id: str, limit: int = 2000) -> list[GraphNode]:
+        """Up to ``limit`` nodes of a workflow, in id order, with their state and parents."""
+        with self._lock:
+            found = sorted((e.rec for e in self._matching(None, None, workflow_id)
+                            if e.rec.id in self._nodes), key=lambda rec: rec.id)
+            return [GraphNode(rec.id, rec.name, rec.state, self._nodes[rec.id].node.parents)
+                    for rec in found[:limit]]
 
     def cancel_batch(self, batch_id: str) -> int:
         """Cancel waiting jobs of a batch, request cancellation of active ones; returns both

@@ -14,11 +14,12 @@ import psycopg
 
 from conveyor.clock import Clock
 from conveyor.job import ALL_STATES, EventKind, JobRecord, JobState
+from conveyor.storage.graph import parents_of
 from conveyor.storage.postgres import batches, graph, jobs
 from conveyor.storage.postgres.connection import Database, reads
 from conveyor.storage.postgres.flow import PostgresFlow
-from conveyor.storage.postgres.text import enc
-from conveyor.storage.records import BatchStatus, JobTotals, QueueStats, WorkerInfo
+from conveyor.storage.postgres.text import dec, enc
+from conveyor.storage.records import BatchStatus, GraphNode, JobTotals, QueueStats, WorkerInfo
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING
 
 WORKER_TTL = 60.0
@@ -256,6 +257,15 @@ class PostgresInspector(PostgresFlow):
             (*([kind] if kind is not None else []), limit, offset),
         ).fetchall()
         return [batches.status_from_row(r) for r in rows]
+
+    @reads
+    def workflow_graph(self, workflow_id: str, limit: int = 2000) -> list[GraphNode]:
+        """Up to ``limit`` nodes of a workflow, in id order, with their state and parents."""
+        rows = self._db.read().execute(
+            "SELECT jobs.id, name, state, wf_nodes.node FROM jobs JOIN wf_nodes "
+            "ON wf_nodes.id = jobs.id WHERE jobs.batch_id = %s ORDER BY jobs.id LIMIT %s",
+            (workflow_id, limit)).fetchall()
+        return [GraphNode(r[0], dec(r[1]) or "", JobState(r[2]), parents_of(r[3])) for r in rows]
 
     def cancel_batch(self, batch_id: str) -> int:
         """Cancel every waiting job of a batch and request cancellation of its active ones."""

@@ -8,9 +8,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from conveyor.job import ALL_STATES, TERMINAL_STATES, JobRecord, JobState
-from conveyor.storage.records import BatchStatus, JobTotals, QueueStats, Retention, WorkerInfo
+from conveyor.storage.graph import parents_of
+from conveyor.storage.records import (
+    BatchStatus,
+    GraphNode,
+    JobTotals,
+    QueueStats,
+    Retention,
+    WorkerInfo,
+)
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.batch_pages import RedisBatchPages
+from conveyor.storage.redis.batches import scan_reply
 from conveyor.storage.redis.flow import PAUSED, RedisFlow
 
 WORKER_COMMANDS = ("quiet", "stop")
@@ -210,6 +219,31 @@ class RedisInspector(RedisBatchPages, RedisFlow):
         """Counters and timings of a batch, from one hash."""
         raw: dict[str, str] = self.link.call("HGETALL", self.keys.batch(batch_id).batch)
         return _batch_status(batch_id, raw) if raw else None
+
+    def workflow_graph(self, workflow_id: str, limit: int = 2000) -> list[GraphNode]:
+        """Up to ``limit`` nodes of a workflow with their state and parents, in id order
+        (which ``limit`` nodes, of a larger workflow, is not defined): the graph hash scanned
+        for its "n:" entries, states from the batch's member entries, names from the jobs."""
+        bk = self.keys.batch(workflow_id)
+        nodes: dict[str, tuple[str, ...]] = {}
+        cursor = "0"
+        while len(nodes) < limit:
+            cursor, pairs = scan_reply(self.link.call("HSCAN", bk.graph, cursor, "MATCH", "n:*",
+                                                      "COUNT", 1000))
+            for field, text in pairs:
+                if len(nodes) < limit:
+                    nodes[str(field)[2:]] = parents_of(text)
+            if cursor == "0":
+                break
+        ids = sorted(nodes)
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for job_id, value in zip(ids, self.link.call("HMGET", bk.jobs, *ids) if ids else [],
+                                 strict=True):
+            if value:
+                by_queue[str(value).partition(":")[2]].append(job_id)
+        found = {rec.id: rec for queue, held in by_queue.items()
+                 for rec in self.records(queue, held, with_events=False)}
+        return [GraphNode(i, found[i].name, found[i].state, nodes[i]) for i in ids if i in found]
 
     def list_batches(self, offset: int = 0, limit: int = 50,
                      kind: str | None = None) -> list[BatchStatus]:

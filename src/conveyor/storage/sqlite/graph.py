@@ -81,8 +81,8 @@ class _Txn:
             "coalesce(batches.cancelled, 0) FROM jobs LEFT JOIN batches "
             "ON batches.id = jobs.batch_id WHERE jobs.id IN (SELECT value FROM json_each(?))",
             (ids_param(ids),))
-        return {r[0]: JobView(r[1], _text(r[2]) or "", _text(r[3]), _text(r[4]), _text(r[5]),
-                              bool(r[6])) for r in rows}
+        return {r[0]: JobView(r[1], text_of(r[2]) or "", text_of(r[3]), text_of(r[4]),
+                              text_of(r[5]), bool(r[6])) for r in rows}
 
     def save(self, rows: Iterable[NodeRow]) -> None:
         self._cur.executemany(
@@ -114,7 +114,7 @@ class _Txn:
                    "message = NULL, finished_at = NULL")
 
 
-def _text(value: object) -> str | None:
+def text_of(value: object) -> str | None:
     """Text of a column another program may have written as bytes (not UTF-8)."""
     if value is None or isinstance(value, str):
         return value

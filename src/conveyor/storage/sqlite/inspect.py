@@ -13,10 +13,12 @@ from typing import Any
 
 from conveyor.clock import Clock
 from conveyor.job import ALL_STATES, EventKind, JobRecord, JobState
-from conveyor.storage.records import BatchStatus, JobTotals, QueueStats, WorkerInfo
+from conveyor.storage.graph import parents_of
+from conveyor.storage.records import BatchStatus, GraphNode, JobTotals, QueueStats, WorkerInfo
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING
 from conveyor.storage.sqlite import batches, jobs, readable
 from conveyor.storage.sqlite.connection import Database, reads
+from conveyor.storage.sqlite.graph import text_of
 from conveyor.storage.sqlite.wakeup import Wakeup
 
 WORKER_TTL = 60.0
@@ -252,6 +254,17 @@ class SqliteInspector:
             (*([kind] if kind is not None else []), limit, offset),
         ).fetchall()
         return [batches.status_from_row(r) for r in rows]
+
+    @reads
+    def workflow_graph(self, workflow_id: str, limit: int = 2000) -> list[GraphNode]:
+        """Up to ``limit`` nodes of a workflow, in id order, with their state and parents."""
+        rows = self._db.read().execute(
+            "SELECT jobs.id, CAST(name AS BLOB), state, wf_nodes.node FROM jobs JOIN wf_nodes "
+            "ON wf_nodes.id = jobs.id WHERE jobs.batch_id = ? ORDER BY jobs.id LIMIT ?",
+            (workflow_id, limit)).fetchall()
+        return [GraphNode(r[0], text_of(r[1]) or "", JobState(r[2]),
+                          parents_of(text_of(r[3])))
+                for r in rows]
 
     def cancel_batch(self, batch_id: str) -> int:
         """Cancel every waiting job of a batch and request cancellation of its active ones."""
