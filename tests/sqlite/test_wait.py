@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 from conveyor.clock import FakeClock
 from conveyor.job import JobSpec
+from conveyor.storage.sqlite import storage as sqlite_storage
 from conveyor.storage.sqlite.storage import open_sqlite
 
 
@@ -51,5 +53,56 @@ def test_a_commit_between_an_empty_dequeue_and_wait_is_not_missed(tmp_path: Path
     assert [j.id for j in store.dequeue(["q"], "w", 10, 30.0)] == ["late"]
     assert store.dequeue(["q"], "w", 10, 30.0) == []
     assert store.wait(["q"], 0.0) is False
+    store.close()
+    other.close()
+
+
+def test_a_commit_landing_as_an_empty_dequeue_ends_is_not_missed(tmp_path: Path,
+                                                                   monkeypatch: Any) -> None:
+    """The dequeue reads what it compares later (``data_version``, the wake-up count) when
+    it starts: a commit then, by another connection or by this process (a workflow's node
+    released by an ack of this worker), is either leased by that dequeue or wakes the next
+    wait at once. Read when the dequeue ended, it was missed until the wait timed out (1 s
+    per step of a chain)."""
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    store = open_sqlite(url, FakeClock())
+    other = open_sqlite(url, FakeClock())
+    real = sqlite_storage.data_version
+    for n, committer in enumerate((other, store)):
+        injected: list[str] = []
+
+        def racing(conn: Any, committer: Any = committer, n: int = n,
+                   injected: list[str] = injected) -> int:
+            if not injected:  # the first read this dequeue makes: a commit lands there
+                injected.append(f"j{n}")
+                committer.enqueue([_spec(f"j{n}", "q")])
+            return real(conn)
+
+        monkeypatch.setattr(sqlite_storage, "data_version", racing)
+        got = [j.id for j in store.dequeue(["q"], "w", 10, 30.0)]
+        monkeypatch.setattr(sqlite_storage, "data_version", real)
+        assert injected == [f"j{n}"]
+        if not got:
+            assert store.wait(["q"], 0.0) is True, "a job committed meanwhile was missed"
+            got = [j.id for j in store.dequeue(["q"], "w", 10, 30.0)]
+        assert got == [f"j{n}"]
+    store.close()
+    other.close()
+
+
+def test_a_commit_after_a_dequeue_that_ran_dry_wakes_the_next_wait(tmp_path: Path) -> None:
+    """A dequeue that leased fewer jobs than asked is what a worker's wait follows (the
+    queues ran dry): a commit before that wait starts, by another connection or by this
+    process (its ack releasing a workflow's next step), wakes it at once. Missed, each step
+    of a chain waited for the idle timeout."""
+    url = f"sqlite:///{tmp_path / 'dry.db'}"
+    store = open_sqlite(url, FakeClock())
+    other = open_sqlite(url, FakeClock())
+    for n, committer in enumerate((other, store)):
+        store.enqueue([_spec(f"first{n}", "q")])
+        assert [j.id for j in store.dequeue(["q"], "w", 10, 30.0)] == [f"first{n}"]
+        committer.enqueue([_spec(f"next{n}", "q")])  # before this thread starts waiting
+        assert store.wait(["q"], 0.0) is True
+        assert [j.id for j in store.dequeue(["q"], "w", 10, 30.0)] == [f"next{n}"]
     store.close()
     other.close()

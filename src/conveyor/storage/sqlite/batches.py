@@ -51,13 +51,15 @@ def check_open(cur: sqlite3.Cursor, batch_ids: Iterable[str]) -> None:
             raise BatchClosedError(f"batch {batch_id!r} has finished; it takes no new jobs")
 
 
-def apply(cur: sqlite3.Cursor, now: float, moves: Iterable[Move], enqueue: EnqueueFn) -> None:
+def apply(cur: sqlite3.Cursor, now: float, moves: Iterable[Move], enqueue: EnqueueFn) -> int:
     """Move the counters, complete batches and fire callbacks as they become due, then
-    settle the workflow nodes these moves marked (``graph.settle``)."""
+    settle the workflow nodes these moves marked (``graph.settle``); returns the nodes that
+    settling moved (released ones are work a waiting worker should hear of)."""
     moves = list(moves)
     count(cur, now, moves, enqueue)
-    if moves:
-        graph.settle(cur, now, lambda more: count(cur, now, more, enqueue))
+    if not moves:
+        return 0
+    return graph.settle(cur, now, lambda more: count(cur, now, more, enqueue))
 
 
 def attach(cur: sqlite3.Cursor, now: float, ids: Sequence[str], enqueue: EnqueueFn) -> None:

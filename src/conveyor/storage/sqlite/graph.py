@@ -27,11 +27,12 @@ def insert(cur: sqlite3.Cursor, specs: Iterable[JobSpec]) -> None:
             "INSERT OR IGNORE INTO wf_nodes (id, node, unsettled) VALUES (?, ?, ?)", rows)
 
 
-def settle(cur: sqlite3.Cursor, now: float, count: CountFn) -> None:
-    """Settle every marked node (``count`` moves the batch counters of the jobs it moves)."""
+def settle(cur: sqlite3.Cursor, now: float, count: CountFn) -> int:
+    """Settle every marked node (``count`` moves the batch counters of the jobs it moves);
+    returns the nodes moved."""
     if cur.execute("SELECT 1 FROM wf_marks LIMIT 1").fetchone() is None:
-        return
-    graph.settle(_Txn(cur, now, count))
+        return 0
+    return graph.settle(_Txn(cur, now, count))
 
 
 def attach(cur: sqlite3.Cursor, now: float, count: CountFn, ids: Collection[str]) -> None:

@@ -85,7 +85,8 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
     def __init__(self, url: str, db: Database, clock: Clock) -> None:
         super().__init__(db, clock)
         self.url = url
-        self._seen = threading.local()  # data_version at this thread's last empty dequeue
+        # (data_version, wake-ups) as this thread's last empty dequeue began
+        self._seen = threading.local()
 
     def enqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
         """Store jobs, one transaction per chunk of ``ENQUEUE_CHUNK``."""
@@ -117,6 +118,9 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
         if count <= 0 or not queues:
             return []
         leased: list[LeasedJob] = []
+        # What the next wait compares with, read before the transaction: a commit landing
+        # after this point is leased now or wakes that wait (read after, it was missed).
+        before = (data_version(self._db.read()), self._wakeup.generation)
         with self._db.write() as cur:
             now = self.now()
             paused = {r[0] for r in cur.execute("SELECT name FROM queues WHERE paused = 1")}
@@ -138,8 +142,8 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
                     if job.batch_id:
                         moves.append((job.batch_id, "pending", "active"))
             batches.apply(cur, now, moves, jobs.insert)
-        if not leased:
-            self._seen.version = data_version(self._db.read())
+        if len(leased) < count:  # the queues ran dry: the next call is a wait
+            self._seen.version = before
         return leased
 
     def _lease(
@@ -172,10 +176,10 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
             ).fetchone()
             return row is not None
 
-        seen: int | None = getattr(self._seen, "version", None)
+        seen: tuple[int, int] | None = getattr(self._seen, "version", None)
         self._seen.version = None
 
-        def last_seen(version: int) -> None:  # a timed-out wait hands on what it saw
+        def last_seen(version: tuple[int, int]) -> None:  # a timed-out wait hands it on
             self._seen.version = version
 
         return self._wakeup.wait(self._db.read, has_work, timeout, seen, last_seen)
@@ -187,8 +191,10 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
         with self._db.write() as cur:
             now = self.now()
             applied, moves = ack_sql.apply(cur, now, acks)
-            batches.apply(cur, now, moves, jobs.insert)
-        if any(a.outcome.value == "interrupted" for a in acks):
+            settled = batches.apply(cur, now, moves, jobs.insert)
+        # Work made pending by this process is announced at once (a handed-back job, a
+        # workflow's released node); other processes see the commit by polling.
+        if settled or any(a.outcome.value == "interrupted" for a in acks):
             self._wakeup.notify()
         return applied
 

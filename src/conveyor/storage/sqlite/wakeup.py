@@ -40,33 +40,38 @@ class Wakeup:
             self._generation += 1
             self._cond.notify_all()
 
+    @property
+    def generation(self) -> int:
+        """How many notifications so far (compared by a later ``wait``)."""
+        return self._generation
+
     def wait(
         self,
         conn: Callable[[], sqlite3.Connection],
         has_work: Callable[[], bool],
         timeout: float,
-        seen: int | None = None,
-        last_seen: Callable[[int], None] | None = None,
+        seen: tuple[int, int] | None = None,
+        last_seen: Callable[[tuple[int, int]], None] | None = None,
     ) -> bool:
         """Block until notified, another connection commits work, or ``timeout`` passes.
 
-        ``seen`` is the ``data_version`` this thread saw at its last (empty) dequeue: a commit
-        that landed between that dequeue and this call is then not missed. ``last_seen`` is
-        told the ``data_version`` a wait that timed out saw last: passed as ``seen`` to the
-        next wait, a commit between the two waits is not missed either.
+        ``seen`` is the (``data_version``, ``generation``) read as this thread's last empty
+        dequeue began: a commit or a notification since then is not missed, even one that
+        landed before this call. ``last_seen`` is told what a wait that timed out saw last:
+        passed as ``seen`` to the next wait, nothing between the two waits is missed either.
         """
         deadline = time.monotonic() + max(timeout, 0.0)
         db = conn()
         version = data_version(db)
         with self._cond:
             start = self._generation
-        if seen is not None and seen != version and has_work():
+        if seen is not None and seen != (version, start) and has_work():
             return True
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 if last_seen is not None:
-                    last_seen(version)
+                    last_seen((version, start))
                 return False
             with self._cond:
                 if self._generation != start:
