@@ -15,6 +15,8 @@ METRICS: dict[str, list[tuple[str, str, str, bool]]] = {
     "w4_batch": [("seconds", "seconds", "{:.3f}", False), ("rate", "jobs/s", "{:,.0f}", True)],
     "w6_fanout": [("seconds", "seconds", "{:.3f}", False),
                   ("rate", "jobs/s", "{:,.0f}", True)],
+    "w7_chain": [("seconds", "seconds", "{:.3f}", False),
+                 ("ms_per_step", "ms/step", "{:.2f}", False)],
     "w5_cpu": [("seconds", "seconds", "{:.3f}", False),
                ("efficiency", "efficiency", "{:.3f}", True)],
     "storage": [("pending_bytes_per_job", "B/pending job", "{:,.0f}", False),
@@ -146,6 +148,7 @@ def targets(data: dict[str, Any]) -> str:
     absolute("w3_io", "efficiency", 0.95, "W3 efficiency ≥ 0.95", True)
     ratio("w4_batch", "seconds", 3, "W4 ≥ 3× fastest peer")
     ratio("w6_fanout", "seconds", 3, "W6 fan-out + callback ≥ 3× fastest peer")
+    ratio("w7_chain", "seconds", 1, "W7 chain of 1,000 steps faster than the fastest peer")
     ratio("w1_drain_p1", "rate", 1, "SQLite drain ≥ fastest peer on Redis", "conveyor (sqlite)")
     absolute("storage", "pending_bytes_per_job", 400, "≤ 400 B per pending job", False)
     absolute("storage", "finished_bytes_per_job", 1536, "≤ 1.5 KiB per finished job", False)

@@ -222,8 +222,9 @@ KAFKA_GROUP: dict[str, tuple[str, ...]] = {
 # ``--only workflows``: W6, a fan-out with one callback, for conveyor on each store beside
 # Celery's chord and Dramatiq's group with a completion callback, all on the suite's Redis.
 WORKFLOW_GROUP: dict[str, tuple[str, ...]] = {
-    "w6_fanout": ("conveyor (sqlite)", "conveyor (redis)", "conveyor (postgres)",
-                  "celery threads", "celery prefork", "dramatiq"),
+    key: ("conveyor (sqlite)", "conveyor (redis)", "conveyor (postgres)",
+          "celery threads", "celery prefork", "dramatiq")
+    for key in ("w6_fanout", "w7_chain")
 }
 
 
@@ -250,6 +251,8 @@ def workloads(quick: bool) -> list[Workload]:
                  200 // (2 if quick else 1), 2, 1),
         Workload("w6_fanout", "W6 fan-out of 5,000 + one callback (enqueue to callback done)",
                  "fanout", 5_000 // k),
+        Workload("w7_chain", "W7 chain of 1,000 steps, each given the previous result",
+                 "chain", 1_000 // k),
         Workload("storage", "Storage cost", "storage", 10_000 // k, once=True),
         Workload("overhead", "Batch tracking overhead (drain, 1 process)", "overhead",
                  10_000 // k, only=("conveyor (redis)",)),

@@ -14,6 +14,7 @@ from typing import Any
 
 import body
 from celery import Celery, chord, group
+from celery import chain as celery_chain
 from common import QUEUE, Peer, main, paced
 
 _amqp = os.environ.get("BENCH_AMQP_URL", "")
@@ -45,6 +46,12 @@ def joined(results: list[Any]) -> int:
     return len(results)
 
 
+@app.task(name="step", ignore_result=False)
+def step(count: int) -> int:
+    """A chain's step: the previous step's count, plus one."""
+    return count + 1
+
+
 class CeleryPeer(Peer):
     """Celery 5 on Redis or RabbitMQ."""
 
@@ -63,6 +70,11 @@ class CeleryPeer(Peer):
     def fanout(self, n: int, timeout: float) -> None:
         res = chord(job_tracked.s("noop", 0.0) for _ in range(n))(joined.s())
         res.get(timeout=timeout)
+
+    def chain(self, n: int, timeout: float) -> None:
+        res = celery_chain(step.s(0), *(step.s() for _ in range(n - 1)))()
+        if res.get(timeout=timeout) != n:
+            raise AssertionError("the chain's last step did not count every step")
 
     def batch(self, n: int, timeout: float) -> None:
         res = group(job_tracked.s("noop", 0.0) for _ in range(n)).apply_async()

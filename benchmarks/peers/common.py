@@ -67,6 +67,11 @@ class Peer:
         workflow's fan-in) and return when the callback has run."""
         raise Unsupported("no fan-out with a callback")
 
+    def chain(self, n: int, timeout: float) -> None:
+        """Enqueue a chain of ``n`` steps, each getting the previous one's result (the
+        previous count, plus one), and return when the last has run with ``n``."""
+        raise Unsupported("no chain of jobs")
+
     def preload_batch(self, n: int) -> None:
         """Enqueue ``n`` no-op jobs as one batch without waiting for it (tracking overhead)."""
         raise Unsupported("no batch API")
@@ -303,6 +308,11 @@ class Driver:
 
     def w_fanout(self) -> dict[str, Any]:
         return self._until_done(self.peer.fanout)
+
+    def w_chain(self) -> dict[str, Any]:
+        res = self._until_done(self.peer.chain)
+        res["ms_per_step"] = res["seconds"] * 1000 / self.cfg["n"]
+        return res
 
     def _until_done(self, run: Any) -> dict[str, Any]:
         """Workers up, then ``run(n, timeout)`` timed: it returns when the engine says done."""

@@ -20,6 +20,7 @@ from common import QUEUE, Peer, main, paced, pg_bytes, pg_truncate
 
 import redis
 from conveyor import Conveyor
+from conveyor import chain as conveyor_chain
 
 PG_SCHEMA = "bench"  # the suite's conveyor (postgres) URL ends with ?schema=bench
 BROKER = os.environ.get("BENCH_CONVEYOR_BROKER") or None
@@ -36,6 +37,12 @@ def job(kind: str, ts: float) -> None:
 async def ajob(kind: str, ts: float) -> None:
     """The shared body as ``async def`` (conveyor runs it on the worker's event loop)."""
     await body.arun(kind, ts)
+
+
+@app.job(name="step", queue=QUEUE, retry=0)
+def step(count: int) -> int:
+    """A chain's step: the previous step's count, plus one."""
+    return count + 1
 
 
 def job_for(kind: str) -> Any:
@@ -95,6 +102,11 @@ class ConveyorPeer(Peer):
             if time.monotonic() > deadline:
                 raise TimeoutError("callback did not run")
             time.sleep(0.001)
+
+    def chain(self, n: int, timeout: float) -> None:
+        run = conveyor_chain(*(step.s(0) if i == 0 else step.s() for i in range(n))).enqueue()
+        if run.result(timeout=timeout) != n:
+            raise AssertionError("the chain's last step did not count every step")
 
     def preload_batch(self, n: int) -> None:
         with app.batch():

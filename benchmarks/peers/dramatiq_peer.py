@@ -52,6 +52,18 @@ def joined() -> int:
     return 1
 
 
+@dramatiq.actor(queue_name=QUEUE, max_retries=0)
+def step(count: int) -> int:
+    """A pipeline's step: the previous step's count, plus one (passed on by the pipeline)."""
+    return count + 1
+
+
+@dramatiq.actor(queue_name=QUEUE, max_retries=0, store_results=True)
+def last_step(count: int) -> int:
+    """The pipeline's last step, whose result is stored to be read."""
+    return count + 1
+
+
 class DramatiqPeer(Peer):
     """Dramatiq 2 on Redis or RabbitMQ."""
 
@@ -77,6 +89,20 @@ class DramatiqPeer(Peer):
             except ResultMissing:
                 if time.monotonic() > deadline:
                     raise TimeoutError("the completion callback did not run") from None
+                time.sleep(0.001)
+
+    def chain(self, n: int, timeout: float) -> None:
+        pipe = dramatiq.pipeline([step.message(0), *(step.message() for _ in range(n - 2)),
+                                  last_step.message()]).run()
+        deadline = time.monotonic() + timeout
+        while True:  # polled, as in fanout
+            try:
+                if pipe.get_result() != n:
+                    raise AssertionError("the pipeline's last step did not count every step")
+                return
+            except ResultMissing:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the pipeline did not finish") from None
                 time.sleep(0.001)
 
     def batch(self, n: int, timeout: float) -> None:
