@@ -7,12 +7,14 @@ from conveyor.clock import FakeClock
 from conveyor.context import JobContext, current_job
 from conveyor.errors import Fail, Retry
 from conveyor.job import Event, JobRecord, JobState
+from conveyor.options import Debounce, Throttle
 from conveyor.refs import JobRef
 from conveyor.running_workflow import RunningWorkflow
 from conveyor.workflow import Workflow
 
 __all__ = [
     "Conveyor",
+    "Debounce",
     "Event",
     "Fail",
     "FakeClock",
@@ -22,6 +24,7 @@ __all__ = [
     "JobState",
     "Retry",
     "RunningWorkflow",
+    "Throttle",
     "Workflow",
     "chain",
     "chord",

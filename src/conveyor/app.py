@@ -26,7 +26,7 @@ from conveyor.draft import build_flow
 from conveyor.hooks import ErrorHandler
 from conveyor.job import JobRecord, JobState
 from conveyor.middleware import ClientChain, ServerChain
-from conveyor.options import KeyOption, make_options
+from conveyor.options import Debounce, KeyOption, Throttle, make_options
 from conveyor.periodic import Schedule, validate_cron, validate_tz
 from conveyor.refs import JobRef
 from conveyor.registry import JobFunction, Registry, default_name
@@ -154,6 +154,7 @@ worker runs jobs with, and the storage.
         unique_for: float | None = None, unique_key: KeyOption = None,
         concurrency_key: KeyOption = None, concurrency: int = 0, rate_key: KeyOption = None,
         rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
+        debounce: Debounce | None = None, throttle: Throttle | None = None,
     ) -> Callable[[Callable[..., Any]], JobFunction]: ...
 
     def job(
@@ -164,6 +165,7 @@ worker runs jobs with, and the storage.
         unique_for: float | None = None, unique_key: KeyOption = None,
         concurrency_key: KeyOption = None, concurrency: int = 0, rate_key: KeyOption = None,
         rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
+        debounce: Debounce | None = None, throttle: Throttle | None = None,
     ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
         """Register a job function; use as ``@app.job`` or ``@app.job(queue=..., ...)``.
 
@@ -177,13 +179,16 @@ worker runs jobs with, and the storage.
         ``rate_period`` seconds (+ ``rate_key``); ``order_key``: one at a time, in order.
         Keys are strings or callables given the job's arguments, e.g.
         ``concurrency_key=lambda seller_id, **_: f"seller:{seller_id}"``; without a key the
-        limit applies to the job name.
+        limit applies to the job name. ``debounce=Debounce(key, wait=5)``: a burst of calls
+        with one key becomes one run, ``wait`` s after the last, with the newest arguments;
+        ``throttle=Throttle(key, every=60)``: at most one run per window (docs/api.md).
         """
         opts = make_options(
             queue=queue, retry=retry, timeout=timeout, expires_in=expires_in, retry_in=retry_in,
             unique_for=unique_for, unique_key=unique_key, concurrency_key=concurrency_key,
             concurrency=concurrency, rate_key=rate_key, rate_limit=rate_limit,
-            rate_period=rate_period, order_key=order_key,
+            rate_period=rate_period, order_key=order_key, debounce=debounce,
+            throttle=throttle,
         )
 
         def register(f: Callable[..., Any]) -> JobFunction:

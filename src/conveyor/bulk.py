@@ -53,7 +53,8 @@ def blocks(
 
     ``now`` is the client clock's ``now``, read once per block (for ``expires_in``).
     """
-    flows_wanted = bool(opts.unique_for or opts.concurrency or opts.rate_limit or opts.order_key)
+    flows_wanted = bool(opts.unique_for or opts.concurrency or opts.rate_limit or opts.order_key
+                        or opts.fold)
     queue = opts.queue
     index = 0
     checked = False
@@ -89,11 +90,13 @@ def blocks(
         block = None
         if payloads:
             start = now()
+            # debounce / throttle: the window starts now; expires_in counts from the run
+            run_at = None if opts.fold is None else start + opts.fold.seconds
             block = JobBlock(
                 name=name, queue=queue, ids=new_ids(len(payloads)), payloads=payloads,
                 max_retries=opts.max_retries, timeout=opts.timeout,
-                deadline=None if opts.expires_in is None else start + opts.expires_in,
-                batch_id=batch_id, flows=flows,
+                deadline=None if opts.expires_in is None else (run_at or start) + opts.expires_in,
+                batch_id=batch_id, flows=flows, run_at=run_at,
             )
         if block is not None or error is not None:
             yield block, error

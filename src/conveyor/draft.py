@@ -71,7 +71,10 @@ def build_spec(draft: EnqueueDraft, now: float, max_payload: int) -> JobSpec:
     check_name("job name", draft.name)
     check_name("queue", opts.queue)
     payload = encode_payload(draft.args, draft.kwargs, draft.meta, max_payload)
-    start = draft.run_at if draft.run_at is not None else now
+    run_at = draft.run_at
+    if run_at is None and opts.fold is not None:  # a debounce or throttle window
+        run_at = now + opts.fold.seconds
+    start = run_at if run_at is not None else now
     return JobSpec(
         id=draft.id,
         name=draft.name,
@@ -81,7 +84,7 @@ def build_spec(draft: EnqueueDraft, now: float, max_payload: int) -> JobSpec:
         timeout=opts.timeout,
         # expires_in counts from when the job is due, so a scheduled job is not born expired.
         deadline=None if opts.expires_in is None else start + opts.expires_in,
-        run_at=draft.run_at,
+        run_at=run_at,
         batch_id=draft.batch_id,
         flow=build_flow(draft.name, opts, draft.args, draft.kwargs),
     )
@@ -95,7 +98,8 @@ def build_flow(
     ``unique_for`` alone locks on a hash of name + args + kwargs; ``concurrency=N`` or
     ``rate_limit=N`` alone limit the whole job name.
     """
-    if not (opts.unique_for or opts.concurrency or opts.rate_limit or opts.order_key):
+    if not (opts.unique_for or opts.concurrency or opts.rate_limit or opts.order_key
+            or opts.fold):
         return None
     unique_key = _key(opts.unique_key, args, kwargs)
     if opts.unique_for and unique_key is None:
@@ -111,6 +115,8 @@ def build_flow(
         rate_limit=opts.rate_limit,
         rate_period=opts.rate_period,
         order_key=_key(opts.order_key, args, kwargs),
+        fold_key=(_key(opts.fold.key, args, kwargs) or name) if opts.fold else None,
+        fold=opts.fold.mode if opts.fold else "",
     )
 
 

@@ -1,4 +1,5 @@
-"""A job's flow-control settings (``JobSpec.flow``): unique, concurrency, rate and order keys."""
+"""A job's flow-control settings (``JobSpec.flow``): unique, concurrency, rate, order and
+debounce/throttle keys."""
 
 from __future__ import annotations
 
@@ -19,11 +20,25 @@ class FlowControl:
     rate_limit: int = 0
     rate_period: float = 0.0
     order_key: str | None = None
+    #: Debounce or throttle (``Debounce.mode`` / ``Throttle.mode``): a call with ``fold_key``
+    #: while a job of that key is still scheduled joins that job instead of making one.
+    fold_key: str | None = None
+    fold: str = ""
 
     def to_wire(self) -> dict[str, Any]:
         """Dict with only the settings in use."""
         values = {k: getattr(self, k) for k in self.__slots__}
-        return {k: v for k, v in values.items() if v not in (None, 0, 0.0)}
+        return {k: v for k, v in values.items() if v not in (None, 0, 0.0, "")}
+
+    @property
+    def fold_moves(self) -> bool:
+        """A folded call moves the run time (debounce), or leaves it (throttle)."""
+        return self.fold.startswith("debounce")
+
+    @property
+    def fold_replaces(self) -> bool:
+        """A folded call's arguments replace the waiting job's (keep the last)."""
+        return self.fold in ("debounce", "throttle-last")
 
     @classmethod
     def from_wire(cls, raw: Mapping[str, Any] | None) -> FlowControl | None:

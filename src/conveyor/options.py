@@ -15,10 +15,52 @@ from typing import Any
 
 from conveyor.text import check_name
 
-__all__ = ["JobOptions", "KeyOption", "by_name_keys", "make_options"]
+__all__ = ["Debounce", "JobOptions", "KeyOption", "Throttle", "by_name_keys", "make_options"]
 
 KeyOption = str | Callable[..., str] | None
 """A flow-control key: a fixed string, or a callable given the job's args and kwargs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Debounce:
+    """A burst becomes one run: the job runs ``wait`` seconds after the **last** call with
+    its key; every call meanwhile moves the run time and (``keep="last"``) its arguments.
+    ``key``: a string or a callable given the job's arguments (default: the job's name)."""
+
+    key: KeyOption = None
+    wait: float = 1.0
+    keep: str = "last"
+
+    @property
+    def mode(self) -> str:
+        """How the storage folds a call into the job waiting for its key."""
+        return "debounce" if self.keep == "last" else "debounce-first"
+
+    @property
+    def seconds(self) -> float:
+        """The delay of the run after a call."""
+        return self.wait
+
+
+@dataclass(frozen=True, slots=True)
+class Throttle:
+    """At most one run per window: the first call schedules the run ``every`` seconds later
+    and the calls until it starts join it (``keep="first"``: the first call's arguments,
+    ``"last"``: the newest). ``key`` as ``Debounce``'s."""
+
+    key: KeyOption = None
+    every: float = 1.0
+    keep: str = "first"
+
+    @property
+    def mode(self) -> str:
+        """How the storage folds a call into the job waiting for its key."""
+        return "throttle" if self.keep == "first" else "throttle-last"
+
+    @property
+    def seconds(self) -> float:
+        """The delay of the run after the first call of a window."""
+        return self.every
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +80,11 @@ class JobOptions:
     rate_limit: int = 0
     rate_period: float = 0.0
     order_key: KeyOption = None
+    fold: Debounce | Throttle | None = None  # debounce or throttle
 
 
-_OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(JobOptions)) | {"retry"}
+_OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(JobOptions)) | {
+    "retry", "debounce", "throttle"}
 
 
 def make_options(base: JobOptions | None = None, /, **changes: Any) -> JobOptions:
@@ -55,6 +99,11 @@ def make_options(base: JobOptions | None = None, /, **changes: Any) -> JobOption
         raise TypeError(f"unknown job option(s): {', '.join(sorted(unknown))}")
     if "retry" in changes:
         changes["max_retries"] = _retries(changes.pop("retry"))
+    debounce, throttle = changes.pop("debounce", None), changes.pop("throttle", None)
+    if debounce is not None and throttle is not None:
+        raise ValueError("give a job debounce= or throttle=, not both")
+    if debounce is not None or throttle is not None:
+        changes["fold"] = debounce if debounce is not None else throttle
     opts = dataclasses.replace(base or JobOptions(), **changes)
     _check(opts)
     return opts
@@ -88,6 +137,18 @@ def _check(opts: JobOptions) -> None:
         raise ValueError("rate_limit=N needs rate_period > 0 (the window, in seconds)")
     if opts.unique_key is not None and opts.unique_for is None:
         raise ValueError("unique_key needs unique_for=seconds (how long the lock is held)")
+    fold = opts.fold
+    if fold is not None:
+        if not isinstance(fold, Debounce | Throttle):
+            raise ValueError(f"debounce/throttle must be a Debounce or Throttle, not {fold!r}")
+        if not fold.seconds > 0:
+            raise ValueError(f"{type(fold).__name__} needs a window of seconds > 0, "
+                             f"not {fold.seconds!r}")
+        if fold.keep not in ("first", "last"):
+            raise ValueError(f"keep must be 'first' or 'last', not {fold.keep!r}")
+        if opts.unique_for is not None:
+            raise ValueError("a debounced or throttled job is already one per key: drop "
+                             "unique_for")
 
 
 _KEY_FIELDS = ("unique_key", "concurrency_key", "rate_key", "order_key")
@@ -109,6 +170,9 @@ def by_name_keys(opts: JobOptions, func: Callable[..., Any]) -> JobOptions:
         return opts
     changes: dict[str, Any] = {f: _named(getattr(opts, f), params) for f in _KEY_FIELDS
                if callable(getattr(opts, f)) and not hasattr(getattr(opts, f), "_by_name")}
+    fold = opts.fold
+    if fold is not None and callable(fold.key) and not hasattr(fold.key, "_by_name"):
+        changes["fold"] = dataclasses.replace(fold, key=_named(fold.key, params))
     return dataclasses.replace(opts, **changes) if changes else opts
 
 

@@ -118,6 +118,11 @@ def ack_effect(ack: Ack, outcome: Outcome) -> AckEffect:
     return AckEffect(outcome, state, kind, terminal, counted, message, data)
 
 
+#: Debounce / throttle keys share the unique-lock table (hash on Redis, ``lua/enqueue.lua``),
+#: apart from unique keys by this prefix.
+FOLD_PREFIX = "\x1ffold:"
+
+
 def validate_flow(flow: FlowControl) -> None:
     """Raise ``ValueError`` for flow-control settings that could never admit a job."""
     if flow.concurrency_key is not None and flow.concurrency_limit < 1:

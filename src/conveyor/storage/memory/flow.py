@@ -13,6 +13,8 @@ locks. Rules (the same every backend enforces):
   started in ``(now - rate_period, now]``: a sliding log of start times, so no span of
   ``rate_period`` seconds ever holds more than ``rate_limit`` starts. A key's log is
   forgotten once its newest start has left the window (``forget_idle_rates``).
+* ``fold_key`` (debounce, throttle): a call joins the job of its key while that job is still
+  ``scheduled`` (``fold_holder``); once it started, the next call makes a new job.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class FlowGate:
     def __init__(self, lookup: Callable[[str], tuple[JobRecord, int] | None]) -> None:
         self._lookup = lookup
         self._unique: dict[str, str] = {}
+        self._folds: dict[str, str] = {}
         self._active: dict[str, int] = defaultdict(int)
         self._order_heads: dict[str, list[tuple[int, str]]] = {}
         self._order_active: dict[str, int] = defaultdict(int)
@@ -66,13 +69,24 @@ class FlowGate:
             return holder
         return None
 
+    def fold_holder(self, flow: FlowControl | None) -> JobRecord | None:
+        """The scheduled job a debounced or throttled call joins, or None (make one)."""
+        if flow is None or not flow.fold_key:
+            return None
+        holder = self._folds.get(flow.fold_key)
+        found = self._lookup(holder) if holder else None
+        return found[0] if found is not None and found[0].state is JobState.SCHEDULED else None
+
     def joined(self, rec: JobRecord, seq: int) -> None:
-        """A job was stored: take its unique lock and its place in its order key."""
+        """A job was stored: take its unique lock, its fold key and its place in its order
+        key."""
         flow = rec.flow
         if flow is None:
             return
         if flow.unique_key:
             self._unique[flow.unique_key] = rec.id
+        if flow.fold_key:
+            self._folds[flow.fold_key] = rec.id
         if flow.order_key:
             heapq.heappush(self._order_heads.setdefault(flow.order_key, []), (seq, rec.id))
 

@@ -91,6 +91,10 @@ class MemoryState:
     def _store(self, spec: JobSpec, now: float, *, wake: bool = True) -> EnqueueResult:
         if spec.id in self._jobs:
             return EnqueueResult(spec.id, created=False)
+        folded = self._flow.fold_holder(spec.flow)
+        if folded is not None and spec.flow is not None:
+            self._fold(self._jobs[folded.id], spec)
+            return EnqueueResult(folded.id, created=False)
         holder = self._flow.unique_holder(spec.flow, now)
         if holder is not None:
             return EnqueueResult(holder, created=False)
@@ -124,6 +128,18 @@ class MemoryState:
             if wake:
                 self._wake()
         return EnqueueResult(spec.id)
+
+    def _fold(self, entry: Entry, spec: JobSpec) -> None:
+        """A debounced or throttled call joins the scheduled job of its key: the newest
+        arguments and (debounce) the later run time."""
+        assert spec.flow is not None
+        rec = entry.rec
+        if spec.flow.fold_replaces:
+            rec.payload = spec.payload
+        if spec.flow.fold_moves and spec.run_at is not None and spec.run_at != rec.run_at:
+            rec.run_at = spec.run_at
+            entry.version += 1  # the heap's entry at the old time is stale now
+            heapq.heappush(self._due, (spec.run_at, entry.seq, entry.version, rec.id))
 
     def _wake(self) -> None:
         self._wakeups += 1

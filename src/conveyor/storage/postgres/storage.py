@@ -29,7 +29,7 @@ from conveyor.job import (
 from conveyor.storage.base import WaitsThenDequeues
 from conveyor.storage.graph import check_added
 from conveyor.storage.postgres import acks as ack_sql
-from conveyor.storage.postgres import arrays, graph, jobs
+from conveyor.storage.postgres import arrays, fold, graph, jobs
 from conveyor.storage.postgres.bound import Binder
 from conveyor.storage.postgres.connection import Database, Settings, parse_postgres_url, reads
 from conveyor.storage.postgres.migrate import migrate
@@ -90,6 +90,10 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
         results: list[EnqueueResult] = []
         for start in range(0, len(specs), ENQUEUE_CHUNK):
             chunk = specs[start:start + ENQUEUE_CHUNK]
+            if any(s.flow is not None and s.flow.fold_key for s in chunk):  # debounce
+                with self._db.write() as cur:
+                    results.extend(fold.enqueue(cur, self._clock_arg(), chunk, self._schema))
+                continue
             if any(s.node for s in chunk):  # a workflow's: its waiting nodes in the same commit
                 with self._db.write() as cur:
                     stored = jobs.insert(cur, self._clock_arg(), chunk, self._schema)
@@ -102,6 +106,8 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
 
     def enqueue_block(self, block: JobBlock) -> list[EnqueueResult]:
         """Store a block of jobs, one transaction per chunk of ``ENQUEUE_CHUNK``."""
+        if block.flows is not None and any(f is not None and f.fold_key for f in block.flows):
+            return self.enqueue(block.specs())  # debounced calls fold one by one
         results: list[EnqueueResult] = []
         for start in range(0, len(block), ENQUEUE_CHUNK):
             end = start + ENQUEUE_CHUNK

@@ -123,22 +123,23 @@ def _opt_float(value: float | None) -> str:
 
 
 def enqueue_args(spec: JobSpec) -> tuple[str, ...]:
-    """The nine ARGV entries enqueue.lua takes per job."""
+    """The eleven ARGV entries enqueue.lua takes per job (its "each" layout)."""
     _check_name(spec.name)
     batch = spec.batch_id or ""
     if batch:
         check_text("batch id", batch)
     flow = spec.flow
     if flow is None:
-        ukey = ufor = limited = ""
+        ukey = ufor = limited = fkey = fold = ""
     else:
         ukey = flow.unique_key or ""
         ufor = repr(float(flow.unique_for)) if flow.unique_for else ""
         limited = "1" if flow.concurrency_key or flow.order_key or flow.rate_key else ""
+        fkey, fold = flow.fold_key or "", flow.fold
     # run_at "w": a workflow node waiting for its parents (stored "waiting", in no queue)
     run_at = "w" if spec.waits else _opt_float(spec.run_at)
     return (spec.id, run_at, static_json(spec), spec.name, batch,
-            _opt_float(spec.deadline), ukey, ufor, limited)
+            _opt_float(spec.deadline), ukey, ufor, limited, fkey, fold)
 
 
 @lru_cache(maxsize=1024)

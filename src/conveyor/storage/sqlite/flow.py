@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conveyor.job import TERMINAL_STATES, JobSpec
+from conveyor.storage.rules import FOLD_PREFIX
 
 _TERMINAL = frozenset(s.value for s in TERMINAL_STATES)
 _PAGE = 256
@@ -42,6 +43,33 @@ def lock_unique(cur: sqlite3.Cursor, now: float, spec: JobSpec) -> None:
         "INSERT OR REPLACE INTO unique_locks (key, job_id, until) VALUES (?, ?, ?)",
         (spec.flow.unique_key, spec.id, now + (spec.flow.unique_for or 0.0)),
     )
+
+
+def fold_holder(cur: sqlite3.Cursor, key: str) -> str | None:
+    """The scheduled job a debounced or throttled call of ``key`` joins, or None."""
+    row = cur.execute(
+        "SELECT u.job_id FROM unique_locks u JOIN jobs j ON j.id = u.job_id "
+        "WHERE u.key = ? AND j.state = 'scheduled'", (FOLD_PREFIX + key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def fold(cur: sqlite3.Cursor, holder: str, spec: JobSpec) -> None:
+    """Join ``spec`` (a call) to the scheduled job ``holder``: its arguments when the call
+    keeps the last, its run time under debounce."""
+    assert spec.flow is not None
+    flow = spec.flow
+    cur.execute(
+        "UPDATE jobs SET payload = CASE WHEN ? THEN ? ELSE payload END, "
+        "run_at = CASE WHEN ? THEN coalesce(?, run_at) ELSE run_at END "
+        "WHERE id = ? AND state = 'scheduled'",
+        (flow.fold_replaces, spec.payload, flow.fold_moves, spec.run_at, holder))
+
+
+def lock_fold(cur: sqlite3.Cursor, spec: JobSpec) -> None:
+    """Make a new job the one its fold key's calls join."""
+    assert spec.flow is not None and spec.flow.fold_key is not None
+    cur.execute("INSERT OR REPLACE INTO unique_locks (key, job_id, until) VALUES (?, ?, 0)",
+                (FOLD_PREFIX + spec.flow.fold_key, spec.id))
 
 
 @dataclass

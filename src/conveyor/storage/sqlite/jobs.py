@@ -84,6 +84,9 @@ def insert(cur: sqlite3.Cursor, now: float, specs: Sequence[JobSpec]) -> list[En
         state = ("waiting" if spec.waits else
                  "scheduled" if spec.run_at is not None and spec.run_at > now else "pending")
         rows.append(_row(spec, now, state, events[state]))
+        if spec.flow is not None and spec.flow.fold_key:
+            cur.executemany(_INSERT, rows[-1:])  # now: the next call of its key joins it
+            rows.pop()
         if spec.node is not None:
             nodes.append(spec)
         if spec.batch_id:
@@ -213,6 +216,13 @@ def _holder(
     if spec.flow is None:
         return None
     validate_flow(spec.flow)
+    if spec.flow.fold_key:  # debounce / throttle: join the key's scheduled job
+        joined = flow.fold_holder(cur, spec.flow.fold_key)
+        if joined is not None:
+            flow.fold(cur, joined, spec)
+        else:
+            flow.lock_fold(cur, spec)
+        return joined
     if spec.flow.unique_key is None:
         return None
     key = spec.flow.unique_key

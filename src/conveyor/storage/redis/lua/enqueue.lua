@@ -11,15 +11,17 @@
 --- @key notify     list
 --- @key unique     hash unique key -> "expiry|job id"
 -- ARGV: 1 now|'', 2 queue, 3 layout, then
---   layout "each": 9 per job: id, run_at|''|'w' (a workflow node waiting for its parents),
+--   layout "each": 11 per job: id, run_at|''|'w' (a workflow node waiting for its parents),
 --       static JSON, name, batch|'', deadline|'',
---       unique_key|'', unique_for seconds|'', flow-controlled "1"|''
+--       unique_key|'', unique_for seconds|'', flow-controlled "1"|'',
+--       fold_key|'' (debounce / throttle), fold mode|''
 --   layout "block" (jobs of one name sharing every field but id and payload, no flow
 --       control, no id twice): 4 name, 5 batch|'', 6 deadline|'', 7 run_at|'', then the n
 --       ids, then their n static JSONs (each job's fields are read from ARGV where they
 --       are: no string is cut or copied per job before the writes)
 -- Returns: one string per job: "1" created, "0" the id already existed, "=<id>" a unique job
---          holding the lock already exists; layout "block": those codes ("1" or "0")
+--          holding the lock already exists, or the scheduled job of its fold key that the
+--          call joined (its newest arguments, and under debounce its later run time); layout "block": those codes ("1" or "0")
 --          concatenated into one string.
 
 local FRESH = {}  -- ids created by this call (their state is written at the end)
@@ -38,20 +40,59 @@ local function unique_holder(ukey)
   return holder
 end
 
+-- Fold keys share the unique hash, apart from unique keys by this prefix (storage/rules.py's
+-- FOLD_PREFIX).
+local FOLD = '\31fold:'
+
+-- The job a debounced or throttled call joins: its key's job while it is still scheduled
+-- (a job of a fold key is written at once, so the next call of this one finds it too).
+local function fold_holder(fkey)
+  local held = redis.call('HGET', K_UNIQUE, FOLD .. fkey)
+  if not held then return nil end
+  local sep = string.find(held, '|', 1, true)
+  if not sep then return nil end
+  local holder = string.sub(held, sep + 1)
+  local f = load(K_STATE, holder)
+  if f and f[F_STATE] == 'scheduled' then return holder end
+  return nil
+end
+
+-- Join a call to the scheduled job ``holder``: the call's arguments ("p") when it keeps the
+-- last, its run time under debounce (state line, schedule and record). A record that
+-- cannot be read is left as it is: the worker reports that job, the call is still folded.
+local function fold_into(holder, static, run_at, mode)
+  local moves = mode == 'debounce' or mode == 'debounce-first'
+  local replaces = mode == 'debounce' or mode == 'throttle-last'
+  local ok, old = pcall(cjson.decode, redis.call('HGET', K_JOBS, holder) or '')
+  local fine, new = pcall(cjson.decode, static)
+  if not (ok and fine and type(old) == 'table' and type(new) == 'table') then return end
+  if replaces then old.p = new.p end
+  local when = tonumber(run_at)
+  if moves and when then
+    old.ra = when
+    local f, events = load(K_STATE, holder)
+    f[F_RUN_AT] = run_at
+    save(K_STATE, holder, f, events)
+    redis.call('ZADD', K_SCHEDULED, when, holder)
+  end
+  if moves or replaces then redis.call('HSET', K_JOBS, holder, cjson.encode(old)) end
+end
+
 local BLOCK = ARGV[3] == 'block'
 local ids, statics, at = {}, {}, {}
 if not BLOCK then
-  for i = 4, #ARGV, 9 do
+  for i = 4, #ARGV, 11 do
     ids[#ids + 1] = ARGV[i]
     statics[#statics + 1] = ARGV[i + 2]
     at[#at + 1] = i
   end
 end
--- Job j's run_at, name, batch, deadline, unique key, unique_for and flow-controlled flag.
+-- Job j's run_at, name, batch, deadline, unique key, unique_for, flow-controlled flag,
+-- fold key and fold mode.
 local function job_fields(j)
   local i = at[j]
   return ARGV[i + 1], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7],
-    ARGV[i + 8]
+    ARGV[i + 8], ARGV[i + 9], ARGV[i + 10]
 end
 
 -- Which of the values t[first..last] (ids) exist already: one HMGET per 1,000 ids instead
@@ -134,9 +175,14 @@ end
 local exists = existing(ids, 1, #ids)
 for j = 1, #ids do
   local id = ids[j]
-  local run_at, name, batch, deadline, ukey, ufor, limited = job_fields(j)
+  local run_at, name, batch, deadline, ukey, ufor, limited, fkey, fmode = job_fields(j)
   local holder = nil
   if ukey ~= '' then holder = unique_holder(ukey) end
+  if fkey ~= '' and not exists[j] and not FRESH[id] then
+    holder = fold_holder(fkey)
+    if holder then fold_into(holder, statics[j], run_at, fmode) end
+    if not holder then redis.call('HSET', K_UNIQUE, FOLD .. fkey, '0|' .. id) end
+  end
   if holder then
     out[#out + 1] = '=' .. holder
   elseif exists[j] or FRESH[id] then
@@ -164,6 +210,12 @@ for j = 1, #ids do
     end
     FRESH[id] = true
     out[#out + 1] = '1'
+    if fkey ~= '' then  -- written now: the next call of its key in this script joins it
+      bulk('HSET', K_JOBS, jobs)
+      bulk('HSET', K_STATE, states)
+      bulk('ZADD', K_SCHEDULED, scheduled)
+      jobs, states, scheduled = {}, {}, {}
+    end
   end
 end
 bulk('HSET', K_JOBS, jobs)
