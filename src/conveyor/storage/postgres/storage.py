@@ -146,7 +146,7 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
         with self._db.call() as cur:
             applied, marked = ack_sql.apply(cur, self._clock_arg(), acks)
         if marked:  # a workflow node settled: its children move in the next transaction
-            self.settle_marks()
+            self.settle_marks(marked=True)
         return applied
 
     def log(self, job_id: str, token: str, events: Sequence[Event],

@@ -64,10 +64,12 @@ class PostgresUpkeep(PostgresInspector):
         self.settle_marks()  # the sweep: marks a crash or a server-side move left behind
         return int(row[0]) if row else 0
 
-    def settle_marks(self) -> int:
+    def settle_marks(self, marked: bool = False) -> int:
         """Settle the workflow nodes whose moves left a mark (``graph.py``); returns the
-        nodes moved. One read when there are none."""
-        if self._db.read().execute("SELECT 1 FROM wf_marks LIMIT 1").fetchone() is None:
+        nodes moved. One read when there are none (none when the caller knows there are:
+        ``marked``, as an ack's round trip reports)."""
+        if not marked and self._db.read().execute(
+                "SELECT 1 FROM wf_marks LIMIT 1").fetchone() is None:
             return 0
         with self._db.write() as cur:
             return graph.settle(cur, self._now(cur))

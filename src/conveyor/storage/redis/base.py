@@ -104,10 +104,9 @@ class RedisBase(RefusesTransactions):
         if not ids:
             return []
         qk = self.keys.queue(queue)
-        statics = self.link.call("HMGET", qk.jobs, *ids)
-        states = self.link.call("HMGET", qk.state, *ids)
-        results = self.link.call("HMGET", qk.results, *ids)
-        messages = self.link.call("HMGET", qk.messages, *ids)
+        statics, states, results, messages = self.link.call_many(  # one round trip
+            ("HMGET", qk.jobs, *ids), ("HMGET", qk.state, *ids),
+            ("HMGET", qk.results, *ids), ("HMGET", qk.messages, *ids))
         return [codec.to_record(i, static, state, result, message, with_events)
                 for i, static, state, result, message
                 in zip(ids, statics, states, results, messages, strict=True)

@@ -312,6 +312,28 @@ class Link:
         """One command, retried with backoff for up to ``patience`` seconds of outage."""
         return self.retrying(lambda: self.raw(*args), patience)
 
+    def call_many(self, *commands: Sequence[Any], patience: float = 5.0) -> list[Any]:
+        """Several read commands in one round trip where ``same_node`` allows (else, and on a
+        slot being moved, one by one), retried as ``call``; an error reply raises
+        ``StorageError``."""
+        def apart() -> list[Any]:
+            return [self.call(*command, patience=patience) for command in commands]
+
+        if not self.same_node(*commands):
+            return apart()
+
+        def many() -> list[Any] | None:
+            replies = self.raw_many(*commands)
+            if any(isinstance(reply, REDIRECTS) for reply in replies):
+                return None  # a slot on the move: each command follows it on its own
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            return replies
+
+        replies = self.retrying(many, patience)
+        return apart() if replies is None else replies
+
     def retrying(self, fn: Callable[[], T], patience: float = 5.0) -> T:
         """Run ``fn``, retrying transient failures with exponential backoff; an error reply
         (or any other failure of the client) becomes ``StorageError``."""

@@ -148,10 +148,11 @@ class RedisGraph(RedisBatches):
         wanted = list(dict.fromkeys(ids))
         if not wanted:
             return {}
-        halted = self.link.call("HGET", bk.batch, "cancelled") == "1"
+        cancelled, entries = self.link.call_many(("HGET", bk.batch, "cancelled"),
+                                                 ("HMGET", bk.jobs, *wanted))
+        halted = cancelled == "1"
         queues: dict[str, list[str]] = defaultdict(list)
-        for job_id, value in zip(wanted, self.link.call("HMGET", bk.jobs, *wanted),
-                                 strict=True):
+        for job_id, value in zip(wanted, entries, strict=True):
             if value:
                 state, _, queue = str(value).partition(":")
                 queues[queue].append(job_id)
