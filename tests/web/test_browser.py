@@ -174,6 +174,9 @@ def test_the_workflow_graph_follows_its_nodes_live(site: Site, page: Page) -> No
     with page.expect_navigation():
         page.click(f"a[href='/jobs/{middle[0].id}']")
     assert "released" in page.locator(".timeline").inner_text()  # the node's event log
+    with page.expect_navigation():
+        page.click("dd a:has-text('graph')")  # and back from the node to its graph
+    assert page.url == f"{site.server.url}/workflows/{wf.id}"
     page.goto(f"{site.server.url}/batches/{wf.id}")
     with page.expect_navigation():
         page.click("a.tab:has-text('graph')")

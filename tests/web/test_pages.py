@@ -166,6 +166,9 @@ def test_the_workflow_graph_page_draws_every_node_live(site: Site) -> None:
     assert f'href="/workflows/{wf.id}"' in client.get(f"/batches/{wf.id}").body
     partial = client.get(f"/workflows/{wf.id}?partial=1").body
     assert "<html" not in partial and '<svg class="graph"' in partial
+    node_page = client.get(f"/jobs/{last.id}").body  # a node's page leads back to the graph
+    assert "<dt>Workflow</dt>" in node_page and f'href="/workflows/{wf.id}"' in node_page
+    assert "<dt>Batch</dt>" in client.get(f"/jobs/{site.seeded.ids['dead']}").body
     missing = client.get("/workflows/no-such-workflow")
     assert missing.status == 404 and "no batch with id" in missing.body
     assert "no node to draw" in client.get(f"/workflows/{site.seeded.batch_id}").body

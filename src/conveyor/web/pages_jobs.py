@@ -115,13 +115,24 @@ def _bulk_form(rows: list[dict[str, Any]], csrf: str, here: str, state: JobState
 
 async def job(dash: StorageCaller, request: Request, csrf: str, m: re.Match[str]) -> Response:
     """One job: fields, args, options, actions, event timeline and errors with tracebacks."""
-    view = await dash.call(lambda insp: job_view(get_job(insp, m["id"])))
+    def read(insp: Inspector) -> tuple[dict[str, Any], str | None]:
+        record = get_job(insp, m["id"])
+        status = insp.get_batch(record.batch_id) if record.batch_id else None
+        return job_view(record), status.kind if status is not None else None
+
+    view, kind = await dash.call(read)
     here = f"/jobs/{view['id']}"
+    group: tuple[str, str] = ("Batch", "-")
+    if view["batch_id"] and kind == "workflow":  # a node: its graph, one click away
+        group = ("Workflow", link(f"/workflows/{view['batch_id']}", view["batch_id"])
+                 + " · " + link(f"/workflows/{view['batch_id']}", "graph")
+                 + " · " + link(f"/batches/{view['batch_id']}", "jobs"))
+    elif view["batch_id"]:
+        group = ("Batch", link(f"/batches/{view['batch_id']}", view["batch_id"]))
     fields = [("State", badge(view["state"])), ("Queue", e(view["queue"])),
               ("Attempt", e(f"{view['attempt']} (errors {view['errors']}, recoveries "
                             f"{view['recoveries']}, max retries {view['max_retries']})")),
-              ("Batch", link(f"/batches/{view['batch_id']}", view["batch_id"])
-               if view["batch_id"] else "-"),
+              group,
               ("Worker", e(view["worker"] or "-")), ("Created", when(view["created_at"])),
               ("Run at", when(view["run_at"])), ("Started", when(view["started_at"])),
               ("Finished", when(view["finished_at"])), ("Message", e(view["message"] or "-"))]
