@@ -7,12 +7,14 @@ from conveyor.clock import FakeClock
 from conveyor.context import JobContext, current_job
 from conveyor.errors import Fail, Retry
 from conveyor.job import Event, JobRecord, JobState
-from conveyor.options import Debounce, Throttle
+from conveyor.member import Member
+from conveyor.options import Aggregate, Debounce, Throttle
 from conveyor.refs import JobRef
 from conveyor.running_workflow import RunningWorkflow
 from conveyor.workflow import Workflow
 
 __all__ = [
+    "Aggregate",
     "Conveyor",
     "Debounce",
     "Event",
@@ -22,6 +24,7 @@ __all__ = [
     "JobRecord",
     "JobRef",
     "JobState",
+    "Member",
     "Retry",
     "RunningWorkflow",
     "Throttle",

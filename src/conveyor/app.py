@@ -26,7 +26,7 @@ from conveyor.draft import build_flow
 from conveyor.hooks import ErrorHandler
 from conveyor.job import JobRecord, JobState
 from conveyor.middleware import ClientChain, ServerChain
-from conveyor.options import Debounce, KeyOption, Throttle, make_options
+from conveyor.options import Aggregate, Debounce, KeyOption, Throttle, make_options
 from conveyor.periodic import Schedule, validate_cron, validate_tz
 from conveyor.refs import JobRef
 from conveyor.registry import JobFunction, Registry, default_name
@@ -155,6 +155,7 @@ worker runs jobs with, and the storage.
         concurrency_key: KeyOption = None, concurrency: int = 0, rate_key: KeyOption = None,
         rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
         debounce: Debounce | None = None, throttle: Throttle | None = None,
+        aggregate: Aggregate | None = None,
     ) -> Callable[[Callable[..., Any]], JobFunction]: ...
 
     def job(
@@ -166,6 +167,7 @@ worker runs jobs with, and the storage.
         concurrency_key: KeyOption = None, concurrency: int = 0, rate_key: KeyOption = None,
         rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
         debounce: Debounce | None = None, throttle: Throttle | None = None,
+        aggregate: Aggregate | None = None,
     ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
         """Register a job function; use as ``@app.job`` or ``@app.job(queue=..., ...)``.
 
@@ -182,13 +184,16 @@ worker runs jobs with, and the storage.
         limit applies to the job name. ``debounce=Debounce(key, wait=5)``: a burst of calls
         with one key becomes one run, ``wait`` s after the last, with the newest arguments;
         ``throttle=Throttle(key, every=60)``: at most one run per window (docs/api.md).
+        ``aggregate=Aggregate(key, grace=5, max_delay=60, max_size=1000)``: jobs wait
+        together per key and the job's aggregator (``@app.aggregate``) runs once with the
+        group (docs/aggregation.md).
         """
         opts = make_options(
             queue=queue, retry=retry, timeout=timeout, expires_in=expires_in, retry_in=retry_in,
             unique_for=unique_for, unique_key=unique_key, concurrency_key=concurrency_key,
             concurrency=concurrency, rate_key=rate_key, rate_limit=rate_limit,
             rate_period=rate_period, order_key=order_key, debounce=debounce,
-            throttle=throttle,
+            throttle=throttle, aggregate=aggregate,
         )
 
         def register(f: Callable[..., Any]) -> JobFunction:
@@ -208,6 +213,22 @@ worker runs jobs with, and the storage.
         """
         self.error_handlers.append(handler)
         return handler
+
+    def aggregate(
+        self, job: JobFunction | str
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register the aggregator of an aggregated job: ``@app.aggregate(notify)`` over
+        ``def send_digest(members: list[Member]) -> Any``. It runs once per group run with
+        the members (``conveyor.Member``); each member ends by the outcome the aggregator
+        gave it (``member.fail(...)``), else succeeded with the return value as its result,
+        or, when it raised, by its own retry rules (docs/aggregation.md)."""
+        name = job.name if isinstance(job, JobFunction) else job
+
+        def register(f: Callable[..., Any]) -> Callable[..., Any]:
+            self.registry.add_aggregator(name, f)
+            return f
+
+        return register
 
     def periodic(
         self,

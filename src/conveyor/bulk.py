@@ -53,8 +53,7 @@ def blocks(
 
     ``now`` is the client clock's ``now``, read once per block (for ``expires_in``).
     """
-    flows_wanted = bool(opts.unique_for or opts.concurrency or opts.rate_limit or opts.order_key
-                        or opts.fold)
+    flows_wanted = opts.has_flow
     queue = opts.queue
     index = 0
     checked = False

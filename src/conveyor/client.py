@@ -22,6 +22,7 @@ from conveyor.bulk import Threaded, Writers, blocks, refs_of, stored
 from conveyor.clock import SYSTEM_CLOCK, Clock
 from conveyor.context import current_batch
 from conveyor.draft import EnqueueDraft, build_spec, run_at_from
+from conveyor.errors import NoAggregatorError
 from conveyor.job import EnqueueResult, JobRecord, JobSpec
 from conveyor.middleware import ClientChain
 from conveyor.options import JobOptions, make_options
@@ -166,6 +167,7 @@ class Client:
             drafts = (self.draft(fn.name, fn.opts, *split_item(item, index))
                       for index, item in enumerate(items))
             return self.push_many(drafts, return_refs=return_refs)
+        self.check_aggregator(fn.name, fn.opts)
         storage = self.writer  # opened first, even for no items, as push_many does
         scope = current_batch()
         refs: list[JobRef] = []
@@ -242,7 +244,15 @@ class Client:
 
     def build_spec(self, draft: EnqueueDraft) -> JobSpec:
         """The ``JobSpec`` of a draft, now, under this client's payload limit."""
+        self.check_aggregator(draft.name, draft.options)
         return build_spec(draft, self.clock.now(), self.max_payload)
+
+    def check_aggregator(self, name: str, opts: JobOptions) -> None:
+        """Refuse an aggregated job without an aggregator: its group would never run."""
+        if opts.aggregate is not None and not self.registry.has_aggregator(name):
+            raise NoAggregatorError(
+                f"job {name} is aggregated (aggregate=...) but has no aggregator: register "
+                f"one with @app.aggregate({name.rsplit('.', 1)[-1]}) before enqueueing it")
 
     def store(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
         """Store built specs as they are (no middleware): what a ``SpecBuffer`` flushes to."""

@@ -98,8 +98,7 @@ def build_flow(
     ``unique_for`` alone locks on a hash of name + args + kwargs; ``concurrency=N`` or
     ``rate_limit=N`` alone limit the whole job name.
     """
-    if not (opts.unique_for or opts.concurrency or opts.rate_limit or opts.order_key
-            or opts.fold):
+    if not opts.has_flow:
         return None
     unique_key = _key(opts.unique_key, args, kwargs)
     if opts.unique_for and unique_key is None:
@@ -117,7 +116,19 @@ def build_flow(
         order_key=_key(opts.order_key, args, kwargs),
         fold_key=(_key(opts.fold.key, args, kwargs) or name) if opts.fold else None,
         fold=opts.fold.mode if opts.fold else "",
+        **_group(name, opts, args, kwargs),
     )
+
+
+def _group(name: str, opts: JobOptions, args: list[Any],
+           kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    agg = opts.aggregate
+    if agg is None:
+        return {}
+    key = _key(agg.key, args, kwargs) or name
+    check_name("aggregation key", key)
+    return {"group_key": key, "grace": float(agg.grace), "max_delay": float(agg.max_delay),
+            "max_size": agg.max_size}
 
 
 def _key(option: KeyOption, args: list[Any], kwargs: Mapping[str, Any]) -> str | None:

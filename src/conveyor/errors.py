@@ -62,6 +62,11 @@ class WorkflowError(ConveyorError, ValueError):
     that does not exist, a node a client middleware stopped)."""
 
 
+class NoAggregatorError(ConveyorError, LookupError):
+    """An aggregated job enqueued where no aggregator is registered for it: its group would
+    never run, so it is refused (``@app.aggregate(job)``, docs/aggregation.md)."""
+
+
 class LeaseLost(ConveyorError):
     """A running job acted on its lease after losing it (its run was reclaimed after a
     missed heartbeat, or cancelled): nothing was written; its outcome will be refused too."""

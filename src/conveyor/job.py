@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -34,6 +34,9 @@ class JobState(str, Enum):
     #: A workflow node whose parents have not all settled (docs/workflows.md). Last in the
     #: enum: a state's position is stored by some backends (Redis batch pages).
     WAITING = "waiting"
+    #: A member of an aggregation group waiting for its group's run (docs/aggregation.md).
+    #: After ``WAITING``, for the same reason.
+    AGGREGATING = "aggregating"
 
     def __str__(self) -> str:
         return self.value
@@ -50,8 +53,9 @@ TERMINAL_STATES = frozenset(
 ALL_STATES: tuple[JobState, ...] = tuple(JobState)
 #: The states in the order a job passes through them, for display (CLI, web, metrics).
 SHOWN_STATES: tuple[JobState, ...] = (
-    JobState.WAITING, JobState.SCHEDULED, JobState.PENDING, JobState.ACTIVE, JobState.RETRYING,
-    JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, JobState.CANCELLED,
+    JobState.WAITING, JobState.SCHEDULED, JobState.AGGREGATING, JobState.PENDING,
+    JobState.ACTIVE, JobState.RETRYING, JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD,
+    JobState.CANCELLED,
 )
 
 
@@ -77,6 +81,7 @@ class EventKind:
     ACK_REFUSED = "ack_refused"  # a stale lease holder tried to acknowledge (fencing)
     RELEASED = "released"  # a workflow node's parents all settled: it is pending now
     REOPENED = "reopened"  # a parent was retried by hand: the node waits for it again
+    FLUSHED = "flushed"  # its aggregation group was due: it leads the group's run
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +269,11 @@ class Ack:
     retry_in: float | None = None
     events: tuple[Event, ...] = ()
     progress: tuple[int, int] | None = None
+    bundle: tuple[Ack, ...] = ()  # the other members' acks of an aggregated run it leads
+
+    def flatten(self) -> list[Ack]:
+        """This ack and its bundle, each to be written as an ack of its own."""
+        return [replace(self, bundle=()), *self.bundle] if self.bundle else [self]
 
     def __post_init__(self) -> None:
         # The message is human text (text.py); ``result`` is JSON the serializer made storable.

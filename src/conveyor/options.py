@@ -15,7 +15,8 @@ from typing import Any
 
 from conveyor.text import check_name
 
-__all__ = ["Debounce", "JobOptions", "KeyOption", "Throttle", "by_name_keys", "make_options"]
+__all__ = ["Aggregate", "Debounce", "JobOptions", "KeyOption", "Throttle", "by_name_keys",
+           "make_options"]
 
 KeyOption = str | Callable[..., str] | None
 """A flow-control key: a fixed string, or a callable given the job's args and kwargs."""
@@ -64,6 +65,22 @@ class Throttle:
 
 
 @dataclass(frozen=True, slots=True)
+class Aggregate:
+    """Many jobs become one call: a job waits ``aggregating`` in the group of its ``key``
+    until the group is due, then the job's aggregator (``@app.aggregate``) runs once with
+    every member. Due ``grace`` seconds after the newest member arrived, at most
+    ``max_delay`` seconds after the oldest, or at once with ``max_size`` members (the most
+    one run takes). ``key``: a string or a callable given the job's arguments (default: the
+    job's name). A group is per (queue, job name, key); each member brings its settings and
+    the newest member's decide (docs/aggregation.md)."""
+
+    key: KeyOption = None
+    grace: float = 5.0
+    max_delay: float = 60.0
+    max_size: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
 class JobOptions:
     """The options a ``JobFunction`` enqueues with (see ``Conveyor.job`` for each meaning)."""
 
@@ -81,6 +98,13 @@ class JobOptions:
     rate_period: float = 0.0
     order_key: KeyOption = None
     fold: Debounce | Throttle | None = None  # debounce or throttle
+    aggregate: Aggregate | None = None
+
+    @property
+    def has_flow(self) -> bool:
+        """True when jobs of these options carry flow control for the storage to enforce."""
+        return bool(self.unique_for or self.concurrency or self.rate_limit or self.order_key
+                    or self.fold or self.aggregate)
 
 
 _OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(JobOptions)) | {
@@ -138,6 +162,8 @@ def _check(opts: JobOptions) -> None:
     if opts.unique_key is not None and opts.unique_for is None:
         raise ValueError("unique_key needs unique_for=seconds (how long the lock is held)")
     fold = opts.fold
+    if opts.aggregate is not None:
+        _check_aggregate(opts)
     if fold is not None:
         if not isinstance(fold, Debounce | Throttle):
             raise ValueError(f"debounce/throttle must be a Debounce or Throttle, not {fold!r}")
@@ -149,6 +175,23 @@ def _check(opts: JobOptions) -> None:
         if opts.unique_for is not None:
             raise ValueError("a debounced or throttled job is already one per key: drop "
                              "unique_for")
+
+
+def _check_aggregate(opts: JobOptions) -> None:
+    agg = opts.aggregate
+    if not isinstance(agg, Aggregate):
+        raise ValueError(f"aggregate must be an Aggregate, not {agg!r}")
+    if not (isinstance(agg.grace, int | float) and agg.grace >= 0):
+        raise ValueError(f"Aggregate needs grace >= 0 seconds, not {agg.grace!r}")
+    if not (isinstance(agg.max_delay, int | float) and agg.max_delay > 0):
+        raise ValueError(f"Aggregate needs max_delay > 0 seconds, not {agg.max_delay!r}")
+    if not (isinstance(agg.max_size, int) and not isinstance(agg.max_size, bool)
+            and agg.max_size >= 1):
+        raise ValueError(f"Aggregate needs max_size >= 1 members, not {agg.max_size!r}")
+    # A member runs with its group, never alone: limits on single runs cannot hold for it.
+    if opts.fold is not None or opts.concurrency or opts.rate_limit or opts.order_key:
+        raise ValueError("an aggregated job runs with its group: debounce, throttle, "
+                         "concurrency, rate_limit and order_key do not apply to it")
 
 
 _KEY_FIELDS = ("unique_key", "concurrency_key", "rate_key", "order_key")
@@ -173,6 +216,9 @@ def by_name_keys(opts: JobOptions, func: Callable[..., Any]) -> JobOptions:
     fold = opts.fold
     if fold is not None and callable(fold.key) and not hasattr(fold.key, "_by_name"):
         changes["fold"] = dataclasses.replace(fold, key=_named(fold.key, params))
+    agg = opts.aggregate
+    if agg is not None and callable(agg.key) and not hasattr(agg.key, "_by_name"):
+        changes["aggregate"] = dataclasses.replace(agg, key=_named(agg.key, params))
     return dataclasses.replace(opts, **changes) if changes else opts
 
 

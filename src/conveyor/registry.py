@@ -273,6 +273,8 @@ class Registry:
     def __init__(self) -> None:
         self._jobs: dict[str, JobFunction] = {}
         self._builtin: dict[str, JobFunction] = {}
+        self._aggregators: dict[str, Callable[..., Any]] = {}
+        self._aggregator_fns: dict[str, JobFunction] = {}
 
     def add_builtins(self, enqueuer: Enqueuer) -> None:
         """Register conveyor's own jobs (``MAP_JOB``), stored by ``enqueuer``."""
@@ -297,6 +299,30 @@ class Registry:
     def get(self, name: str) -> JobFunction | None:
         """The job registered under ``name``, or None."""
         return self._jobs.get(name) or self._builtin.get(name)
+
+    def add_aggregator(self, name: str, func: Callable[..., Any]) -> None:
+        """Register ``func`` as the aggregator of the job ``name`` (``@app.aggregate``)."""
+        check_name("job name", name)
+        existing = self._aggregators.get(name)
+        if existing is not None and default_name(existing) != default_name(func):
+            raise ValueError(f"job {name!r} already has the aggregator "
+                             f"{default_name(existing)}")
+        self._aggregators[name] = func
+        self._aggregator_fns.pop(name, None)
+
+    def has_aggregator(self, name: str) -> bool:
+        """True when the job ``name`` has an aggregator registered."""
+        return name in self._aggregators
+
+    def aggregator(self, name: str) -> JobFunction | None:
+        """The aggregator of the job ``name`` as a ``JobFunction`` with the job's options (its
+        timeout and retry rules apply to the run), or None."""
+        found = self._aggregator_fns.get(name)
+        func = self._aggregators.get(name)
+        job = self._jobs.get(name)
+        if found is None and func is not None and job is not None:
+            found = self._aggregator_fns[name] = JobFunction(job.enqueuer, func, name, job.opts)
+        return found
 
     def names(self) -> list[str]:
         """Every registered name, sorted."""

@@ -55,6 +55,6 @@ def drain(app: Conveyor, queues: Sequence[str] | None = None, max_jobs: int | No
             ack = asyncio.run(processor.run_async(prepared))
         else:
             ack = processor.run(prepared)
-        storage.ack([ack])
+        storage.ack(ack.flatten())
         ran += 1
     return ran

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from conveyor.clock import FakeClock
 from conveyor.job import JobState
-from conveyor.storage.sqlite import jobs
 from conveyor.storage.sqlite.migrate import latest_version, migrations, split_statements
 from conveyor.storage.sqlite.storage import open_sqlite
 from tests.conformance.helpers import spec, state_of, take_one
@@ -22,9 +21,10 @@ def test_an_older_database_keeps_every_job_and_its_pending_jobs_are_due(tmp_path
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {number:d}")
     specs = [spec(), spec()]
-    conn.execute("BEGIN IMMEDIATE")
-    jobs.insert(conn.cursor(), 1.0, specs)  # stored by the version-4 code path
-    conn.execute("COMMIT")
+    conn.executemany(  # the columns the version-4 code wrote for a plain pending job
+        "INSERT INTO jobs (id, name, queue, payload, state, created_at, ready_at, events) "
+        "VALUES (?, ?, ?, ?, 'pending', 1.0, 1.0, '')",
+        [(s.id, s.name, s.queue, s.payload) for s in specs])
     conn.close()
 
     store = open_sqlite(f"sqlite:///{path}", FakeClock())

@@ -124,6 +124,14 @@ class Storage(Protocol):
         (``created=False``). ``WorkflowError`` if ``adder`` or a parent is not a node."""
         ...
 
+    def gather(self, lead: str, token: str) -> list[LeasedJob] | None:
+        """Lease the members of ``lead``'s aggregation group for its run (None, nothing moved,
+        when ``token`` lost the lease): up to the group's ``max_size - 1`` oldest
+        ``aggregating`` members become ``active`` under the lead's token, worker and lease
+        expiry, in one atomic step (storage/aggregation.py). A lead that is no member, or
+        whose group is empty, gathers nothing."""
+        ...
+
     def heartbeat(
         self, info: WorkerInfo, leases: Mapping[str, str], lease_seconds: float
     ) -> HeartbeatReply:

@@ -287,6 +287,7 @@ class QueueStats:
     processed_today: int = 0
     failed_today: int = 0
     waiting: int = 0  # workflow nodes waiting for their parents
+    aggregating: int = 0  # members waiting for their aggregation group's run
 
 
 def spec_to_wire(spec: JobSpec) -> dict[str, Any]:

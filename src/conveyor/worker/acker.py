@@ -58,10 +58,11 @@ class Acker:
         self.on_written: Callable[[list[str]], None] | None = None
 
     def add(self, ack: Ack) -> None:
-        """Queue an ack for the next batch."""
+        """Queue an ack (with the acks it bundles) for the next batch."""
         with self._cond:
-            self._pending.append(ack)
-            if len(self._pending) == 1:
+            first = not self._pending
+            self._pending.extend(ack.flatten())
+            if first:
                 self._cond.notify()
 
     def leases(self) -> dict[str, str]:

@@ -93,6 +93,10 @@ class Heartbeater(PeriodicComponent):
         was about, so a verdict on one attempt never reaches another attempt of the job.
         """
         for job_id in reply.lost:
+            member = self.inflight.member(leases.get(job_id, ""), job_id)
+            if member is not None:  # one member of an aggregated run (deleted by hand)
+                member.lost = True
+                continue
             entry = self.inflight.get(leases.get(job_id, ""))
             if entry is not None and not entry.lost:
                 entry.lost = True
@@ -102,6 +106,10 @@ class Heartbeater(PeriodicComponent):
                     job_id, entry.job.name,
                 )
         for job_id in reply.cancel:
+            member = self.inflight.member(leases.get(job_id, ""), job_id)
+            if member is not None:  # one member of an aggregated run: it alone is left out
+                member.ctx.request_cancel()
+                continue
             entry = self.inflight.get(leases.get(job_id, ""))
             if entry is not None and not entry.ctx.cancelled:
                 entry.ctx.request_cancel()

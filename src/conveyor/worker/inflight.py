@@ -40,6 +40,11 @@ class Entry:
     lost: bool = False  # the lease went to someone else: never acknowledge
     task: Any = None  # the asyncio task of an async job, to cancel it
     logged_at: float = field(default=0.0)
+    #: An aggregated run (docs/aggregation.md): ``fn`` is the job's aggregator, and
+    #: ``members`` the jobs it gathered under this entry's lease (the lead not among them).
+    grouped: bool = False
+    members: list[Entry] = field(default_factory=list)
+    member: Any = None  # this job's ``conveyor.Member`` in a run, with its outcome
 
 
 class InFlight:
@@ -103,8 +108,21 @@ class InFlight:
         self._slot_freed.set()
 
     def leases(self) -> dict[str, str]:
-        """Job id → lease token of every running job this process still owns."""
-        return {e.job.id: e.job.token for e in self if not e.lost}
+        """Job id → lease token of every running job this process still owns (the members
+        of an aggregated run share its lead's)."""
+        out: dict[str, str] = {}
+        for e in self:
+            if not e.lost:
+                out[e.job.id] = e.job.token
+                out.update((m.job.id, m.job.token) for m in list(e.members))
+        return out
+
+    def member(self, token: str, job_id: str) -> Entry | None:
+        """The member ``job_id`` of the aggregated run holding ``token``, or None."""
+        entry = self._running.get(token)
+        if entry is None:
+            return None
+        return next((m for m in list(entry.members) if m.job.id == job_id), None)
 
     def busy(self) -> tuple[BusySlot, ...]:
         """What each busy slot runs, for the worker registry."""

@@ -20,6 +20,7 @@ from conveyor.errors import Fail, JobTimeout, PayloadError, Retry, UnknownJobErr
 from conveyor.job import Ack, ErrorInfo, LeasedJob, Outcome
 from conveyor.retry import backoff
 from conveyor.serializer import decode_payload, dumps
+from conveyor.worker.grouped import GroupRuns
 from conveyor.worker.inflight import Entry
 from conveyor.worker.reporting import report_outcome
 
@@ -45,6 +46,7 @@ class Processor:
         self.app = app
         self.worker_id = worker_id
         self.clock = clock
+        self.groups = GroupRuns(self)
 
     def prepare(self, job: LeasedJob) -> Entry | Ack:
         """Decode the payload and find the function; an ``Ack`` (dead) when either fails."""
@@ -53,6 +55,11 @@ class Processor:
         fn = self.app.registry.get(job.name)
         if fn is None:
             return self._unknown(job)
+        aggregator = self.app.registry.aggregator(job.name)
+        if aggregator is None and fn.opts.aggregate is not None:
+            return self._unknown(job, "no aggregator for")
+        if aggregator is not None:
+            fn = aggregator
         try:
             args, kwargs, meta = decode_payload(job.payload)
         except PayloadError as bad:
@@ -65,13 +72,14 @@ class Processor:
         now = self.clock.now()
         timeout = job.timeout if job.timeout is not None else fn.opts.timeout
         deadline = now + timeout if timeout else None
-        return Entry(job, fn, ctx, args, kwargs, started=now, deadline=deadline, logged_at=now)
+        return Entry(job, fn, ctx, args, kwargs, started=now, deadline=deadline, logged_at=now,
+                     grouped=aggregator is not None)
 
-    def _unknown(self, job: LeasedJob) -> Ack:
+    def _unknown(self, job: LeasedJob, what: str = "no job named") -> Ack:
         """A job this worker's code does not define: an error retried with the default
         backoff, dead only after its retry budget. In a rolling deploy an old worker meets
         jobs of the new code; a new worker takes the retry [Sidekiq]."""
-        exc = UnknownJobError(f"no job named {job.name!r} in this worker; retrying — is the "
+        exc = UnknownJobError(f"{what} {job.name!r} in this worker; retrying — is the "
                               "worker running the new code?")
         if job.errors >= job.max_retries:
             return self._dead(job, exc)
@@ -86,6 +94,8 @@ class Processor:
 
     def run(self, entry: Entry) -> Ack:
         """Run a sync job in this thread, through the server middleware."""
+        if entry.grouped:
+            return self.groups.run(entry)
         call = functools.partial(entry.fn.func, *entry.args, **entry.kwargs)
         try:
             with activate(entry.ctx):
@@ -96,6 +106,9 @@ class Processor:
 
     async def run_async(self, entry: Entry) -> Ack:
         """Run an ``async def`` job on the current loop, cancelled at its timeout."""
+        if entry.grouped:
+            return await self.groups.run_async(entry)
+
         async def call() -> Any:
             return await entry.fn.func(*entry.args, **entry.kwargs)
 
@@ -121,7 +134,7 @@ class Processor:
     def success(self, entry: Entry, result: Any) -> Ack:
         """SUCCEEDED with the JSON result (CANCELLED when cancellation was requested)."""
         if entry.ctx.cancelled:
-            return self._ack(entry, Outcome.CANCELLED, message="cancelled while running")
+            return self.ack(entry, Outcome.CANCELLED, message="cancelled while running")
         try:
             text = "null" if result is None else dumps(result)  # most jobs return nothing
         except PayloadError as exc:
@@ -130,7 +143,7 @@ class Processor:
                 "return only JSON values (dict, list, str, int, float, bool, None)"
             )
             return self.failure(entry, bad)
-        return self._ack(entry, Outcome.SUCCEEDED, result=text)
+        return self.ack(entry, Outcome.SUCCEEDED, result=text)
 
     def failure(self, entry: Entry, exc: BaseException) -> Ack:
         """Map an exception to FAILED, RETRY, DEAD or CANCELLED; log it, call error hooks."""
@@ -142,24 +155,24 @@ class Processor:
         job = entry.job
         if entry.ctx.cancelled and isinstance(exc, asyncio.CancelledError):
             # The worker itself cancelled the task at the request: no error of the job's.
-            return self._ack(entry, Outcome.CANCELLED, message="cancelled while running")
+            return self.ack(entry, Outcome.CANCELLED, message="cancelled while running")
         # Anything else is acknowledged as it ended, whether or not the request had reached
         # the job: the storage ends an error attempt ``cancelled: <error>`` (still counted),
         # and a ``Fail`` stands (docs/api.md, "Job lifecycle rules"), on every backend alike.
         if isinstance(exc, Fail):
-            return self._ack(entry, Outcome.FAILED, message=exc.message or type(exc).__name__)
+            return self.ack(entry, Outcome.FAILED, message=exc.message or type(exc).__name__)
         if isinstance(exc, Retry):  # counts as an attempt, so it ends too
             message = exc.message or "retry requested"
             if job.errors >= job.max_retries:
-                return self._ack(entry, Outcome.DEAD, message=f"{message} (no retries left)")
+                return self.ack(entry, Outcome.DEAD, message=f"{message} (no retries left)")
             delay = exc.in_seconds if exc.in_seconds is not None else backoff(job.errors + 1)
-            return self._ack(entry, Outcome.RETRY, message=message,
+            return self.ack(entry, Outcome.RETRY, message=message,
                              retry_in=max(0.0, float(delay)))
         info = error_info(exc)
         if job.errors < job.max_retries:
-            return self._ack(entry, Outcome.RETRY, message=info.message, error=info,
+            return self.ack(entry, Outcome.RETRY, message=info.message, error=info,
                              retry_in=self.retry_delay(entry, exc))
-        return self._ack(entry, Outcome.DEAD, message=info.message, error=info)
+        return self.ack(entry, Outcome.DEAD, message=info.message, error=info)
 
     def retry_delay(self, entry: Entry, exc: BaseException) -> float:
         """Seconds before the next attempt: the job's ``retry_in`` or the default backoff."""
@@ -180,14 +193,14 @@ class Processor:
 
     def timed_out(self, entry: Entry) -> Ack:
         """The ack for a thread job the watchdog gave up on (the thread is abandoned)."""
-        return self.failure(entry, self.timeout_error(entry))
+        return self.groups.end(entry, exc=self.timeout_error(entry))
 
     def interrupted(self, entry: Entry) -> Ack:
         """The ack of hard shutdown: the storage puts the job back to pending."""
-        return self._ack(entry, Outcome.INTERRUPTED,
-                         message="worker shut down before the job ended")
+        return self.groups.each(entry, lambda e: self.ack(
+            e, Outcome.INTERRUPTED, message="worker shut down before the job ended"))
 
-    def _ack(self, entry: Entry, outcome: Outcome, **fields: Any) -> Ack:
+    def ack(self, entry: Entry, outcome: Outcome, **fields: Any) -> Ack:
         events, progress = entry.ctx.drain()
         return Ack(entry.job.id, entry.job.token, outcome, events=events, progress=progress,
                    **fields)

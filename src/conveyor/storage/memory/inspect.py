@@ -52,6 +52,7 @@ class MemoryInspector(MemoryState):
             processed_today=self._daily.get((queue, today, "processed"), 0),
             failed_today=self._daily.get((queue, today, "failed"), 0),
             waiting=self._counts[(queue, JobState.WAITING)],
+            aggregating=self._counts[(queue, JobState.AGGREGATING)],
         )
 
     def get_job(self, job_id: str) -> JobRecord | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from conveyor.job import EventKind, JobState, LeasedJob
+from conveyor.job import EventKind, JobState
 from conveyor.storage.memory.flow import ScanBudget
 from conveyor.storage.memory.state import Entry, MemoryState
 from conveyor.storage.outbox import Delivered, StartKind, StartReply, arrivals, mark, marked_by
@@ -20,8 +20,7 @@ from conveyor.storage.rules import DEADLINE_PASSED, REDELIVERED
 class MemoryOutbox(MemoryState):
     """``publish_due``, ``publish_failed`` and ``start`` over the memory backend's state."""
 
-    # Defined by MemoryStorage (the hot path), shared with ``dequeue`` and ``reclaim_expired``.
-    _lease: Callable[[Entry, str, float, float], LeasedJob]
+    # Defined by MemoryStorage (the hot path), shared with ``reclaim_expired``.
     _recover: Callable[[list[Entry], int, float, str], None]
 
     def _outbox(self) -> tuple[dict[str, tuple[float, int]], set[str]]:

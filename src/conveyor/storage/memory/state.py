@@ -8,6 +8,7 @@ counters, flow-control bookkeeping, batch counters and the event log in step, so
 from __future__ import annotations
 
 import heapq
+import secrets
 import threading
 import time
 from collections import defaultdict
@@ -17,8 +18,17 @@ from typing import Any
 
 from conveyor.clock import Clock
 from conveyor.errors import ConveyorError
-from conveyor.job import EnqueueResult, Event, EventKind, JobRecord, JobSpec, JobState
-from conveyor.storage import graph
+from conveyor.job import (
+    EnqueueResult,
+    Event,
+    EventKind,
+    JobRecord,
+    JobSpec,
+    JobState,
+    LeasedJob,
+)
+from conveyor.storage import aggregation, graph
+from conveyor.storage.aggregation import Group, GroupId
 from conveyor.storage.graph import JobView, NodeRow
 from conveyor.storage.memory.batches import BatchBook
 from conveyor.storage.memory.flow import FlowGate
@@ -26,7 +36,7 @@ from conveyor.storage.records import WorkerInfo
 
 #: States a job waits in before it runs (cancelled at once by a cancel request).
 WAITING_STATES = frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.RETRYING,
-                            JobState.WAITING})
+                            JobState.WAITING, JobState.AGGREGATING})
 _DUE_STATES = (JobState.SCHEDULED, JobState.RETRYING)
 
 
@@ -83,6 +93,9 @@ class MemoryState:
         self._nodes: dict[str, NodeRow] = {}  # workflow nodes (storage/graph.py)
         self._marks: dict[str, None] = {}
         self._settling = False
+        self._groups: dict[GroupId, Group] = {}  # aggregation groups (storage/aggregation.py)
+        # their aggregating members, oldest first -> when each arrived
+        self._members: dict[GroupId, dict[str, float]] = defaultdict(dict)
 
     def now(self) -> float:
         """The storage's clock."""
@@ -101,6 +114,9 @@ class MemoryState:
         scheduled = spec.run_at is not None and spec.run_at > now and not spec.waits
         state = (JobState.WAITING if spec.waits else
                  JobState.SCHEDULED if scheduled else JobState.PENDING)
+        member = aggregation.arrival(spec.id, spec.queue, spec.name, spec.flow)
+        if state is JobState.PENDING and member is not None and not self._joins([member], now):
+            state = JobState.AGGREGATING
         if spec.node is not None:
             self._nodes[spec.id] = NodeRow(spec.id, spec.node, len(spec.node.parents))
         rec = JobRecord(
@@ -121,6 +137,8 @@ class MemoryState:
         if scheduled:
             heapq.heappush(self._due, (now if spec.run_at is None else spec.run_at,
                                        entry.seq, entry.version, spec.id))
+        elif state is JobState.AGGREGATING:
+            self._members[_group_of(rec)][spec.id] = now
         elif state is JobState.WAITING:
             pass
         else:
@@ -128,6 +146,35 @@ class MemoryState:
             if wake:
                 self._wake()
         return EnqueueResult(spec.id)
+
+    def _holder(self, job_id: str, token: str) -> Entry | None:
+        entry = self._jobs.get(job_id)
+        if entry is None or entry.rec.state is not JobState.ACTIVE or entry.token != token:
+            return None
+        return entry
+
+    def _lease(self, entry: Entry, worker_id: str, now: float, lease_seconds: float,
+               token: str | None = None, lead: str | None = None) -> LeasedJob:
+        rec = entry.rec
+        rec.attempt += 1
+        rec.worker = worker_id
+        rec.started_at = now
+        rec.lease_expires_at = now + lease_seconds
+        entry.token = token or secrets.token_hex(12)
+        self._move(entry, JobState.ACTIVE, EventKind.STARTED, now, worker=worker_id,
+                   data=None if lead is None else {"lead": lead})
+        return LeasedJob(
+            id=rec.id, name=rec.name, queue=rec.queue, payload=rec.payload, token=entry.token,
+            attempt=rec.attempt, errors=rec.errors, max_retries=rec.max_retries,
+            timeout=rec.timeout, batch_id=rec.batch_id, recoveries=rec.recoveries,
+        )
+
+    def _joins(self, members: list[aggregation.Arrival], now: float) -> set[str]:
+        """Join members to their groups; returns the ones that lead (stored pending)."""
+        groups = {m.group: g for m in members if (g := self._groups.get(m.group)) is not None}
+        leads = aggregation.join(groups, members, now)
+        self._groups.update(groups)
+        return leads
 
     def _fold(self, entry: Entry, spec: JobSpec) -> None:
         """A debounced or throttled call joins the scheduled job of its key: the newest
@@ -164,6 +211,8 @@ class MemoryState:
         rec, old = entry.rec, entry.rec.state
         if old is JobState.PENDING:
             self._pending[rec.queue].pop(rec.id, None)
+        elif old is JobState.AGGREGATING:
+            self._members[_group_of(rec)].pop(rec.id, None)
         elif old is JobState.ACTIVE:
             del self._active[rec.id]
             self._flow.stopped(rec)
@@ -184,6 +233,9 @@ class MemoryState:
         elif new is JobState.ACTIVE:
             self._active[rec.id] = None
             self._flow.started(rec, now)
+        elif new is JobState.AGGREGATING:
+            entry.pending_since = now
+            self._members[_group_of(rec)][rec.id] = now
         elif new in _DUE_STATES:
             run_at = now if rec.run_at is None else rec.run_at
             heapq.heappush(self._due, (run_at, entry.seq, entry.version, rec.id))
@@ -225,6 +277,8 @@ class MemoryState:
         del self._jobs[rec.id]
         if rec.state is JobState.PENDING:
             self._pending[rec.queue].pop(rec.id, None)
+        elif rec.state is JobState.AGGREGATING:
+            self._members[_group_of(rec)].pop(rec.id, None)
         self._counts[(rec.queue, rec.state)] -= 1
         if touch_batch and rec.batch_id:
             self._fire(self._batches.left(rec.batch_id, rec.state, now), now)
@@ -256,6 +310,10 @@ class MemoryState:
     def _lookup(self, job_id: str) -> tuple[JobRecord, int] | None:
         entry = self._jobs.get(job_id)
         return None if entry is None else (entry.rec, entry.seq)
+
+
+def _group_of(rec: JobRecord) -> GroupId:
+    return (rec.queue, rec.name, rec.flow.group_key if rec.flow and rec.flow.group_key else "")
 
 
 class _Graph:

@@ -8,7 +8,6 @@ transaction would be; every move of a job goes through ``MemoryState._move``.
 from __future__ import annotations
 
 import heapq
-import secrets
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -31,6 +30,7 @@ from conveyor.job import (
 from conveyor.storage import graph
 from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
 from conveyor.storage.memory.flow import ScanBudget
+from conveyor.storage.memory.groups import MemoryGroups
 from conveyor.storage.memory.inspect import MemoryInspector
 from conveyor.storage.memory.outbox import MemoryOutbox
 from conveyor.storage.memory.schedules import MemorySchedules
@@ -47,8 +47,8 @@ from conveyor.storage.rules import (
 )
 
 
-class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, MemoryInspector,
-                    MemorySchedules):
+class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, MemoryGroups,
+                    MemoryInspector, MemorySchedules):
     """A ``Storage`` and ``Inspector`` held in process memory; thread-safe."""
 
     def __init__(self, url: str, clock: Clock) -> None:
@@ -110,20 +110,6 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, Memory
                 picked.append(entry)
                 taken += 1
 
-    def _lease(self, entry: Entry, worker_id: str, now: float, lease_seconds: float) -> LeasedJob:
-        rec = entry.rec
-        rec.attempt += 1
-        rec.worker = worker_id
-        rec.started_at = now
-        rec.lease_expires_at = now + lease_seconds
-        entry.token = secrets.token_hex(12)
-        self._move(entry, JobState.ACTIVE, EventKind.STARTED, now, worker=worker_id)
-        return LeasedJob(
-            id=rec.id, name=rec.name, queue=rec.queue, payload=rec.payload, token=entry.token,
-            attempt=rec.attempt, errors=rec.errors, max_retries=rec.max_retries,
-            timeout=rec.timeout, batch_id=rec.batch_id, recoveries=rec.recoveries,
-        )
-
     def wait(self, queues: Sequence[str], timeout: float) -> bool:
         """Block until new work is stored (any queue: spurious wake-ups are allowed). Work
         stored since this thread's last wait timed out counts: waits in a row miss nothing."""
@@ -141,12 +127,6 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, Memory
         with self._lock:
             now = self.now()
             return [self._apply(ack, now) for ack in acks]
-
-    def _holder(self, job_id: str, token: str) -> Entry | None:
-        entry = self._jobs.get(job_id)
-        if entry is None or entry.rec.state is not JobState.ACTIVE or entry.token != token:
-            return None
-        return entry
 
     def _apply(self, ack: Ack, now: float) -> bool:
         entry = self._holder(ack.job_id, ack.token)
@@ -276,9 +256,9 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, Memory
                     break
                 heapq.heappop(self._due)
                 if entry is not None and entry.version == version:
-                    self._move(entry, JobState.PENDING, EventKind.ENQUEUED, now)
+                    self._promote(entry, now)
                     moved += 1
-            return moved
+            return moved + self._flush(now, limit)
 
     def reclaim_expired(self, max_recoveries: int = 5, limit: int = 1000) -> int:
         """Active jobs whose lease expired → pending (or dead past ``max_recoveries``)."""

@@ -275,7 +275,7 @@ class PostgresInspector(PostgresFlow):
         # for one chunk at most, not for one transaction over a 200,000-job batch.
         # One state at a time, so each chunk is a range of the (batch_id, state, seq) index.
         done = 0
-        for state in ("waiting", "scheduled", "pending", "retrying", "active"):
+        for state in ("waiting", "aggregating", "scheduled", "pending", "retrying", "active"):
             after = 0
             while True:
                 with self._db.write() as cur:

@@ -25,7 +25,7 @@ WORKER_TTL = 60.0
 CANCEL_CHUNK = 500  # jobs per cancel_batch transaction (~10 ms of write lock)
 _KNOWN_SET = frozenset(s.value for s in ALL_STATES)
 _KNOWN = ", ".join(f"'{s.value}'" for s in ALL_STATES)
-_WAITING = ("scheduled", "pending", "retrying", "waiting")
+_WAITING = ("scheduled", "pending", "retrying", "waiting", "aggregating")
 _RETRYABLE = ("dead", "failed", "cancelled", "retrying")
 
 
@@ -50,7 +50,8 @@ class SqliteInspector:
         sizes: dict[tuple[str, str], int] = {
             (q, s): n for q, s, n in db.execute(
                 "SELECT queue, state, count(*) FROM jobs WHERE state IN "
-                "('pending', 'scheduled', 'active', 'retrying', 'dead', 'waiting') "
+                "('pending', 'scheduled', 'active', 'retrying', 'dead', 'waiting', "
+                "'aggregating') "
                 "GROUP BY queue, state"
             )
         }
@@ -76,6 +77,7 @@ class SqliteInspector:
                 processed_today=daily.get(name, (0, 0))[0],
                 failed_today=daily.get(name, (0, 0))[1],
                 waiting=sizes.get((name, "waiting"), 0),
+                aggregating=sizes.get((name, "aggregating"), 0),
             ))
         return out
 
@@ -275,7 +277,7 @@ class SqliteInspector:
         # One state at a time, so each chunk is a range of the (batch_id, state) index in
         # rowid order: a seek, not a sort of every remaining job.
         done = 0
-        for state in ("waiting", "scheduled", "pending", "retrying", "active"):
+        for state in ("waiting", "aggregating", "scheduled", "pending", "retrying", "active"):
             after = 0
             while True:
                 with self._db.write() as cur:

@@ -22,9 +22,11 @@ from conveyor.job import (
     JobState,
     decode_events,
 )
+from conveyor.storage import aggregation
 from conveyor.storage.records import JobBlock
 from conveyor.storage.rules import is_gated, validate_flow
 from conveyor.storage.sqlite import batches, flow, graph
+from conveyor.storage.sqlite.group_rows import Joiner
 
 # Re-exported: every transition of this package goes through them (moves.py).
 from conveyor.storage.sqlite.moves import FINISH as FINISH
@@ -42,8 +44,8 @@ JOB_COLUMNS = (
 _INSERT = (
     "INSERT INTO jobs (id, name, queue, payload, state, max_retries, timeout, deadline, "
     "created_at, run_at, ready_at, batch_id, flow, unique_key, concurrency_key, "
-    "concurrency_limit, order_key, rate_key, rate_limit, rate_period, gated, events) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "concurrency_limit, order_key, rate_key, rate_limit, rate_period, gated, events, "
+    "group_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -51,11 +53,15 @@ def _row(spec: JobSpec, now: float, state: str, event: str) -> tuple[Any, ...]:
     fc = spec.flow or FlowControl()
     return (
         spec.id, spec.name, spec.queue, spec.payload, state, spec.max_retries, spec.timeout,
-        spec.deadline, now, spec.run_at, now if state == "pending" else None, spec.batch_id,
+        spec.deadline, now, spec.run_at, now if state in _READY else None, spec.batch_id,
         json.dumps(fc.to_wire()) if spec.flow else None, fc.unique_key, fc.concurrency_key,
         fc.concurrency_limit, fc.order_key, fc.rate_key, fc.rate_limit, fc.rate_period,
-        1 if is_gated(spec.flow) else 0, event,
+        1 if is_gated(spec.flow) else 0, event, fc.group_key,
     )
+
+
+# ready_at: when a job became pending (FIFO), or a member arrived in its group
+_READY = frozenset({"pending", "aggregating"})
 
 
 def insert(cur: sqlite3.Cursor, now: float, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
@@ -69,7 +75,9 @@ def insert(cur: sqlite3.Cursor, now: float, specs: Sequence[JobSpec]) -> list[En
         "pending": event_line(now, "enqueued", "pending"),
         "scheduled": event_line(now, "scheduled", "scheduled"),
         "waiting": event_line(now, "enqueued", "waiting"),
+        "aggregating": event_line(now, "enqueued", "aggregating"),
     }
+    joiner = Joiner(cur, now)
     results: list[EnqueueResult] = []
     rows: list[tuple[Any, ...]] = []
     moves: list[batches.Move] = []
@@ -83,6 +91,9 @@ def insert(cur: sqlite3.Cursor, now: float, specs: Sequence[JobSpec]) -> list[En
         existing.add(spec.id)
         state = ("waiting" if spec.waits else
                  "scheduled" if spec.run_at is not None and spec.run_at > now else "pending")
+        member = aggregation.arrival(spec.id, spec.queue, spec.name, spec.flow)
+        if state == "pending" and member is not None and not joiner.leads(member):
+            state = "aggregating"
         rows.append(_row(spec, now, state, events[state]))
         if spec.flow is not None and spec.flow.fold_key:
             cur.executemany(_INSERT, rows[-1:])  # now: the next call of its key joins it
@@ -93,6 +104,7 @@ def insert(cur: sqlite3.Cursor, now: float, specs: Sequence[JobSpec]) -> list[En
             moves.append((spec.batch_id, None, state))
         results.append(EnqueueResult(spec.id, created=True))
     cur.executemany(_INSERT, rows)
+    joiner.write()
     graph.insert(cur, nodes)
     cur.executemany(
         "INSERT OR IGNORE INTO queues (name) VALUES (?)", [(q,) for q in {r[2] for r in rows}]
@@ -120,8 +132,9 @@ def insert_block(cur: sqlite3.Cursor, now: float, block: JobBlock) -> list[Enque
         "SELECT id FROM jobs WHERE id IN (SELECT value FROM json_each(?))",
         (ids_param(block.ids),),
     )}
-    # flow, unique_key, concurrency key/limit, order_key, rate key/limit/period, gated: none
-    tail = (None, None, None, 0, None, None, 0, 0.0, 0, event)
+    # flow, unique_key, concurrency key/limit, order_key, rate key/limit/period, gated,
+    # group_key: none
+    tail = (None, None, None, 0, None, None, 0, 0.0, 0, event, None)
     rows: list[tuple[Any, ...]] = []
     results = []
     for job_id, payload in zip(block.ids, block.payloads, strict=True):

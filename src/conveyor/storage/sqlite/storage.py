@@ -31,7 +31,7 @@ from conveyor.storage.graph import check_added
 from conveyor.storage.records import JobBlock, Retention, WorkerInfo
 from conveyor.storage.rules import DEADLINE_PASSED, LEASE_EXPIRED, WORKER_DIED
 from conveyor.storage.sqlite import acks as ack_sql
-from conveyor.storage.sqlite import batches, flow, graph, jobs
+from conveyor.storage.sqlite import batches, flow, graph, groups, jobs
 from conveyor.storage.sqlite import leases as lease_sql
 from conveyor.storage.sqlite.connection import (
     Database,
@@ -272,12 +272,22 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
         with self._db.write() as cur:
             now = self.now()
             rows = cur.execute(_PROMOTE, (now, limit)).fetchall()
-            moves = jobs.move(cur, now, rows, JobState.PENDING, EventKind.ENQUEUED,
+            ready, back = groups.promote(cur, now, rows) if rows else (rows, [])
+            moves = jobs.move(cur, now, ready, JobState.PENDING, EventKind.ENQUEUED,
                               sets="ready_at = :now")
+            moves += jobs.move(cur, now, back, JobState.AGGREGATING, EventKind.ENQUEUED,
+                               sets="ready_at = :now")
             batches.apply(cur, now, moves, jobs.insert)
-        if rows:
+            leads = groups.flush(cur, now, limit)
+        if ready or leads:
             self._wakeup.notify()
-        return len(rows)
+        return len(rows) + leads
+
+    @reads
+    def gather(self, lead: str, token: str) -> list[LeasedJob] | None:
+        """Lease the members of ``lead``'s group for its run; see ``Storage.gather``."""
+        with self._db.write() as cur:
+            return groups.gather(cur, self.now(), lead, token)
 
     def reclaim_expired(self, max_recoveries: int = 5, limit: int = 1000) -> int:
         """Active jobs with an expired or missing lease → pending (or dead: a poison job)."""

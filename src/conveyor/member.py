@@ -1,0 +1,78 @@
+"""``Member``: one job of an aggregated run, as the aggregator sees it (docs/aggregation.md).
+
+The aggregator registered with ``@app.aggregate(job)`` runs once with a list of members; each
+member is acknowledged on its own, by the outcome the aggregator gave it or else by how the
+run ended: returned (succeeded, with the aggregator's return value as its result) or raised
+(each member retried by its own retry rules, or failed on ``Fail``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conveyor.context import JobContext
+
+__all__ = ["Member"]
+
+
+class Member:
+    """A member job: its id, arguments and context, and the outcome the aggregator gives it."""
+
+    __slots__ = ("ctx", "outcome")
+
+    def __init__(self, ctx: JobContext) -> None:
+        #: The member's own context: its id, attempt, meta, and its event log.
+        self.ctx = ctx
+        #: What the aggregator decided for it: None (the run's outcome decides), or
+        #: ("done", result), ("fail", message), ("retry", (message, seconds)), ("error", exc).
+        self.outcome: tuple[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"<Member {self.ctx.name} id={self.ctx.job_id} args={self.ctx.args!r}>"
+
+    @property
+    def id(self) -> str:
+        """The member job's id."""
+        return self.ctx.job_id
+
+    @property
+    def args(self) -> list[Any]:
+        """The positional arguments it was enqueued with."""
+        return self.ctx.args
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The keyword arguments it was enqueued with."""
+        return self.ctx.kwargs
+
+    @property
+    def attempt(self) -> int:
+        """Its attempt number (1 on its first run)."""
+        return self.ctx.attempt
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the member's cancellation was requested: leave it out (it ends
+        ``cancelled`` unless given another outcome)."""
+        return self.ctx.cancelled
+
+    def log(self, message: str, **data: Any) -> None:
+        """Add a message to this member's event log."""
+        self.ctx.log(message, **data)
+
+    def done(self, result: Any = None) -> None:
+        """It succeeded, with ``result`` (JSON) as its result."""
+        self.outcome = ("done", result)
+
+    def fail(self, message: str) -> None:
+        """It failed for a business reason: ``failed``, never retried (as ``raise Fail``)."""
+        self.outcome = ("fail", message)
+
+    def retry(self, message: str | None = None, *, in_seconds: float | None = None) -> None:
+        """Run it again (as ``raise Retry``): ``retrying``, then back into its group; dead
+        when its retries are used up."""
+        self.outcome = ("retry", (message, in_seconds))
+
+    def error(self, exc: BaseException) -> None:
+        """It raised ``exc``: recorded with its traceback and retried by its retry rules."""
+        self.outcome = ("error", exc)
