@@ -29,11 +29,11 @@ _SERVER_NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"
 _SIZES = " UNION ALL ".join(
     f"SELECT queue, state, count(*) FROM jobs WHERE {where} GROUP BY queue, state"
     for where in ("state = 'pending'", "state = 'active'", "state IN ('scheduled', 'retrying')",
-                  "state = 'dead'", "state = 'waiting'"))
+                  "state = 'dead'", "state = 'waiting'", "state = 'aggregating'"))
 CANCEL_CHUNK = 500  # jobs per cancel_batch transaction: row locks held briefly
 _KNOWN_SET = frozenset(s.value for s in ALL_STATES)
 _KNOWN = ", ".join(f"'{s.value}'" for s in ALL_STATES)
-_WAITING = ("scheduled", "pending", "retrying", "waiting")
+_WAITING = ("scheduled", "pending", "retrying", "waiting", "aggregating")
 _RETRYABLE = ("dead", "failed", "cancelled", "retrying")
 Cursor = psycopg.Cursor[Any]
 
@@ -97,6 +97,7 @@ class PostgresInspector(PostgresFlow):
                 processed_today=daily.get(name, (0, 0))[0],
                 failed_today=daily.get(name, (0, 0))[1],
                 waiting=sizes.get((name, "waiting"), 0),
+                aggregating=sizes.get((name, "aggregating"), 0),
             ))
         return out
 

@@ -29,7 +29,7 @@ from conveyor.job import (
 from conveyor.storage.base import WaitsThenDequeues
 from conveyor.storage.graph import check_added
 from conveyor.storage.postgres import acks as ack_sql
-from conveyor.storage.postgres import arrays, fold, graph, jobs
+from conveyor.storage.postgres import arrays, fold, graph, groups, jobs
 from conveyor.storage.postgres.bound import Binder
 from conveyor.storage.postgres.connection import Database, Settings, parse_postgres_url, reads
 from conveyor.storage.postgres.migrate import migrate
@@ -90,6 +90,11 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
         results: list[EnqueueResult] = []
         for start in range(0, len(specs), ENQUEUE_CHUNK):
             chunk = specs[start:start + ENQUEUE_CHUNK]
+            if any(s.flow is not None and s.flow.group_key for s in chunk):  # aggregation
+                with self._db.write() as cur:
+                    results.extend(groups.enqueue(cur, self._clock_arg(), self._now(cur),
+                                                  chunk, self._schema))
+                continue
             if any(s.flow is not None and s.flow.fold_key for s in chunk):  # debounce
                 with self._db.write() as cur:
                     results.extend(fold.enqueue(cur, self._clock_arg(), chunk, self._schema))
@@ -106,8 +111,9 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
 
     def enqueue_block(self, block: JobBlock) -> list[EnqueueResult]:
         """Store a block of jobs, one transaction per chunk of ``ENQUEUE_CHUNK``."""
-        if block.flows is not None and any(f is not None and f.fold_key for f in block.flows):
-            return self.enqueue(block.specs())  # debounced calls fold one by one
+        if block.flows is not None and any(f is not None and (f.fold_key or f.group_key)
+                                           for f in block.flows):
+            return self.enqueue(block.specs())  # debounced calls fold, members join, one by one
         results: list[EnqueueResult] = []
         for start in range(0, len(block), ENQUEUE_CHUNK):
             end = start + ENQUEUE_CHUNK
@@ -176,6 +182,11 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
             graph.store(cur, now, specs, stored)
             graph.attach(cur, now, [r.id for r in stored if r.created])
         return stored
+
+    def gather(self, lead: str, token: str) -> list[LeasedJob] | None:
+        """Lease the members of ``lead``'s group for its run; see ``Storage.gather``."""
+        with self._db.write() as cur:
+            return groups.gather(cur, self._now(cur), lead, token)
 
     def heartbeat(
         self, info: WorkerInfo, leases: Mapping[str, str], lease_seconds: float

@@ -10,7 +10,7 @@ pollers and recoverers never wait on each other.
 from __future__ import annotations
 
 from conveyor.job import BatchSpec, JobState
-from conveyor.storage.postgres import batches, graph
+from conveyor.storage.postgres import batches, graph, groups
 from conveyor.storage.postgres.inspect import PostgresInspector
 from conveyor.storage.postgres.text import enc
 from conveyor.storage.records import Retention
@@ -45,6 +45,13 @@ _TRIM_NODES = (
     "DELETE FROM wf_nodes WHERE id = ANY(ARRAY(SELECT id FROM wf_nodes WHERE settled IS NOT "
     "NULL AND NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.id = wf_nodes.id) LIMIT %s))")
 
+# Promotion, and in the same round trip whether members are due or groups due to flush (the
+# Python steps of postgres/groups.py then run in a second transaction).
+_PROMOTE = (
+    "SELECT promote(%s::float8, %s::int4), EXISTS (SELECT 1 FROM jobs WHERE state IN "
+    "('scheduled', 'retrying') AND group_key IS NOT NULL AND run_at <= clock_now(%s::float8)),"
+    " EXISTS (SELECT 1 FROM agg_groups WHERE flush_at <= clock_now(%s::float8))")
+
 TRIM_CHUNK = 1000  # rows per DELETE statement (one short transaction)
 TRIM_ROUNDS = 20  # DELETE statements per kind of row and trim() call
 
@@ -59,10 +66,15 @@ class PostgresUpkeep(PostgresInspector):
         """Scheduled and retrying jobs whose time has come → pending (server-side
         ``promote``: one round trip)."""
         with self._db.call() as cur:
-            row = cur.execute("SELECT promote(%s::float8, %s::int4)",
-                              (self._clock_arg(), limit)).fetchone()
+            row = cur.execute(_PROMOTE, (self._clock_arg(), limit, self._clock_arg(),
+                                         self._clock_arg())).fetchone()
+        moved = int(row[0]) if row else 0
+        if row is not None and (row[1] or row[2]):  # members due, or groups: one more step
+            with self._db.write() as cur:
+                now = self._now(cur)
+                moved += groups.promote(cur, now, limit) + groups.flush(cur, now, limit)
         self.settle_marks()  # the sweep: marks a crash or a server-side move left behind
-        return int(row[0]) if row else 0
+        return moved
 
     def settle_marks(self, marked: bool = False) -> int:
         """Settle the workflow nodes whose moves left a mark (``graph.py``); returns the

@@ -32,10 +32,11 @@ RETURNING CAST(id AS BLOB), CAST(name AS BLOB), queue, CAST(payload AS BLOB), to
 
 def arrival_of(row: Sequence[Any]) -> Arrival | None:
     """The arrival of a job from ``(id, queue, name, flow JSON)``, or None."""
-    if not row[3]:
+    try:
+        flow = FlowControl.from_wire(json.loads(row[3])) if row[3] else None
+    except (ValueError, TypeError):  # damaged: it runs as a lead of its own
         return None
-    return aggregation.arrival(row[0], row[1], row[2],
-                               FlowControl.from_wire(json.loads(row[3])))
+    return aggregation.arrival(row[0], row[1], row[2], flow)
 
 
 def promote(cur: sqlite3.Cursor, now: float, rows: list[Any]) -> tuple[list[Any], list[Any]]:
