@@ -245,3 +245,12 @@ def test_batch_counters_count_members_aggregating(backend: Backend, clock: FakeC
     status = backend.get_batch(batch.id)
     assert status is not None and status.complete and status.counts["succeeded"] == 3
     assert len(ids) == 3
+
+
+def test_the_redis_scripts_hold_a_lead_as_long_as_the_python_steps() -> None:
+    from pathlib import Path
+
+    import conveyor.storage.redis as redis_pkg
+
+    lua = (Path(redis_pkg.__file__).parent / "lua" / "_groups.lua").read_text()
+    assert f"local RECHECK = {RECHECK:g} " in lua

@@ -92,6 +92,10 @@ class RedisBatches(RedisBase):
                 for i, code in zip(chunk, reply, strict=True):
                     results[i] = _result(specs[i].id, code)
                 self.ring(queue, reply.count("1"))
+                # Members stored aggregating joined their batch as pending: move them there.
+                self.sync_batches([(str(specs[i].batch_id), specs[i].id, f"aggregating:{queue}")
+                                   for i, code in zip(chunk, reply, strict=True)
+                                   if code == "a" and specs[i].batch_id])
         done = [r for r in results if r is not None]
         self._leave_batches(
             [s for s, r in zip(specs, done, strict=True) if s.batch_id and r.id != s.id])
@@ -267,7 +271,7 @@ def _encodable(text: str) -> bool:
 
 
 def _result(job_id: str, code: str) -> EnqueueResult:
-    if code == "1":
+    if code in ("1", "a"):
         return EnqueueResult(job_id, True)
     if code.startswith("="):
         return EnqueueResult(code[1:], False)

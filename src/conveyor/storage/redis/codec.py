@@ -135,6 +135,9 @@ def enqueue_args(spec: JobSpec) -> tuple[str, ...]:
         ukey = flow.unique_key or ""
         ufor = repr(float(flow.unique_for)) if flow.unique_for else ""
         limited = "1" if flow.concurrency_key or flow.order_key or flow.rate_key else ""
+        if flow.group_key:  # a member: its group settings, read by lua/_groups.lua
+            limited = (f"g{flow.group_key}\x1f{flow.grace!r}\x1f{flow.max_delay!r}"
+                       f"\x1f{flow.max_size:d}")
         fkey, fold = flow.fold_key or "", flow.fold
     # run_at "w": a workflow node waiting for its parents (stored "waiting", in no queue)
     run_at = "w" if spec.waits else _opt_float(spec.run_at)
@@ -314,9 +317,12 @@ def _record(job_id: str, static: dict[str, Any], state_text: str | None, result:
 
 def _first_event(created_at: float, f: dict[str, str]) -> Event:
     # The creation event is implied by the state line (saves memory on every job).
-    scheduled = bool(f.get("created_scheduled"))
+    how = f.get("created_scheduled")  # '1' scheduled, 'a' a member in its group
+    scheduled = how == "1"
+    state = (JobState.SCHEDULED if scheduled else
+             JobState.AGGREGATING if how == "a" else JobState.PENDING)
     return Event(ts=created_at, kind=EventKind.SCHEDULED if scheduled else EventKind.ENQUEUED,
-                 state=(JobState.SCHEDULED if scheduled else JobState.PENDING).value)
+                 state=state.value)
 
 
 def _partial(job_id: str, static_text: str | None, state_text: str | None,

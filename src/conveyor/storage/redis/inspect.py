@@ -60,6 +60,7 @@ class RedisInspector(RedisBatchPages, RedisFlow):
             processed_today=int(meta.get(f"pd:{day}", 0)),
             failed_today=int(meta.get(f"fd:{day}", 0)) + int(meta.get(f"dd:{day}", 0)),
             waiting=self.link.call("ZCARD", qk.waiting),
+            aggregating=self.link.call("ZCARD", qk.aggregating),
         )
 
     def get_job(self, job_id: str) -> JobRecord | None:

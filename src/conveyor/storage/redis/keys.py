@@ -40,6 +40,14 @@ class QueueKeys:
     # published again if no worker has started them by then (docs/design.md §7)
     published: str
     waiting: str  # zset: workflow nodes waiting for their parents -> when stored
+    # Aggregation groups (lua/_groups.lua): members by state (zset id -> arrival), each
+    # group's record (hash "name\x1fkey" -> "first|last|size|flush_at|lead|grace|delay|max"),
+    # groups by flush time (zset), and members by group then arrival (zset, all scores 0:
+    # "name\x1fkey\0<arrival>\0<id>", so one group's oldest are a lex range)
+    aggregating: str
+    groups: str
+    group_due: str
+    group_members: str
 
     def by_state(self, state: str) -> str:
         """The index key holding jobs in ``state``."""

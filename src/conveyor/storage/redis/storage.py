@@ -230,13 +230,24 @@ class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks):
         """Scheduled and retrying jobs whose time has come → pending."""
         total = 0
         for queue in self.known_queues():
-            moved, moves = self.scripts.run(
+            moved, moves, ready = self.scripts.run(
                 "promote", self.keys.queue(queue), [self.now_arg(), queue, limit])
             self.sync_batches(moves)
-            self.ring(queue, int(moved))
+            self.ring(queue, int(ready))
             total += int(moved)
         self.settle_marked()  # the sweep: workflows whose marks a crash left unsettled
         return total
+
+    def gather(self, lead: str, token: str) -> list[LeasedJob] | None:
+        """Lease the members of ``lead``'s group for its run; see ``Storage.gather``."""
+        queue = token.rpartition("/")[2]  # a lease token ends with its queue (_lease.lua)
+        reply = self.scripts.run("gather", self.keys.queue(queue),
+                                 [self.now_arg(), queue, lead, token])
+        if not reply:
+            return None
+        rows, moves = reply
+        self.sync_batches(moves)
+        return [codec.leased(row, queue) for row in rows]
 
     def reclaim_expired(self, max_recoveries: int = 5, limit: int = 1000) -> int:
         """Expired leases → pending (or dead past ``max_recoveries``); also finds active jobs

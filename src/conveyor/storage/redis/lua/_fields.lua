@@ -22,10 +22,14 @@ local F_NAME = 17  -- the job name (outcome counters are kept per name)
 local F_BATCH = 18  -- batch id or ''
 local F_DEADLINE = 19  -- epoch seconds or ''
 local F_CREATED_SCHEDULED = 20  -- '1' when it was enqueued scheduled (its first event)
-local F_FLOW_CONTROLLED = 21  -- '1' when its static JSON has limits to read (see _flow.lua)
+-- '1' when its static JSON has limits to read (see _flow.lua); for a member of an
+-- aggregation group 'g' then its key, grace, max_delay and max_size joined by \31
+local F_FLOW_CONTROLLED = 21
 local NFIELDS = 21
 
 local STATES = {scheduled = true, pending = true, active = true, retrying = true,
-  succeeded = true, failed = true, dead = true, cancelled = true, waiting = true}
+  succeeded = true, failed = true, dead = true, cancelled = true, waiting = true,
+  aggregating = true}
 local TERMINAL = {succeeded = true, failed = true, dead = true, cancelled = true}
-local WAITING = {pending = true, scheduled = true, retrying = true, waiting = true}
+local WAITING = {pending = true, scheduled = true, retrying = true, waiting = true,
+  aggregating = true}

@@ -3,9 +3,9 @@
 --- @include "_util"
 -- Flow control (concurrency counts "c:<key>" and order holders "o:<key>") lives in the
 -- queue's flow hash, rate logs in its rates zsets (_rates.lua), so limits apply per queue.
--- Only jobs flagged F_FLOW_CONTROLLED pay for decoding their static JSON.
+-- Only jobs flagged F_FLOW_CONTROLLED '1' pay for decoding their static JSON.
 local function flow_of(K_JOBS, id, f)
-  if f[F_FLOW_CONTROLLED] == '' then return nil end
+  if f[F_FLOW_CONTROLLED] ~= '1' then return nil end
   local static = redis.call('HGET', K_JOBS, id)
   if not static then return nil end
   local ok, decoded = pcall(cjson.decode, static)

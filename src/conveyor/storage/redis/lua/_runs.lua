@@ -10,7 +10,7 @@
 --- @needs-keys jobs order states heads runs
 -- Positions in conveyor.job.ALL_STATES, plus one (batches.py reads the same numbers).
 local STATE_CODE = {scheduled = 1, pending = 2, active = 3, retrying = 4, succeeded = 5,
-  failed = 6, dead = 7, cancelled = 8, waiting = 9}
+  failed = 6, dead = 7, cancelled = 8, waiting = 9, aggregating = 10}
 local RUN_DIGITS = 12
 local RUN_MAX = 281474976710655  -- 16^12 - 1: the counting part of an id
 

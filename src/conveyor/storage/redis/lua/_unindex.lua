@@ -1,11 +1,12 @@
 -- _unindex.lua: take jobs out of the index their state keeps them in, for the operator
 -- scripts that stop or delete jobs in any state (cancel, kill, delete).
 --- @include "_fields"
+--- @include "_groups"
 --- @needs-keys parked published scheduled active retrying succeeded failed dead cancelled meta
 --- @needs-keys waiting
 local INDEX = {scheduled = K_SCHEDULED, active = K_ACTIVE, retrying = K_RETRYING,
   succeeded = K_SUCCEEDED, failed = K_FAILED, dead = K_DEAD, cancelled = K_CANCELLED,
-  waiting = K_WAITING}
+  waiting = K_WAITING, aggregating = K_AGGREGATING}
 
 -- Pending is a list, the other states are zsets, a pending job held back by flow control
 -- waits in the parked zset instead of the list, and one handed to a broker's relay in the
@@ -16,7 +17,10 @@ local INDEX = {scheduled = K_SCHEDULED, active = K_ACTIVE, retrying = K_RETRYING
 -- `stale` counts the entries this call leaves behind, and flush_stale adds them at the end.
 -- A record in no known state may be in any index: every zset is cleared (O(log n) each).
 local stale = 0
-local function unindex(state, id)
+local function unindex(state, id, f)
+  if state == 'aggregating' or (f and not INDEX[state] and state ~= 'pending') then
+    remove_member(f, id)  -- and out of its group's entries
+  end
   if state == 'pending' then
     if redis.call('ZREM', K_PARKED, id) == 0 and redis.call('ZREM', K_PUBLISHED, id) == 0 then
       stale = stale + 1  -- left in the list

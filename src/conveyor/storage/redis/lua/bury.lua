@@ -22,6 +22,10 @@
 --- @key dead
 --- @key cancelled
 --- @key waiting
+--- @key aggregating
+--- @key groups
+--- @key group_due
+--- @key group_members
 --- @key meta
 --- @key messages
 --- @key flow
@@ -33,7 +37,7 @@ for i = 4, #ARGV do
   local f, events = load(K_STATE, id)
   if f and (f[F_STATE] == 'pending' or f[F_STATE] == 'active') then
     local was_active = f[F_STATE] == 'active'
-    unindex(f[F_STATE], id)
+    unindex(f[F_STATE], id, f)
     local fl = flow_of(K_JOBS, id, f)
     if fl then flow_release(K_FLOW, id, fl, was_active, true) end
     f[F_STATE] = 'dead'

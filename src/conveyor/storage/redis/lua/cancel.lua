@@ -20,6 +20,10 @@
 --- @key dead
 --- @key cancelled
 --- @key waiting
+--- @key aggregating
+--- @key groups
+--- @key group_due
+--- @key group_members
 --- @key meta
 --- @key messages
 --- @key flow
@@ -37,7 +41,7 @@ for k, id in ipairs(ids) do
   if not f then
     out[#out + 1] = ''
   elseif stoppable(f[F_STATE]) then
-    unindex(f[F_STATE], id)
+    unindex(f[F_STATE], id, f)
     local fl = flow_of(K_JOBS, id, f)
     if fl then flow_release(K_FLOW, id, fl, false, true) end
     f[F_STATE] = 'cancelled'

@@ -16,6 +16,10 @@
 --- @key dead
 --- @key cancelled
 --- @key waiting
+--- @key aggregating
+--- @key groups
+--- @key group_due
+--- @key group_members
 --- @key meta
 --- @key results
 --- @key messages
@@ -27,7 +31,7 @@ for i = 3, #ARGV do
   local id = ARGV[i]
   local f = load(K_STATE, id)
   if f and f[F_STATE] ~= 'active' then
-    unindex(f[F_STATE], id)
+    unindex(f[F_STATE], id, f)
     local fl = flow_of(K_JOBS, id, f)
     if fl then flow_release(K_FLOW, id, fl, false, true) end
     redis.call('HDEL', K_JOBS, id)

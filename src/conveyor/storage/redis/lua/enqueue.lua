@@ -3,6 +3,7 @@
 --- @include "_util"
 --- @include "_fields"
 --- @include "_record"
+--- @include "_groups"
 --- @key jobs       hash id -> static JSON
 --- @key state      hash id -> state line + events
 --- @key pending    list
@@ -10,10 +11,14 @@
 --- @key waiting    zset created_at: workflow nodes waiting for their parents
 --- @key notify     list
 --- @key unique     hash unique key -> "expiry|job id"
+--- @key aggregating    zset member id -> arrival
+--- @key groups         hash group id -> record
+--- @key group_due      zset group id -> flush time
+--- @key group_members  zset lex entries of members by group and arrival
 -- ARGV: 1 now|'', 2 queue, 3 layout, then
 --   layout "each": 11 per job: id, run_at|''|'w' (a workflow node waiting for its parents),
 --       static JSON, name, batch|'', deadline|'',
---       unique_key|'', unique_for seconds|'', flow-controlled "1"|'',
+--       unique_key|'', unique_for seconds|'', flow-controlled "1"|member "g..."|'',
 --       fold_key|'' (debounce / throttle), fold mode|''
 --   layout "block" (jobs of one name sharing every field but id and payload, no flow
 --       control, no id twice): 4 name, 5 batch|'', 6 deadline|'', 7 run_at|'', then the n
@@ -21,8 +26,9 @@
 --       are: no string is cut or copied per job before the writes)
 -- Returns: one string per job: "1" created, "0" the id already existed, "=<id>" a unique job
 --          holding the lock already exists, or the scheduled job of its fold key that the
---          call joined (its newest arguments, and under debounce its later run time); layout "block": those codes ("1" or "0")
---          concatenated into one string.
+--          call joined (its newest arguments, and under debounce its later run time), "a"
+--          created as a member waiting in its aggregation group; layout "block": those
+--          codes ("1" or "0") concatenated into one string.
 
 local FRESH = {}  -- ids created by this call (their state is written at the end)
 
@@ -114,8 +120,9 @@ local line = {}
 for f = 1, NFIELDS do line[f] = '' end
 line[F_CREATED_AT], line[F_ATTEMPTS], line[F_ERRORS], line[F_RECOVERIES] = NOWS, '0', '0', '0'
 local last_key, last_line, last_when
-local function state_line(run_at, name, batch, deadline, limited)
+local function state_line(run_at, name, batch, deadline, limited, aggregating)
   local key = run_at .. '\t' .. name .. '\t' .. batch .. '\t' .. deadline .. '\t' .. limited
+  if aggregating then key = key .. '\ta' end
   if key == last_key then return last_line, last_when end
   local when = tonumber(run_at)
   line[F_NAME], line[F_BATCH], line[F_DEADLINE] = name, batch, deadline
@@ -127,6 +134,10 @@ local function state_line(run_at, name, batch, deadline, limited)
   elseif when and when > NOW then
     line[F_STATE], line[F_PENDING_SINCE], line[F_RUN_AT] = 'scheduled', '', run_at
     line[F_CREATED_SCHEDULED] = '1'
+  elseif aggregating then
+    when = 'a'
+    line[F_STATE], line[F_PENDING_SINCE], line[F_RUN_AT] = 'aggregating', NOWS, ''
+    line[F_CREATED_SCHEDULED] = 'a'
   else
     when = nil
     line[F_STATE], line[F_PENDING_SINCE], line[F_RUN_AT] = 'pending', NOWS, ''
@@ -196,10 +207,20 @@ for j = 1, #ids do
       if seconds > 0 then expiry = NOW + seconds end
       redis.call('HSET', K_UNIQUE, ukey, string.format('%.6f', expiry) .. '|' .. id)
     end
-    local packed, when = state_line(run_at, name, batch, deadline, limited)
+    -- A member due now joins its group: it waits there, or leads the group's run at once.
+    local member = nil
+    if string.sub(limited, 1, 1) == 'g' and run_at ~= 'w'
+        and not ((tonumber(run_at) or 0) > NOW) then
+      member = {[F_FLOW_CONTROLLED] = limited, [F_NAME] = name, [F_PENDING_SINCE] = NOWS}
+      if join(member, id) then member = nil end
+    end
+    local packed, when = state_line(run_at, name, batch, deadline, limited, member ~= nil)
     states[#states + 1] = id
     states[#states + 1] = packed
-    if when == 'w' then
+    if when == 'a' then
+      add_member(member, id)
+      out[#out + 1] = 'a'
+    elseif when == 'w' then
       waiting[#waiting + 1] = NOW
       waiting[#waiting + 1] = id
     elseif when then
@@ -209,7 +230,7 @@ for j = 1, #ids do
       pending[#pending + 1] = id
     end
     FRESH[id] = true
-    out[#out + 1] = '1'
+    if when ~= 'a' then out[#out + 1] = '1' end
     if fkey ~= '' then  -- written now: the next call of its key in this script joins it
       bulk('HSET', K_JOBS, jobs)
       bulk('HSET', K_STATE, states)

@@ -19,6 +19,10 @@
 --- @key dead
 --- @key cancelled
 --- @key waiting
+--- @key aggregating
+--- @key groups
+--- @key group_due
+--- @key group_members
 --- @key meta
 --- @key messages
 --- @key flow
@@ -29,7 +33,7 @@ for i = 3, #ARGV do
   local id = ARGV[i]
   local f, events = load(K_STATE, id)
   if f and stoppable(f[F_STATE]) then
-    unindex(f[F_STATE], id)
+    unindex(f[F_STATE], id, f)
     local fl = flow_of(K_JOBS, id, f)
     if fl then flow_release(K_FLOW, id, fl, false, true) end
     f[F_STATE] = 'dead'
