@@ -87,7 +87,8 @@ def _queue_families(inspector: Inspector) -> list[Family]:
                      "Age of the oldest pending job of a queue.")
     paused = Family("conveyor_queue_paused", "gauge", "1 when the queue is paused.")
     for q in inspector.queues():
-        for state in ("waiting", "pending", "scheduled", "active", "retrying", "dead"):
+        for state in ("waiting", "aggregating", "pending", "scheduled", "active", "retrying",
+                      "dead"):
             size.add(getattr(q, state), queue=q.name, state=state)
         latency.add(q.latency, queue=q.name)
         paused.add(1 if q.paused else 0, queue=q.name)

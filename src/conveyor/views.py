@@ -24,8 +24,8 @@ FAILURE_STATES = (JobState.FAILED, JobState.DEAD)
 def stats_view(inspector: Inspector) -> dict[str, Any]:
     """Every queue with sizes and totals, summed totals, and worker slot usage."""
     queues = [dataclasses.asdict(q) for q in inspector.queues()]
-    keys = ("waiting", "pending", "scheduled", "active", "retrying", "processed", "failed",
-            "dead", "processed_today", "failed_today")
+    keys = ("waiting", "aggregating", "pending", "scheduled", "active", "retrying", "processed",
+            "failed", "dead", "processed_today", "failed_today")
     totals = {k: sum(int(q[k]) for q in queues) for k in keys}
     workers = inspector.workers()
     return {

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conveyor import Aggregate, Conveyor, FakeClock, Fail, JobState, Member
+from conveyor import Aggregate, Conveyor, Fail, FakeClock, JobState, Member
 from conveyor.errors import NoAggregatorError
 from conveyor.testing import drain
 from tests.conformance.backends import backend_url

@@ -90,28 +90,47 @@ def test_a_group_is_due_at_its_max_delay_however_often_members_arrive(
     assert state_of(backend, first[0]) is JobState.PENDING
 
 
-def test_the_member_that_fills_the_group_leads_at_once_and_takes_the_oldest(
+def test_the_member_that_fills_a_run_leads_at_once_and_takes_the_oldest(
         backend: Backend, clock: FakeClock) -> None:
     ids = put_members(backend, 7, max_size=3)
-    # the 3rd and the 6th filled the group while no lead was out... the 6th found one out
-    assert states(backend, ids) == [JobState.AGGREGATING] * 2 + [JobState.PENDING] + \
-        [JobState.AGGREGATING] * 4
-    lead = take_one(backend, [Q])
-    assert lead.id == ids[2]
-    members = backend.gather(lead.id, lead.token)
+    # the 3rd and the 6th each filled a run (the members before them no lead had reserved)
+    A, P = JobState.AGGREGATING, JobState.PENDING
+    assert states(backend, ids) == [A, A, P, A, A, P, A]
+    first = take_one(backend, [Q])
+    assert first.id == ids[2]
+    members = backend.gather(first.id, first.token)
     assert members is not None and [m.id for m in members] == ids[:2]
-    # four left, at least max_size: due at once, the poller sends the next lead
-    backend.promote_due()
-    nxt = take_one(backend, [Q])
-    assert nxt.id == ids[3]
-    more = backend.gather(nxt.id, nxt.token)
-    assert more is not None and [m.id for m in more] == ids[4:6]
+    second = take_one(backend, [Q])
+    assert second.id == ids[5]
+    more = backend.gather(second.id, second.token)
+    assert more is not None and [m.id for m in more] == ids[3:5]
     backend.promote_due()
     assert state_of(backend, ids[6]) is JobState.AGGREGATING  # alone: waits for its grace
     clock.advance(5)
     backend.promote_due()
     last = take_one(backend, [Q])
     assert last.id == ids[6] and backend.gather(last.id, last.token) == []
+
+
+def test_groups_of_one_run_every_member_alone_at_once(backend: Backend) -> None:
+    ids = put_members(backend, 3, max_size=1)
+    assert states(backend, ids) == [JobState.PENDING] * 3
+    runs = take(backend, [Q], count=3)
+    assert [backend.gather(j.id, j.token) for j in runs] == [[], [], []]
+
+
+def test_a_group_that_grew_past_a_run_while_its_lead_waited_is_due_at_once(
+        backend: Backend, clock: FakeClock) -> None:
+    ids = put_members(backend, 3, max_size=3, grace=100, max_delay=1000)
+    assert state_of(backend, ids[2]) is JobState.PENDING
+    lead = take_one(backend, [Q])
+    backend.cancel(ids[0])  # one of its share leaves: the run takes one member
+    got = backend.gather(lead.id, lead.token)
+    assert got is not None and [m.id for m in got] == [ids[1]]
+    more = put_members(backend, 2, max_size=3, grace=100, max_delay=1000)
+    assert states(backend, more) == [JobState.AGGREGATING] * 2
+    extra = put_members(backend, 1, max_size=3, grace=100, max_delay=1000)
+    assert state_of(backend, extra[0]) is JobState.PENDING  # the three fill a run
 
 
 def test_groups_are_apart_by_key_name_and_queue(backend: Backend, clock: FakeClock) -> None:

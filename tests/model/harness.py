@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from conveyor import Conveyor, Fail, FakeClock
+from conveyor import Aggregate, Conveyor, Fail, FakeClock, Member
 from conveyor.context import current_job
 from conveyor.job import Ack, LeasedJob
 from conveyor.storage import Backend
@@ -33,6 +33,7 @@ CONCURRENCY = 3
 LEASE = 10.0
 SYNC_TIMEOUT = 5.0  # the ``sync`` job's timeout; ``async`` has none (asyncio waits real time)
 MAX_RETRIES = 2
+SOLO = "solo"  # ``sync`` run through an aggregator, in groups of one
 NEW_JOB = "newjob"  # a job only the "new code" knows: old workers meet it in a rolling deploy
 SETTLE_SECONDS = 20.0  # real time a pool thread may take to reach its gate under CPU load
 
@@ -131,9 +132,20 @@ def _retry_in(attempt: int, exc: BaseException) -> float:
 
 
 def register(app: Conveyor, bodies: Bodies, *, new_code: bool) -> Conveyor:
-    """Register the model's jobs on ``app`` (``newjob`` only in the new code)."""
+    """Register the model's jobs on ``app`` (``newjob`` only in the new code). ``solo`` is
+    ``sync`` as an aggregated job whose groups hold one member: each run goes through the
+    gather, the aggregator and the members' acks (worker/grouped.py), and must keep every
+    promise a plain job keeps."""
     app.job(name="sync", retry=MAX_RETRIES, timeout=SYNC_TIMEOUT, retry_in=_retry_in)(
         bodies.run_sync)
+    solo = app.job(name=SOLO, retry=MAX_RETRIES, timeout=SYNC_TIMEOUT, retry_in=_retry_in,
+                   aggregate=Aggregate(grace=1.0, max_size=1))(bodies.run_sync)
+
+    @app.aggregate(solo)
+    def run_solo(members: list[Member]) -> str:
+        [member] = members
+        return bodies.run_sync(*member.args, **member.kwargs)
+
     app.job(name="async", retry=MAX_RETRIES, retry_in=_retry_in)(bodies.run_async)
     if new_code:
         app.job(name=NEW_JOB, retry=MAX_RETRIES, retry_in=_retry_in)(bodies.run_sync)

@@ -47,6 +47,7 @@ from tests.model.harness import (
     MAX_RETRIES,
     NEW_JOB,
     QUEUES,
+    SOLO,
     SYNC_TIMEOUT,
     Bodies,
     Worker,
@@ -76,8 +77,8 @@ PHASES = tuple(p for p in Phase if not (os.environ.get("MODEL_NO_SHRINK") and p 
 
 STEP = st.sampled_from(["ok", "log", "fail", "raise", "hold", "hold"])
 PLAN = st.lists(STEP, min_size=1, max_size=3).map(tuple)
-JOB = st.tuples(st.sampled_from(["sync", "sync", "async", NEW_JOB]), st.sampled_from(QUEUES),
-                PLAN)
+JOB = st.tuples(st.sampled_from(["sync", "sync", "async", NEW_JOB, SOLO]),
+                st.sampled_from(QUEUES), PLAN)
 FINISH = st.sampled_from(["ok", "log", "fail", "raise"])
 
 
@@ -191,7 +192,7 @@ def make_machine(open_store: StoreFactory,
             suspect_here = any(self.jobs[jid].recoveries for jid, _ in self.held_by(worker))
             for leased_job in leased:
                 job = self.jobs[leased_job.id]
-                timeout = SYNC_TIMEOUT if job.name == "sync" else None  # newjob has none
+                timeout = SYNC_TIMEOUT if job.name in ("sync", SOLO) else None  # newjob: none
                 job.leased(worker.id, self.now(), LEASE, timeout)
                 known = job.name != NEW_JOB or worker.new_code
                 if job.recoveries and suspect_here:

@@ -21,7 +21,7 @@ from conveyor.job import Ack, JobSpec, Outcome
 from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
 from tests.postgres import schema_conn
 
-LIVE = ("pending", "active", "scheduled", "retrying", "waiting")
+LIVE = ("pending", "active", "scheduled", "retrying", "waiting", "aggregating")
 FINISHED = ("succeeded", "failed", "dead", "cancelled")
 
 

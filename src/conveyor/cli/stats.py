@@ -29,7 +29,8 @@ def register(sub: Any) -> None:
                      force_help="also a queue that holds no job and no live worker listens to")
 
 
-LEGEND = ("WAITING: workflow jobs waiting for their parents. "
+LEGEND = ("WAITING: workflow jobs waiting for their parents. AGGREGATING: members waiting for "
+          "their aggregation group's run. "
           "FAILED: jobs that ended by Fail (a business rule; never retried). "
           "DEAD: jobs out of retries or unable to run (retry them by hand).\n"
           "NOT OK EVER: failed and dead outcomes since the queue began, including jobs since "
@@ -54,11 +55,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def format_stats(view: dict[str, Any]) -> str:
     """The text form of ``stats_view`` (with the ``failed_jobs`` counts ``cmd_stats`` adds)."""
-    headers = ("QUEUE", "WAITING", "PENDING", "SCHEDULED", "ACTIVE", "RETRYING", "LATENCY",
-               "PAUSED", "SUCCEEDED", "FAILED", "DEAD", "NOT OK EVER", "TODAY OK",
+    headers = ("QUEUE", "WAITING", "AGGREGATING", "PENDING", "SCHEDULED", "ACTIVE", "RETRYING",
+               "LATENCY", "PAUSED", "SUCCEEDED", "FAILED", "DEAD", "NOT OK EVER", "TODAY OK",
                "TODAY NOT OK")
     rows = [
-        (q["name"], q["waiting"], q["pending"], q["scheduled"], q["active"], q["retrying"],
+        (q["name"], q["waiting"], q["aggregating"], q["pending"], q["scheduled"], q["active"],
+         q["retrying"],
          fmt_duration(q["latency"]), "yes" if q["paused"] else "no", q["processed"],
          q["failed_jobs"], q["dead"], q["failed"], q["processed_today"], q["failed_today"])
         for q in view["queues"]
@@ -69,7 +71,8 @@ def format_stats(view: dict[str, Any]) -> str:
     return (
         table(headers, rows)
         + f"\n\ntotal: {t['pending']} pending, {t['active']} active, {t['retrying']} retrying,"
-        f" {t['scheduled']} scheduled, {t['waiting']} waiting; {t['processed']} succeeded,"
+        f" {t['scheduled']} scheduled, {t['waiting']} waiting, {t['aggregating']} aggregating;"
+        f" {t['processed']} succeeded,"
         f" {t['failed_jobs']} failed,"
         f" {t['dead']} dead ({t['failed']} failed or dead ever)"
         + f"\nworkers: {w['count']} ({w['busy']}/{w['slots']} slots busy)"

@@ -7,8 +7,9 @@ its newest member arrived, ``max_delay`` seconds after its oldest, or at once wi
 ``max_size`` members. Three atomic steps move members:
 
 * **join** (enqueue, and promotion of a due scheduled or retrying member): the member is
-  stored ``aggregating`` and the group's times move; the member that fills the group to
-  ``max_size`` while no lead is out is stored ``pending`` instead: it is the *lead*.
+  stored ``aggregating`` and the group's times move; the member that fills a run
+  (``max_size`` with the members no lead has reserved yet) is stored ``pending`` instead: it
+  is a *lead*, and the ``max_size - 1`` oldest are its share.
 * **flush** (the poller, so a group is due whether or not anything arrives): a due group's
   oldest member becomes ``pending``, the lead. Nothing else moves.
 * **gather** (the worker that leased a lead, fenced by the lead's lease): up to
@@ -50,7 +51,10 @@ class Group:
     key: str
     first_at: float  # when its oldest aggregating member arrived
     last_at: float  # when its newest arrived
-    size: int  # aggregating members (an upper bound: cancelled members leave it stale)
+    # aggregating members no lead out has reserved for its run (each lead reserves its
+    # ``max_size - 1`` oldest); counted again by the last lead's gather, so members that
+    # left meanwhile (cancelled) make it stale for a while only
+    size: int
     flush_at: float
     lead: str | None
     grace: float
@@ -113,8 +117,9 @@ def join(groups: dict[GroupId, Group], arrivals: Iterable[Arrival], now: float) 
             g = groups[a.group] = Group(a.queue, a.name, a.key, now, now, 0, now, None,
                                         a.grace, a.max_delay, a.max_size)
         g.last_at, g.grace, g.max_delay, g.max_size = now, a.grace, a.max_delay, a.max_size
-        if g.lead is None and g.size + 1 >= g.max_size:
+        if g.size + 1 >= g.max_size:  # with it, a full run: it leads, the oldest reserved
             g.lead, g.flush_at = a.id, now + RECHECK
+            g.size += 1 - g.max_size
             leads.add(a.id)
             continue
         g.size += 1
@@ -154,21 +159,20 @@ def flush(txn: FlushTxn, due: Sequence[Group], now: float) -> tuple[list[Group],
             drop.append(g)
             continue
         txn.lead(first)
-        g.lead, g.size, g.flush_at = first, max(g.size - 1, 0), now + RECHECK
+        g.lead, g.size, g.flush_at = first, max(g.size - g.max_size, 0), now + RECHECK
         save.append(g)
     return save, drop
 
 
 def gather(group: Group, lead: str, rest: Rest, now: float) -> bool:
     """Update ``group`` after its members were taken by ``lead``'s run (``rest``: what is
-    left); returns False when the group is empty and has no lead out (drop it)."""
-    if group.lead == lead:
-        group.lead = None
-    group.size = rest.size
+    left); returns False when the group is empty and has no lead out (drop it). While a
+    later lead is out its share stays reserved; the last lead's gather counts again."""
     if rest.first_at is not None:
         group.first_at = rest.first_at
-    if group.lead is not None:
+    if group.lead not in (None, lead):
         return True
+    group.lead, group.size = None, rest.size
     if rest.size == 0:
         return False
     group.flush_at = due_at(group, now)

@@ -38,6 +38,7 @@ async def overview(dash: Dashboard, request: Request, csrf: str, m: re.Match[str
     cards = [("processed", t["processed"]), ("failed", t["failed"]), ("dead", t["dead"]),
              ("pending", t["pending"]), ("active", t["active"]), ("retrying", t["retrying"]),
              ("scheduled", t["scheduled"]), ("waiting", t["waiting"]),
+             ("aggregating", t["aggregating"]),
              ("busy slots", f"{w['busy']}/{w['slots']}")]
     live = '<div class="cards">' + "".join(
         f'<div class="card"><b>{e(v)}</b><span>{e(k)}</span></div>' for k, v in cards
@@ -56,7 +57,8 @@ def _queue_table(queues: list[dict[str, Any]], csrf: str, here: str, actions: bo
     rows = []
     for q in queues:
         row = [link(f"/jobs?queue={q['name']}", q["name"]), e(q["pending"]), e(q["active"]),
-               e(q["scheduled"]), e(q["retrying"]), e(q["waiting"]), e(q["dead"]),
+               e(q["scheduled"]), e(q["retrying"]), e(q["waiting"]), e(q["aggregating"]),
+               e(q["dead"]),
                e(fmt_duration(q["latency"])),
                badge("paused") if q["paused"] else badge("running")]
         if actions:
@@ -65,8 +67,8 @@ def _queue_table(queues: list[dict[str, Any]], csrf: str, here: str, actions: bo
                     button_form("resume" if q["paused"] else "pause",
                                 "Resume" if q["paused"] else "Pause", csrf, here, queue=q["name"])]
         rows.append(row)
-    headers = ["Queue", "Pending", "Active", "Scheduled", "Retrying", "Waiting", "Dead",
-               "Latency", "State"]
+    headers = ["Queue", "Pending", "Active", "Scheduled", "Retrying", "Waiting", "Aggregating",
+               "Dead", "Latency", "State"]
     if actions:
         headers += ["Processed", "Failed", "Today ok / failed", ""]
     return table(headers, rows, "queues")

@@ -14,8 +14,8 @@ from conveyor.web.http import Request, Response
 
 # Finished work fills the bar from the left, waiting work stays on the right.
 BAR_ORDER = (JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, JobState.CANCELLED,
-             JobState.ACTIVE, JobState.RETRYING, JobState.PENDING, JobState.SCHEDULED,
-             JobState.WAITING)
+             JobState.ACTIVE, JobState.RETRYING, JobState.PENDING, JobState.AGGREGATING,
+             JobState.SCHEDULED, JobState.WAITING)
 NAV = (("/", "Overview"), ("/queues", "Queues"), ("/jobs", "Jobs"), ("/batches", "Batches"),
        ("/workflows", "Workflows"), ("/workers", "Workers"), ("/periodic", "Periodic"),
        ("/scheduled", "Scheduled"), ("/retrying", "Retrying"), ("/dead", "Dead"))

@@ -22,19 +22,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from conveyor import Fail, current_job
+from conveyor import Aggregate, Fail, Member, current_job
 from conveyor.app import Conveyor
 from conveyor.registry import JobFunction
 
 LOG_ENV = "CONVEYOR_FAULTS_LOG"
 
 
-def record(step: str, **extra: Any) -> None:
-    """Append one execution step of the current job to the shared log, if one is configured."""
+def record(step: str, member: Member | None = None, **extra: Any) -> None:
+    """Append one execution step of the current job (or of ``member`` of the aggregated run
+    it leads) to the shared log, if one is configured."""
     path = os.environ.get(LOG_ENV)
     if not path:
         return
-    ctx = current_job()
+    ctx = current_job() if member is None else member.ctx
     line = {"j": ctx.job_id, "a": ctx.attempt, "p": os.getpid(), "s": step, "t": time.time()}
     line.update(extra)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -145,6 +146,25 @@ def finished(workflow_id: str) -> str:
     return workflow_id
 
 
+def member(n: int) -> None:
+    """A member of an aggregation group (``faults.digest`` runs it with its group)."""
+    raise AssertionError(f"member {n} ran alone: a member runs through its aggregator")
+
+
+def digest(members: list[Member]) -> int:
+    """The aggregator of ``faults.member``: logs a start per member, works 200 ms (so a kill
+    lands in the middle of a run), then fails the multiples of seven and succeeds the rest."""
+    lead = members[0].id
+    for m in members:
+        record("start", m, lead=lead)
+    time.sleep(0.2)
+    for m in members:
+        if m.args[0] % 7 == 0:
+            m.fail("a multiple of seven")
+        record("end", m)
+    return len(members)
+
+
 # Text no encoder accepts as it is: a lone surrogate (what ``json.loads`` of the valid ASCII
 # JSON ``"\\ud800"`` gives), a bell, an ANSI escape and a newline that would forge a log line.
 POISON_TEXT = json.loads('"bad \\ud800 text \\u0007 \\u001b[31mred\\n2026-01-01 forged line"')
@@ -174,6 +194,7 @@ JOBS: dict[str, Callable[..., Any]] = {
     "faults.collect": collect,
     "faults.finished": finished,
     "faults.expand": expand,
+    "faults.member": member,
 }
 
 
@@ -182,13 +203,24 @@ def _account_key(account: int, *_: Any) -> str:
 
 
 #: Job options beyond the name, by job.
-OPTIONS: dict[str, dict[str, Any]] = {"faults.ordered": {"order_key": _account_key}}
+def _group_key(n: int, *_: Any) -> str:
+    return f"g{n % 20}"
+
+
+OPTIONS: dict[str, dict[str, Any]] = {
+    "faults.ordered": {"order_key": _account_key},
+    "faults.member": {"aggregate": Aggregate(_group_key, grace=0.1, max_delay=0.5,
+                                             max_size=25)},
+}
 
 
 def register(target: Conveyor) -> dict[str, JobFunction]:
-    """Register every fault job on ``target`` under its stable name; returns them by name."""
-    return {name: target.job(name=name, **OPTIONS.get(name, {}))(func)
+    """Register every fault job on ``target`` under its stable name (and the aggregator of
+    ``faults.member``); returns them by name."""
+    jobs = {name: target.job(name=name, **OPTIONS.get(name, {}))(func)
             for name, func in JOBS.items()}
+    target.aggregate(jobs["faults.member"])(digest)
+    return jobs
 
 
 app = Conveyor()

@@ -104,11 +104,11 @@ def join(cur: Cursor, now: float, members: Sequence[tuple[Arrival, str | None, s
     batches.apply(cur, now, moves)
 
 
-def enqueue(cur: Cursor, clock: float | None, now: float, specs: Sequence[JobSpec],
-            schema: str | None) -> list[EnqueueResult]:
-    """Store ``specs`` (some of them members) in the cursor's transaction."""
-    stored = jobs.insert(cur, clock, specs, schema)
-    created = {r.id for r in stored if r.created}
+def stored(cur: Cursor, now: float, specs: Sequence[JobSpec],
+           results: Sequence[EnqueueResult]) -> None:
+    """Put the members among ``specs`` just stored (``results``) into their groups, in the
+    transaction that stored them."""
+    created = {r.id for r in results if r.created}
     arrivals = [(a, s.batch_id, "pending") for s in specs if s.id in created
                 and (s.run_at is None or s.run_at <= now) and not s.waits
                 and (a := aggregation.arrival(s.id, s.queue, s.name, s.flow)) is not None]
@@ -120,7 +120,6 @@ def enqueue(cur: Cursor, clock: float | None, now: float, specs: Sequence[JobSpe
         cur.execute("UPDATE jobs SET group_key = u.k FROM unnest(%s::text[], %s::text[]) "
                     "AS u(k, i) WHERE jobs.id = u.i AND group_key IS NULL",
                     [list(c) for c in zip(*later, strict=True)])
-    return stored
 
 
 def promote(cur: Cursor, now: float, limit: int) -> int:

@@ -90,19 +90,20 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
         results: list[EnqueueResult] = []
         for start in range(0, len(specs), ENQUEUE_CHUNK):
             chunk = specs[start:start + ENQUEUE_CHUNK]
-            if any(s.flow is not None and s.flow.group_key for s in chunk):  # aggregation
-                with self._db.write() as cur:
-                    results.extend(groups.enqueue(cur, self._clock_arg(), self._now(cur),
-                                                  chunk, self._schema))
-                continue
             if any(s.flow is not None and s.flow.fold_key for s in chunk):  # debounce
                 with self._db.write() as cur:
                     results.extend(fold.enqueue(cur, self._clock_arg(), chunk, self._schema))
                 continue
-            if any(s.node for s in chunk):  # a workflow's: its waiting nodes in the same commit
+            members = any(s.flow is not None and s.flow.group_key for s in chunk)
+            if members or any(s.node for s in chunk):
+                # a workflow's waiting nodes, aggregation members in their groups: in the
+                # commit that stores them
                 with self._db.write() as cur:
                     stored = jobs.insert(cur, self._clock_arg(), chunk, self._schema)
-                    graph.store(cur, self._now(cur), chunk, stored)
+                    now = self._now(cur)
+                    graph.store(cur, now, chunk, stored)
+                    if members:
+                        groups.stored(cur, now, chunk, stored)
                 results.extend(stored)
                 continue
             with self._db.call() as cur:
@@ -180,6 +181,7 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
             now = self._now(cur)
             stored = jobs.insert(cur, self._clock_arg(), specs, self._schema)
             graph.store(cur, now, specs, stored)
+            groups.stored(cur, now, specs, stored)
             graph.attach(cur, now, [r.id for r in stored if r.created])
         return stored
 

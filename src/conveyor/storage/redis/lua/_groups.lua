@@ -73,8 +73,9 @@ local function join(f, id)
     g = {first = NOW, last = NOW, size = 0, flush = NOW}
   end
   g.last, g.grace, g.delay, g.max = NOW, grace, delay, max
-  if not g.lead and g.size + 1 >= max then
+  if g.size + 1 >= max then  -- with it, a full run: it leads, the oldest reserved
     g.lead, g.flush = id, NOW + RECHECK
+    g.size = g.size + 1 - max
     save_group(gid, g)
     return true
   end

@@ -47,13 +47,14 @@ for i, id in ipairs(ids) do
   end
 end
 bulk('ZADD', K_ACTIVE, active)
-if g.lead == lead then g.lead = nil end
 local rest, first = oldest(gid, g.max)
-g.size = #rest
 if first[1] then g.first = tonumber(string.match(first[1], '%z([^%z]*)%z')) or g.first end
-if g.lead then
-  save_group(gid, g)
-elseif g.size == 0 then
+if g.lead and g.lead ~= lead then
+  save_group(gid, g)  -- a later lead is out: its share stays reserved
+  return {out, moves}
+end
+g.lead, g.size = nil, #rest
+if g.size == 0 then
   drop_group(gid)
 else
   g.flush = due_at(g)

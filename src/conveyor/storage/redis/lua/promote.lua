@@ -77,7 +77,7 @@ for _, gid in ipairs(redis.call('ZRANGEBYSCORE', K_GROUP_DUE, '-inf', NOW, 'LIMI
         redis.call('LPUSH', K_PENDING, id)
         note_batch(moves, f, id, 'pending')
         moved, ready = moved + 1, ready + 1
-        g.lead, g.size = id, math.max(g.size - 1, 0)
+        g.lead, g.size = id, math.max(g.size - g.max, 0)
       end  -- else a stale entry, dropped: the group stays due for the next call
       if g.lead == id then g.flush = NOW + RECHECK end
       save_group(gid, g)

@@ -1,0 +1,66 @@
+"""Scenario 34: ``kill -9`` while aggregated runs hold their members. Every member ends
+exactly once in a final state, by its own outcome; nothing is lost, the batch counters are
+exact, and a member ran again only when the process running its group was killed."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from conveyor.job import TERMINAL_STATES
+from tests.faults.checks import (
+    assert_batch_exact,
+    enqueue_batch,
+    extra_runs,
+    states,
+    wait_batch,
+)
+from tests.faults.conftest import BACKENDS, Backend, Faults
+from tests.faults.harness import report, wait_until
+
+MEMBERS = 600
+LEASE = 3.0
+STORM_SECONDS = 6.0
+TERMINAL = {s.value for s in TERMINAL_STATES}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_kill9_during_aggregated_runs(backend: Backend, faults: Faults) -> None:
+    """600 members in 20 groups (max 25 per run, 200 ms per run), 2 workers, one of them
+    SIGKILLed every ~1.5 s for ~6 s and restarted at once."""
+    rng = random.Random(34)
+    app, jobs = faults.client(backend.url)
+    batch_id, ids = enqueue_batch(app, jobs["faults.member"], [(n,) for n in range(MEMBERS)],
+                                  "aggregated kill -9")
+    opts = {"concurrency": 2, "lease": LEASE}
+    workers = [faults.worker(backend.url, name=f"agg{i}", **opts) for i in range(2)]
+    wait_until(lambda: faults.log.starts() > 25, 30, what="the first aggregated runs")
+
+    kills: dict[int, float] = {}
+    end = time.time() + STORM_SECONDS
+    while time.time() < end:
+        time.sleep(rng.uniform(1.2, 1.8))
+        i = rng.randrange(2)
+        pid = workers[i].pid
+        kills[pid] = workers[i].kill9()
+        workers[i] = faults.worker(backend.url, name=f"agg{len(faults.workers)}", **opts)
+
+    wait_batch(app, batch_id, timeout=LEASE + 90)
+    sevens = sum(1 for n in range(MEMBERS) if n % 7 == 0)
+    expected = {"succeeded": MEMBERS - sevens, "failed": sevens}
+    assert states(app, ids) == expected
+    assert_batch_exact(app, batch_id, expected)
+    for job_id in ids:
+        rec = app.get_job(job_id)
+        assert rec is not None and rec.events is not None
+        ends = [e.kind for e in rec.events if e.state in TERMINAL]
+        assert len(ends) == 1, (job_id, ends)
+    runs = extra_runs(faults.log, ids, set(kills))
+    assert runs.unexplained == [], "members ran twice although no worker of theirs was killed"
+    assert runs.extra_runs > 0, "no kill hit a running group; the storm proved nothing"
+    groups = {line.get("lead") for line in faults.log.lines() if line.get("s") == "start"}
+    report("34 kill -9 during aggregated runs", backend.name, members=MEMBERS,
+           kills=len(kills), lost=0, runs=len(groups), extra_member_runs=runs.extra_runs)
