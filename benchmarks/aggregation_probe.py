@@ -5,10 +5,12 @@
 For SQLite, Redis and PostgreSQL (private servers started here): ``--members`` members of an
 aggregated job spread over ``--groups`` groups are enqueued in bulk (``enqueue_many``, so
 each group fills to its ``max_size`` and its lead is sent at once), then two worker processes
-(concurrency 4 each) run every group through the aggregator. Prints the enqueue time, the
-time from the workers' start until the last member finished, the aggregated runs, and on Redis
-the commands the server ran per member (``INFO commandstats``: enqueue, the runs, the acks
-and the workers' polls and heartbeats meanwhile).
+(concurrency 4 each) run every group through the aggregator; then the same number of plain
+jobs (the baseline). Prints the enqueue time, the time from the workers' start until the last
+job finished, the calls (aggregator runs, or plain job bodies), and on Redis the commands the
+server ran per job (``INFO commandstats``, which counts the commands run inside scripts too:
+enqueue, the runs, the acks and the workers' polls and heartbeats meanwhile) and the script
+calls (EVALSHA: round trips) among them.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from conveyor.worker.launcher import Launcher
 
 
 def make_app(url: str, groups: int, size: int) -> Conveyor:
-    """The app every process uses: one aggregated job and its aggregator."""
+    """The app every process uses: one aggregated job and its aggregator, and the same job
+    plain (the baseline)."""
     app = Conveyor(url)
 
     def key(n: int) -> str:
@@ -40,9 +43,20 @@ def make_app(url: str, groups: int, size: int) -> Conveyor:
 
     @app.aggregate(member)
     def write_all(members: list[Member]) -> int:
+        with CALLS.get_lock():
+            CALLS.value += 1
         return sum(m.args[0] for m in members)
 
+    @app.job(name="probe.plain")
+    def plain(n: int) -> int:
+        with CALLS.get_lock():
+            CALLS.value += 1
+        return n
+
     return app
+
+
+CALLS = multiprocessing.get_context("fork").Value("i", 0)
 
 
 def work(url: str, groups: int, size: int, seconds: float) -> None:
@@ -54,14 +68,15 @@ def work(url: str, groups: int, size: int, seconds: float) -> None:
     launcher.stop()
 
 
-def probe(name: str, url: str, members: int, groups: int,
-          commands: Callable[[], int] | None = None) -> None:
+def probe(name: str, url: str, members: int, groups: int, job: str,
+          commands: Callable[[], dict[str, int]] | None = None) -> None:
     """Enqueue, run, print the figures."""
     size = max(members // groups, 1)
     app = make_app(url, groups, size)
-    fn = app.registry.get("probe.member")
+    fn = app.registry.get(job)
     assert fn is not None
-    before = commands() if commands else 0
+    CALLS.value = 0
+    before = commands() if commands else {}
     start = time.perf_counter()
     fn.enqueue_many([(n,) for n in range(members)], return_refs=False)
     enqueued = time.perf_counter() - start
@@ -71,31 +86,32 @@ def probe(name: str, url: str, members: int, groups: int,
     for p in procs:
         p.start()
     while app.storage.count_jobs(state=JobState.SUCCEEDED) < members:
-        time.sleep(0.02)
+        time.sleep(0.05)
     ran = time.perf_counter() - start
-    used = (commands() - before) if commands else 0
+    extra: dict[str, Any] = {}
+    if commands:
+        after = commands()
+        used = {k: v - before.get(k, 0) for k, v in after.items()}
+        scripts = used.get("evalsha", 0) + used.get("eval", 0)
+        extra["commands per job"] = round(sum(used.values()) / members, 2)
+        extra["script calls per job"] = round(scripts / members, 3)
     for p in procs:
         p.terminate()
         p.join()
-    runs = sum(1 for r in app.storage.list_jobs(state=JobState.SUCCEEDED, limit=members)
-               if r.events and any(e.kind == "flushed" for e in r.events))
-    extra: dict[str, Any] = {}
-    if commands:
-        extra["redis commands per member"] = round(used / members, 2)
-    print(f"{name:<9} {members:,} members in {groups:,} groups: enqueued in {enqueued:.2f} s, "
-          f"all finished {ran:.2f} s after the workers started; {runs:,} flushed leads "
-          f"{extra}", flush=True)
+    what = "members" if job == "probe.member" else "plain jobs"
+    print(f"{name:<9} {members:,} {what}: enqueued in {enqueued:.2f} s, all finished "
+          f"{ran:.2f} s after the workers started; {CALLS.value:,} calls {extra}", flush=True)
     app.close()
 
 
-def _redis_calls(url: str) -> Callable[[], int]:
+def _redis_calls(url: str) -> Callable[[], dict[str, int]]:
     client = redis.Redis.from_url(url)
 
-    def total() -> int:
+    def per_command() -> dict[str, int]:
         stats = client.info("commandstats")
-        return sum(int(v["calls"]) for v in stats.values())
+        return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
 
-    return total
+    return per_command
 
 
 def main() -> None:
@@ -105,21 +121,23 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=1_000)
     parser.add_argument("--only", choices=("sqlite", "redis", "postgres"))
     args = parser.parse_args()
-    if args.only in (None, "sqlite"):
-        probe("sqlite", f"sqlite:///{tempfile.mkdtemp()}/probe.db", args.members, args.groups)
-    if args.only in (None, "redis"):
-        server = RedisServer()
-        try:
-            probe("redis", server.url, args.members, args.groups, _redis_calls(server.url))
-        finally:
-            server.stop()
-    if args.only in (None, "postgres"):
-        pg = PostgresBench()
-        try:
-            probe("postgres", f"{pg.url}?schema=probe", args.members, args.groups)
-        finally:
-            pg.stop()
-
+    for job in ("probe.member", "probe.plain"):
+        if args.only in (None, "sqlite"):
+            probe("sqlite", f"sqlite:///{tempfile.mkdtemp()}/probe.db", args.members,
+                  args.groups, job)
+        if args.only in (None, "redis"):
+            server = RedisServer()
+            try:
+                probe("redis", server.url, args.members, args.groups, job,
+                      _redis_calls(server.url))
+            finally:
+                server.stop()
+        if args.only in (None, "postgres"):
+            pg = PostgresBench()
+            try:
+                probe("postgres", f"{pg.url}?schema=probe", args.members, args.groups, job)
+            finally:
+                pg.stop()
 
 if __name__ == "__main__":
     main()

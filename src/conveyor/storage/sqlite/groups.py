@@ -19,12 +19,14 @@ _MEMBERS = ("FROM jobs INDEXED BY jobs_aggregating WHERE state = 'aggregating' A
             "AND name = ? AND group_key = ?")
 _ALIVE = "('pending', 'scheduled', 'retrying', 'active')"
 # The members a lead takes, leased on the lead's terms (its token, worker and expiry).
+# "+state": with a plain "state = 'aggregating'" the planner walked an index of every
+# aggregating member (40 ms a run with 100,000 of them) instead of looking up the ids.
 _TAKE = """
 UPDATE jobs SET state = 'active', attempt = attempt + 1, worker = :worker, token = :token,
     lease_expires_at = :expires, started_at = :now, cancel_requested = 0,
     events = events || json_object('t', :now, 'k', 'started', 's', 'active', 'w', :worker,
                                    'a', attempt + 1, 'd', json_object('lead', :lead)) || char(10)
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'aggregating'
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +state = 'aggregating'
 RETURNING CAST(id AS BLOB), CAST(name AS BLOB), queue, CAST(payload AS BLOB), token, attempt,
     errors, max_retries, timeout, CAST(batch_id AS BLOB), recoveries, ready_at, id
 """
@@ -111,7 +113,7 @@ class _Flush:
     def alive(self, leads: Sequence[str]) -> set[str]:
         return {r[0] for r in self._cur.execute(
             f"SELECT id FROM jobs WHERE id IN (SELECT value FROM json_each(?)) "
-            f"AND state IN {_ALIVE}", (jobs.ids_param(leads),))}
+            f"AND +state IN {_ALIVE}", (jobs.ids_param(leads),))}
 
     def oldest(self, group: Group) -> str | None:
         row = self._cur.execute(f"SELECT id {_MEMBERS} ORDER BY ready_at, id LIMIT 1",

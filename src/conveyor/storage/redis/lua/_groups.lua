@@ -5,6 +5,7 @@
 -- range). A member's arrival is its F_PENDING_SINCE; its group settings are in its
 -- F_FLOW_CONTROLLED ("g" key \31 grace \31 max_delay \31 max_size).
 --- @include "_clock"
+--- @include "_util"
 --- @include "_fields"
 --- @needs-keys aggregating groups group_due group_members
 local RECHECK = 60  -- aggregation.RECHECK: seconds a lead holds its group (scripts.py checks)
@@ -33,28 +34,59 @@ local function oldest(gid, n)
   return ids, entries
 end
 
+-- Groups read once per script and written back by write_groups(), with the index entries of
+-- the members that joined: one HSET and a few ZADDs per script call instead of five commands
+-- per member.
+local GROUPS, DIRTY, DROPPED = {}, {}, {}
+local JOINED, ENTRIES = {}, {}
+
 local function load_group(gid)
+  local cached = GROUPS[gid]
+  if cached ~= nil then return cached or nil end
   local raw = redis.call('HGET', K_GROUPS, gid)
-  if not raw then return nil end
-  local a, b, c, d, e, g, h, i = string.match(raw,
-    '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
-  if not a then return nil end  -- damaged: treated as new (its members stay in the index)
-  local lead = nil
-  if e ~= '' then lead = e end
-  return {first = tonumber(a) or NOW, last = tonumber(b) or NOW, size = tonumber(c) or 0,
-          flush = tonumber(d) or NOW, lead = lead, grace = tonumber(g) or 0,
-          delay = tonumber(h) or 0, max = math.max(tonumber(i) or 1, 1)}
+  local g = nil
+  if raw then
+    local a, b, c, d, e, f, h, i = string.match(raw,
+      '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+    if a then  -- else damaged: treated as new (its members stay in the index)
+      local lead = nil
+      if e ~= '' then lead = e end
+      g = {first = tonumber(a) or NOW, last = tonumber(b) or NOW, size = tonumber(c) or 0,
+           flush = tonumber(d) or NOW, lead = lead, grace = tonumber(f) or 0,
+           delay = tonumber(h) or 0, max = math.max(tonumber(i) or 1, 1)}
+    end
+  end
+  GROUPS[gid] = g or false
+  return g
 end
 
 local function save_group(gid, g)
-  redis.call('HSET', K_GROUPS, gid, string.format('%.6f|%.6f|%d|%.6f|%s|%.6f|%.6f|%d',
-    g.first, g.last, g.size, g.flush, g.lead or '', g.grace, g.delay, g.max))
-  redis.call('ZADD', K_GROUP_DUE, g.flush, gid)
+  GROUPS[gid], DIRTY[gid], DROPPED[gid] = g, true, nil
 end
 
 local function drop_group(gid)
-  redis.call('HDEL', K_GROUPS, gid)
-  redis.call('ZREM', K_GROUP_DUE, gid)
+  GROUPS[gid], DIRTY[gid], DROPPED[gid] = false, nil, true
+end
+
+-- Write what this script changed: group records, due times, dropped groups, new members.
+local function write_groups()
+  local records, due, gone = {}, {}, {}
+  for gid in pairs(DIRTY) do
+    local g = GROUPS[gid]
+    records[#records + 1] = gid
+    records[#records + 1] = string.format('%.6f|%.6f|%d|%.6f|%s|%.6f|%.6f|%d',
+      g.first, g.last, g.size, g.flush, g.lead or '', g.grace, g.delay, g.max)
+    due[#due + 1] = g.flush
+    due[#due + 1] = gid
+  end
+  for gid in pairs(DROPPED) do gone[#gone + 1] = gid end
+  bulk('HSET', K_GROUPS, records)
+  bulk('ZADD', K_GROUP_DUE, due)
+  bulk('HDEL', K_GROUPS, gone)
+  bulk('ZREM', K_GROUP_DUE, gone)
+  bulk('ZADD', K_AGGREGATING, JOINED)
+  bulk('ZADD', K_GROUP_MEMBERS, ENTRIES)
+  DIRTY, DROPPED, JOINED, ENTRIES = {}, {}, {}, {}
 end
 
 local function due_at(g)
@@ -85,10 +117,13 @@ local function join(f, id)
   return false
 end
 
+-- Index a member that joined (written by write_groups).
 local function add_member(f, id)
   local key = group_spec(f)
-  redis.call('ZADD', K_AGGREGATING, NOW, id)
-  redis.call('ZADD', K_GROUP_MEMBERS, 0, member_entry(group_id(f, key), f[F_PENDING_SINCE], id))
+  JOINED[#JOINED + 1] = NOW
+  JOINED[#JOINED + 1] = id
+  ENTRIES[#ENTRIES + 1] = 0
+  ENTRIES[#ENTRIES + 1] = member_entry(group_id(f, key), f[F_PENDING_SINCE], id)
 end
 
 -- Out of the indexes of aggregating members (its state is moving on).

@@ -244,5 +244,6 @@ bulk('HSET', K_STATE, states)
 bulk('ZADD', K_SCHEDULED, scheduled)
 bulk('ZADD', K_WAITING, waiting)
 bulk('LPUSH', K_PENDING, pending)
+write_groups()
 notify(K_NOTIFY, #pending)
 return out

@@ -48,6 +48,7 @@ for _, K_FROM in ipairs({K_SCHEDULED, K_RETRYING}) do
   end
 end
 
+write_groups()  -- the members that joined are in the index the flush reads
 -- Due groups: a lead is sent unless the last one is still on its way to its gather.
 for _, gid in ipairs(redis.call('ZRANGEBYSCORE', K_GROUP_DUE, '-inf', NOW, 'LIMIT', 0, limit)) do
   local g = load_group(gid)
@@ -84,5 +85,6 @@ for _, gid in ipairs(redis.call('ZRANGEBYSCORE', K_GROUP_DUE, '-inf', NOW, 'LIMI
     end
   end
 end
+write_groups()
 notify(K_NOTIFY, ready)
 return {moved, moves, ready}
