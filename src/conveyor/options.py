@@ -235,15 +235,35 @@ def _named(key: Callable[..., str], params: list[str]) -> Callable[..., str]:
             return False
         return True
 
-    def call(*args: Any, **kwargs: Any) -> str:
+    # How a call binds depends only on its shape (how many positional arguments, which
+    # keywords): decided once per shape, not per call (a bulk enqueue calls the key per job).
+    shapes: dict[tuple[int, frozenset[str]], str] = {}
+
+    def how(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         if fits(*args, **kwargs):
-            return key(*args, **kwargs)
+            return "passed"
         named = dict(zip(params, args, strict=False)) | kwargs
         if len(args) <= len(params) and fits(**named):
-            return key(**named)
+            return "named"
         ordered = [named[p] for p in params if p in named]
         if len(ordered) == len(named) and fits(*ordered):
-            return key(*ordered)
+            return "ordered"
+        return "none"
+
+    def call(*args: Any, **kwargs: Any) -> str:
+        shape = (len(args), frozenset(kwargs))
+        way = shapes.get(shape)
+        if way is None:
+            way = how(args, kwargs)
+            if len(shapes) < 64:
+                shapes[shape] = way
+        if way == "passed":
+            return key(*args, **kwargs)
+        named = dict(zip(params, args, strict=False)) | kwargs
+        if way == "named":
+            return key(**named)
+        if way == "ordered":
+            return key(*[named[p] for p in params if p in named])
         raise TypeError(
             f"flow-control key {getattr(key, '__qualname__', key)!r} accepts neither the "
             f"job's arguments as passed nor by the job's parameter names {params}")
