@@ -4,31 +4,16 @@ value and the fourth fails with the reason the aggregator gave it."""
 
 from __future__ import annotations
 
-import os
 import re
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from conveyor import JobState
 from conveyor.worker.config import QueueWeight, WorkerConfig
 from conveyor.worker.launcher import Launcher
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "aggregation.md"
-
-
-@pytest.fixture
-def in_tmp(tmp_path: Path) -> Iterator[Path]:
-    """Run in ``tmp_path``: the page's app opens ``sqlite:///jobs.db`` there."""
-    before = Path.cwd()
-    os.chdir(tmp_path)
-    try:
-        yield tmp_path
-    finally:
-        os.chdir(before)
 
 
 def test_the_aggregation_page_runs_as_written(in_tmp: Path) -> None:

@@ -5,15 +5,11 @@ sub-workflow give the results the page states."""
 
 from __future__ import annotations
 
-import os
 import re
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from conveyor import JobState
 from conveyor.worker.config import QueueWeight, WorkerConfig
@@ -26,17 +22,6 @@ def python_blocks() -> list[str]:
     """The page's ``python`` blocks, dedented."""
     found = re.findall(r"^ *```python\n(.*?)^ *```", DOC.read_text(), re.M | re.S)
     return [textwrap.dedent(block) for block in found]
-
-
-@pytest.fixture
-def in_tmp(tmp_path: Path) -> Iterator[Path]:
-    """Run in ``tmp_path``: the page's app opens ``sqlite:///jobs.db`` there."""
-    before = Path.cwd()
-    os.chdir(tmp_path)
-    try:
-        yield tmp_path
-    finally:
-        os.chdir(before)
 
 
 def test_the_workflow_page_runs_as_written(in_tmp: Path) -> None:

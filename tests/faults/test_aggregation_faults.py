@@ -5,7 +5,6 @@ exact, and a member ran again only when the process running its group was killed
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 
@@ -15,10 +14,11 @@ from tests.faults.checks import (
     enqueue_batch,
     extra_runs,
     states,
+    storm_while_running,
     wait_batch,
 )
 from tests.faults.conftest import BACKENDS, Backend, Faults
-from tests.faults.harness import report, wait_until
+from tests.faults.harness import report
 
 MEMBERS = 600
 LEASE = 3.0
@@ -35,19 +35,8 @@ def test_kill9_during_aggregated_runs(backend: Backend, faults: Faults) -> None:
     app, jobs = faults.client(backend.url)
     batch_id, ids = enqueue_batch(app, jobs["faults.member"], [(n,) for n in range(MEMBERS)],
                                   "aggregated kill -9")
-    opts = {"concurrency": 2, "lease": LEASE}
-    workers = [faults.worker(backend.url, name=f"agg{i}", **opts) for i in range(2)]
-    wait_until(lambda: faults.log.starts() > 25, 30, what="the first aggregated runs")
-
-    kills: dict[int, float] = {}
-    end = time.time() + STORM_SECONDS
-    while time.time() < end:
-        time.sleep(rng.uniform(1.2, 1.8))
-        i = rng.randrange(2)
-        pid = workers[i].pid
-        kills[pid] = workers[i].kill9()
-        workers[i] = faults.worker(backend.url, name=f"agg{len(faults.workers)}", **opts)
-
+    kills = storm_while_running(faults, app, batch_id, backend.url, "agg", rng,
+                                seconds=STORM_SECONDS, concurrency=2, lease=LEASE)
     wait_batch(app, batch_id, timeout=LEASE + 90)
     sevens = sum(1 for n in range(MEMBERS) if n % 7 == 0)
     expected = {"succeeded": MEMBERS - sevens, "failed": sevens}

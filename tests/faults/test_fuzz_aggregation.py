@@ -13,21 +13,20 @@ store are checked too: a gather takes only members of the lead's group, at most
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from conveyor.clock import FakeClock
 from conveyor.job import Ack, ErrorInfo, FlowControl, JobState, LeasedJob, Outcome
 from conveyor.storage import Backend, open_storage
-from tests.conformance.backends import BACKENDS, backend_url, open_backend
+from tests.conformance.backends import BACKENDS
 from tests.conformance.helpers import spec
+from tests.faults.fuzzing import run_machine
 
 QUEUE = "agg"
 LEASE = 20.0
@@ -131,7 +130,7 @@ class GroupMachine(RuleBasedStateMachine):
     @invariant()
     def every_job_is_where_the_reference_has_it(self) -> None:
         for job_id in self.ids:
-            got, want = self.both(lambda s: s.get_job(job_id))
+            got, want = self.store.get_job(job_id), self.ref.get_job(job_id)
             assert got is not None and want is not None, job_id
             assert got.state is want.state, (job_id, got.state, want.state)
             assert (got.attempt, got.errors) == (want.attempt, want.errors), job_id
@@ -142,14 +141,4 @@ class GroupMachine(RuleBasedStateMachine):
 @pytest.mark.parametrize("name", FUZZED)
 def test_aggregation_beside_the_reference(name: str, request: pytest.FixtureRequest,
                                           tmp_path: Path) -> None:
-    def open_store(clock: FakeClock) -> Backend:
-        where = tmp_path / uuid.uuid4().hex[:8]
-        where.mkdir()
-        return open_backend(name, backend_url(name, where, request.getfixturevalue), clock)
-
-    open_store(FakeClock()).close()
-    bound: Any = type(f"GroupMachine_{name}", (GroupMachine,),
-                      {"open_store": staticmethod(open_store)})
-    run_state_machine_as_test(bound, settings=settings(  # type: ignore[no-untyped-call]
-        max_examples=EXAMPLES[name] * SCALE, stateful_step_count=30, deadline=None,
-        database=None, suppress_health_check=list(HealthCheck)))
+    run_machine(GroupMachine, name, request, tmp_path, EXAMPLES[name] * SCALE, steps=30)

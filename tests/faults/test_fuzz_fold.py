@@ -10,21 +10,20 @@ are the ones its mode keeps (docs/flow-control.md, "Debounce and throttle").
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from conveyor.clock import FakeClock
 from conveyor.job import Ack, FlowControl, JobState, Outcome
 from conveyor.storage import Backend
-from tests.conformance.backends import BACKENDS, backend_url, open_backend
+from tests.conformance.backends import BACKENDS
 from tests.conformance.helpers import spec
+from tests.faults.fuzzing import run_machine
 
 QUEUE = "fold"
 WAIT = 5.0
@@ -107,14 +106,4 @@ class FoldMachine(RuleBasedStateMachine):
 
 @pytest.mark.parametrize("name", FUZZED)
 def test_fold_state_machine(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    def open_store(clock: FakeClock) -> Backend:
-        where = tmp_path / uuid.uuid4().hex[:8]
-        where.mkdir()
-        return open_backend(name, backend_url(name, where, request.getfixturevalue), clock)
-
-    open_store(FakeClock()).close()
-    bound: Any = type(f"FoldMachine_{name}", (FoldMachine,),
-                      {"open_store": staticmethod(open_store)})
-    run_state_machine_as_test(bound, settings=settings(  # type: ignore[no-untyped-call]
-        max_examples=EXAMPLES[name] * SCALE, stateful_step_count=30, deadline=None,
-        database=None, suppress_health_check=list(HealthCheck)))
+    run_machine(FoldMachine, name, request, tmp_path, EXAMPLES[name] * SCALE, steps=30)

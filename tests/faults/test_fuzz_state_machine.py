@@ -11,22 +11,19 @@ state and callbacks match the real job states.
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 from conveyor.clock import FakeClock
@@ -35,8 +32,9 @@ from conveyor.ids import new_id, new_ids
 from conveyor.job import TERMINAL_STATES, Ack, BatchSpec, ErrorInfo, FlowControl, JobState, Outcome
 from conveyor.storage import Backend
 from conveyor.storage.records import JobBlock, WorkerInfo
-from tests.conformance.backends import BACKENDS, backend_url, open_backend
+from tests.conformance.backends import BACKENDS
 from tests.conformance.helpers import new_job_id, spec
+from tests.faults.fuzzing import run_machine
 
 LEASE = 30.0
 MAX_RECOVERIES = 2
@@ -455,29 +453,13 @@ class FlowMachine(RuleBasedStateMachine):
                      if m.key == key and m.state not in TERMINAL_STATES), None)
 
 
-def _run(machine: type[RuleBasedStateMachine], name: str, request: pytest.FixtureRequest,
-         tmp_path: Path, examples: int) -> None:
-    def open_store(clock: FakeClock) -> Backend:
-        # Every example gets its own store: a new file, prefix or memory instance.
-        where = tmp_path / uuid.uuid4().hex[:8]
-        where.mkdir()
-        return open_backend(name, backend_url(name, where, request.getfixturevalue), clock)
-
-    open_store(FakeClock()).close()  # fail now, not inside hypothesis, when it cannot open
-    bound: Any = type(f"{machine.__name__}_{name}", (machine,),
-                      {"open_store": staticmethod(open_store)})
-    run_state_machine_as_test(bound, settings=settings(  # type: ignore[no-untyped-call]
-        max_examples=examples, stateful_step_count=25, deadline=None, database=None,
-        suppress_health_check=list(HealthCheck)))
-
-
 @pytest.mark.parametrize("name", FUZZED)
 def test_lifecycle_state_machine(name: str, request: pytest.FixtureRequest,
                                  tmp_path: Path) -> None:
-    _run(JobMachine, name, request, tmp_path, EXAMPLES[name])
+    run_machine(JobMachine, name, request, tmp_path, EXAMPLES[name])
 
 
 @pytest.mark.parametrize("name", FUZZED)
 def test_flow_control_state_machine(name: str, request: pytest.FixtureRequest,
                                     tmp_path: Path) -> None:
-    _run(FlowMachine, name, request, tmp_path, EXAMPLES[name] // 2)
+    run_machine(FlowMachine, name, request, tmp_path, EXAMPLES[name] // 2)

@@ -17,20 +17,17 @@ After every step the graph must be settled as docs/workflows.md says, read black
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
     rule,
-    run_state_machine_as_test,
 )
 
 from conveyor.clock import FakeClock
@@ -47,8 +44,9 @@ from conveyor.job import (
 )
 from conveyor.node import PARENT_FAILURE_POLICIES
 from conveyor.storage import Backend
-from tests.conformance.backends import BACKENDS, backend_url, open_backend
+from tests.conformance.backends import BACKENDS
 from tests.conformance.helpers import spec
+from tests.faults.fuzzing import run_machine
 
 LEASE = 30.0
 QUEUE = "wf"
@@ -229,14 +227,4 @@ class GraphMachine(RuleBasedStateMachine):
 @pytest.mark.parametrize("name", FUZZED)
 def test_workflow_state_machine(name: str, request: pytest.FixtureRequest,
                                 tmp_path: Path) -> None:
-    def open_store(clock: FakeClock) -> Backend:
-        where = tmp_path / uuid.uuid4().hex[:8]
-        where.mkdir()
-        return open_backend(name, backend_url(name, where, request.getfixturevalue), clock)
-
-    open_store(FakeClock()).close()
-    bound: Any = type(f"GraphMachine_{name}", (GraphMachine,),
-                      {"open_store": staticmethod(open_store)})
-    run_state_machine_as_test(bound, settings=settings(  # type: ignore[no-untyped-call]
-        max_examples=EXAMPLES[name] * SCALE, stateful_step_count=25, deadline=None, database=None,
-        suppress_health_check=list(HealthCheck)))
+    run_machine(GraphMachine, name, request, tmp_path, EXAMPLES[name] * SCALE)
