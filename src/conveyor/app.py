@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, overload
 
+from conveyor.aio_app import AsyncApp
 from conveyor.batch import Batch, Callback, batch_status
 from conveyor.client import Client
 from conveyor.clock import SYSTEM_CLOCK, Clock
@@ -38,7 +39,7 @@ from conveyor.workflow import Workflow
 __all__ = ["Conveyor"]
 
 
-class Conveyor:
+class Conveyor(AsyncApp):
     """A job application: its storage, registered jobs and middleware.
 
 It wires the parts: a ``Registry`` of job functions, a ``Client`` (``app.client``) that

@@ -29,6 +29,7 @@ thread that opened it, or re-open the batch by id in the other thread.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from contextvars import Token
 from types import TracebackType
@@ -116,6 +117,11 @@ class Batch:
         return batch_status(self._client.storage, self._id)
 
     def __enter__(self) -> Batch:
+        self._open()
+        self._token = push_batch(self)
+        return self
+
+    def _open(self) -> None:
         if self._used:
             raise RuntimeError(f"a Batch object opens once; re-open with app.batch({self._id!r})")
         self._used = True
@@ -123,8 +129,6 @@ class Batch:
             self._check_open()
         else:
             self._client.writer.create_batch(self._spec())
-        self._token = push_batch(self)
-        return self
 
     def __exit__(
         self,
@@ -135,6 +139,9 @@ class Batch:
         if self._token is not None:
             pop_batch(self._token)
             self._token = None
+        self._close()
+
+    def _close(self) -> None:
         try:
             self._buffer.flush()
         finally:
@@ -142,8 +149,11 @@ class Batch:
                 self._client.writer.close_batch(self._id)
 
     async def __aenter__(self) -> Batch:
-        """``async with app.batch(...)``: the same as ``with`` (storage calls are short)."""
-        return self.__enter__()
+        """``async with app.batch(...)``: as ``with``, its storage calls in a thread (the
+        block's scope is this task's context: ``aenqueue`` inside joins the batch)."""
+        await asyncio.to_thread(self._open)
+        self._token = push_batch(self)
+        return self
 
     async def __aexit__(
         self,
@@ -151,7 +161,10 @@ class Batch:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.__exit__(exc_type, exc, tb)
+        if self._token is not None:
+            pop_batch(self._token)
+            self._token = None
+        await asyncio.to_thread(self._close)
 
     def _check_open(self) -> None:
         status = self._client.storage.get_batch(self._id)

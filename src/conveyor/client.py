@@ -10,6 +10,7 @@ registry (options of a job enqueued by name) and the payload limit, and nothing 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -147,6 +148,44 @@ class Client:
         rest = {k: v for k, v in kwargs.items() if k != "connection"}
         with self.transaction(connection):
             return self.push(self.draft(fn.name, fn.opts, args, rest, delay, at))
+
+    async def aenqueue_function(
+        self, fn: JobFunction, args: Sequence[Any], kwargs: Mapping[str, Any], *,
+        delay: float | timedelta | None = None, at: datetime | float | None = None,
+    ) -> JobRef | None:
+        """``enqueue_function`` for asyncio code (``JobFunction.aenqueue``)."""
+        connection = kwargs.get("connection")
+        if connection is not None and not isinstance(connection, _JSON_VALUES):
+            return await asyncio.to_thread(self.enqueue_function, fn, args, kwargs,
+                                           delay=delay, at=at)
+        return await self.apush(self.draft(fn.name, fn.opts, args, kwargs, delay, at))
+
+    async def aenqueue(
+        self, name: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, *,
+        meta: Mapping[str, Any] | None = None, delay: float | timedelta | None = None,
+        at: datetime | float | None = None, **options: Any,
+    ) -> JobRef | None:
+        """``enqueue`` (by name) for asyncio code."""
+        fn = self.registry.get(name)
+        opts = make_options(fn.opts if fn is not None else None, **options)
+        draft = self.draft(name, opts, args, kwargs or {}, delay, at)
+        draft.meta.update(meta or {})
+        return await self.apush(draft)
+
+    async def apush(self, draft: EnqueueDraft) -> JobRef | None:
+        """``push`` for asyncio code. Without client middleware, outside a batch block and a
+        bound transaction (nearly every enqueue) the job is stored with the storage's own
+        asyncio I/O; otherwise the whole push runs in a thread (the context goes with it:
+        the batch block, the transaction, the trace), so middleware runs as it always does."""
+        if self.middleware or current_batch() is not None or self._bound.get() is not None:
+            return await asyncio.to_thread(self.push, draft)
+        spec = self.build_spec(draft)
+        [result] = await self.storage.aenqueue([spec])
+        return JobRef(result.id, result.created, self)
+
+    async def aget_job(self, job_id: str) -> JobRecord | None:
+        """``get_job`` for asyncio code (what ``JobRef.aresult`` reads)."""
+        return await self.storage.aget_job(job_id)
 
     def enqueue_many_function(
         self, fn: JobFunction, items: Iterable[Any], *, return_refs: bool,

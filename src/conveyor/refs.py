@@ -24,6 +24,10 @@ class JobLookup(Protocol):
         """The stored job with its events, or None."""
         ...
 
+    async def aget_job(self, job_id: str) -> JobRecord | None:
+        """``get_job`` for asyncio code."""
+        ...
+
 
 class JobRef:
     """A handle to a stored job: its id, and ways to read its state and wait for its result.
@@ -75,20 +79,27 @@ class JobRef:
             return finished.value
 
     async def aresult(self, timeout: float | None = None) -> Any:
-        """``result`` for asyncio code: waits with ``asyncio.sleep`` between reads."""
-        waits = self._waits(timeout)
-        try:
-            while True:
-                await asyncio.sleep(next(waits))
-        except StopIteration as finished:
-            return finished.value
+        """``result`` for asyncio code: each read through the storage's asyncio path (the
+        loop never waits on it), ``asyncio.sleep`` between reads."""
+        limit = None if timeout is None else time.monotonic() + timeout
+        delay = _POLL_FIRST
+        while True:
+            record = await self.astatus()
+            if record is None:
+                raise JobNotFound(f"job {self.id} is not stored (never enqueued, or trimmed)")
+            if record.state.terminal:
+                return _outcome(record)
+            await asyncio.sleep(self._pause(limit, delay, timeout))
+            delay = min(delay * 2, _POLL_MAX)
+
+    async def astatus(self) -> JobRecord | None:
+        """``status`` for asyncio code."""
+        if self._source is None:
+            raise RuntimeError("this JobRef is not bound to an app; use app.aget_job(ref.id)")
+        return await self._source.aget_job(self.id)
 
     def _waits(self, timeout: float | None) -> Generator[float, None, Any]:
-        """Yields each pause between reads; returns the outcome once the job is finished.
-
-        One generator serves the blocking and the asyncio waits, which differ only in how
-        they sleep.
-        """
+        """Yields each pause between reads; returns the outcome once the job is finished."""
         limit = None if timeout is None else time.monotonic() + timeout
         delay = _POLL_FIRST
         while True:

@@ -104,6 +104,13 @@ class Enqueuer(Protocol):
         transaction of ``connection`` when given)."""
         ...
 
+    async def aenqueue_function(
+        self, fn: JobFunction, args: Sequence[Any], kwargs: Mapping[str, Any], *,
+        delay: float | timedelta | None = None, at: datetime | float | None = None,
+    ) -> JobRef | None:
+        """``enqueue_function`` for asyncio code."""
+        ...
+
 
 class JobFunction:
     """A registered job: call it to run the function here, ``enqueue`` it to run it in a worker.
@@ -147,6 +154,26 @@ class JobFunction:
     def enqueue_at(self, when: datetime, *args: Any, **kwargs: Any) -> JobRef | None:
         """Store the job to run at ``when``, a timezone-aware datetime."""
         return self.enqueuer.enqueue_function(self, args, kwargs, at=when)
+
+    async def aenqueue(self, *args: Any, **kwargs: Any) -> JobRef | None:
+        """``enqueue`` for asyncio code: the event loop never waits on the storage (native
+        asyncio I/O on Redis and PostgreSQL, a thread elsewhere; docs/api.md, "asyncio")."""
+        return await self.enqueuer.aenqueue_function(self, args, kwargs)
+
+    async def aenqueue_in(self, delay: float | timedelta, *args: Any,
+                          **kwargs: Any) -> JobRef | None:
+        """``enqueue_in`` for asyncio code."""
+        return await self.enqueuer.aenqueue_function(self, args, kwargs, delay=delay)
+
+    async def aenqueue_at(self, when: datetime, *args: Any, **kwargs: Any) -> JobRef | None:
+        """``enqueue_at`` for asyncio code."""
+        return await self.enqueuer.aenqueue_function(self, args, kwargs, at=when)
+
+    async def aenqueue_many(self, items: Iterable[Any], *, return_refs: bool = True,
+                            connection: object = None) -> list[JobRef] | int:
+        """``enqueue_many`` for asyncio code (in a thread: it is mostly encoding)."""
+        return await asyncio.to_thread(self.enqueuer.enqueue_many_function, self, items,
+                                       return_refs=return_refs, connection=connection)
 
     @overload
     def enqueue_many(
@@ -228,6 +255,10 @@ class Signature:
     def enqueue(self) -> JobRef | None:
         """Enqueue this job on its own, outside any workflow (Celery's ``sig.delay()``)."""
         return self.fn.enqueue(*self.args, **self.kwargs)
+
+    async def aenqueue(self) -> JobRef | None:
+        """``enqueue`` for asyncio code."""
+        return await self.fn.aenqueue(*self.args, **self.kwargs)
 
 
 def split_item(item: Any, index: int) -> tuple[Sequence[Any], Mapping[str, Any]]:

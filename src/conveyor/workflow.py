@@ -25,6 +25,7 @@ PostgreSQL to make it all or nothing.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -186,6 +187,10 @@ class Workflow:
         self._enqueued = True
         return [Step(s.sig, s.ref, s.parents, s.policy, s.results)
                 for s in self._steps.values()]
+
+    async def aenqueue(self) -> Workflow:
+        """``enqueue`` for asyncio code (its storage calls in a thread)."""
+        return await asyncio.to_thread(self.enqueue)
 
     def enqueue(self) -> Workflow:
         """Store the workflow and every node; the nodes without parents start at once."""

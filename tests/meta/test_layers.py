@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "conveyor.batch", "conveyor.workflow", "conveyor.running_workflow",
                 "conveyor.canvas", "conveyor.periodic", "conveyor.member")),
     # the application object that wires the parts, and the public API re-exported from it
-    ("app", ("conveyor.app", "conveyor")),
+    ("app", ("conveyor.aio_app", "conveyor.app", "conveyor")),
     # running jobs (built from an app, never built by one)
     ("worker", ("conveyor.worker", "conveyor.worker.*")),
     # operations surfaces and integrations

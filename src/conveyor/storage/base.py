@@ -29,6 +29,7 @@ from conveyor.job import (
     EnqueueResult,
     Event,
     HeartbeatReply,
+    JobRecord,
     JobSpec,
     JobState,
     LeasedJob,
@@ -60,6 +61,18 @@ class Storage(Protocol):
         finished batch raises ``BatchClosedError``; an unknown batch, ``BatchNotFound``.
         Enqueuing an id that already exists is a no-op that returns ``created=False``.
         """
+        ...
+
+    async def aenqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+        """``enqueue`` for asyncio code; the event loop never blocks on it (storage/aio.py)."""
+        ...
+
+    async def aget_job(self, job_id: str) -> JobRecord | None:
+        """``get_job`` for asyncio code."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close the asyncio clients this event loop opened."""
         ...
 
     def enqueue_block(self, block: JobBlock) -> list[EnqueueResult]:

@@ -28,6 +28,7 @@ from conveyor.job import (
     Outcome,
 )
 from conveyor.storage import graph
+from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
 from conveyor.storage.memory.flow import ScanBudget
 from conveyor.storage.memory.groups import MemoryGroups
@@ -48,7 +49,7 @@ from conveyor.storage.rules import (
 
 
 class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, MemoryGroups,
-                    MemoryInspector, MemorySchedules):
+                    MemoryInspector, MemorySchedules, ThreadedAsync):
     """A ``Storage`` and ``Inspector`` held in process memory; thread-safe."""
 
     def __init__(self, url: str, clock: Clock) -> None:

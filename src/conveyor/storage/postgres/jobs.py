@@ -82,6 +82,24 @@ def _insert_one(cur: Cursor, now: float | None, job_id: str, name: str, queue: s
     )).fetchall())
 
 
+def insert_call(now: float | None, specs: Sequence[JobSpec],
+                schema: str | None = None) -> tuple[str, tuple[Any, ...]]:
+    """The statement and parameters ``insert`` runs for ``specs`` (the asyncio path runs
+    the same on its own connection)."""
+    if len(specs) == 1 and specs[0].flow is None:
+        one = specs[0]
+        return _call(schema, _ENQUEUE_ONE), (
+            now, one.id, one.name, one.queue, one.payload, one.max_retries, one.timeout,
+            one.deadline, one.run_at, one.batch_id)
+    return _call(schema), (now, *_columns(specs))
+
+
+def results(rows: Sequence[tuple[Any, ...]]) -> list[EnqueueResult]:
+    """``EnqueueResult``s of the rows ``insert_call``'s statement returned (or the batch
+    error it reported)."""
+    return _results(rows)
+
+
 def insert(cur: Cursor, now: float | None, specs: Sequence[JobSpec],
            schema: str | None = None) -> list[EnqueueResult]:
     """Store new jobs in the cursor's transaction: one statement (the ``enqueue`` function),
@@ -91,12 +109,8 @@ def insert(cur: Cursor, now: float | None, specs: Sequence[JobSpec],
     before anything is written."""
     if not specs:
         return []
-    if len(specs) == 1 and specs[0].flow is None:  # the common case, made lean
-        one = specs[0]
-        return _insert_one(cur, now, one.id, one.name, one.queue, one.payload,
-                           one.max_retries, one.timeout, one.deadline, one.run_at,
-                           one.batch_id, schema)
-    return _results(cur.execute(_call(schema), (now, *_columns(specs))).fetchall())
+    statement, params = insert_call(now, specs, schema)  # one job: the lean enqueue_one
+    return _results(cur.execute(statement, params).fetchall())
 
 
 def insert_block(cur: Cursor, now: float | None, block: JobBlock,

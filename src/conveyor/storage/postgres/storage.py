@@ -26,10 +26,12 @@ from conveyor.job import (
     JobSpec,
     LeasedJob,
 )
+from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.base import WaitsThenDequeues
 from conveyor.storage.graph import check_added
 from conveyor.storage.postgres import acks as ack_sql
 from conveyor.storage.postgres import arrays, fold, graph, groups, jobs
+from conveyor.storage.postgres.aio import PostgresAsync
 from conveyor.storage.postgres.bound import Binder
 from conveyor.storage.postgres.connection import Database, Settings, parse_postgres_url, reads
 from conveyor.storage.postgres.migrate import migrate
@@ -69,7 +71,8 @@ def open_postgres(url: str, clock: Clock | None = None) -> PostgresStorage:
     return PostgresStorage(settings, db, None if isinstance(clock, SystemClock) else clock)
 
 
-class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, PostgresSchedules):
+class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, PostgresSchedules,
+                      PostgresAsync, ThreadedAsync):
     """``Storage`` and ``Inspector`` over one PostgreSQL schema, safe across threads and
     processes."""
 

@@ -73,7 +73,7 @@ class RedisBatches(RedisBase):
                                      [self.now_arg(), spec.queue, "each",
                                       *codec.enqueue_args(spec)])
             self.ring(spec.queue, int(reply[0] == "1"))
-            return [_result(spec.id, reply[0])]
+            return [result_of(spec.id, reply[0])]
         batched = [s for s in specs if s.batch_id]
         if batched:
             self._join_batches(batched)
@@ -90,7 +90,7 @@ class RedisBatches(RedisBase):
                     args.extend(codec.enqueue_args(specs[i]))
                 reply = self.scripts.run("enqueue", qk, args)
                 for i, code in zip(chunk, reply, strict=True):
-                    results[i] = _result(specs[i].id, code)
+                    results[i] = result_of(specs[i].id, code)
                 self.ring(queue, reply.count("1"))
                 # Members stored aggregating joined their batch as pending: move them there.
                 self.sync_batches([(str(specs[i].batch_id), specs[i].id, f"aggregating:{queue}")
@@ -270,7 +270,8 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def _result(job_id: str, code: str) -> EnqueueResult:
+def result_of(job_id: str, code: str) -> EnqueueResult:
+    """The ``EnqueueResult`` of one job from enqueue.lua's code for it."""
     if code in ("1", "a"):
         return EnqueueResult(job_id, True)
     if code.startswith("="):

@@ -30,9 +30,11 @@ from conveyor.job import (
     JobState,
     LeasedJob,
 )
+from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.records import Retention, WorkerInfo
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.acks import RedisAcks
+from conveyor.storage.redis.aio import RedisAsync
 from conveyor.storage.redis.connection import (
     REDIRECTS,
     TRANSIENT,
@@ -73,7 +75,7 @@ def open_redis(url: str, clock: Clock | None = None) -> RedisStorage:
     return storage
 
 
-class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks):
+class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks, RedisAsync, ThreadedAsync):
     """``Storage`` and ``Inspector`` on Redis."""
 
     def __init__(self, settings: Settings, link: Link, clock: Clock | None) -> None:

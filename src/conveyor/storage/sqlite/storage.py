@@ -26,6 +26,7 @@ from conveyor.job import (
     JobState,
     LeasedJob,
 )
+from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
 from conveyor.storage.graph import check_added
 from conveyor.storage.records import JobBlock, Retention, WorkerInfo
@@ -79,7 +80,7 @@ def open_sqlite(url: str, clock: Clock | None = None) -> SqliteStorage:
 
 
 class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, SqliteInspector,
-                    SqliteSchedules):
+                    SqliteSchedules, ThreadedAsync):
     """``Storage`` and ``Inspector`` over one SQLite file, safe across threads and processes."""
 
     def __init__(self, url: str, db: Database, clock: Clock) -> None:

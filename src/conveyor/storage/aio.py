@@ -1,0 +1,37 @@
+"""The storage's asyncio face: ``aenqueue`` and ``aget_job``, what an ``async`` client needs
+(docs/api.md, "asyncio").
+
+``ThreadedAsync`` runs the blocking call in a thread (``asyncio.to_thread``), so the event
+loop never waits on the storage: the embedded SQLite and memory stores use it as it is.
+Redis and PostgreSQL override ``aenqueue`` with their native asyncio clients (redis.asyncio,
+psycopg's ``AsyncConnection``) for the jobs that make up nearly every enqueue, and hand the
+rest (batches on Redis, workflows, debounce, aggregation) to the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+from conveyor.job import EnqueueResult, JobRecord, JobSpec
+
+__all__ = ["ThreadedAsync"]
+
+
+class ThreadedAsync:
+    """``aenqueue`` / ``aget_job`` / ``aclose`` over the blocking methods, in a thread (a
+    mixin listed last among a storage's bases)."""
+
+    enqueue: Callable[[Sequence[JobSpec]], list[EnqueueResult]]
+    get_job: Callable[[str], JobRecord | None]
+
+    async def aenqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+        """``enqueue`` for asyncio code."""
+        return await asyncio.to_thread(self.enqueue, specs)
+
+    async def aget_job(self, job_id: str) -> JobRecord | None:
+        """``get_job`` for asyncio code."""
+        return await asyncio.to_thread(self.get_job, job_id)
+
+    async def aclose(self) -> None:
+        """Close what the native asyncio clients opened (nothing here)."""

@@ -1,0 +1,88 @@
+"""PostgreSQL's native asyncio enqueue: the ``enqueue`` function called on a psycopg
+``AsyncConnection`` (one per event loop), the same statement and results as the blocking
+path (``jobs.insert``). Jobs that need several statements in one transaction (debounce,
+aggregation, workflow nodes) and a storage bound to the application's transaction go
+through the blocking path in a thread (``ThreadedAsync``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+
+from conveyor.job import EnqueueResult, JobSpec
+from conveyor.storage.postgres import jobs
+from conveyor.storage.postgres.connection import Database, translate
+
+__all__ = ["PostgresAsync"]
+
+_CHUNK = 5000  # as ENQUEUE_CHUNK: jobs per statement
+
+
+def _native(spec: JobSpec) -> bool:
+    flow = spec.flow
+    return spec.node is None and (flow is None or not (flow.fold_key or flow.group_key))
+
+
+class PostgresAsync:
+    """``aenqueue`` on an ``AsyncConnection``; a mixin of ``PostgresStorage``."""
+
+    _db: Database
+    _schema: str | None
+    _clock_arg: Callable[[], float | None]
+    enqueue: Callable[[Sequence[JobSpec]], list[EnqueueResult]]
+
+    async def aenqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+        """``enqueue`` for asyncio code: natively, one statement per chunk."""
+        if type(self._db) is not Database or not all(_native(s) for s in specs):
+            return await asyncio.to_thread(self.enqueue, specs)
+        conn = await self._aconn()
+        results: list[EnqueueResult] = []
+        try:
+            for start in range(0, len(specs), _CHUNK):
+                chunk = specs[start:start + _CHUNK]
+                statement, params = jobs.insert_call(self._clock_arg(), chunk, self._schema)
+                async with conn.cursor() as cur:
+                    await cur.execute(statement, params)
+                    results += jobs.results(await cur.fetchall())
+        except psycopg.Error as exc:
+            self._aforget()
+            raise translate(exc, self._db.where) from exc
+        return results
+
+    async def _aconn(self) -> psycopg.AsyncConnection[Any]:
+        loop = asyncio.get_running_loop()
+        conns = self._aconns()
+        conn = conns.get(loop)
+        if conn is None or conn.closed:
+            settings = self._db.settings
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    settings.conninfo, autocommit=True, application_name="conveyor")
+                await conn.execute(f'SET search_path TO "{settings.schema}"')
+            except psycopg.Error as exc:
+                raise translate(exc, self._db.where) from exc
+            conns[loop] = conn
+        return conn
+
+    def _aconns(self) -> weakref.WeakKeyDictionary[Any, psycopg.AsyncConnection[Any]]:
+        found = getattr(self, "_async_conns", None)
+        if found is None:
+            found = weakref.WeakKeyDictionary()
+            self._async_conns = found
+        return found
+
+    def _aforget(self) -> None:
+        """Drop this loop's connection after an error (the next call opens a new one)."""
+        with contextlib.suppress(RuntimeError):  # no running loop: nothing to forget
+            self._aconns().pop(asyncio.get_running_loop(), None)
+
+    async def aclose(self) -> None:
+        """Close this loop's connection."""
+        conn = self._aconns().pop(asyncio.get_running_loop(), None)
+        if conn is not None:
+            await conn.close()
