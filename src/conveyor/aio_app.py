@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from conveyor.job import JobRecord, JobState
 from conveyor.refs import JobRef
+from conveyor.storage.aio import Waiter
 
 if TYPE_CHECKING:
     from conveyor.client import Client
@@ -48,6 +50,10 @@ class AsyncApp:
     async def aget_job(self, job_id: str) -> JobRecord | None:
         """``get_job`` for asyncio code."""
         return await self.client.aget_job(job_id)
+
+    def afinished(self, job_id: str, queue: str) -> AbstractAsyncContextManager[Waiter]:
+        """The storage's wake-ups when a job ends (what ``JobRef.aresult`` waits on)."""
+        return self.client.afinished(job_id, queue)
 
     async def acancel(self, job_id: str) -> JobState | None:
         """``cancel`` for asyncio code."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractAsyncContextManager, contextmanager
 from contextvars import ContextVar
 from datetime import datetime, timedelta
 from functools import partial
@@ -31,6 +31,7 @@ from conveyor.refs import JobLookup, JobRef
 from conveyor.registry import JobFunction, Registry, check_importable, split_item
 from conveyor.serializer import DEFAULT_MAX_PAYLOAD
 from conveyor.storage import Backend, Storage
+from conveyor.storage.aio import Waiter
 from conveyor.storage.base import SendsBlocks
 
 # EnqueueDraft, build_spec, run_at_from, JobLookup and JobRef lived here before draft.py and
@@ -186,6 +187,10 @@ class Client:
     async def aget_job(self, job_id: str) -> JobRecord | None:
         """``get_job`` for asyncio code (what ``JobRef.aresult`` reads)."""
         return await self.storage.aget_job(job_id)
+
+    def afinished(self, job_id: str, queue: str) -> AbstractAsyncContextManager[Waiter]:
+        """The storage's wake-ups when a job ends (what ``JobRef.aresult`` waits on)."""
+        return self.storage.afinished(job_id, queue)
 
     def enqueue_many_function(
         self, fn: JobFunction, items: Iterable[Any], *, return_refs: bool,

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Generator
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from conveyor.errors import JobFailed, JobNotFound, ResultTimeout
 from conveyor.job import JobRecord, JobState
 from conveyor.serializer import loads
+from conveyor.storage.aio import Waiter
 
 __all__ = ["JobLookup", "JobRef"]
 
 _POLL_FIRST = 0.005
 _POLL_MAX = 0.2
+_WOKEN_MAX = 5.0  # between reads when the store wakes waiters (for what it cannot see)
 
 
 class JobLookup(Protocol):
@@ -26,6 +28,10 @@ class JobLookup(Protocol):
 
     async def aget_job(self, job_id: str) -> JobRecord | None:
         """``get_job`` for asyncio code."""
+        ...
+
+    def afinished(self, job_id: str, queue: str) -> AbstractAsyncContextManager[Waiter]:
+        """Wake-ups when the job ends (``Storage.afinished``)."""
         ...
 
 
@@ -79,18 +85,35 @@ class JobRef:
             return finished.value
 
     async def aresult(self, timeout: float | None = None) -> Any:
-        """``result`` for asyncio code: each read through the storage's asyncio path (the
-        loop never waits on it), ``asyncio.sleep`` between reads."""
+        """``result`` for asyncio code: reads through the storage's asyncio path (the loop
+        never waits on it); between reads it waits to be woken when the job ends (Redis,
+        PostgreSQL: ``Storage.afinished``), else a backoff of sleeps."""
         limit = None if timeout is None else time.monotonic() + timeout
-        delay = _POLL_FIRST
-        while True:
-            record = await self.astatus()
-            if record is None:
-                raise JobNotFound(f"job {self.id} is not stored (never enqueued, or trimmed)")
-            if record.state.terminal:
-                return _outcome(record)
-            await asyncio.sleep(self._pause(limit, delay, timeout))
-            delay = min(delay * 2, _POLL_MAX)
+        record = await self._record()
+        if record.state.terminal:
+            return _outcome(record)
+        async with self._lookup().afinished(self.id, record.queue) as waiter:
+            # A store that wakes us leaves a read now and then only for what it cannot see
+            # (an end no ack made: a cancel, an expiry); else reads back off from 5 ms.
+            first = _WOKEN_MAX if waiter.notifies else _POLL_FIRST
+            delay = first
+            while True:
+                record = await self._record()
+                if record.state.terminal:
+                    return _outcome(record)
+                woken = await waiter.wait(self._pause(limit, delay, timeout))
+                delay = first if woken or waiter.notifies else min(delay * 2, _POLL_MAX)
+
+    async def _record(self) -> JobRecord:
+        record = await self.astatus()
+        if record is None:
+            raise JobNotFound(f"job {self.id} is not stored (never enqueued, or trimmed)")
+        return record
+
+    def _lookup(self) -> JobLookup:
+        if self._source is None:
+            raise RuntimeError("this JobRef is not bound to an app; use app.aget_job(ref.id)")
+        return self._source
 
     async def astatus(self) -> JobRecord | None:
         """``status`` for asyncio code."""

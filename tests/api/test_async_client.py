@@ -107,3 +107,32 @@ def test_batches_many_and_middleware_from_an_event_loop(app: Conveyor) -> None:
     assert out["total"] == 5 and out["refs"] == 5
     assert out["results"] == [0, 2, 4, 1, 2]
     assert seen == ["t.add"] and out["meta"] == {"tag": "async"}
+
+
+@pytest.mark.parametrize("store", ["postgres", "redis", "redis_cluster"])
+def test_aresult_is_woken_by_the_ack_instead_of_reading_again(
+        app: Conveyor, store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    add = _job(app, "t.add")
+    reads = 0
+    read = app.storage.aget_job
+
+    async def counted(job_id: str) -> Any:
+        nonlocal reads
+        reads += 1
+        return await read(job_id)
+
+    async def scenario() -> int:
+        ref = await add.aenqueue(20, 22)
+        monkeypatch.setattr(app.storage, "aget_job", counted)
+        waiting = asyncio.create_task(ref.aresult(timeout=60))
+        while reads < 2:  # its first reads done: it is waiting to be woken
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.5)  # a poller would read again and again meanwhile
+        await asyncio.to_thread(drain, app, ["default"])
+        result: int = await waiting
+        await app.aclose()
+        return result
+
+    assert asyncio.run(scenario()) == 42
+    # the read before it waited, the one after registering, the one after being woken
+    assert reads == 3

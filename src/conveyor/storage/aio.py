@@ -11,11 +11,28 @@ rest (batches on Redis, workflows, debounce, aggregation) to the thread.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 from conveyor.job import EnqueueResult, JobRecord, JobSpec
 
-__all__ = ["ThreadedAsync"]
+__all__ = ["ThreadedAsync", "Waiter"]
+
+
+@dataclass(frozen=True, slots=True)
+class Waiter:
+    """What ``afinished`` yields: ``wait(seconds)`` returns True when woken because the job
+    may have ended, False after the seconds passed; ``notifies`` says whether the store
+    wakes it at all (else a caller keeps its reads frequent)."""
+
+    wait: Callable[[float], Awaitable[bool]]
+    notifies: bool = False
+
+
+async def _sleep(seconds: float) -> bool:
+    await asyncio.sleep(seconds)
+    return False
 
 
 class ThreadedAsync:
@@ -32,6 +49,12 @@ class ThreadedAsync:
     async def aget_job(self, job_id: str) -> JobRecord | None:
         """``get_job`` for asyncio code."""
         return await asyncio.to_thread(self.get_job, job_id)
+
+    @asynccontextmanager
+    async def afinished(self, job_id: str, queue: str) -> AsyncIterator[Waiter]:
+        """Wake-ups when ``job_id`` (of ``queue``) ends, for ``JobRef.aresult``; here none:
+        the waiter only sleeps, and the caller reads again."""
+        yield Waiter(_sleep)
 
     async def aclose(self) -> None:
         """Close what the native asyncio clients opened (nothing here)."""

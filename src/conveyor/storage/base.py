@@ -20,6 +20,7 @@ Rules every backend honours (checked by ``tests/conformance``):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Protocol, runtime_checkable
 
 from conveyor.errors import TransactionUnsupported
@@ -34,6 +35,7 @@ from conveyor.job import (
     JobState,
     LeasedJob,
 )
+from conveyor.storage.aio import Waiter
 from conveyor.storage.inspector import Inspector as Inspector
 from conveyor.storage.records import (
     JobBlock,
@@ -73,6 +75,11 @@ class Storage(Protocol):
 
     async def aclose(self) -> None:
         """Close the asyncio clients this event loop opened."""
+        ...
+
+    def afinished(self, job_id: str, queue: str) -> AbstractAsyncContextManager[Waiter]:
+        """While open, wake-ups when the job may have ended (``Waiter.wait``): what
+        ``JobRef.aresult`` waits on between reads. A store that cannot notify only sleeps."""
         ...
 
     def enqueue_block(self, block: JobBlock) -> list[EnqueueResult]:

@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
 
 from conveyor.job import EnqueueResult, JobSpec
+from conveyor.storage.aio import Waiter
 from conveyor.storage.postgres import jobs
 from conveyor.storage.postgres.connection import Database, translate
 
@@ -53,6 +55,36 @@ class PostgresAsync:
             self._aforget()
             raise translate(exc, self._db.where) from exc
         return results
+
+    @asynccontextmanager
+    async def afinished(self, job_id: str, queue: str) -> AsyncIterator[Waiter]:
+        """Wake-ups when ``job_id`` ends: a connection of its own LISTENs on
+        'conveyor_done_<schema>' and a ``result_waiters`` row asks the acks to NOTIFY it
+        (migrations/010_result_waiters.sql)."""
+        settings = self._db.settings
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                settings.conninfo, autocommit=True, application_name="conveyor-waiter")
+            await conn.execute(f'SET search_path TO "{settings.schema}"')
+            await conn.execute(f'LISTEN "conveyor_done_{settings.schema}"')
+            await conn.execute("INSERT INTO result_waiters (job_id, since) VALUES (%s, "
+                               "extract(epoch FROM clock_timestamp()))", (job_id,))
+        except psycopg.Error as exc:
+            raise translate(exc, self._db.where) from exc
+
+        async def wait(timeout: float) -> bool:
+            async for note in conn.notifies(timeout=max(timeout, 0.001)):
+                if note.payload == job_id:
+                    return True
+            return False
+
+        try:
+            yield Waiter(wait, notifies=True)
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                await conn.execute("DELETE FROM result_waiters WHERE ctid = (SELECT ctid FROM "
+                                   "result_waiters WHERE job_id = %s LIMIT 1)", (job_id,))
+            await conn.close()
 
     async def _aconn(self) -> psycopg.AsyncConnection[Any]:
         loop = asyncio.get_running_loop()

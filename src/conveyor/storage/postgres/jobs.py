@@ -109,8 +109,12 @@ def insert(cur: Cursor, now: float | None, specs: Sequence[JobSpec],
     before anything is written."""
     if not specs:
         return []
-    statement, params = insert_call(now, specs, schema)  # one job: the lean enqueue_one
-    return _results(cur.execute(statement, params).fetchall())
+    if len(specs) == 1 and specs[0].flow is None:  # the common case, made lean
+        one = specs[0]
+        return _insert_one(cur, now, one.id, one.name, one.queue, one.payload,
+                           one.max_retries, one.timeout, one.deadline, one.run_at,
+                           one.batch_id, schema)
+    return _results(cur.execute(_call(schema), (now, *_columns(specs))).fetchall())
 
 
 def insert_block(cur: Cursor, now: float | None, block: JobBlock,

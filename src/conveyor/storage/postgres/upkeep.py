@@ -139,8 +139,10 @@ class PostgresUpkeep(PostgresInspector):
         self._bounded(_TRIM_UNIQUE, (now,))
         # Hits of keys still in use are pruned at dequeue; this drops abandoned keys.
         self._bounded(_TRIM_RATE_HITS, (now - retention.succeeded_seconds,))
-        with self._db.call() as cur:  # one row per worker process: small
+        with self._db.call() as cur:  # one row per worker process (or waiting caller): small
             cur.execute("DELETE FROM workers WHERE last_seen < %s", (now - retention.worker_ttl,))
+            # a caller that died waiting (its row is deleted when it stops waiting)
+            cur.execute("DELETE FROM result_waiters WHERE since < %s", (now - 86400,))
         self._bounded(_TRIM_NODES, ())
         return removed
 

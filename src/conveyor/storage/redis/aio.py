@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import redis.asyncio as aredis
@@ -17,6 +18,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 import redis
 from conveyor.errors import StorageUnavailable
 from conveyor.job import EnqueueResult, JobSpec
+from conveyor.storage.aio import Waiter
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.batches import ENQUEUE_CHUNK, result_of
 from conveyor.storage.redis.connection import CONNECT_TIMEOUT, SOCKET_TIMEOUT, Link
@@ -68,6 +70,34 @@ class RedisAsync:
             raise StorageUnavailable(f"Redis at {self.link.scrub(self.link.settings.url)} "
                                      f"is unreachable: {self.link.scrub(exc)}") from None
         return [r for r in out if r is not None]
+
+    @asynccontextmanager
+    async def afinished(self, job_id: str, queue: str) -> AsyncIterator[Waiter]:
+        """Wake-ups when ``job_id`` ends: ack.lua publishes the ids of the queue's waiters
+        set that end on the channel of that name, which this subscribes to."""
+        if self.link.settings.sentinel:
+            async with super().afinished(job_id, queue) as waiter:  # type: ignore[misc]
+                yield waiter
+            return
+        client = self._aclient()
+        channel = self.keys.queue(queue).waiters
+        pubsub = client.pubsub()
+        await pubsub.subscribe(channel)  # before the interest is known: nothing is missed
+
+        async def wait(timeout: float) -> bool:
+            deadline = asyncio.get_running_loop().time() + timeout
+            while (left := deadline - asyncio.get_running_loop().time()) > 0:
+                note = await pubsub.get_message(ignore_subscribe_messages=True, timeout=left)
+                if note is not None and note.get("data") == job_id:
+                    return True
+            return False
+
+        try:
+            await client.sadd(channel, job_id)
+            yield Waiter(wait, notifies=True)
+        finally:
+            await client.srem(channel, job_id)
+            await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     async def _aregister(self, client: AsyncClient, queue: str) -> QueueKeys:
         if queue not in self._queues:

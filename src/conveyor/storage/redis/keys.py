@@ -48,6 +48,9 @@ class QueueKeys:
     groups: str
     group_due: str
     group_members: str
+    # set: ids of jobs a caller waits on (JobRef.aresult); ack.lua publishes the id of each
+    # that ends on the channel of the same name
+    waiters: str
 
     def by_state(self, state: str) -> str:
         """The index key holding jobs in ``state``."""

@@ -20,6 +20,7 @@
 --- @key messages   hash id -> last message
 --- @key jobs       static JSON, read for flow control
 --- @key flow       hash
+--- @key waiters    set: ids of jobs a caller waits on (JobRef.aresult)
 -- ARGV: 1 now|'', 2 queue, 3 mode: "plan" (apply jobs without a batch, report batch jobs)
 --       or "apply" (apply everything), then 9 per ack: id, token, outcome, result|'',
 --       message|'', error data JSON|'', retry_in|'', own events NDJSON|'', progress "d/t"|''
@@ -176,4 +177,16 @@ bulk('HSET', K_MESSAGES, messages)
 bulk('HDEL', K_MESSAGES, cleared)
 flush_counts(K_META)
 notify(K_NOTIFY, #requeued)
+-- Wake callers waiting on a job that just ended: one SCARD per call when nobody waits; the
+-- ids are published on the channel named as the waiters set (a channel is not a key: on
+-- Cluster a PUBLISH reaches subscribers on every node).
+if redis.call('SCARD', K_WAITERS) > 0 then
+  for _, index in pairs(FINAL) do
+    for j = 2, #index, 2 do
+      if redis.call('SISMEMBER', K_WAITERS, index[j]) == 1 then
+        redis.call('PUBLISH', K_WAITERS, index[j])
+      end
+    end
+  end
+end
 return out
