@@ -22,7 +22,8 @@ from tests.conformance.backends import backend_url
 NATIVE = {"postgres", "redis", "redis_cluster"}
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres", "redis", "redis_cluster"])
+@pytest.fixture(params=["memory", "sqlite", "postgres", "redis", "redis_cluster",
+                        "redis_sentinel"])
 def store(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

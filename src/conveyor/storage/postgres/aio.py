@@ -1,8 +1,9 @@
-"""PostgreSQL's native asyncio enqueue: the ``enqueue`` function called on a psycopg
-``AsyncConnection`` (one per event loop), the same statement and results as the blocking
-path (``jobs.insert``). Jobs that need several statements in one transaction (debounce,
-aggregation, workflow nodes) and a storage bound to the application's transaction go
-through the blocking path in a thread (``ThreadedAsync``)."""
+"""PostgreSQL's native asyncio path: the ``enqueue`` function and the record read called on
+a psycopg ``AsyncConnection`` (one per event loop), the same statements and results as the
+blocking path (``jobs.insert``, ``get_job``), and result waiters woken by ``NOTIFY``. Jobs
+that need several statements in one transaction (debounce, aggregation, workflow nodes) and
+a storage bound to the application's transaction go through the blocking path in a thread
+(``ThreadedAsync``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from conveyor.job import EnqueueResult, JobSpec
+from conveyor.job import EnqueueResult, JobRecord, JobSpec
 from conveyor.storage.aio import Waiter
 from conveyor.storage.postgres import jobs
 from conveyor.storage.postgres.connection import Database, translate
@@ -37,6 +38,7 @@ class PostgresAsync:
     _schema: str | None
     _clock_arg: Callable[[], float | None]
     enqueue: Callable[[Sequence[JobSpec]], list[EnqueueResult]]
+    get_job: Callable[[str], JobRecord | None]
 
     async def aenqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
         """``enqueue`` for asyncio code: natively, one statement per chunk."""
@@ -55,6 +57,20 @@ class PostgresAsync:
             self._aforget()
             raise translate(exc, self._db.where) from exc
         return results
+
+    async def aget_job(self, job_id: str) -> JobRecord | None:
+        """``get_job`` for asyncio code: natively, one statement."""
+        if type(self._db) is not Database:
+            return await asyncio.to_thread(self.get_job, job_id)
+        conn = await self._aconn()
+        try:
+            async with conn.cursor() as cur:
+                await cur.execute(jobs.GET_JOB, (job_id,))
+                row = await cur.fetchone()
+        except psycopg.Error as exc:
+            self._aforget()
+            raise translate(exc, self._db.where) from exc
+        return jobs.record(row[:-1], row[-1]) if row else None
 
     @asynccontextmanager
     async def afinished(self, job_id: str, queue: str) -> AsyncIterator[Waiter]:

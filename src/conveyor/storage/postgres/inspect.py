@@ -104,9 +104,7 @@ class PostgresInspector(PostgresFlow):
     @reads
     def get_job(self, job_id: str) -> JobRecord | None:
         """A job with its full event log, or None."""
-        row = self._db.read().execute(
-            f"SELECT {jobs.JOB_COLUMNS}, events FROM jobs WHERE id = %s", (job_id,)
-        ).fetchone()
+        row = self._db.read().execute(jobs.GET_JOB, (job_id,)).fetchone()
         return jobs.record(row[:-1], row[-1]) if row else None
 
     @staticmethod

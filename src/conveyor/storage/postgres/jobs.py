@@ -27,6 +27,8 @@ JOB_COLUMNS = (
     "deadline, created_at, run_at, started_at, finished_at, batch_id, worker, "
     "lease_expires_at, cancel_requested, result, message, progress, flow"
 )
+GET_JOB = f"SELECT {JOB_COLUMNS}, events FROM jobs WHERE id = %s"  # a record with its events
+
 # The server-side enqueue (migrations/002_functions.sql): one array per column.
 _ENQUEUE = (
     "SELECT * FROM {schema}enqueue(%s::float8, %s::text[], %s::text[], %s::text[], %s::text[], "
