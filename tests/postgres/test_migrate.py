@@ -146,9 +146,7 @@ def test_a_database_at_version_2_upgrades_in_place_keeping_every_job_and_lease(
     # the code of version 2's time enqueued one job with the generic function too, and its
     # ack asked nothing of workflows (version 8)
     monkeypatch.setattr(jobs, "_insert_one", _generic_one)
-    # nor of the callers waiting on results (version 10): its parameter kept, unused
-    monkeypatch.setattr(acks, "_ACK", acks._ACK.replace(", wf_pending(), wake_waiters(",
-                                                        ", (")[:-1] + " IS NULL)")
+    monkeypatch.setattr(acks, "_ACK", acks._ACK.replace(", wf_pending(), wake_waiters()", ""))
     old = open_storage(url)  # version 2: the functions, and the indexes of version 1
     done, running, waiting = put(old), put(old), put(old)
     later = put(old, run_at=9e9)

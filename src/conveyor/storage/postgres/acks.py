@@ -26,8 +26,8 @@ _ACK = (
     "SELECT ack(%s::float8, %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
     "%s::text[], %s::text[], %s::text[], %s::text[], %s::bool[], %s::text[], %s::text[], "
     "%s::text[], %s::int4[], %s::text[], %s::text[], %s::float8[], %s::text[]), wf_pending(), "
-    # the callers waiting on these jobs' results, woken (one probe when nobody waits)
-    "wake_waiters(%s::text[])"
+    # the callers waiting on results, woken (a scan of an empty table when nobody waits)
+    "wake_waiters()"
 )
 
 # The ``ack`` function's arrays after ``p_now``, in its order (``arrays.py``).
@@ -66,7 +66,7 @@ def apply(cur: psycopg.Cursor[Any], now: float | None,
     if not acks:
         return [], False
     columns = arrays.columns([_row(a) for a in acks], _ENCODERS)
-    row = cur.execute(_ACK, (now, *columns, columns[0])).fetchone()
+    row = cur.execute(_ACK, (now, *columns)).fetchone()
     if not row:
         return [False] * len(acks), False
     return [bool(ok) for ok in row[0]], len(row) > 1 and bool(row[1])
