@@ -131,6 +131,23 @@ def test_pause_button(site: Site, page: Page) -> None:
     assert page.locator("tr", has_text="exports").locator("button:has-text('Resume')").count()
 
 
+def test_a_batchs_failures_are_retried_and_downloaded_from_its_page(site: Site,
+                                                                    page: Page) -> None:
+    st = site.app.storage
+    failed = run_one(st, "exports", Outcome.FAILED, message="row 1: bad SKU")
+    dead = run_one(st, "exports", Outcome.DEAD, message="gave up")
+    page.goto(f"{site.server.url}/batches/{site.seeded.batch_id}")
+    with page.expect_download() as got:
+        page.click("a:has-text('CSV')")
+    text = Path(got.value.path()).read_text()
+    assert failed in text and dead in text and "row 1: bad SKU" in text
+    with page.expect_navigation():
+        page.click("button:has-text('Retry 1 dead')")  # its confirm() is accepted
+    assert "retried 1 dead job(s)" in page.locator(".flash").inner_text()
+    assert st.get_job(dead).state.value == "pending"  # type: ignore[union-attr]
+    assert st.get_job(failed).state.value == "failed"  # type: ignore[union-attr]
+
+
 def test_batch_progress_bar_advances_without_reload(site: Site, page: Page) -> None:
     page.goto(f"{site.server.url}/batches/{site.seeded.batch_id}")
     bar = "#live .progress"

@@ -16,6 +16,13 @@ from conveyor.cli.common import (
     table,
 )
 from conveyor.cli.terminal import safe, say
+from conveyor.failures import (
+    failure_states,
+    failures,
+    failures_csv,
+    failures_json,
+    retry_failures,
+)
 from conveyor.job import SHOWN_STATES
 from conveyor.storage.base import Inspector
 from conveyor.views import batch_state, batch_view, fmt_duration, fmt_time, get_batch
@@ -25,7 +32,8 @@ BAR_WIDTH = 30
 
 def register(sub: Any) -> None:
     """Add ``batch``."""
-    batch = sub.add_parser("batch", help="list, show, watch or cancel batches")
+    batch = sub.add_parser("batch", help="list, show, watch, cancel batches; retry or export "
+                           "their failures")
     bsub = batch.add_subparsers(dest="batch_command", required=True, metavar="ACTION")
     lst = bsub.add_parser("list", help="batches, newest first")
     lst.add_argument("--offset", type=int, default=0)
@@ -47,6 +55,20 @@ def register(sub: Any) -> None:
     cancel.add_argument("batch_id")
     add_source_args(cancel, json_flag=False)
     cancel.set_defaults(func=cmd_cancel)
+    retry = bsub.add_parser("retry", help="retry a batch's failed and/or dead jobs")
+    retry.add_argument("batch_id")
+    retry.add_argument("--state", choices=("failed", "dead", "all"), default="all",
+                       help="which failures to retry (default: all)")
+    add_source_args(retry, json_flag=False)
+    retry.set_defaults(func=cmd_retry)
+    export = bsub.add_parser("failures", help="a batch's failed and dead jobs as CSV or JSON "
+                             "(id, name, state, args, kwargs, reason, attempts, errors)")
+    export.add_argument("batch_id")
+    export.add_argument("--state", choices=("failed", "dead", "all"), default="all")
+    export.add_argument("--format", choices=("csv", "json"), default="csv")
+    export.add_argument("-o", "--output", default="-", help="file to write (default: stdout)")
+    add_source_args(export, json_flag=False)
+    export.set_defaults(func=cmd_failures)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -151,6 +173,31 @@ def watch(inspector: Inspector, batch_id: str, out: TextIO, interval: float,
             out.write("\ntimed out before the batch completed\n")
             return False
         time.sleep(interval)
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    """Retry a batch's failures."""
+    with open_backend(args) as backend:
+        count = retry_failures(backend, args.batch_id, failure_states(args.state))
+    which = "failed and dead" if args.state == "all" else args.state
+    say(f"retried {count} {which} job(s) of batch {args.batch_id}")
+    return 0
+
+
+def cmd_failures(args: argparse.Namespace) -> int:
+    """Write a batch's failures as CSV or JSON."""
+    write = failures_csv if args.format == "csv" else failures_json
+    with open_backend(args) as backend:
+        chunks = write(failures(backend, args.batch_id, failure_states(args.state)))
+        if args.output == "-":
+            for chunk in chunks:
+                sys.stdout.buffer.write(chunk.encode("utf-8", "backslashreplace"))
+            sys.stdout.flush()
+        else:
+            with open(args.output, "wb") as out:
+                for chunk in chunks:
+                    out.write(chunk.encode("utf-8", "backslashreplace"))
+    return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

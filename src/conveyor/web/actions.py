@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from conveyor.errors import ConveyorError
+from conveyor.failures import failure_states, retry_failures
 from conveyor.job import JobState
 from conveyor.storage.base import Inspector
 from conveyor.views import parse_state
@@ -95,6 +96,17 @@ def _command(command: str) -> Callable[[Inspector, Form], str]:
     return run
 
 
+def _retry_batch(insp: Inspector, form: Form) -> str:
+    batch = _one(form, "batch")
+    which = form.get("state", ["all"])[0]
+    try:
+        states = failure_states(which)
+    except ValueError as exc:
+        raise ConveyorError(str(exc)) from None
+    what = "failed and dead" if which == "all" else which
+    return f"retried {retry_failures(insp, batch, states)} {what} job(s) of batch {batch}"
+
+
 def _cancel_batch(insp: Inspector, form: Form) -> str:
     batch = _one(form, "batch")
     return f"cancelled batch {batch}: {insp.cancel_batch(batch)} job(s)"
@@ -103,7 +115,7 @@ def _cancel_batch(insp: Inspector, form: Form) -> str:
 OPERATIONS: dict[str, Callable[[Inspector, Form], str]] = {
     "retry": _retry, "delete": _delete, "kill": _kill, "retry-all": _retry_all,
     "clear": _clear, "pause": _pause, "resume": _resume, "quiet": _command("quiet"),
-    "stop": _command("stop"), "cancel-batch": _cancel_batch,
+    "stop": _command("stop"), "cancel-batch": _cancel_batch, "retry-batch": _retry_batch,
     "pause-schedule": _schedule(True), "resume-schedule": _schedule(False),
 }
 

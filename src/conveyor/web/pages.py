@@ -11,6 +11,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from conveyor.failures import failure_states, failures, failures_csv, failures_json
 from conveyor.job import JobState
 from conveyor.metrics import CONTENT_TYPE, render_inspector
 from conveyor.views import (
@@ -151,6 +152,24 @@ async def api_batch(dash: Dashboard, request: Request, csrf: str, m: re.Match[st
     return json_response(await dash.call(lambda insp: batch_view(insp, m["id"])))
 
 
+async def batch_failures(dash: Dashboard, request: Request, csrf: str,
+                         m: re.Match[str]) -> Response:
+    """A batch's failed and dead jobs as a CSV or JSON download (``?state=failed|dead``)."""
+    which = request.arg("state") or "all"
+    try:
+        states = failure_states(which)
+    except ValueError as exc:
+        return error_page(str(exc), 400, csrf)
+    csv_wanted = m["format"] == "csv"
+    write = failures_csv if csv_wanted else failures_json
+    body = await dash.call(lambda insp: "".join(write(failures(insp, m["id"], states))))
+    name = f"batch-{m['id']}-{'failures' if which == 'all' else which}.{m['format']}"
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    return Response(body, 200, "text/csv; charset=utf-8" if csv_wanted
+                    else "application/json; charset=utf-8",
+                    [("content-disposition", f'attachment; filename="{safe}"')])
+
+
 async def metrics(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
     """Prometheus text."""
     return Response(await dash.call(render_inspector), 200, CONTENT_TYPE)
@@ -176,7 +195,9 @@ ROUTES: list[tuple[re.Pattern[str], Page]] = [
         (r"/jobs/(?P<id>[^/]+)", pages_jobs.job), (r"/batches", pages_jobs.batches),
         (r"/workflows", pages_jobs.workflows),
         (r"/workflows/(?P<id>[^/]+)", pages_jobs.workflow_graph),
-        (r"/batches/(?P<id>[^/]+)", pages_jobs.batch), (r"/metrics", metrics),
+        (r"/batches/(?P<id>[^/]+)", pages_jobs.batch),
+        (r"/batches/(?P<id>[^/]+)/failures\.(?P<format>csv|json)", batch_failures),
+        (r"/metrics", metrics),
         (r"/api/stats", api_stats), (r"/api/workers", api_workers),
         (r"/api/jobs/(?P<id>[^/]+)", api_job), (r"/api/batches/(?P<id>[^/]+)", api_batch),
     )

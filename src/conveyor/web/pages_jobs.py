@@ -85,13 +85,21 @@ def _state_tabs(state: JobState | None, queue: str | None, counts: dict[str, int
     return f'<nav class="tabs">{"".join(tabs)}</nav>'
 
 
+# The time a list of one state shows: when a retry or a schedule runs next, when a job ended.
+_WHEN = {JobState.RETRYING: ("Next run", "run_at"), JobState.SCHEDULED: ("Runs at", "run_at"),
+         **{s: ("Died" if s is JobState.DEAD else "Ended", "finished_at")
+            for s in (JobState.DEAD, JobState.FAILED, JobState.SUCCEEDED, JobState.CANCELLED)}}
+
+
 def _bulk_form(rows: list[dict[str, Any]], csrf: str, here: str, state: JobState | None) -> str:
+    title, field = _WHEN.get(state, ("Created", "created_at")) if state else ("Created",
+                                                                             "created_at")
     body = table(
-        ("", "Job", "State", "Queue", "Args", "Try", "Created", "Last message"),
+        ("", "Job", "State", "Queue", "Args", "Try", title, "Last message"),
         ([f'<input type="checkbox" name="ids" value="{e(r["id"])}" aria-label="select">',
           link(f"/jobs/{r['id']}", r["name"]) + f"<br><small>{e(r['id'])}</small>",
           badge(r["state"]) + _unreadable(r), e(r["queue"]), f"<code>{e(short(r['args']))}</code>",
-          e(r["attempt"]), when(r["created_at"]), e(short(r["message"] or "", 120))]
+          e(r["attempt"]), when(r[field]), e(short(r["message"] or "", 120))]
          for r in rows), "jobs")
     buttons = "".join(
         f'<button name="op" value="{op}" class="{cls}">{label} selected</button>'
@@ -251,6 +259,7 @@ async def batch(dash: StorageCaller, request: Request, csrf: str, m: re.Match[st
     cancel = "" if view["complete"] or view["cancelled"] else button_form(
         "cancel-batch", "Cancel batch", csrf, here, cls="danger", batch=view["id"],
         confirm="Cancel every unfinished job of this batch?")
+    cancel += _failure_tools(view, csrf, here)
     jobs_table = table(("Job", "State", "Args", "Try", "Last message"), (
         [link(f"/jobs/{r['id']}", r["name"]) + f"<br><small>{e(r['id'])}</small>",
          badge(r["state"]) + _unreadable(r), f"<code>{e(short(r['args']))}</code>",
@@ -264,6 +273,23 @@ async def batch(dash: StorageCaller, request: Request, csrf: str, m: re.Match[st
     title = f"{'Workflow' if workflow else 'Batch'} {view['description'] or view['id']}"
     return page(title, "/workflows" if workflow else "/batches", live, request, csrf,
                 before=_views(view["id"], "jobs") if workflow else "")
+
+
+def _failure_tools(view: dict[str, Any], csrf: str, here: str) -> str:
+    """Retry the batch's failed / dead jobs, and download its failures (CSV, JSON)."""
+    counts = view["counts"]
+    failed, dead = counts.get("failed", 0), counts.get("dead", 0)
+    if not failed and not dead:
+        return ""
+    out = ""
+    for state, count in (("failed", failed), ("dead", dead)):
+        if count:
+            out += button_form("retry-batch", f"Retry {count} {state}", csrf, here,
+                               batch=view["id"], state=state,
+                               confirm=f"Retry the {count} {state} job(s) of this batch?")
+    base = f"/batches/{view['id']}/failures"
+    return out + (f' <span class="downloads">failures: {link(base + ".csv", "CSV")} · '
+                  f'{link(base + ".json", "JSON")}</span>')
 
 
 async def workflow_graph(dash: StorageCaller, request: Request, csrf: str,
