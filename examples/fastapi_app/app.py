@@ -7,10 +7,11 @@ Run the API and a worker (same CONVEYOR_URL, default ./conveyor.db)::
     conveyor worker examples.fastapi_app.app:jobs -q reports -q imports
 
     curl -X POST 'localhost:8000/reports/42?month=2026-11'     # {"job_id": "..."}
-    curl localhost:8000/jobs/<job_id>                          # state, result, message
+    curl localhost:8000/status/<job_id>                        # state, result, message
     curl -X POST localhost:8000/imports -H 'content-type: application/json' \\
          -d '[{"sku": "ABC-0001", "qty": "3"}, {"sku": "bad", "qty": "1"}]'
     curl localhost:8000/imports/<batch_id>                     # counts, percent, failures
+    open http://localhost:8000/jobs/                           # the dashboard, mounted
 
 With ``CONVEYOR_OTEL=1`` (and opentelemetry-sdk installed) each request runs in a span whose
 context comes from the caller's ``traceparent`` header, and every job it enqueues carries
@@ -29,6 +30,7 @@ from fastapi import FastAPI, HTTPException, Request, Response
 
 from conveyor import Conveyor, Fail
 from conveyor.errors import BatchNotFound
+from conveyor.web import create_app
 
 jobs = Conveyor()  # CONVEYOR_URL, else ./conveyor.db
 
@@ -56,6 +58,9 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
 
 
 api = FastAPI(title="conveyor + FastAPI", lifespan=lifespan)
+# The dashboard inside the API, under /jobs: its links, assets, redirects and cookies carry the
+# prefix. CONVEYOR_WEB_TOKEN protects it; without one it answers loopback hosts only.
+api.mount("/jobs", create_app(jobs, token=os.environ.get("CONVEYOR_WEB_TOKEN")))
 
 if os.environ.get("CONVEYOR_OTEL"):
     from opentelemetry import propagate, trace
@@ -85,7 +90,7 @@ async def request_report(customer_id: int, month: str) -> dict[str, str]:
     return {"job_id": ref.id}
 
 
-@api.get("/jobs/{job_id}")
+@api.get("/status/{job_id}")
 async def job_status(job_id: str) -> dict[str, Any]:
     """A job's state, and its result or last message."""
     record = await jobs.aget_job(job_id)

@@ -176,3 +176,25 @@ def guard(app: ASGIApp, hosts: frozenset[str], *, max_body: int = MAX_BODY,
                         close=True)
 
     return guarded
+
+
+def mount_at(prefix: str, app: ASGIApp, host: ASGIApp) -> ASGIApp:
+    """An ASGI app that serves ``app`` (the dashboard) under ``prefix`` and everything else
+    with ``host``: for an ASGI host with no router of its own (Django's
+    ``get_asgi_application()``). ``app`` sees ``root_path`` extended by the prefix, as a
+    Starlette ``Mount`` sets it."""
+    prefix = "/" + prefix.strip("/")
+
+    async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
+        root = str(scope.get("root_path") or "").rstrip("/")
+        path = str(scope.get("path") or "")
+        under = root + prefix
+        if scope["type"] == "http" and (path in (under, prefix) or path.startswith(
+                (under + "/", prefix + "/"))):
+            full = path if path.startswith(under) else root + path
+            await app({**scope, "root_path": under, "path": full}, receive, send)
+        else:
+            await host(scope, receive, send)
+
+    return dispatch
+

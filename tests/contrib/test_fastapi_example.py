@@ -31,17 +31,20 @@ def example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleT
 
 def test_the_fastapi_example_enqueues_and_reports(example: ModuleType) -> None:
     headers = {"traceparent": f"00-{TRACE}-b7ad6b7169203331-01"}
-    with TestClient(example.api) as client:
+    with TestClient(example.api, base_url="http://127.0.0.1") as client:
         job_id = client.post("/reports/42", params={"month": "2026-11"},
                              headers=headers).json()["job_id"]
-        assert client.get(f"/jobs/{job_id}").json()["state"] == "pending"
+        assert client.get(f"/status/{job_id}").json()["state"] == "pending"
         rows = [{"sku": "ABC-0001"}, {"sku": "bad"}, {"sku": "XYZ-0002"}]
         batch_id = client.post("/imports", json=rows).json()["batch_id"]
         assert client.get(f"/imports/{batch_id}").json()["total"] == 3
         drain(example.jobs)
-        report = client.get(f"/jobs/{job_id}").json()
+        report = client.get(f"/status/{job_id}").json()
         progress = client.get(f"/imports/{batch_id}").json()
-        assert client.get("/jobs/nope").status_code == 404
+        assert client.get("/status/nope").status_code == 404
+        board = client.get(f"/jobs/batches/{batch_id}")  # the dashboard mounted at /jobs
+        assert board.status_code == 200
+        assert f"/jobs/batches/{batch_id}/failures.csv" in board.text
         assert client.get("/imports/nope").status_code == 404
     assert report == {"state": "succeeded", "message": None, "attempt": 1,
                       "result": {"customer": 42, "month": "2026-11", "orders": 0}}

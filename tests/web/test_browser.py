@@ -148,6 +148,34 @@ def test_a_batchs_failures_are_retried_and_downloaded_from_its_page(site: Site,
     assert st.get_job(failed).state.value == "failed"  # type: ignore[union-attr]
 
 
+def test_the_dashboard_mounted_under_jobs_in_a_fastapi_app(site: Site, page: Page) -> None:
+    from fastapi import FastAPI
+
+    from conveyor.web import RunningServer, create_app
+
+    api = FastAPI()
+    api.mount("/jobs", create_app(site.app))
+    server = RunningServer(api, "127.0.0.1", 0).start()
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        page.goto(base + "/jobs/dead")  # its script and styles load from /jobs/static
+        assert page.locator("header nav a.on").get_attribute("href") == "/jobs/dead"
+        dead = site.seeded.ids["dead"]
+        page.check(f"input[name=ids][value='{dead}']")
+        with page.expect_navigation():
+            page.click("button:has-text('Retry selected')")
+        assert page.url == base + "/jobs/dead"
+        assert "retried 1 job(s)" in page.locator(".flash").inner_text()
+        assert site.state("dead") == "pending"
+        cookies = {c["name"]: c["path"] for c in page.context.cookies()}
+        assert cookies["conveyor_csrf"] == "/jobs"
+        page.goto(base + "/jobs/")  # the charts poll /jobs/api/stats
+        page.locator("#chart-queues polyline").nth(1).wait_for(state="attached",
+                                                               timeout=15_000)
+    finally:
+        server.stop()
+
+
 def test_batch_progress_bar_advances_without_reload(site: Site, page: Page) -> None:
     page.goto(f"{site.server.url}/batches/{site.seeded.batch_id}")
     bar = "#live .progress"

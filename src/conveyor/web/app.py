@@ -234,7 +234,7 @@ def _plain_token(value: str) -> bool:
 
 
 def create_app(storage_or_app: Conveyor | Inspector, token: str | None = None, *,
-               allowed_hosts: Iterable[str] = ()) -> Dashboard:
+               allowed_hosts: Iterable[str] = (), delegate_auth: bool = False) -> Dashboard:
     """The dashboard as an ASGI app over a storage backend or a ``Conveyor`` app.
 
     Mount it in any ASGI server (``uvicorn``, ``hypercorn``) or serve it with
@@ -244,5 +244,14 @@ def create_app(storage_or_app: Conveyor | Inspector, token: str | None = None, *
     ``allowed_hosts`` (the names the dashboard is reached by, e.g. ``["ops.example.com"]``;
     ``["*"]`` turns the check off, for a proxy that checks it): a page elsewhere that
     re-points its own name at this server (DNS rebinding) is refused with 421.
+
+    ``delegate_auth=True``: the application the dashboard is mounted in authenticates every
+    request to it and checks its ``Host`` (a FastAPI dependency, Django's login middleware):
+    no token and no Host check here; the CSRF check of every action stays.
     """
+    if delegate_auth:
+        if token:
+            raise ValueError("delegate_auth=True leaves authentication to the host "
+                             "application: give no token")
+        allowed_hosts = ("*",)
     return Dashboard(storage_or_app, token, asgi.allowed_hosts(allowed_hosts))

@@ -170,7 +170,8 @@ _LOCAL_LINK = re.compile(rb'((?:href|src|action|data-api)=")/(?!/)')
 
 
 def mount(response: Response, root: str) -> Response:
-    """Prefix the local links, form targets and redirects of a response with ``root``.
+    """Prefix the local links, form targets, redirects and cookie paths of a response with
+    ``root`` (the cookies of a dashboard under ``/ops`` are sent to ``/ops`` only).
 
     Pages are written with absolute paths (``/jobs``); mounted under ``/ops`` they must say
     ``/ops/jobs``. A no-op when the app is served at the root.
@@ -180,7 +181,8 @@ def mount(response: Response, root: str) -> Response:
     if response.content_type.startswith("text/html"):
         body = response.body.encode() if isinstance(response.body, str) else response.body
         response.body = _LOCAL_LINK.sub(rb"\1" + root.encode() + b"/", body)
-    response.headers = [(k, root + v if k == "location" and v.startswith("/") else v)
+    response.headers = [(k, root + v if k == "location" and v.startswith("/") else
+                         v.replace("; Path=/;", f"; Path={root};") if k == "set-cookie" else v)
                         for k, v in response.headers]
     return response
 
