@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from conveyor.clock import FakeClock
-from conveyor.job import EventKind, JobState, Outcome
+from conveyor.job import BatchSpec, EventKind, JobState, Outcome
 from conveyor.storage import Backend, Retention
 from tests.conformance.helpers import (
     ack,
     boom,
     last_event,
+    new_job_id,
     put,
     spec,
     state_of,
@@ -232,3 +233,20 @@ def test_a_job_cancelled_then_retried_by_hand_is_listed_and_counted_once(
     assert backend.count_jobs(state=JobState.PENDING, queue="default") == 1
     assert [j.id for j in backend.dequeue(["default"], "w", 10, 60.0)] == [job_id]
     assert backend.dequeue(["default"], "w", 10, 60.0) == []
+
+
+def test_list_jobs_newest_first_pages_the_other_way(backend: Backend, clock: FakeClock) -> None:
+    batch = BatchSpec(id=new_job_id("b"))
+    backend.create_batch(batch)
+    ids = []
+    for n in range(7):  # enqueued one at a time, a tick apart: oldest first is this order
+        ids.append(put(backend, "q1" if n % 2 else "q2", batch_id=batch.id))
+        clock.advance(1)
+    newest = list(reversed(ids))
+    for filters in ({}, {"queue": "q1"}, {"state": JobState.PENDING},
+                    {"state": JobState.PENDING, "queue": "q2"}, {"batch_id": batch.id}):
+        want = [i for i in newest if i in {r.id for r in backend.list_jobs(limit=100,
+                                                                        **filters)}]
+        pages = [[r.id for r in backend.list_jobs(newest_first=True, offset=o, limit=2,
+                                                  **filters)] for o in range(0, 8, 2)]
+        assert [i for page in pages for i in page] == want, filters

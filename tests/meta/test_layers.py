@@ -40,7 +40,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # running jobs (built from an app, never built by one)
     ("worker", ("conveyor.worker", "conveyor.worker.*")),
     # operations surfaces and integrations
-    ("top", ("conveyor.testing", "conveyor.views", "conveyor.failures", "conveyor.cli",
+    ("top", ("conveyor.testing", "conveyor.views", "conveyor.failures", "conveyor.search",
+             "conveyor.cli",
              "conveyor.cli.*",
              "conveyor.web", "conveyor.web.*", "conveyor.metrics", "conveyor.asgi",
              "conveyor.server", "conveyor.otel", "conveyor.contrib", "conveyor.contrib.*")),

@@ -98,3 +98,41 @@ def test_the_retrying_and_dead_pages_say_when(site: Site) -> None:
     died = site.app.storage.get_job(site.seeded.ids["dead"])
     assert "<th>Died</th>" in dead and died is not None
     assert f'data-ts="{died.finished_at}"' in dead
+
+
+def test_job_lists_are_newest_first_and_filter_by_name_queue_and_text(site: Site) -> None:
+    client = site.client()
+    ids = site.seeded.ids
+    listed = client.get("/jobs").body
+    assert listed.index(ids["scheduled"]) < listed.index(ids["succeeded"])  # newest first
+    oldest = client.get("/jobs?order=oldest").body
+    assert oldest.index(ids["succeeded"]) < oldest.index(ids["scheduled"])
+    found = client.get("/jobs?q=seller+not+qualified").body  # text of a message
+    assert ids["failed"] in found and ids["dead"] not in found
+    assert "1 found among the" in found
+    by_id = client.get(f"/jobs?q={ids['dead']}").body
+    assert ids["dead"] in by_id and ids["failed"] not in by_id
+    named = client.get("/jobs?name=shop.export&queue=exports").body
+    assert site.seeded.batch_id and ids["failed"] not in named and "shop.export" in named
+    assert 'name="q"' in client.get("/dead").body  # every list has the filters
+
+
+def test_the_cli_lists_newest_first_and_searches(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'list.db'}"
+    app = Conveyor(url)
+    first = app.enqueue("shop.register", [1, "alpha"])
+    second = app.enqueue("shop.register", [2, "beta"])
+    assert first is not None and second is not None
+    app.close()
+    conveyor = str(Path(sys.executable).with_name("conveyor"))
+
+    def ids(*args: str) -> list[str]:
+        out = subprocess.run([conveyor, "jobs", "list", *args, "--json", "--url", url],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return [j["id"] for j in json.loads(out.stdout)["jobs"]]
+
+    assert ids() == [first.id, second.id]
+    assert ids("--newest") == [second.id, first.id]
+    assert ids("--search", "BETA") == [second.id]
+    assert ids("--name", "shop.register", "--search", first.id) == [first.id]

@@ -16,6 +16,7 @@ from conveyor.cli.common import (
 from conveyor.cli.terminal import safe, say
 from conveyor.errors import ConveyorError
 from conveyor.job import JobRecord, JobState
+from conveyor.search import SCAN, search_jobs
 from conveyor.views import fmt_time, get_job, job_row, job_view, parse_state
 
 
@@ -67,6 +68,11 @@ def _list_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queue", default=None, help="only this queue")
     parser.add_argument("--offset", type=int, default=0)
     parser.add_argument("--limit", type=int, default=50)
+    parser.add_argument("--newest", action="store_true", help="newest first")
+    parser.add_argument("--name", default=None, help="only jobs of this name")
+    parser.add_argument("--search", default="", metavar="TEXT",
+                        help="a job id, or text in the arguments or the last message (reads "
+                             f"at most the newest {SCAN:,} jobs of the selection)")
     add_source_args(parser)
 
 
@@ -83,11 +89,19 @@ def cmd_list(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConveyorError(str(exc)) from None
     with open_backend(args) as backend:
-        # a batch's running jobs have their latest message only in their events
-        jobs = backend.list_jobs(state=state, queue=args.queue, batch_id=args.batch,
-                                 offset=args.offset, limit=args.limit,
-                                 with_events=args.batch is not None)
-        total = backend.count_jobs(state=state, queue=args.queue, batch_id=args.batch)
+        if args.name or args.search:
+            found = search_jobs(backend, args.search, name=args.name, state=state,
+                                queue=args.queue, limit=args.limit)
+            jobs, total = found.jobs, len(found.jobs)
+            if not found.complete and not args.json:
+                say(f"(read the newest {found.scanned:,} jobs of the selection)")
+        else:
+            # a batch's running jobs have their latest message only in their events
+            jobs = backend.list_jobs(state=state, queue=args.queue, batch_id=args.batch,
+                                     offset=args.offset, limit=args.limit,
+                                     with_events=args.batch is not None,
+                                     newest_first=args.newest)
+            total = backend.count_jobs(state=state, queue=args.queue, batch_id=args.batch)
     rows = [list_row(j) for j in jobs]
     if args.json:
         print_json({"total": total, "offset": args.offset, "jobs": rows})

@@ -47,8 +47,10 @@ class Inspector(Protocol):
         offset: int = 0,
         limit: int = 50,
         with_events: bool = False,
+        newest_first: bool = False,
     ) -> list[JobRecord]:
-        """Jobs filtered by state/queue/batch, oldest first, paged."""
+        """Jobs filtered by state/queue/batch, oldest first (``newest_first``: newest
+        first), paged."""
         ...
 
     def count_jobs(

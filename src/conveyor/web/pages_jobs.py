@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from conveyor.job import SHOWN_STATES, JobState
+from conveyor.search import search_jobs
 from conveyor.storage.base import Inspector
 from conveyor.storage.records import GraphNode
 from conveyor.views import (
@@ -57,22 +58,51 @@ async def jobs(dash: StorageCaller, request: Request, csrf: str, fixed: JobState
     """Jobs filtered by state and queue, with checkboxes and bulk retry/delete/kill."""
     state = fixed or _state_arg(request)
     queue = request.arg("queue") or None
+    name, text = request.arg("name").strip() or None, request.arg("q").strip()
+    oldest = request.arg("order") == "oldest"
     offset = request.int_arg("offset", 0, high=10**9)
 
-    def read(insp: Inspector) -> tuple[list[dict[str, Any]], int, dict[str, int]]:
-        rows = [job_row(j) for j in insp.list_jobs(state=state, queue=queue, offset=offset,
-                                                   limit=PAGE)]
+    def read(insp: Inspector) -> tuple[list[dict[str, Any]], int, dict[str, int], str]:
         counts = {s.value: insp.count_jobs(state=s, queue=queue) for s in SHOWN_STATES}
-        return rows, insp.count_jobs(state=state, queue=queue), counts
+        if name or text:  # a bounded search of the newest jobs of the selection
+            found = search_jobs(insp, text, name=name, state=state, queue=queue, limit=PAGE)
+            note = (f"{len(found.jobs)} found among the "
+                    + ("" if found.complete else "newest ")
+                    + f"{found.scanned:,} {state.value if state else ''} jobs"
+                    + (f" of {queue}" if queue else ""))
+            return [job_row(j) for j in found.jobs], len(found.jobs), counts, note
+        rows = [job_row(j) for j in insp.list_jobs(state=state, queue=queue, offset=offset,
+                                                   limit=PAGE, newest_first=not oldest)]
+        return rows, insp.count_jobs(state=state, queue=queue), counts, ""
 
-    rows, total, counts = await dash.call(read)
-    query = {"state": state.value if state and not fixed else "", "queue": queue or ""}
+    rows, total, counts, note = await dash.call(read)
+    query = {"state": state.value if state and not fixed else "", "queue": queue or "",
+             "name": name or "", "q": text, "order": "oldest" if oldest else ""}
     here = _here(path, query)
     live = "" if fixed else _state_tabs(state, queue, counts)
+    live += _filters(path, state if not fixed else None, queue, name, text, oldest)
+    if note:
+        live += f'<p class="sub">{e(note)}</p>'
     live += _bulk_form(rows, csrf, here, state)
-    live += pager(path, {k: v for k, v in query.items() if v}, offset, PAGE, total)
+    if not note:
+        live += pager(path, {k: v for k, v in query.items() if v}, offset, PAGE, total)
     title = f"{state.value.capitalize()} jobs" if state else "Jobs"
     return page(title + (f" in {queue}" if queue else ""), path, live, request, csrf)
+
+
+def _filters(path: str, state: JobState | None, queue: str | None, name: str | None,
+             text: str, oldest: bool) -> str:
+    """The list's GET form: job name, queue, a search text (an id, or words of the arguments
+    or the last message), and the order (newest first unless asked)."""
+    keep = f'<input type="hidden" name="state" value="{e(state.value)}">' if state else ""
+    order = ('<select name="order"><option value="">newest first</option>'
+             f'<option value="oldest"{" selected" if oldest else ""}>oldest first</option>'
+             "</select>")
+    return (f'<form class="filters" method="get" action="{e(path)}">{keep}'
+            f'<input name="name" placeholder="job name" value="{e(name or "")}">'
+            f'<input name="queue" placeholder="queue" value="{e(queue or "")}">'
+            f'<input name="q" placeholder="job id, or text in args or message" '
+            f'value="{e(text)}">{order}<button>Filter</button></form>')
 
 
 def _state_tabs(state: JobState | None, queue: str | None, counts: dict[str, int]) -> str:

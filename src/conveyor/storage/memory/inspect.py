@@ -70,11 +70,15 @@ class MemoryInspector(MemoryState):
         offset: int = 0,
         limit: int = 50,
         with_events: bool = False,
+        newest_first: bool = False,
     ) -> list[JobRecord]:
         """Jobs filtered by state/queue/batch, oldest (first enqueued) first, paged."""
         with self._lock:
             out: list[JobRecord] = []
-            for i, entry in enumerate(self._matching(state, queue, batch_id)):
+            matching = self._matching(state, queue, batch_id)
+            if newest_first:
+                matching = reversed(list(matching))
+            for i, entry in enumerate(matching):
                 if len(out) >= limit:
                     break
                 if i >= offset:

@@ -129,13 +129,14 @@ class PostgresInspector(PostgresFlow):
         offset: int = 0,
         limit: int = 50,
         with_events: bool = False,
+        newest_first: bool = False,
     ) -> list[JobRecord]:
         """Jobs filtered by state/queue/batch, oldest first, paged."""
         where, params = self._filter(state, queue, batch_id)
         extra = ", events" if with_events else ""
         rows = self._db.read().execute(
             f"SELECT {jobs.JOB_COLUMNS}{extra} FROM jobs{where} "
-            "ORDER BY seq LIMIT %s OFFSET %s",  # seq is enqueue order
+            f"ORDER BY seq{' DESC' if newest_first else ''} LIMIT %s OFFSET %s",  # enqueue order
             (*params, limit, offset),
         ).fetchall()
         if with_events:

@@ -107,10 +107,12 @@ class RedisInspector(RedisBatchPages, RedisFlow):
 
     def list_jobs(self, *, state: JobState | None = None, queue: str | None = None,
                   batch_id: str | None = None, offset: int = 0, limit: int = 50,
-                  with_events: bool = False) -> list[JobRecord]:
+                  with_events: bool = False, newest_first: bool = False) -> list[JobRecord]:
         """Jobs filtered by state/queue/batch, oldest first, paged."""
         if limit <= 0:
             return []
+        if newest_first:
+            return self._newest(state, queue, batch_id, offset, limit, with_events)
         if batch_id is None and queue is not None and state is not None:
             # dict.fromkeys: a job cancelled and then retried by hand is in the pending list
             # twice until dequeue drops its old entry (admin scripts leave it there, counted
@@ -133,6 +135,35 @@ class RedisInspector(RedisBatchPages, RedisFlow):
         records = [r for q, ids in groups.items() for r in self.records(q, ids, with_events)
                    if state is None or r.state is state or r.unreadable]
         records.sort(key=lambda r: (r.created_at, r.id))  # ids break ties: enqueue order
+        return records[offset:offset + limit]
+
+    def _newest(self, state: JobState | None, queue: str | None, batch_id: str | None,
+                offset: int, limit: int, with_events: bool) -> list[JobRecord]:
+        """``list_jobs`` newest first: the same indexes read from their other end (a page
+        counted back from each index's size), then ordered newest first."""
+        if batch_id is not None:
+            size = self.batch_count(batch_id, state, queue)
+            start = max(size - offset - limit, 0)
+            groups: dict[str, list[str]] = defaultdict(list)
+            for job_id, q in self.batch_page(batch_id, state, queue, start,
+                                             max(size - offset - start, 0)):
+                groups[q].append(job_id)
+        else:
+            groups = defaultdict(list)
+            one = queue is not None and state is not None  # one index: cut the page itself
+            for q in [queue] if queue is not None else self.known_queues():
+                for s in [state] if state is not None else ALL_STATES:
+                    size = self._index_size(q, s)
+                    stop = size - 1 - (offset if one else 0)
+                    if stop >= 0:
+                        groups[q] += self._index_ids(q, s, max(size - offset - limit, 0),
+                                                     stop)
+        records = [r for q, ids in groups.items()
+                   for r in self.records(q, list(dict.fromkeys(ids)), with_events)
+                   if state is None or r.state is state or r.unreadable]
+        records.sort(key=lambda r: (r.created_at, r.id), reverse=True)
+        if batch_id is not None or (queue is not None and state is not None):
+            return records[:limit]  # the page was cut from the index already
         return records[offset:offset + limit]
 
     def count_jobs(self, *, state: JobState | None = None, queue: str | None = None,

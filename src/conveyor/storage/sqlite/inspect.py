@@ -111,13 +111,15 @@ class SqliteInspector:
         offset: int = 0,
         limit: int = 50,
         with_events: bool = False,
+        newest_first: bool = False,
     ) -> list[JobRecord]:
         """Jobs filtered by state/queue/batch, oldest first, paged."""
         where, params = self._filter(state, queue, batch_id)
         extra = f", {readable.EVENTS}" if with_events else ""
         rows = self._db.read().execute(
             f"SELECT {readable.COLUMNS}{extra} FROM jobs{where} "
-            "ORDER BY rowid LIMIT ? OFFSET ?",  # rowid is enqueue order: index order, no sort
+            # rowid is enqueue order: index order (either way), no sort
+            f"ORDER BY rowid{' DESC' if newest_first else ''} LIMIT ? OFFSET ?",
             (*params, limit, offset),
         ).fetchall()
         if with_events:
