@@ -18,6 +18,21 @@ def test_stats_text_and_json(env: Env) -> None:
     assert view["workers"] == {"count": 1, "slots": 5, "busy": 1}
 
 
+def test_history_text_and_json(env: Env) -> None:
+    code, out, _ = env.run("history")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] in ("all queues, last 60 minute(s): 1 with outcomes",
+                        "all queues, last 60 minute(s): 2 with outcomes")  # a minute may turn
+    assert lines[2].split() == ["MINUTE", "(UTC)", "PROCESSED", "FAILED", "DEAD", "RETRIED"]
+    day = env.json("history", "--queue", "default", "--minutes", "1440")
+    assert day["minutes"] == 1440 and day["queue"] == "default"
+    assert {k: sum(v) for k, v in day["series"].items()} == dict.fromkeys(
+        ("processed", "failed", "dead", "retried"), 1)
+    code, out, _ = env.run("history", "--queue", "exports")
+    assert code == 0 and out.startswith("queue exports, last 60 minute(s): no outcomes")
+
+
 def test_jobs_list_filters_and_pages(env: Env) -> None:
     dead = env.json("jobs", "list", "--state", "dead")
     assert [j["id"] for j in dead["jobs"]] == [env.seeded.ids["dead"]]

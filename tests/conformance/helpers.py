@@ -137,3 +137,13 @@ def connections(store: Backend, clock: FakeClock, count: int) -> Iterator[list[B
     finally:
         for other in opened:
             other.close()
+
+
+def outcome_a_day(store: Backend, clock: FakeClock, days: int = 3) -> None:
+    """One succeeded job on queue "hist" at the same minute of ``days`` days, the clock left
+    at the last one (for the history's retention)."""
+    for _ in range(days):
+        put(store, "hist")
+        assert ack(store, take_one(store, ["hist"]))
+        clock.advance(24 * 3600.0)
+    clock.advance(-24 * 3600.0)  # the last outcome's day

@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("worker", ("conveyor.worker", "conveyor.worker.*")),
     # operations surfaces and integrations
     ("top", ("conveyor.testing", "conveyor.views", "conveyor.failures", "conveyor.search",
+             "conveyor.history",
              "conveyor.cli",
              "conveyor.cli.*",
              "conveyor.web", "conveyor.web.*", "conveyor.metrics", "conveyor.asgi",

@@ -12,6 +12,7 @@ import pytest
 
 import redis
 from conveyor.job import ALL_STATES, Ack, JobSpec, Outcome
+from conveyor.storage.records import HISTORY_MINUTES
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.batches import state_code
 from conveyor.storage.redis.keys import QueueKeys
@@ -103,6 +104,11 @@ def test_batch_lua_state_codes_are_the_inspectors() -> None:
     found = dict(re.findall(r"(\w+) = (\d+)", re.search(
         r"STATE_CODE = \{(.*?)\}", script_text("_runs"), re.S)[1]))  # type: ignore[index]
     assert {s: int(c) for s, c in found.items()} == {s.value: state_code(s) for s in ALL_STATES}
+
+
+def test_the_lua_history_ring_keeps_records_history_minutes() -> None:
+    found = re.search(r"^local HISTORY_MINUTES = (\d+)$", script_text("_counts"), re.M)
+    assert found is not None and int(found[1]) == HISTORY_MINUTES
 
 
 # -- the loader, on made-up files -------------------------------------------------------------

@@ -234,6 +234,17 @@ def test_overview_chart_draws(site: Site, page: Page) -> None:
     assert page.locator("#chart-queues-legend .key").all_inner_texts() == ["default", "exports"]
 
 
+def test_the_last_day_chart_draws_and_follows_the_queue_picked(site: Site, page: Page) -> None:
+    page.goto(site.server.url + "/")
+    lines = page.locator("#chart-history polyline")
+    lines.nth(3).wait_for(state="attached", timeout=15_000)  # processed, failed, dead, retried
+    assert lines.count() == 4
+    assert page.locator("#chart-history").get_attribute("data-queue") == ""
+    page.select_option("#history-queue", "exports")
+    page.wait_for_selector("#chart-history[data-queue=exports]", timeout=15_000)
+    assert page.locator("table.recent").inner_text().count("default") == 1
+
+
 def test_sign_in_at_an_off_site_looking_path_stays_here(tmp_path: Path,
                                                          browser: Browser) -> None:
     # Not the page fixture: the sign-in page is a 401, which Chromium logs as an error.

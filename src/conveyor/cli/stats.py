@@ -1,8 +1,10 @@
-"""``conveyor stats``, ``conveyor pause QUEUE`` and ``conveyor resume QUEUE``."""
+"""``conveyor stats``, ``conveyor history``, ``conveyor pause QUEUE`` and ``conveyor resume
+QUEUE``."""
 
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 from conveyor.cli.common import (
@@ -14,6 +16,7 @@ from conveyor.cli.common import (
 )
 from conveyor.cli.terminal import say
 from conveyor.errors import ConveyorError
+from conveyor.history import KINDS, history_view
 from conveyor.job import JobState
 from conveyor.views import fmt_duration, stats_view
 
@@ -23,6 +26,12 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("stats", help="per-queue sizes, latency and totals")
     add_source_args(parser)
     parser.set_defaults(func=cmd_stats)
+    parser = sub.add_parser("history", help="outcomes per minute over the last day")
+    add_source_args(parser)
+    parser.add_argument("--queue", default=None, help="one queue (default: all, summed)")
+    parser.add_argument("--minutes", type=int, default=60,
+                        help="how many of the last minutes (default 60, at most 1440)")
+    parser.set_defaults(func=cmd_history)
     add_pause_resume(sub, ("stop workers taking jobs from a queue",
                            "let workers take jobs from a paused queue again"),
                      cmd_pause_resume, dest="queue", metavar="QUEUE",
@@ -51,6 +60,31 @@ def cmd_stats(args: argparse.Namespace) -> int:
             q["failed_jobs"] = backend.count_jobs(state=JobState.FAILED, queue=q["name"])
         view["totals"]["failed_jobs"] = sum(q["failed_jobs"] for q in view["queues"])
     return emit(args, view, format_stats)
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """Print the last minutes that had outcomes, then each queue's last hour and day."""
+    with open_backend(args) as backend:
+        view = history_view(backend, args.queue, args.minutes)
+    return emit(args, view, format_history)
+
+
+def format_history(view: dict[str, Any]) -> str:
+    """The text form of ``history_view``: only the minutes with an outcome."""
+    series = view["series"]
+    rows = [(time.strftime("%Y-%m-%d %H:%M", time.gmtime(view["start"] + 60 * i)),
+             *(series[k][i] for k in KINDS))
+            for i in range(view["minutes"]) if any(series[k][i] for k in KINDS)]
+    which = f"queue {view['queue']}" if view["queue"] else "all queues"
+    head = (f"{which}, last {view['minutes']} minute(s): "
+            + (f"{len(rows)} with outcomes" if rows else "no outcomes"))
+    out = [head] + ([table(("MINUTE (UTC)", *(k.upper() for k in KINDS)), rows)] if rows else [])
+    sums = [(q["name"], *(q["hour"][k] for k in KINDS), *(q["day"][k] for k in KINDS))
+            for q in view["queues"]]
+    if sums:
+        out.append(table(("QUEUE", *(f"{k.upper()} 1H" for k in KINDS),
+                          *(f"{k.upper()} 24H" for k in KINDS)), sums))
+    return "\n\n".join(out)
 
 
 def format_stats(view: dict[str, Any]) -> str:

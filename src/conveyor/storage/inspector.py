@@ -11,6 +11,7 @@ from conveyor.storage.records import (
     BatchStatus,
     GraphNode,
     JobTotals,
+    MinuteTotals,
     QueueStats,
     ScheduleInfo,
     WorkerInfo,
@@ -125,6 +126,12 @@ class Inspector(Protocol):
 
     def job_totals(self) -> list[JobTotals]:
         """All-time outcome counters per (queue, job name)."""
+        ...
+
+    def history(self, since: int = 0, queue: str | None = None) -> list[MinuteTotals]:
+        """Outcomes per queue and minute, oldest first, for the minutes from ``since`` (a
+        ``minute_of`` value) that are within the last ``HISTORY_MINUTES``; minutes without
+        an outcome are left out. Older minutes are not reported, and ``trim`` removes them."""
         ...
 
     def workflow_graph(self, workflow_id: str, limit: int = 2000) -> list[GraphNode]:

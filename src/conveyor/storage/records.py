@@ -116,6 +116,33 @@ class JobTotals:
     retried: int
 
 
+# Per-minute outcome counters are kept this long: one day of minutes, the overview's history.
+HISTORY_MINUTES = 1440
+
+
+def minute_of(ts: float) -> int:
+    """The minute a storage timestamp falls in, counted from the epoch (UTC)."""
+    return int(ts // 60)
+
+
+def history_start(now: float, since: int = 0) -> int:
+    """The first minute ``Inspector.history`` reports at ``now``: ``since``, but no earlier
+    than the oldest minute of the last ``HISTORY_MINUTES`` (the current one included)."""
+    return max(since, minute_of(now) - HISTORY_MINUTES + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteTotals:
+    """Outcomes of one queue in one minute (``Inspector.history``)."""
+
+    queue: str
+    minute: int  # minutes since the epoch: the minute starts at ``minute * 60``
+    processed: int  # succeeded
+    failed: int  # failed (a business rule said no)
+    dead: int  # died (retries exhausted, killed, recovered too often, unreadable)
+    retried: int  # errors that will run again
+
+
 @dataclass(slots=True)
 class BatchStatus:
     """Live counters and timings of a batch, read in O(1) by ``Inspector.get_batch``."""

@@ -12,8 +12,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from conveyor.failures import failure_states, failures, failures_csv, failures_json
+from conveyor.history import KINDS, history_view
 from conveyor.job import JobState
 from conveyor.metrics import CONTENT_TYPE, render_inspector
+from conveyor.storage.records import HISTORY_MINUTES
 from conveyor.views import (
     batch_view,
     fmt_duration,
@@ -33,8 +35,9 @@ Page = Callable[[Dashboard, Request, str, re.Match[str]], Awaitable[Response]]
 
 
 async def overview(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
-    """Totals, live charts of throughput and queue sizes, and the queue table."""
-    view = await dash.call(stats_view)
+    """Totals, live charts of throughput and queue sizes, the last day per minute, the queue
+    table and each queue's outcomes over the last hour and day."""
+    view, past = await dash.call(lambda insp: (stats_view(insp), history_view(insp, minutes=60)))
     t, w = view["totals"], view["workers"]
     cards = [("processed", t["processed"]), ("failed", t["failed"]), ("dead", t["dead"]),
              ("pending", t["pending"]), ("active", t["active"]), ("retrying", t["retrying"]),
@@ -43,7 +46,7 @@ async def overview(dash: Dashboard, request: Request, csrf: str, m: re.Match[str
              ("busy slots", f"{w['busy']}/{w['slots']}")]
     live = '<div class="cards">' + "".join(
         f'<div class="card"><b>{e(v)}</b><span>{e(k)}</span></div>' for k, v in cards
-    ) + "</div>" + _queue_table(view["queues"], csrf, "/", actions=False)
+    ) + "</div>" + _queue_table(view["queues"], csrf, "/", actions=False) + _recent(past)
     charts = ('<section class="charts">'
               '<figure><figcaption>Jobs per second <span class="key ok">processed</span>'
               '<span class="key bad">failed</span></figcaption>'
@@ -51,7 +54,23 @@ async def overview(dash: Dashboard, request: Request, csrf: str, m: re.Match[str
               '<figure><figcaption>Queue sizes (pending)</figcaption>'
               '<svg id="chart-queues" class="chart" viewBox="0 0 600 160"></svg>'
               '<div id="chart-queues-legend" class="legend"></div></figure></section>')
-    return page("Overview", "/", live, request, csrf, before=charts)
+    options = "".join(f'<option value="{e(q["name"])}">{e(q["name"])}</option>'
+                      for q in view["queues"])
+    day = ('<section class="history"><figure><figcaption>Last 24 hours, jobs per minute '
+           + "".join(f'<span class="key {k}">{k}</span>' for k in KINDS)
+           + '<label class="pick">queue <select id="history-queue">'
+           f'<option value="">all queues</option>{options}</select></label></figcaption>'
+           '<svg id="chart-history" class="chart" viewBox="0 0 1200 160" '
+           'data-api="/api/history"></svg></figure></section>')
+    return page("Overview", "/", live, request, csrf, before=charts + day)
+
+
+def _recent(past: dict[str, Any]) -> str:
+    """Each queue's outcomes over the last hour and the last 24 hours."""
+    rows = [[link(f"/jobs?queue={q['name']}", q["name"]),
+             *(e(q[span][k]) for span in ("hour", "day") for k in KINDS)] for q in past["queues"]]
+    headers = ["Queue", *(f"{k} ({span})" for span in ("1 h", "24 h") for k in KINDS)]
+    return "<h2>Outcomes, last hour and last 24 hours</h2>" + table(headers, rows, "recent")
 
 
 def _queue_table(queues: list[dict[str, Any]], csrf: str, here: str, actions: bool) -> str:
@@ -137,6 +156,15 @@ async def api_stats(dash: Dashboard, request: Request, csrf: str, m: re.Match[st
     return json_response(await dash.call(stats_view))
 
 
+async def api_history(dash: Dashboard, request: Request, csrf: str,
+                      m: re.Match[str]) -> Response:
+    """``history_view`` as JSON: ``?queue=`` one queue (else all), ``?minutes=`` how many of
+    the last day's (1,440 by default)."""
+    minutes = request.int_arg("minutes", HISTORY_MINUTES, 1, HISTORY_MINUTES)
+    queue = request.arg("queue") or None
+    return json_response(await dash.call(lambda insp: history_view(insp, queue, minutes)))
+
+
 async def api_workers(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
     """``workers_view`` as JSON."""
     return json_response(await dash.call(workers_view))
@@ -199,6 +227,7 @@ ROUTES: list[tuple[re.Pattern[str], Page]] = [
         (r"/batches/(?P<id>[^/]+)/failures\.(?P<format>csv|json)", batch_failures),
         (r"/metrics", metrics),
         (r"/api/stats", api_stats), (r"/api/workers", api_workers),
+        (r"/api/history", api_history),
         (r"/api/jobs/(?P<id>[^/]+)", api_job), (r"/api/batches/(?P<id>[^/]+)", api_batch),
     )
 ]

@@ -11,9 +11,11 @@ from conveyor.storage.records import (
     BatchStatus,
     GraphNode,
     JobTotals,
+    MinuteTotals,
     QueueStats,
     Retention,
     WorkerInfo,
+    history_start,
 )
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING
 
@@ -232,6 +234,14 @@ class MemoryInspector(MemoryState):
                 rec.cancel_requested = True
                 self._event(rec, now, EventKind.CANCEL_REQUESTED, worker=rec.worker)
             return rec.state
+
+    def history(self, since: int = 0, queue: str | None = None) -> list[MinuteTotals]:
+        """Outcomes per queue and minute of the last day, oldest first."""
+        with self._lock:
+            start = history_start(self.now(), since)
+            return [MinuteTotals(q, m, *row) for (q, m), row in
+                    sorted(self._minutes.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+                    if m >= start and queue in (None, q)]
 
     def job_totals(self) -> list[JobTotals]:
         """All-time outcome counters per (queue, job name)."""

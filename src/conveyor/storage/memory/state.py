@@ -32,7 +32,7 @@ from conveyor.storage.aggregation import Group, GroupId
 from conveyor.storage.graph import JobView, NodeRow
 from conveyor.storage.memory.batches import BatchBook
 from conveyor.storage.memory.flow import FlowGate
-from conveyor.storage.records import WorkerInfo
+from conveyor.storage.records import WorkerInfo, minute_of
 
 #: States a job waits in before it runs (cancelled at once by a cancel request).
 WAITING_STATES = frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.RETRYING,
@@ -86,6 +86,8 @@ class MemoryState:
         self._paused: set[str] = set()
         self._totals: dict[tuple[str, str], Totals] = {}
         self._daily: dict[tuple[str, str, str], int] = defaultdict(int)
+        # (queue, minute) -> [processed, failed, dead, retried], the last day (Inspector.history)
+        self._minutes: dict[tuple[str, int], list[int]] = {}
         self._workers: dict[str, WorkerInfo] = {}
         self._commands: dict[str, str] = {}
         self._batches = BatchBook()
@@ -257,6 +259,7 @@ class MemoryState:
         if new is JobState.SUCCEEDED:
             self._totals_of(rec).processed += 1
             self._daily[(rec.queue, day_of(now), "processed")] += 1
+            self._count_minute(rec.queue, now, 0)
         elif new in (JobState.FAILED, JobState.DEAD):
             totals = self._totals_of(rec)
             if new is JobState.FAILED:
@@ -264,6 +267,12 @@ class MemoryState:
             else:
                 totals.dead += 1
             self._daily[(rec.queue, day_of(now), "failed")] += 1
+            self._count_minute(rec.queue, now, 1 if new is JobState.FAILED else 2)
+
+    def _count_minute(self, queue: str, now: float, column: int) -> None:
+        """Add one outcome (its ``MinuteTotals`` column: processed, failed, dead, retried)."""
+        row = self._minutes.setdefault((queue, minute_of(now)), [0, 0, 0, 0])
+        row[column] += 1
 
     def _totals_of(self, rec: JobRecord) -> Totals:
         key = (rec.queue, rec.name)

@@ -36,7 +36,7 @@ from conveyor.storage.memory.inspect import MemoryInspector
 from conveyor.storage.memory.outbox import MemoryOutbox
 from conveyor.storage.memory.schedules import MemorySchedules
 from conveyor.storage.memory.state import Entry
-from conveyor.storage.records import JobBlock, Retention, WorkerInfo
+from conveyor.storage.records import JobBlock, Retention, WorkerInfo, history_start
 from conveyor.storage.rules import (
     DEADLINE_PASSED,
     LEASE_EXPIRED,
@@ -170,6 +170,7 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, Memory
             delay = max(ack.retry_in or 0.0, 0.0)
             rec.run_at = now + delay
             self._totals_of(rec).retried += 1
+            self._count_minute(rec.queue, now, 3)
             self._move(entry, JobState.RETRYING, EventKind.ERROR, now, worker=worker,
                        message=message,
                        data={**(error or {}), "retry": True, "retry_in": delay})
@@ -337,6 +338,8 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, Memory
                 # Batches keep their counters: they are the record of what happened.
                 self._remove(entry, now, touch_batch=False)
             self._batches.trim(now - retention.batch_seconds)
+            start = history_start(now)
+            self._minutes = {k: v for k, v in self._minutes.items() if k[1] >= start}
             for worker_id, info in list(self._workers.items()):
                 if info.last_seen < now - retention.worker_ttl:
                     self.unregister_worker(worker_id)

@@ -19,7 +19,15 @@ from conveyor.storage.postgres import batches, graph, jobs
 from conveyor.storage.postgres.connection import Database, reads
 from conveyor.storage.postgres.flow import PostgresFlow
 from conveyor.storage.postgres.text import dec, enc
-from conveyor.storage.records import BatchStatus, GraphNode, JobTotals, QueueStats, WorkerInfo
+from conveyor.storage.records import (
+    BatchStatus,
+    GraphNode,
+    JobTotals,
+    MinuteTotals,
+    QueueStats,
+    WorkerInfo,
+    history_start,
+)
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING
 
 WORKER_TTL = 60.0
@@ -202,6 +210,9 @@ class PostgresInspector(PostgresFlow):
             moves = jobs.move(cur, now, rows, JobState.DEAD, EventKind.KILLED,
                               "killed by hand", f"message = %(msg)s, {jobs.FINISH}")
             batches.apply(cur, now, moves)
+            cur.execute("SELECT add_totals(%s, array_agg(queue), array_agg(name), "
+                        "array_agg('dead'::text)) FROM jobs WHERE id = ANY(%s)",
+                        (now, [r[0] for r in rows]))
             graph.settle(cur, now)
         return len(rows)
 
@@ -321,6 +332,15 @@ class PostgresInspector(PostgresFlow):
                 "|| E'\\n' WHERE id = ANY(%s)",
                 (now, EventKind.CANCEL_REQUESTED, asked),
             )
+
+    @reads
+    def history(self, since: int = 0, queue: str | None = None) -> list[MinuteTotals]:
+        """Outcomes per queue and minute of the last day, oldest first."""
+        return [MinuteTotals(*row) for row in self._db.read().execute(
+            "SELECT queue, minute, processed, failed, dead, retried FROM minute_totals "
+            "WHERE minute >= %s AND (%s::text IS NULL OR queue = %s) ORDER BY minute, queue",
+            (history_start(self.now(), since), queue, queue),
+        )]
 
     @reads
     def job_totals(self) -> list[JobTotals]:

@@ -13,7 +13,7 @@ from conveyor.job import BatchSpec, JobState
 from conveyor.storage.postgres import batches, graph, groups
 from conveyor.storage.postgres.inspect import PostgresInspector
 from conveyor.storage.postgres.text import enc
-from conveyor.storage.records import Retention
+from conveyor.storage.records import Retention, history_start
 from conveyor.storage.rules import LEASE_EXPIRED, WORKER_DIED, cancelled_message
 
 # Retention deletes, each bounded by its last parameter (rows per statement). Rows another
@@ -143,6 +143,8 @@ class PostgresUpkeep(PostgresInspector):
             cur.execute("DELETE FROM workers WHERE last_seen < %s", (now - retention.worker_ttl,))
             # a caller that died waiting (its row is deleted when it stops waiting)
             cur.execute("DELETE FROM result_waiters WHERE since < %s", (now - 86400,))
+            # at most a day of minutes per queue: a small table, one short statement
+            cur.execute("DELETE FROM minute_totals WHERE minute < %s", (history_start(now),))
         self._bounded(_TRIM_NODES, ())
         return removed
 

@@ -13,9 +13,11 @@ from conveyor.storage.records import (
     BatchStatus,
     GraphNode,
     JobTotals,
+    MinuteTotals,
     QueueStats,
     Retention,
     WorkerInfo,
+    history_start,
 )
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.batch_pages import RedisBatchPages
@@ -317,6 +319,22 @@ class RedisInspector(RedisBatchPages, RedisFlow):
             done += sum(sum(1 for s in states if s in ("cancelled", "active"))
                         for states in self.run_each("cancel", groups))
         return done
+
+    def history(self, since: int = 0, queue: str | None = None) -> list[MinuteTotals]:
+        """Outcomes per queue and minute of the last day, oldest first: each queue's ring
+        (lua/_counts.lua) read whole, its fields of minutes older than a day left out."""
+        start = history_start(self.now(), since)
+        out = []
+        for name in [queue] if queue is not None else self.known_queues():
+            ring: dict[str, str] = self.link.call("HGETALL", self.keys.queue(name).history)
+            for value in ring.values():
+                fields = value.split()
+                if len(fields) != 5 or not all(f.isdigit() for f in fields):
+                    continue  # not written by _counts.lua: a damaged field is not history
+                minute, *counts = (int(f) for f in fields)
+                if minute >= start:
+                    out.append(MinuteTotals(name, minute, *counts))
+        return sorted(out, key=lambda r: (r.minute, r.queue))
 
     def job_totals(self) -> list[JobTotals]:
         """All-time outcome counters per (queue, job name)."""

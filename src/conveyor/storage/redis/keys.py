@@ -51,6 +51,8 @@ class QueueKeys:
     # set: ids of jobs a caller waits on (JobRef.aresult); ack.lua publishes the id of each
     # that ends on the channel of the same name
     waiters: str
+    # hash: the last day's outcomes per minute, a ring of 1,440 fields (lua/_counts.lua)
+    history: str
 
     def by_state(self, state: str) -> str:
         """The index key holding jobs in ``state``."""

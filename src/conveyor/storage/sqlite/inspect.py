@@ -8,13 +8,22 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from conveyor.clock import Clock
 from conveyor.job import ALL_STATES, EventKind, JobRecord, JobState
 from conveyor.storage.graph import parents_of
-from conveyor.storage.records import BatchStatus, GraphNode, JobTotals, QueueStats, WorkerInfo
+from conveyor.storage.records import (
+    BatchStatus,
+    GraphNode,
+    JobTotals,
+    MinuteTotals,
+    QueueStats,
+    WorkerInfo,
+    history_start,
+)
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING
 from conveyor.storage.sqlite import batches, jobs, readable
 from conveyor.storage.sqlite.connection import Database, reads
@@ -187,6 +196,13 @@ class SqliteInspector:
             moves = jobs.move(cur, now, rows, JobState.DEAD, EventKind.KILLED,
                               "killed by hand", f"message = :msg, {jobs.FINISH}")
             batches.apply(cur, now, moves, jobs.insert)
+            # as blobs: a damaged row's name that is not UTF-8 is still counted, under U+FFFD
+            jobs.add_totals(cur, now, Counter(
+                (q.decode(errors="replace"), n.decode(errors="replace"), "dead")
+                for q, n in cur.execute(
+                    "SELECT CAST(queue AS BLOB), CAST(name AS BLOB) FROM jobs "
+                    "WHERE id IN (SELECT value FROM json_each(?))",
+                    (jobs.ids_param([r[0] for r in rows]),))))
         return len(rows)
 
     @reads
@@ -322,6 +338,15 @@ class SqliteInspector:
             (now, EventKind.CANCEL_REQUESTED,
              jobs.ids_param(r[0] for r in rows if r[1] == "active" and not r[3])),
         )
+
+    @reads
+    def history(self, since: int = 0, queue: str | None = None) -> list[MinuteTotals]:
+        """Outcomes per queue and minute of the last day, oldest first."""
+        return [MinuteTotals(*row) for row in self._db.read().execute(
+            "SELECT queue, minute, processed, failed, dead, retried FROM minute_totals "
+            "WHERE minute >= ? AND (? IS NULL OR queue = ?) ORDER BY minute, queue",
+            (history_start(self.now(), since), queue, queue),
+        )]
 
     @reads
     def job_totals(self) -> list[JobTotals]:

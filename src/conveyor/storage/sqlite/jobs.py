@@ -23,7 +23,7 @@ from conveyor.job import (
     decode_events,
 )
 from conveyor.storage import aggregation
-from conveyor.storage.records import JobBlock
+from conveyor.storage.records import JobBlock, minute_of
 from conveyor.storage.rules import is_gated, validate_flow
 from conveyor.storage.sqlite import batches, flow, graph
 from conveyor.storage.sqlite.group_rows import Joiner
@@ -247,16 +247,13 @@ def _holder(
 
 
 def add_totals(cur: sqlite3.Cursor, now: float, counts: Counter[tuple[str, str, str]]) -> None:
-    """Add outcome counts keyed (queue, name, processed|failed|dead|retried) to the totals."""
+    """Add outcome counts keyed (queue, name, processed|failed|dead|retried) to the totals:
+    all time per job name, per day and per minute (the overview's history) per queue."""
     per_job: dict[tuple[str, str], Counter[str]] = {}
-    per_day: dict[str, Counter[str]] = {}
+    per_queue: dict[str, Counter[str]] = {}
     for (queue, name, kind), n in counts.items():
         per_job.setdefault((queue, name), Counter())[kind] += n
-        day = per_day.setdefault(queue, Counter())
-        if kind == "processed":
-            day["processed"] += n
-        elif kind in ("failed", "dead"):
-            day["failed"] += n
+        per_queue.setdefault(queue, Counter())[kind] += n
     cur.executemany(
         "INSERT INTO job_totals (queue, name, processed, failed, dead, retried) "
         "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (queue, name) DO UPDATE SET "
@@ -270,7 +267,16 @@ def add_totals(cur: sqlite3.Cursor, now: float, counts: Counter[tuple[str, str, 
         "INSERT INTO daily_totals (queue, day, processed, failed) VALUES (?, ?, ?, ?) "
         "ON CONFLICT (queue, day) DO UPDATE SET processed = processed + excluded.processed, "
         "failed = failed + excluded.failed",
-        [(q, today, c["processed"], c["failed"]) for q, c in per_day.items()],
+        [(q, today, c["processed"], c["failed"] + c["dead"]) for q, c in per_queue.items()
+         if c["processed"] or c["failed"] or c["dead"]],
+    )
+    cur.executemany(
+        "INSERT INTO minute_totals (queue, minute, processed, failed, dead, retried) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (queue, minute) DO UPDATE SET "
+        "processed = processed + excluded.processed, failed = failed + excluded.failed, "
+        "dead = dead + excluded.dead, retried = retried + excluded.retried",
+        [(q, minute_of(now), c["processed"], c["failed"], c["dead"], c["retried"])
+         for q, c in per_queue.items()],
     )
 
 

@@ -29,7 +29,7 @@ from conveyor.job import (
 from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
 from conveyor.storage.graph import check_added
-from conveyor.storage.records import JobBlock, Retention, WorkerInfo
+from conveyor.storage.records import JobBlock, Retention, WorkerInfo, history_start
 from conveyor.storage.rules import DEADLINE_PASSED, LEASE_EXPIRED, WORKER_DIED
 from conveyor.storage.sqlite import acks as ack_sql
 from conveyor.storage.sqlite import batches, flow, graph, groups, jobs
@@ -348,6 +348,7 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
                 (now - retention.batch_seconds,),
             )
             cur.execute("DELETE FROM workers WHERE last_seen < ?", (now - retention.worker_ttl,))
+            cur.execute("DELETE FROM minute_totals WHERE minute < ?", (history_start(now),))
             graph.trim(cur)
             # Hits of keys still in use are pruned at dequeue; this drops abandoned keys.
             cur.execute("DELETE FROM rate_hits WHERE ts < ?", (now - retention.succeeded_seconds,))

@@ -78,13 +78,8 @@
     });
   });
 
-  // ---- overview charts ---------------------------------------------------------------------
-  const rateChart = document.getElementById("chart-rate");
-  const queueChart = document.getElementById("chart-queues");
-  if (!rateChart || !queueChart) return;
-  const POINTS = 60;
-  const W = 600, H = 160, PAD = 28;
-  const history = [];  // {t, processed, failed, queues: {name: pending}}
+  // ---- charts --------------------------------------------------------------------------------
+  const H = 160, PAD = 28;
   const palette = ["#2f6fde", "#d9822b", "#29a36a", "#9b59b6", "#c0392b", "#16a2b8", "#7f8c8d"];
 
   function el(name, attrs, text) {
@@ -93,7 +88,10 @@
     if (text !== undefined) node.textContent = text;
     return node;
   }
-  function draw(svg, series, unit) {
+  // Lines of `points` values each, right-aligned (a short series is the newest part), scaled to
+  // the largest value; `caption` labels the right end of the time axis.
+  function draw(svg, series, unit, points, caption) {
+    const W = svg.viewBox.baseVal.width || 600;
     while (svg.firstChild) svg.removeChild(svg.firstChild);
     let max = 1;
     series.forEach(function (s) { s.values.forEach(function (v) { if (v > max) max = v; }); });
@@ -107,7 +105,7 @@
     }
     series.forEach(function (s) {
       if (s.values.length < 2) return;
-      const step = (W - PAD - 8) / (POINTS - 1);
+      const step = (W - PAD - 8) / (points - 1);
       const x0 = W - step * (s.values.length - 1);
       const pts = s.values.map(function (v, i) {
         return (x0 + i * step).toFixed(1) + "," +
@@ -115,9 +113,41 @@
       });
       svg.appendChild(el("polyline", { points: pts.join(" "), class: "line", stroke: s.color }));
     });
-    svg.appendChild(el("text", { x: W - 4, y: H - 2, class: "axis end" }, "last " +
-      Math.round(POINTS * 1.5) + "s"));
+    svg.appendChild(el("text", { x: W - 4, y: H - 2, class: "axis end" }, caption));
   }
+
+  // ---- the last day, per minute (/api/history), redrawn every 15 s and on a queue's pick -----
+  const dayChart = document.getElementById("chart-history");
+  const pick = document.getElementById("history-queue");
+  const KIND_COLORS = { processed: "#29a36a", failed: "#d9822b", dead: "#c0392b",
+    retried: "#2f6fde" };
+  function pollDay() {
+    const api = new URL(dayChart.getAttribute("data-api"), window.location.href);
+    if (pick && pick.value) api.searchParams.set("queue", pick.value);
+    return fetch(api.toString(), { credentials: "same-origin" }).then(function (r) {
+      return r.ok ? r.json() : null;
+    }).then(function (day) {
+      if (!day) return;
+      draw(dayChart, Object.keys(KIND_COLORS).map(function (k) {
+        return { values: day.series[k], color: KIND_COLORS[k] };
+      }), "/min", day.minutes, "now · from " + Math.round(day.minutes / 60) + " h ago");
+      dayChart.setAttribute("data-queue", day.queue || "");  // what is drawn (tests read it)
+    }).catch(function () { /* keep the last picture */ });
+  }
+  if (dayChart) {
+    pollDay();
+    setInterval(pollDay, 15000);
+    if (pick) pick.addEventListener("change", pollDay);
+  }
+
+  // ---- overview: throughput and queue sizes of the last 90 s (/api/stats every 1.5 s) -------
+  const rateChart = document.getElementById("chart-rate");
+  const queueChart = document.getElementById("chart-queues");
+  if (!rateChart || !queueChart) return;
+  const POINTS = 60;
+  const history = [];  // {t, processed, failed, queues: {name: pending}}
+  const RECENT = "last " + Math.round(POINTS * 1.5) + "s";
+
   function render() {
     const rates = [], fails = [];
     for (let i = 1; i < history.length; i++) {
@@ -126,7 +156,7 @@
       fails.push(Math.max(0, (history[i].failed - history[i - 1].failed) / dt));
     }
     draw(rateChart, [{ values: rates, color: "#29a36a" }, { values: fails, color: "#c0392b" }],
-      "/s");
+      "/s", POINTS, RECENT);
     const names = Object.keys(history.length ? history[history.length - 1].queues : {}).sort();
     const legend = document.getElementById("chart-queues-legend");
     legend.textContent = "";
@@ -139,7 +169,7 @@
       legend.appendChild(key);
       return { color: color, values: history.map(function (h) { return h.queues[name] || 0; }) };
     });
-    draw(queueChart, series, "");
+    draw(queueChart, series, "", POINTS, RECENT);
   }
   function poll() {
     // the stats address comes from the page, so the app works mounted under a prefix

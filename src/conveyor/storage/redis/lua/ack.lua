@@ -15,6 +15,7 @@
 --- @key dead
 --- @key cancelled
 --- @key meta
+--- @key history    hash: the ring of per-minute outcome counts (_counts.lua)
 --- @key notify
 --- @key results    hash id -> result JSON
 --- @key messages   hash id -> last message

@@ -27,6 +27,7 @@
 --- @key group_due
 --- @key group_members
 --- @key meta
+--- @key history    hash: the ring of per-minute outcome counts (_counts.lua)
 --- @key messages
 --- @key flow
 -- ARGV: 1 now|'', 2 queue, 3 reason, then job ids

@@ -8,6 +8,7 @@
 --- @key jobs       hash static JSON
 --- @key state      hash state line + events
 --- @key meta       hash: paused flag, counters
+--- @key history    hash: the ring of per-minute outcome counts (_counts.lua)
 --- @key dead       zset finished_at
 --- @key parked     zset: pending jobs held back by flow control, oldest first
 --- @key flow       hash: concurrency counts, order holders

@@ -9,6 +9,7 @@
 --- @key state
 --- @key dead
 --- @key meta
+--- @key history    hash: the ring of per-minute outcome counts (_counts.lua)
 --- @key notify
 --- @key messages
 --- @key jobs       static JSON, read for flow control
