@@ -110,7 +110,7 @@ def _truncate(url: str) -> None:
     settings = parse_postgres_url(url)
     with psycopg.connect(settings.conninfo, autocommit=True) as conn:
         conn.execute(f'SET search_path TO "{settings.schema}"')
-        conn.execute("TRUNCATE jobs, batches, queues, job_totals, daily_totals, workers "
+        conn.execute("TRUNCATE jobs, batches, queues, job_totals, minute_totals, workers "
                      "RESTART IDENTITY CASCADE")
 
 

@@ -6,8 +6,10 @@ Set ``CONVEYOR_SCREENSHOTS=docs/screenshots`` to save one PNG per main page.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 
 from conveyor.job import Outcome
+from conveyor.storage.records import HISTORY_MINUTES
 from tests.web.conftest import TOKEN, Site, serve_site
 from tests.web.seed import run_one
 
@@ -172,7 +175,10 @@ def test_the_dashboard_mounted_under_jobs_in_a_fastapi_app(site: Site, page: Pag
         page.goto(base + "/jobs/")  # the charts poll /jobs/api/stats
         page.locator("#chart-queues polyline").nth(1).wait_for(state="attached",
                                                                timeout=15_000)
+        page.locator("#chart-history polyline").nth(3).wait_for(state="attached",
+                                                                timeout=15_000)
     finally:
+        page.goto("about:blank")  # no poll of the page may reach the server once it stops
         server.stop()
 
 
@@ -240,8 +246,29 @@ def test_the_last_day_chart_draws_and_follows_the_queue_picked(site: Site, page:
     lines.nth(3).wait_for(state="attached", timeout=15_000)  # processed, failed, dead, retried
     assert lines.count() == 4
     assert page.locator("#chart-history").get_attribute("data-queue") == ""
+    # Hover the chart's last three pixels: each tip names a minute and its numbers, which are
+    # the stored history's for that minute, and one of them is the seed's minute.
+    day = json.loads(site.client().get("/api/history").body)
+    stored = {time.strftime("%H:%M", time.gmtime(day["start"] + 60 * i)):
+              ", ".join(f"{day['series'][k][i]} {k}" for k in ("processed", "failed", "dead",
+                                                               "retried"))
+              for i in range(HISTORY_MINUTES - 5, HISTORY_MINUTES)}
+    box = page.locator("#chart-history").bounding_box()
+    assert box is not None
+    tips = []
+    for back in (1, 2, 3):
+        page.mouse.move(box["x"] + box["width"] - back, box["y"] + box["height"] / 2)
+        tips.append(page.locator("#chart-history text.tip").text_content() or "")
+    named = dict(tip.split(" UTC — ") for tip in tips)
+    assert len(named) == 3 and all(stored[at] == numbers for at, numbers in named.items()), tips
+    assert "1 processed, 1 failed, 1 dead, 1 retried" in named.values(), tips
     page.select_option("#history-queue", "exports")
     page.wait_for_selector("#chart-history[data-queue=exports]", timeout=15_000)
+    page.wait_for_function("document.querySelector('#chart-history text.tip') && document"
+                           ".querySelector('#chart-history text.tip').textContent.endsWith("
+                           "'0 processed, 0 failed, 0 dead, 0 retried')", timeout=15_000)
+    page.mouse.move(box["x"] - 20, box["y"] - 20)
+    assert page.locator("#chart-history text.tip").count() == 0
     assert page.locator("table.recent").inner_text().count("default") == 1
 
 

@@ -125,6 +125,12 @@ def minute_of(ts: float) -> int:
     return int(ts // 60)
 
 
+def today_start(now: float) -> int:
+    """The first minute of ``now``'s UTC day: "today" counts are the history's minutes from
+    there (a day of minutes is always kept, so today's are all there)."""
+    return int(now // 86400) * 1440
+
+
 def history_start(now: float, since: int = 0) -> int:
     """The first minute ``Inspector.history`` reports at ``now``: ``since``, but no earlier
     than the oldest minute of the last ``HISTORY_MINUTES`` (the current one included)."""

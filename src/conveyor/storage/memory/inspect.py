@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from conveyor.job import TERMINAL_STATES, EventKind, JobRecord, JobState
-from conveyor.storage.memory.state import WAITING_STATES, Entry, MemoryState, day_of
+from conveyor.storage.memory.state import WAITING_STATES, Entry, MemoryState
 from conveyor.storage.records import (
     BatchStatus,
     GraphNode,
@@ -16,6 +16,7 @@ from conveyor.storage.records import (
     Retention,
     WorkerInfo,
     history_start,
+    today_start,
 )
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING
 
@@ -39,7 +40,8 @@ class MemoryInspector(MemoryState):
         oldest = next(iter(pending), None)
         latency = now - self._jobs[oldest].pending_since if oldest is not None else 0.0
         totals = [t for (q, _), t in self._totals.items() if q == queue]
-        today = day_of(now)
+        today = [row for (q, m), row in self._minutes.items()
+                 if q == queue and m >= today_start(now)]
         return QueueStats(
             name=queue,
             pending=len(pending),
@@ -51,8 +53,8 @@ class MemoryInspector(MemoryState):
             processed=sum(t.processed for t in totals),
             failed=sum(t.failed + t.dead for t in totals),
             dead=self._counts[(queue, JobState.DEAD)],
-            processed_today=self._daily.get((queue, today, "processed"), 0),
-            failed_today=self._daily.get((queue, today, "failed"), 0),
+            processed_today=sum(row[0] for row in today),
+            failed_today=sum(row[1] + row[2] for row in today),
             waiting=self._counts[(queue, JobState.WAITING)],
             aggregating=self._counts[(queue, JobState.AGGREGATING)],
         )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import heapq
 import secrets
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -61,11 +60,6 @@ class Totals:
     retried: int = 0
 
 
-def day_of(ts: float) -> str:
-    """The UTC date of a storage timestamp, the key of "today" counters."""
-    return time.strftime("%Y-%m-%d", time.gmtime(ts))
-
-
 class MemoryState:
     """Indexes of the memory backend and the moves between states (callers hold the lock)."""
 
@@ -85,7 +79,6 @@ class MemoryState:
         self._queues: dict[str, None] = {}
         self._paused: set[str] = set()
         self._totals: dict[tuple[str, str], Totals] = {}
-        self._daily: dict[tuple[str, str, str], int] = defaultdict(int)
         # (queue, minute) -> [processed, failed, dead, retried], the last day (Inspector.history)
         self._minutes: dict[tuple[str, int], list[int]] = {}
         self._workers: dict[str, WorkerInfo] = {}
@@ -258,7 +251,6 @@ class MemoryState:
     def _count_outcome(self, rec: JobRecord, new: JobState, now: float) -> None:
         if new is JobState.SUCCEEDED:
             self._totals_of(rec).processed += 1
-            self._daily[(rec.queue, day_of(now), "processed")] += 1
             self._count_minute(rec.queue, now, 0)
         elif new in (JobState.FAILED, JobState.DEAD):
             totals = self._totals_of(rec)
@@ -266,7 +258,6 @@ class MemoryState:
                 totals.failed += 1
             else:
                 totals.dead += 1
-            self._daily[(rec.queue, day_of(now), "failed")] += 1
             self._count_minute(rec.queue, now, 1 if new is JobState.FAILED else 2)
 
     def _count_minute(self, queue: str, now: float, column: int) -> None:

@@ -6,7 +6,6 @@ It is the base class of ``PostgresStorage``; both share one ``Database`` and clo
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +26,7 @@ from conveyor.storage.records import (
     QueueStats,
     WorkerInfo,
     history_start,
+    today_start,
 )
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING
 
@@ -79,7 +79,6 @@ class PostgresInspector(PostgresFlow):
         """Every known queue with sizes, latency, paused flag and totals."""
         db = self._db.read()
         now = self.now()
-        today = time.strftime("%Y-%m-%d", time.gmtime(now))
         sizes: dict[tuple[str, str], int] = {
             (q, s): n for q, s, n in db.execute(_SIZES)
         }
@@ -87,7 +86,8 @@ class PostgresInspector(PostgresFlow):
             "SELECT queue, sum(processed), sum(failed) + sum(dead) FROM job_totals GROUP BY queue"
         )}
         daily = {q: (p, f) for q, p, f in db.execute(
-            "SELECT queue, processed, failed FROM daily_totals WHERE day = %s", (today,)
+            "SELECT queue, sum(processed)::bigint, (sum(failed) + sum(dead))::bigint "
+            "FROM minute_totals WHERE minute >= %s GROUP BY queue", (today_start(now),)
         )}
         out = []
         for name, paused in db.execute("SELECT name, paused FROM queues ORDER BY name"):

@@ -18,6 +18,7 @@ from conveyor.storage.records import (
     Retention,
     WorkerInfo,
     history_start,
+    today_start,
 )
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.batch_pages import RedisBatchPages
@@ -42,7 +43,7 @@ class RedisInspector(RedisBatchPages, RedisFlow):
     def _queue_stats(self, name: str, now: float) -> QueueStats:
         qk = self.keys.queue(name)
         meta: dict[str, str] = self.link.call("HGETALL", qk.meta)
-        day = int(now // 86400)
+        today = [r for r in self._ring(name) if r.minute >= today_start(now)]
         latency = 0.0
         first = (self.link.call("ZRANGE", qk.parked, 0, 0)
                  or self.link.call("ZRANGE", qk.published, 0, 0))
@@ -59,8 +60,8 @@ class RedisInspector(RedisBatchPages, RedisFlow):
             paused=PAUSED in meta, processed=_total(meta, "p:"),
             failed=_total(meta, "f:") + _total(meta, "d:"),
             dead=self.link.call("ZCARD", qk.dead),
-            processed_today=int(meta.get(f"pd:{day}", 0)),
-            failed_today=int(meta.get(f"fd:{day}", 0)) + int(meta.get(f"dd:{day}", 0)),
+            processed_today=sum(r.processed for r in today),
+            failed_today=sum(r.failed + r.dead for r in today),
             waiting=self.link.call("ZCARD", qk.waiting),
             aggregating=self.link.call("ZCARD", qk.aggregating),
         )
@@ -324,17 +325,21 @@ class RedisInspector(RedisBatchPages, RedisFlow):
         """Outcomes per queue and minute of the last day, oldest first: each queue's ring
         (lua/_counts.lua) read whole, its fields of minutes older than a day left out."""
         start = history_start(self.now(), since)
+        queues = [queue] if queue is not None else self.known_queues()
+        return sorted((r for name in queues for r in self._ring(name) if r.minute >= start),
+                      key=lambda r: (r.minute, r.queue))
+
+    def _ring(self, queue: str) -> list[MinuteTotals]:
+        """Every minute the queue's ring holds, a day's and older ones not yet overwritten."""
         out = []
-        for name in [queue] if queue is not None else self.known_queues():
-            ring: dict[str, str] = self.link.call("HGETALL", self.keys.queue(name).history)
-            for value in ring.values():
-                fields = value.split()
-                if len(fields) != 5 or not all(f.isdigit() for f in fields):
-                    continue  # not written by _counts.lua: a damaged field is not history
-                minute, *counts = (int(f) for f in fields)
-                if minute >= start:
-                    out.append(MinuteTotals(name, minute, *counts))
-        return sorted(out, key=lambda r: (r.minute, r.queue))
+        ring: dict[str, str] = self.link.call("HGETALL", self.keys.queue(queue).history)
+        for value in ring.values():
+            fields = value.split()
+            if len(fields) != 5 or not all(f.isdigit() for f in fields):
+                continue  # not written by _counts.lua: a damaged field is not history
+            minute, *counts = (int(f) for f in fields)
+            out.append(MinuteTotals(queue, minute, *counts))
+        return out
 
     def job_totals(self) -> list[JobTotals]:
         """All-time outcome counters per (queue, job name)."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +22,7 @@ from conveyor.storage.records import (
     QueueStats,
     WorkerInfo,
     history_start,
+    today_start,
 )
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING
 from conveyor.storage.sqlite import batches, jobs, readable
@@ -55,7 +55,6 @@ class SqliteInspector:
         """Every known queue with sizes, latency, paused flag and totals."""
         db = self._db.read()
         now = self.now()
-        today = time.strftime("%Y-%m-%d", time.gmtime(now))
         sizes: dict[tuple[str, str], int] = {
             (q, s): n for q, s, n in db.execute(
                 "SELECT queue, state, count(*) FROM jobs WHERE state IN "
@@ -68,7 +67,8 @@ class SqliteInspector:
             "SELECT queue, sum(processed), sum(failed) + sum(dead) FROM job_totals GROUP BY queue"
         )}
         daily = {q: (p, f) for q, p, f in db.execute(
-            "SELECT queue, processed, failed FROM daily_totals WHERE day = ?", (today,)
+            "SELECT queue, sum(processed), sum(failed) + sum(dead) FROM minute_totals "
+            "WHERE minute >= ? GROUP BY queue", (today_start(now),)
         )}
         out = []
         for name, paused in db.execute("SELECT name, paused FROM queues ORDER BY name"):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
@@ -248,7 +247,8 @@ def _holder(
 
 def add_totals(cur: sqlite3.Cursor, now: float, counts: Counter[tuple[str, str, str]]) -> None:
     """Add outcome counts keyed (queue, name, processed|failed|dead|retried) to the totals:
-    all time per job name, per day and per minute (the overview's history) per queue."""
+    all time per job name, and per minute per queue (the overview's history, which "today"
+    is also read from)."""
     per_job: dict[tuple[str, str], Counter[str]] = {}
     per_queue: dict[str, Counter[str]] = {}
     for (queue, name, kind), n in counts.items():
@@ -261,14 +261,6 @@ def add_totals(cur: sqlite3.Cursor, now: float, counts: Counter[tuple[str, str, 
         "dead = dead + excluded.dead, retried = retried + excluded.retried",
         [(q, n, c["processed"], c["failed"], c["dead"], c["retried"])
          for (q, n), c in per_job.items()],
-    )
-    today = time.strftime("%Y-%m-%d", time.gmtime(now))
-    cur.executemany(
-        "INSERT INTO daily_totals (queue, day, processed, failed) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (queue, day) DO UPDATE SET processed = processed + excluded.processed, "
-        "failed = failed + excluded.failed",
-        [(q, today, c["processed"], c["failed"] + c["dead"]) for q, c in per_queue.items()
-         if c["processed"] or c["failed"] or c["dead"]],
     )
     cur.executemany(
         "INSERT INTO minute_totals (queue, minute, processed, failed, dead, retried) "

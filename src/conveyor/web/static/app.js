@@ -132,12 +132,40 @@
         return { values: day.series[k], color: KIND_COLORS[k] };
       }), "/min", day.minutes, "now · from " + Math.round(day.minutes / 60) + " h ago");
       dayChart.setAttribute("data-queue", day.queue || "");  // what is drawn (tests read it)
+      dayChart.setAttribute("data-start", String(day.start));
+      shown = day;
+      if (hovered !== null) tip(hovered);
     }).catch(function () { /* keep the last picture */ });
+  }
+  // Hovering shows one minute's numbers: a cursor line and a line of text at the top.
+  let shown = null, hovered = null;
+  function tip(clientX) {
+    hovered = clientX;
+    if (!shown) return;
+    const W = dayChart.viewBox.baseVal.width, step = (W - PAD - 8) / (shown.minutes - 1);
+    const box = dayChart.getBoundingClientRect();
+    // the right edge of the pointer's pixel: the chart's last pixel is the current minute
+    const x = (clientX + 1 - box.left) * W / box.width;
+    const i = Math.max(0, Math.min(shown.minutes - 1, Math.round((x - (W - step * (shown.minutes - 1))) / step)));
+    const at = new Date((shown.start + 60 * i) * 1000).toISOString().slice(11, 16);
+    const text = at + " UTC — " + Object.keys(KIND_COLORS).map(function (k) {
+      return shown.series[k][i] + " " + k;
+    }).join(", ");
+    dayChart.querySelectorAll(".cursor, .tip").forEach(function (n) { n.remove(); });
+    const cx = (W - step * (shown.minutes - 1) + i * step).toFixed(1);
+    dayChart.appendChild(el("line", { x1: cx, x2: cx, y1: PAD / 2, y2: H - PAD / 2,
+      class: "cursor" }));
+    dayChart.appendChild(el("text", { x: W - 4, y: 10, class: "axis end tip" }, text));
   }
   if (dayChart) {
     pollDay();
     setInterval(pollDay, 15000);
     if (pick) pick.addEventListener("change", pollDay);
+    dayChart.addEventListener("mousemove", function (ev) { tip(ev.clientX); });
+    dayChart.addEventListener("mouseleave", function () {
+      hovered = null;
+      dayChart.querySelectorAll(".cursor, .tip").forEach(function (n) { n.remove(); });
+    });
   }
 
   // ---- overview: throughput and queue sizes of the last 90 s (/api/stats every 1.5 s) -------

@@ -1,6 +1,7 @@
 -- The overview's history (Inspector.history): outcomes per queue and minute (minutes since
--- the epoch), added by add_totals in the same statement as the all-time and daily totals,
--- so an ack still writes its totals in one statement; trim() deletes minutes older than a day.
+-- the epoch), added by add_totals in the same statement as the all-time totals; trim()
+-- deletes minutes older than a day. "Today" is read from it too, so daily_totals goes and an
+-- ack writes as many rows as before (an upgrade counts today from the upgrade on).
 CREATE TABLE minute_totals (
     queue     text NOT NULL,
     minute    bigint NOT NULL,
@@ -23,14 +24,6 @@ BEGIN
     ON CONFLICT (queue, name) DO UPDATE SET processed = t.processed + excluded.processed,
         failed = t.failed + excluded.failed, dead = t.dead + excluded.dead,
         retried = t.retried + excluded.retried
-    ), daily AS (
-    INSERT INTO daily_totals AS d (queue, day, processed, failed)
-    SELECT q, to_char(to_timestamp(p_now) AT TIME ZONE 'UTC', 'YYYY-MM-DD'),
-           count(*) FILTER (WHERE k = 'processed'), count(*) FILTER (WHERE k IN ('failed', 'dead'))
-    FROM unnest(p_queues, p_kinds) AS u(q, k) WHERE k IN ('processed', 'failed', 'dead')
-    GROUP BY q ORDER BY q
-    ON CONFLICT (queue, day) DO UPDATE SET processed = d.processed + excluded.processed,
-        failed = d.failed + excluded.failed
     )
     INSERT INTO minute_totals AS m (queue, minute, processed, failed, dead, retried)
     SELECT q, floor(p_now / 60)::bigint,
@@ -43,3 +36,5 @@ BEGIN
         retried = m.retried + excluded.retried;
 END
 $$;
+
+DROP TABLE daily_totals;

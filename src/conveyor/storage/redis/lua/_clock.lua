@@ -7,4 +7,3 @@ local function server_now()
 end
 local NOW = server_now()
 local NOWS = string.format('%.6f', NOW)  -- as stored in state lines and events
-local DAY = math.floor(NOW / 86400)  -- the day the per-day outcome counters count into

@@ -1,5 +1,5 @@
--- _counts.lua: outcome counters of the queue (its meta hash), per job name and per day, and
--- the queue's per-minute history (Inspector.history), added up during the call and written
+-- _counts.lua: outcome counters of the queue, all time per job name (its meta hash) and per
+-- minute (its history: Inspector.history, and "today"), added up during the call and written
 -- once at its end (flush_counts).
 -- The history is a ring of the last day's minutes, one field per minute of the day
 -- ("minute % 1440" -> "<minute> <processed> <failed> <dead> <retried>"): a field holding an
@@ -13,9 +13,8 @@ local MINUTE = math.floor(NOW / 60)
 local COLUMN = {p = 1, f = 2, d = 3, r = 4}
 local BY_MINUTE = nil  -- {processed, failed, dead, retried} counted in this call
 local function count(what, name)
-  local k1, k2 = what .. ':' .. name, what .. 'd:' .. DAY
-  COUNTS[k1] = (COUNTS[k1] or 0) + 1
-  COUNTS[k2] = (COUNTS[k2] or 0) + 1
+  local k = what .. ':' .. name
+  COUNTS[k] = (COUNTS[k] or 0) + 1
   BY_MINUTE = BY_MINUTE or {0, 0, 0, 0}
   BY_MINUTE[COLUMN[what]] = BY_MINUTE[COLUMN[what]] + 1
 end
