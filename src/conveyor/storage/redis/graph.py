@@ -9,7 +9,8 @@ queues' slots, so settling is a chain of idempotent steps rather than one transa
    the workflow is registered in ``Keys.workflows_marked`` before that call;
 2. ``settle`` reads the marked jobs' real states and hands them to ``graph.lua``, which counts
    the children down (or up), remembering per node what it settled with, so a replay counts
-   nothing twice, and names the children to decide or to take back;
+   nothing twice, and names the children to decide or to take back; a node whose mark moved
+   since it was read is left to the mark's holder (its state as read may be stale);
 3. the children are decided here with the rules every backend shares (``graph.decide``,
    ``graph.inject``) and moved by ``node.lua``, each move only from the state it expects;
 4. the marks are removed if no move bumped them meanwhile.
@@ -29,7 +30,7 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from conveyor.errors import WorkflowError
-from conveyor.job import EnqueueResult, JobSpec, Node
+from conveyor.job import TERMINAL_STATES, EnqueueResult, JobSpec, Node
 from conveyor.storage import graph
 from conveyor.storage.graph import JobView, NodeRow
 from conveyor.storage.redis import codec
@@ -43,6 +44,10 @@ log = logging.getLogger("conveyor.storage.redis")
 MARKS_PER_ROUND = 500  # marks read per HSCAN step
 SWEEP_PER_CALL = 20  # registered workflows settled per ``settle_marked`` call
 SWEEP_AFTER = 5.0  # seconds before the sweep looks again at a workflow with no mark
+# Batch counters read to tell a stuck workflow: waiting first, then every state that may
+# still move (a job that runs or is due can still settle its children).
+_LIVE = ("waiting", "pending", "active", "scheduled", "retrying", "aggregating")
+ENDED = frozenset({*(s.value for s in TERMINAL_STATES), "deleted"})  # member states
 
 
 class RedisGraph(RedisBatches):
@@ -93,11 +98,49 @@ class RedisGraph(RedisBatches):
             self._settle(workflow_id)
 
     def settle_marked(self, limit: int = SWEEP_PER_CALL) -> int:
-        """The sweep: settle the registered workflows that are due; returns how many."""
+        """The sweep: settle the registered workflows that are due, and heal the stuck ones;
+        returns how many it looked at."""
         ids = self.link.call("ZRANGEBYSCORE", self.keys.workflows_marked, "-inf", self.now(),
                              "LIMIT", 0, limit)
-        self.settle_graphs(ids)
+        for workflow_id in sorted(ids):
+            self._settle(workflow_id)
+            if self._heal(workflow_id):
+                self._settle(workflow_id)
         return len(ids)
+
+    def _heal(self, workflow_id: str) -> bool:
+        """Mark the ended, unsettled parents of a stuck workflow; True if it marked any.
+
+        Stuck: nodes wait, no other job of it is left to run or due, and no mark is left to
+        settle — so nothing would ever release them. A parent's outcome that was never
+        counted (its mark lost) leaves exactly this; the sweep's look costs one HMGET while
+        anything else runs, and reads the graph only when stuck."""
+        bk = self.keys.batch(workflow_id)
+        counts = self.link.call("HMGET", bk.batch, *(f"n:{s}" for s in _LIVE))
+        if int(counts[0] or 0) <= 0 or any(int(c or 0) for c in counts[1:]) or int(
+                self.link.call("HLEN", bk.marks)):
+            return False
+        waiting: list[str] = []
+        cursor = "0"
+        while True:
+            cursor, pairs = scan_reply(self.link.call("HSCAN", bk.graph, cursor, "MATCH", "u:*",
+                                                      "COUNT", 1000))
+            waiting += [key[2:] for key, left in pairs if int(left or 0) > 0]
+            if cursor == "0":
+                break
+        rows = self._rows(bk, waiting)
+        parents = sorted({p for row in rows.values() for p in row.node.parents})
+        settled = self._rows(bk, parents)
+        loose = [p for p in parents if p in settled and not settled[p].settled]
+        states = self.link.call("HMGET", bk.jobs, *loose) if loose else []
+        ended = [p for p, value in zip(loose, states, strict=True)
+                 if value and str(value).partition(":")[0] in ENDED]
+        for parent in ended:
+            self.link.call("HINCRBY", bk.marks, parent, 1)
+        if ended:
+            log.warning("workflow %s: %d ended parent(s) were never settled; settling them now",
+                        printable(workflow_id), len(ended))
+        return bool(ended)
 
     def _settle(self, workflow_id: str) -> None:
         bk = self.keys.batch(workflow_id)
@@ -110,9 +153,9 @@ class RedisGraph(RedisBatches):
             members: dict[str, str] = {}
             views = self._views(bk, marks, members)
             flat: list[str] = []
-            for job_id in marks:
+            for job_id, count in marks.items():  # the count: graph.lua acts only if unmoved
                 view = views.get(job_id)
-                flat += [job_id, view.state if view is not None else "gone"]
+                flat += [job_id, view.state if view is not None else "gone", count]
             ready, reopen = self.scripts.run("graph", bk, ["settle", *flat])
             moves = self._reopen(bk, [str(i) for i in reopen])
             moves += self._decide(bk, [str(i) for i in ready])

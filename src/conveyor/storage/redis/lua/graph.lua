@@ -5,10 +5,14 @@
 --               "e:<id>" "fail"/"skip" when the graph ended the job
 --- @key marks   hash job id -> mark counter (batch.lua)
 -- ARGV: 1 mode:
---   "settle", then pairs: node id, the job's state as just read ('gone': no such job).
---     Gives {children whose parents all settled (to decide; those decided before too, so a
---     crash between settling and moving them is redone), children the graph ended that a
---     re-opened parent takes back}.
+--   "settle", then triples: node id, the job's state as just read ('gone': no such job), its
+--     mark counter read before that. A node whose mark is no longer at that count is left
+--     alone: its job moved since (or another process settled that move and removed the
+--     mark), so the state read may be stale, and acting on it could undo a newer settle (a
+--     parent counted up again with no mark left to count it down: its children wait forever).
+--     Whoever holds the newer mark settles it. Gives {children whose parents all settled (to
+--     decide; those decided before too, so a crash between settling and moving them is
+--     redone), children the graph ended that a re-opened parent takes back}.
 --   "done", then pairs: node id, the mark counter read before settling: the marks still at
 --     that count are removed (a mark bumped meanwhile stays, to be settled again).
 --   "attach", then node ids just stored by a running job of the workflow: each is linked
@@ -77,11 +81,12 @@ local function ended(child)
   if redis.call('HEXISTS', K_GRAPH, 'e:' .. child) == 1 then reopen[#reopen + 1] = child end
 end
 
-for i = 2, #ARGV, 2 do
+for i = 2, #ARGV, 3 do
   local id, state = ARGV[i], ARGV[i + 1]
   local kids = children(id)
   local settled = redis.call('HGET', K_GRAPH, 's:' .. id)
-  if kids and not (state == 'gone' and settled) then
+  local current = redis.call('HGET', K_MARKS, id)
+  if kids and current == ARGV[i + 2] and not (state == 'gone' and settled) then
     if state == 'gone' then state = 'cancelled' end  -- deleted unfinished: settles cancelled
     local terminal = TERMINAL[state]
     -- running again (a retry by hand): no longer a job the graph ended
