@@ -81,3 +81,34 @@ def test_the_sweep_heals_a_workflow_whose_parent_outcome_was_never_counted(
     faked.settle_marked()
     assert g.state("j") is JobState.PENDING
     assert faked.link.call("HLEN", bk.marks) == 0
+
+
+def test_a_stale_read_is_not_acted_on_while_the_settle_it_races_still_holds_the_mark(
+        two: tuple[RedisStorage, RedisStorage]) -> None:
+    """The same stale read, later: the acknowledging process has settled the parent but not
+    yet removed its mark when the slow settler's graph step runs (seen in a storm's trace)."""
+    a, b = two
+    g = Graph(a, {"p1": [], "p2": [], "j": ["p1", "p2"]})
+    p1, p2 = g.ids["p1"], g.ids["p2"]
+    leased = {j.id: j for j in a.dequeue(["wf"], "w-a", 10, 30)}
+    a.sync_batches([(g.id, p1, "succeeded:wf")], settle=False)  # p1 marked "1", still active
+    bk = a.keys.batch(g.id)
+    real_views = b._views
+
+    def stale_then_settled(bk_: BatchKeys, ids: Any, members: Any = None) -> dict[str, JobView]:
+        views = real_views(bk_, ids, members)
+        if p1 in views and views[p1].state == "active":
+            real_settle = a.settle_graphs
+            a.settle_graphs = lambda ids: None  # type: ignore[method-assign,assignment]
+            assert a.ack([Ack(p1, leased[p1].token, Outcome.SUCCEEDED)]) == [True]
+            a.settle_graphs = real_settle  # type: ignore[method-assign]
+            a.scripts.run("graph", bk, ["settle", p1, "succeeded", "1"])  # a's graph step
+        return views
+
+    b._views = stale_then_settled  # type: ignore[method-assign]
+    b.settle_graphs([g.id])
+    b._views = real_views  # type: ignore[method-assign]
+    assert a.scripts.run("graph", bk, ["done", p1, "1"]) == 1  # a removes the mark after
+
+    assert a.ack([Ack(p2, leased[p2].token, Outcome.SUCCEEDED)]) == [True]
+    assert g.state("j") is JobState.PENDING

@@ -152,20 +152,23 @@ class RedisGraph(RedisBatches):
             marks = dict(pairs)
             members: dict[str, str] = {}
             views = self._views(bk, marks, members)
+            # Only what was read consistently is settled: the job gone, or its record in the
+            # state its batch last heard of. An acknowledgement counts its batch (and marks)
+            # before it applies, so a record read as active whose batch says it finished is
+            # an outcome under way — acting on it could undo the settle of the process that
+            # applies it; its mark stays and is settled once the two agree.
+            steady = [job_id for job_id in marks
+                      if job_id not in views or members.get(job_id) == views[job_id].state]
             flat: list[str] = []
-            for job_id, count in marks.items():  # the count: graph.lua acts only if unmoved
+            for job_id in steady:  # with its mark's count: graph.lua acts only if unmoved
                 view = views.get(job_id)
-                flat += [job_id, view.state if view is not None else "gone", count]
-            ready, reopen = self.scripts.run("graph", bk, ["settle", *flat])
+                flat += [job_id, view.state if view is not None else "gone", marks[job_id]]
+            ready, reopen = self.scripts.run("graph", bk, ["settle", *flat]) if flat else ([],
+                                                                                        [])
             moves = self._reopen(bk, [str(i) for i in reopen])
             moves += self._decide(bk, [str(i) for i in ready])
             self.sync_batches(moves, settle=False)  # the next round takes their marks
-            # A mark stays while its job's move is still under way: an acknowledgement counts
-            # its batch (and marks) before it applies, so a job read as active whose batch
-            # says it finished is settled again once the outcome stands (or is refused).
-            done = [v for job_id, count in marks.items()
-                    if job_id not in views or members.get(job_id) == views[job_id].state
-                    for v in (job_id, count)]
+            done = [v for job_id in steady for v in (job_id, marks[job_id])]
             if not done:
                 break
             self.scripts.run("graph", bk, ["done", *done])
