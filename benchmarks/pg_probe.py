@@ -67,15 +67,16 @@ def specs(n: int) -> list[JobSpec]:
 
 
 @contextmanager
-def worker(url: str, slots: int = 8) -> Iterator[subprocess.Popen[bytes]]:
-    """One worker process on ``url`` (one process, ``slots`` slots), running until the block
-    ends."""
+def worker(url: str, slots: int = 8,
+           extra: tuple[str, ...] = ()) -> Iterator[subprocess.Popen[bytes]]:
+    """One worker process on ``url`` (one process, ``slots`` slots, ``extra`` flags), running
+    until the block ends."""
     path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
     with open(WORKER_LOG, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "conveyor.cli.main", "worker", "benchmarks.pg_probe:app",
              "-c", str(slots), "--processes", "1", "-q", QUEUE, "--log-level", "WARNING",
-             "--url", url],
+             "--url", url, *extra],
             cwd=ROOT, env=dict(os.environ, PROBE_URL=url, PYTHONPATH=path), stdout=log,
             stderr=subprocess.STDOUT)
     try:
@@ -107,14 +108,15 @@ def _waiting(store: Backend) -> int:
     return sum(store.count_jobs(state=s, queue=QUEUE) for s in (JobState.PENDING, JobState.ACTIVE))
 
 
-def drain(url: str, n: int) -> float:
-    """Jobs/s of one worker draining ``n`` no-op jobs enqueued before it starts."""
+def drain(url: str, n: int, slots: int = 8, extra: tuple[str, ...] = ()) -> float:
+    """Jobs/s of one worker (``slots`` slots, ``extra`` flags) draining ``n`` no-op jobs
+    enqueued before it starts."""
     store = open_storage(url)
     try:
         store.enqueue(specs(n))
         finished = _finished_count(store)
         base = finished()
-        with worker(url):
+        with worker(url, slots, extra):
             deadline = time.monotonic() + 600
             while finished() - base < _WARMUP:
                 if time.monotonic() > deadline:

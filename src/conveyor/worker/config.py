@@ -85,6 +85,11 @@ class WorkerConfig:
     idle_wait: float = 1.0
     max_recoveries: int = 5
     ack_batch: int = 500
+    #: Jobs leased ahead of the free slots (worker/reserve.py): at most what this process
+    #: starts in ``reserve_window`` seconds at its recent pace, and at most ``reserve``
+    #: (None: four times ``concurrency``). ``reserve=0`` leases only for free slots.
+    reserve: int | None = None
+    reserve_window: float = 0.05
     #: With a broker (docs/design.md §7): messages the relay lets wait in each broker queue
     #: (0 = 16 times ``concurrency``, at least 256), how long at most it waits for news from
     #: the store when nothing was due, and after how long a published job not yet started is
@@ -104,8 +109,18 @@ class WorkerConfig:
                 f"lease ({self.lease}s) must be longer than the heartbeat interval "
                 f"({self.heartbeat_interval}s)"
             )
+        if self.reserve is not None and self.reserve < 0:
+            raise ValueError("reserve must be 0 or more")
+        if self.reserve_window < 0:
+            raise ValueError("reserve_window must be 0 or more seconds")
         if self.republish_after <= 0:
             raise ValueError("republish_after must be more than 0 seconds")
+
+    @property
+    def reserve_limit(self) -> int:
+        """Jobs at most held ahead of the free slots (``reserve``; by default four times
+        ``concurrency``)."""
+        return 4 * self.concurrency if self.reserve is None else self.reserve
 
     @property
     def queue_names(self) -> tuple[str, ...]:

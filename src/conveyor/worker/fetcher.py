@@ -1,9 +1,10 @@
-"""Fetcher: leases as many jobs as there are free slots, in one storage call, and dispatches.
+"""Fetcher: leases jobs for the free slots, in one storage call, and dispatches.
 
-It never takes more than the free slots: a job waiting behind another in this process would
-be a job another worker could have run. When a fetch comes back short the next one is
-``Storage.wait_dequeue``: it blocks (no busy polling) until new work may be ready, then leases
-(in the same round trip where the storage can).
+It takes more than the free slots only into the reserve (worker/reserve.py), which holds no
+more than this process starts within a few milliseconds at its pace: a job waiting behind a
+slow one in this process would be a job another worker could have run. When a fetch comes
+back short the next one is ``Storage.wait_dequeue``: it blocks (no busy polling) until new
+work may be ready, then leases (in the same round trip where the storage can).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from conveyor.worker.feed import BrokerFeed
 from conveyor.worker.inflight import Entry, InFlight
 from conveyor.worker.isolation import Isolation
 from conveyor.worker.processor import Processor
+from conveyor.worker.reserve import Reserve
 
 __all__ = ["Fetcher"]
 
@@ -65,6 +67,7 @@ class Fetcher:
         threads: ThreadExecutor,
         loop: AsyncExecutor,
         feed: BrokerFeed | None = None,
+        reserve: Reserve | None = None,
     ) -> None:
         self._fetch_lock = threading.Lock()  # see ``quiet``
         self.isolation = Isolation(processor, inflight, storage)
@@ -77,58 +80,96 @@ class Fetcher:
         self.threads = threads
         self.loop = loop
         self.feed = feed  # with a broker, jobs come from its deliveries (worker/feed.py)
+        self.reserve = reserve if reserve is not None else Reserve(0, 0.0)
         self._quiet = threading.Event()
         self._thread: threading.Thread | None = None
         self._rng = random.Random()
         self._errors = 0
         self.fetched = 0
 
-    def tick(self) -> int:
-        """One fetch of up to ``inflight.free`` jobs; returns how many were leased."""
-        free = self.inflight.free
-        if free <= 0 or self._quiet.is_set():
+    def tick(self, ahead: int = 0) -> int:
+        """One fetch of up to ``inflight.free`` jobs, plus ``ahead`` for the reserve; returns
+        how many were leased."""
+        free = max(0, self.inflight.free)
+        if free + ahead <= 0 or self._quiet.is_set():
             return 0
         order = queue_order(self.config.queues, self.config.strict, self._rng)
         with self._fetch_lock:
             if self._quiet.is_set():  # checked under the lock: see ``quiet``
                 return 0
             if self.feed is not None:
-                jobs = self.feed.take(order, free, 0.0)
+                jobs = self.feed.take(order, free + ahead, 0.0)
             else:
-                jobs = self.storage.dequeue(order, self.config.worker_id, free,
+                jobs = self.storage.dequeue(order, self.config.worker_id, free + ahead,
                                             self.config.lease)
-        self._start(jobs)
+            now, back = self._split(jobs, free)
+        self._start(now, back)
         return len(jobs)
 
-    def wait_tick(self) -> int:
+    def wait_tick(self, ahead: int = 0) -> int:
         """Wait for work, then fetch like ``tick``; returns how many were leased.
 
         The storage leases right after its wait, outside the fetch lock, so that ``quiet``
         need not wait for a blocked wait: jobs leased after ``quiet`` are handed straight
         back (``interrupted``, which is not an error attempt) instead of started.
         """
-        free = self.inflight.free
+        free = max(0, self.inflight.free)
         if free <= 0 or self._quiet.is_set():
             return 0
         order = queue_order(self.config.queues, self.config.strict, self._rng)
         if self.feed is not None:
-            jobs = self.feed.take(order, free, self.config.idle_wait)
+            jobs = self.feed.take(order, free + ahead, self.config.idle_wait)
         else:
             jobs = self.storage.wait_dequeue(self.config.queue_names, order,
-                                             self.config.worker_id, free, self.config.lease,
-                                             self.config.idle_wait)
+                                             self.config.worker_id, free + ahead,
+                                             self.config.lease, self.config.idle_wait)
         with self._fetch_lock:
             if self._quiet.is_set():
-                for job in jobs:
-                    self.acker.add(Ack(job.id, job.token, Outcome.INTERRUPTED,
-                                       message="worker quieted before the job started"))
+                self._hand_back(jobs, "worker quieted before the job started")
                 return 0
-        self._start(jobs)
+            now, back = self._split(jobs, free)
+        self._start(now, back)
         return len(jobs)
 
-    def _start(self, jobs: list[LeasedJob]) -> None:
-        """Dispatch freshly leased jobs (recovered ones through isolation)."""
+    def _hand_back(self, jobs: list[LeasedJob], why: str) -> None:
+        """Put leased jobs that never started back to pending (not an error attempt)."""
+        for job in jobs:
+            self.acker.add(Ack(job.id, job.token, Outcome.INTERRUPTED, message=why))
+
+    def _split(self, jobs: list[LeasedJob], free: int) -> tuple[list[LeasedJob], list[LeasedJob]]:
+        """Jobs of a fetch to start in the ``free`` slots now, and recovered ones to hand
+        back; the fresh jobs beyond the slots go to the reserve (called under the fetch lock,
+        so that ``quiet`` finds them there). A recovered job never waits in the reserve:
+        isolation decides when one may run."""
+        if len(jobs) <= free:
+            return jobs, []
+        suspects = [job for job in jobs if job.recoveries]
+        fresh = [job for job in jobs if not job.recoveries]
+        now, back = suspects[:free], suspects[free:]
+        room = free - len(now)
+        self.reserve.put(fresh[room:])
+        return now + fresh[:room], back
+
+    def take_reserved(self, free: int) -> int:
+        """Start up to ``free`` jobs from the reserve (no storage call); returns how many."""
+        with self._fetch_lock:
+            if self._quiet.is_set():
+                return 0
+            jobs = self.reserve.take(free)
+            self._dispatch(jobs)
+        return len(jobs)
+
+    def _start(self, jobs: list[LeasedJob], back: list[LeasedJob]) -> None:
+        """Hand back what may not run (before anything starts: see worker/isolation.py),
+        then dispatch the rest."""
+        if back:
+            self.isolation.hand_back(back)
+        self._dispatch(jobs)
+
+    def _dispatch(self, jobs: list[LeasedJob]) -> None:
+        """Prepare and start jobs, each in a free slot."""
         self.fetched += len(jobs)
+        self.reserve.started(len(jobs))
         if any(job.recoveries for job in jobs):
             ready = self.isolation.take(jobs)
         else:
@@ -168,7 +209,7 @@ class Fetcher:
         self._quiet.set()
         self.inflight.wake()
         with self._fetch_lock:
-            pass
+            self._hand_back(self.reserve.take_all(), "worker quieted before the job started")
 
     @property
     def quieted(self) -> bool:
@@ -187,14 +228,20 @@ class Fetcher:
         # more ready; the next fetch waits for work first (``wait_dequeue``) instead of asking
         # again at once. New work rings the wake-up list whenever it comes, so nothing
         # enqueued in between is missed.
+        # With jobs in the reserve a free slot takes one of them first; the reserve is topped
+        # up while the slots run (``Reserve.wanted``), never by a blocking wait.
         drained = False
         while not self._quiet.is_set():
             if not self.inflight.wait_for_slot(self.config.idle_wait):
                 continue
-            free = self.inflight.free
+            self.take_reserved(self.inflight.free)
+            free = max(0, self.inflight.free)
+            ahead = 0 if drained else self.reserve.wanted()
+            if free + ahead <= 0:  # every slot busy and the reserve full enough
+                continue
             handed_back = self.isolation.handed_back
             try:
-                got = self.wait_tick() if drained else self.tick()
+                got = self.wait_tick() if drained else self.tick(ahead)
             except Exception as exc:
                 delay = retry_delay(self._errors)
                 self._errors += 1
@@ -202,6 +249,6 @@ class Fetcher:
                 self._quiet.wait(delay)
                 continue
             self._errors = 0
-            drained = got < free
+            drained = got < free + ahead
             if got and self.isolation.handed_back - handed_back == got:
                 self.isolation.wait(self.config.idle_wait)

@@ -13,13 +13,14 @@ import socket
 from collections.abc import Callable
 
 from conveyor.clock import Clock
-from conveyor.job import HeartbeatReply
+from conveyor.job import Ack, HeartbeatReply, Outcome
 from conveyor.storage.base import Storage
 from conveyor.storage.records import WorkerInfo
 from conveyor.worker.acker import Acker
 from conveyor.worker.component import PeriodicComponent
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.inflight import InFlight
+from conveyor.worker.reserve import Reserve
 
 __all__ = ["Heartbeater"]
 
@@ -43,11 +44,13 @@ class Heartbeater(PeriodicComponent):
         *,
         inflight: InFlight,
         acker: Acker | None = None,
+        reserve: Reserve | None = None,
         on_command: Callable[[str], None] = _ignore_command,
     ) -> None:
         super().__init__(storage, clock, config)
         self.inflight = inflight
         self.acker = acker
+        self.reserve = reserve
         self.on_command = on_command
         self.status = "running"
         self.started_at = clock.now()
@@ -69,13 +72,16 @@ class Heartbeater(PeriodicComponent):
         )
 
     def leases(self) -> dict[str, str]:
-        """Every lease this process holds: running jobs and acks not yet written.
+        """Every lease this process holds: running jobs, jobs in the reserve and acks not yet
+        written.
 
         One job can appear twice: its ack still waiting to be written (a storage outage) while
         it was recovered and leased to this process again. The running lease wins: the older
         one cannot be extended anyway, and sending it would report the live run as lost.
         """
         leases = self.acker.leases() if self.acker is not None else {}
+        if self.reserve is not None:
+            leases.update(self.reserve.leases())
         leases.update(self.inflight.leases())
         return leases
 
@@ -93,6 +99,9 @@ class Heartbeater(PeriodicComponent):
         was about, so a verdict on one attempt never reaches another attempt of the job.
         """
         for job_id in reply.lost:
+            if self._unreserve(job_id, leases) is not None:  # never started: just dropped
+                log.warning("lost the lease of job %s before it started here", job_id)
+                continue
             member = self.inflight.member(leases.get(job_id, ""), job_id)
             if member is not None:  # one member of an aggregated run (deleted by hand)
                 member.lost = True
@@ -106,6 +115,11 @@ class Heartbeater(PeriodicComponent):
                     job_id, entry.job.name,
                 )
         for job_id in reply.cancel:
+            if self.acker is not None and self._unreserve(job_id, leases) is not None:
+                self.acker.add(Ack(job_id, leases[job_id], Outcome.CANCELLED,
+                                   message="cancelled before it started"))
+                log.info("job %s cancelled before it started", job_id)
+                continue
             member = self.inflight.member(leases.get(job_id, ""), job_id)
             if member is not None:  # one member of an aggregated run: it alone is left out
                 member.ctx.request_cancel()
@@ -119,6 +133,12 @@ class Heartbeater(PeriodicComponent):
         if reply.command:
             log.warning("remote command received: %s", reply.command)
             self.on_command(reply.command)
+
+    def _unreserve(self, job_id: str, leases: dict[str, str]) -> object:
+        """Take ``job_id`` out of the reserve when this beat's lease of it is held there."""
+        if self.reserve is None or job_id not in leases:
+            return None
+        return self.reserve.remove(job_id, leases[job_id])
 
     def interval(self) -> float:
         """``config.heartbeat_interval``."""

@@ -39,6 +39,7 @@ from conveyor.worker.poller import Poller
 from conveyor.worker.processor import Processor
 from conveyor.worker.recoverer import Recoverer
 from conveyor.worker.relay import Relay
+from conveyor.worker.reserve import Reserve
 from conveyor.worker.signals import SignalPipe, log_stacks
 from conveyor.worker.watchdog import Watchdog
 
@@ -68,12 +69,14 @@ class Launcher:
         self.clock = clock or app.clock
         storage = self.storage = app.storage
         self.inflight = InFlight(config.concurrency)
+        self.reserve = Reserve(config.reserve_limit, config.reserve_window)
         self.processor = Processor(app, config.worker_id, self.clock)
         self.acker = Acker(storage, self.clock, config)
         self.threads = ThreadExecutor(config.concurrency, self.processor, self.finish)
         self.loop = AsyncExecutor(self.processor, self.finish)
         self.heartbeat = Heartbeater(storage, self.clock, config, inflight=self.inflight,
-                                     acker=self.acker, on_command=self.command)
+                                     acker=self.acker, reserve=self.reserve,
+                                     on_command=self.command)
         self.recoverer = Recoverer(storage, self.clock, config)
         self.poller = Poller(storage, self.clock, config)
         self.janitor = Janitor(storage, self.clock, config, retention=app.retention)
@@ -91,7 +94,7 @@ class Launcher:
             self.acker.on_written = self.feed.settle
         self.fetcher = Fetcher(storage, self.clock, config, processor=self.processor,
                                inflight=self.inflight, acker=self.acker, threads=self.threads,
-                               loop=self.loop, feed=self.feed)
+                               loop=self.loop, feed=self.feed, reserve=self.reserve)
         self.signals: SignalPipe | None = None
         self._stop = threading.Event()
         self._started = False

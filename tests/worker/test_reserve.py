@@ -1,0 +1,184 @@
+"""The reserve (worker/reserve.py): jobs leased ahead of the free slots while jobs are short,
+bounded by the pace they start at; handed back at quiet, their leases extended, a cancel or a
+lost lease applied before they start."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from conveyor import Conveyor, FakeClock, JobState
+from conveyor.job import HeartbeatReply, LeasedJob
+from conveyor.worker.config import WorkerConfig
+from conveyor.worker.launcher import Launcher
+from conveyor.worker.reserve import Reserve
+from tests.worker.backends import every_backend_app  # noqa: F401 (the ``app`` fixture)
+
+
+def _until(ready: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not ready() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return ready()
+
+
+class _Ticks:
+    """A monotonic clock moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_reserve_holds_what_starts_within_its_window_at_the_pace() -> None:
+    ticks = _Ticks()
+    reserve = Reserve(limit=40, window=0.05, clock=ticks)
+    assert reserve.target() == 0 and reserve.wanted() == 0  # no pace yet: nothing ahead
+    ticks.now += 0.01
+    reserve.started(50)  # too short a span to measure: counted into the next
+    assert reserve.pace == 0.0
+    ticks.now += 4.99
+    reserve.started(450)  # 100 jobs a second over 5 s: 5 start within 50 ms
+    assert 99 < reserve.pace <= 100
+    assert reserve.target() == 4 and reserve.wanted() == 4
+    for _ in range(4):  # 20,000 a second for 0.2 s, smoothed with the 100 before
+        ticks.now += 0.05
+        reserve.started(1_000)
+    assert reserve.pace > 5_000
+    assert reserve.target() == 40  # the limit caps it
+    ticks.now += 4.0
+    reserve.started(4)  # a slow spell: one job a second
+    assert reserve.pace < 20 and reserve.target() == 0  # slow jobs: nothing held ahead
+
+
+def test_the_reserve_is_topped_up_only_below_half_its_target() -> None:
+    ticks = _Ticks()
+    reserve = Reserve(limit=20, window=1.0, clock=ticks)
+    ticks.now += 1.0
+    reserve.started(1_000)
+    assert reserve.wanted() == 20
+    leased = [_job(f"j{n}") for n in range(12)]
+    reserve.put(leased)
+    assert reserve.wanted() == 0  # 12 held of 20: a round trip for 8 is not worth it
+    assert [j.id for j in reserve.take(3)] == ["j0", "j1", "j2"]  # oldest first
+    assert reserve.wanted() == 11  # 9 held: fill up to 20
+    assert reserve.leases() == {f"j{n}": f"t-j{n}" for n in range(3, 12)}
+    assert reserve.remove("j5", "another lease") is None  # only the lease held here
+    assert reserve.remove("j5", "t-j5") is not None and len(reserve) == 8
+    assert len(reserve.take_all()) == 8 and len(reserve) == 0
+    assert Reserve(limit=0, window=1.0).target() == 0  # reserve=0: never ahead
+
+
+def _job(job_id: str) -> LeasedJob:
+    return LeasedJob(id=job_id, name="n", queue="default", payload="[]", token=f"t-{job_id}",
+                     attempt=1, errors=0, max_retries=0, timeout=None, batch_id=None)
+
+
+def _short_jobs(app: Conveyor, count: int) -> list[str]:
+    @app.job(name="short")
+    def short(n: int) -> int:
+        time.sleep(0.001)  # a short job: the 4 slots start a few thousand a second
+        return n
+
+    return [short.enqueue(n).id for n in range(count)]
+
+
+def _fill_reserve(launcher: Launcher) -> None:
+    """Give the worker the pace of short jobs, then lease 4 for its slots and 6 ahead."""
+    reserve = launcher.reserve
+    reserve._pace = 10_000.0  # as measured after a spell of short jobs
+    assert launcher.fetcher.tick(ahead=6) == 10
+
+
+def test_a_busy_worker_leases_ahead_and_runs_every_job_once(app: Conveyor) -> None:
+    ids = _short_jobs(app, 1_000)
+    sizes: list[int] = []
+    dequeue = app.storage.dequeue
+
+    def counting(queues: Any, worker_id: str, count: int, lease: float) -> Any:
+        sizes.append(count)
+        return dequeue(queues, worker_id, count, lease)
+
+    app.storage.dequeue = counting  # type: ignore[method-assign]
+    launcher = Launcher(app, WorkerConfig(concurrency=4, worker_id="w1"))
+    launcher.start()
+    try:
+        assert _until(lambda: app.storage.count_jobs(state=JobState.SUCCEEDED) == 1_000, 60)
+    finally:
+        launcher.stop(5.0)
+    assert all(app.get_job(i).state is JobState.SUCCEEDED for i in ids)  # type: ignore[union-attr]
+    assert all(app.get_job(i).attempt == 1 for i in ids)  # type: ignore[union-attr]
+    assert max(sizes) > 4  # more than the 4 slots in one call, once the pace was known
+    assert launcher.reserve.reserved > 0
+
+
+def test_quiet_hands_back_the_reserve_unstarted(app: Conveyor, clock: FakeClock) -> None:
+    gate = threading.Event()
+
+    @app.job(name="held")
+    def held(n: int) -> int:
+        gate.wait(10)
+        return n
+
+    ids = [held.enqueue(n).id for n in range(12)]
+    launcher = Launcher(app, WorkerConfig(concurrency=4, worker_id="w1"), clock)
+    launcher.threads.start()
+    launcher.acker.start()
+    try:
+        _fill_reserve(launcher)
+        assert len(launcher.reserve) == 6
+        assert set(launcher.heartbeat.leases()) >= {j.id for j in launcher.reserve._jobs}
+        launcher.fetcher.quiet()
+        assert len(launcher.reserve) == 0
+        gate.set()
+        assert _until(lambda: len(launcher.inflight) == 0)
+        assert launcher.acker.flush(5.0)
+    finally:
+        gate.set()
+        launcher.acker.stop(5.0)
+        launcher.threads.stop(5.0)
+    jobs = [app.get_job(i) for i in ids]
+    assert sum(j.state is JobState.SUCCEEDED for j in jobs) == 4  # type: ignore[union-attr]
+    back = [j for j in jobs if j.state is JobState.PENDING]  # type: ignore[union-attr]
+    assert len(back) == 8  # six from the reserve, two never leased
+    assert all(j.errors == 0 for j in back)  # type: ignore[union-attr]
+
+
+def test_a_cancel_or_a_lost_lease_reaches_a_reserved_job_before_it_starts(
+        app: Conveyor, clock: FakeClock) -> None:
+    gate = threading.Event()
+    ran: list[int] = []
+
+    @app.job(name="held")
+    def held(n: int) -> int:
+        ran.append(n)
+        gate.wait(10)
+        return n
+
+    args = {held.enqueue(n).id: n for n in range(10)}
+    launcher = Launcher(app, WorkerConfig(concurrency=4, worker_id="w1"), clock)
+    launcher.threads.start()
+    try:
+        _fill_reserve(launcher)
+        waiting = list(launcher.reserve._jobs)
+        cancelled, lost = waiting[0], waiting[1]
+        leases = launcher.heartbeat.leases()
+        launcher.heartbeat.handle(HeartbeatReply(lost=frozenset([lost.id]),
+                                                 cancel=frozenset([cancelled.id])), leases)
+        assert len(launcher.reserve) == 4
+        gate.set()
+        while len(launcher.reserve) or len(launcher.inflight):
+            launcher.fetcher.take_reserved(launcher.inflight.free)
+            time.sleep(0.01)
+        assert launcher.acker.flush(5.0)
+    finally:
+        gate.set()
+        launcher.threads.stop(5.0)
+    assert args[cancelled.id] not in ran and args[lost.id] not in ran
+    assert app.get_job(cancelled.id).state is JobState.CANCELLED  # type: ignore[union-attr]
+    assert app.get_job(lost.id).state is JobState.ACTIVE  # type: ignore[union-attr]
+    assert len(ran) == 8
