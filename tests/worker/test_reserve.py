@@ -11,8 +11,9 @@ from typing import Any
 
 from conveyor import Conveyor, FakeClock, JobState
 from conveyor.job import HeartbeatReply, LeasedJob
-from conveyor.worker.config import WorkerConfig
+from conveyor.worker.config import QueueWeight, WorkerConfig
 from conveyor.worker.launcher import Launcher
+from conveyor.worker.recoverer import Recoverer
 from conveyor.worker.reserve import Reserve
 from tests.worker.backends import every_backend_app  # noqa: F401 (the ``app`` fixture)
 
@@ -182,3 +183,57 @@ def test_a_cancel_or_a_lost_lease_reaches_a_reserved_job_before_it_starts(
     assert app.get_job(cancelled.id).state is JobState.CANCELLED  # type: ignore[union-attr]
     assert app.get_job(lost.id).state is JobState.ACTIVE  # type: ignore[union-attr]
     assert len(ran) == 8
+
+
+def test_a_recovered_job_leased_ahead_waits_in_the_reserve_instead_of_bouncing(
+        app: Conveyor, clock: FakeClock) -> None:
+    """Every slot busy, the reserve topped up: a suspect among the jobs leased ahead waits
+    there for a slot (isolation decides when it starts) instead of being handed back, which
+    at every top-up would have kept it from running as long as the reserve never ran dry."""
+    gate = threading.Event()
+    ran: list[int] = []
+
+    @app.job(name="held")
+    def held(n: int) -> int:
+        ran.append(n)
+        gate.wait(10)
+        return n
+
+    @app.job(name="filler", queue="first")
+    def filler(n: int) -> int:
+        return held(n)
+
+    suspect = held.enqueue(-1)
+    config = WorkerConfig(queues=(QueueWeight("first"), QueueWeight("default")), strict=True,
+                          concurrency=2, worker_id="w1")
+    assert len(app.storage.dequeue(["default"], "crashed", 1, config.lease)) == 1
+    clock.advance(config.lease + 1)
+    Recoverer(app.storage, clock, config).tick()  # back to pending, one recovery counted
+    for n in range(2):
+        filler.enqueue(10 + n)  # strict order: these two fill both slots first
+    for n in range(3):
+        held.enqueue(n)
+    launcher = Launcher(app, config, clock)
+    launcher.threads.start()
+    try:
+        launcher.reserve._pace = 10_000.0
+        assert launcher.fetcher.tick() == 2  # the fillers take both slots
+        assert launcher.fetcher.tick(ahead=4) == 4  # the suspect and three fresh jobs
+        assert launcher.fetcher.isolation.handed_back == 0
+        assert suspect.id in launcher.reserve.leases()
+        assert launcher.fetcher.ahead() == 0  # 3 of a target of 4 held: none wanted yet
+        launcher.fetcher.take_reserved(1)  # as if a slot had freed: the suspect starts
+        assert launcher.fetcher.isolation.busy
+        launcher.reserve.take_all()  # (their leases simply expire in this test)
+        assert launcher.reserve.wanted() > 0
+        assert launcher.fetcher.ahead() == 0  # nothing leased ahead beside a suspect
+        gate.set()
+        while len(launcher.reserve) or len(launcher.inflight):
+            launcher.fetcher.take_reserved(launcher.inflight.free)
+            time.sleep(0.01)
+        assert launcher.acker.flush(5.0)
+    finally:
+        gate.set()
+        launcher.threads.stop(5.0)
+    assert sorted(ran)[:1] == [-1] and {10, 11} <= set(ran)
+    assert app.get_job(suspect.id).state is JobState.SUCCEEDED  # type: ignore[union-attr]

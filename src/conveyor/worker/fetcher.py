@@ -102,8 +102,8 @@ class Fetcher:
             else:
                 jobs = self.storage.dequeue(order, self.config.worker_id, free + ahead,
                                             self.config.lease)
-            now, back = self._split(jobs, free)
-        self._start(now, back)
+            now = self._split(jobs, free)
+        self._dispatch(now)
         return len(jobs)
 
     def wait_tick(self, ahead: int = 0) -> int:
@@ -127,8 +127,8 @@ class Fetcher:
             if self._quiet.is_set():
                 self._hand_back(jobs, "worker quieted before the job started")
                 return 0
-            now, back = self._split(jobs, free)
-        self._start(now, back)
+            now = self._split(jobs, free)
+        self._dispatch(now)
         return len(jobs)
 
     def _hand_back(self, jobs: list[LeasedJob], why: str) -> None:
@@ -136,19 +136,20 @@ class Fetcher:
         for job in jobs:
             self.acker.add(Ack(job.id, job.token, Outcome.INTERRUPTED, message=why))
 
-    def _split(self, jobs: list[LeasedJob], free: int) -> tuple[list[LeasedJob], list[LeasedJob]]:
-        """Jobs of a fetch to start in the ``free`` slots now, and recovered ones to hand
-        back; the fresh jobs beyond the slots go to the reserve (called under the fetch lock,
-        so that ``quiet`` finds them there). A recovered job never waits in the reserve:
-        isolation decides when one may run."""
+    def _split(self, jobs: list[LeasedJob], free: int) -> list[LeasedJob]:
+        """The jobs of a fetch to start in the ``free`` slots now; the rest go to the reserve
+        (called under the fetch lock, so that ``quiet`` finds them there). A recovered job
+        taken from the reserve goes through isolation like any fetched one."""
         if len(jobs) <= free:
-            return jobs, []
-        suspects = [job for job in jobs if job.recoveries]
-        fresh = [job for job in jobs if not job.recoveries]
-        now, back = suspects[:free], suspects[free:]
-        room = free - len(now)
-        self.reserve.put(fresh[room:])
-        return now + fresh[:room], back
+            return jobs
+        self.reserve.put(jobs[free:])
+        return jobs[:free]
+
+    def ahead(self) -> int:
+        """Jobs to lease ahead of the free slots now (``Reserve.wanted``); none while a job
+        recovered from a crashed worker runs here: if it crashed this process too, the
+        reserve would be recovered with it."""
+        return 0 if self.isolation.busy else self.reserve.wanted()
 
     def take_reserved(self, free: int) -> int:
         """Start up to ``free`` jobs from the reserve (no storage call); returns how many."""
@@ -158,13 +159,6 @@ class Fetcher:
             jobs = self.reserve.take(free)
             self._dispatch(jobs)
         return len(jobs)
-
-    def _start(self, jobs: list[LeasedJob], back: list[LeasedJob]) -> None:
-        """Hand back what may not run (before anything starts: see worker/isolation.py),
-        then dispatch the rest."""
-        if back:
-            self.isolation.hand_back(back)
-        self._dispatch(jobs)
 
     def _dispatch(self, jobs: list[LeasedJob]) -> None:
         """Prepare and start jobs, each in a free slot."""
@@ -236,7 +230,7 @@ class Fetcher:
                 continue
             self.take_reserved(self.inflight.free)
             free = max(0, self.inflight.free)
-            ahead = 0 if drained else self.reserve.wanted()
+            ahead = 0 if drained else self.ahead()
             if free + ahead <= 0:  # every slot busy and the reserve full enough
                 continue
             handed_back = self.isolation.handed_back

@@ -74,11 +74,6 @@ class Isolation:
             self._hand_back(back)
         return out
 
-    def hand_back(self, jobs: Sequence[LeasedJob]) -> None:
-        """Hand back recovered jobs a fetch brought beyond its free slots, unstarted."""
-        self._hand_back([Ack(job.id, job.token, Outcome.INTERRUPTED, message=HANDED_BACK)
-                         for job in jobs])
-
     def wait(self, timeout: float) -> None:
         """Block until the suspect running here ends, or ``timeout``: called when a fetch
         brought nothing but suspects, which fetching again at once would only hand back."""

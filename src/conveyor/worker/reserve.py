@@ -15,8 +15,12 @@ A job waits here a few milliseconds, not behind a slow job for seconds.
 
 Reserved jobs are leased like running ones: their leases are extended by every heartbeat
 (``leases``), a worker that dies leaves them to the recoverer, ``quiet`` hands them back
-unstarted (``take_all``), a lease lost or a cancellation is applied before they start.
-Only fresh jobs are reserved: a job recovered from a crashed worker goes through isolation.
+unstarted (``take_all``), a lease lost or a cancellation is applied before they start. A job
+recovered from a crashed worker taken from the reserve goes through isolation as a fetched
+one does (worker/isolation.py), and nothing is leased ahead while one runs here: if it
+crashed the process again, the reserve would be recovered with it. A job that crashes its
+process on its first run does take the reserve down with it: those jobs come back as
+suspects, each run apart once — cheap, since a reserve only exists while jobs are short.
 """
 
 from __future__ import annotations
