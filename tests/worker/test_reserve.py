@@ -44,8 +44,8 @@ def test_the_reserve_holds_what_starts_within_its_window_at_the_pace() -> None:
     assert reserve.pace == 0.0
     ticks.now += 4.99
     reserve.started(450)  # 100 jobs a second over 5 s: 5 start within 50 ms
-    assert 99 < reserve.pace <= 100
-    assert reserve.target() == 4 and reserve.wanted() == 4
+    assert reserve.pace == 100.0  # the first span, taken as it is
+    assert reserve.target() == 5 and reserve.wanted() == 5
     for _ in range(4):  # 20,000 a second for 0.2 s, smoothed with the 100 before
         ticks.now += 0.05
         reserve.started(1_000)
@@ -54,6 +54,19 @@ def test_the_reserve_holds_what_starts_within_its_window_at_the_pace() -> None:
     ticks.now += 4.0
     reserve.started(4)  # a slow spell: one job a second
     assert reserve.pace < 20 and reserve.target() == 0  # slow jobs: nothing held ahead
+
+
+def test_time_spent_waiting_for_work_is_not_counted_in_the_pace() -> None:
+    ticks = _Ticks()
+    reserve = Reserve(limit=40, window=0.05, clock=ticks)
+    ticks.now += 0.01
+    reserve.started(20)  # a few jobs, then an hour with nothing to do
+    ticks.now += 3600.0
+    reserve.waited(3600.0)
+    ticks.now += 0.05
+    reserve.started(980)  # a burst: 1,000 jobs in 60 ms of work
+    assert 16_000 < reserve.pace < 17_000  # the first span, taken as it is
+    assert reserve.target() == 40  # the reserve opens at once
 
 
 def test_the_reserve_is_topped_up_only_below_half_its_target() -> None:

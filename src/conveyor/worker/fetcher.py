@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 
 from conveyor.clock import Clock
 from conveyor.errors import BrokerUnavailable, StorageUnavailable
@@ -235,7 +236,12 @@ class Fetcher:
                 continue
             handed_back = self.isolation.handed_back
             try:
-                got = self.wait_tick() if drained else self.tick(ahead)
+                if drained:
+                    waiting = time.monotonic()
+                    got = self.wait_tick()
+                    self.reserve.waited(time.monotonic() - waiting)
+                else:
+                    got = self.tick(ahead)
             except Exception as exc:
                 delay = retry_delay(self._errors)
                 self._errors += 1

@@ -35,9 +35,10 @@ from conveyor.job import LeasedJob
 
 __all__ = ["Reserve"]
 
-# The pace is measured over spans of at least ``_MEASURE`` seconds and smoothed over about
-# ``_SMOOTH`` seconds, each span weighing by its length: a burst of short jobs opens the
-# reserve within a fraction of a second, a slow spell (or an idle one) closes it as fast.
+# The pace is measured over spans of at least ``_MEASURE`` seconds of work (time spent
+# waiting for work does not count: ``waited``) and smoothed over about ``_SMOOTH`` seconds,
+# each span weighing by its length; the first span is taken as it is. A burst of short jobs
+# opens the reserve within 50 ms, even after an idle hour; a slow spell closes it as fast.
 _MEASURE = 0.05
 _SMOOTH = 0.5
 
@@ -55,6 +56,7 @@ class Reserve:
         self._pace = 0.0  # jobs started per second here, smoothed
         self._since = clock()
         self._counted = 0
+        self._measured = False
         self.reserved = 0  # jobs ever put in the reserve (for tests and stats)
 
     def __len__(self) -> int:
@@ -67,9 +69,16 @@ class Reserve:
             now = self._clock()
             elapsed = now - self._since
             if elapsed >= _MEASURE:
-                weight = 1.0 - math.exp(-elapsed / _SMOOTH)
+                weight = 1.0 - math.exp(-elapsed / _SMOOTH) if self._measured else 1.0
                 self._pace += weight * (self._counted / elapsed - self._pace)
+                self._measured = True
                 self._since, self._counted = now, 0
+
+    def waited(self, seconds: float) -> None:
+        """Leave ``seconds`` the fetcher spent waiting for work out of the pace: the pace is
+        how fast jobs start while there are jobs, not how often they arrive."""
+        with self._lock:
+            self._since += seconds
 
     @property
     def pace(self) -> float:
