@@ -39,13 +39,14 @@ def test_the_reserve_holds_what_starts_within_its_window_at_the_pace() -> None:
     ticks = _Ticks()
     reserve = Reserve(limit=40, window=0.05, clock=ticks)
     assert reserve.target() == 0 and reserve.wanted() == 0  # no pace yet: nothing ahead
-    ticks.now += 0.01
-    reserve.started(50)  # too short a span to measure: counted into the next
+    reserve.started(50)  # the first jobs: the first span starts with them
+    ticks.now += 0.005
+    reserve.started(1)  # 5 ms: too short a span to measure, counted into it
     assert reserve.pace == 0.0
-    ticks.now += 4.99
-    reserve.started(450)  # 100 jobs a second over 5 s: 5 start within 50 ms
-    assert reserve.pace == 100.0  # the first span, taken as it is
-    assert reserve.target() == 5 and reserve.wanted() == 5
+    ticks.now += 0.995
+    reserve.started(49)  # 100 jobs in the first second, taken as they are
+    assert reserve.pace == 100.0
+    assert reserve.target() == 5 and reserve.wanted() == 5  # 5 start within 50 ms
     for _ in range(4):  # 20,000 a second for 0.2 s, smoothed with the 100 before
         ticks.now += 0.05
         reserve.started(1_000)
@@ -59,11 +60,10 @@ def test_the_reserve_holds_what_starts_within_its_window_at_the_pace() -> None:
 def test_time_spent_waiting_for_work_is_not_counted_in_the_pace() -> None:
     ticks = _Ticks()
     reserve = Reserve(limit=40, window=0.05, clock=ticks)
-    ticks.now += 0.01
     reserve.started(20)  # a few jobs, then an hour with nothing to do
     ticks.now += 3600.0
     reserve.waited(3600.0)
-    ticks.now += 0.05
+    ticks.now += 0.06
     reserve.started(980)  # a burst: 1,000 jobs in 60 ms of work
     assert 16_000 < reserve.pace < 17_000  # the first span, taken as it is
     assert reserve.target() == 40  # the reserve opens at once
@@ -72,8 +72,9 @@ def test_time_spent_waiting_for_work_is_not_counted_in_the_pace() -> None:
 def test_the_reserve_is_topped_up_only_below_half_its_target() -> None:
     ticks = _Ticks()
     reserve = Reserve(limit=20, window=1.0, clock=ticks)
+    reserve.started(500)
     ticks.now += 1.0
-    reserve.started(1_000)
+    reserve.started(500)
     assert reserve.wanted() == 20
     leased = [_job(f"j{n}") for n in range(12)]
     reserve.put(leased)

@@ -118,12 +118,14 @@ class Fetcher:
         if free <= 0 or self._quiet.is_set():
             return 0
         order = queue_order(self.config.queues, self.config.strict, self._rng)
+        waiting = time.monotonic()
         if self.feed is not None:
             jobs = self.feed.take(order, free + ahead, self.config.idle_wait)
         else:
             jobs = self.storage.wait_dequeue(self.config.queue_names, order,
                                              self.config.worker_id, free + ahead,
                                              self.config.lease, self.config.idle_wait)
+        self.reserve.waited(time.monotonic() - waiting)  # before these jobs are counted
         with self._fetch_lock:
             if self._quiet.is_set():
                 self._hand_back(jobs, "worker quieted before the job started")
@@ -236,12 +238,7 @@ class Fetcher:
                 continue
             handed_back = self.isolation.handed_back
             try:
-                if drained:
-                    waiting = time.monotonic()
-                    got = self.wait_tick()
-                    self.reserve.waited(time.monotonic() - waiting)
-                else:
-                    got = self.tick(ahead)
+                got = self.wait_tick() if drained else self.tick(ahead)
             except Exception as exc:
                 delay = retry_delay(self._errors)
                 self._errors += 1

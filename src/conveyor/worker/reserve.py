@@ -37,9 +37,10 @@ __all__ = ["Reserve"]
 
 # The pace is measured over spans of at least ``_MEASURE`` seconds of work (time spent
 # waiting for work does not count: ``waited``) and smoothed over about ``_SMOOTH`` seconds,
-# each span weighing by its length; the first span is taken as it is. A burst of short jobs
-# opens the reserve within 50 ms, even after an idle hour; a slow spell closes it as fast.
-_MEASURE = 0.05
+# each span weighing by its length; the first span (from the first job started) is taken as
+# it is. A burst of short jobs opens the reserve within ~10 ms of work, even after an idle
+# hour; a slow spell closes it within about a second.
+_MEASURE = 0.01
 _SMOOTH = 0.5
 
 
@@ -54,7 +55,7 @@ class Reserve:
         self._jobs: deque[LeasedJob] = deque()
         self._lock = threading.Lock()
         self._pace = 0.0  # jobs started per second here, smoothed
-        self._since = clock()
+        self._since: float | None = None  # start of the span being measured
         self._counted = 0
         self._measured = False
         self.reserved = 0  # jobs ever put in the reserve (for tests and stats)
@@ -65,8 +66,10 @@ class Reserve:
     def started(self, count: int) -> None:
         """Count ``count`` jobs started in this process (the pace the bound is taken from)."""
         with self._lock:
-            self._counted += count
             now = self._clock()
+            if self._since is None:  # the first jobs: the first span starts here
+                self._since = now
+            self._counted += count
             elapsed = now - self._since
             if elapsed >= _MEASURE:
                 weight = 1.0 - math.exp(-elapsed / _SMOOTH) if self._measured else 1.0
@@ -78,7 +81,8 @@ class Reserve:
         """Leave ``seconds`` the fetcher spent waiting for work out of the pace: the pace is
         how fast jobs start while there are jobs, not how often they arrive."""
         with self._lock:
-            self._since += seconds
+            if self._since is not None:
+                self._since += seconds
 
     @property
     def pace(self) -> float:
