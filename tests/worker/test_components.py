@@ -209,8 +209,38 @@ def test_janitor_trims_finished_jobs_past_retention(app: Conveyor, clock: FakeCl
     janitor.tick()
     assert app.get_job(ref.id) is not None
     clock.advance(61)
+    janitor.tick()  # past retention, but the next trim pass is not due yet
+    assert app.get_job(ref.id) is not None
+    clock.advance(config.janitor_interval)
     janitor.tick()
     assert app.get_job(ref.id) is None
+
+
+def test_janitor_tidies_at_every_tick_and_trims_every_janitor_interval(
+        app: Conveyor, clock: FakeClock) -> None:
+    """Tidying (``Storage.tidy``) is cheap when there is nothing to do and must come soon
+    when there is: each second. Trimming walks every kind of row: every few minutes."""
+    calls: list[str] = []
+
+    class Spy:
+        def trim(self, retention: Retention) -> int:
+            calls.append("trim")
+            return 0
+
+        def tidy(self) -> bool:
+            calls.append("tidy")
+            return False
+
+    config = WorkerConfig(janitor_interval=10.0, tidy_interval=1.0)
+    janitor = Janitor(Spy(), clock, config)  # type: ignore[arg-type]
+    assert janitor.interval() == 1.0
+    for _ in range(12):
+        janitor.tick()
+        clock.advance(janitor.interval())
+    assert calls.count("tidy") == 12 and calls.count("trim") == 2
+    assert calls[:3] == ["trim", "tidy", "tidy"] and calls[11:13] == ["trim", "tidy"]
+    clock.advance(7.5)  # the next trim is due in half a second: the wait is that long
+    assert janitor.interval() == 0.5
 
 
 def test_acker_keeps_acks_when_the_write_fails(app: Conveyor, clock: FakeClock,

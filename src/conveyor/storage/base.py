@@ -218,6 +218,13 @@ class Storage(Protocol):
         """Delete finished jobs, batches and silent workers past retention; returns jobs removed."""
         ...
 
+    def tidy(self) -> bool:
+        """Upkeep the engine needs to keep its hot path fast, when it needs it; returns
+        whether it did any. Every worker process's janitor calls it each second, so it must
+        be cheap when there is nothing to do. PostgreSQL vacuums the jobs table once dead
+        row versions pile up (``storage/postgres/vacuum.py``); the others have none."""
+        ...
+
     def check_server(self) -> list[str]:
         """Warnings about server settings that can lose jobs (e.g. a Redis that may evict
         keys), one line each, for the worker to log at start; empty when all is well or

@@ -81,6 +81,7 @@ class WorkerConfig:
     recover_interval: float = 1.0
     poll_interval: tuple[float, float] = (0.5, 1.0)
     janitor_interval: float = 300.0
+    tidy_interval: float = 1.0
     log_flush_interval: float = 1.0
     idle_wait: float = 1.0
     max_recoveries: int = 5

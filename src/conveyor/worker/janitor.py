@@ -1,4 +1,5 @@
-"""Janitor: deletes finished jobs, batches and silent workers past the app's retention."""
+"""Janitor: deletes finished jobs, batches and silent workers past the app's retention, and
+asks the storage for the upkeep its hot path needs (``Storage.tidy``)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ log = logging.getLogger("conveyor.worker")
 
 
 class Janitor(PeriodicComponent):
-    """Calls ``Storage.trim(retention)`` every few minutes (``config.janitor_interval``)."""
+    """Calls ``Storage.tidy()`` every ``config.tidy_interval`` seconds and
+    ``Storage.trim(retention)`` every ``config.janitor_interval`` (first at start), both
+    timed by the app's clock."""
 
     name = "janitor"
 
@@ -26,13 +29,21 @@ class Janitor(PeriodicComponent):
     ) -> None:
         super().__init__(storage, clock, config)
         self.retention = retention or Retention()
+        self._trim_at: float | None = None  # the app clock's time of the next trim pass
 
     def tick(self) -> None:
-        """One trim pass."""
-        removed = self.storage.trim(self.retention)
-        if removed:
-            log.info("janitor removed %d finished job(s) past retention", removed)
+        """Tidy, and trim when a trim pass is due."""
+        now = self.clock.now()
+        if self._trim_at is None or now >= self._trim_at:
+            self._trim_at = now + self.config.janitor_interval
+            removed = self.storage.trim(self.retention)
+            if removed:
+                log.info("janitor removed %d finished job(s) past retention", removed)
+        if self.storage.tidy():
+            log.debug("storage tidied")
 
     def interval(self) -> float:
-        """``config.janitor_interval``."""
-        return self.config.janitor_interval
+        """``config.tidy_interval``, shorter when a trim pass comes sooner."""
+        left = self.config.janitor_interval if self._trim_at is None else (
+            self._trim_at - self.clock.now())
+        return max(0.0, min(self.config.tidy_interval, left))

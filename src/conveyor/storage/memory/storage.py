@@ -345,6 +345,10 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, Memory
                     self.unregister_worker(worker_id)
             return len(doomed)
 
+    def tidy(self) -> bool:
+        """Nothing to do: no old row versions pile up here (``Storage.tidy``)."""
+        return False
+
     def check_server(self) -> list[str]:
         """Nothing to warn about: there is no server."""
         return []

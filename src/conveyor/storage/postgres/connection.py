@@ -41,12 +41,15 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class Settings:
-    """What a ``postgresql://`` URL says: the libpq URL, conveyor's schema, LISTEN or not."""
+    """What a ``postgresql://`` URL says: the libpq URL, conveyor's schema, LISTEN or not,
+    VACUUM by hand or not."""
 
     url: str
     conninfo: str
     schema: str
     listen: bool
+    #: Whether ``Storage.tidy`` may VACUUM the jobs table (``?vacuum=0``: autovacuum alone).
+    vacuum: bool = True
 
     @property
     def channel(self) -> str:
@@ -55,22 +58,23 @@ class Settings:
 
 
 def parse_postgres_url(url: str) -> Settings:
-    """Split conveyor's options (``schema``, ``listen``) off a ``postgresql://`` URL; every
-    other query parameter (``sslmode``, ``application_name``, …) goes to libpq."""
+    """Split conveyor's options (``schema``, ``listen``, ``vacuum``) off a ``postgresql://``
+    URL; every other query parameter (``sslmode``, ``application_name``, …) goes to libpq."""
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() not in ("postgresql", "postgres"):
         raise StorageURLError(f"not a PostgreSQL URL: {redact(url)!r}; expected "
                               "postgresql://user:password@host:5432/database?schema=conveyor")
     base, _, query = rest.partition("?")
-    schema, listen = DEFAULT_SCHEMA, True
+    schema = DEFAULT_SCHEMA
+    flags = {"listen": True, "vacuum": True}
     passed: list[tuple[str, str]] = []
     for name, value in parse_qsl(query, keep_blank_values=True):
         if name == "schema":
             schema = value
-        elif name == "listen":
-            if value.lower() not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
-                raise StorageURLError(f"listen={value!r} in {redact(url)!r}: expected 1 or 0")
-            listen = value.lower() in ("1", "true", "yes", "on")
+        elif name in flags:
+            if value.lower() not in _TRUE + _FALSE:
+                raise StorageURLError(f"{name}={value!r} in {redact(url)!r}: expected 1 or 0")
+            flags[name] = value.lower() in _TRUE
         else:
             passed.append((name, value))
     if not _IDENTIFIER.match(schema):
@@ -80,7 +84,12 @@ def parse_postgres_url(url: str) -> Settings:
     passed.append(("connect_timeout", str(CONNECT_TIMEOUT)))
     passed = list({name: (name, value) for name, value in passed}.values())  # the URL's wins
     conninfo = f"postgresql://{base}?{urlencode(passed)}"
-    return Settings(url=url, conninfo=conninfo, schema=schema.lower(), listen=listen)
+    return Settings(url=url, conninfo=conninfo, schema=schema.lower(), listen=flags["listen"],
+                    vacuum=flags["vacuum"])
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 
 def is_outage(exc: psycopg.Error) -> bool:

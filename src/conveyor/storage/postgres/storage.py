@@ -39,6 +39,7 @@ from conveyor.storage.postgres.outbox import PostgresOutbox
 from conveyor.storage.postgres.schedules import PostgresSchedules
 from conveyor.storage.postgres.text import enc
 from conveyor.storage.postgres.upkeep import PostgresUpkeep
+from conveyor.storage.postgres.vacuum import PostgresVacuum
 from conveyor.storage.postgres.wakeup import Listener
 from conveyor.storage.records import JobBlock, WorkerInfo
 
@@ -72,7 +73,7 @@ def open_postgres(url: str, clock: Clock | None = None) -> PostgresStorage:
 
 
 class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, PostgresSchedules,
-                      PostgresAsync, ThreadedAsync):
+                      PostgresVacuum, PostgresAsync, ThreadedAsync):
     """``Storage`` and ``Inspector`` over one PostgreSQL schema, safe across threads and
     processes."""
 

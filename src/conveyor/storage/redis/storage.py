@@ -324,6 +324,10 @@ class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks, RedisAsync, ThreadedA
                 self.link.call("UNLINK", *dataclasses.astuple(bk))
                 self.link.call("ZREM", self.keys.batches, batch_id)
 
+    def tidy(self) -> bool:
+        """Nothing to do: no old row versions pile up here (``Storage.tidy``)."""
+        return False
+
     def check_server(self) -> list[str]:
         """Warnings about server settings that can lose jobs, for the caller to log (the
         worker logs them at start)."""

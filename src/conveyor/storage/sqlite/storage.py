@@ -360,6 +360,10 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
             )
         return removed
 
+    def tidy(self) -> bool:
+        """Nothing to do: no old row versions pile up here (``Storage.tidy``)."""
+        return False
+
     def check_server(self) -> list[str]:
         """Nothing to warn about: the file's settings are conveyor's own (WAL, busy timeout)."""
         return []
