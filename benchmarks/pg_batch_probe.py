@@ -26,7 +26,7 @@ from collections.abc import Callable
 import psycopg
 from tests.support.postgres_server import PostgresServer
 
-from benchmarks.pg_probe import QUEUE, app, fresh, noop, worker
+from benchmarks.pg_probe import QUEUE, STATEMENT_SETTINGS, app, fresh, noop, top_statements, worker
 from conveyor.job import JobState
 from conveyor.storage.postgres.connection import parse_postgres_url
 from conveyor.storage.postgres.storage import PostgresStorage
@@ -114,17 +114,11 @@ def _truncate(url: str) -> None:
                      "RESTART IDENTITY CASCADE")
 
 
-def _top_statements(url: str, n: int) -> None:
-    """Print the ``n`` statements with the most execution time since the last call, and reset."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        rows = conn.execute(
-            "SELECT total_exec_time, calls, rows, "
-            "left(regexp_replace(query, '\\s+', ' ', 'g'), 110) "
-            "FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT %s", (n,)).fetchall()
-        conn.execute("SELECT pg_stat_statements_reset()")
-    for ms, calls, nrows, query in rows:
-        print(f"  {ms:9.1f} ms {calls:7} calls {nrows:7} rows  {query}")
+def _alter(url: str, sql: str) -> None:
+    settings = parse_postgres_url(url)
+    with psycopg.connect(settings.conninfo, autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{settings.schema}"')
+        conn.execute(sql.encode())
 
 
 def main() -> None:
@@ -138,11 +132,13 @@ def main() -> None:
     parser.add_argument("--statements", type=int, default=0, metavar="N",
                         help="print the N statements (nested ones too) that took the most "
                              "server time in each round (pg_stat_statements)")
+    parser.add_argument("--alter", default="", metavar="SQL",
+                        help="run SQL in each round's schema after the warm-up, before the "
+                             "clock: to measure a schema change before writing it")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     results: dict[str, list[dict[str, float]]] = {}
-    settings = {"shared_preload_libraries": "'pg_stat_statements'",
-                "pg_stat_statements.track": "all"} if args.statements else {}
+    settings = STATEMENT_SETTINGS if args.statements else {}
     with PostgresServer(settings=settings) as pg:
         assert pg.process is not None
         server_pid = pg.process.pid
@@ -160,9 +156,11 @@ def main() -> None:
                         time.sleep(0.01)
                     if args.truncate:
                         _truncate(url)
+                    if args.alter:
+                        _alter(url, args.alter)
                     r = _round(url, args.jobs, mode == "batch", server_pid, lambda: proc.pid)
                 if args.statements:
-                    _top_statements(pg.url, args.statements)
+                    top_statements(pg.url, args.statements)
                 app.close()
                 results.setdefault(mode, []).append(r)
                 print(f"round {round_no + 1} {mode:5}: enqueue {r['enqueue']:.2f} s, "

@@ -1,6 +1,7 @@
 """Drain rate and storage bytes of the PostgreSQL backend (not a test; run it by hand):
 
     python -m benchmarks.pg_probe [--jobs 20000] [--finished 1000000] [--rounds 3]
+                                  [--schemas fresh|kept] [--statements N] [--pg NAME=VALUE]
 
 Starts a private PostgreSQL (``tests/support/postgres_server.py``) and a private redis-server,
 then, in rounds that alternate the cases so all see the same load on a shared machine:
@@ -15,6 +16,12 @@ then, in rounds that alternate the cases so all see the same load on a shared ma
   janitor keeps them), inserted by SQL and vacuumed: finished jobs must not slow the hot path
   down;
 * **drain on Redis**: the same worker and jobs on ``redis://``, the yardstick of the issue.
+
+Both PostgreSQL schemas are made anew each round (``--schemas fresh``, the big one refilled),
+so a round compares an empty table with a big one and nothing else; ``--schemas kept`` keeps
+the same two for every round, each carrying the earlier rounds' jobs and dead row versions.
+``--statements N`` prints the statements that took the most server time in each drain;
+``--pg NAME=VALUE`` sets the private server (``shared_buffers=1GB``).
 
 Then it prints ``pg_total_relation_size`` of the jobs table (heap, TOAST and every index) per
 pending job and per finished job.
@@ -234,6 +241,23 @@ def storage_bytes(server_url: str, n: int) -> tuple[float, float]:
     return pending, (relation_bytes(url) - empty) / n
 
 
+STATEMENT_SETTINGS = {"shared_preload_libraries": "'pg_stat_statements'",
+                      "pg_stat_statements.track": "all"}
+
+
+def top_statements(url: str, n: int) -> None:
+    """Print the ``n`` statements with the most execution time since the last call, and reset."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        rows = conn.execute(
+            "SELECT total_exec_time, calls, rows, "
+            "left(regexp_replace(query, '\\s+', ' ', 'g'), 110) "
+            "FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT %s", (n,)).fetchall()
+        conn.execute("SELECT pg_stat_statements_reset()")
+    for ms, calls, nrows, query in rows:
+        print(f"  {ms:9.1f} ms {calls:7} calls {nrows:7} rows  {query}")
+
+
 def main() -> None:
     """Run the rounds and print the medians."""
     parser = argparse.ArgumentParser()
@@ -243,26 +267,51 @@ def main() -> None:
     parser.add_argument("--no-redis", action="store_true")
     parser.add_argument("--storage-only", action="store_true",
                         help="only the storage loop (dequeue 8 + ack 8), no worker")
+    parser.add_argument("--pg", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting of the private server (repeatable), e.g. "
+                             "shared_buffers=1GB")
+    parser.add_argument("--statements", type=int, default=0, metavar="N",
+                        help="after each drain, print the N statements (nested ones too) that "
+                             "took the most server time (pg_stat_statements)")
+    parser.add_argument("--schemas", choices=("fresh", "kept"), default="fresh",
+                        help="fresh: both schemas made anew each round (each round compares "
+                             "an empty table with one of N finished jobs, nothing else); kept: "
+                             "the same two schemas for every round, which carry the earlier "
+                             "rounds' jobs and dead index entries until autovacuum")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     rates: dict[str, list[float]] = {"empty": [], "finished": [], "redis": []}
-    with PostgresServer() as pg:
+    pg_settings = {**(STATEMENT_SETTINGS if args.statements else {}),
+                   **dict(item.split("=", 1) for item in args.pg)}
+    with PostgresServer(settings=pg_settings) as pg:
         redis_server = None if args.no_redis else RedisServer()
         try:
-            full = fresh(pg.url)
-            t0 = time.perf_counter()
-            fill_finished(full, args.finished)
-            print(f"{args.finished:,} finished jobs written in {time.perf_counter() - t0:.0f} s; "
-                  f"jobs table {relation_bytes(full) / 1e6:,.0f} MB")
+            def finished_schema() -> str:
+                url = fresh(pg.url)
+                t0 = time.perf_counter()
+                fill_finished(url, args.finished)
+                print(f"{args.finished:,} finished jobs written in "
+                      f"{time.perf_counter() - t0:.0f} s; jobs table "
+                      f"{relation_bytes(url) / 1e6:,.0f} MB", flush=True)
+                return url
+
+            empty, full = fresh(pg.url), finished_schema()
             for round_no in range(args.rounds):
-                for label, target in (("empty", fresh(pg.url)), ("finished", full)):
+                if args.schemas == "fresh" and round_no:
+                    empty, full = fresh(pg.url), finished_schema()
+                for label, target in (("empty", empty), ("finished", full)):
                     rate, server = storage_loop(target, args.jobs)
                     print(f"storage loop, {label}: {rate:,.0f} jobs/s, "
                           f"server {server:,.0f} µs cpu/job", flush=True)
                 if args.storage_only:
                     continue
-                rates["empty"].append(drain(fresh(pg.url), args.jobs))
-                rates["finished"].append(drain(full, args.jobs))
+                for label, target in (("empty", empty), ("finished", full)):
+                    if args.statements:
+                        top_statements(pg.url, 0)  # reset
+                    rates[label].append(drain(target, args.jobs))
+                    if args.statements:
+                        print(f"-- {label}:")
+                        top_statements(pg.url, args.statements)
                 if redis_server is not None:
                     redis_url = f"{redis_server.url}?prefix=p{uuid.uuid4().hex[:8]}"
                     rates["redis"].append(drain(redis_url, args.jobs))
