@@ -4,6 +4,7 @@ what a wrong URL, password or permission says."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Iterator
@@ -116,6 +117,31 @@ def test_release_and_a_lost_connection_redeliver_to_another_consumer(url: str) -
     finally:
         first.close()
         second.close()
+
+
+def test_a_subscribe_that_fails_half_way_is_made_again_at_the_next_consume(
+        broker: RabbitBroker) -> None:
+    """A loaded node can take longer than the timeout to answer a declare, or close the
+    connection with INTERNAL_ERROR while a consumer subscribes (both seen under load in
+    test_broker_worker). The next ``consume`` must subscribe again: a queue taken for
+    subscribed after a failed attempt got no delivery for as long as the worker ran."""
+    assert broker.publish("default", ["a"]) == [True]
+    channel = broker._consumer
+    real = channel.declare_queue
+    calls = 0
+
+    async def slow_node(*args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise asyncio.TimeoutError  # what the client raises when the node is too slow
+        return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+    channel.declare_queue = slow_node  # type: ignore[method-assign]
+    with pytest.raises(BrokerUnavailable):
+        broker.consume([("default", 0)], 1, 1.0)
+    assert _take(broker, ["default"], 1) == ["a"]
+    assert calls == 2
 
 
 def test_many_ids_travel_in_few_messages_each_delivered_once(url: str) -> None:

@@ -295,12 +295,26 @@ def test_an_idle_relay_publishes_a_new_job_at_once(brokered: Conveyor) -> None:
         assert relay is not None and relay._thread is not None
         thread = relay._thread
         # its first round found nothing due: wait until it blocks in the store's wait
-        assert _until(lambda: _blocked_in_storage_wait(thread))
+        wait_until(lambda: _blocked_in_storage_wait(thread), 30.0, interval=0.01,
+                   what="the relay to block in the store's wait")
         ref = noop.enqueue()
-        assert wait_until(lambda: _state(brokered, ref.id) is JobState.SUCCEEDED, 30.0,
-                          interval=0.01), "the relay slept through the enqueue"
+        try:
+            wait_until(lambda: _state(brokered, ref.id) is JobState.SUCCEEDED, 30.0,
+                       interval=0.01, what="the job to run")
+        except AssertionError as exc:  # what to look at: the job, the relay's count and place
+            raise AssertionError(f"{exc}: job {_state(brokered, ref.id)}, relay published "
+                                 f"{relay.published}, relay at {_stack(thread)}") from None
     finally:
         launcher.stop(5)
+
+
+def _stack(thread: threading.Thread) -> list[str]:
+    frame = sys._current_frames().get(thread.ident or 0)
+    names = []
+    while frame is not None:
+        names.append(f"{frame.f_code.co_filename.rsplit('/', 2)[-1]}:{frame.f_code.co_name}")
+        frame = frame.f_back
+    return names
 
 
 def _blocked_in_storage_wait(thread: threading.Thread) -> bool:

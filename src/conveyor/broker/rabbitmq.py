@@ -86,6 +86,9 @@ class RabbitBroker:
         self._thread.start()
         self._cond = threading.Condition()
         self._buffers: dict[str, deque[tuple[Pack, str]]] = {}
+        # Queues with a consumer: added once RabbitMQ took the subscription, so a subscribe
+        # that failed half way (a timeout, a connection closed under it) is made again.
+        self._subscribed: set[str] = set()
         self._held: dict[int, Pack] = {}  # packs with a delivery handed out, by id()
         self._per_message: dict[str, float] = {}  # ids per message of the last publish
         self._declared: set[str] = set()
@@ -195,16 +198,18 @@ class RabbitBroker:
         if limit <= 0 or self._closed:
             return []
         names = [name for name, _ in queues]
-        missing = [name for name in names if name not in self._buffers]
+        with self._cond:
+            missing = [name for name in names if name not in self._subscribed]
         if missing:
             self._call(self._subscribe(missing, self.prefetch or max(16, 2 * limit)))
         self._settle_overdue()
         with self._cond:
-            self._cond.wait_for(lambda: any(self._buffers[n] for n in names), timeout=timeout)
+            self._cond.wait_for(lambda: any(self._buffers.get(n) for n in names),
+                                timeout=timeout)
             out: list[Delivery] = []
             now = time.monotonic()
             for name in names:
-                buffer = self._buffers[name]
+                buffer = self._buffers.get(name)
                 while buffer and len(out) < limit:
                     pack, job_id = buffer.popleft()
                     if not pack.live():  # its channel died: RabbitMQ delivers it again
@@ -227,10 +232,11 @@ class RabbitBroker:
         await self._consumer.set_qos(prefetch_count=prefetch)
         for queue in queues:
             await self._declare(queue)
-            with self._cond:
-                self._buffers.setdefault(queue, deque())
             declared = await self._consumer.declare_queue(self.name(queue), passive=True)
             await declared.consume(self._arrival(queue))
+            with self._cond:
+                self._buffers.setdefault(queue, deque())
+                self._subscribed.add(queue)
 
     def _arrival(self, queue: str) -> Callable[[AbstractIncomingMessage], Awaitable[None]]:
         """The consumer callback of one queue: buffer the message for ``consume``."""
@@ -240,8 +246,8 @@ class RabbitBroker:
                 await self._split(queue, message, ids)
                 return
             pack = Pack(message, len(ids))
-            with self._cond:
-                self._buffers[queue].extend((pack, job_id) for job_id in ids)
+            with self._cond:  # it may come before _subscribe has made the buffer
+                self._buffers.setdefault(queue, deque()).extend((pack, job_id) for job_id in ids)
                 self._cond.notify_all()
 
         return arrived
