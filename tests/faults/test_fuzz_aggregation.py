@@ -13,6 +13,7 @@ store are checked too: a gather takes only members of the lead's group, at most
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,7 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from conveyor.clock import FakeClock
 from conveyor.job import Ack, ErrorInfo, FlowControl, JobState, LeasedJob, Outcome
 from conveyor.storage import Backend, open_storage
-from tests.conformance.backends import BACKENDS
+from tests.conformance.backends import BACKENDS, backend_url, open_backend
 from tests.conformance.helpers import spec
 from tests.faults.fuzzing import run_machine
 
@@ -142,3 +143,52 @@ class GroupMachine(RuleBasedStateMachine):
 def test_aggregation_beside_the_reference(name: str, request: pytest.FixtureRequest,
                                           tmp_path: Path) -> None:
     run_machine(GroupMachine, name, request, tmp_path, EXAMPLES[name] * SCALE, steps=30)
+
+
+class _Draws:
+    """``st.data()`` for a replayed step: hands out the values it was given, in order."""
+
+    def __init__(self, *values: Any) -> None:
+        self.values = list(values)
+
+    def draw(self, strategy: object, label: object = None) -> Any:
+        return self.values.pop(0)
+
+
+@pytest.mark.parametrize("name", FUZZED)
+def test_retried_members_join_their_group_in_enqueue_order(
+        name: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """A case the fuzzer found (on PostgreSQL, 2026-11-27): members of one key retried in
+    one ack come due at the same moment and join their group in one promote. The group takes
+    the settings of the member that joins last, so the order of members due at the same time
+    must be the reference's — enqueue order — not the order their rows lie in the table.
+    PostgreSQL ordered them by ``run_at`` alone, the lead gathered 4 members by a
+    ``max_size`` of 5 where the reference gathered 2 by the newest member's 3."""
+    def open_store(clock: FakeClock) -> Backend:
+        where = tmp_path / uuid.uuid4().hex[:8]
+        where.mkdir()
+        return open_backend(name, backend_url(name, where, request.getfixturevalue), clock)
+
+    machine: Any = type("Replay", (GroupMachine,), {"open_store": staticmethod(open_store)})()
+    try:
+        machine.enqueue("a", 2, 1)
+        machine.enqueue("b", 5, 1)
+        machine.enqueue("b", 5, 4)
+        machine.enqueue("b", 3, 4)
+        machine.lease_and_gather()
+        machine.lease_and_gather()
+        machine.leases_expire()
+        machine.enqueue("a", 1, 1)
+        machine.enqueue("a", 1, 4)
+        machine.lease_and_gather()
+        machine.ack_some(_Draws(["m0001", "m0003"], Outcome.SUCCEEDED))
+        machine.ack_some(_Draws(["m0002", "m0004", "m0005", "m0006", "m0007", "m0014"],
+                                Outcome.RETRY))
+        machine.every_job_is_where_the_reference_has_it()
+        machine.advance_and_promote(0.5)
+        machine.advance_and_promote(1.5)
+        machine.every_job_is_where_the_reference_has_it()
+        machine.lease_and_gather()
+        machine.every_job_is_where_the_reference_has_it()
+    finally:
+        machine.teardown()

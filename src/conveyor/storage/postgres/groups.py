@@ -124,10 +124,13 @@ def stored(cur: Cursor, now: float, specs: Sequence[JobSpec],
 
 def promote(cur: Cursor, now: float, limit: int) -> int:
     """Due scheduled and retrying members back into their groups; returns how many."""
+    # Members due at the same moment (retried by one ack) join in enqueue order, as on
+    # every backend: the group takes the settings of the last to join, and by run_at alone
+    # they came in the order their rows lay in the table.
     rows = cur.execute(
         "SELECT id, state, batch_id, queue, name, flow FROM jobs WHERE state IN "
         "('scheduled', 'retrying') AND run_at <= %s AND group_key IS NOT NULL "
-        "ORDER BY run_at LIMIT %s FOR UPDATE SKIP LOCKED", (now, limit)).fetchall()
+        "ORDER BY run_at, seq LIMIT %s FOR UPDATE SKIP LOCKED", (now, limit)).fetchall()
     members = [(a, r[2], r[1]) for r in rows if (a := _arrival(r)) is not None]
     join(cur, now, members)
     # A member whose stored settings cannot be read runs as a lead of its own.
