@@ -6,8 +6,8 @@ without a batch, wall time and CPU (server, worker, this client) of each phase.
 A private PostgreSQL (tests/support), one worker process with 10 slots (as W4 runs it) on a
 fresh schema per round, started and warmed up before the clock. Per round and mode:
 
-* ``batch``: ``app.batch()`` around ``enqueue_many`` of the jobs, then ``get_batch`` every
-  millisecond until it reports the batch complete, as the suite's conveyor peer waits;
+* ``batch``: ``app.batch()`` around ``enqueue_many`` of the jobs, then ``Batch.wait()``
+  (woken by the NOTIFY of the finishing batch), as the suite's conveyor peer waits;
 * ``plain``: the same jobs without a batch, waiting on the outcome totals (one row read);
 
 Each line gives the enqueue's wall time, the time until the wait saw the end, and the CPU
@@ -82,11 +82,7 @@ def _round(url: str, n: int, batch: bool, server_pid: int,
         with app.batch() as b:
             noop.enqueue_many([()] * n)
         t1 = time.perf_counter()
-        deadline = time.monotonic() + 600
-        while not store.get_batch(b.id).complete:  # type: ignore[union-attr]
-            if time.monotonic() > deadline:
-                raise TimeoutError("batch not complete")
-            time.sleep(0.001)
+        b.wait(600)
     else:
         noop.enqueue_many([()] * n)
         t1 = time.perf_counter()

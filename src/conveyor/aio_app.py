@@ -9,11 +9,13 @@ loop never waits on the storage.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from conveyor.errors import ResultTimeout
 from conveyor.job import JobRecord, JobState
 from conveyor.refs import JobRef
 from conveyor.storage.aio import Waiter
@@ -24,9 +26,14 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncApp"]
 
+#: Seconds of one blocking wait in a thread for ``await_batch``: a task cancelled meanwhile
+#: leaves its thread waiting this long at most.
+WAIT_SLICE = 5.0
+
 
 class AsyncApp:
-    """``aenqueue``, ``aget_job``, ``acancel``, ``abatch_status``, ``aclose``; a mixin of
+    """``aenqueue``, ``aget_job``, ``acancel``, ``abatch_status``, ``await_batch``,
+    ``aclose``; a mixin of
     ``Conveyor``."""
 
     client: Client
@@ -36,6 +43,9 @@ class AsyncApp:
         raise NotImplementedError  # Conveyor's
 
     def batch_status(self, batch_id: str) -> dict[str, Any]:
+        raise NotImplementedError  # Conveyor's
+
+    def wait_batch(self, batch_id: str, timeout: float | None = None) -> dict[str, Any]:
         raise NotImplementedError  # Conveyor's
 
     async def aenqueue(
@@ -62,6 +72,20 @@ class AsyncApp:
     async def abatch_status(self, batch_id: str) -> dict[str, Any]:
         """``batch_status`` for asyncio code."""
         return await asyncio.to_thread(self.batch_status, batch_id)
+
+    async def await_batch(self, batch_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """``wait_batch`` for asyncio code: the blocking wait in a thread, in slices of
+        ``WAIT_SLICE`` seconds, so that a cancelled task leaves no thread waiting long."""
+        limit = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if limit is None else max(limit - time.monotonic(), 0.0)
+            part = WAIT_SLICE if left is None else min(left, WAIT_SLICE)
+            try:
+                return await asyncio.to_thread(self.wait_batch, batch_id, part)
+            except ResultTimeout:
+                if left is not None and left <= WAIT_SLICE:
+                    raise ResultTimeout(f"batch {batch_id} did not complete within "
+                                        f"{timeout} s") from None
 
     async def aclose(self) -> None:
         """Close the asyncio clients this event loop opened (``close`` closes the rest)."""

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, overload
 
 from conveyor.aio_app import AsyncApp
-from conveyor.batch import Batch, Callback, batch_status
+from conveyor.batch import Batch, Callback, batch_status, wait_batch
 from conveyor.client import Client
 from conveyor.clock import SYSTEM_CLOCK, Clock
 from conveyor.draft import build_flow
@@ -367,6 +367,13 @@ worker runs jobs with, and the storage.
         ``failures``: the first 10 failed or dead jobs with their arguments and message.
         Raises ``BatchNotFound``."""
         return batch_status(self.storage, batch_id)
+
+    def wait_batch(self, batch_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """Wait until the batch (or workflow) completes and return ``batch_status``;
+        ``ResultTimeout`` after ``timeout`` seconds (None: no limit), ``BatchNotFound`` for
+        an unknown id. Woken as it finishes where the store can tell
+        (``conveyor.batch.wait_batch``)."""
+        return wait_batch(self.storage, batch_id, timeout)
 
     def batch_jobs(
         self, batch_id: str, state: JobState | str | None = None, offset: int = 0, limit: int = 50

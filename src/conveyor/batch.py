@@ -30,6 +30,7 @@ thread that opened it, or re-open the batch by id in the other thread.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from contextvars import Token
 from types import TracebackType
@@ -38,7 +39,7 @@ from typing import Any
 from conveyor.client import Client, SpecBuffer
 from conveyor.context import BatchScope, pop_batch, push_batch
 from conveyor.draft import EnqueueDraft
-from conveyor.errors import BatchClosedError, BatchNotFound
+from conveyor.errors import BatchClosedError, BatchNotFound, ResultTimeout
 from conveyor.ids import new_id
 from conveyor.job import BATCH_CALLBACK_EVENTS, BatchSpec, JobRecord, JobSpec, JobState
 from conveyor.options import make_options
@@ -46,9 +47,15 @@ from conveyor.refs import JobRef
 from conveyor.registry import JobFunction
 from conveyor.storage import Backend
 
-__all__ = ["Batch", "Callback", "batch_status", "callback_spec"]
+__all__ = ["Batch", "Callback", "batch_status", "callback_spec", "wait_batch"]
 
 _FAILURES_SHOWN = 10
+# Between reads of a batch being waited for: a store that cannot wake the waiter is read
+# from 5 ms backing off to 200 ms; one that can is read every 2 s besides, for what it
+# cannot see (a wake-up lost with a dropped connection).
+_READ_FIRST = 0.005
+_READ_MAX = 0.2
+_WOKEN_READS = 2.0
 
 Callback = JobFunction | str | None
 """A batch callback: a job function, or the registered name of one."""
@@ -115,6 +122,12 @@ class Batch:
     def status(self) -> dict[str, Any]:
         """``app.batch_status(batch.id)``."""
         return batch_status(self._client.storage, self._id)
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+        """Wait until the batch completes (every job finished, the block left) and return
+        ``status()``; ``ResultTimeout`` after ``timeout`` seconds (None: no limit). Call it
+        after the ``with`` block: a batch still open cannot complete. See ``wait_batch``."""
+        return wait_batch(self._client.storage, self._id, timeout)
 
     def __enter__(self) -> Batch:
         self._open()
@@ -212,6 +225,33 @@ def batch_status(storage: Backend, batch_id: str) -> dict[str, Any]:
         JobState.DEAD.value, 0)
     out["failures"] = [_failure(r) for r in _failures(storage, batch_id)] if failing else []
     return out
+
+
+def wait_batch(storage: Backend, batch_id: str, timeout: float | None = None,
+               what: str = "batch") -> dict[str, Any]:
+    """Block until the batch completes and return its ``batch_status``; ``ResultTimeout``
+    after ``timeout`` seconds (None: no limit), ``BatchNotFound`` if there is no such batch.
+
+    Between reads it waits on the store's ``batch_finished``, which wakes it the moment the
+    batch finishes (PostgreSQL: NOTIFY; Redis: PUBLISH; SQLite: a commit seen; memory: a
+    condition), so a waiter costs the store almost nothing and hears of the end at once;
+    where the store cannot wake it (Redis through Sentinel) reads back off from 5 to 200 ms.
+    """
+    limit = None if timeout is None else time.monotonic() + timeout
+    with storage.batch_finished(batch_id) as waiter:  # before the first read: nothing missed
+        first = _WOKEN_READS if waiter.notifies else _READ_FIRST
+        delay = first
+        while True:
+            status = storage.get_batch(batch_id)
+            if status is None:
+                raise BatchNotFound(f"{what} {batch_id} does not exist (or was trimmed)")
+            if status.complete:
+                return batch_status(storage, batch_id)
+            pause = delay if limit is None else min(delay, limit - time.monotonic())
+            if pause <= 0:
+                raise ResultTimeout(f"{what} {batch_id} did not complete within {timeout} s")
+            woken = waiter.wait(pause)
+            delay = first if woken or waiter.notifies else min(delay * 2, _READ_MAX)
 
 
 def _failures(storage: Backend, batch_id: str) -> list[JobRecord]:

@@ -26,14 +26,13 @@ PostgreSQL to make it all or nothing.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from conveyor.batch import Callback, batch_status, callback_spec
+from conveyor.batch import Callback, batch_status, callback_spec, wait_batch
 from conveyor.client import CHUNK_SIZE, Client
-from conveyor.errors import ResultTimeout, WorkflowError
+from conveyor.errors import WorkflowError
 from conveyor.ids import new_id
 from conveyor.job import BatchSpec, JobSpec, Node
 from conveyor.node import PARENT_FAILURE_POLICIES, RESULT_MODES
@@ -216,18 +215,9 @@ class Workflow:
 
     def wait(self, timeout: float | None = None) -> dict[str, Any]:
         """Wait until every node has settled (nodes added while it ran included) and return
-        ``status()``; ``ResultTimeout`` after ``timeout`` seconds (None: no limit). Polls
-        with a backoff from 5 ms to 200 ms."""
-        limit = None if timeout is None else time.monotonic() + timeout
-        delay = 0.005
-        while True:
-            status = self.status()
-            if status["complete"]:
-                return status
-            if limit is not None and time.monotonic() + delay > limit:
-                raise ResultTimeout(f"workflow {self._id} did not complete within {timeout} s")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.2)
+        ``status()``; ``ResultTimeout`` after ``timeout`` seconds (None: no limit). Woken as
+        the workflow finishes where the store can tell (``conveyor.batch.wait_batch``)."""
+        return wait_batch(self._client_of().storage, self._id, timeout, what="workflow")
 
     # -- building ---------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ Rules every backend honours (checked by ``tests/conformance``):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Protocol, runtime_checkable
 
 from conveyor.errors import TransactionUnsupported
@@ -36,6 +36,7 @@ from conveyor.job import (
     LeasedJob,
 )
 from conveyor.storage.aio import Waiter
+from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.inspector import Inspector as Inspector
 from conveyor.storage.records import (
     JobBlock,
@@ -212,6 +213,12 @@ class Storage(Protocol):
     def close_batch(self, batch_id: str) -> None:
         """Mark a batch as fully enqueued: it completes once (or at once if) every job is
         terminal."""
+        ...
+
+    def batch_finished(self, batch_id: str) -> AbstractContextManager[BatchWaiter]:
+        """While open, wake-ups when the batch may have finished (``BatchWaiter.wait``):
+        what ``Batch.wait`` waits on between reads of the batch. Opened before the read it
+        follows, so a finish between that read and the wait is not missed."""
         ...
 
     def trim(self, retention: Retention) -> int:

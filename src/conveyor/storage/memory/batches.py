@@ -6,10 +6,14 @@ scans its jobs. The storage calls ``BatchBook`` under its own lock.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from conveyor.errors import BatchClosedError, BatchNotFound
 from conveyor.job import TERMINAL_STATES, BatchSpec, JobSpec, JobState
+from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.records import BatchStatus
 
 
@@ -40,6 +44,26 @@ class BatchBook:
     def __init__(self) -> None:
         self._batches: dict[str, _Batch] = {}
         self._seq = 0
+        # Batches finished so far, behind a condition of its own (taken under the storage's
+        # lock, never the other way round): what ``waiter`` wakes on.
+        self._finishing = threading.Condition()
+        self._finished = 0
+
+    @contextmanager
+    def waiter(self) -> Iterator[BatchWaiter]:
+        """Wake-ups as any batch finishes from now on (``Storage.batch_finished``)."""
+        with self._finishing:
+            seen = self._finished
+
+        def wait(timeout: float) -> bool:
+            nonlocal seen
+            with self._finishing:
+                woken = self._finishing.wait_for(lambda: self._finished != seen,
+                                                 max(timeout, 0.0))
+                seen = self._finished
+            return woken
+
+        yield BatchWaiter(wait, notifies=True)
 
     def create(self, spec: BatchSpec, now: float) -> None:
         """Create an open batch; creating an existing id again changes nothing."""
@@ -127,7 +151,11 @@ class BatchBook:
         if not batch.closed or batch.done < batch.total:
             batch.finished_at = None  # a job retried by hand re-opens a finished batch
             return []
-        batch.finished_at = now if batch.finished_at is None else batch.finished_at
+        if batch.finished_at is None:
+            batch.finished_at = now
+            with self._finishing:
+                self._finished += 1
+                self._finishing.notify_all()
         due = self._fire(batch, "complete")
         if batch.counts.get(JobState.SUCCEEDED.value, 0) >= batch.total:
             # Success may come later than completion: a dead job retried by hand can succeed.

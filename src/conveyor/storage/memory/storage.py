@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import threading
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
@@ -30,6 +31,7 @@ from conveyor.job import (
 from conveyor.storage import graph
 from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
+from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.memory.flow import ScanBudget
 from conveyor.storage.memory.groups import MemoryGroups
 from conveyor.storage.memory.inspect import MemoryInspector
@@ -314,6 +316,10 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, Memory
         with self._lock:
             now = self.now()
             self._fire(self._batches.close(batch_id, now), now)
+
+    def batch_finished(self, batch_id: str) -> AbstractContextManager[BatchWaiter]:
+        """Wake-ups as batches finish (a condition; any batch: the caller reads again)."""
+        return self._batches.waiter()
 
     # -- retention ---------------------------------------------------------------------------
 

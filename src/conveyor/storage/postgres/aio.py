@@ -75,14 +75,14 @@ class PostgresAsync:
     @asynccontextmanager
     async def afinished(self, job_id: str, queue: str) -> AsyncIterator[Waiter]:
         """Wake-ups when ``job_id`` ends: a connection of its own LISTENs on
-        'conveyor_done_<schema>' and a ``result_waiters`` row asks the acks to NOTIFY it
-        (migrations/010_result_waiters.sql)."""
+        'conveyor_d_<schema>' and a ``result_waiters`` row asks the acks to NOTIFY it
+        (migrations/010_result_waiters.sql, 012_short_channels.sql)."""
         settings = self._db.settings
         try:
             conn = await psycopg.AsyncConnection.connect(
                 settings.conninfo, autocommit=True, application_name="conveyor-waiter")
             await conn.execute(f'SET search_path TO "{settings.schema}"')
-            await conn.execute(f'LISTEN "conveyor_done_{settings.schema}"')
+            await conn.execute(f'LISTEN "{settings.done_channel}"')
             await conn.execute("INSERT INTO result_waiters (job_id, since) VALUES (%s, "
                                "extract(epoch FROM clock_timestamp()))", (job_id,))
         except psycopg.Error as exc:

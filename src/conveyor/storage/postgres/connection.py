@@ -56,6 +56,16 @@ class Settings:
         """The NOTIFY channel the schema's triggers ring (``migrations/001_init.sql``)."""
         return f"conveyor_{self.schema}"
 
+    @property
+    def done_channel(self) -> str:
+        """The channel the acks wake result waiters on (``migrations/012_short_channels.sql``)."""
+        return f"conveyor_d_{self.schema}"
+
+    @property
+    def batch_channel(self) -> str:
+        """The channel a finishing batch rings with its id (``012_short_channels.sql``)."""
+        return f"conveyor_b_{self.schema}"
+
 
 def parse_postgres_url(url: str) -> Settings:
     """Split conveyor's options (``schema``, ``listen``, ``vacuum``) off a ``postgresql://``

@@ -9,10 +9,14 @@ pollers and recoverers never wait on each other.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 from conveyor.job import BatchSpec, JobState
+from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.postgres import batches, graph, groups
 from conveyor.storage.postgres.inspect import PostgresInspector
 from conveyor.storage.postgres.text import enc
+from conveyor.storage.postgres.wakeup import batch_waiter
 from conveyor.storage.records import Retention, history_start
 from conveyor.storage.rules import LEASE_EXPIRED, WORKER_DIED, cancelled_message
 
@@ -120,6 +124,10 @@ class PostgresUpkeep(PostgresInspector):
         """Mark a batch fully enqueued; complete it now if every job is already terminal."""
         with self._db.write() as cur:
             batches.close(cur, self._clock_arg(), batch_id)
+
+    def batch_finished(self, batch_id: str) -> AbstractContextManager[BatchWaiter]:
+        """Wake-ups as the batch finishes (LISTEN: ``wakeup.batch_waiter``)."""
+        return batch_waiter(self._db.settings, self._db.where, batch_id)
 
     def trim(self, retention: Retention) -> int:
         """Delete finished jobs, batches and silent workers past retention; returns the jobs

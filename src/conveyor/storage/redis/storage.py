@@ -14,6 +14,7 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from redis.cluster import RedisCluster
@@ -31,10 +32,12 @@ from conveyor.job import (
     LeasedJob,
 )
 from conveyor.storage.aio import ThreadedAsync
+from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.records import Retention, WorkerInfo
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.acks import RedisAcks
 from conveyor.storage.redis.aio import RedisAsync
+from conveyor.storage.redis.batch_wait import batch_waiter
 from conveyor.storage.redis.connection import (
     REDIRECTS,
     TRANSIENT,
@@ -323,6 +326,10 @@ class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks, RedisAsync, ThreadedA
                 # UNLINK frees a big batch's keys in the background, DEL would block Redis.
                 self.link.call("UNLINK", *dataclasses.astuple(bk))
                 self.link.call("ZREM", self.keys.batches, batch_id)
+
+    def batch_finished(self, batch_id: str) -> AbstractContextManager[BatchWaiter]:
+        """Wake-ups as the batch finishes (``redis/batch_wait.py``: a subscription)."""
+        return batch_waiter(self.link, self.keys.batch(batch_id).batch)
 
     def tidy(self) -> bool:
         """Nothing to do: no old row versions pile up here (``Storage.tidy``)."""

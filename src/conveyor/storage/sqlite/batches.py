@@ -10,14 +10,17 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
 from conveyor.errors import BatchClosedError, BatchNotFound
 from conveyor.job import ALL_STATES, BatchSpec, JobSpec
+from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.records import BatchStatus, spec_from_wire, spec_to_wire
 from conveyor.storage.sqlite import graph
+from conveyor.storage.sqlite.wakeup import Wakeup, data_version
 
 # (batch_id, from_state or None for a new job, to_state or None for a deleted job)
 Move = tuple[str, "str | None", "str | None"]
@@ -156,3 +159,33 @@ def status_from_row(row: Sequence[Any]) -> BatchStatus:
         callbacks_fired=tuple(name for name in (row[9] or "").split(",") if name),
         kind=row[10],
     )
+
+
+@contextmanager
+def finished_waiter(read: Callable[[], sqlite3.Connection], wakeup: Wakeup,
+                    batch_id: str) -> Iterator[BatchWaiter]:
+    """``Storage.batch_finished``: woken by a commit of another connection (another process
+    or thread: ``PRAGMA data_version``, looked at every few ms) after which the batch has
+    finished, or by a notification of this process (spurious: the caller reads again)."""
+
+    def finished() -> bool:
+        row = read().execute("SELECT finished_at FROM batches WHERE id = ?",
+                             (batch_id,)).fetchone()
+        return row is None or row[0] is not None
+
+    # Seen before the caller's first read, and again after each wake-up: a commit between a
+    # read and the next wait is not missed.
+    seen = [(data_version(read()), wakeup.generation)]
+
+    def remember(version: tuple[int, int]) -> None:
+        seen[0] = version
+
+    def wait(timeout: float) -> bool:
+        if finished():  # committed by this thread's own connection: data_version cannot tell
+            return True
+        woken = wakeup.wait(read, finished, timeout, seen[0], remember)
+        if woken:
+            seen[0] = (data_version(read()), wakeup.generation)
+        return woken
+
+    yield BatchWaiter(wait, notifies=True)

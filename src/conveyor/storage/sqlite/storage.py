@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
@@ -28,6 +29,7 @@ from conveyor.job import (
 )
 from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
+from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.graph import check_added
 from conveyor.storage.records import JobBlock, Retention, WorkerInfo, history_start
 from conveyor.storage.rules import DEADLINE_PASSED, LEASE_EXPIRED, WORKER_DIED
@@ -327,6 +329,10 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
         with self._db.write() as cur:
             batches.close(cur, self.now(), batch_id, jobs.insert)
         self._wakeup.notify()
+
+    def batch_finished(self, batch_id: str) -> AbstractContextManager[BatchWaiter]:
+        """Wake-ups when the batch may have finished (``batches.finished_waiter``)."""
+        return batches.finished_waiter(self._db.read, self._wakeup, batch_id)
 
     def trim(self, retention: Retention) -> int:
         """Delete finished jobs, batches and silent workers past retention."""

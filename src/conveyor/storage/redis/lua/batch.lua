@@ -203,7 +203,11 @@ local total = c.total
 local finished = false
 if c.closed == 1 and done(c) >= total then
   finished = true
-  redis.call('HSETNX', K_BATCH, 'fa', NOWS)
+  if redis.call('HSETNX', K_BATCH, 'fa', NOWS) == 1 then
+    -- Waiters of the batch (Storage.batch_finished) subscribe to the channel named as its key;
+    -- on Cluster a PUBLISH reaches subscribers on every node.
+    redis.call('PUBLISH', K_BATCH, 'finished')
+  end
 else
   redis.call('HDEL', K_BATCH, 'fa')  -- a job retried by hand re-opens a finished batch
 end
