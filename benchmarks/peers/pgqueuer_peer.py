@@ -12,7 +12,11 @@ worker runs at most C jobs at once like every engine here. The entrypoint is ``a
 (PgQueuer is an asyncio engine). A finished job leaves the queue table for ``pgqueuer_log``.
 
 PgQueuer has no group API: W4 enqueues the 5,000 jobs in one bulk call and polls
-``Queries.job_status`` for their ids until every one is ``successful``.
+``Queries.job_status`` for their ids until every one is ``successful``, every 50 ms: the
+debounce of PgQueuer's own ``CompletionWatcher`` (one status query per window), and its
+faster setting here — reading 5,000 statuses every 10 ms, as this adapter did before
+2026-11-27, loaded the server it shares (0.90–1.07 s against 0.88–0.98 s, `--only w4_batch
+--peers pgqueuer --rounds 3`, alternated twice).
 """
 
 from __future__ import annotations
@@ -99,7 +103,7 @@ class PgQueuerPeer(Peer):
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError("batch not complete")
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
 
     def storage_bytes(self) -> int | None:
         return pg_bytes(self.db, "public")
