@@ -178,3 +178,26 @@ def test_a_workflow_waits_the_same_way(app: Conveyor, job: JobFunction) -> None:
     status = wf.wait(timeout=60)
     done.join()
     assert status["complete"] is True and status["counts"]["succeeded"] == 2
+
+
+def test_without_listen_postgres_waits_by_reading(request: pytest.FixtureRequest,
+                                                  tmp_path: Path) -> None:
+    """``?listen=0`` (PgBouncer in transaction mode): no LISTEN, so the waiter only sleeps
+    and ``wait_batch`` reads with a backoff, and still sees the end."""
+    url = backend_url("postgres", tmp_path, request.getfixturevalue) + "&listen=0"
+    app = Conveyor(url)
+    try:
+        @app.job(name="t.step")
+        def step(n: int) -> int:
+            return n
+
+        batch_id = _batch_of(app, step, 2)
+        with app.storage.batch_finished(batch_id) as waiter:
+            assert waiter.notifies is False
+        done = threading.Thread(target=lambda: [run_by_hand(app) for _ in range(2)])
+        done.start()
+        status = app.wait_batch(batch_id, timeout=60)
+        done.join()
+        assert status["complete"] is True
+    finally:
+        app.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 
 from conveyor.job import BatchSpec, JobState
-from conveyor.storage.batch_wait import BatchWaiter
+from conveyor.storage.batch_wait import BatchWaiter, sleeping
 from conveyor.storage.postgres import batches, graph, groups
 from conveyor.storage.postgres.inspect import PostgresInspector
 from conveyor.storage.postgres.text import enc
@@ -126,7 +126,10 @@ class PostgresUpkeep(PostgresInspector):
             batches.close(cur, self._clock_arg(), batch_id)
 
     def batch_finished(self, batch_id: str) -> AbstractContextManager[BatchWaiter]:
-        """Wake-ups as the batch finishes (LISTEN: ``wakeup.batch_waiter``)."""
+        """Wake-ups as the batch finishes (LISTEN: ``wakeup.batch_waiter``); with
+        ``?listen=0`` (a pooler in transaction mode) none: the waiter sleeps."""
+        if not self._db.settings.listen:
+            return sleeping()
         return batch_waiter(self._db.settings, self._db.where, batch_id)
 
     def trim(self, retention: Retention) -> int:

@@ -24,7 +24,7 @@ from typing import Any
 
 import psycopg
 
-from conveyor.storage.batch_wait import BatchWaiter, sleeping
+from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.postgres.connection import Settings, connect, translate
 
 POLL_MIN = 0.01
@@ -114,14 +114,10 @@ def _poll(has_work: Callable[[], bool], deadline: float) -> bool:
 def batch_waiter(settings: Settings, where: str, batch_id: str) -> Iterator[BatchWaiter]:
     """``Storage.batch_finished``: a connection of its own LISTENs on the schema's batch
     channel, which the ``batches_finished`` trigger rings with a batch's id as it finishes
-    (``migrations/012_short_channels.sql``). Without LISTEN (``?listen=0``) it only sleeps.
+    (``migrations/012_short_channels.sql``); not for ``?listen=0`` (the storage sleeps there).
     A listening connection that breaks is opened again and the caller told to read (a
     notification may have gone with it); one that cannot be opened raises, as a read would.
     """
-    if not settings.listen:
-        with sleeping() as waiter:
-            yield waiter
-        return
     conns = [_batch_listener(settings, where)]
 
     def wait(timeout: float) -> bool:

@@ -1,8 +1,8 @@
 """Waiting for a batch on Redis (``Storage.batch_finished``): ``batch.lua`` publishes on the
 channel named as the batch's key the moment it marks the batch finished; a waiter subscribes
 to it, and has the subscription confirmed before the caller's first read, so a finish between
-that read and the wait is not missed. Through Sentinel the waiter only sleeps (a failover
-drops the subscription with the old primary), as ``afinished`` does.
+that read and the wait is not missed. Through Sentinel the storage gives a waiter that only
+sleeps instead (a failover drops a subscription with the old primary), as ``afinished`` does.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 from conveyor.errors import StorageUnavailable
-from conveyor.storage.batch_wait import BatchWaiter, sleeping
+from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.redis.connection import Link
 
 _CONFIRM_SECONDS = 5.0
@@ -23,11 +23,7 @@ _CONFIRM_SECONDS = 5.0
 
 @contextmanager
 def batch_waiter(link: Link, channel: str) -> Iterator[BatchWaiter]:
-    """Wake-ups as the batch whose key is ``channel`` finishes."""
-    if link.settings.sentinel:
-        with sleeping() as waiter:
-            yield waiter
-        return
+    """Wake-ups as the batch whose key is ``channel`` finishes (not through Sentinel)."""
     subs = [_subscribe(link, channel)]
 
     def wait(timeout: float) -> bool:

@@ -32,7 +32,7 @@ from conveyor.job import (
     LeasedJob,
 )
 from conveyor.storage.aio import ThreadedAsync
-from conveyor.storage.batch_wait import BatchWaiter
+from conveyor.storage.batch_wait import BatchWaiter, sleeping
 from conveyor.storage.records import Retention, WorkerInfo
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.acks import RedisAcks
@@ -328,7 +328,10 @@ class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks, RedisAsync, ThreadedA
                 self.link.call("ZREM", self.keys.batches, batch_id)
 
     def batch_finished(self, batch_id: str) -> AbstractContextManager[BatchWaiter]:
-        """Wake-ups as the batch finishes (``redis/batch_wait.py``: a subscription)."""
+        """Wake-ups as the batch finishes (``redis/batch_wait.py``: a subscription); through
+        Sentinel none (a failover drops a subscription): the waiter sleeps."""
+        if self.link.settings.sentinel:
+            return sleeping()
         return batch_waiter(self.link, self.keys.batch(batch_id).batch)
 
     def tidy(self) -> bool:
