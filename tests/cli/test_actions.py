@@ -122,6 +122,22 @@ def test_batch_watch_of_a_complete_batch_prints_summary_and_exits_0(env: Env) ->
     assert view["failures"][0]["message"] == "row 2: price is not a number"
 
 
+def test_batch_watch_shows_the_end_at_once_not_at_the_next_redraw(env: Env) -> None:
+    """Between redraws the watch waits on the store's batch waiter: with redraws 10 minutes
+    apart it still ends as soon as the last job finishes."""
+    done: list[tuple[int, str, str]] = []
+    watcher = threading.Thread(target=lambda: done.append(
+        env.run("batch", "watch", env.seeded.batch_id, "--interval", "600")))
+    watcher.start()
+    st = env.app.storage
+    for _ in range(4):
+        run_one(st, "exports", Outcome.SUCCEEDED)
+    watcher.join(120)
+    assert not watcher.is_alive(), "the watch slept through the end of the batch"
+    code, out, _ = done[0]
+    assert code == 0 and "4/4" in out
+
+
 def test_batch_watch_gives_up_after_timeout(env: Env) -> None:
     code, out, _ = env.run("batch", "watch", env.seeded.batch_id, "--interval", "0.01",
                            "--timeout", "0")

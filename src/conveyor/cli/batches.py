@@ -24,7 +24,7 @@ from conveyor.failures import (
     retry_failures,
 )
 from conveyor.job import SHOWN_STATES
-from conveyor.storage.base import Inspector
+from conveyor.storage import Backend
 from conveyor.views import batch_state, batch_view, fmt_duration, fmt_time, get_batch
 
 BAR_WIDTH = 30
@@ -148,31 +148,34 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return 0 if complete else 1
 
 
-def watch(inspector: Inspector, batch_id: str, out: TextIO, interval: float,
+def watch(backend: Backend, batch_id: str, out: TextIO, interval: float,
           timeout: float | None) -> bool:
-    """Draw progress in place on a TTY, or one plain line per change otherwise.
+    """Draw progress in place on a TTY, or one plain line per change otherwise; between
+    redraws wait on the store's ``batch_finished``, so the end shows at once, not at the next
+    redraw.
 
     Returns True once the batch is complete, False when ``timeout`` passes first.
     """
     tty = out.isatty()
     started = time.monotonic()
     last = ""
-    while True:
-        view = batch_view(inspector, batch_id, failures=0)
-        line = progress_line(view)
-        if tty:
-            out.write("\r\x1b[2K" + line)
-        elif line != last:
-            out.write(line + "\n")
-        out.flush()
-        last = line
-        if view["complete"]:
-            out.write("\n" if tty else "")
-            return True
-        if timeout is not None and time.monotonic() - started >= timeout:
-            out.write("\ntimed out before the batch completed\n")
-            return False
-        time.sleep(interval)
+    with backend.batch_finished(batch_id) as waiter:
+        while True:
+            view = batch_view(backend, batch_id, failures=0)
+            line = progress_line(view)
+            if tty:
+                out.write("\r\x1b[2K" + line)
+            elif line != last:
+                out.write(line + "\n")
+            out.flush()
+            last = line
+            if view["complete"]:
+                out.write("\n" if tty else "")
+                return True
+            if timeout is not None and time.monotonic() - started >= timeout:
+                out.write("\ntimed out before the batch completed\n")
+                return False
+            waiter.wait(interval)
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
