@@ -16,10 +16,12 @@ from typing import Any
 
 import psycopg
 
+from conveyor.errors import StorageError
 from conveyor.job import EnqueueResult, JobRecord, JobSpec
 from conveyor.storage.aio import Waiter
 from conveyor.storage.postgres import jobs
 from conveyor.storage.postgres.connection import Database, translate
+from conveyor.storage.postgres.notices import Notices
 
 __all__ = ["PostgresAsync"]
 
@@ -37,6 +39,7 @@ class PostgresAsync:
     _db: Database
     _schema: str | None
     _clock_arg: Callable[[], float | None]
+    _notices: Notices
     enqueue: Callable[[Sequence[JobSpec]], list[EnqueueResult]]
     get_job: Callable[[str], JobRecord | None]
 
@@ -74,55 +77,59 @@ class PostgresAsync:
 
     @asynccontextmanager
     async def afinished(self, job_id: str, queue: str) -> AsyncIterator[Waiter]:
-        """Wake-ups when ``job_id`` ends: a connection of its own LISTENs on
-        'conveyor_d_<schema>' and a ``result_waiters`` row asks the acks to NOTIFY it
-        (migrations/010_result_waiters.sql, 012_short_channels.sql)."""
-        settings = self._db.settings
+        """Wake-ups when ``job_id`` ends: the process's shared connection LISTENs on
+        'conveyor_d_<schema>' (``notices.py``) and a ``result_waiters`` row asks the acks to
+        NOTIFY it (migrations/010_result_waiters.sql, 012_short_channels.sql)."""
+        async with self._notices.awatch(self._db.settings.done_channel, job_id) as waiter:
+            await self._waiter_row("INSERT INTO result_waiters (job_id, since) VALUES (%s, "
+                                   "extract(epoch FROM clock_timestamp()))", job_id)
+            try:
+                yield waiter
+            finally:
+                with contextlib.suppress(StorageError):  # the row goes with its job's trim
+                    await self._waiter_row(
+                        "DELETE FROM result_waiters WHERE ctid = (SELECT ctid FROM "
+                        "result_waiters WHERE job_id = %s LIMIT 1)", job_id)
+
+    async def _waiter_row(self, statement: str, job_id: str) -> None:
+        conn = await self._aconn()
         try:
-            conn = await psycopg.AsyncConnection.connect(
-                settings.conninfo, autocommit=True, application_name="conveyor-waiter")
-            await conn.execute(f'SET search_path TO "{settings.schema}"')
-            await conn.execute(f'LISTEN "{settings.done_channel}"')
-            await conn.execute("INSERT INTO result_waiters (job_id, since) VALUES (%s, "
-                               "extract(epoch FROM clock_timestamp()))", (job_id,))
+            await conn.execute(statement, (job_id,))
         except psycopg.Error as exc:
+            self._aforget()
             raise translate(exc, self._db.where) from exc
-
-        async def wait(timeout: float) -> bool:
-            async for note in conn.notifies(timeout=max(timeout, 0.001)):
-                if note.payload == job_id:
-                    return True
-            return False
-
-        try:
-            yield Waiter(wait, notifies=True)
-        finally:
-            with contextlib.suppress(psycopg.Error):
-                await conn.execute("DELETE FROM result_waiters WHERE ctid = (SELECT ctid FROM "
-                                   "result_waiters WHERE job_id = %s LIMIT 1)", (job_id,))
-            await conn.close()
 
     async def _aconn(self) -> psycopg.AsyncConnection[Any]:
         loop = asyncio.get_running_loop()
         conns = self._aconns()
         conn = conns.get(loop)
-        if conn is None or conn.closed:
-            settings = self._db.settings
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    settings.conninfo, autocommit=True, application_name="conveyor")
-                await conn.execute(f'SET search_path TO "{settings.schema}"')
-            except psycopg.Error as exc:
-                raise translate(exc, self._db.where) from exc
-            conns[loop] = conn
+        if conn is not None and not conn.closed:
+            return conn
+        # One opener per loop: a burst of calls on a new loop (a web app's first requests)
+        # would otherwise each open a connection while the first one connects, past the
+        # server's max_connections, and keep only the last.
+        openers = self._aopeners()
+        opener = openers.get(loop)
+        if opener is None:
+            opener = openers[loop] = asyncio.Lock()
+        async with opener:
+            conn = conns.get(loop)
+            if conn is None or conn.closed:
+                settings = self._db.settings
+                try:
+                    conn = await psycopg.AsyncConnection.connect(
+                        settings.conninfo, autocommit=True, application_name="conveyor")
+                    await conn.execute(f'SET search_path TO "{settings.schema}"')
+                except psycopg.Error as exc:
+                    raise translate(exc, self._db.where) from exc
+                conns[loop] = conn
         return conn
 
     def _aconns(self) -> weakref.WeakKeyDictionary[Any, psycopg.AsyncConnection[Any]]:
-        found = getattr(self, "_async_conns", None)
-        if found is None:
-            found = weakref.WeakKeyDictionary()
-            self._async_conns = found
-        return found
+        return _per_loop(self, "_async_conns")
+
+    def _aopeners(self) -> weakref.WeakKeyDictionary[Any, asyncio.Lock]:
+        return _per_loop(self, "_async_openers")
 
     def _aforget(self) -> None:
         """Drop this loop's connection after an error (the next call opens a new one)."""
@@ -134,3 +141,13 @@ class PostgresAsync:
         conn = self._aconns().pop(asyncio.get_running_loop(), None)
         if conn is not None:
             await conn.close()
+
+
+def _per_loop(owner: object, attr: str) -> weakref.WeakKeyDictionary[Any, Any]:
+    """``owner``'s map of ``attr`` keyed by event loop (made on first use; a loop that is
+    gone drops out)."""
+    found: weakref.WeakKeyDictionary[Any, Any] | None = getattr(owner, attr, None)
+    if found is None:
+        found = weakref.WeakKeyDictionary()
+        setattr(owner, attr, found)
+    return found

@@ -35,6 +35,7 @@ from conveyor.storage.postgres.aio import PostgresAsync
 from conveyor.storage.postgres.bound import Binder
 from conveyor.storage.postgres.connection import Database, Settings, parse_postgres_url, reads
 from conveyor.storage.postgres.migrate import migrate
+from conveyor.storage.postgres.notices import Notices
 from conveyor.storage.postgres.outbox import PostgresOutbox
 from conveyor.storage.postgres.schedules import PostgresSchedules
 from conveyor.storage.postgres.text import enc
@@ -77,13 +78,16 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
     """``Storage`` and ``Inspector`` over one PostgreSQL schema, safe across threads and
     processes."""
 
-    def __init__(self, settings: Settings, db: Database, clock: Clock | None) -> None:
+    def __init__(self, settings: Settings, db: Database, clock: Clock | None,
+                 notices: Notices | None = None) -> None:
         super().__init__(db, clock)
         self.url = settings.url
         # Enqueues name the schema: on a bound storage (``bind``) they run on the
         # application's connection, whose search_path is its own.
         self._schema = settings.schema
         self._listener = Listener(settings, db.where)
+        # waiting calls (Batch.wait, aresult) share one LISTEN connection per process
+        self._notices = notices or Notices(settings, db.where)
         self._binder = Binder(db)
 
     def __repr__(self) -> str:
@@ -236,11 +240,13 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
 
     def bind(self, connection: object) -> PostgresStorage:
         """This storage writing in the open transaction of your own connection (``bound.py``)."""
-        return PostgresStorage(self._db.settings, self._binder.database(connection), self._clock)
+        return PostgresStorage(self._db.settings, self._binder.database(connection), self._clock,
+                               self._notices)
 
     def close(self) -> None:
         """Release this process's connections. Idempotent."""
         self._listener.close()
+        self._notices.close()
         self._db.close()
 
 

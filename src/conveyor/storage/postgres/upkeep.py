@@ -15,8 +15,8 @@ from conveyor.job import BatchSpec, JobState
 from conveyor.storage.batch_wait import BatchWaiter, sleeping
 from conveyor.storage.postgres import batches, graph, groups
 from conveyor.storage.postgres.inspect import PostgresInspector
+from conveyor.storage.postgres.notices import Notices
 from conveyor.storage.postgres.text import enc
-from conveyor.storage.postgres.wakeup import batch_waiter
 from conveyor.storage.records import Retention, history_start
 from conveyor.storage.rules import LEASE_EXPIRED, WORKER_DIED, cancelled_message
 
@@ -65,6 +65,7 @@ class PostgresUpkeep(PostgresInspector):
 
     trim_chunk = TRIM_CHUNK
     trim_rounds = TRIM_ROUNDS
+    _notices: Notices
 
     def promote_due(self, limit: int = 1000) -> int:
         """Scheduled and retrying jobs whose time has come → pending (server-side
@@ -126,11 +127,12 @@ class PostgresUpkeep(PostgresInspector):
             batches.close(cur, self._clock_arg(), batch_id)
 
     def batch_finished(self, batch_id: str) -> AbstractContextManager[BatchWaiter]:
-        """Wake-ups as the batch finishes (LISTEN: ``wakeup.batch_waiter``); with
-        ``?listen=0`` (a pooler in transaction mode) none: the waiter sleeps."""
+        """Wake-ups as the batch finishes (the process's shared LISTEN connection,
+        ``notices.py``); with ``?listen=0`` (a pooler in transaction mode) none: the waiter
+        sleeps."""
         if not self._db.settings.listen:
             return sleeping()
-        return batch_waiter(self._db.settings, self._db.where, batch_id)
+        return self._notices.watch(self._db.settings.batch_channel, batch_id)
 
     def trim(self, retention: Retention) -> int:
         """Delete finished jobs, batches and silent workers past retention; returns the jobs

@@ -18,14 +18,12 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 
-from conveyor.storage.batch_wait import BatchWaiter
-from conveyor.storage.postgres.connection import Settings, connect, translate
+from conveyor.storage.postgres.connection import Settings, connect
 
 POLL_MIN = 0.01
 POLL_MAX = 0.5
@@ -107,45 +105,3 @@ def _poll(has_work: Callable[[], bool], deadline: float) -> bool:
             return False
         time.sleep(min(pause, remaining))
         pause = min(pause * 2, POLL_MAX)
-
-
-
-@contextmanager
-def batch_waiter(settings: Settings, where: str, batch_id: str) -> Iterator[BatchWaiter]:
-    """``Storage.batch_finished``: a connection of its own LISTENs on the schema's batch
-    channel, which the ``batches_finished`` trigger rings with a batch's id as it finishes
-    (``migrations/012_short_channels.sql``); not for ``?listen=0`` (the storage sleeps there).
-    A listening connection that breaks is opened again and the caller told to read (a
-    notification may have gone with it); one that cannot be opened raises, as a read would.
-    """
-    conns = [_batch_listener(settings, where)]
-
-    def wait(timeout: float) -> bool:
-        deadline = time.monotonic() + max(timeout, 0.0)
-        try:
-            while (left := deadline - time.monotonic()) > 0:
-                for note in conns[0].notifies(timeout=left):
-                    if note.payload == batch_id:
-                        return True
-        except psycopg.Error:
-            with contextlib.suppress(psycopg.Error):
-                conns[0].close()
-            conns[0] = _batch_listener(settings, where)
-            return True
-        return False
-
-    try:
-        yield BatchWaiter(wait, notifies=True)
-    finally:
-        with contextlib.suppress(psycopg.Error):
-            conns[0].close()
-
-
-def _batch_listener(settings: Settings, where: str) -> psycopg.Connection[Any]:
-    conn = connect(settings, where)
-    try:
-        conn.execute(f'LISTEN "{settings.batch_channel}"')
-    except psycopg.Error as exc:
-        conn.close()
-        raise translate(exc, where) from exc
-    return conn
