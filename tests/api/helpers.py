@@ -8,6 +8,7 @@ from typing import Any
 
 from conveyor import Conveyor
 from conveyor.job import Ack, LeasedJob, Outcome
+from conveyor.registry import JobFunction
 
 
 def run_by_hand(
@@ -26,3 +27,13 @@ def run_by_hand(
     )
     assert app.storage.ack([ack]) == [True]
     return job
+
+
+def echo_job(app: Conveyor) -> JobFunction:
+    """A job ``t.echo`` on ``app`` returning its one argument."""
+
+    @app.job(name="t.echo")
+    def echo(n: int) -> int:
+        return n
+
+    return echo

@@ -22,7 +22,7 @@ from conveyor import Conveyor
 from conveyor.refs import JobRef
 from conveyor.registry import JobFunction
 from conveyor.storage.postgres import notices
-from tests.api.helpers import run_by_hand
+from tests.api.helpers import echo_job, run_by_hand
 from tests.support.waiting import wait_until
 
 WAITS = 30
@@ -39,11 +39,7 @@ def app(postgres_server: Any) -> Iterator[Conveyor]:
 
 @pytest.fixture
 def job(app: Conveyor) -> JobFunction:
-    @app.job(name="t.echo")
-    def echo(n: int) -> int:
-        return n
-
-    return echo
+    return echo_job(app)
 
 
 @pytest.fixture

@@ -11,13 +11,15 @@ rest (batches on Redis, workflows, debounce, aggregation) to the thread.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from conveyor.job import EnqueueResult, JobRecord, JobSpec
 
-__all__ = ["ThreadedAsync", "Waiter"]
+__all__ = ["ThreadedAsync", "Waiter", "per_loop"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,3 +60,13 @@ class ThreadedAsync:
 
     async def aclose(self) -> None:
         """Close what the native asyncio clients opened (nothing here)."""
+
+
+def per_loop(owner: object, attr: str) -> weakref.WeakKeyDictionary[Any, Any]:
+    """``owner``'s map of ``attr`` keyed by event loop (made on first use; a loop that is
+    gone drops out)."""
+    found: weakref.WeakKeyDictionary[Any, Any] | None = getattr(owner, attr, None)
+    if found is None:
+        found = weakref.WeakKeyDictionary()
+        setattr(owner, attr, found)
+    return found

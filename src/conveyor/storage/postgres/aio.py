@@ -18,7 +18,7 @@ import psycopg
 
 from conveyor.errors import StorageError
 from conveyor.job import EnqueueResult, JobRecord, JobSpec
-from conveyor.storage.aio import Waiter
+from conveyor.storage.aio import Waiter, per_loop
 from conveyor.storage.postgres import jobs
 from conveyor.storage.postgres.connection import Database, translate
 from conveyor.storage.postgres.notices import Notices
@@ -126,10 +126,10 @@ class PostgresAsync:
         return conn
 
     def _aconns(self) -> weakref.WeakKeyDictionary[Any, psycopg.AsyncConnection[Any]]:
-        return _per_loop(self, "_async_conns")
+        return per_loop(self, "_async_conns")
 
     def _aopeners(self) -> weakref.WeakKeyDictionary[Any, asyncio.Lock]:
-        return _per_loop(self, "_async_openers")
+        return per_loop(self, "_async_openers")
 
     def _aforget(self) -> None:
         """Drop this loop's connection after an error (the next call opens a new one)."""
@@ -141,13 +141,3 @@ class PostgresAsync:
         conn = self._aconns().pop(asyncio.get_running_loop(), None)
         if conn is not None:
             await conn.close()
-
-
-def _per_loop(owner: object, attr: str) -> weakref.WeakKeyDictionary[Any, Any]:
-    """``owner``'s map of ``attr`` keyed by event loop (made on first use; a loop that is
-    gone drops out)."""
-    found: weakref.WeakKeyDictionary[Any, Any] | None = getattr(owner, attr, None)
-    if found is None:
-        found = weakref.WeakKeyDictionary()
-        setattr(owner, attr, found)
-    return found

@@ -7,6 +7,7 @@ blocking path in a thread (``ThreadedAsync``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -18,16 +19,21 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 import redis
 from conveyor.errors import StorageUnavailable
 from conveyor.job import EnqueueResult, JobSpec
-from conveyor.storage.aio import Waiter
+from conveyor.storage.aio import Waiter, per_loop
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.batches import ENQUEUE_CHUNK, result_of
 from conveyor.storage.redis.connection import CONNECT_TIMEOUT, SOCKET_TIMEOUT, Link
 from conveyor.storage.redis.keys import DoorbellKeys, Keys, QueueKeys
 from conveyor.storage.redis.scripts import SCRIPTS
+from conveyor.storage.redis.waiters import Subscriptions
 
 __all__ = ["RedisAsync"]
 
 AsyncClient = aredis.Redis | RedisCluster
+_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
+POOL_SIZE = 100  # connections of a loop's client (redis-py's default cap)
+POOL_WAIT = 20.0  # seconds a call waits for one of them before it fails
+_HEADROOM = 4  # connections of the pool left to the result waiters' subscription
 
 
 class RedisAsync:
@@ -51,25 +57,42 @@ class RedisAsync:
         for i, spec in enumerate(specs):
             by_queue.setdefault(spec.queue, []).append(i)
         try:
-            for queue, idxs in by_queue.items():
-                qk = await self._aregister(client, queue)
-                for start in range(0, len(idxs), ENQUEUE_CHUNK):
-                    chunk = idxs[start:start + ENQUEUE_CHUNK]
-                    args: list[Any] = [self.now_arg(), queue, "each"]
-                    for i in chunk:
-                        args.extend(codec.enqueue_args(specs[i]))
-                    reply = await _run(client, "enqueue", qk, args)
-                    for i, code in zip(chunk, reply, strict=True):
-                        out[i] = result_of(specs[i].id, code)
-                    ready = reply.count("1")
-                    if settings.cluster and ready:
-                        await _run(client, "ring", DoorbellKeys(self.keys.doorbell(queue)),
-                                   [self.now_arg(), ready])
+            async with self._aslots():
+                for queue, idxs in by_queue.items():
+                    await self._aenqueue_queue(client, queue, [specs[i] for i in idxs], idxs,
+                                               out)
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
             self._aforget()
             raise StorageUnavailable(f"Redis at {self.link.scrub(self.link.settings.url)} "
                                      f"is unreachable: {self.link.scrub(exc)}") from None
         return [r for r in out if r is not None]
+
+    async def _aenqueue_queue(self, client: AsyncClient, queue: str, specs: list[JobSpec],
+                              idxs: list[int], out: list[EnqueueResult | None]) -> None:
+        """The jobs of one queue, one script call per chunk; results into ``out[idxs]``."""
+        qk = await self._aregister(client, queue)
+        for start in range(0, len(idxs), ENQUEUE_CHUNK):
+            chunk = range(start, min(start + ENQUEUE_CHUNK, len(idxs)))
+            args: list[Any] = [self.now_arg(), queue, "each"]
+            for k in chunk:
+                args.extend(codec.enqueue_args(specs[k]))
+            reply = await _run(client, "enqueue", qk, args)
+            for k, code in zip(chunk, reply, strict=True):
+                out[idxs[k]] = result_of(specs[k].id, code)
+            ready = reply.count("1")
+            if self.link.settings.cluster and ready:
+                await _run(client, "ring", DoorbellKeys(self.keys.doorbell(queue)),
+                           [self.now_arg(), ready])
+
+    def _aslots(self) -> asyncio.Semaphore:
+        """This loop's cap on calls in flight: one connection each, and redis-py's Cluster
+        client fails past its pool's size where it could have waited (``POOL_SIZE``)."""
+        found: weakref.WeakKeyDictionary[Any, asyncio.Semaphore] = per_loop(self, "_async_slots")
+        loop = asyncio.get_running_loop()
+        slots = found.get(loop)
+        if slots is None:
+            slots = found[loop] = asyncio.Semaphore(POOL_SIZE - _HEADROOM)
+        return slots
 
     @asynccontextmanager
     async def afinished(self, job_id: str, queue: str) -> AsyncIterator[Waiter]:
@@ -81,23 +104,16 @@ class RedisAsync:
             return
         client = self._aclient()
         channel = self.keys.queue(queue).waiters
-        pubsub = client.pubsub()
-        await pubsub.subscribe(channel)  # before the interest is known: nothing is missed
-
-        async def wait(timeout: float) -> bool:
-            deadline = asyncio.get_running_loop().time() + timeout
-            while (left := deadline - asyncio.get_running_loop().time()) > 0:
-                note = await pubsub.get_message(ignore_subscribe_messages=True, timeout=left)
-                if note is not None and note.get("data") == job_id:
-                    return True
-            return False
-
-        try:
-            await client.sadd(channel, job_id)
-            yield Waiter(wait, notifies=True)
-        finally:
-            await client.srem(channel, job_id)
-            await pubsub.aclose()  # type: ignore[no-untyped-call]
+        # before the interest is known: nothing is missed (waiters.py)
+        async with self._asubscriptions(client).watch(channel, job_id) as waiter:
+            try:
+                async with self._aslots():
+                    await client.sadd(channel, job_id)
+                yield waiter
+            finally:
+                with contextlib.suppress(*_ERRORS):  # an entry left behind costs a SCARD hit
+                    async with self._aslots():
+                        await client.srem(channel, job_id)
 
     async def _aregister(self, client: AsyncClient, queue: str) -> QueueKeys:
         if queue not in self._queues:
@@ -115,18 +131,27 @@ class RedisAsync:
         return client
 
     def _aclients(self) -> weakref.WeakKeyDictionary[Any, AsyncClient]:
-        found = getattr(self, "_async_clients", None)
-        if found is None:
-            found = weakref.WeakKeyDictionary()
-            self._async_clients = found
-        return found
+        return per_loop(self, "_async_clients")
+
+    def _asubscriptions(self, client: AsyncClient) -> Subscriptions:
+        """This loop's shared subscription for result waiters, on ``client``."""
+        found: weakref.WeakKeyDictionary[Any, Subscriptions] = per_loop(self, "_async_subs")
+        loop = asyncio.get_running_loop()
+        subs = found.get(loop)
+        if subs is None or subs.client is not client:  # a new client after an error
+            subs = found[loop] = Subscriptions(client, self.link.scrub(self.link.settings.url))
+        return subs
 
     def _aforget(self) -> None:
         self._aclients().pop(asyncio.get_running_loop(), None)
 
     async def aclose(self) -> None:
         """Close this loop's client."""
-        client = self._aclients().pop(asyncio.get_running_loop(), None)
+        loop = asyncio.get_running_loop()
+        subs = per_loop(self, "_async_subs").pop(loop, None)
+        if subs is not None:
+            await subs.aclose()
+        client = self._aclients().pop(loop, None)
         if client is not None:
             await client.aclose()
 
@@ -141,7 +166,12 @@ def _make_client(link: Link) -> AsyncClient:
     if settings.cluster:
         nodes = [ClusterNode(host, port) for host, port in settings.hosts]
         return RedisCluster(startup_nodes=nodes, **common, **settings.options)
-    return aredis.Redis.from_url(settings.single_url, **common)
+    # Callers wait for a free connection rather than fail: redis-py's default pool raises
+    # MaxConnectionsError past 100, so a burst of async calls on one loop (a web app's
+    # requests) failed where it only had to queue.
+    pool = aredis.BlockingConnectionPool.from_url(
+        settings.single_url, max_connections=POOL_SIZE, timeout=POOL_WAIT, **common)
+    return aredis.Redis.from_pool(pool)
 
 
 async def _run(client: AsyncClient, name: str, holder: object, args: list[Any]) -> Any:
