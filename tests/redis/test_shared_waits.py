@@ -1,9 +1,10 @@
-"""Result waits of one event loop share one subscription (``storage/redis/waiters.py``), and a
-burst of async calls waits for a pooled connection instead of failing.
+"""Waits share one subscription: an event loop's result waits (``storage/redis/waiters.py``)
+and a process's batch waits (``storage/redis/batch_wait.py``); a burst of async calls waits
+for a pooled connection instead of failing.
 
-redis-py's asyncio pool raises ``MaxConnectionsError`` past 100 connections, and each
-``aresult`` used to hold one for a subscription of its own: from about 90 concurrent awaits
-on (their reads took connections too) they failed.
+redis-py's pools raise ``MaxConnectionsError`` past 100 connections, and each ``aresult`` or
+``Batch.wait`` used to hold one for a subscription of its own: from about 90 concurrent
+awaits on one loop, or 100 batch waits in one process, they failed.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -93,3 +95,42 @@ def test_a_killed_subscription_wakes_every_wait_and_subscribes_again(
 
     assert asyncio.run(main()) == [False, True, True, True, True]
     admin.close()
+
+
+def _batch(app: Conveyor, job: JobFunction) -> str:
+    with app.batch() as batch:
+        job.enqueue(1)
+    return batch.id
+
+
+def test_many_batch_waits_share_one_subscription(app: Conveyor, job: JobFunction) -> None:
+    batch_ids = [_batch(app, job) for _ in range(WAITS)]
+    cluster = app.storage.link.settings.cluster  # type: ignore[union-attr]
+    before = 0 if cluster else len(_admin(app).client_list(_type="pubsub"))
+    with ExitStack() as stack:
+        waiters = [stack.enter_context(app.storage.batch_finished(b)) for b in batch_ids]
+        if not cluster:  # one more subscriber for all of them (one per wait before)
+            assert len(_admin(app).client_list(_type="pubsub")) <= before + 1
+        for _ in batch_ids:
+            run_by_hand(app)
+        # every wait is woken by its own batch (one not woken would sit out its 60 s)
+        assert [w.wait(60) for w in waiters] == [True] * WAITS
+
+
+@pytest.mark.parametrize("app", ["redis_server"], indirect=True)  # CLIENT KILL: one node
+def test_a_killed_batch_subscription_wakes_every_wait_and_subscribes_again(
+    app: Conveyor, job: JobFunction
+) -> None:
+    first, second = _batch(app, job), _batch(app, job)
+    with app.storage.batch_finished(first) as one, app.storage.batch_finished(second) as two:
+        assert one.wait(0.05) is False  # nothing finished: not woken
+        assert _admin(app).client_kill_filter(_type="pubsub") >= 1
+        # woken though nothing finished; each subscribes again before its caller reads
+        assert one.wait(60) is True
+        assert two.wait(60) is True
+        assert len(_admin(app).client_list(_type="pubsub")) == 1
+        run_by_hand(app)
+        run_by_hand(app)
+        assert one.wait(60) is True
+        assert two.wait(60) is True
+    assert app.wait_batch(first, timeout=60)["complete"] is True

@@ -1,14 +1,23 @@
 """Waiting for a batch on Redis (``Storage.batch_finished``): ``batch.lua`` publishes on the
-channel named as the batch's key the moment it marks the batch finished; a waiter subscribes
-to it, and has the subscription confirmed before the caller's first read, so a finish between
-that read and the wait is not missed. Through Sentinel the storage gives a waiter that only
-sleeps instead (a failover drops a subscription with the old primary), as ``afinished`` does.
+channel named as the batch's key the moment it marks the batch finished.
+
+Every wait of a storage in a process shares one ``PubSub``, read by a daemon thread that
+wakes the waits registered for each channel: a subscription per wait held a connection of
+the client's pool each, which redis-py caps at 100, so a hundred threads waiting for batches
+failed. A wait's channel is subscribed, and the subscription confirmed, before the caller's
+first read, so a finish between that read and the wait is not missed (confirmations are
+counted per channel: a SUBSCRIBE sent after an UNSUBSCRIBE of the same channel is confirmed
+by its own reply). A connection that breaks wakes every wait, which subscribes again before
+its caller reads. The subscription closes after ``IDLE`` seconds without a wait. Through
+Sentinel the storage gives a waiter that only sleeps instead (a failover drops a
+subscription with the old primary), as ``afinished`` does.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
+import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,48 +27,160 @@ from conveyor.errors import StorageUnavailable
 from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.redis.connection import Link
 
-_CONFIRM_SECONDS = 5.0
+__all__ = ["CONFIRM", "ERRORS", "IDLE", "TICK", "BatchSubscriptions"]
+
+IDLE = 10.0
+"""Seconds without a wait after which a shared subscription is closed."""
+CONFIRM = 5.0
+"""Seconds the server has to confirm a SUBSCRIBE."""
+TICK = 0.25
+"""How often a reader looks up from its connection (closing, idleness)."""
+ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
+"""What a broken connection raises."""
 
 
-@contextmanager
-def batch_waiter(link: Link, channel: str) -> Iterator[BatchWaiter]:
-    """Wake-ups as the batch whose key is ``channel`` finishes (not through Sentinel)."""
-    subs = [_subscribe(link, channel)]
+class _Wait:
+    __slots__ = ("event", "lost")
 
-    def wait(timeout: float) -> bool:
-        deadline = time.monotonic() + max(timeout, 0.0)
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.lost = False
+
+    def wake(self, lost: bool = False) -> None:
+        self.lost = self.lost or lost
+        self.event.set()
+
+
+class BatchSubscriptions:
+    """The shared subscription of one storage in one process, and its waits."""
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+        self._inherited: list[Any] = []  # a parent's, never closed in a child
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._sending = threading.Lock()  # one SUBSCRIBE / UNSUBSCRIBE on the wire at a time
+        self._pubsub: Any = None
+        self._waits: dict[str, set[_Wait]] = {}
+        self._sent: dict[str, int] = {}  # SUBSCRIBEs sent on the current pubsub, per channel
+        self._got: dict[str, int] = {}  # and their confirmations
+
+    @contextmanager
+    def watch(self, channel: str) -> Iterator[BatchWaiter]:
+        """Wake-ups as the batch whose key is ``channel`` finishes: subscribed, and
+        confirmed, when this returns."""
+        if self._pid != os.getpid():  # forked: the parent's thread is not here
+            if self._pubsub is not None:
+                self._inherited.append(self._pubsub)
+            self._reset()
+        wait = _Wait()
+        with self._lock:
+            self._waits.setdefault(channel, set()).add(wait)
         try:
-            while (left := deadline - time.monotonic()) > 0:
-                note = subs[0].get_message(timeout=left)
-                if note is not None and note.get("type") == "message":
-                    return True
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            _close(subs[0])
-            subs[0] = _subscribe(link, channel)  # a message may have gone with the connection
-            return True
-        return False
+            self._subscribe(channel)
 
-    try:
-        yield BatchWaiter(wait, notifies=True)
-    finally:
-        _close(subs[0])
+            def block(timeout: float) -> bool:
+                if not wait.event.wait(max(timeout, 0.0)):
+                    return False
+                wait.event.clear()
+                if wait.lost:
+                    wait.lost = False
+                    self._subscribe(channel)
+                return True
 
+            yield BatchWaiter(block, notifies=True)
+        finally:
+            self._leave(channel, wait)
 
-def _subscribe(link: Link, channel: str) -> Any:
-    pubsub = link.client.pubsub()  # type: ignore[no-untyped-call]
-    try:
-        pubsub.subscribe(channel)
-        deadline = time.monotonic() + _CONFIRM_SECONDS
-        while (left := deadline - time.monotonic()) > 0:
-            note = pubsub.get_message(timeout=left)
-            if note is not None and note.get("type") == "subscribe":
-                return pubsub
-        raise redis.TimeoutError(f"no confirmation of SUBSCRIBE within {_CONFIRM_SECONDS} s")
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        _close(pubsub)
-        raise StorageUnavailable(link.unreachable(exc)) from None
+    def _subscribe(self, channel: str) -> None:
+        with self._sending:
+            with self._lock:
+                if self._pubsub is None:
+                    self._pubsub = self._link.client.pubsub()  # type: ignore[no-untyped-call]
+                    self._sent, self._got = {}, {}
+                    reader = True
+                else:
+                    reader = False
+                pubsub = self._pubsub
+                nth = self._sent[channel] = self._sent.get(channel, 0) + 1
+            try:
+                pubsub.subscribe(channel)
+            except ERRORS as exc:
+                self._lose(pubsub, close=reader)  # no reader yet: nobody else closes it
+                raise StorageUnavailable(self._link.unreachable(exc)) from None
+            if reader:  # its connection exists once the first SUBSCRIBE went out
+                threading.Thread(target=self._read, args=(pubsub,), daemon=True,
+                                 name="conveyor-batch-waits").start()
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._got.get(channel, 0) >= nth or self._pubsub is not pubsub, CONFIRM)
+            confirmed = self._pubsub is pubsub and self._got.get(channel, 0) >= nth
+        if not confirmed:
+            self._lose(pubsub)
+            raise StorageUnavailable(self._link.unreachable(
+                redis.TimeoutError(f"no confirmation of SUBSCRIBE within {CONFIRM} s")))
 
+    def _leave(self, channel: str, wait: _Wait) -> None:
+        with self._sending:
+            with self._lock:
+                waits = self._waits.get(channel)
+                if waits is not None:
+                    waits.discard(wait)
+                    if waits:
+                        return
+                    del self._waits[channel]
+                pubsub = self._pubsub
+            if pubsub is not None:
+                with contextlib.suppress(*ERRORS):  # the reader sees a broken connection
+                    pubsub.unsubscribe(channel)
 
-def _close(pubsub: Any) -> None:
-    with contextlib.suppress(redis.RedisError, OSError):
-        pubsub.close()
+    def _read(self, pubsub: Any) -> None:
+        """The reader: wake waits until the connection breaks or nobody has waited for
+        ``IDLE`` seconds."""
+        idle = 0.0
+        broken = False
+        try:
+            while self._pubsub is pubsub:
+                note = pubsub.get_message(timeout=TICK)
+                if note is None:
+                    with self._lock:
+                        idle = 0.0 if self._waits else idle + TICK
+                        if idle >= IDLE and self._pubsub is pubsub:
+                            self._pubsub = None  # the next wait subscribes on a new one
+                    continue
+                kind, channel = note.get("type"), note.get("channel")
+                with self._changed:
+                    if kind == "subscribe":
+                        self._got[channel] = self._got.get(channel, 0) + 1
+                        self._changed.notify_all()
+                    waits = list(self._waits.get(channel, ())) if kind == "message" else []
+                for wait in waits:
+                    wait.wake()
+        except ERRORS:
+            broken = True
+        finally:
+            self._lose(pubsub, close=True, wake=broken)
+
+    def _lose(self, pubsub: Any, close: bool = False, wake: bool = False) -> None:
+        """Forget ``pubsub`` (the next wait subscribes on a new one); ``wake``: every wait
+        is told, and subscribes again before its caller reads."""
+        with self._changed:
+            if self._pubsub is pubsub:
+                self._pubsub = None
+            self._changed.notify_all()
+            everyone = [w for waits in self._waits.values() for w in waits] if wake else []
+        if close:
+            with contextlib.suppress(*ERRORS, RuntimeError):
+                pubsub.close()
+        for wait in everyone:
+            wait.wake(lost=True)
+
+    def close(self) -> None:
+        """Stop: the reader closes the subscription within ``TICK`` seconds."""
+        with self._lock:
+            if self._pid == os.getpid():
+                self._pubsub = None

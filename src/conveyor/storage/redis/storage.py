@@ -37,7 +37,7 @@ from conveyor.storage.records import Retention, WorkerInfo
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.acks import RedisAcks
 from conveyor.storage.redis.aio import RedisAsync
-from conveyor.storage.redis.batch_wait import batch_waiter
+from conveyor.storage.redis.batch_wait import BatchSubscriptions
 from conveyor.storage.redis.connection import (
     REDIRECTS,
     TRANSIENT,
@@ -84,6 +84,7 @@ class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks, RedisAsync, ThreadedA
     def __init__(self, settings: Settings, link: Link, clock: Clock | None) -> None:
         super().__init__(settings, link, clock)
         self.repair = PendingRepair(self)
+        self._batch_waits = BatchSubscriptions(link)  # one subscription for every wait
 
     # -- hot path -----------------------------------------------------------------------
 
@@ -328,11 +329,12 @@ class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks, RedisAsync, ThreadedA
                 self.link.call("ZREM", self.keys.batches, batch_id)
 
     def batch_finished(self, batch_id: str) -> AbstractContextManager[BatchWaiter]:
-        """Wake-ups as the batch finishes (``redis/batch_wait.py``: a subscription); through
-        Sentinel none (a failover drops a subscription): the waiter sleeps."""
+        """Wake-ups as the batch finishes (``redis/batch_wait.py``: the process's shared
+        subscription); through Sentinel none (a failover drops a subscription): the waiter
+        sleeps."""
         if self.link.settings.sentinel:
             return sleeping()
-        return batch_waiter(self.link, self.keys.batch(batch_id).batch)
+        return self._batch_waits.watch(self.keys.batch(batch_id).batch)
 
     def tidy(self) -> bool:
         """Nothing to do: no old row versions pile up here (``Storage.tidy``)."""
@@ -367,5 +369,6 @@ class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks, RedisAsync, ThreadedA
 
     def close(self) -> None:
         """Release connections. Idempotent."""
+        self._batch_waits.close()
         if not self.link.closed:
             self.link.close()

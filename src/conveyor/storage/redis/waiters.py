@@ -11,7 +11,7 @@ its channel and id.
 Order: a channel's subscription is confirmed before ``watch`` returns, so whatever ends
 after the caller's next read is published to it. A connection that breaks wakes every wait;
 each subscribes again before its caller reads. The subscription is dropped after ``IDLE``
-seconds without a wait.
+seconds without a wait (``batch_wait.py`` holds the timings both share).
 """
 
 from __future__ import annotations
@@ -25,14 +25,9 @@ from typing import Any
 import redis
 from conveyor.errors import StorageUnavailable
 from conveyor.storage.aio import Waiter
+from conveyor.storage.redis.batch_wait import CONFIRM, ERRORS, IDLE, TICK
 
-__all__ = ["IDLE", "Subscriptions"]
-
-IDLE = 10.0
-"""Seconds without a registered wait after which the loop's subscription is dropped."""
-CONFIRM = 5.0  # seconds the server has to confirm a SUBSCRIBE
-_TICK = 0.25
-_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
+__all__ = ["Subscriptions"]
 
 
 class _Wait:
@@ -98,10 +93,10 @@ class Subscriptions:
                     self._pubsub = self.client.pubsub()
                 pubsub = self._pubsub
                 await pubsub.subscribe(channel)
-            except (*_ERRORS, redis.RedisError) as exc:
+            except (*ERRORS, redis.RedisError) as exc:
                 pubsub = self._pubsub
                 if self._reader is None and pubsub is not None:  # nobody else will close it
-                    with contextlib.suppress(*_ERRORS, RuntimeError):
+                    with contextlib.suppress(*ERRORS, RuntimeError):
                         await pubsub.aclose()
                 self._drop(pubsub)
                 raise self._unreachable(exc) from None
@@ -122,9 +117,9 @@ class Subscriptions:
         broken = False
         try:
             while self._pubsub is pubsub and idle < IDLE:
-                note = await pubsub.get_message(timeout=_TICK)
+                note = await pubsub.get_message(timeout=TICK)
                 if note is None:
-                    idle = 0.0 if self._waits else idle + _TICK
+                    idle = 0.0 if self._waits else idle + TICK
                     continue
                 channel = note.get("channel")
                 if note.get("type") == "subscribe":
@@ -134,12 +129,12 @@ class Subscriptions:
                 elif note.get("type") == "message":
                     for wait in list(self._waits.get((channel, note.get("data")), ())):
                         wait.event.set()
-        except _ERRORS:
+        except ERRORS:
             broken = True
         finally:
             if self._pubsub is pubsub:
                 self._drop(pubsub)
-            with contextlib.suppress(*_ERRORS, RuntimeError):
+            with contextlib.suppress(*ERRORS, RuntimeError):
                 await pubsub.aclose()
             if broken:
                 for waits in list(self._waits.values()):
