@@ -10,6 +10,7 @@ awaits on one loop, or 100 batch waits in one process, they failed.
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -134,3 +135,17 @@ def test_a_killed_batch_subscription_wakes_every_wait_and_subscribes_again(
         assert one.wait(60) is True
         assert two.wait(60) is True
     assert app.wait_batch(first, timeout=60)["complete"] is True
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_closing_the_store_under_a_waiting_reader_ends_it_quietly(
+    request: pytest.FixtureRequest, job: JobFunction
+) -> None:
+    app = request.getfixturevalue("app")
+    batch_id = _batch(app, job)
+    with app.storage.batch_finished(batch_id) as waiter:
+        assert waiter.wait(0.05) is False
+        app.close()  # the pool's sockets close under the reader thread
+        wait_until(lambda: not any(t.name == "conveyor-batch-waits" and t.is_alive()
+                                   for t in threading.enumerate()),
+                   30, what="the reader to end")

@@ -182,7 +182,8 @@ class Notices:
                     idle = 0.0 if self._waits else idle + _TICK
                     if idle >= IDLE and self._conn is conn:
                         self._conn = None  # the next watch opens a new one
-        except psycopg.Error:
+        except Exception:  # broken, or closed under the reader: redis-py and
+            # psycopg raise more than their own errors on a socket closed by another thread
             broken = True
         finally:
             with self._lock:

@@ -160,7 +160,8 @@ class BatchSubscriptions:
                     waits = list(self._waits.get(channel, ())) if kind == "message" else []
                 for wait in waits:
                     wait.wake()
-        except ERRORS:
+        except Exception:  # broken, or closed under the reader: redis-py and
+            # psycopg raise more than their own errors on a socket closed by another thread
             broken = True
         finally:
             self._lose(pubsub, close=True, wake=broken)
@@ -174,7 +175,7 @@ class BatchSubscriptions:
             self._changed.notify_all()
             everyone = [w for waits in self._waits.values() for w in waits] if wake else []
         if close:
-            with contextlib.suppress(*ERRORS, RuntimeError):
+            with contextlib.suppress(Exception):
                 pubsub.close()
         for wait in everyone:
             wait.wake(lost=True)

@@ -96,7 +96,7 @@ class Subscriptions:
             except (*ERRORS, redis.RedisError) as exc:
                 pubsub = self._pubsub
                 if self._reader is None and pubsub is not None:  # nobody else will close it
-                    with contextlib.suppress(*ERRORS, RuntimeError):
+                    with contextlib.suppress(Exception):
                         await pubsub.aclose()
                 self._drop(pubsub)
                 raise self._unreachable(exc) from None
@@ -129,12 +129,13 @@ class Subscriptions:
                 elif note.get("type") == "message":
                     for wait in list(self._waits.get((channel, note.get("data")), ())):
                         wait.event.set()
-        except ERRORS:
+        except Exception:  # broken, or closed under the reader: redis-py and
+            # psycopg raise more than their own errors on a socket closed by another thread
             broken = True
         finally:
             if self._pubsub is pubsub:
                 self._drop(pubsub)
-            with contextlib.suppress(*ERRORS, RuntimeError):
+            with contextlib.suppress(Exception):
                 await pubsub.aclose()
             if broken:
                 for waits in list(self._waits.values()):
