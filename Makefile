@@ -47,7 +47,7 @@ lint: install
 	$(VENV)/bin/mypy
 
 test: system-deps install lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
 
 unit: install
 	$(PY) -m pytest -q tests/unit tests/conformance -k "memory or sqlite"
