@@ -168,37 +168,40 @@ def drained(app: Conveyor) -> bool:
     return all(app.storage.count_jobs(state=s) == 0 for s in waiting)
 
 
-def wait_running(log: ExecLog, pid: int, app: Conveyor, batch_id: str) -> bool:
-    """Wait until process ``pid`` is running a job (True) or the batch is done (False)."""
-    def running() -> bool:
-        return any(run.pid == pid and run.ended is None
-                   for runs in log.executions().values() for run in runs)
+def wait_running(log: ExecLog, pids: Sequence[int], app: Conveyor, batch_id: str) -> list[int]:
+    """Wait until some of processes ``pids`` run a job: those that do (none once the batch
+    is done)."""
+    def running() -> list[int]:
+        busy = {run.pid for runs in log.executions().values() for run in runs
+                if run.ended is None}
+        return [pid for pid in pids if pid in busy]
 
     def done() -> bool:
         status = app.storage.get_batch(batch_id)
         return status is not None and status.complete
 
-    wait_until(lambda: running() or done(), 60, what=f"worker {pid} to run a job")
-    return not done()
+    wait_until(lambda: running() or done(), 60, what=f"one of workers {list(pids)} to run a job")
+    return [] if done() else running()
 
 
 def storm_while_running(faults: Any, app: Conveyor, batch_id: str, url: str, tag: str,
                         rng: Any, seconds: float = 8.0, **opts: Any) -> dict[int, float]:
-    """Two workers on ``url`` (``opts``: concurrency, lease, env), then a random one of them
-    SIGKILLed every ~1.5 s for ``seconds`` and started again at once, each time while it runs
-    a job; returns the kill time by pid. A kill proves something only when it hits a running
-    job: a worker just restarted (a Python start and a connection, ~1 s, longer on a loaded
-    machine; a group join on Kafka) may not run one yet, so it is waited for, unless the batch
-    is done."""
+    """Two workers on ``url`` (``opts``: concurrency, lease, env, args), then a random one of
+    them SIGKILLed every ~1.5 s for ``seconds`` and started again at once, each time while it
+    runs a job; returns the kill time by pid. A kill proves something only when it hits a running
+    job: the one killed is drawn from those running one, waited for if none does (a worker just
+    restarted: a Python start and a connection, ~1 s, longer on a loaded machine; a group join
+    on Kafka; or one whose broker prefetch went to its sibling), unless the batch is done."""
     workers = [faults.worker(url, name=f"{tag}{i}", **opts) for i in range(2)]
     wait_until(lambda: faults.log.starts() > 20, 60, what="the workers to start working")
     kills: dict[int, float] = {}
     storm_end = time.time() + seconds
     while time.time() < storm_end:
         time.sleep(rng.uniform(1.2, 1.8))
-        i = rng.randrange(2)
-        if not wait_running(faults.log, workers[i].pid, app, batch_id):
+        busy = wait_running(faults.log, [w.pid for w in workers], app, batch_id)
+        if not busy:
             break
+        i = [w.pid for w in workers].index(rng.choice(busy))
         kills[workers[i].pid] = workers[i].kill9()
         workers[i] = faults.worker(url, name=f"{tag}{len(faults.workers)}", **opts)
     return kills
