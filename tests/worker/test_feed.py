@@ -6,9 +6,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
+
+import pytest
 
 from conveyor import Conveyor, FakeClock
 from conveyor.broker import open_broker
+from conveyor.errors import StorageUnavailable
 from conveyor.storage.outbox import Outbox, as_outbox
 from conveyor.worker.config import QueueWeight, WorkerConfig
 from conveyor.worker.feed import BrokerFeed
@@ -84,3 +88,41 @@ def test_an_old_message_reaching_another_worker_does_not_take_the_job_over() -> 
         [taken] = third.take(["default"], 10, 0.0)
         assert taken.id == job_id and taken.recoveries == 1 and taken.token != job.token
         third.close()
+
+
+class _Outage:
+    """The store's outbox, whose next ``start`` fails as an outage would (a real memory store
+    behind it: only the failure is made)."""
+
+    def __init__(self, outbox: Outbox, failures: int) -> None:
+        self.outbox = outbox
+        self.failures = failures
+
+    def start(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failures > 0:
+            self.failures -= 1
+            raise StorageUnavailable("the store is unreachable")
+        return self.outbox.start(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.outbox, name)
+
+
+def test_deliveries_whose_start_failed_are_started_once_the_store_answers() -> None:
+    # A delivery consumed while the store did not answer was neither started nor settled:
+    # the broker does not hand it to the same live consumer again, so its job waited for the
+    # sweep (republish_after, 300 s) — and on Kafka its offset held the partition's commit
+    # point back, and its key's later jobs with it.
+    with one_job(FakeClock()) as (app, outbox, job_id, broker_url, _):
+        config = WorkerConfig(queues=(QueueWeight("default"),), worker_id="w1")
+        feed = BrokerFeed(open_broker(broker_url), _Outage(outbox, 1), config)  # type: ignore[arg-type]
+        feed.broker.publish("default", outbox.publish_due("default", 10, 300.0))
+        with pytest.raises(StorageUnavailable):
+            feed.take(["default"], 10, 0.0)
+        [job] = feed.take(["default"], 10, 0.0)
+        assert job.id == job_id and feed.held == 1
+        record = app.get_job(job_id)
+        assert record is not None and record.state.value == "active"
+        feed.settle([job_id])
+        assert feed.held == 0 and feed.take(["default"], 10, 0.0) == []
+        feed.close()

@@ -30,10 +30,21 @@ class BrokerFeed:
         self.config = config
         self._lock = threading.Lock()
         self._held: dict[str, Delivery] = {}  # job id -> the delivery that started it
+        self._unstarted: list[Delivery] = []  # consumed while the store did not answer
 
     def take(self, order: Sequence[str], free: int, timeout: float) -> list[LeasedJob]:
-        """Up to ``free`` jobs started from deliveries, queues tried in ``order``."""
-        deliveries = self.broker.consume([(name, 0) for name in order], free, timeout)
+        """Up to ``free`` jobs started from deliveries, queues tried in ``order``.
+
+        Deliveries of a ``start`` that failed (the store did not answer) are kept and started
+        first on the next call: the broker does not hand a live consumer's unsettled delivery
+        to it again, and handing it back (a requeue) would count against the message's
+        delivery limit at every failed call of a long outage."""
+        with self._lock:
+            deliveries, self._unstarted = self._unstarted[:free], self._unstarted[free:]
+        if len(deliveries) < free:
+            deliveries += self.broker.consume([(name, 0) for name in order],
+                                              free - len(deliveries),
+                                              0.0 if deliveries else timeout)
         if not deliveries:
             return []
         per_queue: dict[str, list[Delivery]] = defaultdict(list)
@@ -47,23 +58,36 @@ class BrokerFeed:
             else:
                 per_queue[delivery.queue].append(delivery)
         started: list[LeasedJob] = []
-        for queue, group in per_queue.items():
-            replies = self.outbox.start(
-                queue, [Arrival(d.job_id, d.redelivered, d.message_id) for d in group],
-                self.config.worker_id,
-                self.config.lease, self.config.max_recoveries)
-            for delivery, reply in zip(group, replies, strict=True):
-                if reply.kind is StartKind.STARTED and reply.job is not None:
-                    started.append(reply.job)
+        groups = list(per_queue.items())
+        try:
+            for index, (queue, group) in enumerate(groups):
+                try:
+                    replies = self.outbox.start(
+                        queue, [Arrival(d.job_id, d.redelivered, d.message_id) for d in group],
+                        self.config.worker_id, self.config.lease, self.config.max_recoveries)
+                except Exception:
+                    # None of this group, nor of the queues after it, is started or settled.
+                    # A start that committed before failing left its jobs active under a
+                    # lease nobody runs: the next start of them says RUNNING, and the lease's
+                    # expiry recovers them.
                     with self._lock:
-                        older = self._held.pop(reply.job.id, None)
-                        self._held[reply.job.id] = delivery
-                    if older is not None:  # this worker took its own job over: one message
-                        settle.append(older)
-                else:
-                    settle.append(delivery)
-        if settle:
-            self.broker.ack(settle)
+                        self._unstarted = [d for _, g in groups[index:] for d in g]
+                    if started:
+                        return started  # run what did start; the next call meets the outage
+                    raise
+                for delivery, reply in zip(group, replies, strict=True):
+                    if reply.kind is StartKind.STARTED and reply.job is not None:
+                        started.append(reply.job)
+                        with self._lock:
+                            older = self._held.pop(reply.job.id, None)
+                            self._held[reply.job.id] = delivery
+                        if older is not None:  # this worker took its own job over
+                            settle.append(older)
+                    else:
+                        settle.append(delivery)
+        finally:
+            if settle:
+                self.broker.ack(settle)
         return started
 
     def _holds(self, job_id: str) -> bool:
@@ -87,4 +111,5 @@ class BrokerFeed:
         """Close the connection: deliveries still held go back to the broker."""
         with self._lock:
             self._held.clear()
+            self._unstarted = []
         self.broker.close()
