@@ -80,7 +80,8 @@ def _instrument(launcher: Launcher, calls: Calls) -> None:
 
 
 def drain(store: str, broker: str | None, jobs: int, concurrency: int,
-          calls: Calls | None = None, server_url: str = "") -> tuple[float, float]:
+          calls: Calls | None = None, server_url: str = "",
+          window: int = 0) -> tuple[float, float]:
     """(jobs/s, CPU µs per job) for one drain of ``jobs`` no-op jobs."""
     with tempfile.TemporaryDirectory() as tmp:
         tag = uuid.uuid4().hex[:10]
@@ -95,7 +96,7 @@ def drain(store: str, broker: str | None, jobs: int, concurrency: int,
             return None
 
         noop.enqueue_many(([] for _ in range(jobs)), return_refs=False)
-        launcher = Launcher(app, WorkerConfig(concurrency=concurrency, relay_window=0))
+        launcher = Launcher(app, WorkerConfig(concurrency=concurrency, relay_window=window))
         if calls is not None:
             _instrument(launcher, calls)
         cpu, start = _cpu(), time.perf_counter()
@@ -117,6 +118,8 @@ def main() -> None:
     parser.add_argument("--broker", default="memory", choices=("memory", "rabbitmq"))
     parser.add_argument("-c", "--concurrency", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--window", type=int, action="append",
+                        help="the relay's window (repeat to compare; default: the worker's)")
     parser.add_argument("--calls", action="store_true",
                         help="print the calls the worker waits on, per drain")
     args = parser.parse_args()
@@ -132,10 +135,13 @@ def main() -> None:
             server_url = server.url
         print("| round | worker | jobs/s | CPU µs/job |\n|---|---|---|---|")
         for n in range(args.rounds):
-            for label, via in (("store only", None), (f"+ {args.broker}", broker)):
+            runs = [("store only", None, 0)] + [
+                (f"+ {args.broker}" + (f" window {w}" if w else ""), broker, w)
+                for w in (args.window or [0])]
+            for label, via, window in runs:
                 calls = Calls() if args.calls else None
                 rate, cpu = drain(args.store, via, args.jobs, args.concurrency, calls,
-                                  server_url)
+                                  server_url, window)
                 print(f"| {n + 1} | {args.store} {label} | {rate:,.0f} | {cpu:.0f} |",
                       flush=True)
                 if calls is not None:

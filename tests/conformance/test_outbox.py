@@ -260,6 +260,41 @@ def test_one_call_answers_each_delivery_in_order(backend: Backend) -> None:
         (a, StartKind.RUNNING)]
 
 
+def test_one_call_of_every_kind_of_delivery_answers_each_in_its_order(
+        backend: Backend, clock: FakeClock) -> None:
+    """Plain deliveries mixed with every other kind in one call, as a worker's fetch of many
+    messages brings them: each reply where its delivery was, each job moved as if alone."""
+    flow = FlowControl(concurrency_key="k", concurrency_limit=1)
+    holder = started(backend, put(backend, flow=flow), message="m0")
+    gated = put(backend, flow=flow)  # its key is held by ``holder``
+    running = put(backend)
+    old = started(backend, running, message="m1", lease=600)
+    late = put(backend, deadline=clock.now() + 5)
+    a, b, c = put(backend), put(backend), put(backend)
+    done = put(backend)
+    assert ack(backend, started(backend, done))
+    clock.advance(6)
+    deliveries = [Arrival(b, False, "mb"), Arrival(running, True, "m1"), Arrival(gated, False),
+                  Arrival(a, False, "ma"), Arrival(late, False), Arrival(b, True, "mb"),
+                  Arrival(done, False), Arrival(c, True, None), Arrival(running, False),
+                  Arrival("nope", False)]
+    replies = box(backend).start("default", deliveries, "w2", 30.0)
+    assert [(r.job_id, r.kind) for r in replies] == [
+        (b, StartKind.STARTED), (running, StartKind.STARTED), (gated, StartKind.PARKED),
+        (a, StartKind.STARTED), (late, StartKind.SKIPPED), (b, StartKind.RUNNING),
+        (done, StartKind.SKIPPED), (c, StartKind.STARTED), (running, StartKind.RUNNING),
+        ("nope", StartKind.SKIPPED)]
+    jobs = {r.job_id: r.job for r in replies if r.job is not None}
+    assert jobs[running].recoveries == 1 and not ack(backend, old)  # taken over, old fenced
+    for job_id in (a, b, c, running):
+        assert ack(backend, jobs[job_id])
+        assert state_of(backend, job_id) is JobState.SUCCEEDED
+        assert kinds_of(backend, job_id).count(EventKind.STARTED) >= 1
+    assert state_of(backend, late) is JobState.DEAD
+    assert state_of(backend, gated) is JobState.PENDING and ack(backend, holder)
+    assert due(backend) == [gated]  # the ack freed its key
+
+
 def test_a_paused_queue_parks_a_delivery_and_publishes_it_after_resume(backend: Backend) -> None:
     job_id = put(backend)
     assert due(backend) == [job_id]

@@ -129,7 +129,9 @@ class Outbox(Protocol):
           (``recovered`` event, ``recoveries`` + 1, ``dead`` past ``max_recoveries``) and
           leased to this worker:
           STARTED with a new token, so the old holder's ack is refused (fencing);
-        * anything else (finished, cancelled, scheduled, unknown id) -> SKIPPED, untouched.
+        * anything else (finished, cancelled, scheduled, unknown id) -> SKIPPED, untouched;
+        * a job named again later in the same call -> RUNNING (a duplicate), whatever its
+          flags: only its first delivery in the call counts.
         """
         ...
 

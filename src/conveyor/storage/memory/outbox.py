@@ -93,9 +93,16 @@ class MemoryOutbox(MemoryState):
             now = self.now()
             budget = ScanBudget()
             self._flow.forget_idle_rates(now)
-            return [self._start_one(job_id, redelivered, message, worker_id, lease_seconds,
-                                    max_recoveries, now, budget)
-                    for job_id, redelivered, message in arrivals(deliveries)]
+            replies: list[StartReply] = []
+            seen: set[str] = set()
+            for job_id, redelivered, message in arrivals(deliveries):
+                if job_id in seen:  # a second message for it in one call: a duplicate
+                    replies.append(StartReply(job_id, StartKind.RUNNING))
+                    continue
+                seen.add(job_id)
+                replies.append(self._start_one(job_id, redelivered, message, worker_id,
+                                               lease_seconds, max_recoveries, now, budget))
+            return replies
 
     def _start_one(self, job_id: str, redelivered: bool, message: str | None, worker_id: str,
                    lease_seconds: float, max_recoveries: int, now: float,
