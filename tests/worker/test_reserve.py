@@ -251,3 +251,19 @@ def test_a_recovered_job_leased_ahead_waits_in_the_reserve_instead_of_bouncing(
         launcher.threads.stop(5.0)
     assert sorted(ran)[:1] == [-1] and {10, 11} <= set(ran)
     assert app.get_job(suspect.id).state is JobState.SUCCEEDED  # type: ignore[union-attr]
+
+
+def test_a_worker_fed_by_a_broker_may_lease_four_times_more_ahead(tmp_path: Any) -> None:
+    """Its prefetched messages are held for it alone, so a bigger reserve takes no work from
+    another worker; an explicit ``reserve`` wins either way."""
+    config = WorkerConfig(concurrency=5)
+    assert (config.reserve_limit(), config.reserve_limit(broker=True)) == (20, 80)
+    assert WorkerConfig(concurrency=5, reserve=7).reserve_limit(broker=True) == 7
+    plain = Conveyor(f"sqlite:///{tmp_path}/plain.db")
+    fed = Conveyor(f"sqlite:///{tmp_path}/fed.db", broker=f"memory://{tmp_path.name}")
+    try:
+        assert Launcher(plain, config).reserve.limit == 20
+        assert Launcher(fed, config).reserve.limit == 80
+    finally:
+        plain.close()
+        fed.close()

@@ -88,7 +88,8 @@ class WorkerConfig:
     ack_batch: int = 500
     #: Jobs leased ahead of the free slots (worker/reserve.py): at most what this process
     #: starts in ``reserve_window`` seconds at its recent pace, and at most ``reserve``
-    #: (None: four times ``concurrency``). ``reserve=0`` leases only for free slots.
+    #: (None: four times ``concurrency``, sixteen with a broker). ``reserve=0`` leases only
+    #: for free slots.
     reserve: int | None = None
     reserve_window: float = 0.05
     #: With a broker (docs/design.md §7): messages the relay lets wait in each broker queue
@@ -117,11 +118,14 @@ class WorkerConfig:
         if self.republish_after <= 0:
             raise ValueError("republish_after must be more than 0 seconds")
 
-    @property
-    def reserve_limit(self) -> int:
-        """Jobs at most held ahead of the free slots (``reserve``; by default four times
-        ``concurrency``)."""
-        return 4 * self.concurrency if self.reserve is None else self.reserve
+    def reserve_limit(self, *, broker: bool = False) -> int:
+        """Jobs at most held ahead of the free slots: ``reserve``; by default four times
+        ``concurrency``, or sixteen for a worker a broker feeds — the messages its prefetch
+        holds are handed to no other worker anyway, so leasing more of them ahead takes no
+        work from an idle one, and each start in the store carries more jobs."""
+        if self.reserve is not None:
+            return self.reserve
+        return (16 if broker else 4) * self.concurrency
 
     @property
     def queue_names(self) -> tuple[str, ...]:
