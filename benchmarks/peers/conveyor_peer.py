@@ -24,6 +24,8 @@ from conveyor import chain as conveyor_chain
 
 PG_SCHEMA = "bench"  # the suite's conveyor (postgres) URL ends with ?schema=bench
 BROKER = os.environ.get("BENCH_CONVEYOR_BROKER") or None
+if BROKER and os.environ.get("BENCH_BROKER_EXTRA"):  # options to compare (README)
+    BROKER += ("&" if "?" in BROKER else "?") + os.environ["BENCH_BROKER_EXTRA"]
 app = Conveyor(os.environ.get("BENCH_CONVEYOR_URL", "memory://"), broker=BROKER)
 
 
