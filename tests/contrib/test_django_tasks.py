@@ -64,3 +64,21 @@ def test_a_django_project_runs_its_tasks_on_conveyor(store: str, tmp_path: Path,
     assert signals[flaky_id[0]] == [("enqueued", "READY"), ("started", "RUNNING"),
                                     ("finished", "FAILED"), ("started", "RUNNING"),
                                     ("finished", "SUCCESSFUL")]
+
+
+@pytest.mark.parametrize("store", ["sqlite"])
+def test_enqueue_returns_ready_even_if_a_worker_started_the_task_already(
+        store: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Found by CI on Redis, where an idle worker leases a job one round trip after it is
+    stored: ``enqueue`` read the job back and returned ``RUNNING``. Django's contract (and
+    this backend's docstring) is ``READY``: what was enqueued, ``refresh()`` for news."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.contrib.django_project.settings",
+           "DJANGO_TEST_DB": str(tmp_path / "django.db"), "SIGNAL_LOG": str(tmp_path / "sig"),
+           "CONVEYOR_URL": backend_url(store, tmp_path, request.getfixturevalue),
+           "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-m", "tests.contrib.django_project.race"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-3000:]
+    seen = json.loads(run.stdout)
+    assert seen["stored"] == "active"  # the race was really run: a worker holds it
+    assert (seen["returned"], seen["signal"]) == ("READY", ["READY"])

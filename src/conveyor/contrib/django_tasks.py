@@ -126,8 +126,13 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         if ref is None:
             raise _errors.InvalidTaskError("a conveyor client middleware stopped the enqueue")
         record = self.app.get_job(ref.id)
-        result = (_result(task, record, self.alias) if record is not None else
-                  _new_result(task, ref.id, args, kwargs, self.alias))
+        if ref.created or record is None:
+            # What was enqueued, even if a worker has started it since (an idle worker leases
+            # a job one round trip after it is stored); ``refresh()`` reads the news.
+            result = _new_result(task, ref.id, args, kwargs, self.alias,
+                                 enqueued_at=_when(record.created_at) if record else None)
+        else:  # a unique job that already existed: it is what the caller got
+            result = _result(task, record, self.alias)
         _signals.task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -162,8 +167,9 @@ def _resolved(options: dict[str, Any], func: Callable[..., Any], args: Any,
     return out
 
 
-def _new_result(task: Any, job_id: str, args: Any, kwargs: Any, alias: str) -> Any:
-    return TaskResult(task=task, id=job_id, status=Status.READY, enqueued_at=None,
+def _new_result(task: Any, job_id: str, args: Any, kwargs: Any, alias: str,
+                enqueued_at: datetime | None = None) -> Any:
+    return TaskResult(task=task, id=job_id, status=Status.READY, enqueued_at=enqueued_at,
                       started_at=None, finished_at=None, last_attempted_at=None,
                       args=list(args), kwargs=dict(kwargs), backend=alias, errors=[],
                       worker_ids=[])
