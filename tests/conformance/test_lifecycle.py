@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import threading
 
+import pytest
+
 from conveyor.clock import FakeClock
 from conveyor.job import Event, EventKind, JobSpec, JobState, Outcome
 from conveyor.storage import Backend
@@ -218,6 +220,28 @@ def test_dequeue_takes_queues_in_the_order_given(backend: Backend) -> None:
     jobs = take(backend, ["high", "low"], count=3)
     assert [j.id for j in jobs] == [*high, low[0]]
     assert {j.queue for j in jobs} == {"high", "low"}
+
+
+@pytest.mark.parametrize("expired", [False, True], ids=["plain", "with-a-passed-deadline"])
+def test_one_dequeue_answers_queue_by_queue_and_oldest_first(
+        backend: Backend, clock: FakeClock, expired: bool) -> None:
+    """Jobs of two queues enqueued turn by turn, a queue named twice, a paused one between:
+    the answer is the first queue's jobs oldest first, then the next one's. A job past its
+    deadline in a named queue (which PostgreSQL answers by another path) changes nothing
+    but that job, which ends dead."""
+    a, b = [], []
+    for _ in range(3):
+        a.append(put(backend, "a"))
+        b.append(put(backend, "b"))
+    put(backend, "paused")
+    backend.pause_queue("paused")
+    late = put(backend, "late", deadline=clock.now() + 1) if expired else None
+    clock.advance(2)
+    jobs = take(backend, ["b", "paused", "late", "a", "b"], count=5)
+    assert [j.id for j in jobs] == [*b, *a[:2]]
+    assert [j.attempt for j in jobs] == [1] * 5
+    if late is not None:
+        assert state_of(backend, late) == JobState.DEAD
 
 
 def test_dequeue_ignores_other_queues(backend: Backend) -> None:

@@ -9,6 +9,7 @@ once for its whole life.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +18,7 @@ import psycopg
 import pytest
 
 from conveyor.ids import new_id
-from conveyor.job import Ack, JobSpec, Outcome
+from conveyor.job import Ack, BatchSpec, JobSpec, Outcome
 from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
 from tests.postgres import schema_conn
 
@@ -32,14 +33,21 @@ def store(postgres_server: Any) -> Iterator[PostgresStorage]:
     storage.close()
 
 
-def _plans(conn: psycopg.Connection[Any], statement: str) -> list[str]:
-    """The plan of every statement ``statement`` runs, nested ones included."""
+def _explained(conn: psycopg.Connection[Any]) -> list[str]:
+    """From now on, the plan of every statement ``conn`` runs (nested ones included) is
+    appended to the list returned."""
     plans: list[str] = []
     conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
     conn.execute("LOAD 'auto_explain'")
     for setting in ("log_min_duration = 0", "log_nested_statements = on",
                     "log_level = notice"):
         conn.execute(f"SET auto_explain.{setting}")
+    return plans
+
+
+def _plans(conn: psycopg.Connection[Any], statement: str) -> list[str]:
+    """The plan of every statement ``statement`` runs, nested ones included."""
+    plans = _explained(conn)
     conn.execute(statement)
     return plans
 
@@ -77,13 +85,8 @@ def test_plans_made_on_a_few_jobs_still_look_jobs_up_by_key_once_thousands_arriv
     first = store.dequeue(["default"], "w1", 8, 30)
     store.ack([Ack(j.id, j.token, Outcome.SUCCEEDED) for j in first])  # planned on 3 jobs
     store.enqueue(_jobs(5000))
-    plans: list[str] = []
-    conn = store._db.read()  # the connection the storage's calls on this thread use
-    conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
-    conn.execute("LOAD 'auto_explain'")
-    for setting in ("log_min_duration = 0", "log_nested_statements = on",
-                    "log_level = notice"):
-        conn.execute(f"SET auto_explain.{setting}")
+    # the connection the storage's calls on this thread use
+    plans = _explained(store._db.read())
     leased = store.dequeue(["default"], "w1", 8, 30)
     assert store.ack([Ack(j.id, j.token, Outcome.SUCCEEDED) for j in leased]) == [True] * 8
     assert any("jobs_pkey" in p for p in plans), plans
@@ -124,3 +127,35 @@ def test_the_jobs_table_is_vacuumed_after_a_fixed_number_of_changes(
     assert options["autovacuum_vacuum_scale_factor"] == "0"
     assert options["autovacuum_vacuum_insert_scale_factor"] == "0"
     assert int(options["autovacuum_vacuum_threshold"]) <= 10000
+
+
+def _lease_plans(store: PostgresStorage, queues: list[str]) -> tuple[list[Any], list[str]]:
+    """What one lease call answers, and the plans of the statements it ran."""
+    conn = store._db.read()  # the connection the storage's calls on this thread use
+    plans = _explained(conn)
+    leased = store.dequeue(queues, "w1", 4, 30)
+    conn.execute("SET auto_explain.log_min_duration = -1")
+    return leased, plans
+
+
+def test_a_lease_of_plain_jobs_is_one_statement_and_any_other_takes_the_full_path(
+        store: PostgresStorage) -> None:
+    """Migration 014: a call whose queues hold no job past its deadline and no
+    flow-controlled job locks its jobs and leases them, batch start included, with one
+    statement (no call of ``dequeue_each`` or ``batch_moves``); a job past its deadline in
+    any queue the call names sends the whole call through ``dequeue_each``, as before."""
+    store.create_batch(BatchSpec(id="b1"))
+    store.enqueue([JobSpec(id=new_id(), name="t.x", queue="default", payload="[]",
+                           batch_id="b1") for _ in range(3)])
+    leased, plans = _lease_plans(store, ["default"])
+    assert len(leased) == 3
+    assert not [p for p in plans if "dequeue_each(" in p or "batch_moves(" in p], plans
+    assert [p for p in plans if "UPDATE batches SET started_at" in p]
+    status = store.get_batch("b1")
+    assert status is not None and status.started_at is not None
+    store.enqueue([JobSpec(id=new_id(), name="t.x", queue="default", payload="[]"),
+                   JobSpec(id=new_id(), name="t.x", queue="late", payload="[]",
+                           deadline=time.time() - 1)])
+    leased, plans = _lease_plans(store, ["default", "late"])
+    assert len(leased) == 1
+    assert [p for p in plans if "dequeue_each(" in p], plans
