@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from conveyor.ids import new_id
-from conveyor.job import Ack, BatchSpec, JobSpec, Outcome
+from conveyor.job import Ack, BatchSpec, JobSpec, Node, Outcome
 from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
 from tests.postgres import schema_conn
 
@@ -159,3 +159,30 @@ def test_a_lease_of_plain_jobs_is_one_statement_and_any_other_takes_the_full_pat
     leased, plans = _lease_plans(store, ["default", "late"])
     assert len(leased) == 1
     assert [p for p in plans if "dequeue_each(" in p], plans
+
+
+def test_only_a_workflow_s_own_jobs_call_the_mark_trigger(store: PostgresStorage) -> None:
+    """Migration 15: the acks of a plain batch's jobs run no lookup in ``wf_nodes`` (the
+    trigger's WHEN clause reads the row's ``wf`` flag); a workflow node's ack does, and marks
+    the node for its children."""
+    store.create_batch(BatchSpec(id="plain"))
+    store.enqueue([JobSpec(id=new_id(), name="t.x", queue="default", payload="[]",
+                           batch_id="plain") for _ in range(3)])
+    store.create_batch(BatchSpec(id="graph", kind="workflow"))
+    parent, child = new_id(), new_id()
+    store.enqueue([
+        JobSpec(id=child, name="t.x", queue="wf", payload="[]", batch_id="graph",
+                node=Node((parent,), (), "fail", "")),
+        JobSpec(id=parent, name="t.x", queue="wf", payload="[]", batch_id="graph",
+                node=Node((), (child,), "fail", ""))])
+    conn = store._db.read()
+    plans = _explained(conn)
+    leased = store.dequeue(["default"], "w1", 5, 30)
+    assert store.ack([Ack(j.id, j.token, Outcome.SUCCEEDED) for j in leased]) == [True] * 3
+    assert not [p for p in plans if "wf_nodes" in p], plans
+    [node] = store.dequeue(["wf"], "w1", 5, 30)
+    assert node.id == parent
+    assert store.ack([Ack(node.id, node.token, Outcome.SUCCEEDED)]) == [True]
+    conn.execute("SET auto_explain.log_min_duration = -1")
+    assert [p for p in plans if "wf_nodes" in p]
+    assert [j.id for j in store.dequeue(["wf"], "w1", 5, 30)] == [child]

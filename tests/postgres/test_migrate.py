@@ -13,9 +13,10 @@ import pytest
 
 from conveyor.cli.main import main
 from conveyor.errors import StorageURLError
-from conveyor.job import Ack, BatchSpec, EnqueueResult, JobSpec, JobState, Outcome
+from conveyor.job import Ack, BatchSpec, EnqueueResult, JobSpec, JobState, Node, Outcome
 from conveyor.storage import open_storage
 from conveyor.storage.postgres import acks, jobs
+from conveyor.storage.postgres import graph as graph_sql
 from conveyor.storage.postgres.connection import parse_postgres_url
 from conveyor.storage.postgres.migrate import latest_version, migrations
 from conveyor.storage.records import WorkerInfo
@@ -250,3 +251,43 @@ def test_a_worker_of_the_previous_release_still_starts_jobs_after_migration_7(
         assert again is not None and again[0] == "started" and again[2] == 1
     finally:
         store.close()
+
+
+def test_a_workflow_stored_before_migration_15_still_releases_its_children(
+        postgres_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 15 fires the mark trigger for the jobs flagged as nodes only: it flags the
+    nodes already stored, so a workflow in flight across the upgrade goes on."""
+    url = _url(postgres_server)
+    before = [m for m in migrations() if m[0] < 15]
+    monkeypatch.setattr("conveyor.storage.postgres.migrate.migrations", lambda: before)
+    # the code of version 14's time wrote no flag
+    monkeypatch.setattr(graph_sql, "store", _store_without_flag)
+    old = open_storage(url)
+    old.create_batch(BatchSpec(id="g", kind="workflow"))
+    parent, child = "parent-" + uuid.uuid4().hex, "child-" + uuid.uuid4().hex
+    assert all(r.created for r in old.enqueue([
+        JobSpec(id=child, name="t.x", queue="wf", payload="[]", batch_id="g",
+                node=Node((parent,), (), "fail", "")),
+        JobSpec(id=parent, name="t.x", queue="wf", payload="[]", batch_id="g",
+                node=Node((), (child,), "fail", ""))]))
+    old.close()
+    monkeypatch.undo()
+    assert 15 not in _versions(url)
+    store = open_storage(url)
+    try:
+        assert _versions(url) == _SHIPPED
+        assert ack(store, take_one(store, ["wf"]))
+        assert take_one(store, ["wf"]).id == child
+    finally:
+        store.close()
+
+
+def _store_without_flag(cur: Any, now: float, specs: Any, results: Any) -> None:
+    """postgres/graph.py's ``store`` as version 14 ran it: no ``wf`` column to set."""
+    created = [s for s, r in zip(specs, results, strict=True) if r.created and s.node]
+    cur.executemany("INSERT INTO wf_nodes (id, node, unsettled) VALUES (%s, %s, %s)",
+                    [(s.id, json.dumps(s.node.to_wire()), len(s.node.parents)) for s in created])
+    cur.execute("UPDATE jobs SET state = 'waiting', ready_at = NULL WHERE id = ANY(%s)",
+                ([s.id for s in created if s.waits],))
+    rows = [("g", "pending", "waiting") for s in created if s.waits]
+    graph_sql.batches.apply(cur, now, rows)

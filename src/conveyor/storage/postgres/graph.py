@@ -30,8 +30,9 @@ MARKS_PER_ROUND = 500
 
 def store(cur: Cursor, now: float, specs: Sequence[JobSpec],
           results: Sequence[EnqueueResult]) -> None:
-    """In the enqueue's transaction: node rows of the created workflow jobs, and the nodes
-    with parents moved from pending (where ``enqueue`` put them) to waiting."""
+    """In the enqueue's transaction: node rows of the created workflow jobs, their jobs
+    flagged as nodes (``wf``: the mark triggers fire for them alone, migration 15), and the
+    nodes with parents moved from pending (where ``enqueue`` put them) to waiting."""
     created = [s for s, r in zip(specs, results, strict=True) if r.created and s.node]
     if not created:
         return
@@ -40,9 +41,12 @@ def store(cur: Cursor, now: float, specs: Sequence[JobSpec],
         "ON CONFLICT (id) DO NOTHING",
         [(s.id, json.dumps(s.node.to_wire()), len(s.node.parents)) for s in created if s.node])
     waiting = [s.id for s in created if s.waits]
+    # every node but those the next statement moves to waiting (and flags) in its write
+    cur.execute("UPDATE jobs SET wf = true WHERE id = ANY(%s) "
+                "AND NOT (id = ANY(%s) AND state = 'pending')", ([s.id for s in created], waiting))
     if waiting:
         rows = cur.execute(
-            "UPDATE jobs SET state = 'waiting', ready_at = NULL, "
+            "UPDATE jobs SET wf = true, state = 'waiting', ready_at = NULL, "
             "events = event_line(%s::float8, 'enqueued', 'waiting') "
             "WHERE id = ANY(%s) AND state = 'pending' RETURNING batch_id", (now, waiting),
         ).fetchall()
