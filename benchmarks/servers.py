@@ -10,13 +10,7 @@ directories; nothing else ever connects to them.
 
 from __future__ import annotations
 
-import random
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
-
+from tests.support import redis_server as support
 from tests.support.kafka import TansuServer, tansu_binary
 from tests.support.postgres_server import PostgresServer, postgres_bin_dir
 from tests.support.rabbitmq import RabbitServer, rabbitmq_installed
@@ -24,70 +18,41 @@ from tests.support.rabbitmq import RabbitServer, rabbitmq_installed
 import redis
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now, below 55536 so that the Cluster bus
-    port (port + 10000) is valid too."""
-    while True:
-        port = random.randint(20000, 55000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-
-
 class RedisServer:
-    """One ``redis-server``; ``cluster=True`` starts it in cluster mode."""
+    """One ``redis-server`` (``tests/support/redis_server.py``), started now.
 
-    def __init__(self, cluster: bool = False) -> None:
-        self.port = free_port()
-        self.dir = tempfile.mkdtemp(prefix="bench-redis-")
-        cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-               "--appendonly", "no", "--dir", self.dir, "--logfile", f"{self.dir}/redis.log"]
-        if cluster:
-            cmd += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        client = redis.Redis(port=self.port)
-        for _ in range(200):
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.02)
-        client.close()
+    The test suite's: it refuses a server that exits at start or does not answer in time
+    with a one-line error. The suite's own copy pinged with redis-py, whose retries with
+    backoff kept a run silent for tens of minutes when a node had failed to start.
+    """
+
+    def __init__(self) -> None:
+        self.server = support.RedisServer().start()
+        self.port = self.server.port
+        self.url = self.server.url
 
     def version(self) -> str:
         """The server's ``redis_version``."""
         return str(redis.Redis(port=self.port).info("server")["redis_version"])
 
     def stop(self) -> None:
-        """Terminate the server and remove its directory."""
-        self.proc.terminate()
-        self.proc.wait(10)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        """Stop the server and remove its directory."""
+        self.server.cleanup()
 
 
 class RedisCluster:
-    """Three cluster-mode servers joined by ``redis-cli --cluster create`` (no replicas)."""
+    """Three cluster-mode masters joined by ``redis-cli --cluster create``
+    (``tests/support/redis_server.py``), started now: each on a port whose cluster-bus twin
+    (port + 10000) was free too. The suite's own copy checked the port alone, and a node
+    whose bus port was taken aborted at start (``Failed listening on port … (cluster)``)."""
 
     def __init__(self) -> None:
-        self.nodes = [RedisServer(cluster=True) for _ in range(3)]
-        addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
-        subprocess.run(["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "0",
-                        "--cluster-yes"], check=True, capture_output=True, timeout=60)
-        client = redis.Redis(port=self.nodes[0].port)
-        for _ in range(500):
-            if client.cluster("info").get("cluster_state") == "ok":
-                break
-            time.sleep(0.02)
-        self.url = "redis+cluster://" + ",".join(addrs)
+        self.cluster = support.RedisCluster().start()
+        self.url = self.cluster.url
 
     def stop(self) -> None:
         """Stop every node."""
-        for n in self.nodes:
-            n.stop()
+        self.cluster.stop()
 
 
 # One database per PostgreSQL engine (its tables and their bytes are its own) and one for the

@@ -214,19 +214,39 @@ class RedisCluster:
     """A local Redis Cluster: ``masters`` cluster-enabled servers joined by ``redis-cli``."""
 
     def __init__(self, masters: int = 3) -> None:
-        self.nodes = [
-            RedisServer(
-                extra=[
-                    "--cluster-enabled", "yes",
-                    "--cluster-config-file", "nodes.conf",
-                    "--cluster-node-timeout", "5000",
-                ],
-                port=free_cluster_port(),
-            )
-            for _ in range(masters)
-        ]
+        self.nodes = [self._node() for _ in range(masters)]
+        self._named()
+
+    @staticmethod
+    def _node() -> RedisServer:
+        return RedisServer(
+            extra=[
+                "--cluster-enabled", "yes",
+                "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", "5000",
+            ],
+            port=free_cluster_port(),
+        )
+
+    def _named(self) -> None:
         self.ports = [node.port for node in self.nodes]
         self.url = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    def _start_node(self, i: int) -> None:
+        """Start node ``i``; one that exits at start had its port or its bus port taken
+        since they were chosen (the kernel hands ports of that range to outgoing
+        connections too): it moves to new ports, twice at most."""
+        for attempt in range(3):
+            try:
+                self.nodes[i].start()
+                return
+            except RuntimeError:
+                if attempt == 2 or self.nodes[i].process is None \
+                        or self.nodes[i].process.poll() is None:
+                    raise  # not an exit at start: no new ports would help
+                self.nodes[i].cleanup()
+                self.nodes[i] = self._node()
+                self._named()
 
     def start(self) -> RedisCluster:
         """Start every node, create the cluster, and wait for ``cluster_state:ok``."""
@@ -241,8 +261,8 @@ class RedisCluster:
         return self
 
     def _create(self, cli: str) -> None:
-        for node in self.nodes:
-            node.start()
+        for i in range(len(self.nodes)):
+            self._start_node(i)
         subprocess.run(
             [cli, "--cluster", "create", *[f"127.0.0.1:{p}" for p in self.ports],
              "--cluster-replicas", "0", "--cluster-yes"],
