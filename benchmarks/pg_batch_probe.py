@@ -27,34 +27,10 @@ import psycopg
 from tests.support.postgres_server import PostgresServer
 
 from benchmarks.pg_probe import QUEUE, STATEMENT_SETTINGS, app, fresh, noop, top_statements, worker
+from benchmarks.proc_cpu import tree_cpu
 from conveyor.job import JobState
 from conveyor.storage.postgres.connection import parse_postgres_url
 from conveyor.storage.postgres.storage import PostgresStorage
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _tree_cpu(root: int) -> float:
-    """CPU seconds (user + system) of ``root`` and every process below it still running."""
-    children: dict[int, list[int]] = {}
-    stats: dict[int, float] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid = int(name)
-        children.setdefault(int(fields[1]), []).append(pid)
-        stats[pid] = (int(fields[11]) + int(fields[12])) / _TICK
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        total += stats.get(pid, 0.0)
-        todo.extend(children.get(pid, []))
-    return total
 
 
 def _self_cpu() -> float:
@@ -76,7 +52,7 @@ def _round(url: str, n: int, batch: bool, server_pid: int,
     store = app.storage
     processed = _processed
     base = processed()
-    cpu0 = (_tree_cpu(server_pid), _tree_cpu(worker_pid()), _self_cpu())
+    cpu0 = (tree_cpu(server_pid), tree_cpu(worker_pid()), _self_cpu())
     t0 = time.perf_counter()
     if batch:
         with app.batch() as b:
@@ -92,7 +68,7 @@ def _round(url: str, n: int, batch: bool, server_pid: int,
                 raise TimeoutError("jobs not drained")
             time.sleep(0.001)
     t2 = time.perf_counter()
-    cpu1 = (_tree_cpu(server_pid), _tree_cpu(worker_pid()), _self_cpu())
+    cpu1 = (tree_cpu(server_pid), tree_cpu(worker_pid()), _self_cpu())
     if batch:  # complete must mean every job has finished (read after the clock stopped)
         done = store.count_jobs(batch_id=b.id, state=JobState.SUCCEEDED)
         if done != n:

@@ -186,3 +186,36 @@ def test_only_a_workflow_s_own_jobs_call_the_mark_trigger(store: PostgresStorage
     conn.execute("SET auto_explain.log_min_duration = -1")
     assert [p for p in plans if "wf_nodes" in p]
     assert [j.id for j in store.dequeue(["wf"], "w1", 5, 30)] == [child]
+
+
+def test_a_start_of_plain_deliveries_is_one_statement_and_any_other_takes_the_full_path(
+        store: PostgresStorage) -> None:
+    """Migration 17: a relay's pick of due jobs stamps them in the statement that locks
+    them; a start whose deliveries are all plain (pending, ungated, in time, each named once)
+    leases them and marks their batch started with one statement after the lock (no call of
+    ``start_set``, ``start_each`` or ``batch_moves``); a job named twice sends the whole call
+    down the full path, whose replies stay one per delivery, in order."""
+    store.create_batch(BatchSpec(id="b1"))
+    ids = [new_id() for _ in range(4)]
+    store.enqueue([JobSpec(id=job_id, name="t.x", queue="default", payload="[]",
+                           batch_id="b1") for job_id in ids])
+    conn = store._db.read()  # the connection the storage's calls on this thread use
+    plans = _explained(conn)
+    assert store.publish_due("default", 10, 300.0) == ids
+    assert [p for p in plans if "LockRows" in p and "Update on jobs" in p], plans
+    plans.clear()
+    replies = store.start("default", [(ids[0], False), (ids[1], False)], "w1", 30.0)
+    assert [(r.job_id, r.kind.value) for r in replies] == [(ids[0], "started"),
+                                                           (ids[1], "started")]
+    assert not [p for p in plans if "start_set(" in p or "start_each(" in p
+                or "batch_moves(" in p], plans
+    assert [p for p in plans if "UPDATE batches SET started_at" in p], plans
+    status = store.get_batch("b1")
+    assert status is not None and status.started_at is not None
+    plans.clear()
+    replies = store.start("default", [(ids[2], False), (ids[3], False), (ids[2], False)],
+                          "w1", 30.0)
+    conn.execute("SET auto_explain.log_min_duration = -1")
+    assert [(r.job_id, r.kind.value) for r in replies] == [
+        (ids[2], "started"), (ids[3], "started"), (ids[2], "running")]
+    assert [p for p in plans if "start_set(" in p], plans
