@@ -4,7 +4,7 @@ Writers only write the store; this component, one per worker process with a brok
 the store for pending jobs due to be published (``Outbox.publish_due``) and publishes them,
 handing the unconfirmed back (``publish_failed``). It keeps each broker queue shallow — at
 most a window of messages waiting (``relay_window``, default 16 times the worker's
-concurrency, at least 256; refilled once half of it has been delivered) — so the backlog
+concurrency, at least 1,024; refilled once half of it has been delivered) — so the backlog
 waits in the store, where pausing, flow control and cancelling see it.
 """
 
@@ -56,7 +56,7 @@ class Relay(PeriodicComponent):
         super().__init__(storage, clock, config)
         self.outbox = as_outbox(storage)
         self.broker = broker
-        self.window = config.relay_window or max(256, 16 * config.concurrency)
+        self.window = config.relay_window or max(1024, 16 * config.concurrency)
         self.published = 0
         self.buried = 0
         self._busy = False
