@@ -95,7 +95,8 @@ def drain(store: str, broker: str | None, jobs: int, concurrency: int,
         url = {"memory": "memory://", "redis": f"{server_url}?prefix=p{tag}",
                "postgres": f"{server_url}?schema=p{tag}"}.get(store, f"sqlite:///{tmp}/probe.db")
         target = None if broker is None else (
-            f"memory://{tag}" if broker == "memory" else f"{broker}?prefix=p{tag}")
+            f"memory://{tag}" if broker == "memory"
+            else f"{broker}{'&' if '?' in broker else '?'}prefix=p{tag}")
         app = Conveyor(url, broker=target)
 
         ran = itertools.count(1)
