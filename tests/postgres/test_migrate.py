@@ -291,3 +291,34 @@ def _store_without_flag(cur: Any, now: float, specs: Any, results: Any) -> None:
                 ([s.id for s in created if s.waits],))
     rows = [("g", "pending", "waiting") for s in created if s.waits]
     graph_sql.batches.apply(cur, now, rows)
+
+
+def test_jobs_published_before_migration_17_start_after_it(
+        postgres_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 17 replaces ``start`` and ``publish_due``: jobs a relay stamped on version 16
+    start through the new function after the upgrade (batch marked started), and a job due
+    again is picked by the new ``publish_due``."""
+    url = _url(postgres_server)
+    before = [m for m in migrations() if m[0] < 17]
+    monkeypatch.setattr("conveyor.storage.postgres.migrate.migrations", lambda: before)
+    old = open_storage(url)
+    old.create_batch(BatchSpec(id="b"))
+    ids = [f"j{i}-{uuid.uuid4().hex}" for i in range(3)]
+    old.enqueue([JobSpec(id=job_id, name="t.x", queue="default", payload="[]", batch_id="b")
+                 for job_id in ids])
+    assert old.publish_due("default", 2, 300.0) == ids[:2]  # type: ignore[attr-defined]
+    old.close()
+    monkeypatch.undo()
+    assert 17 not in _versions(url)
+    store = open_storage(url)
+    try:
+        assert _versions(url) == _SHIPPED
+        replies = store.start("default", [(ids[0], False), (ids[1], False)],  # type: ignore[attr-defined]
+                              "w1", 30.0)
+        assert [(r.job_id, r.kind.value) for r in replies] == [(ids[0], "started"),
+                                                               (ids[1], "started")]
+        batch = store.get_batch("b")
+        assert batch is not None and batch.started_at is not None
+        assert store.publish_due("default", 5, 300.0) == ids[2:]  # type: ignore[attr-defined]
+    finally:
+        store.close()
