@@ -219,7 +219,7 @@ def test_a_recovered_job_leased_ahead_waits_in_the_reserve_instead_of_bouncing(
 
     suspect = held.enqueue(-1)
     config = WorkerConfig(queues=(QueueWeight("first"), QueueWeight("default")), strict=True,
-                          concurrency=2, worker_id="w1")
+                          concurrency=2, reserve=8, worker_id="w1")
     assert len(app.storage.dequeue(["default"], "crashed", 1, config.lease)) == 1
     clock.advance(config.lease + 1)
     Recoverer(app.storage, clock, config).tick()  # back to pending, one recovery counted
@@ -235,7 +235,7 @@ def test_a_recovered_job_leased_ahead_waits_in_the_reserve_instead_of_bouncing(
         assert launcher.fetcher.tick(ahead=4) == 4  # the suspect and three fresh jobs
         assert launcher.fetcher.isolation.handed_back == 0
         assert suspect.id in launcher.reserve.leases()
-        assert launcher.fetcher.ahead() == 0  # 3 of a target of 4 held: none wanted yet
+        assert launcher.fetcher.ahead() == 0  # 4 held of a target of 8: none wanted yet
         launcher.fetcher.take_reserved(1)  # as if a slot had freed: the suspect starts
         assert launcher.fetcher.isolation.busy
         launcher.reserve.take_all()  # (their leases simply expire in this test)
@@ -253,17 +253,33 @@ def test_a_recovered_job_leased_ahead_waits_in_the_reserve_instead_of_bouncing(
     assert app.get_job(suspect.id).state is JobState.SUCCEEDED  # type: ignore[union-attr]
 
 
-def test_a_worker_fed_by_a_broker_may_lease_four_times_more_ahead(tmp_path: Any) -> None:
-    """Its prefetched messages are held for it alone, so a bigger reserve takes no work from
-    another worker; an explicit ``reserve`` wins either way."""
+def test_every_worker_may_lease_sixteen_times_its_slots_ahead_broker_or_not(
+        tmp_path: Any) -> None:
+    """One default, whatever delivers the jobs: the reserve's real bound is time (what the
+    process starts within its window), the count only a ceiling; an explicit ``reserve``
+    wins either way."""
     config = WorkerConfig(concurrency=5)
-    assert (config.reserve_limit(), config.reserve_limit(broker=True)) == (20, 80)
-    assert WorkerConfig(concurrency=5, reserve=7).reserve_limit(broker=True) == 7
+    assert config.reserve_limit() == 80
+    assert WorkerConfig(concurrency=5, reserve=7).reserve_limit() == 7
     plain = Conveyor(f"sqlite:///{tmp_path}/plain.db")
     fed = Conveyor(f"sqlite:///{tmp_path}/fed.db", broker=f"memory://{tmp_path.name}")
     try:
-        assert Launcher(plain, config).reserve.limit == 20
+        assert Launcher(plain, config).reserve.limit == 80
         assert Launcher(fed, config).reserve.limit == 80
     finally:
         plain.close()
         fed.close()
+
+
+def test_a_drain_of_short_jobs_leases_beyond_four_times_the_slots_in_one_call(
+        app: Conveyor) -> None:
+    """With the pace of short jobs known, a call of the fetcher leases for the free slots and
+    tops the reserve up to its window: more than the four times the slots the first default
+    allowed (each call's fixed cost is what a drain of short jobs pays for)."""
+    _short_jobs(app, 200)
+    launcher = Launcher(app, WorkerConfig(concurrency=4, worker_id="w1"))
+    launcher.reserve._pace = 10_000.0  # as measured after a spell of short jobs: 500 in 50 ms
+    ahead = launcher.fetcher.ahead()
+    assert ahead == 64  # the ceiling, 16 x 4 slots: the window alone would hold 500
+    assert launcher.fetcher.tick(ahead) == 68
+    assert len(launcher.reserve) == 64

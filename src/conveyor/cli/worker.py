@@ -75,8 +75,8 @@ def register(subparsers: Any) -> None:
                         "core; 1 runs a single process without a supervisor)")
     p.add_argument("--reserve", type=int, default=None, metavar="N",
                    help="jobs a process may lease ahead of its free slots while its jobs are "
-                        "short (at most what it starts in 50 ms; default: 4 times -c, 16 times "
-                        "with --broker; 0: never)")
+                        "short (at most what it starts in 50 ms; default: 16 times -c; "
+                        "0: never)")
     p.add_argument("--timeout", type=float, default=25.0,
                    help="seconds to wait for running jobs at stop before putting them back")
     p.add_argument("--strict", action="store_true", help="poll queues in the order given")

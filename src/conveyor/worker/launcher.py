@@ -69,8 +69,7 @@ class Launcher:
         self.clock = clock or app.clock
         storage = self.storage = app.storage
         self.inflight = InFlight(config.concurrency)
-        self.reserve = Reserve(config.reserve_limit(broker=bool(app.broker_url)),
-                               config.reserve_window)
+        self.reserve = Reserve(config.reserve_limit(), config.reserve_window)
         self.processor = Processor(app, config.worker_id, self.clock)
         self.acker = Acker(storage, self.clock, config)
         self.threads = ThreadExecutor(config.concurrency, self.processor, self.finish)
