@@ -472,3 +472,71 @@ def test_a_slow_job_does_not_block_its_kafka_partition(kafka_server: Any,
         gate.set()
         launcher.stop(5)
         app.close()
+
+
+#: The pairs of the in-process broker: a test that drives the feed by hand needs a broker
+#: whose deliveries it can hand back at a moment of its choosing.
+MEMORY_PAIRS = [p for p, name in zip(PAIRS, IDS, strict=True) if name.endswith("+memory")]
+
+
+@pytest.mark.parametrize("brokered", MEMORY_PAIRS, ids=[p[0] for p in MEMORY_PAIRS],
+                         indirect=True)
+def test_a_suspect_handed_back_lets_go_of_its_delivery_and_runs_when_published_again(
+        brokered: Conveyor) -> None:
+    """Two jobs taken over from a worker whose connection died are both suspects; isolation
+    runs one and hands the other back to pending. The hand-back must settle the delivery
+    that carried it: a worker still holding it took the job's next message, redelivered
+    (its consumer died before starting it), for a duplicate of a job running here, and
+    dropped it, so the job waited for ``republish_after`` (the kill -9 storm through
+    RabbitMQ, scenario 24, caught it: two jobs pending after the batch's others finished)."""
+    gate = threading.Event()
+    ran: list[tuple[int, str]] = []
+
+    @brokered.job
+    def hold(n: int) -> None:
+        from conveyor import current_job
+
+        ran.append((n, current_job().worker_id))
+        gate.wait(30)
+
+    jobs = [hold.enqueue(n).id for n in range(2)]
+    config = WorkerConfig(concurrency=2, lease=60, republish_after=300, worker_id="first")
+    first = Launcher(brokered, config)
+    second = Launcher(brokered, WorkerConfig(concurrency=2, lease=60, republish_after=300,
+                                             worker_id="second"))
+    other = open_broker(brokered.broker_url or "")
+    second.threads.start()
+    second.acker.start()
+    try:
+        assert first.relay is not None and first.feed is not None
+        assert second.relay is not None and second.feed is not None
+        first.relay.tick()  # both published
+        assert len(first.feed.take(["default"], 2, 5.0)) == 2  # both leased by "first"
+        first.feed.broker.close()  # its connection dies: both delivered again, redelivered
+        assert second.fetcher.tick() == 2  # both taken over: one runs, one is handed back
+        assert second.fetcher.isolation.handed_back == 1
+        assert _until(lambda: len(ran) == 1)
+        running, worker = ran[0]
+        assert worker == "second"
+        back = jobs[1 - running]
+        assert _state(brokered, back) is JobState.PENDING
+        assert second.feed.held == 1  # only the running suspect's delivery
+
+        second.relay.tick()  # the handed-back job is due at once: published again
+        taken = other.consume([("default", 0)], 10, 5.0)
+        assert [d.job_id for d in taken] == [back]
+        other.close()  # that consumer dies before starting it: its message comes back
+        gate.set()
+        assert _until(lambda: _state(brokered, jobs[running]) is JobState.SUCCEEDED)
+        assert _until(lambda: second.fetcher.tick() == 1)  # the redelivered message starts it
+        assert _until(lambda: _state(brokered, back) is JobState.SUCCEEDED)
+    finally:
+        gate.set()
+        second.threads.stop(5)
+        second.acker.stop(5)
+        for launcher in (first, second):
+            assert launcher.feed is not None and launcher.relay is not None
+            launcher.feed.close()
+            launcher.relay.broker.close()
+    record = brokered.get_job(back)
+    assert record is not None and record.recoveries == 1 and record.worker == "second"

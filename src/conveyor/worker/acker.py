@@ -104,16 +104,31 @@ class Acker:
             self._writing = []
         return self.written - before
 
-    def _write(self, acks: list[Ack]) -> None:
-        """One storage call for ``acks``; they leave ``_writing`` once written."""
+    def write_now(self, acks: list[Ack]) -> list[bool]:
+        """Write ``acks`` in the caller's thread, now, as a batch of the acker's own is
+        written: the storage call, then their broker deliveries settled. For what must be
+        stored before the caller goes on (isolation's hand-back); raises what the store
+        raised, and nothing is kept to retry."""
         results = self.storage.ack(acks)
-        if self.on_written is not None:  # a broker's deliveries of these jobs are done with
+        self._settle(acks)
+        return results
+
+    def _settle(self, acks: list[Ack]) -> None:
+        """The store has these outcomes (applied or refused): a broker's deliveries of these
+        jobs are done with. A worker that kept holding one took the job's next message, if
+        it came redelivered, for a duplicate of a job running here, and dropped it."""
+        if self.on_written is not None:
             try:
                 self.on_written([a.job_id for a in acks])
             except BrokerUnavailable as exc:
                 # The outcomes are stored: an unsettled delivery comes back and is skipped.
                 log.warning("settling %d delivery(ies) with the broker failed: %s", len(acks),
                             exc)
+
+    def _write(self, acks: list[Ack]) -> None:
+        """One storage call for ``acks``; they leave ``_writing`` once written."""
+        results = self.storage.ack(acks)
+        self._settle(acks)
         refused = len(results) - sum(1 for ok in results if ok)
         if refused:
             self.refused += refused

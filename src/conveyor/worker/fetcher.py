@@ -71,7 +71,7 @@ class Fetcher:
         reserve: Reserve | None = None,
     ) -> None:
         self._fetch_lock = threading.Lock()  # see ``quiet``
-        self.isolation = Isolation(processor, inflight, storage)
+        self.isolation = Isolation(processor, inflight, acker)
         self.storage = storage
         self.clock = clock
         self.config = config

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Sequence
 
 from conveyor.job import Ack, LeasedJob, Outcome
-from conveyor.storage.base import Storage
+from conveyor.worker.acker import Acker
 from conveyor.worker.inflight import Entry, InFlight
 from conveyor.worker.processor import Processor
 
@@ -38,10 +38,10 @@ HANDED_BACK = "handed back unstarted: a job recovered from a crashed worker is r
 class Isolation:
     """Which suspect runs in this process, if any; sorts each fetch before it is started."""
 
-    def __init__(self, processor: Processor, inflight: InFlight, storage: Storage) -> None:
+    def __init__(self, processor: Processor, inflight: InFlight, acker: Acker) -> None:
         self.processor = processor
         self.inflight = inflight
-        self.storage = storage
+        self.acker = acker
         self.suspect: Entry | None = None  # the suspect running here
         self.handed_back = 0
 
@@ -80,8 +80,10 @@ class Isolation:
         self.inflight.wait_until(lambda: not self.busy, timeout)
 
     def _hand_back(self, acks: list[Ack]) -> None:
+        # Through the acker, in this thread: stored before the fetch's jobs start, and with
+        # a broker the deliveries that carried them settled (the relay publishes them again).
         try:
-            self.storage.ack(acks)
+            self.acker.write_now(acks)
         except Exception:  # the leases expire and the recoverer puts them back instead
             log.exception("handing back %d recovered job(s) failed", len(acks))
             return
