@@ -27,12 +27,34 @@ def enqueue_batch(
 
 
 def wait_batch(app: Conveyor, batch_id: str, timeout: float) -> tuple[dict[str, Any], float]:
-    """Wait until the batch is complete; returns its status and the wall-clock time seen."""
-    status = wait_until(
-        lambda: _complete(app.batch_status(batch_id)), timeout, interval=0.05,
-        what=f"batch {batch_id} to complete",
-    )
+    """Wait until the batch is complete; returns its status and the wall-clock time seen.
+
+    A batch that does not complete fails with its counts and the event logs of a few of its
+    unfinished jobs: what a red run in CI needs to be read without running it again."""
+    try:
+        status = wait_until(
+            lambda: _complete(app.batch_status(batch_id)), timeout, interval=0.05,
+            what=f"batch {batch_id} to complete",
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_unfinished(app, batch_id)}") from None
     return status, time.time()
+
+
+_UNFINISHED_SHOWN = 5
+
+
+def _unfinished(app: Conveyor, batch_id: str) -> str:
+    """The batch's counts, then each of a few unfinished jobs with its events, one a line."""
+    lines = [f"counts: {app.batch_status(batch_id)['counts']}"]
+    for state in (JobState.PENDING, JobState.ACTIVE, JobState.RETRYING, JobState.SCHEDULED):
+        for rec in app.storage.list_jobs(state=state, batch_id=batch_id,
+                                         limit=_UNFINISHED_SHOWN, with_events=True):
+            lines.append(f"{rec.id} {rec.state.value} attempt={rec.attempt} "
+                         f"recoveries={rec.recoveries} worker={rec.worker}")
+            lines.extend(f"    {e.ts:.3f} {e.kind} -> {e.state} {e.worker or ''} "
+                         f"{e.message or ''}" for e in rec.events)
+    return "\n".join(lines)
 
 
 def _complete(status: dict[str, Any]) -> dict[str, Any] | None:
