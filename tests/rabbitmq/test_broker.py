@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conveyor.broker import Broker, open_broker
+from conveyor.broker.base import Delivery
 from conveyor.broker.rabbitmq import RabbitBroker
 from conveyor.errors import BrokerUnavailable, BrokerURLError
 from tests.cli.conftest import conveyor
@@ -161,6 +162,37 @@ def test_many_ids_travel_in_few_messages_each_delivered_once(url: str) -> None:
     finally:
         publisher.close()
         fresh.close()
+
+
+def test_a_publish_packs_no_more_ids_than_asked_and_the_url_caps_it(url: str) -> None:
+    """``pack`` (the relay's pace-sized bound) and the URL's ``pack`` (default 128) both cap
+    the ids per message; a publish of n ids still spreads over at least four messages."""
+    publisher = open_broker(url)
+    capped = open_broker(f"{url}&pack=16")
+    try:
+        def messages(broker: Broker, n: int, pack: int) -> int:
+            ids = [uuid.uuid4().hex for _ in range(n)]
+            assert broker.publish("default", ids, pack=pack) == [True] * n
+            fresh = open_broker(url)  # knows nothing of the publish: counts messages
+            try:
+                count = fresh.backlog("default")
+                got: list[Delivery] = []
+                while len(got) < n and (more := fresh.consume([("default", 0)], n, 5)):
+                    got += more
+                assert sorted(d.job_id for d in got) == sorted(ids)
+                fresh.ack(got)
+            finally:
+                fresh.close()
+            return count
+
+        assert messages(publisher, 64, 2) == 32
+        assert messages(publisher, 1024, 1000) == 8  # the default cap: 128 ids a message
+        assert messages(publisher, 40, 1000) == 4  # spread: n / 4
+        assert messages(capped, 256, 100) == 16  # the URL's cap
+        assert messages(publisher, 10, 1) == 10
+    finally:
+        publisher.close()
+        capped.close()
 
 
 def test_a_pack_is_settled_when_all_of_its_jobs_are_and_comes_back_one_by_one(url: str) -> None:

@@ -258,11 +258,11 @@ def test_a_publish_that_fails_outright_is_due_again_at_once(tmp_path: Path) -> N
         dropped = False
 
         def publish(self, queue: str, job_ids: Sequence[str],
-                    keys: Sequence[str | None] | None = None) -> list[bool]:
+                    keys: Sequence[str | None] | None = None, pack: int = 0) -> list[bool]:
             if not self.dropped:
                 self.dropped = True
                 raise BrokerUnavailable("connection lost")
-            return super().publish(queue, job_ids, keys)
+            return super().publish(queue, job_ids, keys, pack)
 
     app = Conveyor(f"sqlite:///{tmp_path}/d.db", broker=f"memory://{uuid.uuid4().hex}")
 

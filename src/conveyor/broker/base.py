@@ -43,11 +43,13 @@ class Broker(Protocol):
     keyed: bool
 
     def publish(self, queue: str, job_ids: Sequence[str],
-                keys: Sequence[str | None] | None = None) -> list[bool]:
-        """Publish one message per job id and wait for the broker to confirm each; True for a
-        confirmed message. The relay hands the unconfirmed back to the store
+                keys: Sequence[str | None] | None = None, pack: int = 0) -> list[bool]:
+        """Publish the job ids and wait for the broker to confirm them; True for each id a
+        confirmed message carries. The relay hands the unconfirmed back to the store
         (``Outbox.publish_failed``), which has them published again. ``keys``: each job's
-        order key (None: none), given when the broker is ``keyed``."""
+        order key (None: none), given when the broker is ``keyed``. ``pack``: at most how
+        many ids one message may carry (0: the broker's own bound), for a broker that packs
+        several into one; a broker of one message per job ignores it."""
         ...
 
     def consume(self, queues: Sequence[tuple[str, int]], limit: int,

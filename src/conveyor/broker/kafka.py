@@ -136,9 +136,9 @@ class KafkaBroker:
     # -- publishing -------------------------------------------------------------------------
 
     def publish(self, queue: str, job_ids: Sequence[str],
-                keys: Sequence[str | None] | None = None) -> list[bool]:
-        """One message per job, keyed by its order key (else its id); True for each the
-        broker acknowledged within ``timeout`` (``acks=all``)."""
+                keys: Sequence[str | None] | None = None, pack: int = 0) -> list[bool]:
+        """One message per job (``pack`` is moot), keyed by its order key (else its id); True
+        for each the broker acknowledged within ``timeout`` (``acks=all``)."""
         if not job_ids:
             return []
         topic = self._ensure(queue)

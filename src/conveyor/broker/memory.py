@@ -75,8 +75,8 @@ class MemoryBroker:
     keyed = False  # one queue, one order: keys would change nothing
 
     def publish(self, queue: str, job_ids: Sequence[str],
-                keys: Sequence[str | None] | None = None) -> list[bool]:
-        """Append one message per job id; every one is confirmed."""
+                keys: Sequence[str | None] | None = None, pack: int = 0) -> list[bool]:
+        """Append one message per job id (``pack`` is moot); every one is confirmed."""
         with self._hub.cond:
             self._hub.queues.setdefault(queue, deque()).extend(_Message(j) for j in job_ids)
             self._hub.cond.notify_all()

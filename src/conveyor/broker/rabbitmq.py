@@ -42,7 +42,7 @@ T = TypeVar("T")
 _RECONNECT_INTERVAL = 1.0
 # conveyor's own URL options; every other query parameter goes to aio-pika as it is.
 _OPTIONS = {"prefix": "conveyor", "delivery_limit": "20", "hold": "900", "prefetch": "0",
-            "timeout": "10", "pack": "32"}
+            "timeout": "10", "pack": "128"}
 # A pack carries up to ``pack`` ids, and a publish of n ids makes packs of about n / _SPREAD:
 # a few ids go one per message (each to whichever consumer is free), a backlog in few messages.
 _SPREAD = 4
@@ -159,17 +159,19 @@ class RabbitBroker:
     keyed = False  # a queue is one ordered line: no routing by key
 
     def publish(self, queue: str, job_ids: Sequence[str],
-                keys: Sequence[str | None] | None = None) -> list[bool]:
+                keys: Sequence[str | None] | None = None, pack: int = 0) -> list[bool]:
         """Persistent messages, all in flight at once; True for each id the broker confirmed.
 
-        Many ids at once go in packs (one message of up to ``pack`` ids, a JSON list): the
-        per-message cost of AMQP — framing, a confirm, a delivery, an ack — is most of what a
-        job costs the worker, and a backlog needs no more messages than consumers can share.
-        Every message gets a new id (AMQP ``message-id``); see ``Delivery.message_id``.
+        Many ids at once go in packs (one message of up to ``pack`` ids, a JSON list, and
+        never more than the URL's ``pack``): the per-message cost of AMQP — framing, a
+        confirm, a delivery, an ack — is most of what a job costs the worker, and a backlog
+        needs no more messages than consumers can share. Every message gets a new id (AMQP
+        ``message-id``); see ``Delivery.message_id``.
         """
         if not job_ids:
             return []
-        size = min(self.pack, -(-len(job_ids) // _SPREAD))
+        cap = min(self.pack, pack) if pack > 0 else self.pack
+        size = min(cap, -(-len(job_ids) // _SPREAD))
         packs = [list(job_ids[i:i + size]) for i in range(0, len(job_ids), size)]
         self._per_message[queue] = len(job_ids) / len(packs)
 

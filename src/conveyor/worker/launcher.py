@@ -90,7 +90,8 @@ class Launcher:
         self.relay: Relay | None = None
         if app.broker_url:
             self.feed = BrokerFeed(open_broker(app.broker_url), as_outbox(storage), config)
-            self.relay = Relay(storage, self.clock, config, broker=open_broker(app.broker_url))
+            self.relay = Relay(storage, self.clock, config, broker=open_broker(app.broker_url),
+                               pace=lambda: self.reserve.pace)
             self.acker.on_written = self.feed.settle
         self.fetcher = Fetcher(storage, self.clock, config, processor=self.processor,
                                inflight=self.inflight, acker=self.acker, threads=self.threads,

@@ -6,12 +6,19 @@ handing the unconfirmed back (``publish_failed``). It keeps each broker queue sh
 most a window of messages waiting (``relay_window``, default 16 times the worker's
 concurrency, at least 1,024; refilled once half of it has been delivered) — so the backlog
 waits in the store, where pausing, flow control and cancelling see it.
+
+A broker that packs many job ids into one message (RabbitMQ) is told how many one message
+may carry: what this process starts within ``reserve_window`` at its recent pace, the bound
+the reserve holds itself to (worker/reserve.py). A worker keeps on hand the jobs of a message
+it cannot start yet, and no other worker can take them from it: so short jobs go in big
+messages (the per-message cost is most of what a no-op job costs), long ones one per message.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from conveyor.broker.base import Broker
 from conveyor.clock import Clock
@@ -52,10 +59,11 @@ class Relay(PeriodicComponent):
     name = "relay"
 
     def __init__(self, storage: Storage, clock: Clock, config: WorkerConfig, *,
-                 broker: Broker) -> None:
+                 broker: Broker, pace: Callable[[], float] | None = None) -> None:
         super().__init__(storage, clock, config)
         self.outbox = as_outbox(storage)
         self.broker = broker
+        self._pace = pace or (lambda: 0.0)  # jobs this process starts a second (Reserve.pace)
         self.window = config.relay_window or max(1024, 16 * config.concurrency)
         self.published = 0
         self.buried = 0
@@ -69,6 +77,15 @@ class Relay(PeriodicComponent):
         # of an idle job's latency through RabbitMQ).
         self._at_most: dict[str, int] = {}
         self._round_at = 0.0  # monotonic start of the last round
+
+    def pack_size(self) -> int:
+        """At most how many job ids one message may carry: what this process starts within
+        ``reserve_window`` at its recent pace; before it has a pace (its first window goes out
+        before any job ran here), its concurrency: what one worker like it runs at once."""
+        pace = self._pace()
+        if pace <= 0:
+            return max(1, self.config.concurrency)
+        return max(1, int(pace * self.config.reserve_window))
 
     def tick(self) -> None:
         """Publish what is due on every queue, up to each queue's free window; now and then
@@ -94,7 +111,7 @@ class Relay(PeriodicComponent):
             # raise after some messages reached the broker
             try:
                 keys = self.outbox.order_keys(queue, due) if self.broker.keyed else None
-                confirmed = self.broker.publish(queue, due, keys)
+                confirmed = self.broker.publish(queue, due, keys, pack=self.pack_size())
             except Exception:
                 # Some may have reached the broker: a second message for a job is skipped at
                 # start, while a job stamped but never sent would wait ``republish_after``.
