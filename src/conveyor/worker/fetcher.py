@@ -71,6 +71,7 @@ class Fetcher:
         reserve: Reserve | None = None,
     ) -> None:
         self._fetch_lock = threading.Lock()  # see ``quiet``
+        self._start_lock = threading.Lock()  # starting reserved jobs (any thread); ``quiet``
         self.isolation = Isolation(processor, inflight, acker)
         self.storage = storage
         self.clock = clock
@@ -156,10 +157,28 @@ class Fetcher:
 
     def take_reserved(self, free: int) -> int:
         """Start up to ``free`` jobs from the reserve (no storage call); returns how many."""
-        with self._fetch_lock:
+        with self._start_lock:
             if self._quiet.is_set():
                 return 0
             jobs = self.reserve.take(free)
+            self._dispatch(jobs)
+        return len(jobs)
+
+    def start_reserved(self) -> int:
+        """Fill the slots free now from the reserve, in the thread whose job just freed one
+        (``Launcher.finish``); returns how many started.
+
+        The fetcher tops the reserve up while the slots run, and during that storage call it
+        starts nothing: with jobs shorter than the call, every slot that freed meanwhile sat
+        idle until it returned (a drain of no-op jobs spent a third of its time so). A job
+        recovered from a crashed worker is left to the fetcher, which puts it through
+        isolation (a store write, not for a job's thread)."""
+        if not len(self.reserve) or self._quiet.is_set():
+            return 0
+        with self._start_lock:
+            if self._quiet.is_set():
+                return 0
+            jobs = self.reserve.take_plain(max(0, self.inflight.free))
             self._dispatch(jobs)
         return len(jobs)
 
@@ -205,7 +224,7 @@ class Fetcher:
         """
         self._quiet.set()
         self.inflight.wake()
-        with self._fetch_lock:
+        with self._fetch_lock, self._start_lock:
             self._hand_back(self.reserve.take_all(), "worker quieted before the job started")
 
     @property

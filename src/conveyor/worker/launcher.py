@@ -102,9 +102,12 @@ class Launcher:
 
     # -- the per-job hand-off -------------------------------------------------------------
     def finish(self, entry: Entry, ack: Ack) -> None:
-        """Record a job's outcome unless someone else (timeout, shutdown) already did."""
-        if self.inflight.claim(entry) and not entry.lost:
-            self.acker.add(ack)
+        """Record a job's outcome unless someone else (timeout, shutdown) already did, and
+        start the next reserved job in the slot it freed (``Fetcher.start_reserved``)."""
+        if self.inflight.claim(entry):
+            if not entry.lost:
+                self.acker.add(ack)
+            self.fetcher.start_reserved()
 
     # -- lifecycle --------------------------------------------------------------------------
     def _components(self) -> list[_Component]:

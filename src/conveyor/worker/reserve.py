@@ -114,6 +114,15 @@ class Reserve:
         with self._lock:
             return [self._jobs.popleft() for _ in range(min(count, len(self._jobs)))]
 
+    def take_plain(self, count: int) -> list[LeasedJob]:
+        """Up to ``count`` held jobs, oldest first, stopping at the first one recovered from a
+        crashed worker (it goes through isolation: ``take``)."""
+        with self._lock:
+            out: list[LeasedJob] = []
+            while len(out) < count and self._jobs and not self._jobs[0].recoveries:
+                out.append(self._jobs.popleft())
+            return out
+
     def take_all(self) -> list[LeasedJob]:
         """Every held job (to hand back unstarted)."""
         with self._lock:
