@@ -55,6 +55,17 @@ def test_short_jobs_go_in_big_packs_long_ones_one_per_message(tmp_path: Path) ->
             app.close()
 
 
+def test_a_worker_with_no_reserve_window_sends_one_job_per_message(tmp_path: Path) -> None:
+    app, relay, broker = _relay(tmp_path, WorkerConfig(concurrency=8, reserve_window=0.0),
+                                50_000.0)
+    try:
+        relay.tick()
+        assert broker.packs == [1]
+    finally:
+        relay.stop(5)
+        app.close()
+
+
 def test_before_the_pace_is_known_a_message_carries_a_worker_s_slots(tmp_path: Path) -> None:
     """A worker's first window goes out before any job ran here: a message then carries no
     more than one worker of this size runs at once."""
