@@ -41,41 +41,33 @@ def _relay(tmp_path: Path, config: WorkerConfig, pace: float) -> tuple[Conveyor,
     return app, Relay(app.storage, app.clock, config, broker=broker, pace=lambda: pace), broker
 
 
+def _asked(tmp_path: Path, config: WorkerConfig, pace: float) -> list[int]:
+    """The pack bounds one relay round asked the broker for, at ``pace`` jobs a second."""
+    app, relay, broker = _relay(tmp_path, config, pace)
+    try:
+        relay.tick()
+        assert relay.published == 20
+        return broker.packs
+    finally:
+        relay.stop(5)
+        app.close()
+
+
 def test_short_jobs_go_in_big_packs_long_ones_one_per_message(tmp_path: Path) -> None:
     """At 10,000 jobs a second a worker starts 500 in the 50 ms reserve window: a message may
     carry that many; at 4 a second (jobs of two seconds on 8 slots) it carries one."""
     for pace, expected in ((10_000.0, 500), (4.0, 1), (100.0, 5)):
-        app, relay, broker = _relay(tmp_path / str(pace), WorkerConfig(concurrency=8), pace)
-        try:
-            relay.tick()
-            assert relay.published == 20
-            assert broker.packs == [expected]
-        finally:
-            relay.stop(5)
-            app.close()
+        assert _asked(tmp_path / str(pace), WorkerConfig(concurrency=8), pace) == [expected]
 
 
 def test_a_worker_with_no_reserve_window_sends_one_job_per_message(tmp_path: Path) -> None:
-    app, relay, broker = _relay(tmp_path, WorkerConfig(concurrency=8, reserve_window=0.0),
-                                50_000.0)
-    try:
-        relay.tick()
-        assert broker.packs == [1]
-    finally:
-        relay.stop(5)
-        app.close()
+    assert _asked(tmp_path, WorkerConfig(concurrency=8, reserve_window=0.0), 50_000.0) == [1]
 
 
 def test_before_the_pace_is_known_a_message_carries_a_worker_s_slots(tmp_path: Path) -> None:
     """A worker's first window goes out before any job ran here: a message then carries no
     more than one worker of this size runs at once."""
-    app, relay, broker = _relay(tmp_path, WorkerConfig(concurrency=3), 0.0)
-    try:
-        relay.tick()
-        assert broker.packs == [3]
-    finally:
-        relay.stop(5)
-        app.close()
+    assert _asked(tmp_path, WorkerConfig(concurrency=3), 0.0) == [3]
 
 
 def test_the_launcher_s_relay_follows_its_reserve_s_pace(tmp_path: Path) -> None:
