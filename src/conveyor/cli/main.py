@@ -36,6 +36,7 @@ COMMANDS = (
     "conveyor.cli.enqueue",
     "conveyor.cli.serve",
     "conveyor.cli.migrate",
+    "conveyor.cli.dev",
 )
 
 EXIT_ERROR = 2  # an error conveyor understands: bad input, storage unreachable, unknown id
