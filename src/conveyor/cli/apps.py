@@ -63,11 +63,12 @@ class AppSpec:
     root: Path | None = None
 
 
-def find_app(flag: str | None) -> AppSpec | None:
-    """The app ``--app`` names, else ``$CONVEYOR_APP``, else the nearest ``pyproject.toml``'s
-    ``[tool.conveyor] app``; None when nothing names one."""
+def find_app(flag: str | None, given_by: str = "--app") -> AppSpec | None:
+    """The app ``--app`` names (``given_by``: how the command line gave it), else
+    ``$CONVEYOR_APP``, else the nearest ``pyproject.toml``'s ``[tool.conveyor] app``; None
+    when nothing names one."""
     if flag:
-        return AppSpec(flag, "--app")
+        return AppSpec(flag, given_by)
     env = os.environ.get(APP_ENV)
     if env:
         return AppSpec(env, APP_ENV)

@@ -72,6 +72,8 @@ def app_source(spec: AppSpec, app: Conveyor, url: str | None) -> Source:
 def _named(spec: AppSpec) -> str:
     if spec.origin == "--app":
         return f"--app {spec.spec}"
+    if spec.origin == "the command line":
+        return f"the app {spec.spec} named on the command line"
     return f"the app {spec.spec} named by {spec.origin}"
 
 

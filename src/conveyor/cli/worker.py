@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     ``--processes N``, or with ``--processes 1`` a single worker process without one."""
     configure_logging(args.log_format, args.log_file, getattr(logging, args.log_level.upper(),
                                                                logging.INFO))
-    spec = find_app(args.app)
+    spec = find_app(args.app, "the command line")
     if spec is None:
         raise AppLoadError("no app to run: give one (conveyor worker myapp:app), set "
                            "CONVEYOR_APP=myapp:app, or add [tool.conveyor] app = \"myapp:app\" "
