@@ -49,8 +49,10 @@ class Source:
 def resolve(url: str | None, app: str | None, *, need_app: bool = False) -> Source:
     """The store named by ``--url`` / ``--app`` (None when not given), the environment and
     the project; ``need_app`` loads the app even beside ``--url``."""
+    if url and not app and not need_app:  # the project's app is not even looked for
+        return Source(url, "--url")
     spec = find_app(app)
-    if url and (spec is None or not (need_app or spec.origin == "--app")):
+    if url and spec is None:
         return Source(url, "--url")
     if spec is not None:
         return app_source(spec, load_app(spec.spec, spec.root), url)
