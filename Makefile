@@ -1,11 +1,13 @@
 # The README's first commands are a contract with a new user on a fresh machine:
-#   make demo   installs conveyor and runs the spreadsheet-import batch on embedded SQLite
+#   make demo   installs conveyor alone (no extra, no dev toolchain) and runs the
+#               spreadsheet-import batch on embedded SQLite, saying what it does
 #   make test   installs what the tests need (a real redis-server included) and runs them all
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: install system-deps demo test lint typecheck unit bench bench-io bench-pg clean
 
@@ -39,7 +41,15 @@ system-deps:
 	    $$SUDO service rabbitmq-server stop >/dev/null 2>&1 || true;; esac; \
 	fi
 
-demo: install
+# Only conveyor itself: the demo needs no extra (a venv made by `make install` has it already).
+$(DEMO_STAMP): pyproject.toml
+	@echo "make demo: creating the virtual environment $(VENV) and installing conveyor alone (pip install -e .; no extra, no dev toolchain)"
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e .
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	@echo "make demo: running examples/import_products/demo.py"
 	$(PY) examples/import_products/demo.py
 
 lint: install

@@ -232,13 +232,20 @@ HEADLINE_IO = [  # the I/O columns lead the table (from the I/O run)
 ]
 
 
+# The README's short table (issue 51: a first page with a nine-column table before the first
+# line of code): one column of jobs that do I/O, then drain, latency and a batch.
+README_COLUMNS = ("w0a_live", "w1_drain_p1", "w2_latency", "w4_batch")
+
+
 def headline(data: dict[str, Any], io: dict[str, Any] | None = None,
              pg: dict[str, Any] | None = None) -> str:
-    """The README's table: conveyor's engines, the fastest third-party peer per column, and
-    the hand-written Redis queue as the ceiling of a Python client. The columns of jobs that
-    do I/O come first, from ``io`` (or ``data`` when it has them). ``pg`` (a ``--only pg``
-    run) adds conveyor on PostgreSQL and the fastest PostgreSQL engine, from that run."""
+    """The README's table: conveyor's engines and the fastest third-party peer in each of
+    ``README_COLUMNS`` (every other column, and the hand-written Redis queue as the ceiling
+    of a Python client, are in docs/benchmarks.md). The column of jobs that do I/O comes
+    first, from ``io`` (or ``data`` when it has it). ``pg`` (a ``--only pg`` run) adds
+    conveyor on PostgreSQL and the fastest PostgreSQL engine, from that run."""
     cols = [(io or data, *h) for h in HEADLINE_IO] + [(data, *h) for h in HEADLINE]
+    cols = [c for c in cols if c[1] in README_COLUMNS]
     labels: list[str] = []
     for d in (io or data, data):
         for res in d["results"].values():
@@ -261,10 +268,6 @@ def headline(data: dict[str, Any], io: dict[str, Any] | None = None,
             b = fastest_peer(pg, k, m, m == "rate", PG_PEERS)
             best.append("–" if b is None else f"{f.format(b[1])} ({b[0]})")
         rows.append("| fastest PostgreSQL engine | " + " | ".join(best) + " |")
-    raw = [x for x in labels if x.startswith("redis-py")]
-    for lbl in raw:
-        rows.append(f"| {lbl} (no tracking, ceiling) | " + " | ".join(
-            _fmt(_med(d, k, lbl, m), f) for d, k, m, _, f in cols) + " |")
     return "\n".join(rows)
 
 
@@ -331,24 +334,18 @@ README_END = "<!-- bench:end -->"
 
 def readme_block(data: dict[str, Any], io: dict[str, Any] | None = None,
                  pg: dict[str, Any] | None = None) -> str:
-    """The headline table with a line saying where it comes from."""
+    """The README's short headline table with a line saying where it comes from."""
     m = data["machine"]
-    io_note = ""
+    runs = [f"`make bench` ({data['started']})"]
     if io is not None and io is not data:
-        io_note = (f" The Redis round-trip columns: {io['rounds']} rounds of `make bench-io` "
-                   f"({io['started']}), concurrency {IO_SLOTS}, on the same VM while other work "
-                   f"loaded it: compare within a column.")
+        runs.append(f"`make bench-io` ({io['started']}, the Redis round-trip column)")
     if pg is not None:
-        redis = _med(pg, "w1_drain_p1", "conveyor (redis)", "rate")
-        io_note += (f" The PostgreSQL rows: {pg['rounds']} rounds of `make bench-pg` "
-                    f"({pg['started']}), PostgreSQL {pg['machine'].get('postgres', '?')}, "
-                    f"same VM, other work running (conveyor on Redis drained "
-                    f"{_fmt(redis, '{:,.0f}')} jobs/s in that run): compare the PostgreSQL "
-                    f"rows with each other.")
-    return (f"{README_START}\n{headline(data, io, pg)}\n\nMedians of {data['rounds']} interleaved "
-            f"rounds on {m['cores']} cores ({m['cpu']}), 1 worker process, one run of "
-            f"`make bench` ({data['started']}).{io_note} Every number and setting in "
-            f"[docs/benchmarks.md](docs/benchmarks.md).\n{README_END}")
+        runs.append(f"`make bench-pg` ({pg['started']}, the PostgreSQL rows)")
+    return (f"{README_START}\n{headline(data, io, pg)}\n\nMedians of interleaved "
+            f"rounds on {m['cores']} cores ({m['cpu']}), 1 worker process: "
+            f"{', '.join(runs)}. Compare within a column; how each run was loaded, the other "
+            f"columns and every setting are in [docs/benchmarks.md](docs/benchmarks.md)."
+            f"\n{README_END}")
 
 
 def replace_block(text: str, block: str) -> str:

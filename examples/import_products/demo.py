@@ -50,10 +50,12 @@ def main() -> int:
 
     sheet = workdir / "products.csv"
     write_spreadsheet(sheet, ROWS)
-    print(f"conveyor demo: importing {ROWS} rows from {sheet}")
-    print(f"storage: {os.environ['CONVEYOR_URL']}")
+    say(f"wrote a spreadsheet of {ROWS} product rows, about 3% of them bad: {sheet}")
+    say(f"the store: {os.environ['CONVEYOR_URL']} (an embedded SQLite file, no server)")
 
     conveyor = [sys.executable, "-m", "conveyor.cli.main"]
+    say("starting 2 worker processes: conveyor worker app:app -q imports -c 8 --processes 2 "
+        f"(the jobs are in {HERE / 'app.py'})")
     workers = subprocess.Popen(
         [*conveyor, "worker", "app:app", "-q", "imports", "-c", "8", "--processes", "2"],
         env=env, cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -64,22 +66,34 @@ def main() -> int:
         ) as batch:
             for row_no, row in enumerate(csv.DictReader(fh), 1):
                 import_row.enqueue(row_no, row)
-        print(f"batch {batch.id}: {ROWS} jobs enqueued, watching progress\n")
+        say(f"enqueued one job per row ({ROWS}) in batch {batch.id}; watching it: "
+            f"conveyor batch watch {batch.id}\n")
         subprocess.run([*conveyor, "batch", "watch", batch.id], env=env, check=True)
         print_failures(app, batch.id)
     finally:
+        say("\nstopping the workers (SIGTERM: they finish what they run, then exit)")
         workers.send_signal(signal.SIGTERM)
         _, err = workers.communicate(timeout=60)
     if workers.returncode != 0:
         print(err, file=sys.stderr)
         return workers.returncode
+    cli = os.path.join(os.path.relpath(os.path.dirname(sys.executable)), "conveyor")
+    say(f"done. Look around: CONVEYOR_URL={os.environ['CONVEYOR_URL']} {cli} batch show "
+        f"{batch.id} (or {cli} web, after pip install -e '.[web]')")
     return 0
+
+
+def say(text: str) -> None:
+    """A line of the demo's narration (blank lines before it kept before the prefix)."""
+    body = text.lstrip("\n")
+    print(f"{text[:len(text) - len(body)]}demo: {body}", flush=True)
 
 
 def print_failures(app: Conveyor, batch_id: str) -> None:
     """The rows a business rule refused, each with its reason."""
     failed = app.batch_jobs(batch_id, state="failed", limit=1000)
-    print(f"\n{len(failed)} rows failed validation:")
+    print(f"\n{len(failed)} rows failed validation (Fail: recorded with the reason, never "
+          "retried):")
     for job in failed:
         print(f"  {job.message}")
     retried = [j for j in app.batch_jobs(batch_id, state="succeeded", limit=ROWS) if j.errors]

@@ -63,9 +63,13 @@ worker runs jobs with, and the storage.
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         retention: Retention = Retention(),  # noqa: B008 - frozen dataclass, safe as a default
     ) -> None:
+        #: Where ``url`` came from: "the app" (or its storage), "CONVEYOR_URL", "the default".
+        self.url_from = "the app"
         if url is None:
             env = os.environ.get("CONVEYOR_URL")
             url = storage.url if storage is not None else env or DEFAULT_URL
+            if storage is None:
+                self.url_from = "CONVEYOR_URL" if env else "the default"
         self.url = url
         #: Where workers take jobs from when a message broker delivers them (``memory://``
         #: for now; docs/design.md §7): ``broker``, else ``$CONVEYOR_BROKER``, else none —
@@ -132,6 +136,14 @@ worker runs jobs with, and the storage.
                 self._storage = open_storage(self.url, self.clock)
                 self._pid = pid
             return self._storage
+
+    def opened_storage(self) -> Backend | None:
+        """The storage this process holds already (``storage=``, or opened by a use), or
+        None: a command that only reads then opens the URL without creating a store."""
+        with self._lock:
+            if self._storage is not None and (self._injected or self._pid == os.getpid()):
+                return self._storage
+            return None
 
     def close(self) -> None:
         """Close the storage if this process opened it. The app can be used again afterwards."""

@@ -27,10 +27,12 @@ from typing import Any
 
 from conveyor.errors import WorkflowError
 from conveyor.refs import JobRef
-from conveyor.registry import JobFunction, Signature
+from conveyor.registry import MAP_JOB, JobFunction, Signature
 from conveyor.workflow import Workflow
 
-__all__ = ["Canvas", "Chain", "Group", "Run", "chain", "chord", "chunks", "group"]
+__all__ = ["Canvas", "Chain", "Group", "Run", "chain", "chord", "chunks", "describe", "group"]
+
+DESCRIPTION_WIDTH = 200  # characters of a default description
 
 class Canvas:
     """Steps that can be placed in a workflow after other nodes (a chain or a group)."""
@@ -50,10 +52,12 @@ class Canvas:
                 **workflow: Any) -> Run:
         """Store the steps as one workflow (``workflow``: its callbacks and meta, as
         ``Workflow``; ``on_parent_failure`` for every step); returns it with the last
-        steps' refs."""
+        steps' refs. Without a ``description`` the workflow is described by its shape
+        (``describe``), so that lists show more than an id."""
         if not self.signatures():
             raise WorkflowError("nothing to enqueue: the canvas has no step")
-        wf = Workflow(description=description, **workflow)
+        wf = Workflow(description=describe(self) if description is None else description,
+                      **workflow)
         tails = self.attach(wf, [], "", on_parent_failure)
         wf.enqueue()
         return Run(wf, tails, single=isinstance(self, Chain) and not self.ends_in_group())
@@ -166,3 +170,40 @@ def chord(header: Iterable[Signature | Canvas], body: Signature | Canvas) -> Cha
     """``chord([a.s(i) for i in items], b.s())``: the header side by side, then ``body`` with
     their results as a list, in the order written."""
     return Chain([Group(header), body])
+
+
+def describe(canvas: Canvas) -> str:
+    """A canvas's shape in words, its workflow's default description: ``chain: extract →
+    double → double``, ``group: fetch ×20``, ``chord: fetch ×20 → merge`` (job names without
+    their module), cut to ``DESCRIPTION_WIDTH`` characters."""
+    kind = "group" if isinstance(canvas, Group) else "chain"
+    if isinstance(canvas, Chain) and len(canvas.steps) == 2 and isinstance(canvas.steps[0],
+                                                                           Group):
+        kind = "chord"
+    text = f"{kind}: {_shape(canvas, top=True)}"
+    return text if len(text) <= DESCRIPTION_WIDTH else text[: DESCRIPTION_WIDTH - 1] + "…"
+
+
+def _shape(step: Signature | Canvas, top: bool = False) -> str:
+    if isinstance(step, Chain):
+        inner = " → ".join(_shape(s) for s in step.steps)
+        return inner if top or len(step.steps) == 1 else f"({inner})"
+    if isinstance(step, Group):
+        runs: list[list[Any]] = []  # [shape, count] of each run of equal steps
+        for part in (_shape(s) for s in step.steps):
+            if runs and runs[-1][0] == part:
+                runs[-1][1] += 1
+            else:
+                runs.append([part, 1])
+        inner = ", ".join(p if n == 1 else f"{p} ×{n}" for p, n in runs)
+        return inner if top or len(runs) == 1 else f"[{inner}]"
+    if isinstance(step, Signature):
+        if step.name == MAP_JOB and step.args:  # (name, items, star): fn.map / fn.starmap
+            return f"{'starmap' if step.args[2:3] == [True] else 'map'}({_short(step.args[0])})"
+        return _short(step.name)
+    return type(step).__name__
+
+
+def _short(name: Any) -> str:
+    """A job's name without its module: ``myapp.tasks.double`` → ``double``."""
+    return str(name).rpartition(".")[2] or str(name)

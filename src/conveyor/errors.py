@@ -99,6 +99,11 @@ class StorageUnavailable(StorageError):
     not a database): an outage, which every backend reports as this one error."""
 
 
+class StorageMissing(StorageUnavailable):
+    """A store opened only to read does not exist (no database file, no schema): nothing was
+    created. Commands that only read never create a store; ``conveyor migrate`` does."""
+
+
 class StorageReadOnly(StorageError):
     """The storage answers, but this client may only read (a read-only role or transaction,
     no write privilege): listings work, a worker cannot take a single job."""

@@ -22,10 +22,16 @@ FAILURE_STATES = (JobState.FAILED, JobState.DEAD)
 
 
 def stats_view(inspector: Inspector) -> dict[str, Any]:
-    """Every queue with sizes and totals, summed totals, and worker slot usage."""
+    """Every queue with sizes and totals, summed totals, and worker slot usage.
+
+    ``failed`` is the stored all-time counter of failed *or dead* outcomes; ``failed_jobs``
+    counts the jobs failed now, beside ``dead`` (the jobs dead now), so that no surface
+    shows the all-time counter under a name that means the current state."""
     queues = [dataclasses.asdict(q) for q in inspector.queues()]
+    for q in queues:
+        q["failed_jobs"] = inspector.count_jobs(state=JobState.FAILED, queue=q["name"])
     keys = ("waiting", "aggregating", "pending", "scheduled", "active", "retrying", "processed",
-            "failed", "dead", "processed_today", "failed_today")
+            "failed", "failed_jobs", "dead", "processed_today", "failed_today")
     totals = {k: sum(int(q[k]) for q in queues) for k in keys}
     workers = inspector.workers()
     return {
@@ -138,11 +144,15 @@ def get_job(inspector: Inspector, job_id: str) -> JobRecord:
     return record
 
 
-def get_batch(inspector: Inspector, batch_id: str) -> BatchStatus:
-    """A batch's status, or ``BatchNotFound`` naming the id."""
+def get_batch(inspector: Inspector, batch_id: str, kind: str | None = None) -> BatchStatus:
+    """A batch's status, or ``BatchNotFound`` naming the id and the kind looked for: with
+    ``kind="workflow"``, a batch that is not a workflow is not found either (a workflow is
+    a batch, so the batch commands take both)."""
     status = inspector.get_batch(batch_id)
     if status is None:
-        raise BatchNotFound(f"no batch with id {batch_id!r}")
+        raise BatchNotFound(f"no {kind or 'batch'} with id {batch_id!r}")
+    if kind is not None and status.kind != kind:
+        raise BatchNotFound(f"no {kind} with id {batch_id!r}: it is a {status.kind}")
     return status
 
 
@@ -166,15 +176,17 @@ def last_message(record: JobRecord) -> str | None:
 _RETRY_SCAN = 1000
 
 
-def batch_view(inspector: Inspector, batch_id: str, failures: int = 20) -> dict[str, Any]:
+def batch_view(inspector: Inspector, batch_id: str, failures: int = 20,
+               kind: str | None = None) -> dict[str, Any]:
     """A batch's counts, timings and ETA plus its latest failed or dead jobs with messages.
 
     The ETA is never earlier than the last retry the batch waits for (``retries_until``,
     the latest ``run_at`` of its retrying jobs, of the first 1,000 scanned): a rate measured
     while 32 jobs sit in their backoff says nothing about when they will run. Failures
     list the dead jobs first (they need a hand), then the failed ones, newest first in each.
+    ``kind`` ("workflow") refuses a batch of another kind, naming the kind looked for.
     """
-    status = get_batch(inspector, batch_id)
+    status = get_batch(inspector, batch_id, kind)
     now = inspector.now()
     out = status.as_dict(now)
     until = None

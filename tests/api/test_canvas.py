@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,3 +132,41 @@ def test_an_item_that_fails_fails_its_map_job(app: Conveyor) -> None:
     record = run.tails[0].status()
     assert record is not None and record.state is JobState.FAILED
     assert record.message == "no 1"
+
+
+def test_a_canvas_workflow_is_described_by_its_shape() -> None:
+    """A workflow built from Celery's canvas gets a default description, its shape, so the
+    workflow list reads as more than a column of ids (issue 51; Flower and Celery's
+    ``chain.__repr__`` show ``extract() | double() | double()``). A description given wins.
+    Store-independent (the description is written by the client): memory only."""
+    app = Conveyor("memory://")
+
+    @app.job(name="etl.extract")
+    def extract() -> int:
+        return 1
+
+    @app.job(name="etl.double")
+    def double(x: int) -> int:
+        return 2 * x
+
+    @app.job(name="etl.merge")
+    def merge(values: list[int]) -> int:
+        return sum(values)
+
+    def described(run: Any) -> str:
+        return str(app.batch_status(run.id)["description"])
+
+    assert described(chain(extract.s(), double.s(), double.s()).enqueue()) == (
+        "chain: extract → double → double")
+    assert described(chord([double.s(i) for i in range(20)], merge.s()).enqueue()) == (
+        "chord: double ×20 → merge")
+    assert described(group(double.s(1), extract.s(), double.s(2)).enqueue()) == (
+        "group: double, extract, double")
+    assert described(chain(extract.s(), group(double.s(), double.s()), merge.s()).enqueue()
+                     ) == "chain: extract → double ×2 → merge"
+    assert described(chunks(double, [(i,) for i in range(9)], 3).enqueue()) == (
+        "group: starmap(double) ×3")
+    assert described(chain(double.s(1), double.s()).enqueue(description="mine")) == "mine"
+    long = described(group(double.s(i) if i % 2 else extract.s() for i in range(80)).enqueue())
+    assert len(long) == 200 and long.endswith("…")
+    app.close()

@@ -6,9 +6,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -51,6 +52,25 @@ def env(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Iterator[Env]:
     app = make_app(url)
     yield Env(url, app, seed(app), capsys)
     app.close()
+
+
+def without_store(err: str) -> str:
+    """stderr without the line naming the store a command opened (``conveyor: store …``),
+    which every command prints before its own output or error."""
+    return "".join(line for line in err.splitlines(keepends=True)
+                   if not line.startswith("conveyor: store "))
+
+
+def lines_until(stream: IO[str], words: str, timeout: float = 90) -> list[str]:
+    """The lines a process writes to ``stream`` up to the first holding ``words``; fails
+    the test when the stream ends first or after ``timeout`` seconds."""
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while not lines or words not in lines[-1]:
+        line = stream.readline()
+        assert line and time.monotonic() < deadline, f"no {words!r} in: {''.join(lines)}"
+        lines.append(line)
+    return lines
 
 
 def conveyor(*argv: str, url: str, timeout: float = 60,

@@ -45,7 +45,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
              "conveyor.cli",
              "conveyor.cli.*",
              "conveyor.web", "conveyor.web.*", "conveyor.metrics", "conveyor.asgi",
-             "conveyor.server", "conveyor.otel", "conveyor.contrib", "conveyor.contrib.*")),
+             "conveyor.server", "conveyor.otel", "conveyor.contrib", "conveyor.contrib.*",
+             "conveyor.dev", "conveyor.dev.*")),
 ]
 
 

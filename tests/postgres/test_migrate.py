@@ -14,7 +14,7 @@ import pytest
 from conveyor.cli.main import main
 from conveyor.errors import StorageURLError
 from conveyor.job import Ack, BatchSpec, EnqueueResult, JobSpec, JobState, Node, Outcome
-from conveyor.storage import open_storage
+from conveyor.storage import open_storage, redact
 from conveyor.storage.postgres import acks, jobs
 from conveyor.storage.postgres import graph as graph_sql
 from conveyor.storage.postgres.connection import parse_postgres_url
@@ -43,12 +43,36 @@ def _open_and_close(url: str) -> None:
 
 def test_conveyor_migrate_creates_the_schema_at_the_latest_version(
         postgres_server: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """``conveyor migrate`` lists what it applied (Django's ``migrate`` prints "Applying
+    app.0001_initial... OK" per migration, Alembic logs "Running upgrade"): on a fresh schema
+    every shipped migration by name, then, run again, that nothing was left (issue 51: a
+    fresh schema said only "up to date")."""
     url = _url(postgres_server)
     assert main(["migrate", "--url", url]) == 0
-    assert "is up to date" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    names = [name for _, name, _ in migrations()]
+    assert out.strip().endswith(f"migration(s) to {redact(url)}: {', '.join(names)}")
+    assert out.startswith(f"applied {len(names)} migration(s)")
     assert _versions(url) == _SHIPPED
     assert main(["migrate", "--url", url]) == 0  # again: nothing to do, nothing applied twice
+    assert "is up to date (no migration to apply)" in capsys.readouterr().out
     assert _versions(url) == _SHIPPED
+
+
+def test_a_command_that_only_reads_creates_no_schema(
+        postgres_server: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """A read of a schema nobody created is one line, exit 2, and leaves no schema behind
+    (issue 51: every open migrated, so a typo in ``?schema=`` made a new empty one)."""
+    url = _url(postgres_server)
+    schema = parse_postgres_url(url).schema
+    assert main(["stats", "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"no conveyor schema '{schema}'" in err
+    assert "nothing was created" in err and "from --url" in err
+    with psycopg.connect(parse_postgres_url(url).conninfo, autocommit=True) as db:
+        found = db.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s",
+                           (schema,)).fetchall()
+    assert found == []
 
 
 def test_processes_opening_a_fresh_schema_at_once_migrate_it_once(postgres_server: Any) -> None:

@@ -12,16 +12,13 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
-import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
 
-from tests.support.managed import ManagedServer
+from conveyor.dev.process import ManagedServer, demote, free_port
 
 __all__ = ["PostgresServer", "demote", "free_port", "postgres_bin_dir"]
 
@@ -50,27 +47,6 @@ def postgres_bin_dir() -> str | None:
                           for b in ("initdb", "postgres")):
             return folder
     return None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def demote() -> tuple[Callable[[], None] | None, int | None, int | None]:
-    """(preexec function, uid, gid) that drop root to ``nobody``; Nones when not root."""
-    if os.geteuid() != 0:
-        return None, None, None
-    entry = pwd.getpwnam("nobody")
-    uid, gid = entry.pw_uid, entry.pw_gid
-
-    def preexec() -> None:
-        os.setgroups([])
-        os.setgid(gid)
-        os.setuid(uid)
-
-    return preexec, uid, gid
 
 
 class PostgresServer(ManagedServer):

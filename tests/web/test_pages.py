@@ -169,6 +169,7 @@ def test_the_workflow_graph_page_draws_every_node_live(site: Site) -> None:
     node_page = client.get(f"/jobs/{last.id}").body  # a node's page leads back to the graph
     assert "<dt>Workflow</dt>" in node_page and f'href="/workflows/{wf.id}"' in node_page
     assert "<dt>Batch</dt>" in client.get(f"/jobs/{site.seeded.ids['dead']}").body
-    missing = client.get("/workflows/no-such-workflow")
-    assert missing.status == 404 and "no batch with id" in missing.body
-    assert "no node to draw" in client.get(f"/workflows/{site.seeded.batch_id}").body
+    missing = client.get("/workflows/no-such-workflow")  # named as what was looked for
+    assert missing.status == 404 and "no workflow with id" in missing.body
+    batch = client.get(f"/workflows/{site.seeded.batch_id}")
+    assert batch.status == 404 and "it is a batch" in batch.body

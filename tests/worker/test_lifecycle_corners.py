@@ -115,7 +115,7 @@ def test_a_cancel_sticks_when_the_job_raises_before_the_next_heartbeat(
     record = app.get_job(ref.id)
     assert record is not None
     assert record.state is JobState.CANCELLED and record.errors == 1 and runs == [1]
-    assert record.message == "cancelled: upstream said no"
+    assert record.message == "cancelled: RuntimeError: upstream said no"
 
 
 @pytest.mark.parametrize("ending", ["raise", "timeout", "fail"])
@@ -155,7 +155,8 @@ def test_an_attempt_that_ends_after_the_job_was_told_to_stop_is_recorded_as_it_e
             JobState.FAILED, 0, "not today")
     elif ending == "raise":
         assert (record.state, record.errors, record.message) == (
-            JobState.CANCELLED, 1, "cancelled: upstream said no")
+            JobState.CANCELLED, 1, "cancelled: RuntimeError: upstream said no")
     else:
         assert (record.state, record.errors, record.message) == (
-            JobState.CANCELLED, 1, "cancelled: job told ran longer than its timeout of 5s")
+            JobState.CANCELLED, 1,
+            "cancelled: JobTimeout: job told ran longer than its timeout of 5s")

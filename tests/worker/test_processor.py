@@ -89,7 +89,29 @@ def test_dead_after_the_last_retry(app: Conveyor, clock: FakeClock) -> None:
     ack, second = run_one(app)
     assert ack.outcome is Outcome.DEAD
     assert second.state is JobState.DEAD
-    assert second.message == "bad row"
+    assert second.message == "ValueError: bad row"
+
+
+def test_an_error_keeps_its_exception_class_in_the_message(app: Conveyor) -> None:
+    """A job's message is what every list shows; an error's names its class, as Python's own
+    last traceback line does (Sidekiq's UI shows "KeyError: key not found", Celery's result
+    ``KeyError('x')``): a KeyError's text alone is only the key, in quotes (issue 51)."""
+    @app.job(retry=0)
+    def convert(invoice: int) -> None:
+        raise KeyError(f"currency 'XBT' for invoice {invoice}")
+
+    @app.job(retry=0)
+    def silent() -> None:
+        raise LookupError
+
+    convert.enqueue(13)
+    silent.enqueue()
+    _, record = run_one(app)
+    assert record.message == "KeyError: \"currency 'XBT' for invoice 13\""
+    _, record = run_one(app)
+    assert record.message == "LookupError"
+    errors = [e for e in record.events or [] if e.kind == "dead"]
+    assert errors and errors[-1].data is not None and errors[-1].data["type"] == "LookupError"
 
 
 def test_retry_exception_asks_for_its_own_delay(app: Conveyor) -> None:

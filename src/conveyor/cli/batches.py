@@ -150,7 +150,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 def watch(backend: Backend, batch_id: str, out: TextIO, interval: float,
           timeout: float | None) -> bool:
-    """Draw progress in place on a TTY, or one plain line per change otherwise; between
+    """Draw progress in place on a TTY, or one plain line per change of the counts otherwise
+    (not of the ETA, which moves with the clock); between
     redraws wait on the store's ``batch_finished``, so the end shows at once, not at the next
     redraw.
 
@@ -158,17 +159,21 @@ def watch(backend: Backend, batch_id: str, out: TextIO, interval: float,
     """
     tty = out.isatty()
     started = time.monotonic()
-    last = ""
+    last: tuple[Any, ...] = ()
     with backend.batch_finished(batch_id) as waiter:
         while True:
             view = batch_view(backend, batch_id, failures=0)
             line = progress_line(view)
+            # A change is a change of the counts; the ETA moves with the clock alone, so a
+            # pipe would otherwise get a line per redraw.
+            seen = (view["done"], view["total"], sorted(view["counts"].items()),
+                    view["complete"])
             if tty:
                 out.write("\r\x1b[2K" + line)
-            elif line != last:
+            elif seen != last:
                 out.write(line + "\n")
             out.flush()
-            last = line
+            last = seen
             if view["complete"]:
                 out.write("\n" if tty else "")
                 return True

@@ -1,25 +1,25 @@
 """What every operations command shares: where the storage comes from, and output.
 
-The storage comes from ``--url`` / ``CONVEYOR_URL`` (default ``sqlite:///conveyor.db``) or from
-an application object named by ``--app module:attribute``; only ``Inspector`` methods (plus
-``now()``) are used on it, so every command works the same on SQLite, Redis and memory.
-Text output goes through ``conveyor.cli.terminal`` so job data cannot drive the terminal;
-errors are turned into one line by ``conveyor.cli.main``.
+The storage is resolved by ``conveyor.cli.source`` (``--url``, the app from ``--app`` /
+``CONVEYOR_APP`` / ``pyproject.toml``, ``CONVEYOR_URL``, the default) and named on stderr in
+one line; only ``Inspector`` methods (plus ``now()``) are used on it, so every command works
+the same on every store. A command that only reads never creates a store. Text output goes
+through ``conveyor.cli.terminal`` so job data cannot drive the terminal; errors are turned
+into one line by ``conveyor.cli.main``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from conveyor.cli.source import Source, announce, resolve
 from conveyor.cli.terminal import safe, say
-from conveyor.cli.worker import load_app
-from conveyor.errors import ConveyorError
+from conveyor.errors import ConveyorError, StorageMissing
 from conveyor.storage import DEFAULT_URL, Backend, open_storage
 
 Handler = Callable[[argparse.Namespace], int]
@@ -28,9 +28,12 @@ Handler = Callable[[argparse.Namespace], int]
 def add_source_args(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
     """``--url``, ``--app`` and (for read commands) ``--json``."""
     parser.add_argument("--url", default=None,
-                        help=f"storage URL (default: $CONVEYOR_URL or {DEFAULT_URL})")
+                        help="storage URL; wins over the app's (default: the app's URL, "
+                             f"else $CONVEYOR_URL, else {DEFAULT_URL})")
     parser.add_argument("--app", default=None, metavar="MODULE:ATTR",
-                        help="take the storage from this conveyor app, e.g. myapp:app")
+                        help="take the storage from this conveyor app, e.g. myapp:app "
+                             "(default: $CONVEYOR_APP, else [tool.conveyor] app in "
+                             "pyproject.toml)")
     if json_flag:
         parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
@@ -51,23 +54,38 @@ def add_pause_resume(sub: Any, helps: tuple[str, str], func: Handler, *, dest: s
         parser.set_defaults(func=func, action=action)
 
 
-def storage_url(args: argparse.Namespace) -> str:
-    """The URL from ``--url``, else ``CONVEYOR_URL``, else the SQLite default."""
-    return str(args.url or os.environ.get("CONVEYOR_URL") or DEFAULT_URL)
-
+def source_of(args: argparse.Namespace, *, need_app: bool = False) -> Source:
+    """The store the command line, the environment and the project name (not opened)."""
+    return resolve(args.url, args.app, need_app=need_app)
 
 
 @contextmanager
-def open_backend(args: argparse.Namespace) -> Iterator[Backend]:
-    """The storage the command line names; closed on exit when this command opened it."""
-    if args.app:
-        yield load_app(args.app).storage
-        return
-    backend = open_storage(storage_url(args))
+def open_backend(args: argparse.Namespace, *, create: bool = False,
+                 need_app: bool = False) -> Iterator[Backend]:
+    """The storage the command line names, announced on stderr; closed on exit when this
+    command opened it. Only with ``create`` (``enqueue``, ``migrate``) may a store that does
+    not exist be created: otherwise it is one error line naming where the URL came from."""
+    source = source_of(args, need_app=need_app)
+    held = source.app.opened_storage() \
+        if source.app is not None and source.app.url == source.url else None
+    backend = held or open_source(source, create=create)
+    announce(source, args)
     try:
         yield backend
     finally:
-        backend.close()
+        if held is None:
+            backend.close()
+
+
+def open_source(source: Source, *, create: bool = False) -> Backend:
+    """Open the store of ``source``; a missing one (when not ``create``) is one line saying
+    where its URL came from and what creates it."""
+    try:
+        return open_storage(source.url, create=create)
+    except StorageMissing as exc:
+        raise StorageMissing(f"{exc}; the store from {source.origin}. This command only "
+                             "reads and creates none (a worker, an enqueue or `conveyor "
+                             "migrate` does)") from None
 
 
 def print_json(data: Any) -> None:

@@ -10,10 +10,10 @@ from conveyor.cli.common import (
     add_source_args,
     parse_json_arg,
     print_json,
-    storage_url,
+    source_of,
 )
+from conveyor.cli.source import announce
 from conveyor.cli.terminal import say
-from conveyor.cli.worker import load_app
 from conveyor.errors import ConveyorError
 
 
@@ -21,8 +21,9 @@ def register(sub: Any) -> None:
     """Add ``enqueue``."""
     parser = sub.add_parser(
         "enqueue", help="enqueue a job by name (checked against --app; or --force)",
-        description="With --app, NAME must be registered in that app and its options apply; "
-                    "with --force (and --url), any NAME is enqueued as given.")
+        description="With an app (--app, CONVEYOR_APP or pyproject.toml), NAME must be "
+                    "registered in it and its options apply; with --force, any NAME is "
+                    "enqueued as given. --url wins over the app's URL.")
     parser.add_argument("name", help="registered job name, e.g. myapp.send_welcome")
     parser.add_argument("--args", default="[]", help="JSON array of positional arguments")
     parser.add_argument("--kwargs", default="{}", help="JSON object of keyword arguments")
@@ -39,17 +40,23 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     """Validate the arguments and enqueue one job."""
     job_args = parse_json_arg(args.args, "--args", list)
     job_kwargs = parse_json_arg(args.kwargs, "--kwargs", dict)
-    if args.app:
-        app = load_app(args.app)
+    source = source_of(args, need_app=True)
+    app = source.app
+    if app is not None:
         if app.registry.get(args.name) is None and not args.force:
             known = ", ".join(sorted(app.registry.names())) or "none"
-            raise ConveyorError(f"no job named {args.name!r} in {args.app} (registered: "
-                                f"{known}); use --force to enqueue it anyway")
-        return _enqueue(app, args, job_args, job_kwargs)
-    if not args.force:
-        raise ConveyorError("enqueue needs --app MODULE:ATTR so the job name can be checked, "
-                            "or --force to enqueue by name on --url only")
-    app = Conveyor(storage_url(args))
+            raise ConveyorError(f"no job named {args.name!r} in {args.app or 'the app'} "
+                                f"(registered: {known}); use --force to enqueue it anyway")
+        if source.url != app.url:  # --url wins over the app's URL, as for the worker
+            app.close()
+            app.url = source.url
+    elif not args.force:
+        raise ConveyorError("enqueue needs an app (--app MODULE:ATTR, CONVEYOR_APP or "
+                            "[tool.conveyor] app in pyproject.toml) so the job name can be "
+                            "checked, or --force to enqueue by name on the store alone")
+    else:
+        app = Conveyor(source.url)
+    announce(source, args)
     try:
         return _enqueue(app, args, job_args, job_kwargs)
     finally:

@@ -19,6 +19,8 @@ import traceback
 from collections.abc import Sequence
 
 from conveyor import __version__
+from conveyor.cli.apps import UserCodeError
+from conveyor.cli.source import Source
 from conveyor.cli.terminal import safe
 from conveyor.errors import ConveyorError
 from conveyor.storage import DEFAULT_URL, redact
@@ -34,6 +36,7 @@ COMMANDS = (
     "conveyor.cli.enqueue",
     "conveyor.cli.serve",
     "conveyor.cli.migrate",
+    "conveyor.cli.dev",
 )
 
 EXIT_ERROR = 2  # an error conveyor understands: bad input, storage unreachable, unknown id
@@ -86,6 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _report(exc: Exception, args: argparse.Namespace, debug: bool) -> int:
     if debug:
         traceback.print_exception(exc)
+    elif isinstance(exc, UserCodeError):  # the user's own code: its traceback is theirs
+        print("\n".join(safe(line) for line in exc.trace.rstrip("\n").split("\n")),
+              file=sys.stderr)
     code, line = error_line(exc, where(args))
     print(f"conveyor: {safe(line)}", file=sys.stderr)
     return code
@@ -106,7 +112,11 @@ def _stdout_is_broken() -> bool:
 
 
 def where(args: argparse.Namespace) -> str:
-    """The storage the command line names, password masked, for error messages."""
+    """The storage the command used, password masked, for error messages: the one it
+    announced, else the one its flags name."""
+    source = getattr(args, "source", None)
+    if isinstance(source, Source):
+        return redact(source.url)
     url = getattr(args, "url", None) or os.environ.get("CONVEYOR_URL")
     app = getattr(args, "app", None)
     if app and not url:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from conveyor.cli.common import add_source_args, open_backend
+from conveyor.cli.common import add_source_args, source_of
+from conveyor.cli.source import announce
 from conveyor.cli.terminal import say
-from conveyor.storage import redact
+from conveyor.storage import open_storage, shown_url
 
 
 def register(sub: Any) -> None:
@@ -23,7 +24,18 @@ def register(sub: Any) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    """Open the storage (which migrates it) and say so."""
-    with open_backend(args) as backend:
-        say(f"storage {redact(backend.url)} is up to date")
+    """Open the storage (which creates and migrates it) and list what that applied.
+
+    The command opens the store itself, never the app's already open one, so that what the
+    open applied is what it lists."""
+    source = source_of(args)
+    applied: list[str] = []
+    backend = open_storage(source.url, applied=applied)
+    backend.close()
+    announce(source, args)
+    where = shown_url(source.url)[0]
+    if applied:
+        say(f"applied {len(applied)} migration(s) to {where}: {', '.join(applied)}")
+    else:
+        say(f"storage {where} is up to date (no migration to apply)")
     return 0

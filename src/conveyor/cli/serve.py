@@ -13,13 +13,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from conveyor.cli.common import add_source_args, open_backend, storage_url
+from conveyor.cli.common import add_source_args, open_backend
 from conveyor.cli.terminal import say
-from conveyor.cli.worker import load_app
 from conveyor.errors import ConveyorError
 from conveyor.metrics import render_inspector, serve_metrics
 from conveyor.server import RunningServer, check_exposure
-from conveyor.storage import open_storage, redact
 from conveyor.web import create_app
 
 WEB_TOKEN_ENV = "CONVEYOR_WEB_TOKEN"
@@ -71,19 +69,18 @@ def cmd_web(args: argparse.Namespace) -> int:
     """Serve the dashboard until interrupted."""
     token = read_token(args, WEB_TOKEN_ENV)
     check_exposure(args.host, token, "the dashboard")
-    source = load_app(args.app) if args.app else open_storage(storage_url(args))
-    app = create_app(source, token, allowed_hosts=[args.host, *args.allow_host])
-    try:
-        server = RunningServer(app, args.host, args.port).start()
-    except OSError as exc:
-        raise ConveyorError(f"cannot listen on {args.host}:{args.port}: {exc}") from exc
-    where = args.app or redact(storage_url(args))
-    say(f"conveyor web on {server.url} ({where}){' — token required' if token else ''}",
-          flush=True)
-    try:
-        server.wait()
-    finally:
-        server.stop()
+    with open_backend(args) as backend:
+        app = create_app(backend, token, allowed_hosts=[args.host, *args.allow_host],
+                         store=args.source.line())
+        try:
+            server = RunningServer(app, args.host, args.port).start()
+        except OSError as exc:
+            raise ConveyorError(f"cannot listen on {args.host}:{args.port}: {exc}") from exc
+        say(f"conveyor web on {server.url}{' — token required' if token else ''}", flush=True)
+        try:
+            server.wait()
+        finally:
+            server.stop()
     return 0
 
 

@@ -17,7 +17,6 @@ from conveyor.cli.common import (
 from conveyor.cli.terminal import say
 from conveyor.errors import ConveyorError
 from conveyor.history import KINDS, history_view
-from conveyor.job import JobState
 from conveyor.views import fmt_duration, stats_view
 
 
@@ -54,11 +53,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
     """Print one row per queue, then the totals and worker slot usage."""
     with open_backend(args) as backend:
         view = stats_view(backend)
-        # The stored counter ``failed`` sums failed and dead outcomes; the jobs now failed
-        # are counted apart so that the table can say which is which.
-        for q in view["queues"]:
-            q["failed_jobs"] = backend.count_jobs(state=JobState.FAILED, queue=q["name"])
-        view["totals"]["failed_jobs"] = sum(q["failed_jobs"] for q in view["queues"])
     return emit(args, view, format_stats)
 
 
@@ -88,7 +82,7 @@ def format_history(view: dict[str, Any]) -> str:
 
 
 def format_stats(view: dict[str, Any]) -> str:
-    """The text form of ``stats_view`` (with the ``failed_jobs`` counts ``cmd_stats`` adds)."""
+    """The text form of ``stats_view``."""
     headers = ("QUEUE", "WAITING", "AGGREGATING", "PENDING", "SCHEDULED", "ACTIVE", "RETRYING",
                "LATENCY", "PAUSED", "SUCCEEDED", "FAILED", "DEAD", "NOT OK EVER", "TODAY OK",
                "TODAY NOT OK")

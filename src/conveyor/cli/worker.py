@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import logging
 import os
-import sys
 from typing import Any
 
-from conveyor.app import Conveyor
 from conveyor.broker import open_broker
+from conveyor.cli.apps import AppLoadError, find_app, load_app
+from conveyor.cli.source import app_source
 from conveyor.errors import ConveyorError
 from conveyor.storage import open_storage
 from conveyor.storage.outbox import as_outbox
@@ -26,33 +25,8 @@ __all__ = ["AppLoadError", "WorkerOptionError", "build_config", "cores", "load_a
 log = logging.getLogger("conveyor.worker")
 
 
-class AppLoadError(ConveyorError):
-    """The ``module:attribute`` given to ``conveyor worker`` could not be loaded."""
-
-
 class WorkerOptionError(ConveyorError):
     """A ``conveyor worker`` flag has a value a worker cannot run with."""
-
-
-def load_app(spec: str) -> Conveyor:
-    """Import ``module:attribute`` (the current directory is on ``sys.path``)."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise AppLoadError(f"app {spec!r} must look like module:attribute, e.g. myapp:app")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise AppLoadError(f"cannot import {module_name!r}: {exc}") from exc
-    app: Any = module
-    for part in attr.split("."):
-        app = getattr(app, part, None)
-        if app is None:
-            raise AppLoadError(f"module {module_name!r} has no attribute {attr!r}")
-    if not isinstance(app, Conveyor):
-        raise AppLoadError(f"{spec} is a {type(app).__name__}, not a conveyor.Conveyor app")
-    return app
 
 
 def _queue(text: str) -> QueueWeight:
@@ -66,7 +40,9 @@ def register(subparsers: Any) -> None:
     """Add the ``worker`` sub-command."""
     p = subparsers.add_parser("worker", help="run worker processes",
                               description="Run jobs of APP (module:attribute).")
-    p.add_argument("app", help="the app, as module:attribute (e.g. myapp:app)")
+    p.add_argument("app", nargs="?", default=None,
+                   help="the app, as module:attribute (e.g. myapp:app); default: "
+                        "$CONVEYOR_APP, else [tool.conveyor] app in pyproject.toml")
     p.add_argument("-q", "--queue", dest="queues", action="append", type=_queue,
                    metavar="NAME[,WEIGHT]", help="queue to work (repeat); default: default")
     p.add_argument("-c", "--concurrency", type=int, default=10, help="jobs at once per process")
@@ -84,7 +60,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--log-format", choices=("text", "json"), default="text")
     p.add_argument("--log-file", default=None, help="log to this file (USR2 reopens it)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
-    p.add_argument("--url", default=None, help="storage URL (overrides the app's and CONVEYOR_URL)")
+    p.add_argument("--url", default=None,
+                   help="storage URL (overrides the app's, which is its Conveyor(url), else "
+                        "CONVEYOR_URL, else the default)")
     p.add_argument("--broker", default=None,
                    help="broker URL that delivers jobs, e.g. amqp://… (overrides the app's and "
                         "CONVEYOR_BROKER; docs/brokers.md)")
@@ -142,11 +120,16 @@ def run(args: argparse.Namespace) -> int:
     ``--processes N``, or with ``--processes 1`` a single worker process without one."""
     configure_logging(args.log_format, args.log_file, getattr(logging, args.log_level.upper(),
                                                                logging.INFO))
-    url = args.url or os.environ.get("CONVEYOR_URL")
-    app = load_app(args.app)
-    if url and url != app.url:
+    spec = find_app(args.app, "the command line")
+    if spec is None:
+        raise AppLoadError("no app to run: give one (conveyor worker myapp:app), set "
+                           "CONVEYOR_APP=myapp:app, or add [tool.conveyor] app = \"myapp:app\" "
+                           "to pyproject.toml")
+    app = load_app(spec.spec, spec.root)
+    source = app_source(spec, app, args.url)
+    if source.url != app.url:
         app.close()  # in case importing the app already opened the old storage
-        app.url = url
+        app.url = source.url
     if args.broker:
         app.broker_url = args.broker
     config = build_config(args)  # fail fast on bad flags, before forking
@@ -173,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
             app.close()
 
     if not supervised:
+        app.storage.now()  # a store that cannot be opened is one error line, no log first
+        log.info("%s", source.line())
         return body()
     # Fail at start with one line, as a single process does, when the storage cannot be opened
     # (a bad URL, a server down), rather than let every child crash in a restart loop. A store
@@ -187,4 +172,5 @@ def run(args: argparse.Namespace) -> int:
             open_broker(app.broker_url).close()
     finally:
         probe.close()
+    log.info("%s", source.line())
     return Supervisor(processes, body, shutdown_timeout=args.timeout, release=release).run()

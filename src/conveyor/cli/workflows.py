@@ -75,7 +75,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def workflow_view(inspector: Inspector, workflow_id: str) -> dict[str, Any]:
     """``batch_view`` of the workflow plus ``nodes``: id, name, state, message of each (the
     first ``NODES_SHOWN``, in enqueue order)."""
-    view = batch_view(inspector, workflow_id)
+    view = batch_view(inspector, workflow_id, kind="workflow")
     records = inspector.list_jobs(batch_id=workflow_id, limit=NODES_SHOWN, with_events=False)
     records.sort(key=lambda r: r.id)
     view["nodes"] = [{"id": r.id, "name": r.name, "state": r.state.value,
@@ -104,6 +104,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_watch(args: argparse.Namespace) -> int:
     """Redraw the progress line until the workflow is complete, then print its nodes."""
     with open_backend(args) as backend:
+        get_batch(backend, args.workflow_id, kind="workflow")
         complete = watch(backend, args.workflow_id, sys.stdout, args.interval, args.timeout)
         say(format_workflow(workflow_view(backend, args.workflow_id)))
     return 0 if complete else 1
@@ -112,7 +113,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel a workflow's waiting and pending nodes and ask its running ones to stop."""
     with open_backend(args) as backend:
-        get_batch(backend, args.workflow_id)
+        get_batch(backend, args.workflow_id, kind="workflow")
         count = backend.cancel_batch(args.workflow_id)
     say(f"cancelled workflow {args.workflow_id}: {count} node(s) cancelled or asked to stop")
     return 0

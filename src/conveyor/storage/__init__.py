@@ -17,7 +17,7 @@ from conveyor.storage.base import Inspector, Storage
 from conveyor.storage.records import Retention
 
 __all__ = ["DEFAULT_URL", "Backend", "Inspector", "Retention", "Storage", "open_storage", "redact",
-           "url_secrets"]
+           "shown_url", "url_secrets"]
 
 DEFAULT_URL = "sqlite:///conveyor.db"
 
@@ -41,12 +41,24 @@ class Backend(Storage, Inspector, Protocol):
     """A backend object implements both protocols."""
 
 
+# scheme -> "module:function" taking a URL and returning it with a relative file path made
+# absolute, or None when it names no relative path (a server, or an absolute path already).
+_PLACES = {"sqlite": "conveyor.storage.sqlite.connection:absolute_url"}
+
+
 class _Opener(Protocol):
-    def __call__(self, url: str, clock: Clock | None = None) -> Backend: ...
+    def __call__(self, url: str, clock: Clock | None = None, *, create: bool = True,
+                 applied: list[str] | None = None) -> Backend: ...
 
 
-def open_storage(url: str, clock: Clock | None = None) -> Backend:
-    """Open the backend a URL names. Raises ``StorageURLError`` with the reason when it can't."""
+def open_storage(url: str, clock: Clock | None = None, *, create: bool = True,
+                 applied: list[str] | None = None) -> Backend:
+    """Open the backend a URL names. Raises ``StorageURLError`` with the reason when it can't.
+
+    ``create=False`` opens only a store that exists: a missing database file or schema
+    raises ``StorageMissing`` and nothing is created (what a command that only reads wants).
+    ``applied``, when given, receives the name of every schema migration this open applied.
+    """
     scheme, sep, _ = url.partition("://")
     if not sep:
         raise StorageURLError(
@@ -68,7 +80,21 @@ def open_storage(url: str, clock: Clock | None = None) -> Backend:
             f"{scheme}:// needs an optional dependency: pip install 'conveyor[{extra}]' ({exc})"
         ) from exc
     opener: _Opener = getattr(module, func_name)
-    return opener(url, clock)
+    return opener(url, clock, create=create, applied=applied)
+
+
+def shown_url(url: str) -> tuple[str, bool]:
+    """The URL as a person should see it, and whether it names a path relative to the
+    working directory: credentials masked (``redact``) and a relative file path made
+    absolute, so that two processes started in different directories show two files."""
+    scheme = url.partition("://")[0].lower()
+    target = _PLACES.get(scheme)
+    if target is not None:
+        module_name, func_name = target.split(":")
+        absolute = getattr(importlib.import_module(module_name), func_name)(url)
+        if absolute is not None:
+            return redact(absolute), True
+    return redact(url), False
 
 
 # Query parameters whose value is a credential: redis-py's password, sentinel_password and

@@ -25,6 +25,7 @@ from conveyor import asgi
 from conveyor.app import Conveyor
 from conveyor.asgi import bearer_or_basic, guard, plain
 from conveyor.errors import ConveyorError, StorageError, StorageUnavailable
+from conveyor.storage import shown_url
 from conveyor.storage.base import Inspector
 from conveyor.web import actions, pages
 from conveyor.web.http import (
@@ -54,8 +55,9 @@ class Dashboard:
     """The ASGI application returned by ``create_app``."""
 
     def __init__(self, source: Conveyor | Inspector, token: str | None = None,
-                 hosts: frozenset[str] | None = None) -> None:
+                 hosts: frozenset[str] | None = None, store: str | None = None) -> None:
         self._source = source
+        self._store = store if store is not None else _store_line(source)
         self._token = token or None
         self._flash_key = secrets.token_bytes(32)
         self._guarded = guard(self._serve, asgi.allowed_hosts() if hosts is None else hosts)
@@ -89,6 +91,7 @@ class Dashboard:
             if self._authenticate(request) is not None:  # no body is read before sign-in
                 await request.read_form(receive)
             self._take_flash(request)
+            request.store = self._store
             response = mount(await self.handle(request), request.root)
         except BadRequest as exc:
             await plain(send, 400, str(exc))
@@ -217,12 +220,13 @@ async def _lifespan(receive: Receive, send: Send) -> None:
 def _static(name: str) -> Response:
     """A file from ``conveyor/web/static`` (no sub-directories, so no path tricks)."""
     suffix = "." + name.rsplit(".", 1)[-1] if "." in name else ""
+    missing = Response("no static file of that name", 404, "text/plain")
     if "/" in name or "\\" in name or name.startswith(".") or suffix not in STATIC_TYPES:
-        return Response("not found", 404, "text/plain")
+        return missing
     try:
         data = resources.files("conveyor.web").joinpath("static").joinpath(name).read_bytes()
     except (FileNotFoundError, OSError):
-        return Response("not found", 404, "text/plain")
+        return missing
     response = Response(data, 200, STATIC_TYPES[suffix])
     return response
 
@@ -233,8 +237,16 @@ def _plain_token(value: str) -> bool:
         "_", "").isalnum()
 
 
+def _store_line(source: Conveyor | Inspector) -> str:
+    """``store URL`` of an app or a storage (credentials masked), or nothing for an object
+    that has no URL."""
+    url = source.url if isinstance(source, Conveyor) else getattr(source, "url", None)
+    return f"store {shown_url(url)[0]}" if isinstance(url, str) else ""
+
+
 def create_app(storage_or_app: Conveyor | Inspector, token: str | None = None, *,
-               allowed_hosts: Iterable[str] = (), delegate_auth: bool = False) -> Dashboard:
+               allowed_hosts: Iterable[str] = (), delegate_auth: bool = False,
+               store: str | None = None) -> Dashboard:
     """The dashboard as an ASGI app over a storage backend or a ``Conveyor`` app.
 
     Mount it in any ASGI server (``uvicorn``, ``hypercorn``) or serve it with
@@ -248,10 +260,13 @@ def create_app(storage_or_app: Conveyor | Inspector, token: str | None = None, *
     ``delegate_auth=True``: the application the dashboard is mounted in authenticates every
     request to it and checks its ``Host`` (a FastAPI dependency, Django's login middleware):
     no token and no Host check here; the CSRF check of every action stays.
+
+    Every page names the store it reads in its header: ``store``, else the URL of the app or
+    storage given (credentials masked, a relative file path made absolute).
     """
     if delegate_auth:
         if token:
             raise ValueError("delegate_auth=True leaves authentication to the host "
                              "application: give no token")
         allowed_hosts = ("*",)
-    return Dashboard(storage_or_app, token, asgi.allowed_hosts(allowed_hosts))
+    return Dashboard(storage_or_app, token, asgi.allowed_hosts(allowed_hosts), store)

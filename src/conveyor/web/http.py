@@ -45,6 +45,7 @@ class Request:
     root: str = ""  # the prefix the app is mounted under (ASGI root_path), e.g. "/ops"
     secure: bool = False  # served over https (TLS, or a trusted proxy's X-Forwarded-Proto)
     flash: str = ""  # the message of the last action, from the server's signed cookie
+    store: str = ""  # the store the dashboard reads, as every page's header names it
 
     def arg(self, name: str, default: str = "") -> str:
         """First query value of ``name``."""

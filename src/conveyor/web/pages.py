@@ -39,13 +39,24 @@ async def overview(dash: Dashboard, request: Request, csrf: str, m: re.Match[str
     table and each queue's outcomes over the last hour and day."""
     view, past = await dash.call(lambda insp: (stats_view(insp), history_view(insp, minutes=60)))
     t, w = view["totals"], view["workers"]
-    cards = [("processed", t["processed"]), ("failed", t["failed"]), ("dead", t["dead"]),
-             ("pending", t["pending"]), ("active", t["active"]), ("retrying", t["retrying"]),
-             ("scheduled", t["scheduled"]), ("waiting", t["waiting"]),
-             ("aggregating", t["aggregating"]),
-             ("busy slots", f"{w['busy']}/{w['slots']}")]
+    # Jobs in a state now, then outcomes ever: the all-time counter of failed or dead
+    # outcomes is named as such, never "failed" beside the current "dead".
+    cards = [("pending", t["pending"], "waiting to run now"),
+             ("active", t["active"], "running now"),
+             ("retrying", t["retrying"], "waiting for their next attempt"),
+             ("scheduled", t["scheduled"], "waiting for their time"),
+             ("waiting", t["waiting"], "workflow nodes waiting for their parents"),
+             ("aggregating", t["aggregating"], "members waiting for their group's run"),
+             ("failed", t["failed_jobs"], "jobs now ended by Fail (a business rule)"),
+             ("dead", t["dead"], "jobs now in the dead set (out of retries)"),
+             ("succeeded ever", t["processed"], "succeeded since each queue began"),
+             ("failed or dead ever", t["failed"],
+              "failed and dead outcomes since each queue began, jobs since retried or "
+              "deleted included"),
+             ("busy slots", f"{w['busy']}/{w['slots']}", "worker slots running a job")]
     live = '<div class="cards">' + "".join(
-        f'<div class="card"><b>{e(v)}</b><span>{e(k)}</span></div>' for k, v in cards
+        f'<div class="card" title="{e(hint)}"><b>{e(v)}</b><span>{e(k)}</span></div>'
+        for k, v, hint in cards
     ) + "</div>" + _queue_table(view["queues"], csrf, "/", actions=False) + _recent(past)
     charts = ('<section class="charts">'
               '<figure><figcaption>Jobs per second <span class="key ok">processed</span>'
@@ -78,7 +89,7 @@ def _queue_table(queues: list[dict[str, Any]], csrf: str, here: str, actions: bo
     for q in queues:
         row = [link(f"/jobs?queue={q['name']}", q["name"]), e(q["pending"]), e(q["active"]),
                e(q["scheduled"]), e(q["retrying"]), e(q["waiting"]), e(q["aggregating"]),
-               e(q["dead"]),
+               e(q["failed_jobs"]), e(q["dead"]),
                e(fmt_duration(q["latency"])),
                badge("paused") if q["paused"] else badge("running")]
         if actions:
@@ -88,9 +99,10 @@ def _queue_table(queues: list[dict[str, Any]], csrf: str, here: str, actions: bo
                                 "Resume" if q["paused"] else "Pause", csrf, here, queue=q["name"])]
         rows.append(row)
     headers = ["Queue", "Pending", "Active", "Scheduled", "Retrying", "Waiting", "Aggregating",
-               "Dead", "Latency", "State"]
+               "Failed", "Dead", "Latency", "State"]
     if actions:
-        headers += ["Processed", "Failed", "Today ok / failed", ""]
+        headers += ["Succeeded ever", "Failed or dead ever",
+                    "Today ok / not ok", ""]
     return table(headers, rows, "queues")
 
 

@@ -20,7 +20,7 @@ from conveyor.views import (
     job_view,
     parse_state,
 )
-from conveyor.web.graph import BY_NAME, WIDE_LAYER, svg
+from conveyor.web.graph import BY_NAME, WIDE_LAYER, Args, relatives, svg
 from conveyor.web.http import Request, Response, StorageCaller
 from conveyor.web.render import (
     badge,
@@ -153,12 +153,15 @@ def _bulk_form(rows: list[dict[str, Any]], csrf: str, here: str, state: JobState
 
 async def job(dash: StorageCaller, request: Request, csrf: str, m: re.Match[str]) -> Response:
     """One job: fields, args, options, actions, event timeline and errors with tracebacks."""
-    def read(insp: Inspector) -> tuple[dict[str, Any], str | None]:
+    def read(insp: Inspector) -> tuple[dict[str, Any], str | None, list[GraphNode]]:
         record = get_job(insp, m["id"])
         status = insp.get_batch(record.batch_id) if record.batch_id else None
-        return job_view(record), status.kind if status is not None else None
+        kind = status.kind if status is not None else None
+        graph = insp.workflow_graph(record.batch_id, GRAPH_LIMIT) \
+            if record.batch_id and kind == "workflow" else []
+        return job_view(record), kind, graph
 
-    view, kind = await dash.call(read)
+    view, kind, graph = await dash.call(read)
     here = f"/jobs/{view['id']}"
     group: tuple[str, str] = ("Batch", "-")
     if view["batch_id"] and kind == "workflow":  # a node: its graph, one click away
@@ -170,7 +173,7 @@ async def job(dash: StorageCaller, request: Request, csrf: str, m: re.Match[str]
     fields = [("State", badge(view["state"])), ("Queue", e(view["queue"])),
               ("Attempt", e(f"{view['attempt']} (errors {view['errors']}, recoveries "
                             f"{view['recoveries']}, max retries {view['max_retries']})")),
-              group,
+              group, *_family(graph, view["id"]),
               ("Worker", e(view["worker"] or "-")), ("Created", when(view["created_at"])),
               ("Run at", when(view["run_at"])), ("Started", when(view["started_at"])),
               ("Finished", when(view["finished_at"])), ("Message", e(view["message"] or "-"))]
@@ -193,6 +196,16 @@ async def job(dash: StorageCaller, request: Request, csrf: str, m: re.Match[str]
             + f"</div></div><h2>Timeline</h2>{_timeline(view['events'] or [])}"
             + _errors(view["errors_detail"]))
     return page(f"Job {view['name']}", "/jobs", live, request, csrf)
+
+
+def _family(graph: list[GraphNode], node_id: str) -> list[tuple[str, str]]:
+    """A workflow node's "Parents" and "Children" fields: each linked, with its state."""
+    found = relatives(graph, node_id) if graph else None
+    if found is None:
+        return []
+    return [(title, ", ".join(f'{link(f"/jobs/{n.id}", n.name)} {badge(n.state.value)}'
+                              for n in nodes) or "none")
+            for title, nodes in zip(("Parents", "Children"), found, strict=True)]
 
 
 def _unreadable(row: dict[str, Any]) -> str:
@@ -327,10 +340,12 @@ async def workflow_graph(dash: StorageCaller, request: Request, csrf: str,
     """A workflow's graph, live: every node in its layer, coloured by state, linked to its
     job's page (large graphs summarised by step name: ``web/graph.py``)."""
 
-    def read(insp: Inspector) -> tuple[dict[str, Any], list[GraphNode]]:
-        return batch_view(insp, m["id"]), insp.workflow_graph(m["id"], GRAPH_LIMIT)
+    def read(insp: Inspector) -> tuple[dict[str, Any], list[GraphNode], Args]:
+        view = batch_view(insp, m["id"], kind="workflow")
+        nodes = insp.workflow_graph(m["id"], GRAPH_LIMIT)
+        return view, nodes, node_args(insp, m["id"], len(nodes))
 
-    view, nodes = await dash.call(read)
+    view, nodes, args = await dash.call(read)
     facts = (f'<p class="sub">{e(view["done"])}/{e(view["total"])} settled · '
              f'{badge(batch_state(view))} · elapsed {e(fmt_duration(view["elapsed"]))} · '
              f'created {when(view["created_at"])}</p>')
@@ -339,11 +354,20 @@ async def workflow_graph(dash: StorageCaller, request: Request, csrf: str,
     note = (f'<p class="sub">{shown}a box per step name where a layer holds more than '
             f"{WIDE_LAYER} nodes, or the graph more than {BY_NAME}</p>"
             if len(nodes) > WIDE_LAYER else "")
-    drawing = (f'<div class="graph-wrap">{svg(nodes)}</div>' if nodes
-               else '<p class="empty">no node to draw (not a workflow, or trimmed)</p>')
+    drawing = (f'<div class="graph-wrap">{svg(nodes, args)}</div>' if nodes
+               else '<p class="empty">no node to draw (its nodes were trimmed)</p>')
     live = progress(view["counts"], view["total"], view["percent"]) + facts + note + drawing
     title = f"Workflow {view['description'] or view['id']}"
     return page(title, "/workflows", live, request, csrf, before=_views(view["id"], "graph"))
+
+
+def node_args(insp: Inspector, workflow_id: str, count: int) -> Args:
+    """What each node of a workflow small enough to be drawn node by node works on (its
+    arguments, from its job record); nothing for a larger one, drawn by step name."""
+    if count > BY_NAME:
+        return {}
+    return {r.id: (r.args, r.kwargs)
+            for r in insp.list_jobs(batch_id=workflow_id, limit=count, with_events=False)}
 
 
 def _views(workflow_id: str, on: str) -> str:

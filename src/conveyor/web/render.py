@@ -32,8 +32,9 @@ def js(value: Any) -> str:
 
 
 def layout(title: str, active: str, live: str, csrf: str, *, before: str = "",
-           flash: str = "", refresh: int = 2000) -> str:
-    """A full page; ``live`` is the region the script re-fetches with ``?partial=1``."""
+           flash: str = "", refresh: int = 2000, store: str = "") -> str:
+    """A full page; ``live`` is the region the script re-fetches with ``?partial=1``;
+    ``store`` names the store the dashboard reads, in the header."""
     nav = "".join(f'<a href="{href}"{" class=on" if href == active else ""}>{e(label)}</a>'
                   for href, label in NAV)
     note = f'<div class="flash" role="status">{e(flash)}</div>' if flash else ""
@@ -45,7 +46,9 @@ def layout(title: str, active: str, live: str, csrf: str, *, before: str = "",
         '<link rel="icon" href="/static/favicon.svg">'
         '<script src="/static/app.js" defer></script></head>'
         f'<body data-api="/api/stats"><header><a class="brand" href="/">conveyor</a>'
-        f"<nav>{nav}</nav></header><div class=page><h1>{e(title)}</h1>{note}{before}"
+        f"<nav>{nav}</nav>"
+        + (f'<span class="store" title="{e(store)}">{e(store)}</span>' if store else "")
+        + f"</header><div class=page><h1>{e(title)}</h1>{note}{before}"
         f'<main id="live" data-refresh="{refresh}">{live}</main></div></body></html>'
     )
 
@@ -130,4 +133,4 @@ def page(title: str, active: str, live: str, request: Request, csrf: str,
     if request.arg("partial") == "1":
         return Response(live)
     return Response(layout(title, active, live, csrf, before=before,
-                           flash=request.flash))
+                           flash=request.flash, store=request.store))

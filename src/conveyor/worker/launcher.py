@@ -24,7 +24,7 @@ from conveyor.clock import Clock
 from conveyor.errors import StorageReadOnly
 from conveyor.job import Ack
 from conveyor.periodic import CronConfig, CronScheduler, describe_unlistened, unlistened
-from conveyor.storage import redact
+from conveyor.storage import redact, shown_url
 from conveyor.storage.outbox import as_outbox
 from conveyor.worker.acker import Acker
 from conveyor.worker.config import WorkerConfig
@@ -121,8 +121,9 @@ class Launcher:
                           for q in self.config.queues)
         broker = f" broker={redact(self.app.broker_url)}" if self.app.broker_url else ""
         log.info("conveyor %s worker %s starting: storage=%s%s queues=%s%s concurrency=%d pid=%d",
-                 __version__, self.config.worker_id, redact(self.storage.url), broker, queues,
-                 " (strict)" if self.config.strict else "", self.config.concurrency, os.getpid())
+                 __version__, self.config.worker_id, shown_url(self.storage.url)[0], broker,
+                 queues, " (strict)" if self.config.strict else "", self.config.concurrency,
+                 os.getpid())
         self._check_server()
         self.heartbeat.safe_tick()  # registered before the first job is taken
         self._check_periodic_queues()

@@ -169,10 +169,13 @@ class Processor:
             return self.ack(entry, Outcome.RETRY, message=message,
                              retry_in=max(0.0, float(delay)))
         info = error_info(exc)
+        # The message keeps the exception's class: a KeyError's text alone is a bare key.
+        message = f"{type(exc).__name__}: {info.message}" if info.message \
+            else type(exc).__name__
         if job.errors < job.max_retries:
-            return self.ack(entry, Outcome.RETRY, message=info.message, error=info,
+            return self.ack(entry, Outcome.RETRY, message=message, error=info,
                              retry_in=self.retry_delay(entry, exc))
-        return self.ack(entry, Outcome.DEAD, message=info.message, error=info)
+        return self.ack(entry, Outcome.DEAD, message=message, error=info)
 
     def retry_delay(self, entry: Entry, exc: BaseException) -> float:
         """Seconds before the next attempt: the job's ``retry_in`` or the default backoff."""

@@ -367,11 +367,14 @@ _named: dict[str, MemoryStorage] = {}
 _named_lock = threading.Lock()
 
 
-def open_memory(url: str, clock: Clock | None = None) -> MemoryStorage:
+def open_memory(url: str, clock: Clock | None = None, *, create: bool = True,
+                applied: list[str] | None = None) -> MemoryStorage:
     """Open ``memory://`` (always a new, empty store) or ``memory://NAME``.
 
     Every ``memory://NAME`` opened in this process with the same NAME returns the same store,
     so an app and an in-process worker share it; the first opener's clock is kept.
+    ``create`` and ``applied`` are every opener's (``open_storage``): a memory store has no
+    file or schema to create and no migration.
     """
     scheme, sep, name = url.partition("://")
     if scheme.lower() != "memory" or not sep:

@@ -18,6 +18,8 @@ from typing import Any
 
 import psycopg
 
+from conveyor.errors import StorageMissing
+from conveyor.storage import redact
 from conveyor.storage.postgres.connection import Settings
 
 _NAME = re.compile(r"^(\d+)_[\w-]+\.sql$")
@@ -56,13 +58,21 @@ def applied_versions(conn: psycopg.Connection[Any], schema: str) -> set[int]:
     return {int(r[0]) for r in conn.execute(f'SELECT version FROM "{schema}".schema_version')}
 
 
-def migrate(conn: psycopg.Connection[Any], settings: Settings) -> int:
-    """Bring the schema up to the latest version; returns the version it ends at."""
+def migrate(conn: psycopg.Connection[Any], settings: Settings, *, create: bool = True,
+            applied: list[str] | None = None) -> int:
+    """Bring the schema up to the latest version; returns the version it ends at.
+
+    ``create=False`` refuses (``StorageMissing``) a schema that holds no migration yet;
+    ``applied`` receives the file name of each migration applied here."""
     schema = settings.schema
     latest = latest_version()
     shipped = {number for number, _, _ in migrations()}
-    if shipped <= applied_versions(conn, schema):
+    found = applied_versions(conn, schema)
+    if shipped <= found:
         return latest
+    if not found and not create:
+        raise StorageMissing(f"no conveyor schema {schema!r} in {redact(settings.url)} "
+                             "(nothing was created)")
     key = f"conveyor-migrate:{schema}"
     conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
     try:
@@ -71,15 +81,17 @@ def migrate(conn: psycopg.Connection[Any], settings: Settings) -> int:
             conn.execute(f'CREATE TABLE IF NOT EXISTS "{schema}".schema_version ('
                          "version integer PRIMARY KEY, name text NOT NULL, "
                          "applied_at timestamptz NOT NULL DEFAULT now())")
-        applied = applied_versions(conn, schema)
+        done = applied_versions(conn, schema)
         for number, name, script in migrations():
-            if number in applied:
+            if number in done:
                 continue
             with conn.transaction():
                 conn.execute(f'SET LOCAL search_path TO "{schema}"')
                 conn.execute(script.encode())  # several statements: the simple protocol
                 conn.execute(f'INSERT INTO "{schema}".schema_version (version, name) '
                              "VALUES (%s, %s)", (number, name))
+            if applied is not None:
+                applied.append(name)
     finally:
         conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
     return current_version(conn, schema)

@@ -60,8 +60,11 @@ _SERVER_CHECK = (
 )
 
 
-def open_postgres(url: str, clock: Clock | None = None) -> PostgresStorage:
-    """Open (creating the schema and migrating it if needed) the schema a URL names.
+def open_postgres(url: str, clock: Clock | None = None, *, create: bool = True,
+                  applied: list[str] | None = None) -> PostgresStorage:
+    """Open (creating the schema and migrating it if needed) the schema a URL names;
+    ``create=False``: only a schema conveyor created before (``StorageMissing`` otherwise).
+    ``applied`` receives the names of the migrations this open applied.
 
     Leases and schedules use the server's ``clock_timestamp()``. Only a clock other than the
     system clock (a test's ``FakeClock``) replaces it: a worker's own wall clock never decides.
@@ -69,7 +72,7 @@ def open_postgres(url: str, clock: Clock | None = None) -> PostgresStorage:
     settings = parse_postgres_url(url)
     db = Database(settings)
     with db.outages():
-        migrate(db.conn(), settings)
+        migrate(db.conn(), settings, create=create, applied=applied)
     return PostgresStorage(settings, db, None if isinstance(clock, SystemClock) else clock)
 
 

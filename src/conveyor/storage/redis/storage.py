@@ -59,11 +59,14 @@ SCAN_COUNT = 200  # job records checked per queue and reclaim call for lost leas
 MAX_BLOCK = 25.0  # seconds; below the socket timeout
 
 
-def open_redis(url: str, clock: Clock | None = None) -> RedisStorage:
+def open_redis(url: str, clock: Clock | None = None, *, create: bool = True,
+               applied: list[str] | None = None) -> RedisStorage:
     """Connect to the Redis a URL names; raises ``StorageUnavailable`` when it can't.
 
     Leases and schedules use the server's ``TIME``. Only a clock other than the system
     clock (a test's ``FakeClock``) replaces it: a worker's own wall clock never decides.
+    ``create`` and ``applied`` are every opener's (``open_storage``): Redis keys need no
+    schema, so nothing is created at open and there is no migration.
     """
     if isinstance(clock, SystemClock):
         clock = None

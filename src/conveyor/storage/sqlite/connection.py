@@ -59,6 +59,19 @@ def parse_sqlite_url(url: str) -> Path:
     return Path(path)
 
 
+def absolute_url(url: str) -> str | None:
+    """``sqlite:////abs/dir/x.db`` for ``sqlite:///x.db`` (relative to the working directory),
+    keeping the query; None when the path is absolute already or the URL is not one."""
+    try:
+        path = parse_sqlite_url(url)
+    except StorageURLError:
+        return None
+    if path.is_absolute():
+        return None
+    _, sep, query = url.partition("?")
+    return f"sqlite:///{Path.cwd() / path}{sep}{query}"
+
+
 def parse_file_mode(url: str) -> int:
     """The permissions a new database file gets: ``?file_mode=0640`` in the URL, else 0600.
 

@@ -46,20 +46,27 @@ def split_statements(script: str) -> list[str]:
     return statements
 
 
-def migrate(conn: sqlite3.Connection) -> int:
-    """Bring the database up to the latest schema; returns the version it ends at."""
+def migrate(conn: sqlite3.Connection, applied: list[str] | None = None) -> int:
+    """Bring the database up to the latest schema; returns the version it ends at.
+
+    ``applied`` receives the file name of each migration applied (``conveyor migrate`` lists
+    them), once the transaction that applied them has committed."""
+    names: list[str] = []
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-        for number, _name, script in migrations():
+        for number, name, script in migrations():
             if number <= version:
                 continue
             for statement in split_statements(script):
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {number:d}")
             version = number
+            names.append(name)
     except BaseException:
         conn.rollback()
         raise
     conn.commit()
+    if applied is not None:
+        applied.extend(names)
     return version

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from conveyor.clock import SYSTEM_CLOCK, Clock
-from conveyor.errors import WorkflowError
+from conveyor.errors import StorageMissing, WorkflowError
 from conveyor.job import (
     Ack,
     BatchSpec,
@@ -71,13 +71,18 @@ _GATED = (
 _EXPIRED_MESSAGE = DEADLINE_PASSED
 
 
-def open_sqlite(url: str, clock: Clock | None = None) -> SqliteStorage:
-    """Open (creating and migrating if needed) the database a ``sqlite://`` URL names."""
+def open_sqlite(url: str, clock: Clock | None = None, *, create: bool = True,
+                applied: list[str] | None = None) -> SqliteStorage:
+    """Open (creating and migrating if needed) the database a ``sqlite://`` URL names;
+    ``create=False``: only a file that exists (``StorageMissing`` otherwise). ``applied``
+    receives the names of the migrations this open applied."""
     path = parse_sqlite_url(url)
     check_sqlite_version()
     check_path(path)
+    if not create and not path.exists():
+        raise StorageMissing(f"no SQLite database at {path.absolute()} (nothing was created)")
     db = Database(path, parse_file_mode(url))
-    migrate(db.conn())
+    migrate(db.conn(), applied)
     return SqliteStorage(url, db, clock or SYSTEM_CLOCK)
 
 

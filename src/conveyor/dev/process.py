@@ -1,0 +1,75 @@
+"""What every server started for development or tests shares: a context manager that cleans
+up after a failed start, the wait for a freshly started process to answer, a free port, and
+dropping root to ``nobody`` (RabbitMQ and PostgreSQL refuse to run as root; CI containers
+are root)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+__all__ = ["ManagedServer", "demote", "free_port", "wait_ready"]
+
+S = TypeVar("S", bound="ManagedServer")
+
+
+class ManagedServer:
+    """``with Server() as s``: ``start()`` on entry (``cleanup()`` if it fails), ``cleanup()``
+    on exit. Subclasses define both."""
+
+    def start(self: S) -> S:
+        raise NotImplementedError
+
+    def cleanup(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: S) -> S:
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.cleanup()
+
+
+def wait_ready(process: subprocess.Popen[bytes] | None, answers: Callable[[], bool],
+               timeout: float, what: str, log: str, interval: float = 0.05) -> None:
+    """Poll ``answers`` until it is true; fail with ``what`` if the process exits or time runs
+    out (``log`` names where to look)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{what} exited at start; see {log}")
+        if answers():
+            return
+        time.sleep(interval)
+    raise RuntimeError(f"{what} did not answer in {timeout:.0f}s; see {log}")
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def demote() -> tuple[Callable[[], None] | None, int | None, int | None]:
+    """(preexec function, uid, gid) that drop root to ``nobody``; Nones when not root."""
+    if os.geteuid() != 0:
+        return None, None, None
+    entry = pwd.getpwnam("nobody")
+    uid, gid = entry.pw_uid, entry.pw_gid
+
+    def preexec() -> None:
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+
+    return preexec, uid, gid
