@@ -37,6 +37,13 @@ class InvalidNameError(ConveyorError, ValueError):
     surrogates), since names end up in keys, listings and log lines."""
 
 
+class InvalidKeyError(ConveyorError, ValueError):
+    """A flow-control key (unique, concurrency, rate, order, debounce/throttle, aggregation)
+    that breaks the key rule: 1 to 512 bytes of UTF-8, no control characters, line breaks or
+    lone surrogates (docs/flow-control.md, "Keys"). Raised at enqueue, before anything is
+    stored, the same on every backend."""
+
+
 class UnknownJobError(ConveyorError, LookupError):
     """No job is registered under that name."""
 

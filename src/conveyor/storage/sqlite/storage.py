@@ -139,7 +139,7 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
                 expired = cur.execute(_EXPIRE, (queue, now)).fetchall()
                 moves += jobs.move(cur, now, expired, JobState.DEAD, EventKind.EXPIRED,
                                    _EXPIRED_MESSAGE, f"message = :msg, {jobs.FINISH}")
-                for row in self._lease(cur, now, queue, need, params):
+                for row in self._lease(cur, now, queue, need, params, moves):
                     job = lease_sql.leased(row)
                     leased.append(job)
                     if job.batch_id:
@@ -150,11 +150,13 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
         return leased
 
     def _lease(
-        self, cur: Any, now: float, queue: str, need: int, params: dict[str, Any]
+        self, cur: Any, now: float, queue: str, need: int, params: dict[str, Any],
+        moves: list[batches.Move],
     ) -> list[Any]:
         gated = cur.execute(_GATED, (queue,)).fetchone()
         if gated:
-            ids = flow.pick(cur, now, queue, need)
+            ids, gates = flow.pick(cur, now, queue, need)
+            moves += flow.end_broken(cur, now, gates)
             if not ids:
                 return []
             rows = cur.execute(lease_sql.LEASE_IDS,
