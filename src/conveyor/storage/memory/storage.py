@@ -214,7 +214,9 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, Memory
             known = [p for s in specs if s.node for p in s.node.parents
                      if p in self._nodes and (found := self._jobs.get(p)) is not None
                      and found.rec.batch_id == workflow_id]
-            graph.check_added(workflow_id, specs, known)
+            taken = [s.id for s in specs if (held := self._jobs.get(s.id)) is not None
+                     and (s.id not in self._nodes or held.rec.batch_id != workflow_id)]
+            graph.check_added(workflow_id, specs, known, taken)
             now = self.now()
             results = [self._store(spec, now, wake=False) for spec in specs]
             self._attach([r.id for r in results if r.created])

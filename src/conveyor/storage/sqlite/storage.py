@@ -229,7 +229,8 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
             if row[0] is None or row[1] is None:
                 raise WorkflowError(f"job {adder} is not a node of a workflow")
             parents = {p for s in specs if s.node for p in s.node.parents}
-            check_added(row[0], specs, graph.known(cur, row[0], parents))
+            check_added(row[0], specs, graph.known(cur, row[0], parents),
+                        graph.taken(cur, row[0], [s.id for s in specs]))
             now = self.now()
             results = jobs.insert(cur, now, specs)
             batches.attach(cur, now, [r.id for r in results if r.created], jobs.insert)
