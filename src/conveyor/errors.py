@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 class ConveyorError(Exception):
     """Base class of every error conveyor raises itself."""
@@ -19,12 +21,24 @@ class Fail(Exception):
 
 
 class Retry(Exception):
-    """Raised by job code to ask for a retry after ``in_seconds`` (counts as an attempt)."""
+    """Raised by job code to ask for a retry after ``in_seconds`` (counts as an attempt).
+
+    ``in_seconds`` is a finite number of seconds, at least 0 (None: the default backoff);
+    anything else raises ``ValueError`` where the ``Retry`` is made: a NaN used to become
+    0 s, an immediate retry again and again until the retries were used up."""
 
     def __init__(self, message: str = "", in_seconds: float | None = None) -> None:
         super().__init__(message)
+        if in_seconds is not None and not _seconds(in_seconds):
+            raise ValueError(f"in_seconds must be a finite number of seconds >= 0, not "
+                             f"{in_seconds!r:.40}")
         self.message = message
         self.in_seconds = in_seconds
+
+
+def _seconds(value: object) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0)
 
 
 class PayloadError(ConveyorError, ValueError):
