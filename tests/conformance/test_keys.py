@@ -174,3 +174,26 @@ def test_a_scheduled_job_with_a_long_order_key_is_promoted_then_ends_dead(
     assert [j.id for j in leased] == [later[0].id]
     assert state_of(backend, late[0].id) is JobState.DEAD
     assert ack(backend, leased[0], Outcome.SUCCEEDED)
+
+
+@pytest.mark.parametrize("key", [LONG, "a\x1fb"], ids=["long", "unit-separator"])
+def test_a_stored_aggregation_key_that_breaks_the_rule_runs_its_job_alone(
+        backend: Backend, clock: FakeClock, key: str) -> None:
+    """No store can keep a group under such a key: on PostgreSQL a scheduled member of a
+    6 KB key failed every promotion of the store (its index refused the key), on Redis a
+    key holding the state line's separator left its member aggregating for good. Such a
+    job is no member: it runs as a lead of its own, and a good group beside it is whole."""
+    bad = FlowControl(group_key=key, grace=1.0, max_delay=5.0, max_size=3)
+    good = FlowControl(group_key="g", grace=1.0, max_delay=5.0, max_size=3)
+    now_bad = put(backend, flow=bad)
+    later_bad = backend.enqueue([spec(flow=bad, run_at=clock.now() + 5)])[0].id
+    members = [put(backend, flow=good) for _ in range(3)]  # a full run: the third leads
+    clock.advance(6)
+    backend.promote_due()
+    leased = {j.id: j for j in take(backend, count=10)}
+    assert {now_bad, later_bad, members[2]} == set(leased)
+    for lone in (now_bad, later_bad):
+        assert backend.gather(lone, leased[lone].token) == []
+        assert ack(backend, leased[lone])
+    gathered = backend.gather(members[2], leased[members[2]].token)
+    assert gathered is not None and sorted(j.id for j in gathered) == sorted(members[:2])
