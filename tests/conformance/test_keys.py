@@ -197,3 +197,20 @@ def test_a_stored_aggregation_key_that_breaks_the_rule_runs_its_job_alone(
         assert ack(backend, leased[lone])
     gathered = backend.gather(members[2], leased[members[2]].token)
     assert gathered is not None and sorted(j.id for j in gathered) == sorted(members[:2])
+
+
+def test_a_parked_job_whose_stored_key_breaks_the_rule_is_published_then_ends_dead(
+        backend: Backend) -> None:
+    """Parked (a paused queue) before its key was checked, such a job must not wait parked
+    for good: once the queue runs it is due, and its start ends it."""
+    job_id = put(backend, flow=GATES["rate key"](LONG))
+    outbox = as_outbox(backend)
+    assert outbox.publish_due("default", 10, 300.0) == [job_id]
+    backend.pause_queue("default")
+    [parked] = outbox.start("default", [(job_id, False)], "w", 30.0)
+    assert parked.kind is StartKind.PARKED
+    backend.resume_queue("default")
+    assert outbox.publish_due("default", 10, 300.0) == [job_id]
+    [ended] = outbox.start("default", [(job_id, False)], "w", 30.0)
+    assert ended.kind is StartKind.SKIPPED
+    assert state_of(backend, job_id) is JobState.DEAD

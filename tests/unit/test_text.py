@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from conveyor.errors import InvalidNameError
+from conveyor.flow_control import GATE_KEYS, KEY_KINDS, FlowControl
 from conveyor.ids import new_id
 from conveyor.text import (
     MAX_ID_LENGTH,
@@ -87,3 +90,13 @@ def test_ordinary_ids_are_accepted(value: str) -> None:
 def test_ids_that_are_not_safe_everywhere_are_refused(value: object) -> None:
     fault = id_fault(value)
     assert fault is not None and "\n" not in fault and len(fault) < 200
+
+
+def test_every_flow_control_key_is_under_the_key_rule() -> None:
+    """One rule for every key (issue 49): a new kind of key (fairness, say) is a FlowControl
+    field named ``*_key``; it must be listed in ``KEY_KINDS``, which is what enqueue checks."""
+    fields = {f.name for f in dataclasses.fields(FlowControl) if f.name.endswith("_key")}
+    assert fields == set(KEY_KINDS)
+    assert set(GATE_KEYS) <= fields
+    flow = FlowControl(**dict.fromkeys(fields, "k" * (MAX_KEY_BYTES + 1)))
+    assert sorted(kind for kind, _ in flow.named_keys()) == sorted(KEY_KINDS.values())

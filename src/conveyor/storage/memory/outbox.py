@@ -43,7 +43,9 @@ class MemoryOutbox(MemoryState):
             for job_id in self._pending.get(queue, ()):
                 entry = self._jobs[job_id]
                 if job_id in parked:
-                    if not self._flow.allows(entry.rec, now, ScanBudget()):
+                    # a key that breaks the key rule: due, so that its start ends it
+                    if (broken_key(entry.rec.flow) is None
+                            and not self._flow.allows(entry.rec, now, ScanBudget())):
                         continue
                     parked.discard(job_id)
                 else:

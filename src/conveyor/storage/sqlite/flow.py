@@ -192,8 +192,12 @@ def admit_one(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates)
 
 def would_admit(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates) -> bool:
     """Whether a parked job may run now, counted against ``gates`` without starting it (the
-    outbox's ``publish_due``: two waiters of a key freed by one ack are not both due)."""
+    outbox's ``publish_due``: two waiters of a key freed by one ack are not both due). One
+    whose key breaks the key rule is due: its ``start`` ends it."""
     if not allows(cur, now, row, gates):
+        if gates.broken:
+            gates.broken.clear()
+            return True
         return False
     _take(cur, now, row, gates, start=False)
     return True

@@ -120,8 +120,9 @@ BEGIN
 END
 $$;
 
--- Version 6's flow_admits; a job whose key breaks the rule is never admitted (start_each ends
--- it first; a relay leaves it where it is), and the order lookup names jobs_order's predicate.
+-- Version 6's flow_admits; a job whose key breaks the rule is never admitted to start
+-- (start_each ends it before asking), and is due for a relay (p_take false) so that its start
+-- ends it; the order lookup names jobs_order's predicate.
 CREATE OR REPLACE FUNCTION flow_admits(p_now float8, p_id text, p_take boolean) RETURNS boolean
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
@@ -131,7 +132,7 @@ BEGIN
            rate_key AS rkey, rate_limit AS rlimit, rate_period AS rperiod
     INTO r FROM jobs WHERE id = p_id;
     IF broken_key(r.ckey, r.okey, r.rkey) IS NOT NULL THEN
-        RETURN false;
+        RETURN NOT p_take;
     END IF;
     IF r.ckey IS NOT NULL AND r.climit > 0 AND (SELECT count(*) FROM jobs
             WHERE state = 'active' AND concurrency_key = r.ckey) >= r.climit THEN
