@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from conveyor.errors import InvalidKeyError
 from conveyor.ids import new_id
 from conveyor.job import FlowControl, JobSpec
 from conveyor.options import JobOptions, KeyOption
 from conveyor.serializer import encode_payload
-from conveyor.text import check_name
+from conveyor.text import check_name, key_fault, shown
 
 __all__ = ["EnqueueDraft", "build_flow", "build_spec", "run_at_from"]
 
@@ -64,8 +65,9 @@ def run_at_from(
 
 
 def build_spec(draft: EnqueueDraft, now: float, max_payload: int) -> JobSpec:
-    """The ``JobSpec`` for a draft; raises ``PayloadError`` for arguments that cannot be stored
-    and ``InvalidNameError`` for a name or queue no backend should store (text.py)."""
+    """The ``JobSpec`` for a draft; raises ``PayloadError`` for arguments that cannot be stored,
+    ``InvalidNameError`` for a name or queue and ``InvalidKeyError`` for a flow-control key no
+    backend should store (text.py)."""
     opts = draft.options
     # Checked here, after client middleware ran, so every backend gives the same answer.
     check_name("job name", draft.name)
@@ -96,14 +98,15 @@ def build_flow(
     """The job's ``FlowControl``: key callables are called with the job's arguments.
 
     ``unique_for`` alone locks on a hash of name + args + kwargs; ``concurrency=N`` or
-    ``rate_limit=N`` alone limit the whole job name.
+    ``rate_limit=N`` alone limit the whole job name. Every key is checked by the key rule
+    (``InvalidKeyError``).
     """
     if not opts.has_flow:
         return None
     unique_key = _key(opts.unique_key, args, kwargs)
     if opts.unique_for and unique_key is None:
         unique_key = f"{name}:{_args_hash(name, args, kwargs)}"
-    return FlowControl(
+    flow = FlowControl(
         unique_key=unique_key,
         unique_for=opts.unique_for,
         concurrency_key=(
@@ -118,6 +121,18 @@ def build_flow(
         fold=opts.fold.mode if opts.fold else "",
         **_group(name, opts, args, kwargs),
     )
+    check_keys(name, flow)
+    return flow
+
+
+def check_keys(name: str, flow: FlowControl) -> None:
+    """Raise ``InvalidKeyError`` (one line naming the kind of key and the job) when a key of
+    ``flow`` breaks the key rule (``text.key_fault``)."""
+    for kind, key in flow.named_keys():
+        fault = key_fault(key)
+        if fault is not None:
+            raise InvalidKeyError(f"{kind} {shown(key)} of job {shown(name)} {fault} "
+                                  "(docs/flow-control.md, \"Keys\")")
 
 
 def _group(name: str, opts: JobOptions, args: list[Any],
@@ -126,7 +141,6 @@ def _group(name: str, opts: JobOptions, args: list[Any],
     if agg is None:
         return {}
     key = _key(agg.key, args, kwargs) or name
-    check_name("aggregation key", key)
     return {"group_key": key, "grace": float(agg.grace), "max_delay": float(agg.max_delay),
             "max_size": agg.max_size}
 

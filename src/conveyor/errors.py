@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 class ConveyorError(Exception):
     """Base class of every error conveyor raises itself."""
@@ -19,12 +21,24 @@ class Fail(Exception):
 
 
 class Retry(Exception):
-    """Raised by job code to ask for a retry after ``in_seconds`` (counts as an attempt)."""
+    """Raised by job code to ask for a retry after ``in_seconds`` (counts as an attempt).
+
+    ``in_seconds`` is a finite number of seconds, at least 0 (None: the default backoff);
+    anything else raises ``ValueError`` where the ``Retry`` is made: a NaN used to become
+    0 s, an immediate retry again and again until the retries were used up."""
 
     def __init__(self, message: str = "", in_seconds: float | None = None) -> None:
         super().__init__(message)
+        if in_seconds is not None and not _seconds(in_seconds):
+            raise ValueError(f"in_seconds must be a finite number of seconds >= 0, not "
+                             f"{in_seconds!r:.40}")
         self.message = message
         self.in_seconds = in_seconds
+
+
+def _seconds(value: object) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0)
 
 
 class PayloadError(ConveyorError, ValueError):
@@ -35,6 +49,13 @@ class InvalidNameError(ConveyorError, ValueError):
     """A job or queue name conveyor will not store: empty, too long, or holding a character
     that cannot be stored or printed safely (control characters, line breaks, lone
     surrogates), since names end up in keys, listings and log lines."""
+
+
+class InvalidKeyError(ConveyorError, ValueError):
+    """A flow-control key (unique, concurrency, rate, order, debounce/throttle, aggregation)
+    that breaks the key rule: 1 to 512 bytes of UTF-8, no control characters, line breaks or
+    lone surrogates (docs/flow-control.md, "Keys"). Raised at enqueue, before anything is
+    stored, the same on every backend."""
 
 
 class UnknownJobError(ConveyorError, LookupError):

@@ -7,6 +7,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+#: Every key a job's flow control may carry, field -> the name a message gives it. One rule
+#: holds for all of them (``text.key_fault``); a new kind of key (fairness) is one more entry.
+KEY_KINDS = {
+    "unique_key": "unique key",
+    "concurrency_key": "concurrency key",
+    "rate_key": "rate key",
+    "order_key": "order key",
+    "fold_key": "debounce/throttle key",
+    "group_key": "aggregation key",
+}
+#: The keys a store consults when a job starts (dequeue, a broker's start), in the order it
+#: checks them: a stored one that breaks the rule ends its job dead there (docs/flow-control.md).
+GATE_KEYS = ("concurrency_key", "order_key", "rate_key")
+
 
 @dataclass(frozen=True, slots=True)
 class FlowControl:
@@ -31,6 +45,11 @@ class FlowControl:
     grace: float = 0.0
     max_delay: float = 0.0
     max_size: int = 0
+
+    def named_keys(self) -> list[tuple[str, str]]:
+        """``(kind, key)`` of every key set, kinds as ``KEY_KINDS`` names them."""
+        return [(kind, key) for field, kind in KEY_KINDS.items()
+                if (key := getattr(self, field)) is not None and key != ""]
 
     def to_wire(self) -> dict[str, Any]:
         """Dict with only the settings in use."""

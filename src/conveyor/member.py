@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from conveyor.context import JobContext
+from conveyor.errors import Retry
 
 __all__ = ["Member"]
 
@@ -62,17 +63,28 @@ class Member:
 
     def done(self, result: Any = None) -> None:
         """It succeeded, with ``result`` (JSON) as its result."""
-        self.outcome = ("done", result)
+        self._mark("done", result)
 
     def fail(self, message: str) -> None:
         """It failed for a business reason: ``failed``, never retried (as ``raise Fail``)."""
-        self.outcome = ("fail", message)
+        self._mark("fail", message)
 
     def retry(self, message: str | None = None, *, in_seconds: float | None = None) -> None:
         """Run it again (as ``raise Retry``): ``retrying``, then back into its group; dead
-        when its retries are used up."""
-        self.outcome = ("retry", (message, in_seconds))
+        when its retries are used up. ``in_seconds``: a finite number >= 0 (``ValueError``
+        here otherwise, as ``Retry`` says)."""
+        Retry(message or "", in_seconds=in_seconds)  # the same rule, checked at the call
+        self._mark("retry", (message, in_seconds))
 
     def error(self, exc: BaseException) -> None:
         """It raised ``exc``: recorded with its traceback and retried by its retry rules."""
-        self.outcome = ("error", exc)
+        self._mark("error", exc)
+
+    def _mark(self, kind: str, value: Any) -> None:
+        # One outcome per member: a second mark was kept silently over the first, so an
+        # aggregator that marked a member done and then failed (or the reverse) by mistake
+        # never knew which one stood.
+        if self.outcome is not None:
+            raise RuntimeError(f"member {self.ctx.job_id} is already marked "
+                               f"{self.outcome[0]}; a member takes one outcome")
+        self.outcome = (kind, value)

@@ -36,6 +36,7 @@ from conveyor.workflow import (
     After,
     Attachable,
     Workflow,
+    check_id,
     check_policy,
     flatten,
     node_spec,
@@ -117,6 +118,8 @@ class RunningWorkflow:
         check_policy(policy)
         parents = tuple(dict.fromkeys(flatten(after)))
         mode = result_mode(results, parents)
+        if node_id is not None:
+            check_id("node id", node_id, self.id)
         specs: list[JobSpec] = []
         for step in steps:
             sig = step if isinstance(step, Signature) else step.s()

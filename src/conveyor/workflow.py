@@ -34,10 +34,11 @@ from conveyor.batch import Callback, batch_status, callback_spec, wait_batch
 from conveyor.client import CHUNK_SIZE, Client
 from conveyor.errors import WorkflowError
 from conveyor.ids import new_id
-from conveyor.job import BatchSpec, JobSpec, Node
+from conveyor.job import BatchSpec, EnqueueResult, JobSpec, Node
 from conveyor.node import PARENT_FAILURE_POLICIES, RESULT_MODES
 from conveyor.refs import JobRef
 from conveyor.registry import JobFunction, Signature
+from conveyor.text import id_fault, shown
 
 __all__ = ["After", "Attachable", "Workflow"]
 
@@ -59,12 +60,13 @@ class Attachable(Protocol):
 class Step:
     """One node of a workflow as built: its signature, ref, parents, policy, results mode."""
 
-    __slots__ = ("parents", "policy", "ref", "results", "sig")
+    __slots__ = ("given", "parents", "policy", "ref", "results", "sig")
 
     def __init__(self, sig: Signature, ref: JobRef, parents: tuple[str, ...], policy: str,
-                 results: str) -> None:
+                 results: str, given: bool = False) -> None:
         self.sig, self.ref, self.parents, self.policy, self.results = (
             sig, ref, parents, policy, results)
+        self.given = given  # its id was the caller's (node_id=), not made by new_id
 
 
 class Workflow:
@@ -86,6 +88,8 @@ class Workflow:
         workflow_id: str | None = None,
     ) -> None:
         self._client = client
+        if workflow_id is not None:
+            check_id("workflow id", workflow_id)
         self._id = workflow_id or new_id()
         self.description = description
         self.meta: dict[str, Any] = dict(meta or {})
@@ -132,11 +136,13 @@ class Workflow:
             if parent not in self._steps:
                 raise WorkflowError(f"{parent} is not a node of workflow {self._id}: add a "
                                     "node's parents to the same workflow first")
+        if node_id is not None:
+            check_id("node id", node_id, self._id)
         ref = JobRef(node_id or new_id(), True, self._client)
         if ref.id in self._steps:
             raise WorkflowError(f"node id {ref.id!r} is used twice")
         mode = result_mode(results, parents)
-        self._steps[ref.id] = Step(sig, ref, parents, on_parent_failure, mode)
+        self._steps[ref.id] = Step(sig, ref, parents, on_parent_failure, mode, node_id is not None)
         return ref
 
     def add_group(self, steps: Iterable[Signature | JobFunction], *, after: After = (),
@@ -184,7 +190,7 @@ class Workflow:
             raise WorkflowError(f"workflow {self._id} has callbacks: a sub-workflow has none "
                                 "(add a node after its last nodes instead)")
         self._enqueued = True
-        return [Step(s.sig, s.ref, s.parents, s.policy, s.results)
+        return [Step(s.sig, s.ref, s.parents, s.policy, s.results, s.given)
                 for s in self._steps.values()]
 
     async def aenqueue(self) -> Workflow:
@@ -192,17 +198,29 @@ class Workflow:
         return await asyncio.to_thread(self.enqueue)
 
     def enqueue(self) -> Workflow:
-        """Store the workflow and every node; the nodes without parents start at once."""
+        """Store the workflow and every node; the nodes without parents start at once.
+
+        A node id given by the caller that a stored job already has is refused
+        (``WorkflowError``) before anything is stored: the store would keep that job and the
+        node's children would wait for a node that never exists. Should another client store
+        a job of that id meanwhile, the workflow is cancelled as it stands, then refused."""
         if self._enqueued:
             raise WorkflowError(f"workflow {self._id} is enqueued already")
         if not self._steps:
             raise WorkflowError("a workflow needs at least one node")
         client = self._client_of()
         specs = self._specs(client)
+        for step in self._steps.values():
+            if step.given and client.storage.get_job(step.ref.id) is not None:
+                raise WorkflowError(_taken(step.ref.id, self._id))
         writer = client.writer
         writer.create_batch(self._batch_spec(client))
         for start in range(0, len(specs), CHUNK_SIZE):
-            writer.enqueue(specs[start:start + CHUNK_SIZE])
+            chunk = specs[start:start + CHUNK_SIZE]
+            left = [(spec, r) for spec, r in zip(chunk, writer.enqueue(chunk), strict=True)
+                    if not r.created]
+            if left:
+                self._refuse(client, *left[0])
         writer.close_batch(self._id)
         self._enqueued = True
         for step in self._steps.values():
@@ -218,6 +236,21 @@ class Workflow:
         ``status()``; ``ResultTimeout`` after ``timeout`` seconds (None: no limit). Woken as
         the workflow finishes where the store can tell (``conveyor.batch.wait_batch``)."""
         return wait_batch(self._client_of().storage, self._id, timeout, what="workflow")
+
+    def _refuse(self, client: Client, spec: JobSpec, result: EnqueueResult) -> None:
+        """A node the store did not create (its id taken meanwhile, or its unique key held):
+        close and cancel what is stored of the workflow, so it ends rather than waits for
+        that node for good, and raise. Inside the caller's own transaction the rollback
+        the error leads to undoes it instead."""
+        writer = client.writer
+        writer.close_batch(self._id)
+        if writer is client.storage:
+            client.storage.cancel_batch(self._id)
+        self._enqueued = True
+        if result.id != spec.id:
+            raise WorkflowError(f"node {spec.id} of workflow {self._id} was not stored: job "
+                                f"{result.id} holds its unique key (the workflow was cancelled)")
+        raise WorkflowError(_taken(spec.id, self._id) + " (the workflow was cancelled)")
 
     # -- building ---------------------------------------------------------------------------
 
@@ -271,6 +304,20 @@ def node_spec(client: Client, sig: Signature, node_id: str, workflow_id: str) ->
         raise WorkflowError(f"a client middleware changed the id or batch of node "
                             f"{node_id} ({sig.name}); a workflow's nodes keep theirs")
     return spec
+
+
+def check_id(what: str, value: object, workflow_id: str | None = None) -> None:
+    """Raise ``WorkflowError`` (one line) unless ``value`` is an id a caller may choose
+    (``text.id_fault``: 1 to 128 ASCII letters, digits, ``-_.:``)."""
+    fault = id_fault(value)
+    if fault is not None:
+        of = f" of workflow {workflow_id}" if workflow_id else ""
+        raise WorkflowError(f"{what} {shown(value)}{of} {fault}")
+
+
+def _taken(node_id: str, workflow_id: str) -> str:
+    return (f"node id {node_id!r} of workflow {workflow_id} is the id of a stored job: a node "
+            "id must be new")
 
 
 def tails(steps: Sequence[Step]) -> list[JobRef]:

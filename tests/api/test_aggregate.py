@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conveyor import Aggregate, Conveyor, Fail, FakeClock, JobState, Member
+from conveyor import Aggregate, Conveyor, Fail, FakeClock, JobState, Member, Retry
 from conveyor.errors import NoAggregatorError
 from conveyor.testing import drain
 from tests.conformance.backends import backend_url
@@ -152,4 +152,66 @@ def test_a_group_fails_on_fail_raised_by_the_aggregator(url: str, clock: FakeClo
     clock.advance(1)
     assert drain(app) == 1
     assert _record(app, refs[6].id).message == "the table is read-only"
+    app.close()
+
+
+def test_a_retry_in_no_time_that_is_a_number_is_refused_where_it_is_asked(
+        url: str, clock: FakeClock) -> None:
+    """Issue 49: ``member.retry(in_seconds=nan)`` became a 0 s delay, the member retried at
+    once again and again until its retries were gone. A delay that is not a finite number
+    >= 0 is a ``ValueError`` in one line at the call (the aggregator raised: every member is
+    an error, retried by the default backoff); ``raise Retry(...)`` the same."""
+    app = Conveyor(url, clock=clock)
+    asked: list[str] = []
+
+    @app.job(name="t.ping", retry=5, aggregate=Aggregate(grace=1))
+    def ping(n: int) -> None: ...
+
+    @app.aggregate("t.ping")
+    def pong(members: list[Member]) -> None:
+        for bad in (float("nan"), float("inf"), -1.0, "5"):
+            try:
+                members[0].retry("again", in_seconds=bad)  # type: ignore[arg-type]
+            except ValueError as exc:
+                asked.append(str(exc))
+        members[0].retry("again", in_seconds=float("nan"))
+
+    ref = ping.enqueue(1)
+    assert ref is not None
+    clock.advance(1)
+    assert drain(app) == 1
+    assert len(asked) == 4 and all("in_seconds" in a and "\n" not in a for a in asked)
+    rec = _record(app, ref.id)
+    assert (rec.state, rec.errors) == (JobState.RETRYING, 1)
+    assert rec.run_at >= clock.now() + 15  # the default backoff, not an immediate retry
+    with pytest.raises(ValueError, match="in_seconds"):
+        Retry("x", in_seconds=float("nan"))
+    app.close()
+
+
+def test_a_member_takes_one_outcome(url: str, clock: FakeClock) -> None:
+    """A second mark was kept silently over the first (docs/aggregation.md: one outcome per
+    member): now it raises, one line, and the first mark stands."""
+    app = Conveyor(url, clock=clock)
+    said: list[str] = []
+
+    @app.job(name="t.mark", retry=0, aggregate=Aggregate(grace=1))
+    def mark(n: int) -> None: ...
+
+    @app.aggregate("t.mark")
+    def marks(members: list[Member]) -> str:
+        members[0].done("first")
+        try:
+            members[0].fail("second")
+        except RuntimeError as exc:
+            said.append(str(exc))
+        return "run"
+
+    ref = mark.enqueue(1)
+    assert ref is not None
+    clock.advance(1)
+    assert drain(app) == 1
+    assert len(said) == 1 and "already marked done" in said[0] and "\n" not in said[0]
+    rec = _record(app, ref.id)
+    assert (rec.state, rec.result) == (JobState.SUCCEEDED, '"first"')
     app.close()

@@ -229,14 +229,16 @@ def test_a_takeover_past_max_recoveries_ends_dead(backend: Backend) -> None:
     assert state_of(backend, job_id) is JobState.DEAD
 
 
-def test_deliveries_of_finished_unknown_or_cancelled_jobs_are_skipped(backend: Backend) -> None:
+def test_deliveries_of_finished_or_cancelled_jobs_are_skipped(backend: Backend) -> None:
     done = put(backend)
     assert ack(backend, started(backend, done))
     gone = put(backend)
     assert backend.cancel(gone) is JobState.CANCELLED
-    for job_id in (done, gone, "no-such-job"):
+    for job_id in (done, gone):
         for redelivered in (False, True):
             assert start(backend, job_id, redelivered=redelivered).kind is StartKind.SKIPPED
+    for redelivered in (False, True):  # an id no job of the queue holds: never started here
+        assert start(backend, "no-such-job", redelivered=redelivered).kind is StartKind.FOREIGN
     assert state_of(backend, done) is JobState.SUCCEEDED
     assert state_of(backend, gone) is JobState.CANCELLED
 
@@ -256,7 +258,7 @@ def test_one_call_answers_each_delivery_in_order(backend: Backend) -> None:
     replies = box(backend).start("default", [(a, False), ("nope", False), (b, False),
                                              (a, False)], "w1", 30.0)
     assert [(r.job_id, r.kind) for r in replies] == [
-        (a, StartKind.STARTED), ("nope", StartKind.SKIPPED), (b, StartKind.STARTED),
+        (a, StartKind.STARTED), ("nope", StartKind.FOREIGN), (b, StartKind.STARTED),
         (a, StartKind.RUNNING)]
 
 
@@ -283,7 +285,7 @@ def test_one_call_of_every_kind_of_delivery_answers_each_in_its_order(
         (b, StartKind.STARTED), (running, StartKind.STARTED), (gated, StartKind.PARKED),
         (a, StartKind.STARTED), (late, StartKind.SKIPPED), (b, StartKind.RUNNING),
         (done, StartKind.SKIPPED), (c, StartKind.STARTED), (running, StartKind.RUNNING),
-        ("nope", StartKind.SKIPPED)]
+        ("nope", StartKind.FOREIGN)]
     jobs = {r.job_id: r.job for r in replies if r.job is not None}
     assert jobs[running].recoveries == 1 and not ack(backend, old)  # taken over, old fenced
     for job_id in (a, b, c, running):

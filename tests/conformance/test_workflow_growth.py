@@ -15,7 +15,7 @@ from conveyor.clock import FakeClock
 from conveyor.errors import WorkflowError
 from conveyor.job import BatchSpec, EventKind, JobSpec, JobState, LeasedJob, Node, Outcome
 from conveyor.storage import Backend
-from tests.conformance.helpers import ack, boom, kinds_of, new_job_id, spec, state_of, take
+from tests.conformance.helpers import ack, boom, kinds_of, new_job_id, put, spec, state_of, take
 from tests.conformance.test_workflows import Graph
 
 
@@ -168,3 +168,32 @@ def test_the_graph_is_read_with_states_and_parents(backend: Backend) -> None:
     backend.create_batch(BatchSpec(plain))
     backend.enqueue([spec("wf", batch_id=plain)])
     assert backend.workflow_graph(plain) == []  # a batch is not a graph
+
+
+def test_an_added_node_whose_id_is_another_jobs_is_refused(backend: Backend) -> None:
+    """Issue 49: a node added at run time under the id of a stored job that is no node of the
+    workflow was left out, the job kept as it was, and the new node's children waited for it
+    for good; refused on SQLite and PostgreSQL by accident, accepted on Redis (a job of
+    another queue lives in another slot). Now refused on every store, nothing stored."""
+    g = Graph(backend, {"a": []})
+    other = Graph(backend, {"x": []})
+    job = _lease(backend, g, "a")
+    plain_default, plain_other = put(backend), put(backend, "other")
+    for taken in (plain_default, plain_other, other.ids["x"]):
+        child = _node(g, "b", ["a"])
+        spec_ = JobSpec(id=taken, name=child.name, queue=child.queue, payload=child.payload,
+                        batch_id=g.id, node=child.node)
+        with pytest.raises(WorkflowError, match="a node id must be new") as info:
+            backend.add_nodes(job.id, job.token, [_node(g, "c", ["a"]), spec_])
+        assert "\n" not in str(info.value)
+        assert backend.get_job(g.ids["c"]) is None  # nothing of the call is stored
+    assert state_of(backend, plain_other) is JobState.PENDING
+    record = backend.get_job(plain_default)
+    assert record is not None and record.batch_id is None
+    status = backend.get_batch(g.id)
+    assert status is not None and status.total == 1
+    # the node's own id, added again (a retried job re-adds its nodes), is still left as is
+    child = _node(g, "d", ["a"])
+    assert backend.add_nodes(job.id, job.token, [child]) is not None
+    again = backend.add_nodes(job.id, job.token, [child])
+    assert again is not None and not again[0].created

@@ -11,11 +11,15 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import aio_pika
 import psycopg
 
 from conveyor.app import Conveyor
+from conveyor.broker import open_broker
+from conveyor.broker.packs import PACKED
+from conveyor.broker.rabbitmq import RabbitBroker
 from conveyor.ids import new_id
-from conveyor.job import JobSpec
+from conveyor.job import FlowControl, JobSpec
 from conveyor.storage.postgres.connection import parse_postgres_url
 
 Damage = Callable[[Conveyor, str], None]
@@ -40,6 +44,45 @@ def enqueue_raw(app: Conveyor, payload: str, name: str = "faults.work") -> str:
     spec = JobSpec(id=new_id(), name=name, queue="default", payload=payload, max_retries=0)
     app.storage.enqueue([spec])
     return spec.id
+
+
+# Keys that break the key rule (docs/flow-control.md "Keys"), as a client that does not check
+# it writes them: each such job must end dead alone, its reason naming the key.
+LONG_KEY = "partner:" + "7e" * 3000  # 6,008 bytes: past what PostgreSQL's B-tree takes
+KEYED_POISONS = {
+    "rate key of 6,008 bytes": FlowControl(rate_key=LONG_KEY, rate_limit=100, rate_period=1.0),
+    "concurrency key of 6,008 bytes": FlowControl(concurrency_key=LONG_KEY, concurrency_limit=4),
+    "order key with a newline": FlowControl(order_key="account:\n42"),
+}
+
+
+def enqueue_keyed(app: Conveyor, flow: FlowControl) -> str:
+    """A ``faults.work`` job whose flow control ``flow`` was never checked (written through
+    ``Storage.enqueue``, as a client of another version would)."""
+    spec = JobSpec(id=new_id(), name="faults.work", queue="default", payload='{"a":[0],"k":{}}',
+                   max_retries=0, flow=flow)
+    app.storage.enqueue([spec])
+    return spec.id
+
+
+def publish_stray(broker_url: str, queue: str, job_ids: list[str]) -> None:
+    """Messages conveyor never sent, on ``queue`` of the RabbitMQ ``broker_url`` names: one
+    per id in ``job_ids`` (another queue's job, ids no store holds), and a pack nested
+    200,000 levels deep."""
+    broker = open_broker(broker_url)
+    assert isinstance(broker, RabbitBroker)
+    try:
+        for job_id in job_ids:
+            assert broker.publish(queue, [job_id]) == [True]
+
+        async def deep() -> None:
+            await broker._publisher.default_exchange.publish(
+                aio_pika.Message(b"[" * 200_000, content_type=PACKED),
+                routing_key=broker.name(queue))
+
+        broker._call(deep())
+    finally:
+        broker.close()
 
 
 def _sqlite_path(app: Conveyor) -> str:

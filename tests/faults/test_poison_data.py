@@ -5,9 +5,15 @@ it is (a lone surrogate, control characters, an ANSI escape, a forged log line) 
 result, failure reason, error and log, with a payload nested 100,000 levels deep, and with
 records damaged in storage after they were enqueued (truncated, not UTF-8, a field missing,
 a truncated state entry), and on Redis a second batch whose run entries (a bulk join's
-jobs) are damaged. Pass: every good job finishes exactly once, the text jobs end in
-their own natural state with their text visible, each damaged job ends dead with a reason that
-names the problem, the workers keep running, and the CLI and the dashboard list all of them.
+jobs) are damaged. Issue 49 adds: flow-control keys that break the key rule (refused at
+enqueue; written by a client that does not check them: a 6 KB rate key and concurrency key, an
+order key with a newline), workflow node ids that are a stored job's (refused at enqueue, and
+at run time by a node that adds one), and through RabbitMQ messages conveyor never sent (a
+job of a queue no worker serves, ids no job has, a pack nested 200,000 deep). Pass: every good
+job finishes exactly once, the text jobs end in their own natural state with their text
+visible, each damaged job ends dead with a reason that names the problem, the other queue's
+job is never started, the stray messages are dropped and said so, the workers keep running,
+and the CLI and the dashboard list all of them.
 """
 
 from __future__ import annotations
@@ -22,11 +28,22 @@ from urllib.parse import quote
 import pytest
 
 from conveyor.app import Conveyor
+from conveyor.errors import InvalidKeyError, WorkflowError
 from conveyor.job import ALL_STATES, JobRecord, JobState
 from tests.faults.apps.chaos import POISON_TEXT
 from tests.faults.checks import assert_batch_exact, enqueue_batch, wait_batch
 from tests.faults.conftest import Backend, Faults
-from tests.faults.damage import DEEP_PAYLOAD, POISONS, REDIS, damage_batch_runs, enqueue_raw
+from tests.faults.damage import (
+    DEEP_PAYLOAD,
+    KEYED_POISONS,
+    LONG_KEY,
+    POISONS,
+    REDIS,
+    damage_batch_runs,
+    enqueue_keyed,
+    enqueue_raw,
+    publish_stray,
+)
 from tests.faults.harness import conveyor_command, report, wait_until
 from tests.support.redis_server import free_port
 
@@ -138,6 +155,36 @@ def test_poison_data_harms_only_its_own_job(backend: Backend, broker: str | None
             poison.damage(app, ref.id)
             damaged[poison.label] = (ref.id, poison.reason)
 
+    # Keys: refused at enqueue in one line, nothing stored; written by a client that does not
+    # check them, each ends its own job dead (on PostgreSQL such a rate or concurrency key
+    # failed every fetch of the queue, for good).
+    with pytest.raises(InvalidKeyError, match="rate key"):
+        jobs["faults.work"].options(rate_limit=100, rate_period=1,
+                                    rate_key=lambda ms: LONG_KEY).enqueue(0)
+    for label, flow in KEYED_POISONS.items():
+        damaged[label] = (enqueue_keyed(app, flow), "key rule")
+
+    # Node ids: a good job's id as a node id is refused at enqueue (nothing of that workflow
+    # stored); a node that adds one while it runs is told so, and its workflow ends.
+    taken = good_ids[0]
+    refused = app.workflow(description="a taken node id")
+    refused.add(jobs["faults.work"].s(0), node_id=taken)
+    with pytest.raises(WorkflowError, match="a node id must be new"):
+        refused.enqueue()
+    assert app.storage.get_batch(refused.id) is None
+    grower = app.workflow(description="adds a taken node id")
+    grow_ref = grower.add(jobs["faults.grow"].s(taken))
+    grower.enqueue()
+
+    # Messages conveyor never sent (RabbitMQ): another queue's job (no worker serves it),
+    # ids no job has, a pack nested 200,000 deep; none may start or come back.
+    foreign = ""
+    if broker is not None:
+        elsewhere = jobs["faults.work"].options(queue="elsewhere").enqueue(0)
+        assert elsewhere is not None
+        foreign = elsewhere.id
+        publish_stray(env["CONVEYOR_BROKER"], "default", [foreign, "no-such-job", "nul\x00"])
+
     # A bulk join's run entries damaged (Redis): that batch loses its bookkeeping, its
     # jobs run as any other, and each worker says why in one line.
     runs_batch, runs_ids = "", []
@@ -181,6 +228,19 @@ def test_poison_data_harms_only_its_own_job(backend: Backend, broker: str | None
                 if runs_batch in line and "unreadable" in line]
         assert said, faults.outputs()
 
+    # the node that added a taken id was told so in one line; its workflow ended
+    said = grow_ref.result(timeout=60)
+    assert "a node id must be new" in said and taken in said and "\n" not in said
+    grown = wait_batch(app, grower.id, timeout=60)[0]
+    assert grown["total"] == 1 and grown["counts"]["succeeded"] == 1
+
+    if foreign:  # the other queue's job was never started; the strays were dropped, said so
+        rec = app.get_job(foreign)
+        assert rec is not None and (rec.state, rec.attempt) == (JobState.PENDING, 0)
+        for what in ("foreign delivery", "malformed message"):
+            wait_until(lambda what=what: what in "".join(w.output for w in workers), 30,
+                       what=f"a worker to say it dropped a {what}")
+
     assert all(worker.alive() for worker in workers), faults.outputs()
     listed = _cli_ids(backend.url)
     assert set(good_ids) | set(bad_ids) <= listed
@@ -188,4 +248,5 @@ def test_poison_data_harms_only_its_own_job(backend: Backend, broker: str | None
     assert _dashboard_pages(backend.url, tmp_path, bad_ids, batches) == []
     where = backend.name if broker is None else f"{backend.name}+rabbitmq"
     report("poison data", where, good_jobs=good, good_run_once=good,
-           damaged_dead=len(damaged), text_jobs_natural=len(TEXT_JOBS), listed=len(listed))
+           damaged_dead=len(damaged), text_jobs_natural=len(TEXT_JOBS), listed=len(listed),
+           foreign_never_started=int(bool(foreign)))

@@ -1,11 +1,13 @@
-"""BrokerFeed: deliveries become started jobs, and an old message never takes a job over
-from the live worker that runs it."""
+"""BrokerFeed: deliveries become started jobs, an old message never takes a job over from the
+live worker that runs it, and a message of another queue's job, or of no job, is dropped."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +17,7 @@ from conveyor.broker import open_broker
 from conveyor.errors import StorageUnavailable
 from conveyor.storage.outbox import Outbox, as_outbox
 from conveyor.worker.config import QueueWeight, WorkerConfig
-from conveyor.worker.feed import BrokerFeed
+from conveyor.worker.feed import MAX_DELIVERED_ID, BrokerFeed
 
 
 @contextmanager
@@ -125,4 +127,50 @@ def test_deliveries_whose_start_failed_are_started_once_the_store_answers() -> N
         assert record is not None and record.state.value == "active"
         feed.settle([job_id])
         assert feed.held == 0 and feed.take(["default"], 10, 0.0) == []
+        feed.close()
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_a_delivery_of_another_queues_job_is_dropped_counted_and_never_run(
+        store: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Issue 49: a broker message carrying the id of a job of a queue this worker does not
+    # serve (another app's, say) started it here; its name was unknown, so it ended retrying
+    # ("no job named ...") and every such message spent one of its retries. The broker
+    # delivers, the store decides: only a job of the delivery's own queue starts.
+    url = "memory://" if store == "memory" else f"sqlite:///{tmp_path / 'jobs.db'}"
+    app = Conveyor(url, clock=FakeClock())
+    try:
+        theirs = app.enqueue("other_app.bill", queue="billing")
+        ours = app.enqueue("job", queue="default")
+        assert theirs is not None and ours is not None
+        config = WorkerConfig(queues=(QueueWeight("default"),), worker_id="w1")
+        feed = BrokerFeed(open_broker(f"memory://{uuid.uuid4().hex}"), as_outbox(app.storage),
+                          config)
+        feed.broker.publish("default", [theirs.id, "no-such-job", ours.id])
+        with caplog.at_level(logging.WARNING, logger="conveyor.worker"):
+            started = feed.take(["default"], 10, 0.0)
+        assert [job.id for job in started] == [ours.id]
+        assert feed.dropped == {"foreign": 2}
+        [line] = [r.getMessage() for r in caplog.records if "foreign" in r.getMessage()]
+        assert theirs.id in line and "\n" not in line
+        record = app.get_job(theirs.id)
+        assert record is not None
+        assert (record.state.value, record.attempt, record.queue) == ("pending", 0, "billing")
+        assert feed.broker.consume([("default", 0)], 10, 0.0) == []  # settled, not handed back
+        feed.close()
+    finally:
+        app.close()
+
+
+def test_a_delivered_id_no_store_could_hold_is_dropped_before_the_store() -> None:
+    # A NUL made PostgreSQL refuse the whole start call: the feed kept the deliveries and
+    # tried them again at every call, so one stray message stalled a worker for good.
+    with one_job(FakeClock()) as (_, _box, job_id, _url, make_feed):
+        feed = make_feed("w1")
+        feed.broker.publish("default", ["", "nul\x00id", "x" * (MAX_DELIVERED_ID + 1),
+                                        "line\nbreak", job_id])
+        [job] = feed.take(["default"], 10, 0.0)
+        assert job.id == job_id
+        assert feed.dropped == {"malformed": 4}
+        assert feed.broker.consume([("default", 0)], 10, 0.0) == []
         feed.close()

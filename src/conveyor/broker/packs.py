@@ -12,11 +12,19 @@ import secrets
 
 from aio_pika.abc import AbstractIncomingMessage
 
-__all__ = ["PACKED", "REDELIVERED", "Pack", "encode", "job_ids", "new_message_id"]
+__all__ = ["MAX_PACK", "PACKED", "REDELIVERED", "Malformed", "Pack", "encode", "job_ids",
+           "new_message_id"]
 
 # On a message that is one job of a pack handed back: deliver it as redelivered.
 REDELIVERED = "x-conveyor-redelivered"
 PACKED = "application/json"  # the content type of a pack: a JSON list of job ids
+#: The most ids a pack may carry (a relay sends at most 128): a longer one is malformed.
+MAX_PACK = 4096
+
+
+class Malformed(ValueError):
+    """A message that carries no job ids conveyor could have sent (say why): it is settled
+    and counted, never handed out, so it cannot come back at every start."""
 
 
 def new_message_id() -> str:
@@ -58,13 +66,19 @@ class Pack:
 
 
 def job_ids(message: AbstractIncomingMessage) -> list[str]:
-    """The job ids a message carries: its body, or a pack's JSON list."""
+    """The job ids a message carries: its body, or a pack's JSON list of strings. Raises
+    ``Malformed`` (never anything else) for a pack that is not one."""
     text = message.body.decode(errors="replace")
-    if message.content_type == PACKED:
-        try:
-            ids = json.loads(text)
-        except ValueError:
-            return [text]
-        if isinstance(ids, list):
-            return [str(job_id) for job_id in ids]
-    return [text]
+    if message.content_type != PACKED:
+        return [text]
+    try:
+        ids = json.loads(text)
+    except RecursionError:  # 200,000 nested "[" raised it out of the consumer callback
+        raise Malformed("a pack nested too deeply to decode") from None
+    except ValueError:
+        raise Malformed("a pack that is not JSON") from None
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+        raise Malformed("a pack that is not a list of job ids")
+    if len(ids) > MAX_PACK:
+        raise Malformed(f"a pack of {len(ids):,} ids (at most {MAX_PACK:,})")
+    return ids

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections import deque
@@ -29,13 +30,15 @@ from aio_pika.abc import (
 
 from conveyor.broker.amqp_logs import quiet_client_logs, reason
 from conveyor.broker.base import Delivery
-from conveyor.broker.packs import REDELIVERED, Pack, encode, job_ids, new_message_id
+from conveyor.broker.packs import REDELIVERED, Malformed, Pack, encode, job_ids, new_message_id
 from conveyor.errors import BrokerUnavailable, BrokerURLError
 from conveyor.storage import redact
+from conveyor.text import printable
 
 __all__ = ["RabbitBroker", "open_rabbitmq"]
 
 T = TypeVar("T")
+log = logging.getLogger("conveyor.worker")
 
 # Seconds between reconnect attempts after the connection is lost (aio-pika's default, 5 s,
 # left workers idle up to 5 s after the node was back: measured in scenario 25).
@@ -93,6 +96,8 @@ class RabbitBroker:
         self._per_message: dict[str, float] = {}  # ids per message of the last publish
         self._declared: set[str] = set()
         self._closed = False
+        #: Messages settled without a delivery because they carry no job ids (``Malformed``).
+        self.malformed = 0
         try:
             # The first connect fails with our one line; the client's own log lines about it
             # (an ERROR and a "reconnecting") would only repeat it, with a traceback's noise.
@@ -243,7 +248,11 @@ class RabbitBroker:
     def _arrival(self, queue: str) -> Callable[[AbstractIncomingMessage], Awaitable[None]]:
         """The consumer callback of one queue: buffer the message for ``consume``."""
         async def arrived(message: AbstractIncomingMessage) -> None:
-            ids = job_ids(message)
+            try:
+                ids = job_ids(message)
+            except Malformed as exc:
+                await self._drop(queue, message, str(exc))
+                return
             if message.redelivered and len(ids) > 1:
                 await self._split(queue, message, ids)
                 return
@@ -253,6 +262,16 @@ class RabbitBroker:
                 self._cond.notify_all()
 
         return arrived
+
+    async def _drop(self, queue: str, message: AbstractIncomingMessage, why: str) -> None:
+        """Settle a message that carries no job ids (acked: nothing of it can run, and the
+        store's relay publishes again any job a lost message was for), count it, say so."""
+        with self._cond:
+            self.malformed += 1
+        log.warning("dropped a malformed message from RabbitMQ queue %s (message id %s): %s",
+                    printable(self.name(queue)), printable(str(message.message_id)[:40]), why)
+        with contextlib.suppress(Exception):  # a lost channel: it comes back and is dropped
+            await message.ack()
 
     async def _split(self, queue: str, message: AbstractIncomingMessage,
                      ids: list[str]) -> None:
@@ -344,7 +363,8 @@ class RabbitBroker:
                 message = await queue.get(no_ack=True, fail=False)
                 if message is None:
                     break
-                out += job_ids(message)
+                with contextlib.suppress(Malformed):  # nothing in it to bury
+                    out += job_ids(message)
             return out
 
         return self._call(run())

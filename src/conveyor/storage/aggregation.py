@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from conveyor.job import FlowControl
+from conveyor.text import key_fault
 
 __all__ = [
     "RECHECK", "Arrival", "Group", "GroupId", "Rest", "arrival", "due_at", "flush", "gather",
@@ -93,8 +94,11 @@ class Rest(NamedTuple):
 
 
 def arrival(job_id: str, queue: str, name: str, flow: FlowControl | None) -> Arrival | None:
-    """The arrival of a job that is a member, or None."""
-    if flow is None or not flow.group_key:
+    """The arrival of a job that is a member, or None. A stored aggregation key that breaks
+    the key rule (a client that does not check it) makes no member: no store can keep a
+    group under it (PostgreSQL's index refused it, and every promotion of the store failed
+    with it), so the job runs as a lead of its own, as one whose settings cannot be read."""
+    if flow is None or not flow.group_key or key_fault(flow.group_key) is not None:
         return None
     return Arrival(job_id, queue, name, flow.group_key, flow.grace, flow.max_delay,
                    flow.max_size)

@@ -101,14 +101,20 @@ def settle(txn: GraphTxn) -> int:
     return moved
 
 
-def check_added(workflow_id: str, specs: Sequence[JobSpec], known: Collection[str]) -> None:
+def check_added(workflow_id: str, specs: Sequence[JobSpec], known: Collection[str],
+                taken: Collection[str] = ()) -> None:
     """Raise ``WorkflowError`` unless every spec is a node of ``workflow_id`` whose parents
     are nodes of it: stored already (``known``, the parent ids found in its graph) or added
-    in the same call before it."""
+    in the same call before it; and whose id no stored job has but a node of this workflow
+    (``taken``: the spec ids stored as other jobs, which the store would leave as they are,
+    so the node would never exist and its children would wait for it for good)."""
     seen = set(known)
     for spec in specs:
         if spec.node is None or spec.batch_id != workflow_id:
             raise WorkflowError(f"job {spec.id} is not a node of workflow {workflow_id}")
+        if spec.id in taken:
+            raise WorkflowError(f"node id {spec.id!r} is the id of a stored job that is not a "
+                                f"node of workflow {workflow_id}: a node id must be new")
         for parent in spec.node.parents:
             if parent not in seen:
                 raise WorkflowError(f"{parent} is not a node of workflow {workflow_id}: a "

@@ -30,8 +30,11 @@ class StartKind(str, Enum):
 
     STARTED = "started"  # leased to the caller: run it (``StartReply.job``)
     RUNNING = "running"  # already active under another live lease: a duplicate, skip it
-    SKIPPED = "skipped"  # finished, cancelled, expired, unknown or not pending: skip it
+    SKIPPED = "skipped"  # finished, cancelled, expired, or not pending: skip it
     PARKED = "parked"  # held back by flow control or a paused queue: waits in the store
+    #: No job of the delivery's queue has this id (another queue's or another app's job, or
+    #: an id nothing stored): never started here; the worker drops the delivery and counts it.
+    FOREIGN = "foreign"
 
 
 @dataclass(frozen=True, slots=True)

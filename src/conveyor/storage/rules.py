@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from conveyor.flow_control import GATE_KEYS, KEY_KINDS
 from conveyor.job import Ack, EventKind, FlowControl, Outcome
+from conveyor.text import MAX_KEY_BYTES, key_fault, shown
 
 __all__ = [
     "CANCELLED_WHILE_WAITING",
@@ -21,6 +23,8 @@ __all__ = [
     "AckEffect",
     "ack_effect",
     "ack_message",
+    "broken_gate",
+    "broken_key",
     "cancelled_message",
     "counts_as_error",
     "effective_outcome",
@@ -126,12 +130,39 @@ FOLD_PREFIX = "\x1ffold:"
 def validate_flow(flow: FlowControl) -> None:
     """Raise ``ValueError`` for flow-control settings that could never admit a job."""
     if flow.concurrency_key is not None and flow.concurrency_limit < 1:
-        raise ValueError(f"concurrency_key {flow.concurrency_key!r} needs concurrency_limit >= 1")
+        raise ValueError(f"concurrency_key {shown(flow.concurrency_key)} needs "
+                         "concurrency_limit >= 1")
     if flow.rate_key is not None and (flow.rate_limit < 1 or flow.rate_period <= 0):
-        raise ValueError(f"rate_key {flow.rate_key!r} needs rate_limit >= 1 and rate_period > 0")
+        raise ValueError(f"rate_key {shown(flow.rate_key)} needs rate_limit >= 1 and "
+                         "rate_period > 0")
 
 
 def is_gated(flow: FlowControl | None) -> bool:
     """True when the job waits on a concurrency, order or rate limit (a "gated" job: the
     SQL backends walk a queue holding one in order, admitting what the limits allow)."""
     return flow is not None and bool(flow.concurrency_key or flow.order_key or flow.rate_key)
+
+
+def broken_key_message(kind: str) -> str:
+    """``message`` of a job whose stored ``kind`` ("rate key") breaks the key rule. Lua
+    (``redis/lua/_admit.lua``) and PL/pgSQL (migration 018) spell the same words."""
+    return (f"{kind} breaks the key rule (1 to {MAX_KEY_BYTES} bytes of UTF-8, no control "
+            "characters or line breaks): the job cannot start")
+
+
+def broken_key(flow: FlowControl | None) -> str | None:
+    """The ``message`` a job ends ``dead`` with when it would start (``dequeue``, a broker's
+    ``start``) and one of the keys consulted there (``GATE_KEYS``: concurrency, order, rate;
+    the first that breaks it) breaks the key rule: written before the rule, or by a client
+    that does not check it. None for a job that may be admitted by its limits."""
+    if flow is None:
+        return None
+    return broken_gate(flow.concurrency_key, flow.order_key, flow.rate_key)
+
+
+def broken_gate(concurrency: object, order: object, rate: object) -> str | None:
+    """``broken_key`` of a job's three keys as a store read them (None: not set)."""
+    for field, key in zip(GATE_KEYS, (concurrency, order, rate), strict=True):
+        if key is not None and key != "" and key_fault(key) is not None:
+            return broken_key_message(KEY_KINDS[field])
+    return None

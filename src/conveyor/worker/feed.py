@@ -5,20 +5,37 @@ slots from the broker and starts each delivered job in the store (``Outbox.start
 decides. A delivery whose job started is held until the job's outcome is written to the store
 (``settle``, called by the acker), so a worker that dies leaves its deliveries unsettled and
 the broker hands them to another worker at once; every other delivery is settled on the spot.
+
+The broker delivers, the store decides: a delivery whose id is not a job of the queue it came
+on (``StartKind.FOREIGN``: another app's or another queue's message) is dropped, and so is one
+whose id no store could hold (empty, over ``MAX_DELIVERED_ID`` characters, control
+characters: a message conveyor never sent). Both are settled at once, counted in ``dropped``
+and logged in one line per kind and call, so a stray message can neither run a job of a queue
+this worker does not serve nor come back at every start.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from conveyor.broker.base import Broker, Delivery
 from conveyor.job import LeasedJob
 from conveyor.storage.outbox import Arrival, Outbox, StartKind
+from conveyor.text import printable
 from conveyor.worker.config import WorkerConfig
 
-__all__ = ["BrokerFeed"]
+__all__ = ["MAX_DELIVERED_ID", "BrokerFeed"]
+
+log = logging.getLogger("conveyor.worker")
+
+#: The longest id a delivery may carry to reach the store (ids conveyor makes have 24
+#: characters, ids a caller chooses at most 128).
+MAX_DELIVERED_ID = 1024
+_WHY = {"foreign": "not a job of its queue (a message of another app or queue?)",
+        "malformed": "not a job id conveyor could have sent"}
 
 
 class BrokerFeed:
@@ -31,6 +48,8 @@ class BrokerFeed:
         self._lock = threading.Lock()
         self._held: dict[str, Delivery] = {}  # job id -> the delivery that started it
         self._unstarted: list[Delivery] = []  # consumed while the store did not answer
+        #: Deliveries dropped unstarted, by why: "foreign", "malformed".
+        self.dropped: Counter[str] = Counter()
 
     def take(self, order: Sequence[str], free: int, timeout: float) -> list[LeasedJob]:
         """Up to ``free`` jobs started from deliveries, queues tried in ``order``.
@@ -49,8 +68,11 @@ class BrokerFeed:
             return []
         per_queue: dict[str, list[Delivery]] = defaultdict(list)
         settle: list[Delivery] = []
+        dropped: dict[str, list[Delivery]] = defaultdict(list)
         for delivery in deliveries:
-            if delivery.redelivered and self._holds(delivery.job_id):
+            if not _could_be_id(delivery.job_id):
+                dropped["malformed"].append(delivery)
+            elif delivery.redelivered and self._holds(delivery.job_id):
                 # An older message of a job running here, handed back with a pack or a closed
                 # connection after the job was published again: this worker's connection is
                 # alive, so it is a duplicate, never a reason to take the job over.
@@ -83,12 +105,26 @@ class BrokerFeed:
                             self._held[reply.job.id] = delivery
                         if older is not None:  # this worker took its own job over
                             settle.append(older)
+                    elif reply.kind is StartKind.FOREIGN:
+                        dropped["foreign"].append(delivery)
                     else:
                         settle.append(delivery)
         finally:
+            for kind, group in dropped.items():
+                self._drop(kind, group)
+                settle += group
             if settle:
                 self.broker.ack(settle)
         return started
+
+    def _drop(self, kind: str, deliveries: list[Delivery]) -> None:
+        """Count and log deliveries dropped unstarted (one line per kind and call)."""
+        with self._lock:
+            self.dropped[kind] += len(deliveries)
+        first = deliveries[0]
+        log.warning("dropped %d %s delivery(ies) from queue %s, e.g. job id '%s': %s",
+                    len(deliveries), kind, printable(first.queue),
+                    printable(first.job_id[:40]), _WHY[kind])
 
     def _holds(self, job_id: str) -> bool:
         with self._lock:
@@ -113,3 +149,11 @@ class BrokerFeed:
             self._held.clear()
             self._unstarted = []
         self.broker.close()
+
+
+def _could_be_id(job_id: object) -> bool:
+    """Whether a delivered id is one a store could hold: a non-empty printable string of at
+    most ``MAX_DELIVERED_ID`` characters (a NUL, say, is refused by PostgreSQL itself: the
+    whole start would fail, and the delivery be tried again at every call)."""
+    return (isinstance(job_id, str) and 0 < len(job_id) <= MAX_DELIVERED_ID
+            and job_id.isprintable())

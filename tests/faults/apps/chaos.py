@@ -24,6 +24,7 @@ from typing import Any
 
 from conveyor import Aggregate, Fail, Member, current_job
 from conveyor.app import Conveyor
+from conveyor.errors import WorkflowError
 from conveyor.registry import JobFunction
 
 LOG_ENV = "CONVEYOR_FAULTS_LOG"
@@ -139,6 +140,21 @@ def expand(count: int, low: int, high: int, pause: float = 0.05) -> int:
     return count
 
 
+def grow(node_id: str) -> str:
+    """A workflow node that adds a child under ``node_id`` (a stored job's id, in the poison
+    scenario): the store refuses it in one line, returned as this node's result."""
+    record("start")
+    ctx = current_job()
+    try:
+        ctx.workflow.add(ctx.app.registry.get("faults.work").s(0), node_id=node_id,
+                         after=[ctx.workflow.node])
+    except WorkflowError as exc:
+        record("end")
+        return str(exc)
+    record("end")
+    return "added"
+
+
 def finished(workflow_id: str) -> str:
     """A workflow's ``on_complete`` callback: the log counts how often it ran."""
     record("start", workflow=workflow_id)
@@ -194,6 +210,7 @@ JOBS: dict[str, Callable[..., Any]] = {
     "faults.collect": collect,
     "faults.finished": finished,
     "faults.expand": expand,
+    "faults.grow": grow,
     "faults.member": member,
 }
 

@@ -14,7 +14,7 @@ from conveyor.job import EventKind, JobState
 from conveyor.storage.memory.flow import ScanBudget
 from conveyor.storage.memory.state import Entry, MemoryState
 from conveyor.storage.outbox import Delivered, StartKind, StartReply, arrivals, mark, marked_by
-from conveyor.storage.rules import DEADLINE_PASSED, REDELIVERED
+from conveyor.storage.rules import DEADLINE_PASSED, REDELIVERED, broken_key
 
 
 class MemoryOutbox(MemoryState):
@@ -43,7 +43,9 @@ class MemoryOutbox(MemoryState):
             for job_id in self._pending.get(queue, ()):
                 entry = self._jobs[job_id]
                 if job_id in parked:
-                    if not self._flow.allows(entry.rec, now, ScanBudget()):
+                    # a key that breaks the key rule: due, so that its start ends it
+                    if (broken_key(entry.rec.flow) is None
+                            and not self._flow.allows(entry.rec, now, ScanBudget())):
                         continue
                     parked.discard(job_id)
                 else:
@@ -100,16 +102,16 @@ class MemoryOutbox(MemoryState):
                     replies.append(StartReply(job_id, StartKind.RUNNING))
                     continue
                 seen.add(job_id)
-                replies.append(self._start_one(job_id, redelivered, message, worker_id,
+                replies.append(self._start_one(queue, job_id, redelivered, message, worker_id,
                                                lease_seconds, max_recoveries, now, budget))
             return replies
 
-    def _start_one(self, job_id: str, redelivered: bool, message: str | None, worker_id: str,
-                   lease_seconds: float, max_recoveries: int, now: float,
+    def _start_one(self, queue: str, job_id: str, redelivered: bool, message: str | None,
+                   worker_id: str, lease_seconds: float, max_recoveries: int, now: float,
                    budget: ScanBudget) -> StartReply:
         entry = self._jobs.get(job_id)
-        if entry is None:
-            return StartReply(job_id, StartKind.SKIPPED)
+        if entry is None or entry.rec.queue != queue:
+            return StartReply(job_id, StartKind.FOREIGN)
         state = entry.rec.state
         if state is JobState.ACTIVE:
             if not redelivered or not marked_by(entry.token, message):
@@ -120,9 +122,11 @@ class MemoryOutbox(MemoryState):
             return StartReply(job_id, StartKind.SKIPPED)
         rec = entry.rec
         stamps, parked = self._outbox()
-        if rec.deadline is not None and now > rec.deadline:
-            rec.message = DEADLINE_PASSED
-            self._move(entry, JobState.DEAD, EventKind.EXPIRED, now, message=DEADLINE_PASSED)
+        expired = rec.deadline is not None and now > rec.deadline
+        broken = None if expired or rec.queue in self._paused else broken_key(rec.flow)
+        if expired or broken is not None:
+            self._end_unstarted(entry, EventKind.DEAD if broken else EventKind.EXPIRED,
+                                broken or DEADLINE_PASSED, now)
             stamps.pop(job_id, None)
             parked.discard(job_id)
             return StartReply(job_id, StartKind.SKIPPED)

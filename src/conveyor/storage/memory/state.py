@@ -198,6 +198,12 @@ class MemoryState:
                 spec = replace(spec, batch_id=None)
             self._store(spec, now)
 
+    def _end_unstarted(self, entry: Entry, kind: str, message: str, now: float) -> None:
+        """A pending job that must never start (its deadline passed, a key breaks the key
+        rule) → dead with ``message``, as ``dequeue`` and ``start`` end it."""
+        entry.rec.message = message
+        self._move(entry, JobState.DEAD, kind, now, message=message)
+
     # -- the one place jobs move -------------------------------------------------------------
 
     def _move(self, entry: Entry, new: JobState, kind: str, now: float, *,

@@ -44,6 +44,7 @@ from conveyor.storage.rules import (
     LEASE_EXPIRED,
     WORKER_DIED,
     ack_message,
+    broken_key,
     cancelled_message,
     counts_as_error,
     effective_outcome,
@@ -83,22 +84,20 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, Memory
         with self._lock:
             now = self.now()
             picked: list[Entry] = []
-            expired: list[Entry] = []
+            ended: list[tuple[Entry, str, str]] = []
             budget = ScanBudget()
             self._flow.forget_idle_rates(now)
             for queue in dict.fromkeys(queues):
                 if len(picked) >= count:
                     break
                 if queue not in self._paused:
-                    self._scan(queue, now, count - len(picked), budget, picked, expired)
-            for entry in expired:
-                entry.rec.message = DEADLINE_PASSED
-                self._move(entry, JobState.DEAD, EventKind.EXPIRED, now,
-                           message=entry.rec.message)
+                    self._scan(queue, now, count - len(picked), budget, picked, ended)
+            for entry, kind, message in ended:
+                self._end_unstarted(entry, kind, message, now)
             return [self._lease(entry, worker_id, now, lease_seconds) for entry in picked]
 
     def _scan(self, queue: str, now: float, wanted: int, budget: ScanBudget,
-              picked: list[Entry], expired: list[Entry]) -> None:
+              picked: list[Entry], ended: list[tuple[Entry, str, str]]) -> None:
         taken = 0
         for job_id in self._pending.get(queue, ()):
             if taken >= wanted:
@@ -106,7 +105,9 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, Memory
             entry = self._jobs[job_id]
             rec = entry.rec
             if rec.deadline is not None and now > rec.deadline:
-                expired.append(entry)
+                ended.append((entry, EventKind.EXPIRED, DEADLINE_PASSED))
+            elif (broken := broken_key(rec.flow)) is not None:
+                ended.append((entry, EventKind.DEAD, broken))
             elif self._flow.allows(rec, now, budget):
                 # Over-limit jobs are skipped, not retried: they keep their place and attempts.
                 self._flow.reserve(rec, budget)
@@ -213,7 +214,9 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, Memory
             known = [p for s in specs if s.node for p in s.node.parents
                      if p in self._nodes and (found := self._jobs.get(p)) is not None
                      and found.rec.batch_id == workflow_id]
-            graph.check_added(workflow_id, specs, known)
+            taken = [s.id for s in specs if (held := self._jobs.get(s.id)) is not None
+                     and (s.id not in self._nodes or held.rec.batch_id != workflow_id)]
+            graph.check_added(workflow_id, specs, known, taken)
             now = self.now()
             results = [self._store(spec, now, wake=False) for spec in specs]
             self._attach([r.id for r in results if r.created])

@@ -76,6 +76,15 @@ def known(cur: Cursor, workflow_id: str, ids: Collection[str]) -> list[str]:
     return [r[0] for r in rows.fetchall()]
 
 
+def taken(cur: Cursor, workflow_id: str, ids: Collection[str]) -> list[str]:
+    """The ids among ``ids`` that are stored jobs but not nodes of ``workflow_id``."""
+    rows = cur.execute(
+        "SELECT jobs.id FROM jobs LEFT JOIN wf_nodes ON wf_nodes.id = jobs.id "
+        "WHERE jobs.id = ANY(%s) "
+        "AND (wf_nodes.id IS NULL OR jobs.batch_id IS DISTINCT FROM %s)", (list(ids), workflow_id))
+    return [r[0] for r in rows.fetchall()]
+
+
 def attach(cur: Cursor, now: float, ids: Collection[str]) -> int:
     """Link nodes added at run time into their graph (``graph.attach``) in this transaction."""
     return graph.attach(_Txn(cur, now), ids) if ids else 0

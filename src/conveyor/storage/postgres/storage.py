@@ -188,7 +188,8 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
             if workflow_id is None:
                 return None
             parents = {p for s in specs if s.node for p in s.node.parents}
-            check_added(workflow_id, specs, graph.known(cur, workflow_id, parents))
+            check_added(workflow_id, specs, graph.known(cur, workflow_id, parents),
+                        graph.taken(cur, workflow_id, [s.id for s in specs]))
             now = self._now(cur)
             stored = jobs.insert(cur, self._clock_arg(), specs, self._schema)
             graph.store(cur, now, specs, stored)

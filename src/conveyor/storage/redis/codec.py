@@ -26,6 +26,7 @@ from conveyor.job import (
     decode_events,
 )
 from conveyor.storage.records import JobBlock, spec_from_wire, spec_to_wire
+from conveyor.text import key_fault
 
 # The fields of a state line, in order: the one definition. lua/_fields.lua spells each as
 # F_<NAME> = its position, and scripts.py refuses to load the scripts when the two disagree.
@@ -135,7 +136,9 @@ def enqueue_args(spec: JobSpec) -> tuple[str, ...]:
         ukey = flow.unique_key or ""
         ufor = repr(float(flow.unique_for)) if flow.unique_for else ""
         limited = "1" if flow.concurrency_key or flow.order_key or flow.rate_key else ""
-        if flow.group_key:  # a member: its group settings, read by lua/_groups.lua
+        # a member: its group settings, read by lua/_groups.lua (a key that breaks the key
+        # rule makes no member: it runs as a lead of its own, as on every store)
+        if flow.group_key and key_fault(flow.group_key) is None:
             limited = (f"g{flow.group_key}\x1f{flow.grace!r}\x1f{flow.max_delay!r}"
                        f"\x1f{flow.max_size:d}")
         fkey, fold = flow.fold_key or "", flow.fold

@@ -83,7 +83,10 @@ class RedisGraph(RedisBatches):
                                  + [p for s in specs if s.node for p in s.node.parents]))
         present = self.link.call("HMGET", bk.graph, *[f"n:{i}" for i in ids])
         stored = {i for i, raw in zip(ids, present, strict=True) if raw is not None}
-        graph.check_added(workflow_id, specs, stored)
+        # An id of another job (any queue's: each queue is its own slot) is no node of it.
+        others = self.group_by_queue([s.id for s in specs if s.id not in stored])
+        graph.check_added(workflow_id, specs, stored,
+                          {job_id for found in others.values() for job_id in found})
         new = [s for s in specs if s.id not in stored]  # a node stored already keeps its links
         results = {r.id: r for r in self.enqueue_specs(new)} if new else {}
         created = [s.id for s in new if results[s.id].created]

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from conveyor.job import TERMINAL_STATES, JobSpec
-from conveyor.storage.rules import FOLD_PREFIX
+from conveyor.job import TERMINAL_STATES, EventKind, JobSpec, JobState
+from conveyor.storage.rules import FOLD_PREFIX, broken_gate
+from conveyor.storage.sqlite.moves import FINISH, Move, ids_param, move
 
 _TERMINAL = frozenset(s.value for s in TERMINAL_STATES)
 _PAGE = 256
@@ -80,10 +81,13 @@ class Gates:
     order_first: dict[str, str | None] = field(default_factory=dict)
     order_taken: set[str] = field(default_factory=set)
     rate_used: dict[str, int] = field(default_factory=dict)
+    #: Jobs met whose stored key breaks the key rule: (id, message); ``end_broken`` ends them.
+    broken: list[tuple[str, str]] = field(default_factory=list)
 
 
-def pick(cur: sqlite3.Cursor, now: float, queue: str, need: int) -> list[str]:
-    """Ids of up to ``need`` pending jobs of ``queue`` that their limits admit, in order."""
+def pick(cur: sqlite3.Cursor, now: float, queue: str, need: int) -> tuple[list[str], Gates]:
+    """Ids of up to ``need`` pending jobs of ``queue`` that their limits admit, in order, and
+    the call's gates (``broken``: the jobs met that ``end_broken`` must end)."""
     gates = Gates()
     chosen: list[str] = []
     offset = 0
@@ -97,15 +101,51 @@ def pick(cur: sqlite3.Cursor, now: float, queue: str, need: int) -> list[str]:
             break
         offset += len(rows)
         for row in rows:
-            if _admit(cur, now, row, gates):
+            if _admit(cur, now, flow_row(row), gates):
                 chosen.append(row[0])
                 if len(chosen) >= need:
                     break
-    return chosen
+    return chosen, gates
 
 
-#: The columns ``admit`` and ``allows`` read, in this order, after the job's id.
-FLOW_COLUMNS = "concurrency_key, concurrency_limit, order_key, rate_key, rate_limit, rate_period"
+#: The columns ``admit`` and ``allows`` read, in this order, after the job's id. The keys are
+#: read as bytes and decoded by ``flow_row``: a key another program wrote that is not UTF-8
+#: failed the whole read (every fetch of the queue); now it ends its own job, as any key that
+#: breaks the key rule does.
+FLOW_COLUMNS = ("CAST(concurrency_key AS BLOB), concurrency_limit, CAST(order_key AS BLOB), "
+                "CAST(rate_key AS BLOB), rate_limit, rate_period")
+
+
+#: Where the keys are in a row of ``id, FLOW_COLUMNS``.
+KEYS_AT = (1, 3, 4)
+
+
+def flow_row(row: Sequence[Any]) -> tuple[Any, ...]:
+    """``(id, FLOW_COLUMNS...)`` (and whatever follows) with the keys as text: bytes that are
+    not UTF-8 become lone surrogates, which the key rule refuses."""
+    return (row[0], _text(row[1]), row[2], _text(row[3]), _text(row[4]), *row[5:])
+
+
+def _text(value: Any) -> Any:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+
+
+def end_broken(cur: sqlite3.Cursor, now: float, gates: Gates) -> list[Move]:
+    """End the jobs ``gates`` met whose key breaks the key rule: dead with the reason, in the
+    caller's transaction, as ``dequeue`` ends a job past its deadline; returns batch moves."""
+    moves: list[Move] = []
+    by_message: dict[str, list[str]] = {}
+    for job_id, message in gates.broken:
+        by_message.setdefault(message, []).append(job_id)
+    gates.broken.clear()
+    for message, ids in by_message.items():
+        rows = [(r[0], "pending", r[1].decode("utf-8", "replace") if r[1] else None)
+                for r in cur.execute(
+                    "SELECT id, CAST(batch_id AS BLOB) FROM jobs WHERE state = 'pending' "
+                    "AND id IN (SELECT value FROM json_each(?))", (ids_param(ids),))]
+        moves += move(cur, now, rows, JobState.DEAD, EventKind.DEAD, message,
+                      f"message = :msg, publish_at = NULL, {FINISH}")
+    return moves
 
 
 def _admit(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates) -> bool:
@@ -117,8 +157,13 @@ def _admit(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates) ->
 
 
 def allows(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates) -> bool:
-    """Whether the limits would admit this pending job (``id, FLOW_COLUMNS``) now."""
+    """Whether the limits would admit this pending job (``id, FLOW_COLUMNS``, keys as text)
+    now. A job whose key breaks the key rule is never admitted: it joins ``gates.broken``."""
     job_id, ckey, climit, okey, rkey, rlimit, rperiod = row
+    broken = broken_gate(ckey, okey, rkey)
+    if broken is not None:
+        gates.broken.append((job_id, broken))
+        return False
     if ckey is not None and _active(cur, ckey, gates) >= climit:
         return False
     if okey is not None and not _first_in_order(cur, okey, job_id, gates):
@@ -147,8 +192,12 @@ def admit_one(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates)
 
 def would_admit(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates) -> bool:
     """Whether a parked job may run now, counted against ``gates`` without starting it (the
-    outbox's ``publish_due``: two waiters of a key freed by one ack are not both due)."""
+    outbox's ``publish_due``: two waiters of a key freed by one ack are not both due). One
+    whose key breaks the key rule is due: its ``start`` ends it."""
     if not allows(cur, now, row, gates):
+        if gates.broken:
+            gates.broken.clear()
+            return True
         return False
     _take(cur, now, row, gates, start=False)
     return True

@@ -49,6 +49,14 @@ def known(cur: sqlite3.Cursor, workflow_id: str, ids: Collection[str]) -> list[s
         (ids_param(ids), workflow_id))]
 
 
+def taken(cur: sqlite3.Cursor, workflow_id: str, ids: Collection[str]) -> list[str]:
+    """The ids among ``ids`` that are stored jobs but not nodes of ``workflow_id``."""
+    return [r[0] for r in cur.execute(
+        "SELECT jobs.id FROM jobs LEFT JOIN wf_nodes ON wf_nodes.id = jobs.id "
+        "WHERE jobs.id IN (SELECT value FROM json_each(?)) "
+        "AND (wf_nodes.id IS NULL OR jobs.batch_id IS NOT ?)", (ids_param(ids), workflow_id))]
+
+
 def trim(cur: sqlite3.Cursor) -> None:
     """Forget the node rows of jobs deleted after they settled."""
     cur.execute("DELETE FROM wf_nodes WHERE settled IS NOT NULL AND NOT EXISTS "

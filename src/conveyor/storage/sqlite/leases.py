@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from conveyor.job import EventKind, JobState, LeasedJob
@@ -55,11 +55,14 @@ HELD = (
 )
 
 
-def decoded_rows(cur: sqlite3.Cursor, sql: str, params: Any) -> list[tuple[Any, ...]]:
+def decoded_rows(cur: sqlite3.Cursor, sql: str, params: Any,
+                 keep: Collection[int] = ()) -> list[tuple[Any, ...]]:
     """The rows of ``sql``, every value read as bytes decoded as ``dequeue`` decodes text (bad
     bytes as U+FFFD): a damaged job is handled like any other, its damage named when it is
-    next leased (``RECLAIM``, ``HELD``, the outbox's ``start``)."""
-    return [tuple(v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in row)
+    next leased (``RECLAIM``, ``HELD``, the outbox's ``start``). Positions in ``keep`` stay
+    bytes (flow-control keys: ``flow.flow_row`` decodes them by the key rule)."""
+    return [tuple(v.decode("utf-8", "replace") if isinstance(v, bytes) and i not in keep
+                  else v for i, v in enumerate(row))
             for row in cur.execute(sql, params)]
 
 def recover(cur: sqlite3.Cursor, now: float, rows: Sequence[Any], max_recoveries: int,

@@ -54,7 +54,8 @@ _ORDER_KEYS = ("SELECT CAST(id AS BLOB), CAST(order_key AS BLOB) FROM jobs WHERE
 
 def _rows(cur: Any, job_ids: Sequence[str]) -> list[tuple[Any, ...]]:
     """``_ROWS`` for ``job_ids``, every value read as bytes decoded."""
-    return lease_sql.decoded_rows(cur, _ROWS, (jobs.ids_param(job_ids),))
+    return [flow.flow_row(row) for row in lease_sql.decoded_rows(
+        cur, _ROWS, (jobs.ids_param(job_ids),), keep=flow.KEYS_AT)]
 
 
 class SqliteOutbox:
@@ -117,7 +118,7 @@ class SqliteOutbox:
             return []
         with self._db.write() as cur:
             now = self.now()
-            return _Start(cur, now, worker_id, lease_seconds, max_recoveries).run(
+            return _Start(cur, now, queue, worker_id, lease_seconds, max_recoveries).run(
                 arrivals(deliveries))
 
 
@@ -134,7 +135,7 @@ def _walk(cur: Any, now: float, queue: str, count: int) -> list[str]:
         for row in rows:
             stamp = row[-1]
             if stamp is None or 0 <= stamp <= now or (
-                    stamp < 0 and flow.would_admit(cur, now, row[:-1], gates)):
+                    stamp < 0 and flow.would_admit(cur, now, flow.flow_row(row[:-1]), gates)):
                 due.append(row[0])
                 if len(due) >= count:
                     break
@@ -145,9 +146,9 @@ class _Start:
     """One ``start`` call: the deliveries in order, each settled against the job's row; the
     admitted ones leased together in one statement, as ``dequeue`` leases."""
 
-    def __init__(self, cur: Any, now: float, worker: str, lease: float,
+    def __init__(self, cur: Any, now: float, queue: str, worker: str, lease: float,
                  max_recoveries: int) -> None:
-        self.cur, self.now, self.worker = cur, now, worker
+        self.cur, self.now, self.queue, self.worker = cur, now, queue, worker
         self.lease, self.max_recoveries = lease, max_recoveries
         self.gates = flow.Gates()
         self.paused = {r[0] for r in cur.execute("SELECT name FROM queues WHERE paused = 1")}
@@ -171,8 +172,8 @@ class _Start:
     def one(self, job_id: str, redelivered: bool, message: str | None) -> StartKind | None:
         """The reply for one delivery, or None for a job to lease."""
         row = self.rows.get(job_id)
-        if row is None:
-            return StartKind.SKIPPED
+        if row is None or row[11] != self.queue:
+            return StartKind.FOREIGN
         state = row[7]
         if state == "leasing":  # admitted earlier in this call: a duplicate message
             return StartKind.RUNNING
@@ -195,7 +196,12 @@ class _Start:
             batches.apply(cur, now, moves, jobs.insert)
             self.rows[job_id] = (*row[:7], "dead", *row[8:])
             return StartKind.SKIPPED
-        if row[11] in self.paused or not flow.admit_one(cur, now, row[:7], self.gates):
+        admitted = row[11] not in self.paused and flow.admit_one(cur, now, row[:7], self.gates)
+        if self.gates.broken:  # a key that breaks the key rule: it ends here, as in dequeue
+            batches.apply(cur, now, flow.end_broken(cur, now, self.gates), jobs.insert)
+            self.rows[job_id] = (*row[:7], "dead", *row[8:])
+            return StartKind.SKIPPED
+        if not admitted:
             cur.execute("UPDATE jobs SET publish_at = ? WHERE id = ?", (_PARKED, job_id))
             return StartKind.PARKED
         self.rows[job_id] = (*row[:7], "leasing", *row[8:])

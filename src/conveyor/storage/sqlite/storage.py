@@ -144,7 +144,7 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
                 expired = cur.execute(_EXPIRE, (queue, now)).fetchall()
                 moves += jobs.move(cur, now, expired, JobState.DEAD, EventKind.EXPIRED,
                                    _EXPIRED_MESSAGE, f"message = :msg, {jobs.FINISH}")
-                for row in self._lease(cur, now, queue, need, params):
+                for row in self._lease(cur, now, queue, need, params, moves):
                     job = lease_sql.leased(row)
                     leased.append(job)
                     if job.batch_id:
@@ -155,11 +155,13 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
         return leased
 
     def _lease(
-        self, cur: Any, now: float, queue: str, need: int, params: dict[str, Any]
+        self, cur: Any, now: float, queue: str, need: int, params: dict[str, Any],
+        moves: list[batches.Move],
     ) -> list[Any]:
         gated = cur.execute(_GATED, (queue,)).fetchone()
         if gated:
-            ids = flow.pick(cur, now, queue, need)
+            ids, gates = flow.pick(cur, now, queue, need)
+            moves += flow.end_broken(cur, now, gates)
             if not ids:
                 return []
             rows = cur.execute(lease_sql.LEASE_IDS,
@@ -232,7 +234,8 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
             if row[0] is None or row[1] is None:
                 raise WorkflowError(f"job {adder} is not a node of a workflow")
             parents = {p for s in specs if s.node for p in s.node.parents}
-            check_added(row[0], specs, graph.known(cur, row[0], parents))
+            check_added(row[0], specs, graph.known(cur, row[0], parents),
+                        graph.taken(cur, row[0], [s.id for s in specs]))
             now = self.now()
             results = jobs.insert(cur, now, specs)
             batches.attach(cur, now, [r.id for r in results if r.created], jobs.insert)

@@ -1,6 +1,30 @@
 -- _admit.lua: whether a job's limits let it start now (dequeue.lua, start.lua, publish.lua).
 --- @include "_flow"
 --- @include "_rates"
+-- The key rule (conveyor/text.py key_fault): 1 to 512 bytes of UTF-8 holding no C0 or C1
+-- control, DEL, line or paragraph separator (U+2028, U+2029) or lone surrogate (as the bytes
+-- a client of another kind could write). A stored key that breaks it ends its job dead where
+-- the job would start, with rules.broken_key_message's words.
+local KEY_RULE = ' breaks the key rule (1 to 512 bytes of UTF-8, no control characters or '
+  .. 'line breaks): the job cannot start'
+local function key_breaks(k)
+  if k == nil or k == cjson.null or k == '' then return false end
+  if type(k) ~= 'string' then return true end
+  return #k > 512 or string.find(k, '[%z\1-\31\127]') ~= nil
+    or string.find(k, '\194[\128-\159]') ~= nil
+    or string.find(k, '\226\128[\168\169]') ~= nil
+    or string.find(k, '\237[\160-\191]') ~= nil
+end
+
+-- The message of a job whose concurrency, order or rate key (checked in that order) breaks
+-- the key rule, or nil.
+local function flow_broken(fl)
+  if key_breaks(fl.concurrency_key) then return 'concurrency key' .. KEY_RULE end
+  if key_breaks(fl.order_key) then return 'order key' .. KEY_RULE end
+  if key_breaks(fl.rate_key) then return 'rate key' .. KEY_RULE end
+  return nil
+end
+
 -- Whether it could start now, taking nothing (a broker's relay asks it of a parked job).
 local function flow_would_admit(K_FLOW, K_RATES, id, fl)
   local climit = num(fl.concurrency_limit)

@@ -17,12 +17,16 @@ local token_tail = '/' .. ARGV[2]
 local out, lease_moves, states, active, dead = {}, {}, {}, {}, {}
 local seq = 0
 
-local function expire(id, f, events)
+-- A pending job that must never start ends dead here: its deadline passed ('expired'), or
+-- `why` says which of its keys breaks the key rule (_admit.lua's flow_broken: 'dead').
+local function expire(id, f, events, why)
+  local kind, message = 'expired', EXPIRED
+  if why then kind, message = 'dead', why end
   f[F_STATE] = 'dead'
   f[F_FINISHED_AT] = NOWS
   states[#states + 1] = id
-  states[#states + 1] = pack(f, events .. event_line('expired', 'dead', f, EXPIRED))
-  redis.call('HSET', K_MESSAGES, id, EXPIRED)
+  states[#states + 1] = pack(f, events .. event_line(kind, 'dead', f, message))
+  redis.call('HSET', K_MESSAGES, id, message)
   dead[#dead + 1] = NOW
   dead[#dead + 1] = id
   count('d', f[F_NAME])

@@ -55,6 +55,11 @@ local function consider(id, static, raw, parked)
     return expire(id, f, events)
   end
   local fl = flow_of(K_JOBS, id, f)
+  local broken = fl and flow_broken(fl)
+  if broken then
+    if parked then redis.call('ZREM', K_PARKED, id) end
+    return expire(id, f, events, broken)
+  end
   rate_seq = rate_seq + 1
   if fl and not flow_admit(K_FLOW, K_RATES, K_RATE_ENDS, id, fl, ARGV[6] .. rate_seq) then
     if not parked then

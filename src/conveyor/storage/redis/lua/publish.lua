@@ -59,7 +59,8 @@ if #out < want then
       redis.call('ZREM', K_PARKED, id)
     else
       local fl = f and flow_of(K_JOBS, id, f)
-      if not fl or flow_would_admit(K_FLOW, K_RATES, id, fl) then
+      -- a key that breaks the key rule: due, so that its start ends it (start.lua)
+      if not fl or flow_broken(fl) or flow_would_admit(K_FLOW, K_RATES, id, fl) then
         redis.call('ZREM', K_PARKED, id)
         take(id)
       end

@@ -23,7 +23,7 @@
 --       7 why a redelivered job is recovered (rules.REDELIVERED), then triples: job id, "1" if
 --       the broker says it redelivered the message else "0", the message's id or ''.
 -- Returns: {kinds, leased, batch moves}: a kind per triple ("started", "running", "skipped",
--- "parked"), the leased jobs as dequeue.lua returns them (in the order of the "started"
+-- "parked", "foreign"), the leased jobs as dequeue.lua returns them (in the order of the "started"
 -- kinds), and the batch moves.
 -- A job active under a lease whose message comes redelivered is taken over at once, as a lease
 -- expiry would take it (_recover.lua: "recovered", recoveries + 1, dead past the limit), then
@@ -47,7 +47,8 @@ local function start(id, redelivered, message)
   if seen[id] then return 'running' end  -- a second message for it in this call
   seen[id] = true
   local f, events, bad = load(K_STATE, id)
-  if not f then redis.call('ZREM', K_PUBLISHED, id) return 'skipped' end
+  -- no job of this queue (its slot) has the id: another queue's or app's job, or none
+  if not f then redis.call('ZREM', K_PUBLISHED, id) return 'foreign' end
   if f[F_STATE] == 'active' and not bad then
     if not redelivered then return 'running' end
     local head = string.match(f[F_TOKEN] or '', '^[^/]*')  -- the token before "/queue"
@@ -78,6 +79,13 @@ local function start(id, redelivered, message)
   end
   if paused then return park(id) end
   local fl = flow_of(K_JOBS, id, f)
+  local broken = fl and flow_broken(fl)
+  if broken then
+    redis.call('ZREM', K_PUBLISHED, id)
+    redis.call('ZREM', K_PARKED, id)
+    expire(id, f, events, broken)
+    return 'skipped'
+  end
   rate_seq = rate_seq + 1
   if fl and not flow_admit(K_FLOW, K_RATES, K_RATE_ENDS, id, fl, ARGV[6] .. 'r' .. rate_seq) then
     return park(id)
