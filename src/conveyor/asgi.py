@@ -65,7 +65,8 @@ def _is_ip(name: str) -> bool:
 
 
 def allowed_hosts(names: Iterable[str] = ()) -> frozenset[str]:
-    """The loopback names plus ``names`` (host names, ``host:port`` or ``*`` for any host)."""
+    """The loopback names plus ``names`` (host names, ``host:port``, ``.example.com`` for a
+    domain and its subdomains as in Django's ``ALLOWED_HOSTS``, or ``*`` for any host)."""
     return LOOPBACK_NAMES | {n if n == ANY_HOST else host_name(n) for n in names if n}
 
 
@@ -74,7 +75,8 @@ def host_allowed(header: str, hosts: frozenset[str]) -> bool:
     if ANY_HOST in hosts:
         return True
     name = host_name(header).rstrip(".")
-    return bool(name) and (name in hosts or _is_ip(name))
+    return bool(name) and (name in hosts or _is_ip(name) or any(
+        h.startswith(".") and (name == h[1:] or name.endswith(h)) for h in hosts))
 
 
 def header(scope: Scope, name: bytes) -> str | None:

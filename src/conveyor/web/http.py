@@ -138,6 +138,8 @@ class Response:
     status: int = 200
     content_type: str = "text/html; charset=utf-8"
     headers: list[tuple[str, str]] = field(default_factory=list)
+    #: The ``location`` is the host application's (its sign-in page), not under the prefix.
+    outside: bool = False
 
     async def send(self, send: Send) -> None:
         """Send status, headers and body over ASGI."""
@@ -181,7 +183,8 @@ def mount(response: Response, root: str) -> Response:
     if response.content_type.startswith("text/html"):
         body = response.body.encode() if isinstance(response.body, str) else response.body
         response.body = _LOCAL_LINK.sub(rb"\1" + root.encode() + b"/", body)
-    response.headers = [(k, root + v if k == "location" and v.startswith("/") else
+    moved = not response.outside
+    response.headers = [(k, root + v if k == "location" and moved and v.startswith("/") else
                          v.replace("; Path=/;", f"; Path={root};") if k == "set-cookie" else v)
                         for k, v in response.headers]
     return response
