@@ -3,9 +3,10 @@
 Security model (docs/operations.md): bind to 127.0.0.1 by default; with a token, a request
 is let in by ``Authorization: Bearer T``, HTTP basic auth with password ``T``, or the session
 cookie set after visiting any page with ``?token=T``; mounted in another application, by that
-application's check of each request (``authorize=``, ``web/access.py``). Every state change is a POST carrying the
-CSRF token from the ``conveyor_csrf`` cookie (double submit, SameSite=Strict); GET never changes
-state. Everything shown from job data is HTML-escaped, and a strict CSP forbids inline script.
+application's check of each request (``authorize=``, ``web/access.py``). Every state change
+is a POST carrying the CSRF token from the ``conveyor_csrf`` cookie (double submit,
+SameSite=Strict); GET never changes state. Everything shown from job data is HTML-escaped,
+and a strict CSP forbids inline script.
 """
 
 from __future__ import annotations
