@@ -17,8 +17,8 @@ import binascii
 import hashlib
 import hmac
 import secrets
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from importlib import resources
 from typing import TypeVar
 from urllib.parse import quote, urlencode
@@ -42,6 +42,7 @@ from conveyor.web.http import (
     redirect,
     safe_next,
 )
+from conveyor.web.lanes import Lanes, watch
 
 CSRF_COOKIE = "conveyor_csrf"
 # The result of an action, shown once on the page the POST redirects to. It travels in a cookie
@@ -61,8 +62,7 @@ class Dashboard:
         self._access = access or Access(token)
         self._flash_key = secrets.token_bytes(32)
         self._guarded = guard(self._serve, asgi.allowed_hosts() if hosts is None else hosts)
-        # A storage may bind connections to threads: all storage calls go through one thread.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conveyor-web-db")
+        self._lanes = Lanes(lambda: self.inspector)
 
     @property
     def inspector(self) -> Inspector:
@@ -72,9 +72,17 @@ class Dashboard:
         return self._source
 
     async def call(self, func: Callable[[Inspector], T]) -> T:
-        """Run a blocking storage call on the storage thread."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: func(self.inspector))
+        """Run a page's blocking storage call on a page thread (``web/lanes.py``)."""
+        return await self._lanes.call(func)
+
+    async def call_long(self, func: Callable[[Inspector], T]) -> T:
+        """Run a long read (a search) on a long-read thread, never holding a page's."""
+        return await self._lanes.call_long(func)
+
+    def stream(self, make: Callable[[Inspector], Iterator[str]],
+               gone: threading.Event) -> AsyncIterator[bytes]:
+        """An export, produced on a long-read thread chunk by chunk as it is sent."""
+        return self._lanes.stream(make, gone)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI entry point (``http`` and ``lifespan``), behind ``conveyor.asgi.guard``."""
@@ -94,11 +102,18 @@ class Dashboard:
             if how is not None:  # no body is read before sign-in
                 await request.read_form(receive)
             self._take_flash(request)
-            response = mount(await self.handle(request, how), request.root)
         except BadRequest as exc:
             await plain(send, 400, str(exc))
             return
-        await response.send(send)
+        watcher = asyncio.create_task(watch(receive, request.gone)) if how else None
+        try:
+            response = mount(await self.handle(request, how), request.root)
+            await response.send(send)
+        except BadRequest as exc:
+            await plain(send, 400, str(exc))
+        finally:
+            if watcher is not None:
+                watcher.cancel()
 
     async def handle(self, request: Request, how: str | None) -> Response:
         """Refuse a request that did not sign in (``how``: ``Access.check``), check CSRF for
