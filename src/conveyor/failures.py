@@ -37,6 +37,7 @@ FAILURE_STATES = (JobState.FAILED, JobState.DEAD)
 COLUMNS = ("id", "name", "state", "args", "kwargs", "reason", "attempts", "errors",
            "finished_at")
 PAGE = 500
+FIRST_PAGE = 20  # the first page of a sized read (``failures(page_bytes=)``)
 # Spreadsheets run a cell that starts with one of these as a formula (CSV injection), also
 # after blanks and invisible characters they skip (a space, a newline, U+00A0, U+200B) and in
 # their full-width forms (U+FF1D "＝"), which some read as the ASCII sign.
@@ -60,18 +61,26 @@ def check_batch(insp: Inspector, batch_id: str) -> None:
 
 
 def failures(insp: Inspector, batch_id: str,
-             states: Iterable[JobState] = FAILURE_STATES, page: int = PAGE
+             states: Iterable[JobState] = FAILURE_STATES, page_bytes: int | None = None
              ) -> Iterator[JobRecord]:
-    """The batch's jobs in ``states``, ``page`` at a time, oldest first within each state."""
+    """The batch's jobs in ``states``, a page at a time, oldest first within each state.
+
+    Pages are of ``PAGE`` jobs; with ``page_bytes``, of about that many bytes of arguments
+    and messages instead (from ``FIRST_PAGE`` jobs on, sized by the jobs read so far, at most
+    ``PAGE``): a page of big jobs stays small, and small jobs still come in few pages."""
     check_batch(insp, batch_id)
+    size = PAGE if page_bytes is None else FIRST_PAGE
     for state in states:
         offset = 0
         while True:
-            records = insp.list_jobs(state=state, batch_id=batch_id, offset=offset, limit=page)
+            records = insp.list_jobs(state=state, batch_id=batch_id, offset=offset, limit=size)
             yield from records
-            if len(records) < page:
+            if len(records) < size:
                 break
-            offset += page
+            offset += size
+            if page_bytes is not None:
+                each = sum(len(r.payload) + len(r.message or "") for r in records) / size
+                size = max(1, min(PAGE, int(page_bytes // max(each, 1.0))))
 
 
 def retry_failures(insp: Inspector, batch_id: str,

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from conveyor.failures import failures_csv, failures_json, iso_time
+from conveyor.failures import failures, failures_csv, failures_json, iso_time
 from conveyor.job import JobRecord, JobState
 
 
@@ -48,3 +48,34 @@ def test_finished_at_is_iso_8601_utc() -> None:
     assert json.loads("".join(failures_json([record])))[0]["finished_at"] == (
         "1970-01-01T00:00:00.000Z")
     assert iso_time(None) is None
+
+
+class _Pages:
+    """A batch of failed jobs of ``size`` characters each, recording every page asked for."""
+
+    def __init__(self, jobs: int, size: int) -> None:
+        self.records = [JobRecord(id=f"j{n}", name="n", queue="q", payload="x" * size,
+                                  state=JobState.FAILED) for n in range(jobs)]
+        self.limits: list[int] = []
+
+    def get_batch(self, batch_id: str) -> object:
+        return object()
+
+    def list_jobs(self, *, state: JobState, batch_id: str, offset: int, limit: int
+                  ) -> list[JobRecord]:
+        self.limits.append(limit)
+        return self.records[offset:offset + limit] if state is JobState.FAILED else []
+
+
+def test_a_sized_read_keeps_pages_of_big_jobs_small_and_of_small_jobs_large() -> None:
+    """The dashboard's export reads about ``page_bytes`` at a time: a page of 100 KB jobs is a
+    handful of jobs, a page of small ones up to 500 (few pages: each costs its offset)."""
+    big = _Pages(100, 100_000)
+    assert len(list(failures(big, "b", page_bytes=1_000_000))) == 100  # type: ignore[arg-type]
+    assert big.limits[0] == 20 and set(big.limits[1:4]) == {10}
+    small = _Pages(2000, 30)
+    assert len(list(failures(small, "b", page_bytes=1_000_000))) == 2000  # type: ignore[arg-type]
+    assert small.limits[:2] == [20, 500]
+    plain = _Pages(600, 30)
+    assert len(list(failures(plain, "b"))) == 600  # type: ignore[arg-type]
+    assert plain.limits[:2] == [500, 500]

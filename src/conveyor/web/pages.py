@@ -37,9 +37,9 @@ from conveyor.web.render import badge, button_form, e, layout, link, page, table
 
 Dashboard = StorageCaller
 Page = Callable[[Dashboard, Request, str, re.Match[str]], Awaitable[Response]]
-# Jobs an export reads at a time: whole records (arguments, reason), so a page of big jobs
-# stays a few megabytes.
-EXPORT_PAGE = 50
+# Bytes of jobs (arguments, reasons) an export reads at a time: whole records, so a page of
+# big jobs stays a few megabytes, and small ones come 500 at a time.
+EXPORT_BYTES = 4 * 1024 * 1024
 
 
 
@@ -192,7 +192,7 @@ async def api_batch(dash: Dashboard, request: Request, csrf: str, m: re.Match[st
 async def batch_failures(dash: Dashboard, request: Request, csrf: str,
                          m: re.Match[str]) -> Response:
     """A batch's failed and dead jobs as a CSV or JSON download (``?state=failed|dead``),
-    streamed: read ``EXPORT_PAGE`` jobs at a time as the client takes them, and stopped
+    streamed: read about ``EXPORT_BYTES`` at a time as the client takes them, and stopped
     when it goes away."""
     which = request.arg("state") or "all"
     try:
@@ -211,7 +211,8 @@ async def batch_failures(dash: Dashboard, request: Request, csrf: str,
                         else "application/json; charset=utf-8",
                         [("content-disposition", f'attachment; filename="{safe}"')])
     response.chunks = dash.stream(
-        lambda insp: write(failures(insp, batch_id, states, page=EXPORT_PAGE)), request.gone)
+        lambda insp: write(failures(insp, batch_id, states, page_bytes=EXPORT_BYTES)),
+        request.gone)
     return response
 
 
