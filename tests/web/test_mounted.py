@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +21,9 @@ from fastapi.testclient import TestClient
 from conveyor import Conveyor, JobState
 from conveyor.web import create_app, mount_at
 from tests.web.conftest import csrf_in
-from tests.web.seed import make_app, seed
 
 TOKEN = "a-token-of-32-characters-or-more!"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def jobs(tmp_path: Path) -> Iterator[Conveyor]:
-    app = make_app(f"sqlite:///{tmp_path / 'web.db'}")
-    seed(app)
-    yield app
-    app.close()
 
 
 def _local_urls(html: str) -> set[str]:

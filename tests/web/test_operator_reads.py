@@ -16,11 +16,7 @@ import asyncio
 import csv
 import io
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from conveyor import Conveyor
 from conveyor.asgi import Message
@@ -28,7 +24,7 @@ from conveyor.job import Outcome
 from conveyor.web import RunningServer, create_app
 from conveyor.web.lanes import CHUNK, LONG_THREADS
 from tests.web.conftest import Client
-from tests.web.seed import make_app, run_one, seed
+from tests.web.seed import run_one
 
 
 class Held:
@@ -55,19 +51,11 @@ class Held:
         return called
 
 
-@pytest.fixture
-def app(tmp_path: Path) -> Iterator[Conveyor]:
-    app = make_app(f"sqlite:///{tmp_path / 'web.db'}")
-    seed(app)
-    yield app
-    app.close()
-
-
-def test_searches_that_take_long_hold_no_page(app: Conveyor) -> None:
+def test_searches_that_take_long_hold_no_page(jobs: Conveyor) -> None:
     """Issue 49's stall: every page shared one storage thread, so searches in progress held
     ``/api/stats``. Here more searches than long-read threads are held mid-read, and the
     overview's poll, the queues page and a job are still served."""
-    held = Held(app.storage)
+    held = Held(jobs.storage)
     server = RunningServer(create_app(held), "127.0.0.1", 0).start()
     searches = [threading.Thread(target=Client(server.port).get, args=(f"/jobs?q=zzz{n}",))
                 for n in range(LONG_THREADS + 1)]
@@ -78,7 +66,7 @@ def test_searches_that_take_long_hold_no_page(app: Conveyor) -> None:
         client = Client(server.port)
         assert client.get("/api/stats").status == 200  # on main: waits for the searches
         assert client.get("/queues").status == 200
-        some = app.storage.list_jobs(limit=1)[0].id
+        some = jobs.storage.list_jobs(limit=1)[0].id
         assert client.get(f"/jobs/{some}").status == 200
         assert not held.release.is_set()  # the searches were held all along
     finally:
@@ -127,35 +115,35 @@ async def _drive(dashboard: Any, scope: dict[str, Any], held: Held, *,
     return out
 
 
-def _bulk(app: Conveyor, jobs: int, size: int) -> None:
-    for n in range(jobs):
+def _bulk(app: Conveyor, count: int, size: int) -> None:
+    for n in range(count):
         app.enqueue("shop.register", [n, "x" * size])
 
 
-def test_a_search_stops_when_the_operator_goes_away(app: Conveyor) -> None:
+def test_a_search_stops_when_the_operator_goes_away(jobs: Conveyor) -> None:
     """An abandoned search reads no further page once its client has gone (issue 49: three
     abandoned searches ran on, 6.1 s each)."""
-    _bulk(app, 1200, 10)  # three pages of job heads
-    held = Held(app.storage)
+    _bulk(jobs, 1200, 10)  # three pages of job heads
+    held = Held(jobs.storage)
     asyncio.run(_drive(create_app(held), _scope("/jobs", "q=zzz"), held,
                        leave_after_entered=True))
     assert held.log.count("page") == 1
 
 
-def _failed_batch(app: Conveyor, jobs: int, size: int) -> str:
+def _failed_batch(app: Conveyor, count: int, size: int) -> str:
     with app.batch(description="rows") as batch:
-        for n in range(jobs):
+        for n in range(count):
             app.enqueue("shop.export", [n, "y" * size], queue="rows")
-    for _ in range(jobs):
+    for _ in range(count):
         run_one(app.storage, "rows", Outcome.FAILED, message="bad row")
     return batch.id
 
 
-def test_an_export_is_sent_as_it_is_read(app: Conveyor) -> None:
+def test_an_export_is_sent_as_it_is_read(jobs: Conveyor) -> None:
     """The failures export is streamed: body messages of about ``CHUNK`` characters, the
     first sent before the last page of jobs is read (issue 49: built whole, 105 MB)."""
-    batch = _failed_batch(app, 120, 5000)
-    held = Held(app.storage)
+    batch = _failed_batch(jobs, 120, 5000)
+    held = Held(jobs.storage)
     sent = asyncio.run(_drive(create_app(held), _scope(f"/batches/{batch}/failures.csv"),
                               held, leave_after_entered=False))
     bodies = [m["body"] for m in sent if m["type"] == "http.response.body" and m["body"]]
@@ -165,20 +153,20 @@ def test_an_export_is_sent_as_it_is_read(app: Conveyor) -> None:
     assert len(rows) == 120 and {r["state"] for r in rows} == {"failed"}
 
 
-def test_an_export_stops_when_the_operator_goes_away(app: Conveyor) -> None:
-    batch = _failed_batch(app, 120, 5000)  # a first page of 20, then the rest
-    held = Held(app.storage)
+def test_an_export_stops_when_the_operator_goes_away(jobs: Conveyor) -> None:
+    batch = _failed_batch(jobs, 120, 5000)  # a first page of 20, then the rest
+    held = Held(jobs.storage)
     asyncio.run(_drive(create_app(held), _scope(f"/batches/{batch}/failures.csv"), held,
                        leave_after_entered=True))
     assert held.log.count("page") == 1  # the page being read when the client left, no more
 
 
-def test_another_site_cannot_set_off_a_search_or_an_export(app: Conveyor) -> None:
+def test_another_site_cannot_set_off_a_search_or_an_export(jobs: Conveyor) -> None:
     """Without a token, any page the operator opens could send the search GET (an ``<img>``
     pointing at it). A request marked cross-site by the browser (``Sec-Fetch-Site``) gets the
     page with the search not run, and an export is refused; the dashboard's own forms and a
     typed address (``same-origin``, ``none``) run them."""
-    held = Held(app.storage)
+    held = Held(jobs.storage)
     held.release.set()
     server = RunningServer(create_app(held), "127.0.0.1", 0).start()
     try:
@@ -186,7 +174,7 @@ def test_another_site_cannot_set_off_a_search_or_an_export(app: Conveyor) -> Non
         elsewhere = client.get("/jobs?q=gave+up", **{"Sec-Fetch-Site": "cross-site"})
         assert elsewhere.status == 200 and "search not run" in elsewhere.body
         assert held.log == []
-        batch = _failed_batch(app, 1, 10)
+        batch = _failed_batch(jobs, 1, 10)
         refused = client.get(f"/batches/{batch}/failures.csv", **{"Sec-Fetch-Site": "same-site"})
         assert refused.status == 403 and held.log == []
         ours = client.get("/jobs?q=gave+up", **{"Sec-Fetch-Site": "same-origin"})
