@@ -1,12 +1,13 @@
 -- heads.lua: what a search reads of some jobs of one queue (Inspector.job_heads), cut short
 -- here so that a job's whole payload, event log or message never crosses the network.
+--- @include "_util"
 --- @key jobs
 --- @key state
 --- @key messages
 -- ARGV: 1 now|'' (unused), 2 bytes to keep of the payload and of the message, then job ids
 -- Returns: per id {the static JSON from the payload's opening quote on, cut to the bytes
 --   asked for; the state line without the event log; the message, cut}, '' for what is missing
-local keep = tonumber(ARGV[2])
+local keep = num(ARGV[2])
 local out = {}
 for i = 3, #ARGV do
   local id = ARGV[i]
