@@ -9,15 +9,35 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: install system-deps demo test lint typecheck unit bench bench-io bench-pg clean
+.PHONY: install constraints audit system-deps demo test lint typecheck unit bench bench-io bench-pg clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,web]'
+	$(PY) -m pip install -q -e '.[dev,web]' -c constraints.txt
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# constraints.txt again from the newest versions pyproject.toml allows, in a throwaway venv
+# (run make test after it: the pins are what CI then installs).
+constraints:
+	rm -rf .venv-constraints
+	$(PYTHON) -m venv .venv-constraints
+	.venv-constraints/bin/python -m pip install -q --upgrade pip
+	.venv-constraints/bin/python -m pip install -q -e '.[dev,web]'
+	{ sed -n '/^#/p' constraints.txt; \
+	  .venv-constraints/bin/python -m pip freeze --exclude-editable; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf .venv-constraints
+
+# Known vulnerabilities in constraints.txt's versions (pip-audit, PyPI's advisory data, in a
+# venv of its own). It needs the internet, so it is not part of make test; --strict fails on a
+# package it could not look up instead of passing it silently.
+audit:
+	test -x .venv-audit/bin/pip-audit || { $(PYTHON) -m venv .venv-audit && \
+	  .venv-audit/bin/python -m pip install -q 'pip-audit>=2.7'; }
+	.venv-audit/bin/pip-audit --strict --no-deps --disable-pip -r constraints.txt
 
 # Debian packages the suite runs against for real: redis-server (single server and a local
 # Cluster), postgresql (its binaries only: the tests start their own cluster in a temp dir,
@@ -77,4 +97,4 @@ bench-pg: install system-deps
 	$(PY) -m benchmarks --only pg --rounds 2 --docs
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv-audit .mypy_cache .ruff_cache .pytest_cache

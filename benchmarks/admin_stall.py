@@ -2,6 +2,8 @@
 cancel of a big batch and during renders of its web page (issue #14, item 12).
 
 ``python -m benchmarks.admin_stall [--jobs 200000] [--renders 30] [--sqlite]``
+``python -m benchmarks.admin_stall --web [--web-jobs 2000] [--arg-kb 100] [--export-rows
+100000] [--src PATH/src]`` (the dashboard's long reads: ``benchmarks/web_stall.py``)
 
 Starts its own redis-server (no persistence), enqueues one batch of ``--jobs`` pending jobs,
 then, while a thread PINGs every ~1 ms on its own connection, runs: idle (baseline), batch
@@ -24,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+from benchmarks import web_stall
 from benchmarks.servers import RedisServer
 from conveyor.ids import new_id
 from conveyor.job import BatchSpec, JobSpec, JobState
@@ -184,7 +187,17 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=200_000)
     parser.add_argument("--renders", type=int, default=30)
     parser.add_argument("--sqlite", action="store_true")
+    parser.add_argument("--web", action="store_true",
+                        help="instead: /api/stats latency during searches and an export")
+    parser.add_argument("--web-jobs", type=int, default=2000)
+    parser.add_argument("--arg-kb", type=int, default=100)
+    parser.add_argument("--export-rows", type=int, default=100_000)
+    parser.add_argument("--src", default=None,
+                        help="the conveyor to serve (another checkout's src: before/after)")
     args = parser.parse_args()
+    if args.web:
+        web_stall.report(args.web_jobs, args.arg_kb, args.export_rows, args.src)
+        return
     print(f"Redis, one batch of {args.jobs} pending jobs, PING every ~1 ms from another client")
     print(f"{'phase':32} {'wall s':>7} {'pings':>6} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7}"
           "  commands > 5 ms, slowest command")

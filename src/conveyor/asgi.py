@@ -9,7 +9,8 @@
   anything else gets 421 and one line.
 - **Body limit**: a ``Content-Length`` over ``MAX_BODY`` is refused with 413 before a byte of
   the body is read; a chunked body is counted as it arrives and refused at the limit.
-- **Body deadline**: the whole body must arrive within ``BODY_TIMEOUT`` seconds, else 408.
+- **Body deadline**: the whole body must arrive within ``BODY_TIMEOUT`` seconds, else 408
+  (once it is in, ``receive`` waits as long as the app likes: for ``http.disconnect``).
   Whenever a body was not read to its end the response says ``Connection: close``, so the
   server drops the connection instead of waiting for (and discarding) the rest.
 
@@ -65,7 +66,8 @@ def _is_ip(name: str) -> bool:
 
 
 def allowed_hosts(names: Iterable[str] = ()) -> frozenset[str]:
-    """The loopback names plus ``names`` (host names, ``host:port`` or ``*`` for any host)."""
+    """The loopback names plus ``names`` (host names, ``host:port``, ``.example.com`` for a
+    domain and its subdomains as in Django's ``ALLOWED_HOSTS``, or ``*`` for any host)."""
     return LOOPBACK_NAMES | {n if n == ANY_HOST else host_name(n) for n in names if n}
 
 
@@ -74,7 +76,8 @@ def host_allowed(header: str, hosts: frozenset[str]) -> bool:
     if ANY_HOST in hosts:
         return True
     name = host_name(header).rstrip(".")
-    return bool(name) and (name in hosts or _is_ip(name))
+    return bool(name) and (name in hosts or _is_ip(name) or any(
+        h.startswith(".") and (name == h[1:] or name.endswith(h)) for h in hosts))
 
 
 def header(scope: Scope, name: bytes) -> str | None:
@@ -151,6 +154,8 @@ def guard(app: ASGIApp, hosts: frozenset[str], *, max_body: int = MAX_BODY,
         deadline = time.monotonic() + body_timeout
 
         async def bounded_receive() -> Message:
+            if state["done"]:  # the body is in: what is left to hear is a disconnect
+                return await receive()
             try:
                 message = await asyncio.wait_for(
                     receive(), max(0.0, deadline - time.monotonic()))

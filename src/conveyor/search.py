@@ -1,59 +1,73 @@
 """Finding jobs for an operator: by id, job name and a text in arguments or messages.
 
 Bounded on every store the same way: an exact id is one lookup; the rest reads the newest
-jobs of the selection (state, queue) page by page through ``Inspector.list_jobs(newest_first=
-True)`` — an index walk on every store, never a scan of other states or queues — up to
-``scan`` jobs, and stops at ``limit`` matches. A search says how far it read, so an operator
-knows an empty answer covers the newest ``scan`` jobs, not all of history.
+jobs of the selection (state, queue) page by page through ``Inspector.job_heads`` — an index
+walk on every store, never a scan of other states or queues, reading of each job only its
+name, state and the first ``HEAD_CHARS`` characters of its arguments and its message, never
+a whole payload — up to ``scan`` jobs, for at most ``budget`` seconds, and stops at ``limit``
+matches or as soon as ``stop`` is set (the operator went away). Only the matches are then
+read whole. A search says how far it read, so an operator knows an empty answer covers the
+newest ``scanned`` jobs, not all of history.
 """
 
 from __future__ import annotations
 
-import json
+import re
+import threading
+import time
 from dataclasses import dataclass
 
 from conveyor.job import JobRecord, JobState
 from conveyor.storage.base import Inspector
+from conveyor.storage.records import HEAD_CHARS, JobHead
 
-__all__ = ["SCAN", "Found", "search_jobs"]
+__all__ = ["BUDGET", "SCAN", "Found", "search_jobs"]
 
 SCAN = 5000  # jobs a search reads at most
+BUDGET = 2.0  # seconds a search reads for at most
 _PAGE = 500
 
 
 @dataclass(frozen=True, slots=True)
 class Found:
-    """The matches, how many jobs were read, and whether that was all of the selection."""
+    """The matches, how many jobs were read, whether that was all of the selection, and
+    whether the time budget (or the caller's ``stop``) ended the reading first."""
 
     jobs: list[JobRecord]
     scanned: int
     complete: bool
+    cut_short: bool = False
 
 
 def search_jobs(insp: Inspector, text: str = "", *, name: str | None = None,
                 state: JobState | None = None, queue: str | None = None, limit: int = 50,
-                scan: int = SCAN) -> Found:
+                scan: int = SCAN, budget: float = BUDGET,
+                stop: threading.Event | None = None) -> Found:
     """Jobs of ``state`` and ``queue`` whose id is ``text``, or whose name is ``name`` and
-    whose id, arguments or message hold ``text`` (case-insensitive), newest first."""
+    whose id, arguments or message hold ``text`` (case-insensitive; arguments and message
+    within their first ``HEAD_CHARS`` characters), newest first."""
     needle = text.strip().lower()
-    out: list[JobRecord] = []
-    seen: set[str] = set()
+    matched: list[str] = []
     exact = insp.get_job(text.strip()) if text.strip() else None
     if exact is not None and _fits(exact, name, state, queue):
-        out.append(exact)
-        seen.add(exact.id)
-    scanned, complete = 0, False
-    while scanned < scan and len(out) < limit:
+        matched.append(exact.id)
+    deadline = time.monotonic() + budget
+    scanned, complete, cut_short = 0, False, False
+    while scanned < scan and len(matched) < limit:
+        if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
+            cut_short = True
+            break
         want = min(_PAGE, scan - scanned)
-        page = insp.list_jobs(state=state, queue=queue, offset=scanned, limit=want,
-                              newest_first=True)
+        page = insp.job_heads(state=state, queue=queue, offset=scanned, limit=want,
+                              chars=HEAD_CHARS)
         scanned += len(page)
-        out += [r for r in page if r.id not in seen and (name is None or r.name == name)
-                and (not needle or _holds(r, needle))]
+        matched += [h.id for h in page if h.id not in matched
+                    and (name is None or h.name == name) and (not needle or _holds(h, needle))]
         if len(page) < want:
             complete = True
             break
-    return Found(out[:limit], scanned, complete)
+    found = [r for r in (insp.get_job(i) for i in matched[:limit]) if r is not None]
+    return Found(found, scanned, complete, cut_short)
 
 
 def _fits(record: JobRecord, name: str | None, state: JobState | None,
@@ -62,9 +76,21 @@ def _fits(record: JobRecord, name: str | None, state: JobState | None,
             and (queue is None or record.queue == queue))
 
 
-def _holds(record: JobRecord, needle: str) -> bool:
-    # The decoded arguments, not the stored JSON text, whose escapes ("\u00e9") a typed
-    # "é" would never match.
-    args = json.dumps([record.args, record.kwargs], ensure_ascii=False, default=str)
-    return (needle in record.id.lower() or needle in args.lower()
-            or needle in (record.message or "").lower())
+def _holds(head: JobHead, needle: str) -> bool:
+    return (needle in head.id.lower() or needle in unescaped(head.payload).lower()
+            or needle in head.message.lower())
+
+
+_ESCAPE = re.compile(r'\\(?:u([0-9a-fA-F]{4})|(["\\/bfnrt]))')
+_SIMPLE = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def unescaped(json_text: str) -> str:
+    """JSON text (maybe cut anywhere) with its string escapes decoded, so that a typed
+    ``é`` or ``"`` matches an argument stored as ``\\u00e9`` or ``\\"``."""
+    if "\\" not in json_text:
+        return json_text
+    text = _ESCAPE.sub(lambda m: chr(int(m[1], 16)) if m[1] else _SIMPLE.get(m[2], m[2]),
+                       json_text)
+    # a pair of escaped UTF-16 surrogates is one character
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")

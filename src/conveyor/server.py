@@ -7,7 +7,11 @@ what a client can hold (docs/reliability.md has the measurements):
 - ``HEAD_TIMEOUT``: a request head must arrive whole within 10 s of the connection opening (or
   of the previous response) — uvicorn has no such timer, so ``_TimedH11`` adds it;
 - ``timeout_keep_alive``: an idle kept-alive connection is closed after 5 s;
-- ``limit_concurrency``: past 64 open connections, requests get 503 at once;
+- at most ``MAX_CONNECTIONS`` (64) open connections: a new one past that closes the
+  connection that has waited longest for a request head (a silent or slow client, or an idle
+  kept-alive one), so connections that send nothing cannot shut others out before any
+  authentication; only when every connection is busy with a request in progress does a new
+  request get 503 at once (``limit_concurrency``);
 - bodies (1 MiB, 10 s) are limited by ``conveyor.asgi.guard``, which every app here wears.
 
 uvicorn is the ``web`` extra: ``pip install 'conveyor[web]'``.
@@ -44,10 +48,27 @@ def _timed_protocol() -> type[asyncio.Protocol]:
 
     class TimedH11(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
+        _waiting_since = 0.0  # when it began waiting for a request head
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._arm_head_timer()
+            if len(self.connections) > MAX_CONNECTIONS:
+                self._evict()
+
+        def _waiting(self) -> bool:
+            """Waiting for a request head: none yet, or the last response sent."""
+            return self.cycle is None or self.cycle.response_complete
+
+        def _evict(self) -> None:
+            # The oldest connection that is not in a request makes room for this one; when
+            # every other is in a request, none is closed and uvicorn answers this one 503.
+            waiting = [c for c in self.connections
+                       if c is not self and isinstance(c, TimedH11) and c._waiting()]
+            if waiting:
+                oldest = min(waiting, key=lambda c: c._waiting_since)
+                self.connections.discard(oldest)
+                oldest.transport.close()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
@@ -59,6 +80,7 @@ def _timed_protocol() -> type[asyncio.Protocol]:
             super().connection_lost(exc)
 
         def _arm_head_timer(self) -> None:
+            self._waiting_since = self.loop.time()
             if self._head_timer is not None:
                 self._head_timer.cancel()
             self._head_timer = self.loop.call_later(HEAD_TIMEOUT, self._head_timed_out)
@@ -66,8 +88,7 @@ def _timed_protocol() -> type[asyncio.Protocol]:
         def _head_timed_out(self) -> None:
             # A request being answered is the app's business (its body has its own deadline);
             # only a connection still sending a head, or sending nothing, is cut off here.
-            reading_head = self.cycle is None or self.cycle.response_complete
-            if reading_head and not self.transport.is_closing():
+            if self._waiting() and not self.transport.is_closing():
                 self.transport.close()
 
     return TimedH11
@@ -101,7 +122,8 @@ class RunningServer:
             # log_config=None: serving must not reconfigure the host process's logging
             self._app, http=_timed_protocol(), lifespan="off", log_config=None,
             access_log=False, server_header=False, timeout_keep_alive=KEEP_ALIVE_TIMEOUT,
-            limit_concurrency=MAX_CONNECTIONS, h11_max_incomplete_event_size=MAX_HEAD,
+            # MAX_CONNECTIONS open, plus the one that finds them all in a request: it gets 503
+            limit_concurrency=MAX_CONNECTIONS + 1, h11_max_incomplete_event_size=MAX_HEAD,
             timeout_graceful_shutdown=2)
         server = uvicorn.Server(config)  # off the main thread, it leaves signals alone
         self._server = server

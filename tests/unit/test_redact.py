@@ -23,6 +23,17 @@ from conveyor.storage import redact, url_secrets
     ("sqlite:///data/jobs.db?file_mode=0640", "sqlite:///data/jobs.db?file_mode=0640"),
     ("sqlite:///odd@name.db", "sqlite:///odd@name.db"),
     ("memory://", "memory://"),
+    # issue 49: librdkafka's secret-bearing settings, named with dots
+    ("kafka://k1:9092?sasl.oauthbearer.config=principal%3Dops%20secret%3DS3cr3t",
+     "kafka://k1:9092?sasl.oauthbearer.config=***"),
+    ("kafkas://k1?ssl.key.pem=-----BEGIN%20PRIVATE%20KEY-----MIIEv&ssl.ca.location=/ca.pem",
+     "kafkas://k1?ssl.key.pem=***&ssl.ca.location=/ca.pem"),
+    ("kafka://k1?sasl.oauthbearer.client.secret=Cq9&sasl.oauthbearer.extensions=t%3DEq9"
+     "&producer.ssl.key.password=Pq9&consumer.sasl.password=Rq9&topic_prefix=jobs",
+     "kafka://k1?sasl.oauthbearer.client.secret=***&sasl.oauthbearer.extensions=***"
+     "&producer.ssl.key.password=***&consumer.sasl.password=***&topic_prefix=jobs"),
+    ("kafka://k1?ssl.keystore.password=Kq9&ssl.certificate.pem=CERT&sasl.mechanism=PLAIN",
+     "kafka://k1?ssl.keystore.password=***&ssl.certificate.pem=***&sasl.mechanism=PLAIN"),
 ])
 def test_every_credential_is_masked(url: str, shown: str) -> None:
     assert redact(url) == shown

@@ -125,3 +125,12 @@ def site(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Site]:
 def locked_site(tmp_path: Path) -> Iterator[Site]:
     """A dashboard protected by ``TOKEN``."""
     yield from serve_site(tmp_path, TOKEN)
+
+
+@pytest.fixture
+def jobs(tmp_path: Path) -> Iterator[Conveyor]:
+    """A seeded SQLite store's app, not served (a test mounts or serves it its own way)."""
+    app = make_app(f"sqlite:///{tmp_path / 'web.db'}")
+    seed(app)
+    yield app
+    app.close()

@@ -285,3 +285,73 @@ def test_sign_in_at_an_off_site_looking_path_stays_here(tmp_path: Path,
         assert page.url.startswith(locked.server.url + "/")
         assert page.locator("h1").first.inner_text() == "Overview"
     context.close()
+
+
+def test_the_dashboard_behind_a_fastapi_apps_own_sign_in(site: Site, browser: Browser) -> None:
+    """Issue 49: mounted in a FastAPI app that has its own sign-in, the dashboard asks the
+    host's check for every request (``authorize=``), sends a stranger to the host's sign-in
+    page and back (``login_url=``), and still demands its CSRF token for an action, as
+    Sidekiq's web UI does behind a Rails route constraint."""
+    from urllib.parse import parse_qs
+
+    from fastapi import FastAPI, Request
+    from fastapi.responses import HTMLResponse, RedirectResponse
+
+    from conveyor.web import RunningServer, create_app
+
+    api = FastAPI()
+    sessions: dict[str, str] = {}
+
+    @api.get("/login", response_class=HTMLResponse)
+    def login_form(next: str = "/") -> str:
+        return ('<form method="post" action="/login"><input name="user">'
+                '<input name="password" type="password">'
+                f'<input type="hidden" name="next" value="{next}"><button>Log in</button></form>')
+
+    async def login(request: Request) -> RedirectResponse:  # a plain Starlette endpoint
+        form = {k: v[0] for k, v in parse_qs((await request.body()).decode()).items()}
+        back = RedirectResponse(form.get("next", "/"), status_code=303)
+        if (form.get("user"), form.get("password")) == ("ada", "pw-ada"):
+            sessions["s-ada"] = "ada"
+            back.set_cookie("shop_session", "s-ada", httponly=True, samesite="lax")
+        return back
+
+    api.add_route("/login", login, methods=["POST"])
+
+    def signed_in(scope: Any) -> bool:
+        return Request(scope).cookies.get("shop_session", "") in sessions
+
+    api.mount("/ops", create_app(site.app, authorize=signed_in, login_url="/login"))
+    server = RunningServer(api, "127.0.0.1", 0).start()
+    context = browser.new_context()  # not the page fixture: the refused fetch logs an error
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    page.on("dialog", lambda dialog: dialog.accept())
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        page.goto(base + "/ops/queues")
+        assert page.url == base + "/login?next=%2Fops%2Fqueues"
+        page.fill("input[name=user]", "ada")
+        page.fill("input[name=password]", "pw-ada")
+        with page.expect_navigation():
+            page.click("button:has-text('Log in')")
+        assert page.url == base + "/ops/queues"
+        with page.expect_navigation():
+            page.locator("tr", has_text="exports").locator("button:has-text('Pause')").click()
+        assert {q.name: q.paused for q in site.app.storage.queues()}["exports"]
+        forged = page.evaluate(
+            """() => fetch('/ops/action', {method: 'POST', body: 'op=pause&queue=default',
+                  headers: {'content-type': 'application/x-www-form-urlencoded'}})
+                  .then(r => r.status)""")
+        assert forged == 403  # signed in, but no CSRF token: refused
+        assert not {q.name: q.paused for q in site.app.storage.queues()}["default"]
+        stranger = browser.new_context().new_page()
+        stranger.goto(base + "/ops/dead")
+        assert stranger.url == base + "/login?next=%2Fops%2Fdead"
+        stranger.context.close()
+    finally:
+        page.goto("about:blank")
+        context.close()
+        server.stop()
+    assert problems == []

@@ -6,7 +6,9 @@ for the server's answer (or for it to close the connection) with a generous sock
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -166,15 +168,47 @@ def test_a_silent_or_slow_head_is_cut_off(monkeypatch: pytest.MonkeyPatch) -> No
         running.stop()
 
 
-def test_connections_past_the_limit_get_503(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_silent_connections_cannot_shut_others_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 49: 64 connections that never finish a head gave everyone 503 for 10 s windows,
+    before any authentication. Now a new connection past the limit closes the one that has
+    waited longest for a head, so a client that sends its request is served."""
     monkeypatch.setattr(server, "MAX_CONNECTIONS", 2)
     running = RunningServer(_echo_app(), "127.0.0.1", 0).start()
     try:
         with _connect(running.port) as a, _connect(running.port) as b:
             a.sendall(b"GET / HTTP/1.1\r\n")  # two connections held open, heads unfinished
             b.sendall(b"GET / HTTP/1.1\r\n")
-            assert _status(_get(running.port, "/", "127.0.0.1")) == 503
+            assert _status(_get(running.port, "/", "127.0.0.1")) == 200
+            assert _read_all(a) == b""  # the oldest silent one made room
+            assert _status(_get(running.port, "/", "127.0.0.1")) == 200
     finally:
+        running.stop()
+
+
+def test_503_only_when_every_connection_is_in_a_request(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection in a request is never closed to make room: past the limit with every
+    connection busy, the new request gets 503 at once, and the others finish."""
+    monkeypatch.setattr(server, "MAX_CONNECTIONS", 2)
+    release, started = threading.Event(), threading.Semaphore(0)
+
+    async def slow(scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send) -> None:
+        if scope["type"] == "http":
+            started.release()
+            await asyncio.to_thread(release.wait, WAIT)
+            await asgi.plain(send, 200, "done")
+
+    running = RunningServer(slow, "127.0.0.1", 0).start()
+    try:
+        with _connect(running.port) as a, _connect(running.port) as b:
+            for sock in (a, b):
+                sock.sendall(_head("GET", "/", "127.0.0.1", "Connection: close"))
+            assert started.acquire(timeout=WAIT) and started.acquire(timeout=WAIT)
+            assert _status(_get(running.port, "/", "127.0.0.1")) == 503
+            release.set()
+            assert _status(_read_all(a)) == 200 and _status(_read_all(b)) == 200
+    finally:
+        release.set()
         running.stop()
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +28,8 @@ from conveyor.broker.kafka_positions import GroupPositions
 from conveyor.broker.kafka_url import parse_kafka_url
 from conveyor.broker.kafka_windows import Windows
 from conveyor.broker.offsets import OffsetWindow
-from conveyor.errors import BrokerUnavailable
-from conveyor.storage import redact
+from conveyor.errors import BrokerUnavailable, BrokerURLError
+from conveyor.storage import redact, without_secrets
 
 __all__ = ["KafkaBroker", "open_kafka"]
 
@@ -59,6 +59,18 @@ class _Handle:
     window: OffsetWindow
 
 
+def _built(url: str, client: Callable[[dict[str, Any]], Any], config: dict[str, Any]) -> Any:
+    """A client of ``config``; a setting librdkafka refuses is the URL's fault: one line,
+    ``BrokerURLError``, with no secret of the URL in it."""
+    try:
+        return client(config)
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        detail = error.str() if isinstance(error, KafkaError) else str(exc)
+        raise BrokerURLError(f"broker URL {redact(url)!r}: {without_secrets(detail, url)}"
+                             ) from None
+
+
 class KafkaBroker:
     """A producer, and (from the first ``consume``) a consumer in the workers' group."""
 
@@ -72,13 +84,13 @@ class KafkaBroker:
                                       # error callback says each new fault once
                                       "logger": log, "log_level": 2,
                                       "error_cb": self._client_error}
-        self._producer: Any = confluent_kafka.Producer({
+        self._producer: Any = _built(url, confluent_kafka.Producer, {
             # Not idempotent: a duplicate message is skipped by the store anyway, and an
             # idempotent producer whose broker lost its state (Tansu in memory, restarted)
             # had every later produce time out until it was made again.
             **self._base, "acks": "all", "enable.idempotence": False, "linger.ms": 1,
             "message.timeout.ms": int(s.timeout * 1000), **s.producer})
-        self._admin: Any = AdminClient(dict(self._base))
+        self._admin: Any = _built(url, AdminClient, dict(self._base))
         try:  # fail at once, in one line, when no broker answers (as RabbitMQ's connect does)
             self._admin.list_topics(timeout=s.timeout)
         except KafkaException as exc:
@@ -187,8 +199,8 @@ class KafkaBroker:
                 session = int(self.settings.session_timeout * 1000)
                 config["session.timeout.ms"] = session
                 config["heartbeat.interval.ms"] = max(100, min(3000, session // 10))
-            self._consumer = confluent_kafka.Consumer(config)
-            self._reader = confluent_kafka.Consumer({
+            self._consumer = _built(self.url, confluent_kafka.Consumer, config)
+            self._reader = _built(self.url, confluent_kafka.Consumer, {
                 **self._base, "group.id": f"{self.settings.group}.read",
                 "enable.auto.commit": False})
         self._consumer.subscribe(list(topics), on_assign=self._assigned,

@@ -10,6 +10,7 @@ conveyor's (``OPTIONS``), and an unknown one is refused rather than ignored.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote
 
@@ -28,6 +29,8 @@ OPTIONS = {
     "timeout": "10",  # seconds a publish waits for the broker's acknowledgement
     "session_timeout": "",  # seconds: the group's session timeout (librdkafka's default: 45)
 }
+# A bootstrap server: a name or IPv4 address, or an IPv6 address in brackets; then a port.
+_HOST = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[^\s\[\]:/@]+)(?::(?P<port>\d{1,5}))?")
 _NUMBERS = ("partitions", "replication", "window", "timeout", "session_timeout")
 
 
@@ -63,6 +66,11 @@ def parse_kafka_url(url: str) -> KafkaSettings:
         userinfo, hosts = "", netloc
     if not hosts or any(not host.strip() for host in hosts.split(",")):
         raise BrokerURLError(f"broker URL {redact(url)!r} names no host")
+    for host in hosts.split(","):
+        server = _HOST.fullmatch(host.strip())
+        if server is None or not 0 < int(server["port"] or 9092) < 65536:
+            raise BrokerURLError(f"broker URL {redact(url)!r}: {host.strip()!r} is not a host "
+                                 "or host:port (a port from 1 to 65535, an IPv6 address in [])")
     params = dict(parse_qsl(query, keep_blank_values=True))
     client = {k: v for k, v in params.items() if "." in k}
     sides: dict[str, dict[str, str]] = {"consumer": {}, "producer": {}}

@@ -32,7 +32,7 @@ from conveyor.broker.amqp_logs import quiet_client_logs, reason
 from conveyor.broker.base import Delivery
 from conveyor.broker.packs import REDELIVERED, Malformed, Pack, encode, job_ids, new_message_id
 from conveyor.errors import BrokerUnavailable, BrokerURLError
-from conveyor.storage import redact
+from conveyor.storage import redact, without_secrets
 from conveyor.text import printable
 
 __all__ = ["RabbitBroker", "open_rabbitmq"]
@@ -57,9 +57,17 @@ def open_rabbitmq(url: str) -> RabbitBroker:
 
 
 def _split(url: str) -> tuple[str, dict[str, str]]:
-    parts = urlsplit(url)
-    if not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:  # an unclosed "[", a host that is not an address, a bad port
+        raise BrokerURLError(f"broker URL {redact(url)!r} is malformed: "
+                             f"{without_secrets(str(exc), url)}") from None
+    if not host:
         raise BrokerURLError(f"broker URL {redact(url)!r} names no host")
+    if port == 0:
+        raise BrokerURLError(f"broker URL {redact(url)!r} has a port that is not a number "
+                             "from 1 to 65535")
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     options = {k: query.pop(k, v) for k, v in _OPTIONS.items()}
     for name in ("delivery_limit", "hold", "prefetch", "timeout", "pack"):

@@ -16,7 +16,7 @@ from conveyor.cli.common import (
 from conveyor.cli.terminal import safe, say
 from conveyor.errors import ConveyorError
 from conveyor.job import JobRecord, JobState
-from conveyor.search import SCAN, search_jobs
+from conveyor.search import BUDGET, SCAN, search_jobs
 from conveyor.views import fmt_time, get_job, job_row, job_view, parse_state
 
 
@@ -94,7 +94,8 @@ def cmd_list(args: argparse.Namespace) -> int:
                                 queue=args.queue, limit=args.limit)
             jobs, total = found.jobs, len(found.jobs)
             if not found.complete and not args.json:
-                say(f"(read the newest {found.scanned:,} jobs of the selection)")
+                stopped = f"stopped after {BUDGET:g} s: " if found.cut_short else ""
+                say(f"({stopped}read the newest {found.scanned:,} jobs of the selection)")
         else:
             # a batch's running jobs have their latest message only in their events
             jobs = backend.list_jobs(state=state, queue=args.queue, batch_id=args.batch,

@@ -13,17 +13,19 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import select
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from conveyor import __version__
 from conveyor.cli.apps import UserCodeError
 from conveyor.cli.source import Source
 from conveyor.cli.terminal import safe
 from conveyor.errors import ConveyorError
-from conveyor.storage import DEFAULT_URL, redact
+from conveyor.storage import DEFAULT_URL, redact, url_secrets, without_secrets
 
 COMMANDS = (
     "conveyor.cli.worker",
@@ -45,9 +47,27 @@ EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # as if killed by SIGPIPE, what `| head` expects of a command
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, whose usage errors never show a credential from the command line: a URL
+    given where none was expected (``conveyor stats postgresql://u:pw@h/db``) is quoted back
+    in "unrecognized arguments". Sub-command parsers are of this class too."""
+
+    #: The credentials of every URL on the command line being parsed (set by ``main``).
+    secrets: tuple[str, ...] = ()
+
+    def error(self, message: str) -> NoReturn:
+        """Print the usage and the message, masked, and exit 2."""
+        message = without_secrets(_URL.sub(lambda m: redact(m.group()), message), "",
+                                  Parser.secrets)
+        super().error(message)
+
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"]+")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full parser with every sub-command registered."""
-    parser = argparse.ArgumentParser(prog="conveyor", description="conveyor background jobs")
+    parser = Parser(prog="conveyor", description="conveyor background jobs")
     parser.add_argument("--version", action="version", version=f"conveyor {__version__}")
     parser.add_argument("--debug", action="store_true",
                         help="print the traceback of an error (also CONVEYOR_DEBUG=1)")
@@ -70,6 +90,8 @@ def _add_debug_everywhere(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; every error ends as one line on stderr and a non-zero exit code."""
+    words = sys.argv[1:] if argv is None else list(argv)
+    Parser.secrets = tuple(s for word in words if "://" in word for s in url_secrets(word))
     args = build_parser().parse_args(argv)
     debug = bool(getattr(args, "debug", False)) or os.environ.get("CONVEYOR_DEBUG") == "1"
     try:

@@ -8,6 +8,8 @@ Backends are imported by scheme so that ``redis`` and ``psycopg`` stay optional 
 from __future__ import annotations
 
 import importlib
+import re
+from collections.abc import Iterable
 from typing import Protocol
 from urllib.parse import unquote
 
@@ -17,7 +19,7 @@ from conveyor.storage.base import Inspector, Storage
 from conveyor.storage.records import Retention
 
 __all__ = ["DEFAULT_URL", "Backend", "Inspector", "Retention", "Storage", "open_storage", "redact",
-           "shown_url", "url_secrets"]
+           "shown_url", "url_secrets", "without_secrets"]
 
 DEFAULT_URL = "sqlite:///conveyor.db"
 
@@ -98,16 +100,20 @@ def shown_url(url: str) -> tuple[str, bool]:
 
 
 # Query parameters whose value is a credential: redis-py's password, sentinel_password and
-# ssl_keyfile_password, any *token* or *secret*, and the usual spellings.
+# ssl_keyfile_password, any *token* or *secret*, and the usual spellings; and librdkafka's
+# dotted settings that carry one (sasl.password, sasl.oauthbearer.config, .extensions,
+# ssl.key.pem: a private key; every *.pem is masked, certificates too, rather than guess).
 _SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token", "credential", "apikey",
                  "api_key")
-_SECRET_NAMES = ("pass", "auth", "key")
+_SECRET_NAMES = frozenset(("pass", "auth", "key", "pem", "config", "extensions", "jaas"))
+_WORDS = re.compile(r"[^a-z0-9]+")
 
 
 def is_secret_param(name: str) -> bool:
     """Whether a URL query parameter of this name holds a credential."""
     lowered = name.lower()
-    return lowered in _SECRET_NAMES or any(word in lowered for word in _SECRET_WORDS)
+    return (any(word in lowered for word in _SECRET_WORDS)
+            or any(word in _SECRET_NAMES for word in _WORDS.split(lowered)))
 
 
 def _split(url: str) -> tuple[str, str, str, str]:
@@ -170,3 +176,11 @@ def url_secrets(url: str) -> list[str]:
         if eq and is_secret_param(name):
             found.append(value)
     return [s for raw in found if raw for s in {raw, unquote(raw)}]
+
+
+def without_secrets(text: str, url: str, extra: Iterable[str] = ()) -> str:
+    """``text`` (a driver's or a library's error) with every credential of ``url``, and each
+    of ``extra``, replaced by ``***``: for messages that may quote what they were given."""
+    for secret in sorted({*url_secrets(url), *(e for e in extra if e)}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text

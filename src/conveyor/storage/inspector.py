@@ -8,8 +8,10 @@ from typing import Protocol, runtime_checkable
 
 from conveyor.job import JobRecord, JobState
 from conveyor.storage.records import (
+    HEAD_CHARS,
     BatchStatus,
     GraphNode,
+    JobHead,
     JobTotals,
     MinuteTotals,
     QueueStats,
@@ -59,6 +61,16 @@ class Inspector(Protocol):
         batch_id: str | None = None,
     ) -> int:
         """How many jobs ``list_jobs`` would page through."""
+        ...
+
+    def job_heads(
+        self, *, state: JobState | None = None, queue: str | None = None, offset: int = 0,
+        limit: int = 50, chars: int = HEAD_CHARS,
+    ) -> list[JobHead]:
+        """The jobs ``list_jobs(state=, queue=, offset=, limit=, newest_first=True)`` pages
+        through, each read only as far as a search needs: identity, state, creation time and
+        the first ``chars`` characters of its payload text and of its message. No whole
+        payload, result or event log is read (a search stays bounded however big jobs are)."""
         ...
 
     def retry_jobs(self, job_ids: Sequence[str]) -> int:

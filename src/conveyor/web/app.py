@@ -2,9 +2,11 @@
 
 Security model (docs/operations.md): bind to 127.0.0.1 by default; with a token, a request
 is let in by ``Authorization: Bearer T``, HTTP basic auth with password ``T``, or the session
-cookie set after visiting any page with ``?token=T``. Every state change is a POST carrying the
-CSRF token from the ``conveyor_csrf`` cookie (double submit, SameSite=Strict); GET never changes
-state. Everything shown from job data is HTML-escaped, and a strict CSP forbids inline script.
+cookie set after visiting any page with ``?token=T``; mounted in another application, by that
+application's check of each request (``authorize=``, ``web/access.py``). Every state change
+is a POST carrying the CSRF token from the ``conveyor_csrf`` cookie (double submit,
+SameSite=Strict); GET never changes state. Everything shown from job data is HTML-escaped,
+and a strict CSP forbids inline script.
 """
 
 from __future__ import annotations
@@ -15,19 +17,20 @@ import binascii
 import hashlib
 import hmac
 import secrets
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from importlib import resources
 from typing import TypeVar
 from urllib.parse import quote, urlencode
 
 from conveyor import asgi
 from conveyor.app import Conveyor
-from conveyor.asgi import bearer_or_basic, guard, plain
+from conveyor.asgi import guard, plain
 from conveyor.errors import ConveyorError, StorageError, StorageUnavailable
 from conveyor.storage import shown_url
 from conveyor.storage.base import Inspector
 from conveyor.web import actions, pages
+from conveyor.web.access import REMOVED, SESSION_COOKIE, Access, Authorize
 from conveyor.web.http import (
     BadRequest,
     Receive,
@@ -40,8 +43,8 @@ from conveyor.web.http import (
     redirect,
     safe_next,
 )
+from conveyor.web.lanes import Lanes, watch
 
-SESSION_COOKIE = "conveyor_session"
 CSRF_COOKIE = "conveyor_csrf"
 # The result of an action, shown once on the page the POST redirects to. It travels in a cookie
 # signed by this process, never in the URL: a link cannot make the dashboard say anything.
@@ -55,14 +58,14 @@ class Dashboard:
     """The ASGI application returned by ``create_app``."""
 
     def __init__(self, source: Conveyor | Inspector, token: str | None = None,
-                 hosts: frozenset[str] | None = None, store: str | None = None) -> None:
+                 hosts: frozenset[str] | None = None, access: Access | None = None,
+                 store: str | None = None) -> None:
         self._source = source
         self._store = store if store is not None else _store_line(source)
-        self._token = token or None
+        self._access = access or Access(token)
         self._flash_key = secrets.token_bytes(32)
         self._guarded = guard(self._serve, asgi.allowed_hosts() if hosts is None else hosts)
-        # A storage may bind connections to threads: all storage calls go through one thread.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conveyor-web-db")
+        self._lanes = Lanes(lambda: self.inspector)
 
     @property
     def inspector(self) -> Inspector:
@@ -72,9 +75,17 @@ class Dashboard:
         return self._source
 
     async def call(self, func: Callable[[Inspector], T]) -> T:
-        """Run a blocking storage call on the storage thread."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: func(self.inspector))
+        """Run a page's blocking storage call on a page thread (``web/lanes.py``)."""
+        return await self._lanes.call(func)
+
+    async def call_long(self, func: Callable[[Inspector], T]) -> T:
+        """Run a long read (a search) on a long-read thread, never holding a page's."""
+        return await self._lanes.call_long(func)
+
+    def stream(self, make: Callable[[Inspector], Iterator[str]],
+               gone: threading.Event) -> AsyncIterator[bytes]:
+        """An export, produced on a long-read thread chunk by chunk as it is sent."""
+        return self._lanes.stream(make, gone)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI entry point (``http`` and ``lifespan``), behind ``conveyor.asgi.guard``."""
@@ -88,30 +99,41 @@ class Dashboard:
             return
         try:
             request = await Request.read(scope)
-            if self._authenticate(request) is not None:  # no body is read before sign-in
+            how = None
+            if not request.path.startswith("/static/"):
+                how = await self._access.check(scope, request)
+            if how is not None:  # no body is read before sign-in
                 await request.read_form(receive)
             self._take_flash(request)
             request.store = self._store
-            response = mount(await self.handle(request), request.root)
         except BadRequest as exc:
             await plain(send, 400, str(exc))
             return
-        await response.send(send)
+        watcher = asyncio.create_task(watch(receive, request.gone)) if how else None
+        try:
+            response = mount(await self.handle(request, how), request.root)
+            await response.send(send)
+        except BadRequest as exc:
+            await plain(send, 400, str(exc))
+        finally:
+            if watcher is not None:
+                watcher.cancel()
 
-    async def handle(self, request: Request) -> Response:
-        """Authenticate, check CSRF for POSTs, route, and give every page a CSRF cookie."""
+    async def handle(self, request: Request, how: str | None) -> Response:
+        """Refuse a request that did not sign in (``how``: ``Access.check``), check CSRF for
+        POSTs, route, and give every page a CSRF cookie."""
         if request.path.startswith("/static/"):
             return _static(request.path[len("/static/"):])
         if request.method not in ("GET", "HEAD", "POST"):
             return Response("method not allowed", 405, "text/plain", [("allow", "GET, POST")])
-        how = self._authenticate(request)
         if how is None:
-            return self._login(request)
+            return self._access.refuse(request)
         if how == "query":  # drop the token from the address bar and history
             query = {k: v for k, v in request.query.items() if k != "token"}
             suffix = "?" + urlencode(query, doseq=True) if query else ""
             response = redirect(safe_next(quote(request.path) + suffix))
-            response.set_cookie(SESSION_COOKIE, self._session_value(), secure=request.secure)
+            response.set_cookie(SESSION_COOKIE, self._access.session_value(),
+                                secure=request.secure)
             return response
         csrf = request.cookies.get(CSRF_COOKIE, "")
         if not _plain_token(csrf):
@@ -171,31 +193,6 @@ class Dashboard:
             except (binascii.Error, UnicodeDecodeError):
                 request.flash = ""
 
-    def _session_value(self) -> str:
-        assert self._token is not None
-        return hmac.new(self._token.encode(), b"conveyor-session", hashlib.sha256).hexdigest()
-
-    def _authenticate(self, request: Request) -> str | None:
-        """How the request proved itself: open, bearer, basic, cookie, query; None if not."""
-        if self._token is None:
-            return "open"
-        how = bearer_or_basic(request.headers.get("authorization", ""), self._token)
-        if how is not None:
-            return how
-        cookie = request.cookies.get(SESSION_COOKIE, "").encode("latin-1", "replace")
-        if cookie and hmac.compare_digest(cookie, self._session_value().encode()):
-            return "cookie"
-        if request.method == "GET" and hmac.compare_digest(request.arg("token").encode(),
-                                                           self._token.encode()):
-            return "query"
-        return None
-
-    def _login(self, request: Request) -> Response:
-        if request.path.startswith(("/api/", "/metrics")) or request.method == "POST":
-            return Response("authentication required\n", 401, "text/plain",
-                            [("www-authenticate", 'Bearer realm="conveyor"')])
-        return pages.login_page()
-
 
 def _status_of(exc: ConveyorError) -> int:
     """404 for an unknown job or batch, 503 when the storage is down, 500 when it answered
@@ -245,7 +242,8 @@ def _store_line(source: Conveyor | Inspector) -> str:
 
 
 def create_app(storage_or_app: Conveyor | Inspector, token: str | None = None, *,
-               allowed_hosts: Iterable[str] = (), delegate_auth: bool = False,
+               allowed_hosts: Iterable[str] = (), authorize: Authorize | None = None,
+               login_url: str | None = None, delegate_auth: bool = False,
                store: str | None = None) -> Dashboard:
     """The dashboard as an ASGI app over a storage backend or a ``Conveyor`` app.
 
@@ -253,20 +251,24 @@ def create_app(storage_or_app: Conveyor | Inspector, token: str | None = None, *
     ``conveyor.server.RunningServer``. ``token`` protects every page and action.
 
     Requests are served only when their ``Host`` is a loopback name, an IP address or one of
-    ``allowed_hosts`` (the names the dashboard is reached by, e.g. ``["ops.example.com"]``;
-    ``["*"]`` turns the check off, for a proxy that checks it): a page elsewhere that
-    re-points its own name at this server (DNS rebinding) is refused with 421.
+    ``allowed_hosts`` (the names the dashboard is reached by, e.g. ``["ops.example.com"]``,
+    or ``[".example.com"]`` for a domain and its subdomains; ``["*"]`` turns the check off,
+    for a proxy that checks it): a page elsewhere that re-points its own name at this server
+    (DNS rebinding) is refused with 421.
 
-    ``delegate_auth=True``: the application the dashboard is mounted in authenticates every
-    request to it and checks its ``Host`` (a FastAPI dependency, Django's login middleware):
-    no token and no Host check here; the CSRF check of every action stays.
+    Mounted in another application, pass that application's check instead of a token:
+    ``authorize`` is called with the ASGI scope of every request and lets it in only when it
+    returns ``True`` (a plain function runs on a thread, an ``async def`` is awaited; see
+    ``conveyor.web.access``). A refused page view goes to ``login_url`` (the host's sign-in
+    page, with ``next=`` the address asked for), else gets 401. The CSRF check of every
+    action and the Host check stay on. ``delegate_auth`` is refused: it left the dashboard
+    open whenever the host's authentication did not run for it, which mounting ensures.
 
     Every page names the store it reads in its header: ``store``, else the URL of the app or
     storage given (credentials masked, a relative file path made absolute).
     """
     if delegate_auth:
-        if token:
-            raise ValueError("delegate_auth=True leaves authentication to the host "
-                             "application: give no token")
-        allowed_hosts = ("*",)
-    return Dashboard(storage_or_app, token, asgi.allowed_hosts(allowed_hosts), store)
+        raise ValueError(REMOVED)
+    access = Access(token, authorize, login_url)
+    return Dashboard(storage_or_app, hosts=asgi.allowed_hosts(allowed_hosts), access=access,
+                     store=store)

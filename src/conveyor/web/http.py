@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from typing import Any, Protocol, TypeVar
@@ -46,6 +47,14 @@ class Request:
     secure: bool = False  # served over https (TLS, or a trusted proxy's X-Forwarded-Proto)
     flash: str = ""  # the message of the last action, from the server's signed cookie
     store: str = ""  # the store the dashboard reads, as every page's header names it
+    #: Set when the client disconnects (``lanes.watch``): a long read stops at its next step.
+    gone: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def cross_site(self) -> bool:
+        """Sent by a page of another site (``Sec-Fetch-Site``, which browsers set and pages
+        cannot): an ``<img>`` or a link elsewhere, never the dashboard's own forms."""
+        return self.headers.get("sec-fetch-site", "") in ("cross-site", "same-site")
 
     def arg(self, name: str, default: str = "") -> str:
         """First query value of ``name``."""
@@ -139,18 +148,26 @@ class Response:
     status: int = 200
     content_type: str = "text/html; charset=utf-8"
     headers: list[tuple[str, str]] = field(default_factory=list)
+    #: The ``location`` is the host application's (its sign-in page), not under the prefix.
+    outside: bool = False
+    #: A body sent as it is produced (an export), in place of ``body``: never whole in memory.
+    chunks: AsyncIterator[bytes] | None = None
 
     async def send(self, send: Send) -> None:
         """Send status, headers and body over ASGI."""
         # backslashreplace: text from a damaged job (a lone surrogate) must still be sendable
         body = (self.body.encode("utf-8", "backslashreplace") if isinstance(self.body, str)
                 else self.body)
-        raw = [(b"content-type", self.content_type.encode()),
-               (b"content-length", str(len(body)).encode())]
+        raw = [(b"content-type", self.content_type.encode())]
+        if self.chunks is None:
+            raw.append((b"content-length", str(len(body)).encode()))
         raw += [(k.encode(), v.encode("utf-8", "backslashreplace"))
                 for k, v in (*SECURITY_HEADERS, *self.headers)]
         await send({"type": "http.response.start", "status": self.status, "headers": raw})
-        await send({"type": "http.response.body", "body": body})
+        if self.chunks is not None:
+            async for chunk in self.chunks:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"" if self.chunks else body})
 
     def set_cookie(self, name: str, value: str, *, secure: bool, max_age: int | None = None
                    ) -> None:
@@ -182,7 +199,8 @@ def mount(response: Response, root: str) -> Response:
     if response.content_type.startswith("text/html"):
         body = response.body.encode() if isinstance(response.body, str) else response.body
         response.body = _LOCAL_LINK.sub(rb"\1" + root.encode() + b"/", body)
-    response.headers = [(k, root + v if k == "location" and v.startswith("/") else
+    moved = not response.outside
+    response.headers = [(k, root + v if k == "location" and moved and v.startswith("/") else
                          v.replace("; Path=/;", f"; Path={root};") if k == "set-cookie" else v)
                         for k, v in response.headers]
     return response
@@ -208,8 +226,18 @@ T = TypeVar("T")
 
 
 class StorageCaller(Protocol):
-    """What a page needs from the dashboard: run a blocking storage call off the event loop."""
+    """What a page needs from the dashboard: run blocking storage calls off the event loop
+    (``web/lanes.py``)."""
 
     async def call(self, func: Callable[[Inspector], T]) -> T:
-        """Run ``func(inspector)`` on the storage thread."""
+        """Run ``func(inspector)`` on a page thread."""
+        ...
+
+    async def call_long(self, func: Callable[[Inspector], T]) -> T:
+        """Run ``func(inspector)``, a long read (a search), on a long-read thread."""
+        ...
+
+    def stream(self, make: Callable[[Inspector], Iterator[str]],
+               gone: threading.Event) -> AsyncIterator[bytes]:
+        """The text ``make(inspector)`` yields, produced chunk by chunk as it is sent."""
         ...

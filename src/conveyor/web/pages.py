@@ -11,7 +11,13 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from conveyor.failures import failure_states, failures, failures_csv, failures_json
+from conveyor.failures import (
+    check_batch,
+    failure_states,
+    failures,
+    failures_csv,
+    failures_json,
+)
 from conveyor.history import KINDS, history_view
 from conveyor.job import JobState
 from conveyor.metrics import CONTENT_TYPE, render_inspector
@@ -31,6 +37,9 @@ from conveyor.web.render import badge, button_form, e, layout, link, page, table
 
 Dashboard = StorageCaller
 Page = Callable[[Dashboard, Request, str, re.Match[str]], Awaitable[Response]]
+# Bytes of jobs (arguments, reasons) an export reads at a time: whole records, so a page of
+# big jobs stays a few megabytes, and small ones come 500 at a time.
+EXPORT_BYTES = 4 * 1024 * 1024
 
 
 
@@ -194,20 +203,29 @@ async def api_batch(dash: Dashboard, request: Request, csrf: str, m: re.Match[st
 
 async def batch_failures(dash: Dashboard, request: Request, csrf: str,
                          m: re.Match[str]) -> Response:
-    """A batch's failed and dead jobs as a CSV or JSON download (``?state=failed|dead``)."""
+    """A batch's failed and dead jobs as a CSV or JSON download (``?state=failed|dead``),
+    streamed: read about ``EXPORT_BYTES`` at a time as the client takes them, and stopped
+    when it goes away."""
     which = request.arg("state") or "all"
     try:
         states = failure_states(which)
     except ValueError as exc:
         return error_page(str(exc), 400, csrf)
+    if request.cross_site:  # a page elsewhere cannot make the dashboard export
+        return Response("open the export from the batch's page", 403, "text/plain")
+    batch_id = m["id"]
+    await dash.call(lambda insp: check_batch(insp, batch_id))  # 404 before the first byte
     csv_wanted = m["format"] == "csv"
     write = failures_csv if csv_wanted else failures_json
-    body = await dash.call(lambda insp: "".join(write(failures(insp, m["id"], states))))
-    name = f"batch-{m['id']}-{'failures' if which == 'all' else which}.{m['format']}"
+    name = f"batch-{batch_id}-{'failures' if which == 'all' else which}.{m['format']}"
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-    return Response(body, 200, "text/csv; charset=utf-8" if csv_wanted
-                    else "application/json; charset=utf-8",
-                    [("content-disposition", f'attachment; filename="{safe}"')])
+    response = Response(b"", 200, "text/csv; charset=utf-8" if csv_wanted
+                        else "application/json; charset=utf-8",
+                        [("content-disposition", f'attachment; filename="{safe}"')])
+    response.chunks = dash.stream(
+        lambda insp: write(failures(insp, batch_id, states, page_bytes=EXPORT_BYTES)),
+        request.gone)
+    return response
 
 
 async def metrics(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:

@@ -7,7 +7,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from conveyor.job import SHOWN_STATES, JobState
-from conveyor.search import search_jobs
+from conveyor.search import BUDGET, search_jobs
 from conveyor.storage.base import Inspector
 from conveyor.storage.records import GraphNode
 from conveyor.views import (
@@ -62,20 +62,32 @@ async def jobs(dash: StorageCaller, request: Request, csrf: str, fixed: JobState
     oldest = request.arg("order") == "oldest"
     offset = request.int_arg("offset", 0, high=10**9)
 
-    def read(insp: Inspector) -> tuple[list[dict[str, Any]], int, dict[str, int], str]:
-        counts = {s.value: insp.count_jobs(state=s, queue=queue) for s in SHOWN_STATES}
-        if name or text:  # a bounded search of the newest jobs of the selection
-            found = search_jobs(insp, text, name=name, state=state, queue=queue, limit=PAGE)
-            note = (f"{len(found.jobs)} found among the "
-                    + ("" if found.complete else "newest ")
-                    + f"{found.scanned:,} {state.value if state else ''} jobs"
-                    + (f" of {queue}" if queue else ""))
-            return [job_row(j) for j in found.jobs], len(found.jobs), counts, note
+    def counts_of(insp: Inspector) -> dict[str, int]:
+        return {s.value: insp.count_jobs(state=s, queue=queue) for s in SHOWN_STATES}
+
+    def listed(insp: Inspector) -> tuple[list[dict[str, Any]], int, dict[str, int]]:
         rows = [job_row(j) for j in insp.list_jobs(state=state, queue=queue, offset=offset,
                                                    limit=PAGE, newest_first=not oldest)]
-        return rows, insp.count_jobs(state=state, queue=queue), counts, ""
+        return rows, insp.count_jobs(state=state, queue=queue), counts_of(insp)
 
-    rows, total, counts, note = await dash.call(read)
+    note = ""
+    if (name or text) and request.cross_site:  # a page elsewhere cannot make us search
+        rows, total, counts = [], 0, await dash.call(counts_of)
+        note = ("search not run: this address was opened from another site; "
+                "press Filter to run it")
+    elif name or text:  # a bounded search of the newest jobs, on a long-read thread
+        counts = await dash.call(counts_of)
+        found = await dash.call_long(lambda insp: search_jobs(
+            insp, text, name=name, state=state, queue=queue, limit=PAGE, stop=request.gone))
+        rows, total = [job_row(j) for j in found.jobs], len(found.jobs)
+        note = (f"{len(found.jobs)} found among the "
+                + ("" if found.complete else "newest ")
+                + f"{found.scanned:,} {state.value if state else ''} jobs"
+                + (f" of {queue}" if queue else "")
+                + (f" (stopped after {BUDGET:g} s: narrow it by queue, state or name)"
+                   if found.cut_short else ""))
+    else:
+        rows, total, counts = await dash.call(listed)
     query = {"state": state.value if state and not fixed else "", "queue": queue or "",
              "name": name or "", "q": text, "order": "oldest" if oldest else ""}
     here = _here(path, query)
@@ -87,7 +99,9 @@ async def jobs(dash: StorageCaller, request: Request, csrf: str, fixed: JobState
     if not note:
         live += pager(path, {k: v for k, v in query.items() if v}, offset, PAGE, total)
     title = f"{state.value.capitalize()} jobs" if state else "Jobs"
-    return page(title + (f" in {queue}" if queue else ""), path, live, request, csrf)
+    # A search runs once (a long read): the page is not re-fetched every two seconds.
+    return page(title + (f" in {queue}" if queue else ""), path, live, request, csrf,
+                refresh=0 if note else 2000)
 
 
 def _filters(path: str, state: JobState | None, queue: str | None, name: str | None,

@@ -128,9 +128,10 @@ def short(value: Any, width: int = 80) -> str:
 
 
 def page(title: str, active: str, live: str, request: Request, csrf: str,
-         before: str = "") -> Response:
-    """A full page, or only its live region when the script asks with ``?partial=1``."""
+         before: str = "", refresh: int = 2000) -> Response:
+    """A full page, or only its live region when the script asks with ``?partial=1``;
+    ``refresh``: milliseconds between those re-fetches (0: none)."""
     if request.arg("partial") == "1":
         return Response(live)
     return Response(layout(title, active, live, csrf, before=before,
-                           flash=request.flash, store=request.store))
+                           flash=request.flash, refresh=refresh, store=request.store))

@@ -8,8 +8,10 @@ from dataclasses import replace
 from conveyor.job import TERMINAL_STATES, EventKind, JobRecord, JobState
 from conveyor.storage.memory.state import WAITING_STATES, Entry, MemoryState
 from conveyor.storage.records import (
+    HEAD_CHARS,
     BatchStatus,
     GraphNode,
+    JobHead,
     JobTotals,
     MinuteTotals,
     QueueStats,
@@ -101,6 +103,16 @@ class MemoryInspector(MemoryState):
                 return sum(self._counts.get((q, s), 0) for q in queues for s in states)
             # Batch counters keep trimmed jobs (they are history); this must match list_jobs.
             return sum(1 for _ in self._matching(state, queue, batch_id))
+
+    def job_heads(self, *, state: JobState | None = None, queue: str | None = None,
+                  offset: int = 0, limit: int = 50, chars: int = HEAD_CHARS) -> list[JobHead]:
+        """See ``Inspector.job_heads``."""
+        with self._lock:
+            newest = list(self._matching(state, queue, None))[::-1][offset:offset + limit]
+            return [JobHead(id=r.id, name=r.name, queue=r.queue, state=r.state,
+                            created_at=r.created_at, payload=r.payload[:chars],
+                            message=(r.message or "")[:chars])
+                    for r in (entry.rec for entry in newest)]
 
     def _matching(
         self, state: JobState | None, queue: str | None, batch_id: str | None

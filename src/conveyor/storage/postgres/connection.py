@@ -18,13 +18,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
 
 from conveyor.errors import StorageError, StorageUnavailable, StorageURLError
-from conveyor.storage import redact
+from conveyor.storage import redact, without_secrets
 
 CONNECT_TIMEOUT = 10
 DEFAULT_SCHEMA = "conveyor"
@@ -87,15 +88,39 @@ def parse_postgres_url(url: str) -> Settings:
             flags[name] = value.lower() in _TRUE
         else:
             passed.append((name, value))
-    if not _IDENTIFIER.match(schema):
+    if not _IDENTIFIER.fullmatch(schema):  # fullmatch: "$" would let a final newline in
         raise StorageURLError(
             f"schema={schema!r} in {redact(url)!r} is not a plain identifier (letters, digits "
             "and _, not starting with a digit, at most 51 characters)")
+    if schema.lower() in _SYSTEM_SCHEMAS or schema.lower().startswith("pg_"):
+        raise StorageURLError(f"schema={schema!r} in {redact(url)!r} is one of PostgreSQL's "
+                              "own schemas: name one for conveyor (default conveyor)")
     passed.append(("connect_timeout", str(CONNECT_TIMEOUT)))
     passed = list({name: (name, value) for name, value in passed}.values())  # the URL's wins
-    conninfo = f"postgresql://{base}?{urlencode(passed)}"
+    # quote, not quote_plus: libpq reads "+" in a URI as a plus sign, not a space
+    conninfo = f"postgresql://{base}?{urlencode(passed, quote_via=quote)}"
+    try:  # libpq's own parser, before any connection: its message would quote the password
+        conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise StorageURLError(f"PostgreSQL URL {redact(url)!r} is malformed: "
+                              f"{driver_line(str(exc), url)}") from None
     return Settings(url=url, conninfo=conninfo, schema=schema.lower(), listen=flags["listen"],
                     vacuum=flags["vacuum"])
+
+
+# Schemas PostgreSQL keeps for itself: conveyor's tables would sit among the catalog's.
+# (and every name starting with pg_, which it refuses to create anyway)
+_SYSTEM_SCHEMAS = frozenset({"information_schema"})
+
+
+def driver_line(text: str, url: str) -> str:
+    """A driver's message: its first line, without the URL's credentials nor the URI it may
+    quote whole."""
+    first = text.strip().splitlines()[0] if text.strip() else text
+    return without_secrets(_QUOTED_URI.sub("", first), url)
+
+
+_QUOTED_URI = re.compile(r'\s*in URI: ".*"$')
 
 
 _TRUE = ("1", "true", "yes", "on")
@@ -110,9 +135,12 @@ def is_outage(exc: psycopg.Error) -> bool:
     return bool(exc.sqlstate) and str(exc.sqlstate)[:2] in _OUTAGE_CLASSES
 
 
-def translate(exc: psycopg.Error, where: str) -> StorageError:
-    """The conveyor error for a driver error, one line naming the server (no password)."""
+def translate(exc: psycopg.Error, where: str, url: str | None = None) -> StorageError:
+    """The conveyor error for a driver error, one line naming the server (no password: with
+    ``url``, none of its credentials either, should the driver quote one)."""
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if url is not None:
+        first = driver_line(first, url)
     if isinstance(exc, pg_errors.UndefinedTable | pg_errors.UndefinedFunction):
         first += " (is the database migrated? run: conveyor migrate URL)"
     elif isinstance(exc, pg_errors.InsufficientPrivilege):
@@ -145,7 +173,7 @@ def connect(settings: Settings, where: str) -> psycopg.Connection[Any]:
                                prepare_threshold=5 if settings.listen else None)
         conn.execute(f'SET search_path TO "{settings.schema}"')
     except psycopg.Error as exc:
-        raise translate(exc, where) from exc
+        raise translate(exc, where, settings.url) from None  # the driver's text may hold it
     return conn
 
 

@@ -19,8 +19,10 @@ from conveyor.storage.postgres.connection import Database, reads
 from conveyor.storage.postgres.flow import PostgresFlow
 from conveyor.storage.postgres.text import dec, enc
 from conveyor.storage.records import (
+    HEAD_CHARS,
     BatchStatus,
     GraphNode,
+    JobHead,
     JobTotals,
     MinuteTotals,
     QueueStats,
@@ -161,6 +163,21 @@ class PostgresInspector(PostgresFlow):
         return int((self._db.read().execute(
             f"SELECT count(*) FROM jobs{where}", params
         ).fetchone() or (0,))[0])
+
+    @reads
+    def job_heads(self, *, state: JobState | None = None, queue: str | None = None,
+                  offset: int = 0, limit: int = 50, chars: int = HEAD_CHARS) -> list[JobHead]:
+        """See ``Inspector.job_heads``. ``substr`` (not ``left``) of a long value reads only
+        the slice it returns from the TOAST table."""
+        where, params = self._filter(state, queue, None)
+        rows = self._db.read().execute(
+            "SELECT id, name, queue, state, created_at, substr(payload, 1, %s), "
+            f"substr(message, 1, %s) FROM jobs{where} ORDER BY seq DESC LIMIT %s OFFSET %s",
+            (chars, chars, *params, limit, offset)).fetchall()
+        return [JobHead(id=r[0], name=r[1], queue=r[2],
+                        state=next((s for s in JobState if s.value == r[3]), None),
+                        created_at=float(r[4]), payload=r[5], message=dec(r[6]) or "")
+                for r in rows]
 
     def _select(self, cur: Cursor, ids: Sequence[str], states: Sequence[str],
                 unknown: bool = False) -> list[Any]:

@@ -8,11 +8,16 @@ from collections.abc import Iterable, Sequence
 from conveyor.clock import Clock
 from conveyor.job import JobRecord
 from conveyor.storage.base import RefusesTransactions
+from conveyor.storage.records import JobHead
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.connection import Link, Settings
+from conveyor.storage.redis.heads import WIDTH, head_of
 from conveyor.storage.redis.keys import DoorbellKeys, Keys, QueueKeys
 from conveyor.storage.redis.scripts import Scripts
 
+# Jobs per heads.lua call: each copies its jobs' entries in Redis before cutting them, so a
+# call stays short whatever the jobs hold, and other clients are served between calls.
+HEADS_CHUNK = 50
 Move = Sequence[str]  # (batch id, job id, "state:queue") as the scripts report them
 
 
@@ -111,3 +116,16 @@ class RedisBase(RefusesTransactions):
                 for i, static, state, result, message
                 in zip(ids, statics, states, results, messages, strict=True)
                 if static or state]
+
+    def heads(self, queue: str, ids: Sequence[str], chars: int) -> list[JobHead]:
+        """What a search reads of the jobs of ``ids`` in ``queue`` (``lua/heads.lua``), in
+        order; an unknown id is left out."""
+        out: list[JobHead] = []
+        qk = self.keys.queue(queue)
+        for start in range(0, len(ids), HEADS_CHUNK):
+            chunk = ids[start:start + HEADS_CHUNK]
+            replies = self.scripts.run("heads", qk, [self.now_arg(), WIDTH * chars, *chunk])
+            out += [head_of(job_id, queue, payload, state, message, chars)
+                    for job_id, (payload, state, message) in zip(chunk, replies, strict=True)
+                    if state or payload]
+        return out

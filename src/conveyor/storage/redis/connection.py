@@ -30,7 +30,7 @@ from redis.utils import HIREDIS_AVAILABLE
 
 import redis
 from conveyor.errors import StorageError, StorageUnavailable, StorageURLError
-from conveyor.storage import redact, url_secrets
+from conveyor.storage import redact, without_secrets
 from conveyor.storage.redis import sentinel
 from conveyor.storage.redis.urls import DEFAULT_PREFIX, Settings, parse_url
 
@@ -77,7 +77,8 @@ def make_client(settings: Settings) -> redis.Redis | RedisCluster:
         nodes = [ClusterNode(host, port)  # type: ignore[no-untyped-call]
                  for host, port in settings.hosts]
         try:
-            return RedisCluster(startup_nodes=nodes, **common, **settings.options)
+            # the URL's options win over conveyor's defaults (socket_timeout=...)
+            return RedisCluster(startup_nodes=nodes, **{**common, **settings.options})
         except (RedisClusterException, redis.RedisError) as exc:
             # The client discovers the cluster as it is built: no node reachable, or a
             # server that is not in cluster mode, fails here rather than at the first call.
@@ -96,13 +97,9 @@ class ReplicaShortfall(redis.ConnectionError):
 def scrub(settings: Settings, exc: BaseException | str) -> str:
     """An error's text with every secret of the URL taken out, should a library echo one."""
     text = exc if isinstance(exc, str) else str(exc) or type(exc).__name__
-    secrets = url_secrets(settings.url)
-    for options in (settings.options, settings.sentinel_options):
-        if options.get("password"):
-            secrets.append(str(options["password"]))
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
+    return without_secrets(text, settings.url, [
+        str(options["password"]) for options in (settings.options, settings.sentinel_options)
+        if options.get("password")])
 
 
 @lru_cache(maxsize=8192)

@@ -10,8 +10,10 @@ from typing import Any
 from conveyor.job import ALL_STATES, TERMINAL_STATES, JobRecord, JobState
 from conveyor.storage.graph import parents_of
 from conveyor.storage.records import (
+    HEAD_CHARS,
     BatchStatus,
     GraphNode,
+    JobHead,
     JobTotals,
     MinuteTotals,
     QueueStats,
@@ -144,30 +146,45 @@ class RedisInspector(RedisBatchPages, RedisFlow):
                 offset: int, limit: int, with_events: bool) -> list[JobRecord]:
         """``list_jobs`` newest first: the same indexes read from their other end (a page
         counted back from each index's size), then ordered newest first."""
+        groups, cut = self._newest_ids(state, queue, batch_id, offset, limit)
+        records = [r for q, ids in groups.items()
+                   for r in self.records(q, ids, with_events)
+                   if state is None or r.state is state or r.unreadable]
+        records.sort(key=lambda r: (r.created_at, r.id), reverse=True)
+        return records[:limit] if cut else records[offset:offset + limit]
+
+    def job_heads(self, *, state: JobState | None = None, queue: str | None = None,
+                  offset: int = 0, limit: int = 50, chars: int = HEAD_CHARS) -> list[JobHead]:
+        """See ``Inspector.job_heads``: the jobs of ``list_jobs(newest_first=True)``, cut in
+        Redis by ``lua/heads.lua``."""
+        if limit <= 0:
+            return []
+        groups, cut = self._newest_ids(state, queue, None, offset, limit)
+        heads = [h for q, ids in groups.items() for h in self.heads(q, ids, chars)
+                 if state is None or h.state is state or h.state is None]
+        heads.sort(key=lambda h: (h.created_at, h.id), reverse=True)
+        return heads[:limit] if cut else heads[offset:offset + limit]
+
+    def _newest_ids(self, state: JobState | None, queue: str | None, batch_id: str | None,
+                    offset: int, limit: int) -> tuple[dict[str, list[str]], bool]:
+        """The ids a newest-first page may hold, by queue, and whether they were cut to the
+        page already (one index, or a batch) rather than to ``offset + limit`` per index."""
+        groups: dict[str, list[str]] = defaultdict(list)
         if batch_id is not None:
             size = self.batch_count(batch_id, state, queue)
             start = max(size - offset - limit, 0)
-            groups: dict[str, list[str]] = defaultdict(list)
             for job_id, q in self.batch_page(batch_id, state, queue, start,
                                              max(size - offset - start, 0)):
                 groups[q].append(job_id)
-        else:
-            groups = defaultdict(list)
-            one = queue is not None and state is not None  # one index: cut the page itself
-            for q in [queue] if queue is not None else self.known_queues():
-                for s in [state] if state is not None else ALL_STATES:
-                    size = self._index_size(q, s)
-                    stop = size - 1 - (offset if one else 0)
-                    if stop >= 0:
-                        groups[q] += self._index_ids(q, s, max(size - offset - limit, 0),
-                                                     stop)
-        records = [r for q, ids in groups.items()
-                   for r in self.records(q, list(dict.fromkeys(ids)), with_events)
-                   if state is None or r.state is state or r.unreadable]
-        records.sort(key=lambda r: (r.created_at, r.id), reverse=True)
-        if batch_id is not None or (queue is not None and state is not None):
-            return records[:limit]  # the page was cut from the index already
-        return records[offset:offset + limit]
+            return {q: list(dict.fromkeys(ids)) for q, ids in groups.items()}, True
+        one = queue is not None and state is not None  # one index: cut the page itself
+        for q in [queue] if queue is not None else self.known_queues():
+            for s in [state] if state is not None else ALL_STATES:
+                size = self._index_size(q, s)
+                stop = size - 1 - (offset if one else 0)
+                if stop >= 0:
+                    groups[q] += self._index_ids(q, s, max(size - offset - limit, 0), stop)
+        return {q: list(dict.fromkeys(ids)) for q, ids in groups.items()}, one
 
     def count_jobs(self, *, state: JobState | None = None, queue: str | None = None,
                    batch_id: str | None = None) -> int:

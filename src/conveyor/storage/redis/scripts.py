@@ -49,7 +49,7 @@ HOLDERS: dict[str, type] = {
     "requeue": QueueKeys, "kill": QueueKeys, "delete": QueueKeys, "trim": QueueKeys,
     "repair": QueueKeys, "release": QueueKeys, "batch": BatchKeys, "ring": DoorbellKeys,
     "publish": QueueKeys, "start": QueueKeys, "bury": QueueKeys, "graph": BatchKeys,
-    "node": QueueKeys, "gather": QueueKeys,
+    "node": QueueKeys, "gather": QueueKeys, "heads": QueueKeys,
 }
 SCRIPT_NAMES = tuple(HOLDERS)
 # The writes a ``wait_replicas`` URL makes wait for replicas: new jobs, outcomes, and the

@@ -21,7 +21,7 @@ from redis.cluster import RedisCluster
 
 import redis
 from conveyor.clock import Clock, SystemClock
-from conveyor.errors import BatchNotFound, StorageUnavailable
+from conveyor.errors import BatchNotFound, StorageUnavailable, StorageURLError
 from conveyor.job import (
     BatchSpec,
     EnqueueResult,
@@ -31,6 +31,7 @@ from conveyor.job import (
     JobState,
     LeasedJob,
 )
+from conveyor.storage import redact, without_secrets
 from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.batch_wait import BatchWaiter, sleeping
 from conveyor.storage.records import Retention, WorkerInfo
@@ -70,8 +71,16 @@ def open_redis(url: str, clock: Clock | None = None, *, create: bool = True,
     """
     if isinstance(clock, SystemClock):
         clock = None
-    settings = parse_url(url)
-    link = Link(settings, make_client(settings))
+    try:
+        settings = parse_url(url)
+        client = make_client(settings)
+    except StorageURLError:
+        raise
+    except (ValueError, TypeError) as exc:  # urllib or redis-py refusing a malformed URL
+        raise StorageURLError(f"Redis URL {redact(url)!r} is malformed: "
+                              f"{without_secrets(str(exc) or type(exc).__name__, url)}"
+                              ) from None
+    link = Link(settings, client)
     storage = RedisStorage(settings, link, clock)
     try:
         link.check_open()

@@ -80,10 +80,12 @@ def parse_url(url: str) -> Settings:
     if not parts.hostname:
         raise StorageURLError(f"Redis URL {redact(url)!r} names no host")
     try:
-        port = parts.port or 6379
+        port = 6379 if parts.port is None else parts.port
     except ValueError:  # urllib's "Port could not be cast to integer value as 'x'"
+        port = 0
+    if not 0 < port < 65536:
         raise StorageURLError(f"Redis URL {redact(url)!r} has a port that is not a number "
-                              "from 1 to 65535") from None
+                              "from 1 to 65535")
     _check_database(url, parts.path.lstrip("/"))
     return Settings(url=url, cluster=False, prefix=prefix, single_url=clean,
                     hosts=((parts.hostname, port),), **wait)

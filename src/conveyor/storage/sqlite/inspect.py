@@ -15,8 +15,10 @@ from conveyor.clock import Clock
 from conveyor.job import ALL_STATES, EventKind, JobRecord, JobState
 from conveyor.storage.graph import parents_of
 from conveyor.storage.records import (
+    HEAD_CHARS,
     BatchStatus,
     GraphNode,
+    JobHead,
     JobTotals,
     MinuteTotals,
     QueueStats,
@@ -145,6 +147,16 @@ class SqliteInspector:
         return int(self._db.read().execute(
             f"SELECT count(*) FROM jobs{where}", params
         ).fetchone()[0])
+
+    @reads
+    def job_heads(self, *, state: JobState | None = None, queue: str | None = None,
+                  offset: int = 0, limit: int = 50, chars: int = HEAD_CHARS) -> list[JobHead]:
+        """See ``Inspector.job_heads``: ``substr`` of the payload and message, never more."""
+        where, params = self._filter(state, queue, None)
+        rows = self._db.read().execute(
+            f"SELECT {readable.HEAD_COLUMNS} FROM jobs{where} ORDER BY rowid DESC "
+            "LIMIT ? OFFSET ?", (chars, chars, *params, limit, offset)).fetchall()
+        return [readable.head(row) for row in rows]
 
     def _select(self, cur: sqlite3.Cursor, ids: Sequence[str], states: Sequence[str],
                 unknown: bool = False) -> list[Any]:

