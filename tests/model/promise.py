@@ -30,8 +30,8 @@ def unknown_message(name: str) -> str:
 
 
 def timeout_message(name: str, seconds: float) -> str:
-    """The error of a job that ran past its timeout."""
-    return f"job {name} ran longer than its timeout of {seconds:g}s"
+    """The error of a job that ran past its timeout (the message keeps the class, issue 51)."""
+    return f"JobTimeout: job {name} ran longer than its timeout of {seconds:g}s"
 
 
 def backoff_window(attempt: int) -> tuple[float, float]:

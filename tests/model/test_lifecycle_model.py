@@ -145,7 +145,7 @@ def make_machine(open_store: StoreFactory,
             elif step == "fail":
                 job.failed()
             elif step == "raise":
-                job.errored(BOOM, self.now())
+                job.errored(f"RuntimeError: {BOOM}", self.now())  # the class is kept
             else:
                 raise AssertionError(step)
 
