@@ -89,9 +89,13 @@ def test_a_failed_header_member_fails_the_chord_or_not_by_policy(app: Conveyor) 
     assert lenient.result(timeout=1) == 4  # total([4, None])
 
 
-def test_an_empty_canvas_and_a_bad_results_mode_are_refused(app: Conveyor) -> None:
-    with pytest.raises(WorkflowError, match="no step"):
-        group().enqueue()
+def test_an_empty_group_gives_an_empty_list_and_a_bad_results_mode_is_refused(
+        app: Conveyor) -> None:
+    """Celery test_canvas.py::test_group::test_empty_group_result: an empty group's result
+    is ``[]`` (it was refused with "no step" before issue 50)."""
+    run = group().enqueue(app=app)
+    drain(app)
+    assert run.result(timeout=1) == []
     square = app.registry.get("t.square")
     assert square is not None
     wf = app.workflow()
