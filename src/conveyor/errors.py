@@ -41,6 +41,12 @@ class UnknownJobError(ConveyorError, LookupError):
     """No job is registered under that name."""
 
 
+class NotAJob(UnknownJobError):
+    """A stored name that is not a job of this app and never will be (a Django backend's
+    stored module path that is not one of the project's tasks): looked at, never imported.
+    A worker ends such a job ``dead`` at once with this reason, whatever its retries."""
+
+
 class JobNotFound(ConveyorError, LookupError):
     """No job with that id is stored (never existed, or trimmed by retention)."""
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import os
-import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, overload
@@ -26,74 +24,25 @@ from conveyor.builtin_jobs import (
     run_map,
 )
 from conveyor.calls import CallShape
-from conveyor.errors import ConveyorError, WorkflowError
+from conveyor.errors import WorkflowError
+from conveyor.naming import (
+    UnimportableJobError,
+    check_importable,
+    default_name,
+    importable_module,
+)
 from conveyor.options import JobOptions, KeyOption, by_name_keys, make_options
 from conveyor.refs import JobRef
 from conveyor.signature import Signature, canvas
 from conveyor.text import check_name
 
-# JobOptions, KeyOption and make_options lived here before options.py; still importable here.
+# JobOptions, KeyOption and make_options lived here before options.py, the names before
+# naming.py: still importable here.
 __all__ = [
     "MAP_JOB", "Enqueuer", "JobFunction", "JobOptions", "KeyOption", "Registry", "Signature",
     "UnimportableJobError",
-    "default_name", "importable_module", "make_options",
+    "check_importable", "default_name", "importable_module", "make_options",
 ]
-
-class UnimportableJobError(ConveyorError, TypeError):
-    """A job function's default name points at ``__main__`` with no importable module."""
-
-
-def default_name(func: Callable[..., Any]) -> str:
-    """The stored name of a job function: ``module.qualname``.
-
-    ``__main__`` is replaced by the module a worker would import the script as (see
-    ``importable_module``); where there is none (an interactive session, ``python -c``) the
-    name keeps ``__main__`` and enqueueing such a job raises ``UnimportableJobError``.
-    """
-    module = getattr(func, "__module__", None) or "__main__"
-    if module == "__main__":
-        module = importable_module() or module
-    qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
-    return f"{module}.{qualname}"
-
-
-def importable_module() -> str | None:
-    """The name under which ``import`` would load the running ``__main__`` script, or None.
-
-    ``python -m pkg.mod`` records it in ``__spec__``; ``python pkg/mod.py`` does not, so it
-    is derived from the file's path relative to the first ``sys.path`` entry that holds it
-    (the script's own directory comes first, as for the worker started from there).
-    """
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name and spec.name != "__main__":
-        return str(spec.name)  # pkg.__main__ for `python -m pkg`: importable as such
-    path = getattr(main, "__file__", None)
-    if not path or not str(path).endswith(".py"):
-        return None
-    target = os.path.realpath(path)
-    for entry in sys.path:
-        base = os.path.realpath(entry or os.getcwd())
-        rel = os.path.relpath(target, base)
-        if rel.startswith(os.pardir + os.sep) or os.path.isabs(rel):
-            continue
-        parts = rel[: -len(".py")].split(os.sep)
-        if parts[-1] == "__init__":
-            parts.pop()
-        if parts and all(p.isidentifier() for p in parts):
-            return ".".join(parts)
-    return None
-
-
-def check_importable(name: str) -> None:
-    """Refuse to store a job name that only this ``__main__`` process could resolve."""
-    if name.startswith("__main__."):
-        raise UnimportableJobError(
-            f"job {name!r} is defined in a script no worker can import; move it into a "
-            "module (e.g. myapp.py, run by `conveyor worker myapp:app`) or register it "
-            "with @app.job(name=...) in a module the worker imports"
-        )
-
 
 class Enqueuer(Protocol):
     """Where a ``JobFunction`` sends its enqueues: the app's ``Client``."""
@@ -317,6 +266,8 @@ class Registry:
     def __init__(self) -> None:
         self._jobs: dict[str, JobFunction] = {}
         self._builtin: dict[str, JobFunction] = {}
+        self._resolver: Callable[[str], JobFunction | None] | None = None
+        self._resolved: dict[str, JobFunction] = {}
         self._aggregators: dict[str, Callable[..., Any]] = {}
         self._aggregator_fns: dict[str, JobFunction] = {}
 
@@ -343,8 +294,21 @@ class Registry:
         self._jobs[fn.name] = fn
 
     def get(self, name: str) -> JobFunction | None:
-        """The job registered under ``name``, or None."""
-        return self._jobs.get(name) or self._builtin.get(name)
+        """The job registered under ``name``, or None; a name no job has is asked of the
+        resolver (``set_resolver``), which may raise ``NotAJob``."""
+        found = self._jobs.get(name) or self._builtin.get(name) or self._resolved.get(name)
+        if found is None and self._resolver is not None:
+            found = self._resolver(name)
+            if found is not None:
+                self._resolved[name] = found
+        return found
+
+    def set_resolver(self, resolver: Callable[[str], JobFunction | None]) -> None:
+        """Find jobs registered elsewhere by name (the Django backend: the project's tasks,
+        by their module path). ``resolver(name)`` returns the job, None for a name it does
+        not know (yet: retried as any unknown job), or raises ``NotAJob`` for a name that
+        will never be a job (the job ends dead at once)."""
+        self._resolver = resolver
 
     def add_aggregator(self, name: str, func: Callable[..., Any]) -> None:
         """Register ``func`` as the aggregator of the job ``name`` (``@app.aggregate``)."""

@@ -72,9 +72,9 @@ def test_enqueue_many_names_the_first_bad_item(app: Conveyor, middleware: bool) 
         pair.enqueue_many([(1,), (1, 2), (1, 2, 3), (4,)])
     assert one_line(raised).startswith("enqueue_many item 2: cannot call t.pair(")
     assert stored(app) == 2
-    with pytest.raises(TypeError, match="enqueue_many item 1: .*unexpected keyword"):
+    with pytest.raises(TypeError, match=r"enqueue_many item 1: .*unexpected keyword"):
         pair.enqueue_many([{"a": 1}, {"a": 1, "c": 2}])
-    with pytest.raises(TypeError, match="enqueue_many item 0: .*missing"):
+    with pytest.raises(TypeError, match=r"enqueue_many item 0: .*missing"):
         pair.enqueue_many([((), {"b": 1})])
 
 

@@ -57,7 +57,7 @@ def test_a_django_project_runs_its_tasks_on_conveyor(store: str, tmp_path: Path,
     assert [seen[f"sum{n}"]["value"] for n in range(3)] == [0, 2, 4]
     signals: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for line in (tmp_path / "sig").read_text().splitlines():
-        kind, job_id, status = json.loads(line)
+        kind, job_id, status, _ = json.loads(line)
         signals[job_id].append((kind, status))
     flaky_id = [k for k, v in signals.items() if len(v) == 5]
     assert len(flaky_id) == 1, signals  # enqueued, then started + finished per attempt

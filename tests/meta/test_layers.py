@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("conveyor.errors", "conveyor.text", "conveyor.ids", "conveyor.clock", "conveyor.node",
               "conveyor.flow_control",
               "conveyor.serializer", "conveyor.job", "conveyor.hooks", "conveyor.retry",
-              "conveyor.calls", "conveyor.reraise")),
+              "conveyor.calls", "conveyor.reraise", "conveyor.naming")),
     # the storage boundary and the backends
     ("storage", ("conveyor.storage", "conveyor.storage.*")),
     # the broker boundary beside it (delivery only: the store still holds every job's state)
