@@ -106,6 +106,11 @@ class Canvas:
         self.errbacks.append(errback)
         return errback
 
+    def on_error(self, errback: Signature) -> Canvas:
+        """``link_error(errback)``, returning the canvas (Celery's ``on_error``)."""
+        self.link_error(errback)
+        return self
+
     def attach(self, wf: Workflow, after: Sequence[JobRef], results: str,
                policy: str) -> list[JobRef]:
         """Place the steps in ``wf`` after ``after`` (``Workflow.add_workflow``), the first

@@ -298,7 +298,7 @@ def node_signature(step: Signature | JobFunction) -> Signature:
     sig = step if isinstance(step, Signature) else step.s()
     if sig.links or sig.errbacks:
         raise WorkflowError(f"{sig.name} has callbacks (link / link_error): add it with "
-                            "add_workflow(sig), which places them too")
+                            "add_workflow(chain(sig)), which places them too")
     return sig
 
 

@@ -8,19 +8,14 @@ scripts run in subprocesses: Django is configured once per process."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conformance.backends import backend_url
+from tests.contrib.django_run import beside_worker, project_env
 
-ROOT = Path(__file__).resolve().parents[2]
-CONVEYOR = Path(sys.executable).with_name("conveyor")
 SIDE_EFFECT = "open({mark!r}, 'w').write('imported')\nx = 1\n"
 
 
@@ -32,24 +27,10 @@ def seen(request: pytest.FixtureRequest,
     (tmp / "other").mkdir()
     mark = tmp / "imported.txt"
     (tmp / "sideeffect_mod.py").write_text(SIDE_EFFECT.format(mark=str(mark)))
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.contrib.django_project.settings",
-           "DJANGO_TEST_DB": str(tmp / "django.db"), "SIGNAL_LOG": str(tmp / "sig"),
-           "CONVEYOR_URL": backend_url(request.param, tmp, request.getfixturevalue),
-           "CONVEYOR_OTHER_URL": backend_url(request.param, tmp / "other",
-                                             request.getfixturevalue),
-           "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp}"}  # sideeffect_mod is importable
-    worker = subprocess.Popen(
-        [str(CONVEYOR), "worker", "conveyor.contrib.django_tasks:app", "--processes", "1",
-         "-c", "4", "-q", "default", "-q", "mail"], cwd=ROOT, env=env,
-        stdout=subprocess.DEVNULL, stderr=open(tmp / "worker.log", "w"))  # noqa: SIM115
-    try:
-        check = subprocess.run([sys.executable, "-m", "tests.contrib.django_project.fidelity"],
-                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    finally:
-        worker.terminate()
-        worker.wait(30)
-    assert check.returncode == 0, check.stderr[-3000:]
-    out: dict[str, Any] = json.loads(check.stdout)
+    env = project_env(tmp, backend_url(request.param, tmp, request.getfixturevalue), tmp,
+                      CONVEYOR_OTHER_URL=backend_url(request.param, tmp / "other",
+                                                     request.getfixturevalue))
+    out = beside_worker("fidelity", env, tmp)  # sideeffect_mod importable: tmp is on the path
     out["imported_by_worker"] = mark.exists()
     signals: dict[str, list[Any]] = defaultdict(list)
     for line in (tmp / "sig").read_text().splitlines():
@@ -163,3 +144,9 @@ def test_the_worker_runs_only_the_projects_tasks(seen: dict[str, Any]) -> None:
         assert read[0] == "TaskResultDoesNotExist", key
     assert seen["imported_by_worker"] is False
     assert seen["imported_here"] is False
+
+
+def test_a_job_stored_before_tasks_were_named_by_path_still_runs(seen: dict[str, Any]) -> None:
+    """Jobs stored as ``conveyor.django`` (the task's path their first argument) before
+    issue 50 named them by path: a worker of this release runs and reads them."""
+    assert seen["legacy_ok"] == ["SUCCESSFUL", 5, [2, 3], "default"]

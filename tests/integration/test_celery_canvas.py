@@ -14,6 +14,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -98,6 +99,8 @@ def test_arguments_at_enqueue_go_in_front_unless_immutable(app: Conveyor, jobs: 
     c = add.si(1, 0) | group(add.s(1), add.s(1)) | group(tsum.s(), tsum.s()) | tsum.s()
     assert c.enqueue().result(timeout=WAIT) == 8
     assert chain(add.s(3, 4), echo.si("im")).enqueue().result(timeout=WAIT) == [["im"], {}]
+    fixed = chain(add.s(3, 4), add.signature((2, 2), immutable=True))
+    assert fixed.enqueue().result(timeout=WAIT) == 4
 
 
 def test_a_chain_inside_a_group_receives_the_argument(app: Conveyor, jobs: Any) -> None:
@@ -136,6 +139,20 @@ def test_chunks_on_the_job_and_as_a_function(app: Conveyor, jobs: Any) -> None:
     assert add.chunks([(1, 2), (3, 4), (5, 6)], 2).enqueue().result(timeout=WAIT) == [[3, 7],
                                                                                     [11]]
     assert chunks(add, [(1, 1)], 5).enqueue().result(timeout=WAIT) == [[2]]
+
+
+def test_a_chain_with_an_error_handler_and_an_eta(app: Conveyor, jobs: Any) -> None:
+    """Celery integration test_chain::test_chain_error_handler_with_eta: ``chain(group(...),
+    tsum.s()).on_error(handler).apply_async(eta=...)`` gives 10, and nothing starts before
+    the eta."""
+    add, tsum, errback = jobs("add"), jobs("tsum"), jobs("errback")
+    eta = datetime.now(timezone.utc) + timedelta(seconds=0.5)
+    c = chain(group(add.s(1, 2), add.s(3, 4)), tsum.s()).on_error(errback.s())
+    run = c.apply_async(eta=eta)
+    assert run.result(timeout=WAIT) == 10
+    starts = [r.started_at for r in nodes(app, run, "c.add")]
+    assert len(starts) == 2 and all(t is not None and t >= eta.timestamp() for t in starts)
+    assert [r.result for r in nodes(app, run, "conveyor.errback")] == ["null"] * 3
 
 
 # -- empty groups and shapes -------------------------------------------------------------------

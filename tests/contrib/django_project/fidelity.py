@@ -93,13 +93,18 @@ def main() -> None:
         "legacy": raw.enqueue("conveyor.django",
                               ["sideeffect_mod.x", [], {}, False, "default"]),
     }
+    # A job stored before tasks were named by their path (issue 50) still runs and reads.
+    old_style = raw.enqueue("conveyor.django", ["tests.contrib.django_project.tasks.add",
+                                                [2, 3], {}, False, "default"])
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for result in runs.values():
             result.refresh()
         records = {k: raw.get_job(r.id) for k, r in forged.items() if r is not None}
+        old = raw.get_job(old_style.id) if old_style is not None else None
         if all(r.is_finished for r in runs.values()) and all(
-                r is not None and r.state.terminal for r in records.values()):
+                r is not None and r.state.terminal for r in records.values()) and (
+                old is not None and old.state.terminal):
             break
         time.sleep(0.1)
     for key, result in runs.items():
@@ -114,6 +119,9 @@ def main() -> None:
     out["forged"] = {k: [records[k].state.value, records[k].message,
                          raises(lambda k=k: default.get_result(forged[k].id))]
                      for k in forged}
+    legacy = tasks.add.get_result(old_style.id) if old_style is not None else None
+    out["legacy_ok"] = None if legacy is None else [str(legacy.status), legacy.return_value,
+                                                    legacy.args, legacy.task.backend]
     out["imported_here"] = "sideeffect_mod" in sys.modules
     raw.close()
     print(json.dumps(out))
