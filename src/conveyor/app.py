@@ -274,6 +274,7 @@ worker runs jobs with, and the storage.
         def register(f: Callable[..., Any] | JobFunction) -> JobFunction:
             fn = self._periodic_job(f, queue, job_options)
             arguments, keywords = tuple(args), dict(kwargs or {})
+            fn.check_call(arguments, keywords, what=f"periodic schedule {name or fn.name}")
             schedule = Schedule(
                 name=name or fn.name, cron=cron, job_name=fn.name,
                 queue=queue or fn.opts.queue, args=arguments, kwargs=keywords, tz=tz,

@@ -26,12 +26,13 @@ from contextlib import suppress
 from itertools import islice
 from typing import Any
 
+from conveyor.calls import CallShape, split_item
 from conveyor.draft import build_flow
 from conveyor.ids import new_ids
 from conveyor.job import EnqueueResult, FlowControl
 from conveyor.options import JobOptions
 from conveyor.refs import JobLookup, JobRef
-from conveyor.registry import check_importable, split_item
+from conveyor.registry import check_importable
 from conveyor.serializer import encode_arg_lists, encode_args
 from conveyor.storage.base import Ready, Sent
 from conveyor.storage.records import BlockResults, JobBlock
@@ -47,11 +48,13 @@ def blocks(
     name: str, opts: JobOptions, items: Iterable[Any], *, now: Callable[[], float],
     max_payload: int,
     batch_id: str | None,
+    shape: CallShape | None = None,
 ) -> Iterator[tuple[JobBlock | None, BaseException | None]]:
     """``(block, None)`` per ``BLOCK_SIZE`` items; the last pair carries the error an item
     raised (with the block of the items before it, or None), after which nothing follows.
 
-    ``now`` is the client clock's ``now``, read once per block (for ``expires_in``).
+    ``now`` is the client clock's ``now``, read once per block (for ``expires_in``);
+    ``shape``, the job function's, checks each item's arguments (``conveyor.calls``).
     """
     flows_wanted = opts.has_flow
     queue = opts.queue
@@ -74,9 +77,14 @@ def blocks(
                 if not checked:
                     _check_names(name, queue)
                     checked = True
-                payloads, index = fast, index + len(chunk)
+                fit = _fitting(shape, chunk)
+                payloads, index = fast[:fit], index + fit
+                if fit < len(chunk) and shape is not None:
+                    shape.check(chunk[fit], {}, what=f"enqueue_many item {index}")
             for item in chunk if fast is None else ():
                 args, kwargs = _split(item, index)
+                if shape is not None:
+                    shape.check(args, kwargs, what=f"enqueue_many item {index}")
                 index += 1
                 if not checked:  # what build_spec checks per job cannot change between jobs
                     _check_names(name, queue)
@@ -101,6 +109,18 @@ def blocks(
             yield block, error
         if error is not None or len(chunk) < BLOCK_SIZE:
             return
+
+
+def _fitting(shape: CallShape | None, chunk: list[Any]) -> int:
+    """How many items of ``chunk`` (each a list or tuple of positional arguments) fit the
+    function before the first that does not."""
+    if shape is None:
+        return len(chunk)
+    fits = shape.fits
+    for position, item in enumerate(chunk):
+        if not fits(len(item)):
+            return position
+    return len(chunk)
 
 
 def _split(item: Any, index: int) -> tuple[Sequence[Any], Mapping[str, Any]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from contextvars import ContextVar
@@ -20,6 +21,7 @@ from functools import partial
 from typing import Any, Literal, overload
 
 from conveyor.bulk import Threaded, Writers, blocks, refs_of, stored
+from conveyor.calls import split_item
 from conveyor.clock import SYSTEM_CLOCK, Clock
 from conveyor.context import current_batch
 from conveyor.draft import EnqueueDraft, build_spec, run_at_from
@@ -28,7 +30,7 @@ from conveyor.job import EnqueueResult, JobRecord, JobSpec
 from conveyor.middleware import ClientChain
 from conveyor.options import JobOptions, make_options
 from conveyor.refs import JobLookup, JobRef
-from conveyor.registry import JobFunction, Registry, check_importable, split_item
+from conveyor.registry import JobFunction, Registry, check_importable
 from conveyor.serializer import DEFAULT_MAX_PAYLOAD
 from conveyor.storage import Backend, Storage
 from conveyor.storage.aio import Waiter
@@ -38,7 +40,7 @@ from conveyor.storage.base import SendsBlocks
 # refs.py; they stay importable from here, where client middleware has been importing them.
 __all__ = [
     "CHUNK_SIZE", "Client", "EnqueueDraft", "JobLookup", "JobRef", "SpecBuffer", "build_spec",
-    "run_at_from",
+    "latest_client", "run_at_from",
 ]
 
 CHUNK_SIZE = 1000
@@ -47,6 +49,17 @@ CHUNK_SIZE = 1000
 # What a job argument can be (JSON): a ``connection=`` keyword of any other type could never be
 # stored, so it names the application's connection instead (``Client.enqueue_function``).
 _JSON_VALUES = (str, bool, int, float, list, tuple, dict)
+
+
+_latest: list[weakref.ref[Client]] = []
+
+
+def latest_client() -> Client | None:
+    """The client of the app created last in this process, if it is still alive: where a
+    canvas with no job of any app (an empty group) is stored, as Celery uses its current
+    app."""
+    found = _latest[0]() if _latest else None
+    return found
 
 
 class Client:
@@ -73,6 +86,7 @@ class Client:
         self._bound: ContextVar[Storage | None] = ContextVar(f"conveyor-tx-{id(self)}",
                                                              default=None)
         self._writers = Writers()  # threads storing enqueue_many's blocks
+        _latest[:] = [weakref.ref(self)]
 
     def __repr__(self) -> str:
         return f"<Client jobs={len(self.registry)} middleware={len(self.middleware)}>"
@@ -126,6 +140,8 @@ class Client:
         """Enqueue a job by name (``Conveyor.enqueue``); ``options`` override the registered
         job's; ``connection`` as in ``transaction``. None if a middleware stopped it."""
         fn = self.registry.get(name)
+        if fn is not None:
+            fn.check_call(args, kwargs or {})
         opts = make_options(fn.opts if fn is not None else None, **options)
         draft = self.draft(name, opts, args, kwargs or {}, delay, at)
         draft.meta.update(meta or {})
@@ -145,8 +161,10 @@ class Client:
         """
         connection = kwargs.get("connection")
         if connection is None or isinstance(connection, _JSON_VALUES):
+            fn.check_call(args, kwargs)
             return self.push(self.draft(fn.name, fn.opts, args, kwargs, delay, at))
         rest = {k: v for k, v in kwargs.items() if k != "connection"}
+        fn.check_call(args, rest)
         with self.transaction(connection):
             return self.push(self.draft(fn.name, fn.opts, args, rest, delay, at))
 
@@ -159,6 +177,7 @@ class Client:
         if connection is not None and not isinstance(connection, _JSON_VALUES):
             return await asyncio.to_thread(self.enqueue_function, fn, args, kwargs,
                                            delay=delay, at=at)
+        fn.check_call(args, kwargs)
         return await self.apush(self.draft(fn.name, fn.opts, args, kwargs, delay, at))
 
     async def aenqueue(
@@ -168,6 +187,8 @@ class Client:
     ) -> JobRef | None:
         """``enqueue`` (by name) for asyncio code."""
         fn = self.registry.get(name)
+        if fn is not None:
+            fn.check_call(args, kwargs or {})
         opts = make_options(fn.opts if fn is not None else None, **options)
         draft = self.draft(name, opts, args, kwargs or {}, delay, at)
         draft.meta.update(meta or {})
@@ -208,8 +229,7 @@ class Client:
             with self.transaction(connection):
                 return self.enqueue_many_function(fn, items, return_refs=return_refs)
         if self.middleware:
-            drafts = (self.draft(fn.name, fn.opts, *split_item(item, index))
-                      for index, item in enumerate(items))
+            drafts = (self._item_draft(fn, item, index) for index, item in enumerate(items))
             return self.push_many(drafts, return_refs=return_refs)
         self.check_aggregator(fn.name, fn.opts)
         storage = self.writer  # opened first, even for no items, as push_many does
@@ -217,7 +237,8 @@ class Client:
         refs: list[JobRef] = []
         count = 0
         pairs = blocks(fn.name, fn.opts, items, now=self.clock.now, max_payload=self.max_payload,
-                       batch_id=scope.id if scope is not None else None)
+                       batch_id=scope.id if scope is not None else None,
+                       shape=fn.shape if fn.opts.aggregate is None else None)
         # Inside a batch block its buffered jobs are stored first, and the block's counted.
         before = (lambda block: scope.reserve(len(block))) if scope is not None else _nothing
         prepare = (storage.prepare_block if isinstance(storage, SendsBlocks)
@@ -227,6 +248,12 @@ class Client:
             if return_refs:
                 refs += refs_of(results, self)
         return refs if return_refs else count
+
+    def _item_draft(self, fn: JobFunction, item: Any, index: int) -> EnqueueDraft:
+        """The draft of one ``enqueue_many`` item, its arguments checked."""
+        args, kwargs = split_item(item, index)
+        fn.check_call(args, kwargs, what=f"enqueue_many item {index}")
+        return self.draft(fn.name, fn.opts, args, kwargs)
 
     def draft(
         self, name: str, opts: JobOptions, args: Sequence[Any], kwargs: Mapping[str, Any],

@@ -62,6 +62,12 @@ class UnknownJobError(ConveyorError, LookupError):
     """No job is registered under that name."""
 
 
+class NotAJob(UnknownJobError):
+    """A stored name that is not a job of this app and never will be (a Django backend's
+    stored module path that is not one of the project's tasks): looked at, never imported.
+    A worker ends such a job ``dead`` at once with this reason, whatever its retries."""
+
+
 class JobNotFound(ConveyorError, LookupError):
     """No job with that id is stored (never existed, or trimmed by retention)."""
 
@@ -141,13 +147,22 @@ class JobTimeout(ConveyorError):
 
 
 class JobFailed(ConveyorError):
-    """Raised by ``JobRef.result()`` when the job ended failed, dead or cancelled."""
+    """Raised by ``JobRef.result()`` when the job ended failed, dead or cancelled.
 
-    def __init__(self, job_id: str, state: str, message: str | None) -> None:
+    Where the job's own exception can be rebuilt (``conveyor.reraise``), the exception
+    raised derives from both its class and this one; either way it carries ``job_id``,
+    ``state``, ``message``, and for a job an error ended, ``error_type`` (its class path)
+    and ``job_traceback`` (the traceback as the worker saw it).
+    """
+
+    def __init__(self, job_id: str, state: str, message: str | None, *,
+                 error_type: str | None = None, job_traceback: str | None = None) -> None:
         super().__init__(f"job {job_id} ended {state}: {message or 'no message'}")
         self.job_id = job_id
         self.state = state
         self.message = message
+        self.error_type = error_type
+        self.job_traceback = job_traceback
 
 
 class ResultTimeout(ConveyorError, TimeoutError):

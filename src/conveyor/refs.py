@@ -7,8 +7,9 @@ from collections.abc import Generator
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
-from conveyor.errors import JobFailed, JobNotFound, ResultTimeout
+from conveyor.errors import JobNotFound, ResultTimeout
 from conveyor.job import JobRecord, JobState
+from conveyor.reraise import failure
 from conveyor.serializer import loads
 from conveyor.storage.aio import Waiter
 
@@ -73,8 +74,10 @@ class JobRef:
     def result(self, timeout: float | None = None) -> Any:
         """Wait for the job to finish and return its JSON-decoded result.
 
-        Raises ``JobFailed`` when it ended failed, dead or cancelled, ``ResultTimeout`` after
-        ``timeout`` seconds (None waits forever) and ``JobNotFound`` if it is not stored.
+        When it ended failed, dead or cancelled, raises the job's own exception if an error
+        ended it and its class can be rebuilt here (``conveyor.reraise``; it derives from
+        ``JobFailed`` too), else ``JobFailed``. Raises ``ResultTimeout`` after ``timeout``
+        seconds (None waits forever) and ``JobNotFound`` if it is not stored.
         Polls with a backoff from 5 ms to 200 ms.
         """
         waits = self._waits(timeout)
@@ -147,4 +150,4 @@ class JobRef:
 def _outcome(record: JobRecord) -> Any:
     if record.state is JobState.SUCCEEDED:
         return None if record.result is None else loads(record.result)
-    raise JobFailed(record.id, record.state.value, record.message)
+    raise failure(record)

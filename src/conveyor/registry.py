@@ -11,80 +11,38 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import os
-import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, overload
 
-from conveyor.context import current_job
-from conveyor.errors import ConveyorError, UnknownJobError
+from conveyor.builtin_jobs import (
+    COLLECT_JOB,
+    ERRBACK_JOB,
+    MAP_JOB,
+    collect,
+    run_errback,
+    run_map,
+)
+from conveyor.calls import CallShape
+from conveyor.errors import WorkflowError
+from conveyor.naming import (
+    UnimportableJobError,
+    check_importable,
+    default_name,
+    importable_module,
+)
 from conveyor.options import JobOptions, KeyOption, by_name_keys, make_options
 from conveyor.refs import JobRef
+from conveyor.signature import Signature, canvas
 from conveyor.text import check_name
 
-# JobOptions, KeyOption and make_options lived here before options.py; still importable here.
+# JobOptions, KeyOption and make_options lived here before options.py, the names before
+# naming.py: still importable here.
 __all__ = [
-    "Enqueuer", "JobFunction", "JobOptions", "KeyOption", "Registry", "Signature",
+    "MAP_JOB", "Enqueuer", "JobFunction", "JobOptions", "KeyOption", "Registry", "Signature",
     "UnimportableJobError",
-    "default_name", "importable_module", "make_options",
+    "check_importable", "default_name", "importable_module", "make_options",
 ]
-
-class UnimportableJobError(ConveyorError, TypeError):
-    """A job function's default name points at ``__main__`` with no importable module."""
-
-
-def default_name(func: Callable[..., Any]) -> str:
-    """The stored name of a job function: ``module.qualname``.
-
-    ``__main__`` is replaced by the module a worker would import the script as (see
-    ``importable_module``); where there is none (an interactive session, ``python -c``) the
-    name keeps ``__main__`` and enqueueing such a job raises ``UnimportableJobError``.
-    """
-    module = getattr(func, "__module__", None) or "__main__"
-    if module == "__main__":
-        module = importable_module() or module
-    qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
-    return f"{module}.{qualname}"
-
-
-def importable_module() -> str | None:
-    """The name under which ``import`` would load the running ``__main__`` script, or None.
-
-    ``python -m pkg.mod`` records it in ``__spec__``; ``python pkg/mod.py`` does not, so it
-    is derived from the file's path relative to the first ``sys.path`` entry that holds it
-    (the script's own directory comes first, as for the worker started from there).
-    """
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name and spec.name != "__main__":
-        return str(spec.name)  # pkg.__main__ for `python -m pkg`: importable as such
-    path = getattr(main, "__file__", None)
-    if not path or not str(path).endswith(".py"):
-        return None
-    target = os.path.realpath(path)
-    for entry in sys.path:
-        base = os.path.realpath(entry or os.getcwd())
-        rel = os.path.relpath(target, base)
-        if rel.startswith(os.pardir + os.sep) or os.path.isabs(rel):
-            continue
-        parts = rel[: -len(".py")].split(os.sep)
-        if parts[-1] == "__init__":
-            parts.pop()
-        if parts and all(p.isidentifier() for p in parts):
-            return ".".join(parts)
-    return None
-
-
-def check_importable(name: str) -> None:
-    """Refuse to store a job name that only this ``__main__`` process could resolve."""
-    if name.startswith("__main__."):
-        raise UnimportableJobError(
-            f"job {name!r} is defined in a script no worker can import; move it into a "
-            "module (e.g. myapp.py, run by `conveyor worker myapp:app`) or register it "
-            "with @app.job(name=...) in a module the worker imports"
-        )
-
 
 class Enqueuer(Protocol):
     """Where a ``JobFunction`` sends its enqueues: the app's ``Client``."""
@@ -117,6 +75,8 @@ class JobFunction:
 
     ``enqueue*`` return ``None`` instead of a ``JobRef`` when a client middleware stopped the
     enqueue (see ``conveyor.middleware``). ``enqueuer`` is what stores them: the app's client.
+    Every enqueue checks its arguments against the function's signature first
+    (``check_call``): a call that could never run raises ``TypeError`` and stores nothing.
     """
 
     def __init__(
@@ -129,6 +89,7 @@ class JobFunction:
         self.is_async = inspect.iscoroutinefunction(func)
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
+        self._shape: CallShape | None = None
 
     def __repr__(self) -> str:
         return f"<JobFunction {self.name} queue={self.opts.queue}>"
@@ -136,6 +97,22 @@ class JobFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the function directly, in this process (no storage involved)."""
         return self.func(*args, **kwargs)
+
+    @property
+    def shape(self) -> CallShape:
+        """The calls the function accepts (``conveyor.calls``)."""
+        if self._shape is None:
+            self._shape = CallShape(self.func, self.name)
+        return self._shape
+
+    def check_call(self, args: Sequence[Any], kwargs: Mapping[str, Any], leading: int = 0,
+                   what: str = "") -> None:
+        """Raise ``TypeError`` (one line) unless ``args``/``kwargs`` bind to the function,
+        after ``leading`` values given in front of them (a workflow node's parents' results).
+        An aggregated job's arguments are its aggregator's to read (the function itself is
+        never called with them): not checked."""
+        if self.opts.aggregate is None:
+            self.shape.check(args, kwargs, leading, what)
 
     def enqueue(self, *args: Any, **kwargs: Any) -> JobRef | None:
         """Store the job to run as soon as a worker is free.
@@ -147,6 +124,19 @@ class JobFunction:
         """
         return self.enqueuer.enqueue_function(self, args, kwargs)
 
+    def send(self, args: Sequence[Any], kwargs: Mapping[str, Any], *,
+             delay: float | timedelta | None = None,
+             at: datetime | float | None = None) -> JobRef | None:
+        """Enqueue with exactly these arguments, ``delay`` seconds from now or ``at`` a time
+        (what a ``Signature`` calls)."""
+        return self.enqueuer.enqueue_function(self, args, kwargs, delay=delay, at=at)
+
+    async def asend(self, args: Sequence[Any], kwargs: Mapping[str, Any], *,
+                    delay: float | timedelta | None = None,
+                    at: datetime | float | None = None) -> JobRef | None:
+        """``send`` for asyncio code."""
+        return await self.enqueuer.aenqueue_function(self, args, kwargs, delay=delay, at=at)
+
     def enqueue_in(self, delay: float | timedelta, *args: Any, **kwargs: Any) -> JobRef | None:
         """Store the job to run ``delay`` seconds (or a ``timedelta``) from now."""
         return self.enqueuer.enqueue_function(self, args, kwargs, delay=delay)
@@ -154,6 +144,12 @@ class JobFunction:
     def enqueue_at(self, when: datetime, *args: Any, **kwargs: Any) -> JobRef | None:
         """Store the job to run at ``when``, a timezone-aware datetime."""
         return self.enqueuer.enqueue_function(self, args, kwargs, at=when)
+
+    def apply_async(self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
+                    **options: Any) -> JobRef | None:
+        """Celery's ``task.apply_async(args, kwargs, countdown=, eta=, queue=, link=,
+        link_error=)``: ``self.s().apply_async(...)``."""
+        return self.s().apply_async(args, kwargs, **options)
 
     async def aenqueue(self, *args: Any, **kwargs: Any) -> JobRef | None:
         """``enqueue`` for asyncio code: the event loop never waits on the storage (native
@@ -193,7 +189,9 @@ class JobFunction:
         Each item is the job's arguments: a list or tuple of positional arguments, a mapping of
         keyword arguments, or a 2-tuple ``(args, kwargs)``. Returns one ``JobRef`` per job
         stored; with ``return_refs=False`` it returns only how many were stored, so a call
-        with millions of items (e.g. from a generator) runs in bounded memory.
+        with millions of items (e.g. from a generator) runs in bounded memory. An item that
+        cannot be stored (arguments that do not fit the function, or are not JSON) raises,
+        naming the item; the items before it are stored.
 
         With ``connection`` (the application's database connection) the jobs are written in
         its open transaction, as in ``app.transaction(connection)``.
@@ -202,27 +200,54 @@ class JobFunction:
                                                    connection=connection)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
-        """This job with its arguments, not enqueued: a step of a workflow
-        (``workflow.add(extract.s("orders"))``), as Celery's signatures."""
+        """This job with its arguments, not enqueued: a step of a workflow or canvas
+        (``workflow.add(extract.s("orders"))``), as Celery's signatures; a step after
+        another gets its result in front of these arguments."""
         return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """An immutable signature (Celery's ``si``): never given a previous step's result,
+        nor arguments at enqueue; only these."""
+        return Signature(self, args, kwargs, immutable=True)
+
+    def signature(self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
+                  *, immutable: bool = False) -> Signature:
+        """Celery's ``task.signature(args, kwargs, immutable=...)``."""
+        return Signature(self, args, kwargs, immutable=immutable)
 
     def map(self, items: Iterable[Any]) -> Signature:
         """One job that calls this function on each item in turn and returns the list of
         results (Celery's ``task.map``): a step of a workflow or canvas. An error in any item
         retries the whole job by this job's rules; for a job per item, use
         ``group(fn.s(i) for i in items)``."""
-        return self._mapped([item for item in items], star=False)
+        listed = list(items)
+        for index, item in enumerate(listed):
+            self.check_call([item], {}, what=f"map item {index}")
+        return self.builtin(MAP_JOB, run_map, (self.name, listed, False))
 
     def starmap(self, items: Iterable[Sequence[Any]]) -> Signature:
         """As ``map``, each item being the positional arguments (Celery's ``task.starmap``)."""
-        return self._mapped([list(item) for item in items], star=True)
+        listed = [list(item) for item in items]
+        for index, item in enumerate(listed):
+            self.check_call(item, {}, what=f"starmap item {index}")
+        return self.builtin(MAP_JOB, run_map, (self.name, listed, True))
 
-    def _mapped(self, items: list[Any], star: bool) -> Signature:
+    def chunks(self, items: Iterable[Sequence[Any]], size: int) -> Any:
+        """Celery's ``task.chunks(items, size)``, as ``conveyor.chunks(self, items, size)``:
+        a group of ``starmap`` jobs of ``size`` calls each."""
+        if size < 1:
+            raise WorkflowError(f"chunks need a size of at least 1, not {size}")
+        calls = [list(item) for item in items]
+        return canvas().group([self.starmap(calls[i:i + size])
+                               for i in range(0, len(calls), size)])
+
+    def builtin(self, name: str, func: Callable[..., Any], args: Sequence[Any]) -> Signature:
+        """A step of conveyor's own job ``name`` (``conveyor.builtin_jobs``) run on this
+        job's queue, with its retries and timeout."""
         o = self.opts
         opts = JobOptions(queue=o.queue, max_retries=o.max_retries, timeout=o.timeout,
                           expires_in=o.expires_in, retry_in=o.retry_in)
-        return Signature(JobFunction(self.enqueuer, run_map, MAP_JOB, opts),
-                         (self.name, items, star), {})
+        return Signature(JobFunction(self.enqueuer, func, name, opts), args, {})
 
     def options(self, **overrides: Any) -> JobFunction:
         """A copy with other options for the next enqueues, e.g. ``.options(queue="low")``.
@@ -234,82 +259,23 @@ class JobFunction:
         return JobFunction(self.enqueuer, self.func, self.name, opts)
 
 
-class Signature:
-    """A job function with its arguments, to be enqueued later (``JobFunction.s``)."""
-
-    __slots__ = ("args", "fn", "kwargs")
-
-    def __init__(self, fn: JobFunction, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-        self.fn = fn
-        self.args = list(args)
-        self.kwargs = dict(kwargs)
-
-    def __repr__(self) -> str:
-        return f"<Signature {self.fn.name} args={self.args!r} kwargs={self.kwargs!r}>"
-
-    @property
-    def name(self) -> str:
-        """The job's stored name."""
-        return self.fn.name
-
-    def enqueue(self) -> JobRef | None:
-        """Enqueue this job on its own, outside any workflow (Celery's ``sig.delay()``)."""
-        return self.fn.enqueue(*self.args, **self.kwargs)
-
-    async def aenqueue(self) -> JobRef | None:
-        """``enqueue`` for asyncio code."""
-        return await self.fn.aenqueue(*self.args, **self.kwargs)
-
-
-def split_item(item: Any, index: int) -> tuple[Sequence[Any], Mapping[str, Any]]:
-    """(args, kwargs) of one ``enqueue_many`` item; ``TypeError`` naming the item otherwise."""
-    if isinstance(item, Mapping):
-        return (), item
-    if (
-        isinstance(item, tuple) and len(item) == 2
-        and isinstance(item[0], (list, tuple)) and isinstance(item[1], Mapping)
-    ):
-        return item[0], item[1]
-    if isinstance(item, (list, tuple)):
-        return item, {}
-    raise TypeError(
-        f"enqueue_many item {index} is a {type(item).__name__}; give a list/tuple of args, "
-        "a dict of kwargs, or an (args, kwargs) tuple"
-    )
-
-
-#: The built-in job behind ``JobFunction.map`` / ``starmap`` and ``canvas.chunks``.
-MAP_JOB = "conveyor.map"
-
-
-def run_map(name: str, items: list[Any], star: bool = False) -> list[Any]:
-    """The body of ``MAP_JOB``: the job ``name`` called on each item in this run, in order
-    (``star``: each item is its positional arguments); returns the results."""
-    app = current_job().app
-    fn = app.registry.get(name) if app is not None else None
-    if fn is None:
-        raise UnknownJobError(f"no job named {name!r} in this worker to map over")
-    out: list[Any] = []
-    for item in items:
-        args = list(item) if star else [item]
-        value = fn.func(*args)
-        out.append(asyncio.run(value) if inspect.iscoroutine(value) else value)
-    return out
-
-
 class Registry:
-    """Job functions by name, as the worker looks them up; ``get`` also finds the built-in
-    ``MAP_JOB``, which ``names()`` does not list."""
+    """Job functions by name, as the worker looks them up; ``get`` also finds conveyor's own
+    jobs (``conveyor.builtin_jobs``), which ``names()`` does not list."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, JobFunction] = {}
         self._builtin: dict[str, JobFunction] = {}
+        self._resolver: Callable[[str], JobFunction | None] | None = None
+        self._resolved: dict[str, JobFunction] = {}
         self._aggregators: dict[str, Callable[..., Any]] = {}
         self._aggregator_fns: dict[str, JobFunction] = {}
 
     def add_builtins(self, enqueuer: Enqueuer) -> None:
-        """Register conveyor's own jobs (``MAP_JOB``), stored by ``enqueuer``."""
-        self._builtin[MAP_JOB] = JobFunction(enqueuer, run_map, MAP_JOB, JobOptions())
+        """Register conveyor's own jobs (``conveyor.builtin_jobs``), stored by ``enqueuer``."""
+        for name, func in ((MAP_JOB, run_map), (COLLECT_JOB, collect),
+                           (ERRBACK_JOB, run_errback)):
+            self._builtin[name] = JobFunction(enqueuer, func, name, JobOptions())
 
     def add(self, fn: JobFunction) -> None:
         """Register ``fn`` under ``fn.name``.
@@ -328,8 +294,21 @@ class Registry:
         self._jobs[fn.name] = fn
 
     def get(self, name: str) -> JobFunction | None:
-        """The job registered under ``name``, or None."""
-        return self._jobs.get(name) or self._builtin.get(name)
+        """The job registered under ``name``, or None; a name no job has is asked of the
+        resolver (``set_resolver``), which may raise ``NotAJob``."""
+        found = self._jobs.get(name) or self._builtin.get(name) or self._resolved.get(name)
+        if found is None and self._resolver is not None:
+            found = self._resolver(name)
+            if found is not None:
+                self._resolved[name] = found
+        return found
+
+    def set_resolver(self, resolver: Callable[[str], JobFunction | None]) -> None:
+        """Find jobs registered elsewhere by name (the Django backend: the project's tasks,
+        by their module path). ``resolver(name)`` returns the job, None for a name it does
+        not know (yet: retried as any unknown job), or raises ``NotAJob`` for a name that
+        will never be a job (the job ends dead at once)."""
+        self._resolver = resolver
 
     def add_aggregator(self, name: str, func: Callable[..., Any]) -> None:
         """Register ``func`` as the aggregator of the job ``name`` (``@app.aggregate``)."""

@@ -26,12 +26,14 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from conveyor.builtin_jobs import ERRBACK_JOB
 from conveyor.client import Client
 from conveyor.context import JobContext, set_workflow_scope
 from conveyor.errors import LeaseLost, WorkflowError
 from conveyor.job import JobSpec, Node
 from conveyor.refs import JobRef
-from conveyor.registry import JobFunction, Signature
+from conveyor.registry import JobFunction
+from conveyor.signature import Signature
 from conveyor.workflow import (
     After,
     Attachable,
@@ -39,6 +41,7 @@ from conveyor.workflow import (
     check_id,
     check_policy,
     flatten,
+    node_signature,
     node_spec,
     result_mode,
     tails,
@@ -106,7 +109,8 @@ class RunningWorkflow:
             own = tuple(ids[p] for p in step.parents)
             node = (Node(own, (), step.policy, step.results) if own
                     else Node(parents, (), on_parent_failure, mode))
-            specs.append(replace(node_spec(self._client, step.sig, ids[step.ref.id], self.id),
+            sig = errback_for(step.sig, ids) if step.sig.name == ERRBACK_JOB else step.sig
+            specs.append(replace(node_spec(self._client, sig, ids[step.ref.id], self.id),
                                  node=node))
         self._store(specs)
         last = {ref.id for ref in tails(steps)}
@@ -122,7 +126,8 @@ class RunningWorkflow:
             check_id("node id", node_id, self.id)
         specs: list[JobSpec] = []
         for step in steps:
-            sig = step if isinstance(step, Signature) else step.s()
+            sig = node_signature(step)
+            sig.fn.check_call(sig.args, sig.kwargs, leading=1 if mode else 0)
             spec = node_spec(self._client, sig, node_id or self._next_id(), self.id)
             specs.append(replace(spec, node=Node(parents, (), policy, mode)))
         return self._store(specs)
@@ -145,4 +150,13 @@ class RunningWorkflow:
         return head + digest[:12]
 
 
+def errback_for(sig: Signature, ids: dict[str, str]) -> Signature:
+    """An errback step (``conveyor.builtin_jobs.run_errback``) naming the job it watches by
+    the id that job is stored under here (an added node's id is derived, not its own)."""
+    args = list(sig.args)
+    args[3] = ids.get(args[3], args[3])
+    return Signature(sig.fn, args, sig.kwargs)
+
+
 set_workflow_scope(RunningWorkflow)
+

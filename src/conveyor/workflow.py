@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from conveyor.batch import Callback, batch_status, callback_spec, wait_batch
@@ -37,10 +38,11 @@ from conveyor.ids import new_id
 from conveyor.job import BatchSpec, EnqueueResult, JobSpec, Node
 from conveyor.node import PARENT_FAILURE_POLICIES, RESULT_MODES
 from conveyor.refs import JobRef
-from conveyor.registry import JobFunction, Signature
+from conveyor.registry import JobFunction
+from conveyor.signature import Signature
 from conveyor.text import id_fault, shown
 
-__all__ = ["After", "Attachable", "Workflow"]
+__all__ = ["After", "Attachable", "Workflow", "node_signature"]
 
 After = JobRef | str | Iterable["After"]
 """Parents given to ``Workflow.add``: node refs (or node ids), or lists of them (a group
@@ -129,7 +131,7 @@ class Workflow:
         """
         if self._enqueued:
             raise WorkflowError(f"workflow {self._id} is enqueued; it takes no more nodes")
-        sig = step if isinstance(step, Signature) else step.s()
+        sig = node_signature(step)
         check_policy(on_parent_failure)
         parents = tuple(dict.fromkeys(flatten(after)))
         for parent in parents:
@@ -142,8 +144,14 @@ class Workflow:
         if ref.id in self._steps:
             raise WorkflowError(f"node id {ref.id!r} is used twice")
         mode = result_mode(results, parents)
+        sig.fn.check_call(sig.args, sig.kwargs, leading=1 if mode else 0)
         self._steps[ref.id] = Step(sig, ref, parents, on_parent_failure, mode, node_id is not None)
         return ref
+
+    def parents_of(self, node_id: str) -> tuple[str, ...]:
+        """The nodes ``node_id`` waits for (none for a node not in this workflow)."""
+        step = self._steps.get(node_id)
+        return step.parents if step is not None else ()
 
     def add_group(self, steps: Iterable[Signature | JobFunction], *, after: After = (),
                   on_parent_failure: str = "fail",
@@ -193,12 +201,15 @@ class Workflow:
         return [Step(s.sig, s.ref, s.parents, s.policy, s.results, s.given)
                 for s in self._steps.values()]
 
-    async def aenqueue(self) -> Workflow:
+    async def aenqueue(self, *, delay: float | timedelta | None = None,
+                       at: datetime | float | None = None) -> Workflow:
         """``enqueue`` for asyncio code (its storage calls in a thread)."""
-        return await asyncio.to_thread(self.enqueue)
+        return await asyncio.to_thread(self.enqueue, delay=delay, at=at)
 
-    def enqueue(self) -> Workflow:
-        """Store the workflow and every node; the nodes without parents start at once.
+    def enqueue(self, *, delay: float | timedelta | None = None,
+                at: datetime | float | None = None) -> Workflow:
+        """Store the workflow and every node; the nodes without parents start at once, or
+        ``delay`` seconds from now, or at ``at`` (an aware datetime).
 
         A node id given by the caller that a stored job already has is refused
         (``WorkflowError``) before anything is stored: the store would keep that job and the
@@ -209,7 +220,7 @@ class Workflow:
         if not self._steps:
             raise WorkflowError("a workflow needs at least one node")
         client = self._client_of()
-        specs = self._specs(client)
+        specs = self._specs(client, delay, at)
         for step in self._steps.values():
             if step.given and client.storage.get_job(step.ref.id) is not None:
                 raise WorkflowError(_taken(step.ref.id, self._id))
@@ -254,21 +265,28 @@ class Workflow:
 
     # -- building ---------------------------------------------------------------------------
 
-    def _client_of(self) -> Client:
+    @property
+    def client(self) -> Client | None:
+        """The client it is stored with, once known (given, or its first step's)."""
         if self._client is None:
             first = next(iter(self._steps.values()), None)
             enqueuer = first.sig.fn.enqueuer if first is not None else None
-            if not isinstance(enqueuer, Client):
-                raise WorkflowError("this workflow has no app: use app.workflow(...)")
-            self._client = enqueuer
+            self._client = enqueuer if isinstance(enqueuer, Client) else None
         return self._client
+
+    def _client_of(self) -> Client:
+        client = self.client
+        if client is None:
+            raise WorkflowError("this workflow has no app: use app.workflow(...)")
+        return client
 
     def _batch_spec(self, client: Client) -> BatchSpec:
         callbacks = {event: callback_spec(client, self._id, event, target)
                      for event, target in self._callbacks.items() if target is not None}
         return BatchSpec(self._id, self.description, self.meta, callbacks, kind="workflow")
 
-    def _specs(self, client: Client) -> list[JobSpec]:
+    def _specs(self, client: Client, delay: float | timedelta | None = None,
+               at: datetime | float | None = None) -> list[JobSpec]:
         children: dict[str, list[str]] = {node_id: [] for node_id in self._steps}
         for node_id, step in self._steps.items():
             for parent in step.parents:
@@ -276,18 +294,19 @@ class Workflow:
         waiting: list[JobSpec] = []
         roots: list[JobSpec] = []
         for node_id, step in self._steps.items():
-            spec = self._spec(client, step)
+            root = not step.parents  # a node with parents starts when they settle
+            spec = node_spec(client, step.sig, step.ref.id, self._id,
+                             delay if root else None, at if root else None)
             node = Node(step.parents, tuple(children[node_id]), step.policy, step.results)
             (waiting if step.parents else roots).append(replace(spec, node=node))
         return waiting + roots
 
-    def _spec(self, client: Client, step: Step) -> JobSpec:
-        return node_spec(client, step.sig, step.ref.id, self._id)
 
-
-def node_spec(client: Client, sig: Signature, node_id: str, workflow_id: str) -> JobSpec:
+def node_spec(client: Client, sig: Signature, node_id: str, workflow_id: str,
+              delay: float | timedelta | None = None,
+              at: datetime | float | None = None) -> JobSpec:
     """A node's job, built as ``enqueue`` builds a job (client middleware included)."""
-    draft = client.draft(sig.name, sig.fn.opts, sig.args, sig.kwargs)
+    draft = client.draft(sig.name, sig.fn.opts, sig.args, sig.kwargs, delay, at)
     draft.id, draft.batch_id = node_id, workflow_id
     built: list[JobSpec] = []
 
@@ -318,6 +337,16 @@ def check_id(what: str, value: object, workflow_id: str | None = None) -> None:
 def _taken(node_id: str, workflow_id: str) -> str:
     return (f"node id {node_id!r} of workflow {workflow_id} is the id of a stored job: a node "
             "id must be new")
+
+
+def node_signature(step: Signature | JobFunction) -> Signature:
+    """The signature a node runs; ``WorkflowError`` for one with callbacks, which a node
+    added alone would drop (a canvas places them: ``add_workflow(sig)``)."""
+    sig = step if isinstance(step, Signature) else step.s()
+    if sig.links or sig.errbacks:
+        raise WorkflowError(f"{sig.name} has callbacks (link / link_error): add it with "
+                            "add_workflow(chain(sig)), which places them too")
+    return sig
 
 
 def tails(steps: Sequence[Step]) -> list[JobRef]:

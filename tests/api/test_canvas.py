@@ -3,13 +3,14 @@ of store by ``conveyor.testing.drain``: results flow as docs/workflows.md says."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conveyor import Conveyor, Fail, JobState, chain, chord, chunks, group
+from conveyor import Conveyor, Fail, JobState, chain, chord, chunks, current_job, group
 from conveyor.errors import JobFailed, WorkflowError
 from conveyor.testing import drain
 from tests.conformance.backends import backend_url
@@ -90,9 +91,13 @@ def test_a_failed_header_member_fails_the_chord_or_not_by_policy(app: Conveyor) 
     assert lenient.result(timeout=1) == 4  # total([4, None])
 
 
-def test_an_empty_canvas_and_a_bad_results_mode_are_refused(app: Conveyor) -> None:
-    with pytest.raises(WorkflowError, match="no step"):
-        group().enqueue()
+def test_an_empty_group_gives_an_empty_list_and_a_bad_results_mode_is_refused(
+        app: Conveyor) -> None:
+    """Celery test_canvas.py::test_group::test_empty_group_result: an empty group's result
+    is ``[]`` (it was refused with "no step" before issue 50)."""
+    run = group().enqueue(app=app)
+    drain(app)
+    assert run.result(timeout=1) == []
     square = app.registry.get("t.square")
     assert square is not None
     wf = app.workflow()
@@ -170,3 +175,69 @@ def test_a_canvas_workflow_is_described_by_its_shape() -> None:
     long = described(group(double.s(i) if i % 2 else extract.s() for i in range(80)).enqueue())
     assert len(long) == 200 and long.endswith("…")
     app.close()
+
+
+def test_apply_async_schedules_the_first_steps_with_arguments_queue_and_links(
+        app: Conveyor) -> None:
+    """Celery's ``apply_async(args, kwargs, countdown=, eta=, queue=, link=)`` on a canvas and
+    a signature (its integration test_chain::test_chain_error_handler_with_eta delays a
+    chain): the first steps get the arguments in front of theirs and start ``countdown``
+    seconds later, every job goes to ``queue``, a link is stored after the job."""
+    add, total = app.registry.get("t.add"), app.registry.get("t.total")
+    assert add is not None and total is not None
+    run = chain(group(add.s(1), add.s(2)), total.s()).apply_async(
+        args=(10,), countdown=3600, queue="later")
+    jobs = {r.id: r for r in app.batch_jobs(run.id, limit=10)}
+    first = [r for r in jobs.values() if r.name == "t.add"]
+    assert [r.state for r in first] == [JobState.SCHEDULED] * 2
+    assert sorted(r.args for r in first) == [[10, 1], [10, 2]]
+    assert {r.queue for r in jobs.values()} == {"later"}
+    assert jobs[run.tails[0].id].state is JobState.WAITING
+    ref = add.s(5).apply_async(args=(1,), link=add.s(100), link_error=add.si(0, 0))
+    assert ref is not None
+    record = app.get_job(ref.id)
+    assert record is not None and record.batch_id is not None and record.args == [1, 5]
+    drain(app, queues=["default"])
+    assert ref.result(timeout=1) == 6
+    linked = [r for r in app.batch_jobs(record.batch_id, limit=10) if r.id != ref.id]
+    assert sorted((r.name, r.result) for r in linked) == [
+        ("conveyor.errback", "null"), ("t.add", "106")]  # the errback saw a success
+
+
+def test_a_signature_with_callbacks_is_placed_whole_or_refused(app: Conveyor) -> None:
+    """``wf.add`` places one node: a signature with callbacks would lose them, so it is
+    refused and ``add_workflow(chain(sig))`` places them; at run time an errback watches the
+    node under the id it is stored with (an added node's id is derived)."""
+    add, refuse = app.registry.get("t.add"), app.registry.get("t.refuse")
+    assert add is not None and refuse is not None
+    sig = add.s(1, 2)
+    sig.link(add.s(3))
+    wf = app.workflow()
+    with pytest.raises(WorkflowError, match="add_workflow"):
+        wf.add(sig)
+    [tail] = wf.add_workflow(chain(sig))
+    wf.enqueue()
+    drain(app)
+    assert tail.result(timeout=1) == 3
+    assert sorted(r.result or "" for r in app.batch_jobs(wf.id, limit=10)) == ["3", "6"]
+
+    @app.job(name="t.seen", retry=0)
+    def seen(job_id: str, error: Exception, traceback: str) -> list[str]:
+        return [job_id, type(error).__name__, str(error)]
+
+    @app.job(name="t.spawn", retry=0)
+    def spawn() -> None:
+        failing = refuse.s(7)
+        failing.link_error(seen.s())
+        current_job().workflow.add_workflow(chain(failing))
+
+    wf = app.workflow()
+    wf.add(spawn.s())
+    wf.enqueue()
+    drain(app)
+    jobs = app.batch_jobs(wf.id, limit=10)
+    [failed] = [r for r in jobs if r.name == "t.refuse"]
+    [errback] = [r for r in jobs if r.name == "conveyor.errback"]
+    assert failed.state is JobState.FAILED and errback.result is not None
+    assert json.loads(errback.result) == [failed.id, "JobFailed",
+                                          f"job {failed.id} ended failed: no 7"]

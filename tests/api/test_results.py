@@ -95,3 +95,43 @@ def test_status_has_state_and_events(app: Conveyor, job: JobFunction) -> None:
 def test_result_of_a_job_that_is_not_stored(app: Conveyor) -> None:
     with pytest.raises(JobNotFound):
         JobRef("missing", source=app).result(timeout=1)
+
+
+class QuotaExceeded(Exception):
+    """A job's own error class, importable here (this module)."""
+
+
+def test_result_raises_the_jobs_own_exception(app: Conveyor) -> None:
+    """Celery's ``AsyncResult.get()`` re-raises the task's exception (its integration
+    test_canvas.py::test_link_error::test_link_error_using_signature reads it back); issue 50:
+    ``result()`` raised ``JobFailed``, so ``except QuotaExceeded:`` around it never matched.
+    The class is rebuilt from its stored path (never unpickled), derives from ``JobFailed``
+    too, and carries the job's context. ``SystemExit`` is never raised in the reader."""
+    from conveyor.testing import drain
+
+    @app.job(name="t.quota", retry=False)
+    def quota(user: str) -> None:
+        raise QuotaExceeded(f"{user} is over quota")
+
+    @app.job(name="t.lookup", retry=False)
+    def lookup(key: str) -> None:
+        raise KeyError(key)
+
+    @app.job(name="t.leave", retry=False)
+    def leave() -> None:
+        raise SystemExit(3)
+
+    refs = [quota.enqueue("ada"), lookup.enqueue("missing"), leave.enqueue()]
+    drain(app)
+    first, second, third = (r for r in refs if r is not None)
+    with pytest.raises(QuotaExceeded, match="ada is over quota") as raised:
+        first.result(timeout=5)
+    assert isinstance(raised.value, JobFailed)
+    assert (raised.value.job_id, raised.value.state) == (first.id, "dead")
+    assert raised.value.error_type == f"{__name__}.QuotaExceeded"
+    assert "QuotaExceeded: ada is over quota" in (raised.value.job_traceback or "")
+    with pytest.raises(KeyError):
+        asyncio.run(second.aresult(timeout=5))
+    with pytest.raises(JobFailed) as exited:
+        third.result(timeout=5)
+    assert type(exited.value) is JobFailed and exited.value.error_type == "SystemExit"

@@ -6,7 +6,6 @@ SQLite and Redis: the check script enqueues through ``Task.enqueue`` / ``aenqueu
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import defaultdict
@@ -15,31 +14,15 @@ from pathlib import Path
 import pytest
 
 from tests.conformance.backends import backend_url
-
-ROOT = Path(__file__).resolve().parents[2]
-CONVEYOR = Path(sys.executable).with_name("conveyor")
+from tests.contrib.django_run import ROOT, beside_worker, project_env
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("store", ["sqlite", "redis"])
 def test_a_django_project_runs_its_tasks_on_conveyor(store: str, tmp_path: Path,
                                                      request: pytest.FixtureRequest) -> None:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.contrib.django_project.settings",
-           "DJANGO_TEST_DB": str(tmp_path / "django.db"), "SIGNAL_LOG": str(tmp_path / "sig"),
-           "CONVEYOR_URL": backend_url(store, tmp_path, request.getfixturevalue),
-           "PYTHONPATH": str(ROOT)}
-    worker = subprocess.Popen(
-        [str(CONVEYOR), "worker", "conveyor.contrib.django_tasks:app", "--processes", "1",
-         "-c", "4", "-q", "default", "-q", "mail"], cwd=ROOT, env=env,
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "worker.log", "w"))  # noqa: SIM115
-    try:
-        check = subprocess.run([sys.executable, "-m", "tests.contrib.django_project.check"],
-                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=90)
-    finally:
-        worker.terminate()
-        worker.wait(30)
-    assert check.returncode == 0, check.stderr[-3000:]
-    seen = json.loads(check.stdout)
+    env = project_env(tmp_path, backend_url(store, tmp_path, request.getfixturevalue))
+    seen = beside_worker("check", env, tmp_path, timeout=90)
     assert seen["status_at_enqueue"] == "READY"
     ok = {"status": "SUCCESSFUL", "errors": [], "times": [True, True, True]}
     assert seen["added"] == {**ok, "attempts": 1, "value": 5, "worker_ids": 1}
@@ -57,7 +40,7 @@ def test_a_django_project_runs_its_tasks_on_conveyor(store: str, tmp_path: Path,
     assert [seen[f"sum{n}"]["value"] for n in range(3)] == [0, 2, 4]
     signals: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for line in (tmp_path / "sig").read_text().splitlines():
-        kind, job_id, status = json.loads(line)
+        kind, job_id, status, _ = json.loads(line)
         signals[job_id].append((kind, status))
     flaky_id = [k for k, v in signals.items() if len(v) == 5]
     assert len(flaky_id) == 1, signals  # enqueued, then started + finished per attempt
@@ -72,10 +55,7 @@ def test_enqueue_returns_ready_even_if_a_worker_started_the_task_already(
     """Found by CI on Redis, where an idle worker leases a job one round trip after it is
     stored: ``enqueue`` read the job back and returned ``RUNNING``. Django's contract (and
     this backend's docstring) is ``READY``: what was enqueued, ``refresh()`` for news."""
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.contrib.django_project.settings",
-           "DJANGO_TEST_DB": str(tmp_path / "django.db"), "SIGNAL_LOG": str(tmp_path / "sig"),
-           "CONVEYOR_URL": backend_url(store, tmp_path, request.getfixturevalue),
-           "PYTHONPATH": str(ROOT)}
+    env = project_env(tmp_path, backend_url(store, tmp_path, request.getfixturevalue))
     run = subprocess.run([sys.executable, "-m", "tests.contrib.django_project.race"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr[-3000:]

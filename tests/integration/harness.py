@@ -31,13 +31,14 @@ def until(check: Callable[[], bool], timeout: float = 20.0, step: float = 0.05) 
 class Worker:
     """One ``conveyor worker`` process (its own session, so teardown can kill the group)."""
 
-    def __init__(self, url: str, tmp: Path, *args: str, name: str = "worker") -> None:
+    def __init__(self, url: str, tmp: Path, *args: str, name: str = "worker",
+                 app: str = APP) -> None:
         self.log_path = tmp / f"{name}.log"
         env = dict(os.environ, **{RUNS_ENV: str(tmp / "runs.txt")})
         env.pop("CONVEYOR_URL", None)
         # One process unless the test asks for more: alone, ``conveyor worker`` runs one per core.
         count = [] if "--processes" in args else ["--processes", "1"]
-        cmd = [sys.executable, "-m", "conveyor.cli.main", "worker", APP, "--url", url, *count,
+        cmd = [sys.executable, "-m", "conveyor.cli.main", "worker", app, "--url", url, *count,
                *args]
         with self.log_path.open("ab") as out:
             self.popen = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=out,

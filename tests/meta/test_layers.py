@@ -25,16 +25,19 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # plain data and rules, no I/O
     ("base", ("conveyor.errors", "conveyor.text", "conveyor.ids", "conveyor.clock", "conveyor.node",
               "conveyor.flow_control",
-              "conveyor.serializer", "conveyor.job", "conveyor.hooks", "conveyor.retry")),
+              "conveyor.serializer", "conveyor.job", "conveyor.hooks", "conveyor.retry",
+              "conveyor.calls", "conveyor.reraise", "conveyor.naming")),
     # the storage boundary and the backends
     ("storage", ("conveyor.storage", "conveyor.storage.*")),
     # the broker boundary beside it (delivery only: the store still holds every job's state)
     ("broker", ("conveyor.broker", "conveyor.broker.*")),
     # enqueueing and what a job sees: options, drafts, refs, the Client, job functions, batches
     ("client", ("conveyor.options", "conveyor.refs", "conveyor.draft", "conveyor.context",
-                "conveyor.middleware", "conveyor.registry", "conveyor.bulk", "conveyor.client",
+                "conveyor.signature", "conveyor.builtin_jobs", "conveyor.middleware",
+                "conveyor.registry", "conveyor.bulk", "conveyor.client",
                 "conveyor.batch", "conveyor.workflow", "conveyor.running_workflow",
-                "conveyor.canvas", "conveyor.periodic", "conveyor.member")),
+                "conveyor.canvas_run", "conveyor.canvas", "conveyor.periodic",
+                "conveyor.member")),
     # the application object that wires the parts, and the public API re-exported from it
     ("app", ("conveyor.aio_app", "conveyor.app", "conveyor")),
     # running jobs (built from an app, never built by one)

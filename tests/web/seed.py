@@ -32,11 +32,12 @@ def make_app(url: str | None) -> Conveyor:
     app = Conveyor(url)
 
     @app.job(name="shop.register", queue="default")
-    def register(seller: int, product: object) -> None:
-        """Stand-in job; tests complete it through the storage."""
+    def register(seller: int, product: object, note: str = "") -> None:
+        """Stand-in job; tests complete it through the storage (``note`` carries the seed's
+        hostile text in a keyword: enqueue checks a call against the signature)."""
 
     @app.job(name="shop.export", queue="exports")
-    def export(part: int) -> None:
+    def export(part: int, sku: str = "") -> None:
         """Stand-in job in a second queue."""
 
     return app

@@ -9,30 +9,41 @@ and the worker, from the project's directory::
 
     DJANGO_SETTINGS_MODULE=mysite.settings conveyor worker conveyor.contrib.django_tasks:app
 
-A task is stored as a conveyor job named ``conveyor.django`` (``conveyor.django.async`` for an
-``async def`` task) whose arguments are the task's module path and its arguments: workers
-need no registry of Django tasks, they import the task as Django does. ``TaskResult`` is read
-from the job's record (docs/django.md).
+A task is stored as a conveyor job named after its module path (``myapp.tasks.send_report``,
+what the dashboard lists and filters by), its arguments the task's; the worker runs only
+tasks registered with Django's task framework (``django_runner.py``). Django's contract
+holds: a task that raises ends ``FAILED`` after one attempt unless ``job_options`` ask for
+retries; arguments and results are JSON as Django normalizes them (``TypeError`` otherwise);
+``TaskResult`` is read from the job's record (docs/django.md).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import importlib
 import json
 import os
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
-from inspect import iscoroutinefunction
 from typing import Any
-
-from django.utils.module_loading import import_string
 
 from conveyor.app import Conveyor
 from conveyor.context import current_job
+from conveyor.contrib.django_runner import (
+    attempt_error,
+    module_path,
+    normalize_json,
+    record_task,
+    task_runner,
+    verified_task,
+    when,
+)
+from conveyor.errors import InvalidNameError, NotAJob, UnknownJobError
 from conveyor.job import EventKind, JobRecord, JobState
-from conveyor.options import by_name_keys, make_options
+from conveyor.options import make_options
+from conveyor.registry import JobFunction
+from conveyor.serializer import decode_payload
+from conveyor.text import check_name
 
 try:  # Django 6: the framework itself
     _tasks = importlib.import_module("django.tasks")
@@ -49,15 +60,17 @@ except ImportError:  # Django 4.2 - 5.x: the backport (django-tasks)
 
 Task: Any = _base.Task
 TaskResult: Any = _base.TaskResult
-TaskError: Any = _base.TaskError
 TaskContext: Any = _base.TaskContext
 Status: Any = _base.TaskResultStatus
 BaseTaskBackend: Any = _backend.BaseTaskBackend
 
 __all__ = ["RUN_ASYNC_JOB", "RUN_JOB", "ConveyorBackend", "conveyor_app", "job_options"]
 
+#: Jobs stored before tasks were named by their module path (their path is the first
+#: argument); still run, under the same verification.
 RUN_JOB = "conveyor.django"
 RUN_ASYNC_JOB = "conveyor.django.async"
+META = "django"  # the job's meta key holding the backend alias and run_after
 _STATUS = {
     JobState.ACTIVE: "RUNNING", JobState.SUCCEEDED: "SUCCESSFUL", JobState.FAILED: "FAILED",
     JobState.DEAD: "FAILED", JobState.CANCELLED: "FAILED",
@@ -67,17 +80,13 @@ _APPS: dict[str, Conveyor] = {}
 
 def job_options(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """conveyor's own options for a Django task (those of ``@app.job``: ``retry``,
-    ``timeout``, ``unique_for``, ``concurrency_key``, ``rate_limit``, ...), put under
-    ``@task``::
+    ``timeout``, ``retry_in``, ``unique_for``, ``concurrency_key``, ...), put under
+    ``@task``; without ``retry`` a task that raises fails at once, as Django specifies::
 
         @task()
         @job_options(retry=5, concurrency_key=lambda user_id: f"user:{user_id}", concurrency=1)
         def send_report(user_id: int) -> None: ...
     """
-    if "retry_in" in options:
-        # It is read where the job runs, from the registered job: the task's runner here.
-        raise ValueError("retry_in cannot be given per Django task; raise "
-                         "conveyor.Retry(in_seconds=...) from the task instead")
     make_options(**{k: v for k, v in options.items() if k != "queue"})  # checked now
 
     def mark(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -88,14 +97,32 @@ def job_options(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., 
 
 
 def conveyor_app(url: str | None) -> Conveyor:
-    """The conveyor app of a storage URL in this process, with the two runner jobs."""
+    """The conveyor app of a storage URL in this process: the project's tasks are its jobs
+    (found by module path, ``django_runner.verified_task``)."""
     key = url or ""
     found = _APPS.get(key)
     if found is None:
         found = _APPS[key] = Conveyor(url)
-        found.job(name=RUN_JOB)(run_task)
-        found.job(name=RUN_ASYNC_JOB)(arun_task)
+        found.job(name=RUN_JOB, retry=False)(run_task)
+        found.job(name=RUN_ASYNC_JOB, retry=False)(arun_task)
+        app = found
+        found.registry.set_resolver(lambda name: _resolve(app, name))
     return found
+
+
+def _resolve(app: Conveyor, name: str) -> JobFunction | None:
+    task = verified_task(name)
+    return None if task is None else _job_of(app, task)
+
+
+def _job_of(app: Conveyor, task: Any) -> JobFunction:
+    """The conveyor job of ``task``: its runner, with the task's ``job_options`` and
+    Django's default of no retries."""
+    options = dict(getattr(task.func, "conveyor_options", {}))
+    options.pop("queue", None)  # a task's queue is its queue_name, given at each enqueue
+    options.setdefault("retry", False)
+    return JobFunction(app.client, task_runner(task, _run, _arun), module_path(task.func),
+                       make_options(**options))
 
 
 class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
@@ -114,15 +141,26 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         super().__init__(alias, params)
         self.app = conveyor_app(self.options.get("URL"))
 
+    def validate_task(self, task: Any) -> None:
+        """Django's checks, then the task is one of the project's (every ``Task`` Django
+        builds for this backend passes here): a worker may run it."""
+        super().validate_task(task)
+        record_task(task)
+
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
-        """Store the task as a conveyor job; its ``TaskResult`` is ``READY``."""
+        """Store the task as a conveyor job; its ``TaskResult`` is ``READY``. Arguments are
+        normalized as Django does (``bytes`` read as UTF-8 text, tuples as lists) and
+        anything else that is not JSON raises ``TypeError``; a call that cannot bind to
+        the task's function raises ``TypeError``: nothing is stored."""
         self.validate_task(task)
-        name = RUN_ASYNC_JOB if iscoroutinefunction(task.func) else RUN_JOB
-        options = _resolved(getattr(task.func, "conveyor_options", {}), task.func, args, kwargs)
-        options.setdefault("queue", task.queue_name)
-        ref = self.app.enqueue(name, [task.module_path, list(args), dict(kwargs),
-                                      task.takes_context, self.alias],
-                               at=task.run_after, **options)
+        args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
+        fn = self.app.registry.get(module_path(task.func))
+        if fn is None:  # pragma: no cover - validate_task recorded it
+            raise UnknownJobError(module_path(task.func))
+        after = task.run_after.isoformat() if task.run_after is not None else None
+        ref = self.app.enqueue(fn.name, args, kwargs, at=task.run_after,
+                               meta={META: {"backend": self.alias, "run_after": after}},
+                               queue=task.queue_name)
         if ref is None:
             raise _errors.InvalidTaskError("a conveyor client middleware stopped the enqueue")
         record = self.app.get_job(ref.id)
@@ -130,41 +168,55 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
             # What was enqueued, even if a worker has started it since (an idle worker leases
             # a job one round trip after it is stored); ``refresh()`` reads the news.
             result = _new_result(task, ref.id, args, kwargs, self.alias,
-                                 enqueued_at=_when(record.created_at) if record else None)
+                                 enqueued_at=when(record.created_at) if record else None)
         else:  # a unique job that already existed: it is what the caller got
             result = _result(task, record, self.alias)
         _signals.task_enqueued.send(type(self), task_result=result)
         return result
 
     def get_result(self, result_id: str) -> Any:
-        """The ``TaskResult`` of a stored job, or ``TaskResultDoesNotExist``."""
+        """The ``TaskResult`` of a stored task, its ``task`` with the options it was
+        enqueued with (queue, ``run_after``, backend alias: ``refresh()`` asks the right
+        backend); ``TaskResultDoesNotExist`` for anything else, including an id no store
+        could hold and a job that is not one of the project's tasks (never imported)."""
+        try:
+            check_name("task result id", result_id)
+        except InvalidNameError:
+            raise _errors.TaskResultDoesNotExist(f"no task result {result_id!r}") from None
         record = self.app.get_job(result_id)
-        if record is None or record.name not in (RUN_JOB, RUN_ASYNC_JOB):
+        stored = _stored(record) if record is not None else None
+        try:
+            task = verified_task(stored[0]) if stored is not None else None
+        except NotAJob:
+            task = None
+        if record is None or stored is None or task is None:
             raise _errors.TaskResultDoesNotExist(result_id)
-        return _result(import_string(record.args[0]), record, record.args[4])
+        _, alias, run_after = stored
+        return _result(_as_enqueued(task, record.queue, alias, run_after), record, alias)
 
 
-_KEYS = ("unique_key", "concurrency_key", "rate_key", "order_key")
+def _stored(record: JobRecord) -> tuple[str, str, str | None] | None:
+    """(task path, backend alias, run_after) of a job that is a Django task, else None."""
+    try:
+        args, _, meta = decode_payload(record.payload)
+    except ValueError:
+        return None
+    if record.name in (RUN_JOB, RUN_ASYNC_JOB):
+        return (str(args[0]), str(args[4]), None) if len(args) == 5 else None
+    django = meta.get(META)
+    if not isinstance(django, dict) or not isinstance(django.get("backend"), str):
+        return None
+    after = django.get("run_after")
+    return record.name, django["backend"], after if isinstance(after, str) else None
 
 
-def _resolved(options: dict[str, Any], func: Callable[..., Any], args: Any,
-              kwargs: Any) -> dict[str, Any]:
-    """``options`` with every key callable called on the task's own arguments (the stored
-    job's arguments are the runner's: the task's path, then its arguments)."""
-    if not options:
-        return {}
-    opts = by_name_keys(make_options(**{k: v for k, v in options.items() if k != "queue"}),
-                        func)
-    out = dict(options)
-    for name in _KEYS:
-        key = getattr(opts, name)
-        if callable(key):
-            out[name] = key(*args, **kwargs)
-    for name, keyed in (("debounce" if opts.fold and opts.fold.mode.startswith("debounce")
-                         else "throttle", opts.fold), ("aggregate", opts.aggregate)):
-        if keyed is not None and name in out and callable(keyed.key):
-            out[name] = dataclasses.replace(keyed, key=keyed.key(*args, **kwargs))
-    return out
+def _as_enqueued(task: Any, queue: str, alias: str, run_after: str | None) -> Any:
+    """``task`` with the options a job was enqueued with (as it was when enqueued)."""
+    try:
+        return task.using(queue_name=queue, backend=alias,
+                          run_after=datetime.fromisoformat(run_after) if run_after else None)
+    except Exception:  # settings changed since (a queue or alias gone): the task as it is
+        return task
 
 
 def _new_result(task: Any, job_id: str, args: Any, kwargs: Any, alias: str,
@@ -173,10 +225,6 @@ def _new_result(task: Any, job_id: str, args: Any, kwargs: Any, alias: str,
                       started_at=None, finished_at=None, last_attempted_at=None,
                       args=list(args), kwargs=dict(kwargs), backend=alias, errors=[],
                       worker_ids=[])
-
-
-def _when(ts: float | None) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(ts, tz=timezone.utc)
 
 
 def _class_path(name: str) -> str:
@@ -189,29 +237,34 @@ def _result(task: Any, record: JobRecord, alias: str) -> Any:
     the workers that ran it, the return value."""
     events = record.events or []
     started = [e for e in events if e.kind == EventKind.STARTED]
-    errors = [TaskError(exception_class_path=_class_path(str(e.data.get("type", ""))),
-                        traceback=str(e.data.get("traceback", "")))
+    errors = [_base.TaskError(exception_class_path=_class_path(str(e.data.get("type", ""))),
+                              traceback=str(e.data.get("traceback", "")))
               for e in events if e.data and "traceback" in e.data]
     status = getattr(Status, _STATUS.get(record.state, "READY"))
+    args, kwargs = ((record.args[1], record.args[2]) if record.name in (RUN_JOB, RUN_ASYNC_JOB)
+                    else (record.args, record.kwargs))
     result = TaskResult(
-        task=task, id=record.id, status=status, enqueued_at=_when(record.created_at),
-        started_at=_when(started[0].ts if started else None),
-        finished_at=_when(record.finished_at),
-        last_attempted_at=_when(started[-1].ts if started else None),
-        args=list(record.args[1]), kwargs=dict(record.args[2]), backend=alias,
+        task=task, id=record.id, status=status, enqueued_at=when(record.created_at),
+        started_at=when(started[0].ts if started else None),
+        finished_at=when(record.finished_at),
+        last_attempted_at=when(started[-1].ts if started else None),
+        args=list(args), kwargs=dict(kwargs), backend=alias,
         errors=errors, worker_ids=[e.worker or "" for e in started])
     if record.state is JobState.SUCCEEDED and record.result is not None:
         object.__setattr__(result, "_return_value", json.loads(record.result))
     return result
 
 
-def _running(module_path: str, args: list[Any], kwargs: dict[str, Any], alias: str) -> Any:
-    """The task being run, its ``TaskResult`` as of now (``RUNNING``), and the signal's
+def _running(task: Any, args: Any, kwargs: Any, alias: str | None) -> tuple[Any, Any, Any]:
+    """The task as enqueued, its ``TaskResult`` as of now (``RUNNING``), and the signal's
     sender; ``task_started`` sent."""
-    task = import_string(module_path)
-    backend = _tasks.task_backends[alias]
     ctx = current_job()
+    found = ctx.meta.get(META)
+    django: dict[str, Any] = found if isinstance(found, dict) else {}
+    alias = alias or str(django.get("backend") or task.backend)
+    backend = _tasks.task_backends[alias]
     record = backend.app.get_job(ctx.job_id)
+    task = _as_enqueued(task, ctx.queue, alias, django.get("run_after"))
     result = (_result(task, record, alias) if record is not None else
               _new_result(task, ctx.job_id, args, kwargs, alias))
     _signals.task_started.send(type(backend), task_result=result)
@@ -222,38 +275,59 @@ def _finished(sender: Any, result: Any, error: BaseException | None, value: Any)
     status = Status.FAILED if error is not None else Status.SUCCESSFUL
     object.__setattr__(result, "status", status)
     object.__setattr__(result, "finished_at", datetime.now(tz=timezone.utc))
-    if error is None:
+    if error is not None:
+        object.__setattr__(result, "errors", [*result.errors, attempt_error(error)])
+    else:
         object.__setattr__(result, "_return_value", value)
     _signals.task_finished.send(sender, task_result=result)
 
 
-def run_task(module_path: str, args: list[Any], kwargs: dict[str, Any], takes_context: bool,
-             alias: str) -> Any:
-    """The conveyor job that runs a Django task (``task_started``, then ``task_finished``
-    after every attempt, as Django's own backends send them)."""
-    task, result, sender = _running(module_path, args, kwargs, alias)
-    extra = (TaskContext(task_result=result),) if takes_context else ()
+def _run(task: Any, args: Any, kwargs: Any, alias: str | None = None) -> Any:
+    """Run a Django task in this worker: ``task_started``, the call, the result normalized
+    as Django does (a value that is not JSON raises ``TypeError`` here, with its traceback),
+    ``task_finished`` after every attempt with its ``TaskError``."""
+    task, result, sender = _running(task, args, kwargs, alias)
+    extra = (_base.TaskContext(task_result=result),) if task.takes_context else ()
     try:
-        value = task.func(*extra, *args, **kwargs)
+        value = normalize_json(task.func(*extra, *args, **kwargs))
     except BaseException as exc:
         _finished(sender, result, exc, None)
         raise
     _finished(sender, result, None, value)
     return value
+
+
+async def _arun(task: Any, args: Any, kwargs: Any, alias: str | None = None) -> Any:
+    """``_run`` for an ``async def`` task, awaited on the worker's event loop."""
+    task, result, sender = await asyncio.to_thread(_running, task, args, kwargs, alias)
+    extra = (_base.TaskContext(task_result=result),) if task.takes_context else ()
+    try:
+        value = normalize_json(await task.func(*extra, *args, **kwargs))
+    except BaseException as exc:
+        _finished(sender, result, exc, None)
+        raise
+    _finished(sender, result, None, value)
+    return value
+
+
+def _legacy(path: str) -> Any:
+    task = verified_task(path)
+    if task is None:
+        raise UnknownJobError(f"task {path!r} cannot be imported in this worker")
+    return task
+
+
+def run_task(module_path: str, args: list[Any], kwargs: dict[str, Any], takes_context: bool,
+             alias: str) -> Any:
+    """A job stored as ``conveyor.django`` (before tasks were named by their path): its
+    path verified as every task's, then run as one."""
+    return _run(_legacy(module_path), args, kwargs, alias)
 
 
 async def arun_task(module_path: str, args: list[Any], kwargs: dict[str, Any],
                     takes_context: bool, alias: str) -> Any:
-    """``run_task`` for an ``async def`` task, awaited on the worker's event loop."""
-    task, result, sender = await asyncio.to_thread(_running, module_path, args, kwargs, alias)
-    extra = (TaskContext(task_result=result),) if takes_context else ()
-    try:
-        value = await task.func(*extra, *args, **kwargs)
-    except BaseException as exc:
-        _finished(sender, result, exc, None)
-        raise
-    _finished(sender, result, None, value)
-    return value
+    """``run_task`` for an ``async def`` task."""
+    return await _arun(_legacy(module_path), args, kwargs, alias)
 
 
 def _worker_app() -> Conveyor:

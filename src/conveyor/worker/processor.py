@@ -16,7 +16,7 @@ from typing import Any
 from conveyor.app import Conveyor
 from conveyor.clock import Clock
 from conveyor.context import JobContext, activate
-from conveyor.errors import Fail, JobTimeout, PayloadError, Retry, UnknownJobError
+from conveyor.errors import Fail, JobTimeout, NotAJob, PayloadError, Retry, UnknownJobError
 from conveyor.job import Ack, ErrorInfo, LeasedJob, Outcome
 from conveyor.retry import backoff
 from conveyor.serializer import decode_payload, dumps
@@ -52,7 +52,10 @@ class Processor:
         """Decode the payload and find the function; an ``Ack`` (dead) when either fails."""
         if job.unreadable is not None:
             return self._dead(job, PayloadError(f"unreadable: {job.unreadable}"))
-        fn = self.app.registry.get(job.name)
+        try:
+            fn = self.app.registry.get(job.name)
+        except NotAJob as refused:  # never runnable here: no retry can help
+            return self._dead(job, refused)
         if fn is None:
             return self._unknown(job)
         aggregator = self.app.registry.aggregator(job.name)
@@ -161,6 +164,9 @@ class Processor:
         # and a ``Fail`` stands (docs/api.md, "Job lifecycle rules"), on every backend alike.
         if isinstance(exc, Fail):
             return self.ack(entry, Outcome.FAILED, message=exc.message or type(exc).__name__)
+        if isinstance(exc, NotAJob):  # a stored name that is not a job: never retried
+            info = error_info(exc)
+            return self.ack(entry, Outcome.DEAD, message=info.message, error=info)
         if isinstance(exc, Retry):  # counts as an attempt, so it ends too
             message = exc.message or "retry requested"
             if job.errors >= job.max_retries:

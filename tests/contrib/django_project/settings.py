@@ -11,7 +11,13 @@ DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3",
 TASKS = {
     "default": {
         "BACKEND": "conveyor.contrib.django_tasks.ConveyorBackend",
-        "QUEUES": ["default", "mail"],
+        "QUEUES": ["default", "mail", "idle"],  # no worker serves "idle"
         "OPTIONS": {"URL": os.environ["CONVEYOR_URL"]},
     },
 }
+if os.environ.get("CONVEYOR_OTHER_URL"):  # a second backend on a store of its own
+    TASKS["other"] = {
+        "BACKEND": "conveyor.contrib.django_tasks.ConveyorBackend",
+        "QUEUES": ["default", "idle"],
+        "OPTIONS": {"URL": os.environ["CONVEYOR_OTHER_URL"]},
+    }

@@ -22,8 +22,9 @@ except ImportError:
 def _log(kind: str, task_result: Any, **_: Any) -> None:
     path = os.environ.get("SIGNAL_LOG")
     if path:
+        errors = [e.exception_class_path for e in task_result.errors]
         with open(path, "a", encoding="utf-8") as out:
-            out.write(json.dumps([kind, task_result.id, str(task_result.status)]) + "\n")
+            out.write(json.dumps([kind, task_result.id, str(task_result.status), errors]) + "\n")
 
 
 @receiver(task_enqueued)
@@ -61,7 +62,6 @@ def flaky(context: Any, marker: str) -> int:
 
 
 @task()
-@job_options(retry=False)
 def broken() -> None:
     raise ValueError("bad template")
 
@@ -70,3 +70,53 @@ def broken() -> None:
 @job_options(unique_for=60, unique_key=lambda report_id: f"report:{report_id}")
 def report(report_id: int) -> int:
     return report_id
+
+
+# -- the django-tasks backport's test tasks (its tests/tasks.py), for tests/contrib/
+#    django_project/fidelity.py ------------------------------------------------------------
+
+
+@task()
+def noop_task(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+@task()
+def calculate_meaning_of_life() -> int:
+    return 42
+
+
+@task()
+def failing_task_value_error() -> None:
+    raise ValueError("This task failed due to ValueError")
+
+
+@task()
+def failing_task_system_exit() -> None:
+    raise SystemExit("This task failed due to SystemExit")
+
+
+@task()
+def complex_exception() -> None:
+    raise ValueError(ValueError("This task failed"))
+
+
+@task()
+def complex_return_value() -> Any:
+    return lambda: True  # neither JSON nor picklable
+
+
+@task(takes_context=True)
+def get_task_id(context: Any) -> str:
+    return str(context.task_result.id)
+
+
+@task(takes_context=True)
+def test_context(context: Any, attempt: int) -> None:
+    assert context.attempt == attempt
+
+
+@task()
+def echo(value: Any) -> Any:
+    """Its argument back, as the task received it."""
+    return [type(value).__name__, value]
