@@ -298,6 +298,10 @@ class MemoryState:
             finally:
                 self._settling = False
 
+    def _graph(self) -> graph.GraphTxn:
+        """The graph's reads and moves over this store (the caller holds the lock)."""
+        return _Graph(self)
+
     def _attach(self, ids: Collection[str]) -> None:
         """Link nodes added at run time into their graph (``graph.attach``), settling what
         that moves in the same step."""
