@@ -126,3 +126,15 @@ def test_a_node_of_a_cancelled_workflow_is_refused(backend: Backend) -> None:
     assert backend.retry_refusals([g.ids["b"]]) == {
         g.ids["b"]: f"job {g.ids['b']} not retried: its workflow was cancelled, so none of its "
                     "waiting nodes runs"}
+
+
+def test_a_parent_and_child_ended_in_one_step_keep_an_exact_count(backend: Backend) -> None:
+    """A parent and its waiting child killed in one call settle in one step: the child's
+    count of unsettled parents must reach zero, or its retry would wait for a parent that
+    has already ended (it is refused, naming that parent)."""
+    g = Graph(backend, {"a": [], "b": ["a"]})
+    assert backend.kill_jobs([g.ids["b"], g.ids["a"]]) == 2
+    assert backend.retry_jobs([g.ids["b"]]) == 0
+    assert g.states() == {"a": "dead", "b": "dead"}
+    assert f"its parent step.a {g.ids['a']} ended dead" in backend.retry_refusals(
+        [g.ids["b"]])[g.ids["b"]]
