@@ -138,3 +138,17 @@ def test_a_parent_and_child_ended_in_one_step_keep_an_exact_count(backend: Backe
     assert g.states() == {"a": "dead", "b": "dead"}
     assert f"its parent step.a {g.ids['a']} ended dead" in backend.retry_refusals(
         [g.ids["b"]])[g.ids["b"]]
+
+
+def test_retry_all_steps_over_refused_nodes_to_the_jobs_behind_them(backend: Backend) -> None:
+    """``retry_all(FAILED)`` (the dead/failed set's "retry all") retries the jobs it can,
+    however many refused nodes come first in the state's order (more than one call's worth
+    on Redis, which walks the index a chunk at a time)."""
+    children = {f"c{i:02d}": ["y"] for i in range(60)}
+    g = Graph(backend, {"y": [], **children, "x": []})  # ids sort c.., x.., y..
+    g.run("y", Outcome.DEAD, error=boom())
+    g.run("x", Outcome.FAILED, message="its own failure")
+    assert backend.count_jobs(state=JobState.FAILED) == 61
+    assert backend.retry_all(JobState.FAILED) == 1
+    assert g.state("x") is JobState.PENDING
+    assert backend.count_jobs(state=JobState.FAILED) == 60
