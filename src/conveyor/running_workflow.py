@@ -29,7 +29,7 @@ from dataclasses import replace
 from conveyor.client import Client
 from conveyor.context import JobContext, set_workflow_scope
 from conveyor.errors import LeaseLost, WorkflowError
-from conveyor.job import JobSpec, Node
+from conveyor.job import JobSpec
 from conveyor.refs import JobRef
 from conveyor.registry import JobFunction, Signature
 from conveyor.workflow import (
@@ -38,6 +38,7 @@ from conveyor.workflow import (
     Workflow,
     check_policy,
     flatten,
+    node_of,
     node_spec,
     result_mode,
     tails,
@@ -103,8 +104,8 @@ class RunningWorkflow:
         specs: list[JobSpec] = []
         for step in steps:
             own = tuple(ids[p] for p in step.parents)
-            node = (Node(own, (), step.policy, step.results) if own
-                    else Node(parents, (), on_parent_failure, mode))
+            node = (node_of(self._client, own, (), step.policy, step.results) if own
+                    else node_of(self._client, parents, (), on_parent_failure, mode))
             specs.append(replace(node_spec(self._client, step.sig, ids[step.ref.id], self.id),
                                  node=node))
         self._store(specs)
@@ -121,7 +122,7 @@ class RunningWorkflow:
         for step in steps:
             sig = step if isinstance(step, Signature) else step.s()
             spec = node_spec(self._client, sig, node_id or self._next_id(), self.id)
-            specs.append(replace(spec, node=Node(parents, (), policy, mode)))
+            specs.append(replace(spec, node=node_of(self._client, parents, (), policy, mode)))
         return self._store(specs)
 
     def _store(self, specs: list[JobSpec]) -> list[JobRef]:

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from conveyor.errors import WorkflowError
 from conveyor.job import TERMINAL_STATES, JobSpec, JobState, Node
+from conveyor.serializer import oversize
 
 __all__ = ["ENDED_BY", "FAILED", "GraphReads", "GraphTxn", "JobView", "NodeRow", "attach",
            "check_added", "decide", "inject", "judge", "parents_of", "settle"]
@@ -279,8 +280,8 @@ def judge(row: NodeRow, job: JobView, parents: Mapping[str, NodeRow],
     if verdict != "release" or not row.node.results:
         return verdict, message, None
     payload = inject(job, row.node, parent_jobs)
-    size = len(payload.encode()) if payload is not None else 0
-    if row.node.limit and size > row.node.limit:
+    size = oversize(payload, row.node.limit) if payload is not None and row.node.limit else 0
+    if size:
         return "fail", (f"{_named(job.name, row.id)}: its parents' results make its arguments "
                         f"{size:,} bytes, over max_payload ({row.node.limit:,} bytes)"), None
     return verdict, message, payload
