@@ -60,7 +60,8 @@ class PastedPage:
         try:
             deadline = time.monotonic() + start_within
             while not store.storage.workers():
-                assert proc.poll() is None, f"the worker exited importing the page:\n{self.output()}"
+                assert proc.poll() is None, (
+                    f"the worker exited importing the page:\n{self.output()}")
                 assert time.monotonic() < deadline, (
                     f"the worker did not start in {start_within:.0f} s (blocked importing the "
                     f"page?):\n{self.output()}")
