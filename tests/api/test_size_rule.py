@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 
 from conveyor import Conveyor, JobState, chord
+from conveyor.canvas import Run
 from conveyor.errors import JobFailed
 from conveyor.testing import drain
 
@@ -48,16 +49,22 @@ def test_a_result_over_max_payload_ends_the_job_dead(small: Conveyor) -> None:
         too_big.result(timeout=1)
 
 
-def test_a_chords_body_over_max_payload_ends_failed_naming_it(small: Conveyor) -> None:
-    @small.job(name="part")
+def _chord(app: Conveyor, parts: int, size: int) -> Run:
+    """A chord of ``parts`` results of ``size`` characters each, its body counting them."""
+
+    @app.job(name="part")
     def part(i: int) -> str:
-        return f"{i}" * 400
+        return f"{i}" * size
 
-    @small.job(name="join")
-    def join(parts: list[str]) -> int:
-        return len(parts)
+    @app.job(name="join")
+    def join(results: list[str]) -> int:
+        return sum(len(r) for r in results)
 
-    run = chord([part.s(i) for i in range(5)], join.s()).enqueue()
+    return chord([part.s(i) for i in range(parts)], join.s()).enqueue()
+
+
+def test_a_chords_body_over_max_payload_ends_failed_naming_it(small: Conveyor) -> None:
+    run = _chord(small, 5, 400)
     assert drain(small) == 5  # the body never runs
     [body] = run.tails
     record = body.status()
@@ -68,14 +75,6 @@ def test_a_chords_body_over_max_payload_ends_failed_naming_it(small: Conveyor) -
 
 
 def test_a_chord_under_max_payload_runs_its_body(small: Conveyor) -> None:
-    @small.job(name="part")
-    def part(i: int) -> str:
-        return f"{i}" * 100
-
-    @small.job(name="join")
-    def join(parts: list[str]) -> int:
-        return sum(len(p) for p in parts)
-
-    run = chord([part.s(i) for i in range(3)], join.s()).enqueue()
+    run = _chord(small, 3, 100)
     drain(small)
     assert run.result(timeout=1) == 300
