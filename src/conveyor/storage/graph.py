@@ -83,6 +83,7 @@ class JobView:
     result: str | None = None
     payload: str | None = None
     halted: bool = False  # its workflow was cancelled: nothing of it is released any more
+    attempt: int = 0  # attempts started: a node that ran was released
 
 
 class GraphReads(Protocol):

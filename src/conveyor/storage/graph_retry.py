@@ -13,7 +13,8 @@ as Airflow's "clear" does with a task whose upstream failed:
 - they would end it again: the retry is **refused**, with one line naming the job to retry
   instead (the ancestor whose own outcome ended it); retrying that one re-opens this node.
 
-A node the graph released (its payload holds its parents' results) is retried as any job.
+A node the graph released (its payload holds its parents' results), or that ran (so was
+released, maybe before releases were marked), is retried as any job.
 Every backend calls ``plan`` inside the step that retries (memory's lock, SQLite's and
 PostgreSQL's transaction); Redis plans just before its ``requeue.lua`` call, which moves a
 job only from the state it was planned in.
@@ -57,8 +58,8 @@ def plan(reads: GraphReads, ids: Collection[str]) -> RetryPlan:
     parents, parent_jobs = reads.nodes(parent_ids), reads.jobs(parent_ids)
     for job_id in held:
         row, view = rows[job_id], views.get(job_id)
-        if view is None:
-            continue
+        if view is None or view.attempt > 0:
+            continue  # a node that ran was released (stored before releases were marked)
         if view.halted:
             out.refused[job_id] = (f"job {job_id} not retried: its workflow was cancelled, "
                                    "so none of its waiting nodes runs")

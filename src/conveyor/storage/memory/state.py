@@ -344,7 +344,7 @@ class _Graph:
                 rec = entry.rec
                 halted = rec.batch_id is not None and self._state._batches.cancelled(rec.batch_id)
                 out[job_id] = JobView(rec.state.value, rec.name, rec.message, rec.result,
-                                      rec.payload, halted)
+                                      rec.payload, halted, rec.attempt)
         return out
 
     def save(self, rows: Iterable[NodeRow]) -> None:

@@ -116,9 +116,9 @@ class _Txn:
     def jobs(self, ids: Collection[str]) -> dict[str, JobView]:
         rows = self._cur.execute(
             "SELECT jobs.id, state, name, message, result, payload, "
-            "coalesce(batches.cancelled, false) FROM jobs LEFT JOIN batches "
+            "coalesce(batches.cancelled, false), attempt FROM jobs LEFT JOIN batches "
             "ON batches.id = jobs.batch_id WHERE jobs.id = ANY(%s)", (list(ids),)).fetchall()
-        return {r[0]: JobView(r[1], dec(r[2]) or "", dec(r[3]), r[4], r[5], bool(r[6]))
+        return {r[0]: JobView(r[1], dec(r[2]) or "", dec(r[3]), r[4], r[5], bool(r[6]), r[7])
                 for r in rows}
 
     def save(self, rows: Iterable[NodeRow]) -> None:

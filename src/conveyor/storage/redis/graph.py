@@ -208,7 +208,7 @@ class RedisGraph(RedisBatches):
         for queue, held in queues.items():
             for rec in self.records(queue, held, with_events=False):
                 out[rec.id] = JobView(rec.state.value, rec.name, rec.message, rec.result,
-                                      rec.payload, halted)
+                                      rec.payload, halted, rec.attempt)
         return out
 
     def _rows(self, bk: BatchKeys, ids: Sequence[str]) -> dict[str, NodeRow]:

@@ -88,11 +88,11 @@ class _Txn:
     def jobs(self, ids: Collection[str]) -> dict[str, JobView]:
         rows = self._cur.execute(
             "SELECT jobs.id, state, CAST(name AS BLOB), message, result, payload, "
-            "coalesce(batches.cancelled, 0) FROM jobs LEFT JOIN batches "
+            "coalesce(batches.cancelled, 0), attempt FROM jobs LEFT JOIN batches "
             "ON batches.id = jobs.batch_id WHERE jobs.id IN (SELECT value FROM json_each(?))",
             (ids_param(ids),))
         return {r[0]: JobView(r[1], text_of(r[2]) or "", text_of(r[3]), text_of(r[4]),
-                              text_of(r[5]), bool(r[6])) for r in rows}
+                              text_of(r[5]), bool(r[6]), int(r[7] or 0)) for r in rows}
 
     def save(self, rows: Iterable[NodeRow]) -> None:
         self._cur.executemany(
