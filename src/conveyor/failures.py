@@ -4,7 +4,7 @@ attempts, errors, when it ended, in ISO 8601 UTC).
 
 Every read is a page of ``Inspector.list_jobs(state=..., batch_id=...)``, which each store
 serves from its batch index (bounded, never a scan of other batches' jobs); a retry takes
-the jobs page by page (retried jobs leave the state, so the next page is the next jobs).
+the ids first, then retries them a page per call (``retry_failures``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import io
 import json
 import unicodedata
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -24,6 +25,7 @@ from conveyor.storage.base import Inspector
 __all__ = [
     "COLUMNS",
     "FAILURE_STATES",
+    "Retried",
     "check_batch",
     "failure_states",
     "failures",
@@ -83,19 +85,44 @@ def failures(insp: Inspector, batch_id: str,
                 size = max(1, min(PAGE, int(page_bytes // max(each, 1.0))))
 
 
+@dataclass(frozen=True, slots=True)
+class Retried:
+    """What retrying a batch's failures did: ``count`` jobs retried; ``rewaiting`` nodes of a
+    workflow the graph had ended, which wait again for an ancestor retried with them; and the
+    nodes whose retry was refused, each with the reason (``Inspector.retry_refusals``)."""
+
+    count: int
+    rewaiting: int = 0
+    refused: dict[str, str] = field(default_factory=dict)
+
+    def summary(self, which: str, batch_id: str) -> str:
+        """One line for the operator."""
+        line = f"retried {self.count} {which} job(s) of batch {batch_id}"
+        if self.rewaiting:
+            line += (f"; {self.rewaiting} node(s) the workflow had ended wait for them again")
+        if self.refused:
+            first = next(iter(self.refused.values()))
+            more = f" (and {len(self.refused) - 1} more)" if len(self.refused) > 1 else ""
+            line += f"; {first}{more}"
+        return line
+
+
 def retry_failures(insp: Inspector, batch_id: str,
-                   states: Iterable[JobState] = FAILURE_STATES) -> int:
-    """Retry every job of the batch in ``states``; returns how many were retried."""
-    check_batch(insp, batch_id)
-    done = 0
-    for state in states:
-        while True:
-            ids = [r.id for r in insp.list_jobs(state=state, batch_id=batch_id, limit=PAGE)]
-            retried = insp.retry_jobs(ids) if ids else 0
-            done += retried
-            if len(ids) < PAGE or retried == 0:  # the last page, or nothing would move
-                break
-    return done
+                   states: Iterable[JobState] = FAILURE_STATES) -> Retried:
+    """Retry every job of the batch in ``states``.
+
+    The ids are read first, then retried a page per call: in a workflow a node the graph
+    ended is not retried itself (its retry is refused while its parents' outcomes stand) but
+    re-opened by the retry of the ancestor that ended it, so retrying every failure retries
+    their roots and the rest of the graph waits for them, in whatever order they come."""
+    ids = [r.id for r in failures(insp, batch_id, states)]
+    count = sum(insp.retry_jobs(ids[i:i + PAGE]) for i in range(0, len(ids), PAGE))
+    if count == len(ids):
+        return Retried(count)
+    refused: dict[str, str] = {}
+    for i in range(0, len(ids), PAGE):
+        refused.update(insp.retry_refusals(ids[i:i + PAGE]))
+    return Retried(count, len(ids) - count - len(refused), refused)
 
 
 def row(record: JobRecord) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from conveyor.builtin_jobs import ERRBACK_JOB
 from conveyor.client import Client
 from conveyor.context import JobContext, set_workflow_scope
 from conveyor.errors import LeaseLost, WorkflowError
-from conveyor.job import JobSpec, Node
+from conveyor.job import JobSpec
 from conveyor.refs import JobRef
 from conveyor.registry import JobFunction
 from conveyor.signature import Signature
@@ -41,6 +41,7 @@ from conveyor.workflow import (
     check_id,
     check_policy,
     flatten,
+    node_of,
     node_signature,
     node_spec,
     result_mode,
@@ -107,8 +108,8 @@ class RunningWorkflow:
         specs: list[JobSpec] = []
         for step in steps:
             own = tuple(ids[p] for p in step.parents)
-            node = (Node(own, (), step.policy, step.results) if own
-                    else Node(parents, (), on_parent_failure, mode))
+            node = (node_of(self._client, own, (), step.policy, step.results) if own
+                    else node_of(self._client, parents, (), on_parent_failure, mode))
             sig = errback_for(step.sig, ids) if step.sig.name == ERRBACK_JOB else step.sig
             specs.append(replace(node_spec(self._client, sig, ids[step.ref.id], self.id),
                                  node=node))
@@ -129,7 +130,7 @@ class RunningWorkflow:
             sig = node_signature(step)
             sig.fn.check_call(sig.args, sig.kwargs, leading=1 if mode else 0)
             spec = node_spec(self._client, sig, node_id or self._next_id(), self.id)
-            specs.append(replace(spec, node=Node(parents, (), policy, mode)))
+            specs.append(replace(spec, node=node_of(self._client, parents, (), policy, mode)))
         return self._store(specs)
 
     def _store(self, specs: list[JobSpec]) -> list[JobRef]:

@@ -86,13 +86,23 @@ def encode_payload(
     _refuse_coerced_keys(kwargs.values(), "kwargs", names=list(kwargs))
     if meta:
         _refuse_coerced_keys(meta.values(), "meta", names=list(meta))
-    # len(str) undercounts multi-byte characters; only encode when it could matter.
-    if len(text) * 4 > max_bytes and len(text.encode()) > max_bytes:
+    size = oversize(text, max_bytes)
+    if size:
         raise PayloadError(
-            f"payload is {len(text.encode())} bytes, over the limit of {max_bytes} bytes; "
+            f"payload is {size} bytes, over the limit of {max_bytes} bytes; "
             "store large data elsewhere and pass a reference"
         )
     return text
+
+
+def oversize(text: str, max_bytes: int) -> int:
+    """The size of ``text`` in UTF-8 bytes when over ``max_bytes``, else 0 (the size rule
+    of payloads, results and a workflow node's assembled arguments)."""
+    # len(str) undercounts multi-byte characters; only encode when it could matter.
+    if len(text) * 4 <= max_bytes:
+        return 0
+    size = len(text.encode("utf-8", "surrogatepass"))
+    return size if size > max_bytes else 0
 
 
 def encode_args(

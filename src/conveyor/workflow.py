@@ -297,9 +297,18 @@ class Workflow:
             root = not step.parents  # a node with parents starts when they settle
             spec = node_spec(client, step.sig, step.ref.id, self._id,
                              delay if root else None, at if root else None)
-            node = Node(step.parents, tuple(children[node_id]), step.policy, step.results)
+            node = node_of(client, step.parents, tuple(children[node_id]), step.policy,
+                           step.results)
             (waiting if step.parents else roots).append(replace(spec, node=node))
         return waiting + roots
+
+
+
+def node_of(client: Client, parents: tuple[str, ...], children: tuple[str, ...], policy: str,
+            results: str) -> Node:
+    """A node's place in its graph; one that receives its parents' results is held to the
+    client's ``max_payload`` once they are in its arguments (``Node.limit``)."""
+    return Node(parents, children, policy, results, client.max_payload if results else 0)
 
 
 def node_spec(client: Client, sig: Signature, node_id: str, workflow_id: str,

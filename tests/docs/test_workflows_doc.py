@@ -1,57 +1,37 @@
-"""The ``python`` blocks of docs/workflows.md, run top to bottom against a real worker on
-SQLite: the fan-in gets both results, the child after it gets the summary, the workflow
-completes and its callback runs once; the canvas, a workflow grown by its running job and a
-sub-workflow give the results the page states."""
+"""docs/workflows.md pasted as one file, run as its reader would: ``conveyor worker
+wfdemo:app`` imports it for its jobs (and must start), and ``python wfdemo.py`` runs every
+example against that worker on SQLite, their asserts included: the fan-in gets both results,
+the child after it the summary, the canvas, a workflow grown by its running job and a
+sub-workflow give the results the page states. Then, read from the store: the first
+workflow completed and its callback ran once."""
 
 from __future__ import annotations
 
-import re
-import textwrap
-import time
 from pathlib import Path
-from typing import Any
 
 from conveyor import JobState
-from conveyor.worker.config import QueueWeight, WorkerConfig
-from conveyor.worker.launcher import Launcher
-
-DOC = Path(__file__).resolve().parents[2] / "docs" / "workflows.md"
+from tests.docs.pasted import PastedPage, blocks
+from tests.support.waiting import wait_until
 
 
-def python_blocks() -> list[str]:
-    """The page's ``python`` blocks, dedented."""
-    found = re.findall(r"^ *```python\n(.*?)^ *```", DOC.read_text(), re.M | re.S)
-    return [textwrap.dedent(block) for block in found]
-
-
-def test_the_workflow_page_runs_as_written(in_tmp: Path) -> None:
-    setup, use, canvas, grow, sub, *rest = python_blocks()
-    namespace: dict[str, Any] = {"__name__": "docs_workflows"}
-    exec(compile(setup, f"{DOC}[1]", "exec"), namespace)
-    app = namespace["app"]
-    config = WorkerConfig(queues=(QueueWeight("default"),), concurrency=4,
-                          heartbeat_interval=0.05, lease=5.0)
-    launcher = Launcher(app, config)
-    launcher.start()
+def test_the_workflow_page_runs_as_pasted(tmp_path: Path) -> None:
+    assert len(blocks("workflows.md")) == 5  # a new block on the page is run here too
+    page = PastedPage("workflows.md", tmp_path, "wfdemo")
+    store = page.store()
     try:
-        exec(compile(use, f"{DOC}[2]", "exec"), namespace)
-        wf = namespace["wf"]
-        callback = f"{wf.id}-complete"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            record = app.get_job(callback)
-            if record is not None and record.state is JobState.SUCCEEDED:
-                break
-            time.sleep(0.05)
-        status = app.batch_status(wf.id)
-        assert status["complete"] and status["counts"]["succeeded"] == 4
-        assert status["callbacks_fired"] == ["complete"]
-        record = app.get_job(callback)
-        assert record is not None and record.state is JobState.SUCCEEDED
-        exec(compile(canvas, f"{DOC}[3]", "exec"), namespace)  # its asserts are the checks
-        exec(compile(grow, f"{DOC}[4]", "exec"), namespace)
-        exec(compile(sub, f"{DOC}[5]", "exec"), namespace)
+        with page.worker("default"):
+            page.script()
+            [nightly] = [b for b in store.storage.list_batches(kind="workflow")
+                         if b.description == "nightly export"]
+
+            def called_back() -> bool:
+                record = store.get_job(f"{nightly.id}-complete")
+                return record is not None and record.state is JobState.SUCCEEDED
+
+            wait_until(called_back, 30, 0.05, what="the workflow's on_complete callback")
+        status = store.storage.get_batch(nightly.id)
+        assert status is not None and status.complete and status.counts["succeeded"] == 4
+        assert status.callbacks_fired == ("complete",)
+        assert store.storage.count_jobs(state=JobState.DEAD) == 0
     finally:
-        launcher.stop()
-        app.close()
-    assert rest == []  # a new block on the page gets its place in this test
+        store.close()

@@ -15,6 +15,7 @@ from conveyor.app import Conveyor
 from conveyor.registry import JobFunction
 from tests.faults.apps import chaos
 from tests.faults.harness import FIGURES, LOG_ENV, ExecLog, WorkerProc, summary_lines
+from tests.support.meet import MEET_ENV
 
 BACKENDS = ("sqlite", "postgres", "redis", "redis_cluster")
 
@@ -62,7 +63,8 @@ class Faults:
 
     def worker(self, url: str, **kwargs: Any) -> WorkerProc:
         """Start one ``conveyor worker`` on ``url`` (kwargs: concurrency, lease, timeout, ...)."""
-        env = {LOG_ENV: str(self.log.path), **kwargs.pop("env", {})}
+        env = {LOG_ENV: str(self.log.path), MEET_ENV: str(self.dir / "meet"),
+               **kwargs.pop("env", {})}
         name = kwargs.pop("name", f"worker{len(self.workers)}")
         proc = WorkerProc(url=url, log_dir=self.dir, env=env, name=name, **kwargs)
         self.workers.append(proc)

@@ -9,8 +9,10 @@ After every step the graph must be settled as docs/workflows.md says, read black
 - no node waits when every parent has settled (nothing is stuck);
 - a node the graph ended names a parent that did not succeed (or was skipped), and a node
   ended by ``fail`` or ``skip`` had such a parent under that policy;
-- a node is released at most once per time it was re-opened, and a node under ``fail`` or
-  ``skip`` is never released on a parent that did not succeed;
+- a node is released at most once per time it was re-opened or retried back to waiting, and
+  a node under ``fail`` or ``skip`` is never released on a parent that did not succeed;
+- a node with parents is pending, running or finished only after the graph released it (a
+  retry by hand never runs it without its parents' outcome: issue 51);
 - the workflow's counters equal the nodes' states.
 """
 
@@ -204,7 +206,12 @@ class GraphMachine(RuleBasedStateMachine):
                     assert "did not succeed" not in (event.message or ""), (
                         f"{job_id} ({self.policy[job_id]}) released after a parent failed")
             releases = kinds.count(EventKind.RELEASED)
-            assert releases <= 1 + kinds.count(EventKind.REOPENED), f"{job_id} released twice"
+            rewaits = sum(e.kind == EventKind.RETRIED and e.state == JobState.WAITING.value
+                          for e in rec.events or [])
+            assert releases <= 1 + kinds.count(EventKind.REOPENED) + rewaits, (
+                f"{job_id} released twice")
+            if parents and rec.state in _RAN:
+                assert releases, f"{job_id} is {rec.state.value} but was never released"
             message = rec.message or ""
             if message.startswith(("skipped: parent", "parent ")) and rec.state in FAILED:
                 failed = [p for p in parents if p.state in FAILED]
@@ -222,6 +229,11 @@ class GraphMachine(RuleBasedStateMachine):
         for state in JobState:
             want = sum(r.state is state for r in recs.values())
             assert status.counts.get(state.value, 0) == want, (state, status.counts)
+
+
+# States a job reaches only by being run (or released to run).
+_RAN = frozenset({JobState.PENDING, JobState.ACTIVE, JobState.RETRYING, JobState.SUCCEEDED,
+                  JobState.SCHEDULED})
 
 
 @pytest.mark.parametrize("name", FUZZED)

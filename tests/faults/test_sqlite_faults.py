@@ -95,7 +95,8 @@ def test_four_processes_contend_on_one_file(tmp_path: Path, faults: Faults) -> N
     db = tmp_path / "conveyor.db"
     url = f"sqlite:///{db}"
     app, jobs = faults.client(url)
-    batch_id, ids = enqueue_batch(app, jobs["faults.work"], [(2,)] * 1500, "contention")
+    # every job waits until the four processes have each started one: the work is shared
+    batch_id, ids = enqueue_batch(app, jobs["faults.work"], [(2, 4)] * 1500, "contention")
     workers = [faults.worker(url, name=f"w{i}", concurrency=4) for i in range(4)]
     late: list[str] = []
 
@@ -119,7 +120,7 @@ def test_four_processes_contend_on_one_file(tmp_path: Path, faults: Faults) -> N
     runs = faults.log.executions()
     assert all(len(runs[job_id]) == 1 for job_id in [*ids, *late])
     pids = {run[0].pid for run in runs.values()}
-    assert len(pids) >= 3, "the work was not actually shared between the processes"
+    assert len(pids) == 4, "the work was not shared between the four processes"
     for worker in workers:
         assert worker.alive()
         assert "database is locked" not in worker.output, worker.output

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.integration.apps.runs import RUNS_ENV
+from tests.support.meet import MEET_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.integration.apps.runs:app"
@@ -34,7 +35,7 @@ class Worker:
     def __init__(self, url: str, tmp: Path, *args: str, name: str = "worker",
                  app: str = APP) -> None:
         self.log_path = tmp / f"{name}.log"
-        env = dict(os.environ, **{RUNS_ENV: str(tmp / "runs.txt")})
+        env = dict(os.environ, **{RUNS_ENV: str(tmp / "runs.txt"), MEET_ENV: str(tmp / "meet")})
         env.pop("CONVEYOR_URL", None)
         # One process unless the test asks for more: alone, ``conveyor worker`` runs one per core.
         count = [] if "--processes" in args else ["--processes", "1"]

@@ -74,14 +74,16 @@ def test_sigterm_puts_jobs_longer_than_the_timeout_back_then_the_next_worker_end
 def test_several_worker_processes_run_every_job_exactly_once(
     client: Conveyor, spawn: Callable[..., Worker], tmp_path: Path
 ) -> None:
-    refs = _job(client, "work").enqueue_many([((), {}) for _ in range(5000)])
+    # Four processes (two alone, two under a supervisor); each job waits until all four have
+    # started one, so no process can run them all before the others lease theirs.
+    refs = _job(client, "work").enqueue_many([((), {"processes": 4}) for _ in range(5000)])
     workers = [spawn("-c", "8") for _ in range(2)] + [spawn("-c", "8", "--processes", "2")]
     assert until(lambda: _count(client, JobState.SUCCEEDED) == 5000, 60), workers[0].log()
     counts = runs(tmp_path)
     assert set(counts) == {r.id for r in refs}
     assert set(counts.values()) == {1}
     pids = {line.split()[1] for line in (tmp_path / "runs.txt").read_text().splitlines()}
-    assert len(pids) >= 2  # the work really was shared
+    assert len(pids) == 4  # the work was shared: every process ran some
     for worker in workers:
         worker.signal(signal.SIGTERM)
     assert [w.wait(30) for w in workers] == [0, 0, 0]

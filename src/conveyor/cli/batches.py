@@ -186,9 +186,9 @@ def watch(backend: Backend, batch_id: str, out: TextIO, interval: float,
 def cmd_retry(args: argparse.Namespace) -> int:
     """Retry a batch's failures."""
     with open_backend(args) as backend:
-        count = retry_failures(backend, args.batch_id, failure_states(args.state))
+        done = retry_failures(backend, args.batch_id, failure_states(args.state))
     which = "failed and dead" if args.state == "all" else args.state
-    say(f"retried {count} {which} job(s) of batch {args.batch_id}")
+    say(done.summary(which, args.batch_id))
     return 0
 
 

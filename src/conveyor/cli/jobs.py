@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from conveyor.cli.common import (
@@ -184,9 +185,14 @@ def cmd_action(args: argparse.Namespace) -> int:
         method = {"retry": backend.retry_jobs, "delete": backend.delete_jobs,
                   "kill": backend.kill_jobs}[args.action]
         done = method(args.job_ids)
+        # a workflow node left as it is says which job to retry instead (one line each)
+        refused = backend.retry_refusals(args.job_ids) if args.action == "retry" and \
+            done < len(args.job_ids) else {}
     past = {"retry": "retried", "delete": "deleted", "kill": "killed"}[args.action]
     say(f"{past} {done} of {len(args.job_ids)} job(s)"
           + (f"; not found: {', '.join(missing)}" if missing else ""))
+    for reason in refused.values():
+        say(reason, file=sys.stderr)
     return 0 if done else 1
 
 

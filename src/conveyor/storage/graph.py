@@ -11,7 +11,9 @@ memory, SQLite and PostgreSQL (the transaction of the move), by an idempotent ca
   in front of its arguments when it asked for them), ended ``failed`` (policy ``fail``) or
   ended ``cancelled`` as skipped (policy ``skip``, or any parent that was itself skipped);
 - a node no longer terminal (retried by hand) counts its children up again and re-opens the
-  children the graph had ended because of it, which re-opens theirs in turn.
+  children the graph had ended because of it, which re-opens theirs in turn; a node retried
+  by hand back to ``waiting`` (it never ran: ``storage/graph_retry.py``) is decided again by
+  its parents' outcomes.
 
 Each node remembers the state it settled its children with (``settled``), so applying a mark
 twice changes nothing: a replay after a crash, or a late duplicate, releases no child twice.
@@ -27,13 +29,19 @@ from typing import Any, Protocol
 
 from conveyor.errors import WorkflowError
 from conveyor.job import TERMINAL_STATES, JobSpec, JobState, Node
+from conveyor.serializer import oversize
 
-__all__ = ["FAILED", "GraphTxn", "JobView", "NodeRow", "attach", "check_added", "decide",
-           "inject", "parents_of", "settle"]
+__all__ = ["ENDED_BY", "FAILED", "GraphReads", "GraphTxn", "JobView", "NodeRow", "attach",
+           "check_added", "decide", "inject", "judge", "parents_of", "settle"]
 
 #: A parent in one of these states did not succeed: its children's policy applies.
 FAILED = frozenset({JobState.FAILED.value, JobState.DEAD.value, JobState.CANCELLED.value})
 _TERMINAL = frozenset(s.value for s in TERMINAL_STATES)
+#: ``NodeRow.ended_by`` values: the graph ended the job (a parent's retry re-opens it).
+ENDED_BY = frozenset({"fail", "skip"})
+#: How SQL backends store ``NodeRow.released`` in the ``ended_by`` column (the two never meet:
+#: a released node was never ended by the graph, and only such a node is re-opened).
+RELEASED = "release"
 #: ``settle`` stops after this many rounds (a graph is acyclic, so each round goes a level
 #: deeper; a chain longer than this settles the rest at the next call).
 MAX_ROUNDS = 100_000
@@ -48,6 +56,21 @@ class NodeRow:
     unsettled: int
     settled: str | None = None  # the state its children were settled with; None: not yet
     ended_by: str | None = None  # "fail" / "skip" when the graph ended this job
+    # The graph released it: its payload holds its parents' results, and a retry by hand
+    # runs it again as it is (a node never released goes back to waiting instead).
+    released: bool = False
+
+    @classmethod
+    def stored(cls, job_id: str, node: Node, unsettled: int, settled: str | None,
+               ended: str | None) -> NodeRow:
+        """A row read from a SQL backend, whose ``ended_by`` column holds ``RELEASED`` too."""
+        released = ended == RELEASED
+        return cls(job_id, node, unsettled, settled, None if released else ended, released)
+
+    @property
+    def ended_column(self) -> str | None:
+        """``ended_by`` as a SQL backend stores it (``RELEASED`` for a released node)."""
+        return RELEASED if self.released else self.ended_by
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,19 +83,24 @@ class JobView:
     result: str | None = None
     payload: str | None = None
     halted: bool = False  # its workflow was cancelled: nothing of it is released any more
+    attempt: int = 0  # attempts started: a node that ran was released
 
 
-class GraphTxn(Protocol):
-    """One backend's reads and moves inside the step that settles (a transaction, a lock)."""
-
-    def take_marks(self) -> list[str]:
-        """The marked node ids (removing the marks); nodes moved by this step mark again."""
+class GraphReads(Protocol):
+    """What deciding a node reads: node rows and jobs."""
 
     def nodes(self, ids: Collection[str]) -> dict[str, NodeRow]:
         """The node rows of ``ids`` that exist (locked for this step where that matters)."""
 
     def jobs(self, ids: Collection[str]) -> dict[str, JobView]:
         """The jobs of ``ids`` that exist."""
+
+
+class GraphTxn(GraphReads, Protocol):
+    """One backend's reads and moves inside the step that settles (a transaction, a lock)."""
+
+    def take_marks(self) -> list[str]:
+        """The marked node ids (removing the marks); nodes moved by this step mark again."""
 
     def save(self, rows: Iterable[NodeRow]) -> None:
         """Write back ``unsettled``, ``settled`` and ``ended_by``."""
@@ -160,8 +188,9 @@ def attach(txn: GraphTxn, ids: Collection[str]) -> int:
 def _round(txn: GraphTxn, marks: list[str]) -> int:
     rows = txn.nodes(marks)
     states = txn.jobs(marks)
-    child_ids = sorted({c for r in rows.values() for c in r.node.children})
-    children = txn.nodes(child_ids)
+    child_ids = sorted({c for r in rows.values() for c in r.node.children} - set(rows))
+    # One row object per node: a node marked in this round may be a child of another one.
+    known = {**txn.nodes(child_ids), **rows}
     ready: list[str] = []
     reopen: list[str] = []
     for node_id in marks:
@@ -180,22 +209,24 @@ def _round(txn: GraphTxn, marks: list[str]) -> int:
                                         != _succeeded(state)):
             row.settled = None  # retried by hand (perhaps finished again since): count up
             for child_id in row.node.children:
-                child = children.get(child_id)
+                child = known.get(child_id)
                 if child is not None:
                     child.unsettled += 1
-                    if child.ended_by is not None:
+                    if child.ended_by in ENDED_BY:
                         reopen.append(child_id)
         if terminal and row.settled is None:
             row.settled = state
             for child_id in row.node.children:
-                child = children.get(child_id)
+                child = known.get(child_id)
                 if child is not None:
                     child.unsettled -= 1
                     if child.unsettled <= 0:
                         ready.append(child_id)
-    txn.save([*rows.values(), *(c for i, c in children.items() if i not in rows)])
-    moved = _reopen(txn, reopen, children)
-    return moved + _decide_all(txn, ready, children)
+        if state == JobState.WAITING.value and row.node.parents and row.unsettled <= 0:
+            ready.append(node_id)  # retried by hand to waiting, its parents all settled
+    txn.save(known.values())
+    moved = _reopen(txn, reopen, known)
+    return moved + _decide_all(txn, ready, known)
 
 
 def _succeeded(state: str) -> bool:
@@ -227,22 +258,40 @@ def _decide_all(txn: GraphTxn, ids: list[str], children: Mapping[str, NodeRow]) 
     parent_ids = sorted({p for i in waiting for p in children[i].node.parents})
     parents = txn.nodes(parent_ids)
     parent_jobs = txn.jobs(parent_ids)
-    ended: list[NodeRow] = []
+    decided: list[NodeRow] = []
     for job_id in waiting:
         row = children[job_id]
         if jobs[job_id].halted:
             txn.end(job_id, JobState.CANCELLED, "cancelled: its workflow was cancelled")
             continue
-        verdict, message = decide(row, parents, parent_jobs)
+        verdict, message, payload = judge(row, jobs[job_id], parents, parent_jobs)
         if verdict == "release":
-            payload = inject(jobs[job_id], row.node, parent_jobs) if row.node.results else None
+            row.released = True
+            decided.append(row)
             txn.release(job_id, payload, message)
             continue
         row.ended_by = verdict
-        ended.append(row)
+        decided.append(row)
         txn.end(job_id, JobState.FAILED if verdict == "fail" else JobState.CANCELLED, message)
-    txn.save(ended)
+    txn.save(decided)
     return len(waiting)
+
+
+def judge(row: NodeRow, job: JobView, parents: Mapping[str, NodeRow],
+          parent_jobs: Mapping[str, JobView]) -> tuple[str, str, str | None]:
+    """``decide``, and the payload a released node gets (None: unchanged): its parents'
+    results in its arguments when it asked for them. Arguments over the node's ``limit``
+    (the client's ``max_payload``) end it ``fail``: the size rule every enqueue obeys, with
+    a message naming the node and the size (docs/workflows.md)."""
+    verdict, message = decide(row, parents, parent_jobs)
+    if verdict != "release" or not row.node.results:
+        return verdict, message, None
+    payload = inject(job, row.node, parent_jobs)
+    size = oversize(payload, row.node.limit) if payload is not None and row.node.limit else 0
+    if size:
+        return "fail", (f"{_named(job.name, row.id)}: its parents' results make its arguments "
+                        f"{size:,} bytes, over max_payload ({row.node.limit:,} bytes)"), None
+    return verdict, message, payload
 
 
 def decide(row: NodeRow, parents: Mapping[str, NodeRow],
@@ -269,7 +318,11 @@ def decide(row: NodeRow, parents: Mapping[str, NodeRow],
 
 def _who(job_id: str, jobs: Mapping[str, JobView]) -> str:
     view = jobs.get(job_id)
-    return f"{view.name} {job_id}" if view is not None and view.name else job_id
+    return _named(view.name if view is not None else "", job_id)
+
+
+def _named(name: str, job_id: str) -> str:
+    return f"{name} {job_id}" if name else job_id
 
 
 def inject(job: JobView, node: Node, parents: Mapping[str, JobView]) -> str | None:

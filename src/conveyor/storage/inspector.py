@@ -74,7 +74,16 @@ class Inspector(Protocol):
         ...
 
     def retry_jobs(self, job_ids: Sequence[str]) -> int:
-        """Dead, failed, cancelled or retrying jobs → pending now (``retried``); returns count."""
+        """Dead, failed, cancelled or retrying jobs → pending now (``retried``); returns count.
+
+        A workflow node the graph never released goes back to ``waiting`` instead, to be
+        decided again by its parents, or is left as it is when their outcomes would end it
+        again (``retry_refusals`` says why; ``storage/graph_retry.py``)."""
+        ...
+
+    def retry_refusals(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Of ``job_ids``, the workflow nodes ``retry_jobs`` leaves as they are, each with a
+        one-line reason naming the job to retry instead."""
         ...
 
     def delete_jobs(self, job_ids: Sequence[str]) -> int:

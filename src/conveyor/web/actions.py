@@ -40,7 +40,10 @@ def _queue(form: Form) -> str | None:
 
 
 def _retry(insp: Inspector, form: Form) -> str:
-    return f"retried {insp.retry_jobs(_ids(form))} job(s)"
+    ids = _ids(form)
+    done = insp.retry_jobs(ids)
+    refused = insp.retry_refusals(ids) if done < len(ids) else {}
+    return "; ".join([f"retried {done} job(s)", *refused.values()])
 
 
 def _delete(insp: Inspector, form: Form) -> str:
@@ -104,7 +107,7 @@ def _retry_batch(insp: Inspector, form: Form) -> str:
     except ValueError as exc:
         raise ConveyorError(str(exc)) from None
     what = "failed and dead" if which == "all" else which
-    return f"retried {retry_failures(insp, batch, states)} {what} job(s) of batch {batch}"
+    return retry_failures(insp, batch, states).summary(what, batch)
 
 
 def _cancel_batch(insp: Inspector, form: Form) -> str:

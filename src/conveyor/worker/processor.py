@@ -19,7 +19,7 @@ from conveyor.context import JobContext, activate
 from conveyor.errors import Fail, JobTimeout, NotAJob, PayloadError, Retry, UnknownJobError
 from conveyor.job import Ack, ErrorInfo, LeasedJob, Outcome
 from conveyor.retry import backoff
-from conveyor.serializer import decode_payload, dumps
+from conveyor.serializer import decode_payload, dumps, oversize
 from conveyor.worker.grouped import GroupRuns
 from conveyor.worker.inflight import Entry
 from conveyor.worker.reporting import report_outcome
@@ -146,7 +146,22 @@ class Processor:
                 "return only JSON values (dict, list, str, int, float, bool, None)"
             )
             return self.failure(entry, bad)
+        size = oversize(text, self.app.max_payload)
+        if size:  # the size rule of arguments, for what the job hands back
+            return self._too_large(entry, size)
         return self.ack(entry, Outcome.SUCCEEDED, result=text)
+
+    def _too_large(self, entry: Entry, size: int) -> Ack:
+        """A result over ``max_payload`` ends the job dead at once: stored, it would be
+        handed whole to every reader and child; run again, the job would most likely return
+        the same (docs/api.md, "Size")."""
+        job = entry.job
+        exc = PayloadError(f"job {job.name} {job.id} returned {size:,} bytes, over max_payload "
+                           f"({self.app.max_payload:,} bytes); store large results elsewhere "
+                           "and return a reference")
+        ack = self.ack(entry, Outcome.DEAD, message=str(exc), error=error_info(exc))
+        report_outcome(self.app, job, exc, ack, entry.args, entry.kwargs)
+        return ack
 
     def failure(self, entry: Entry, exc: BaseException) -> Ack:
         """Map an exception to FAILED, RETRY, DEAD or CANCELLED; log it, call error hooks."""

@@ -26,6 +26,7 @@ from conveyor import Aggregate, Fail, Member, current_job
 from conveyor.app import Conveyor
 from conveyor.errors import WorkflowError
 from conveyor.registry import JobFunction
+from tests.support.meet import meet
 
 LOG_ENV = "CONVEYOR_FAULTS_LOG"
 
@@ -46,8 +47,11 @@ def record(step: str, member: Member | None = None, **extra: Any) -> None:
         os.close(fd)
 
 
-def work(ms: float) -> int:
-    """A short job: sleep ``ms`` milliseconds; returns the pid that ran it."""
+def work(ms: float, processes: int = 0) -> int:
+    """A short job: sleep ``ms`` milliseconds; returns the pid that ran it. With
+    ``processes``, it first waits until that many worker processes have started one
+    (``tests.support.meet``: the work is shared because the test says so)."""
+    meet(processes)
     record("start")
     time.sleep(ms / 1000.0)
     record("end")

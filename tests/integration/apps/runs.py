@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from conveyor import Conveyor, current_job
+from tests.support.meet import meet
 
 RUNS_ENV = "CONVEYOR_TEST_RUNS"
 
@@ -34,8 +35,10 @@ def register(app: Conveyor) -> None:
     """Register the test jobs on ``app`` under stable names."""
 
     @app.job(name="work")
-    def work(ms: float = 0.0) -> int:
-        """Sleep ``ms`` milliseconds, then record the run."""
+    def work(ms: float = 0.0, processes: int = 0) -> int:
+        """Sleep ``ms`` milliseconds, then record the run (first, with ``processes``, wait
+        until that many worker processes have started one: ``tests.support.meet``)."""
+        meet(processes)
         if ms:
             time.sleep(ms / 1000.0)
         _record()

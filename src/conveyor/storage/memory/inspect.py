@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from conveyor.job import TERMINAL_STATES, EventKind, JobRecord, JobState
+from conveyor.storage import graph_retry
 from conveyor.storage.memory.state import WAITING_STATES, Entry, MemoryState
 from conveyor.storage.records import (
     HEAD_CHARS,
@@ -124,8 +125,24 @@ class MemoryInspector(MemoryState):
                 yield entry
 
     def retry_jobs(self, job_ids: Sequence[str]) -> int:
-        """Dead, failed, cancelled or retrying jobs → pending now (``retried``)."""
-        return self._each(job_ids, _RETRYABLE, self._retry_one)
+        """Dead, failed, cancelled or retrying jobs → pending now (``retried``); a workflow
+        node never released → waiting, or left as it is (``storage/graph_retry.py``)."""
+        with self._lock:
+            now = self.now()
+            entries = [e for i in dict.fromkeys(job_ids)
+                       if (e := self._jobs.get(i)) is not None and e.rec.state in _RETRYABLE]
+            plan = graph_retry.plan(self._graph(), [e.rec.id for e in entries])
+            moved = [e for e in entries if e.rec.id not in plan.refused]
+            for entry in moved:
+                self._retry_one(entry, now, entry.rec.id in plan.waiting)
+            return len(moved)
+
+    def retry_refusals(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Of ``job_ids``, the workflow nodes a retry by hand leaves as they are, and why."""
+        with self._lock:
+            ids = [i for i in dict.fromkeys(job_ids)
+                   if (e := self._jobs.get(i)) is not None and e.rec.state in _RETRYABLE]
+            return graph_retry.plan(self._graph(), ids).refused
 
     def delete_jobs(self, job_ids: Sequence[str]) -> int:
         """Delete jobs that are not active."""
@@ -148,13 +165,14 @@ class MemoryInspector(MemoryState):
                     done += 1
             return done
 
-    def _retry_one(self, entry: Entry, now: float) -> None:
+    def _retry_one(self, entry: Entry, now: float, waits: bool) -> None:
         if entry.rec.state.terminal:
             self._flow.reopened(entry.rec, entry.seq)
         entry.rec.run_at = None
         entry.rec.cancel_requested = False
         entry.rec.message = None
-        self._move(entry, JobState.PENDING, EventKind.RETRIED, now)
+        self._move(entry, JobState.WAITING if waits else JobState.PENDING, EventKind.RETRIED,
+                   now)
 
     def _kill_one(self, entry: Entry, now: float) -> None:
         entry.rec.message = "killed by hand"

@@ -304,6 +304,10 @@ class MemoryState:
             finally:
                 self._settling = False
 
+    def _graph(self) -> graph.GraphTxn:
+        """The graph's reads and moves over this store (the caller holds the lock)."""
+        return _Graph(self)
+
     def _attach(self, ids: Collection[str]) -> None:
         """Link nodes added at run time into their graph (``graph.attach``), settling what
         that moves in the same step."""
@@ -346,7 +350,7 @@ class _Graph:
                 rec = entry.rec
                 halted = rec.batch_id is not None and self._state._batches.cancelled(rec.batch_id)
                 out[job_id] = JobView(rec.state.value, rec.name, rec.message, rec.result,
-                                      rec.payload, halted)
+                                      rec.payload, halted, rec.attempt)
         return out
 
     def save(self, rows: Iterable[NodeRow]) -> None:

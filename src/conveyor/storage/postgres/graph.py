@@ -19,7 +19,7 @@ import psycopg
 
 from conveyor.errors import WorkflowError
 from conveyor.job import EnqueueResult, EventKind, JobSpec, JobState, Node
-from conveyor.storage import graph
+from conveyor.storage import graph, graph_retry
 from conveyor.storage.graph import JobView, NodeRow
 from conveyor.storage.postgres import batches, jobs
 from conveyor.storage.postgres.text import dec
@@ -90,6 +90,12 @@ def attach(cur: Cursor, now: float, ids: Collection[str]) -> int:
     return graph.attach(_Txn(cur, now), ids) if ids else 0
 
 
+def plan_retries(cur: Cursor, ids: Collection[str]) -> graph_retry.RetryPlan:
+    """How retrying ``ids`` by hand moves the workflow nodes among them (reads only, the
+    node rows locked for the caller's transaction)."""
+    return graph_retry.plan(_Txn(cur, 0.0), ids)
+
+
 def settle(cur: Cursor, now: float) -> int:
     """Apply the marks waiting (inside the caller's transaction); returns nodes moved."""
     return graph.settle(_Txn(cur, now))
@@ -113,21 +119,21 @@ class _Txn:
         rows = self._cur.execute(
             "SELECT id, node, unsettled, settled, ended_by FROM wf_nodes WHERE id = ANY(%s) "
             "ORDER BY id FOR UPDATE", (sorted(ids),)).fetchall()
-        return {r[0]: NodeRow(r[0], Node.from_wire(json.loads(r[1])), r[2], r[3], r[4])
+        return {r[0]: NodeRow.stored(r[0], Node.from_wire(json.loads(r[1])), r[2], r[3], r[4])
                 for r in rows}
 
     def jobs(self, ids: Collection[str]) -> dict[str, JobView]:
         rows = self._cur.execute(
             "SELECT jobs.id, state, name, message, result, payload, "
-            "coalesce(batches.cancelled, false) FROM jobs LEFT JOIN batches "
+            "coalesce(batches.cancelled, false), attempt FROM jobs LEFT JOIN batches "
             "ON batches.id = jobs.batch_id WHERE jobs.id = ANY(%s)", (list(ids),)).fetchall()
-        return {r[0]: JobView(r[1], dec(r[2]) or "", dec(r[3]), r[4], r[5], bool(r[6]))
+        return {r[0]: JobView(r[1], dec(r[2]) or "", dec(r[3]), r[4], r[5], bool(r[6]), r[7])
                 for r in rows}
 
     def save(self, rows: Iterable[NodeRow]) -> None:
         self._cur.executemany(
             "UPDATE wf_nodes SET unsettled = %s, settled = %s, ended_by = %s WHERE id = %s",
-            [(r.unsettled, r.settled, r.ended_by, r.id) for r in rows])
+            [(r.unsettled, r.settled, r.ended_column, r.id) for r in rows])
 
     def link(self, rows: Iterable[NodeRow]) -> None:
         self._cur.executemany("UPDATE wf_nodes SET node = %s WHERE id = %s",

@@ -45,6 +45,9 @@ _KNOWN_SET = frozenset(s.value for s in ALL_STATES)
 _KNOWN = ", ".join(f"'{s.value}'" for s in ALL_STATES)
 _WAITING = ("scheduled", "pending", "retrying", "waiting", "aggregating")
 _RETRYABLE = ("dead", "failed", "cancelled", "retrying")
+# Back to waiting by hand (a workflow node never released): unfinished, no lease, not ready.
+_REWAIT = ("ready_at = NULL, finished_at = NULL, token = NULL, lease_expires_at = NULL, "
+           "publish_at = NULL")
 Cursor = psycopg.Cursor[Any]
 
 
@@ -193,17 +196,29 @@ class PostgresInspector(PostgresFlow):
         ).fetchall()
 
     def retry_jobs(self, job_ids: Sequence[str]) -> int:
-        """Dead, failed, cancelled or retrying jobs → pending now."""
+        """Dead, failed, cancelled or retrying jobs → pending now; a workflow node never
+        released → waiting, or left as it is (``storage/graph_retry.py``)."""
         with self._db.write() as cur:
             now = self._now(cur)
             rows = self._select(cur, job_ids, _RETRYABLE)
+            plan = graph.plan_retries(cur, [r[0] for r in rows if r[2]])
+            waits = [r for r in rows if r[0] in plan.waiting]
+            rows = [r for r in rows if r[0] not in plan.refused and r[0] not in plan.waiting]
             # attempt, errors and recoveries stay: they are the record of what happened
             # (docs/api.md, "Job lifecycle rules"), as on every other backend.
             moves = jobs.move(cur, now, rows, JobState.PENDING, EventKind.RETRIED,
                               sets=f"message = NULL, cancel_requested = false, {jobs.REQUEUE}")
+            moves += jobs.move(cur, now, waits, JobState.WAITING, EventKind.RETRIED,
+                               sets=f"message = NULL, cancel_requested = false, {_REWAIT}")
             batches.apply(cur, now, moves)
             graph.settle(cur, now)
-        return len(rows)
+        return len(rows) + len(waits)
+
+    def retry_refusals(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Of ``job_ids``, the workflow nodes a retry by hand leaves as they are, and why."""
+        with self._db.write() as cur:
+            rows = self._select(cur, job_ids, _RETRYABLE)
+            return graph.plan_retries(cur, [r[0] for r in rows if r[2]]).refused
 
     def delete_jobs(self, job_ids: Sequence[str]) -> int:
         """Delete jobs that are not active."""

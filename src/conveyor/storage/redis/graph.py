@@ -211,18 +211,20 @@ class RedisGraph(RedisBatches):
         for queue, held in queues.items():
             for rec in self.records(queue, held, with_events=False):
                 out[rec.id] = JobView(rec.state.value, rec.name, rec.message, rec.result,
-                                      rec.payload, halted)
+                                      rec.payload, halted, rec.attempt)
         return out
 
     def _rows(self, bk: BatchKeys, ids: Sequence[str]) -> dict[str, NodeRow]:
-        """Node rows of ``ids`` from the graph hash (their node, settled state, ended_by)."""
+        """Node rows of ``ids`` from the graph hash (their node, unsettled parents, settled
+        state, ended_by, released)."""
         if not ids:
             return {}
-        fields = [f"{kind}:{i}" for i in ids for kind in ("n", "s", "e")]
+        fields = [f"{kind}:{i}" for i in ids for kind in _ROW_FIELDS]
         raw = self.link.call("HMGET", bk.graph, *fields)
         out: dict[str, NodeRow] = {}
+        width = len(_ROW_FIELDS)
         for k, job_id in enumerate(ids):
-            text, settled, ended = raw[3 * k: 3 * k + 3]
+            text, unsettled, settled, ended, released = raw[width * k: width * (k + 1)]
             if text is None:
                 continue
             try:
@@ -230,7 +232,8 @@ class RedisGraph(RedisBatches):
             except (ValueError, TypeError, AttributeError, RecursionError):
                 log.warning("workflow node %s: its graph entry cannot be read", printable(job_id))
                 node = Node()
-            out[job_id] = NodeRow(job_id, node, 0, settled, ended)
+            out[job_id] = NodeRow(job_id, node, _count(unsettled), settled, ended,
+                                  released == "1")
         return out
 
     # -- moves --------------------------------------------------------------------------------
@@ -271,7 +274,7 @@ class RedisGraph(RedisBatches):
         parents = self._rows(bk, parent_ids)
         parent_views = self._views(bk, parent_ids)
         quads: list[tuple[str, str, str, str]] = []
-        ended: list[Any] = []
+        decided: list[Any] = []
         for job_id in waiting:
             row, view = rows.get(job_id), views[job_id]
             if row is None:
@@ -279,16 +282,15 @@ class RedisGraph(RedisBatches):
             if view.halted:
                 quads.append((job_id, "skip", "", "cancelled: its workflow was cancelled"))
                 continue
-            verdict, message = graph.decide(row, parents, parent_views)
+            verdict, message, payload = graph.judge(row, view, parents, parent_views)
             if verdict == "release":
-                payload = graph.inject(view, row.node, parent_views) if row.node.results \
-                    else None
+                decided += [f"r:{job_id}", "1"]
                 quads.append((job_id, "release", self._static(bk, job_id, payload), message))
             else:
-                ended += [f"e:{job_id}", verdict]
+                decided += [f"e:{job_id}", verdict]
                 quads.append((job_id, verdict, "", message))
-        if ended:  # written before the move: a crash between them decides the same again
-            self.link.call("HSET", bk.graph, *ended)
+        if decided:  # written before the move: a crash between them decides the same again
+            self.link.call("HSET", bk.graph, *decided)
         return self._move(bk, quads)
 
     def _static(self, bk: BatchKeys, job_id: str, payload: str | None) -> str:
@@ -304,3 +306,14 @@ class RedisGraph(RedisBatches):
             return ""  # an unreadable record keeps it: the worker reports it dead
         static["p"] = payload
         return json.dumps(static, separators=(",", ":"))
+
+
+# The graph hash's fields of one node, in the order ``_rows`` reads them.
+_ROW_FIELDS = ("n", "u", "s", "e", "r")
+
+
+def _count(raw: str | None) -> int:
+    try:
+        return int(raw or 0)
+    except ValueError:
+        return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any
 
 from conveyor.job import ALL_STATES, TERMINAL_STATES, JobRecord, JobState
@@ -23,6 +23,7 @@ from conveyor.storage.records import (
     today_start,
 )
 from conveyor.storage.redis import codec
+from conveyor.storage.redis.admin import ADMIN_CHUNK, RedisAdmin
 from conveyor.storage.redis.batch_pages import RedisBatchPages
 from conveyor.storage.redis.batches import scan_reply
 from conveyor.storage.redis.flow import PAUSED, RedisFlow
@@ -31,10 +32,9 @@ WORKER_COMMANDS = ("quiet", "stop")
 TERMINAL = frozenset(s.value for s in TERMINAL_STATES)
 # Jobs per operator script call (cancel/requeue/kill/delete): a few milliseconds of Redis
 # time each, so that workers and pings are served between the calls of a big operation.
-ADMIN_CHUNK = 50
 
 
-class RedisInspector(RedisBatchPages, RedisFlow):
+class RedisInspector(RedisBatchPages, RedisAdmin, RedisFlow):
     """Reads and operator actions; every write goes through a Lua script."""
 
     def queues(self) -> list[QueueStats]:
@@ -199,55 +199,36 @@ class RedisInspector(RedisBatchPages, RedisFlow):
                        for q in queues)
         return sum(self._index_size(q, state) for q in queues)
 
-    def run_each(self, name: str, by_queue: dict[str, list[str]]) -> list[Any]:
-        """Run an admin script (cancel/requeue/kill/delete) per queue; returns each reply's
-        first element and feeds the batch moves on."""
-        replies = []
-        for queue, ids in by_queue.items():
-            for start in range(0, len(ids), ADMIN_CHUNK):
-                first, moves = self.scripts.run(
-                    name, self.keys.queue(queue),
-                    [self.now_arg(), queue, *ids[start:start + ADMIN_CHUNK]])
-                self.sync_batches(moves)
-                if name == "requeue":
-                    self.ring(queue, int(first))
-                replies.append(first)
-        return replies
-
-    def retry_jobs(self, job_ids: Sequence[str]) -> int:
-        """Dead, failed, cancelled or retrying jobs → pending now."""
-        return sum(int(n) for n in self.run_each("requeue", self.group_by_queue(job_ids)))
-
-    def delete_jobs(self, job_ids: Sequence[str]) -> int:
-        """Delete jobs that are not active."""
-        return sum(int(n) for n in self.run_each("delete", self.group_by_queue(job_ids)))
-
-    def kill_jobs(self, job_ids: Sequence[str]) -> int:
-        """Waiting jobs → dead."""
-        return sum(int(n) for n in self.run_each("kill", self.group_by_queue(job_ids)))
-
-    def _each_in(self, name: str, state: JobState, queue: str | None) -> int:
-        """Run an admin script over every job in ``state``, a chunk per call: each call
-        moves jobs out of the index, so the next chunk is again its head. Stops when a
-        chunk moves nothing (what is left there is not the script's to move)."""
+    def _each_in(self, act: Callable[[str, list[str]], int], state: JobState,
+                 queue: str | None) -> int:
+        """Act on every job in ``state``, a chunk per call: what ``act`` moves leaves the
+        index; what it leaves (a workflow node whose retry is refused, a job the script
+        does not move) stays at the head and is stepped over. A pass that moved something
+        past such jobs is followed by another: a move may take one of them out of the index
+        meanwhile (a retried parent re-opens its child), shifting the rest under the step."""
         total = 0
         for q in [queue] if queue is not None else self.known_queues():
-            while ids := self._index_ids(q, state, 0, ADMIN_CHUNK - 1):
-                moved = sum(int(n) for n in self.run_each(name, {q: ids}))
+            while True:
+                moved, skip = 0, 0
+                while ids := self._index_ids(q, state, skip, skip + ADMIN_CHUNK - 1):
+                    done = act(q, ids)
+                    moved += done
+                    skip += len(ids) - done
                 total += moved
-                if not moved:
+                if not skip or not moved:
                     break
         return total
 
     def retry_all(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
         """Retry every job in ``state``."""
-        return self._each_in("requeue", state, queue)
+        return self._each_in(self._retry, state, queue)
 
     def clear(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
         """Delete every job in a terminal ``state``."""
         if not state.terminal:
             raise ValueError(f"clear() deletes terminal jobs only, not {state.value!r} ones")
-        return self._each_in("delete", state, queue)
+        return self._each_in(
+            lambda q, ids: sum(int(n) for n in self.run_each("delete", {q: ids})), state, queue)
 
     def workers(self) -> list[WorkerInfo]:
         """Workers seen within the registry's time-to-live."""

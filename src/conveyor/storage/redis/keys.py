@@ -74,6 +74,7 @@ class BatchKeys:
     runs: str  # hash: first id -> "<count> state:queue"
     # A workflow's graph (storage/redis/graph.py): "n:<id>" Node JSON, "u:<id>" parents not
     # settled yet, "s:<id>" the state its children were settled with, "e:<id>" "fail"/"skip"
+    # when the graph ended the job, "r:<id>" "1" once it released it
     graph: str
     # hash: job id -> a counter bumped by batch.lua each time the job enters or leaves a
     # terminal state (a mark to settle; removed by graph.lua only if unchanged since read)

@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Callable, Collection, Iterable, Sequence
 
 from conveyor.job import EventKind, JobSpec, JobState, Node
-from conveyor.storage import graph
+from conveyor.storage import graph, graph_retry
 from conveyor.storage.graph import JobView, NodeRow
 from conveyor.storage.sqlite.moves import Move, ids_param, move
 
@@ -39,6 +39,15 @@ def attach(cur: sqlite3.Cursor, now: float, count: CountFn, ids: Collection[str]
     """Link nodes added at run time into their graph (``graph.attach``) in this transaction."""
     if ids:
         graph.attach(_Txn(cur, now, count), ids)
+
+
+def plan_retries(cur: sqlite3.Cursor, ids: Collection[str]) -> graph_retry.RetryPlan:
+    """How retrying ``ids`` by hand moves the workflow nodes among them (reads only)."""
+    return graph_retry.plan(_Txn(cur, 0.0, _no_moves), ids)
+
+
+def _no_moves(moves: Sequence[Move]) -> None:
+    """Planning moves nothing: no batch counter to apply."""
 
 
 def known(cur: sqlite3.Cursor, workflow_id: str, ids: Collection[str]) -> list[str]:
@@ -81,22 +90,22 @@ class _Txn:
         rows = self._cur.execute(
             "SELECT id, node, unsettled, settled, ended_by FROM wf_nodes "
             "WHERE id IN (SELECT value FROM json_each(?))", (ids_param(ids),))
-        return {r[0]: NodeRow(r[0], Node.from_wire(json.loads(r[1])), r[2], r[3], r[4])
+        return {r[0]: NodeRow.stored(r[0], Node.from_wire(json.loads(r[1])), r[2], r[3], r[4])
                 for r in rows}
 
     def jobs(self, ids: Collection[str]) -> dict[str, JobView]:
         rows = self._cur.execute(
             "SELECT jobs.id, state, CAST(name AS BLOB), message, result, payload, "
-            "coalesce(batches.cancelled, 0) FROM jobs LEFT JOIN batches "
+            "coalesce(batches.cancelled, 0), attempt FROM jobs LEFT JOIN batches "
             "ON batches.id = jobs.batch_id WHERE jobs.id IN (SELECT value FROM json_each(?))",
             (ids_param(ids),))
         return {r[0]: JobView(r[1], text_of(r[2]) or "", text_of(r[3]), text_of(r[4]),
-                              text_of(r[5]), bool(r[6])) for r in rows}
+                              text_of(r[5]), bool(r[6]), int(r[7] or 0)) for r in rows}
 
     def save(self, rows: Iterable[NodeRow]) -> None:
         self._cur.executemany(
             "UPDATE wf_nodes SET unsettled = ?, settled = ?, ended_by = ? WHERE id = ?",
-            [(r.unsettled, r.settled, r.ended_by, r.id) for r in rows])
+            [(r.unsettled, r.settled, r.ended_column, r.id) for r in rows])
 
     def link(self, rows: Iterable[NodeRow]) -> None:
         self._cur.executemany("UPDATE wf_nodes SET node = ? WHERE id = ?",

@@ -2,7 +2,8 @@
 -- storage/graph.py, which memory, SQLite and PostgreSQL run).
 --- @include "_util"
 --- @key graph   hash "n:<id>" Node JSON, "u:<id>" unsettled parents, "s:<id>" settled with,
---               "e:<id>" "fail"/"skip" when the graph ended the job
+--               "e:<id>" "fail"/"skip" when the graph ended the job, "r:<id>" '1' once
+--               it released it (graph.py writes both)
 --- @key marks   hash job id -> mark counter (batch.lua)
 -- ARGV: 1 mode:
 --   "settle", then triples: node id, the job's state as just read ('gone': no such job), its
@@ -12,7 +13,8 @@
 --     parent counted up again with no mark left to count it down: its children wait forever).
 --     Whoever holds the newer mark settles it. Gives {children whose parents all settled (to
 --     decide; those decided before too, so a crash between settling and moving them is
---     redone), children the graph ended that a re-opened parent takes back}.
+--     redone; and a marked node itself, back to waiting by a retry by hand, whose parents
+--     have all settled), children the graph ended that a re-opened parent takes back}.
 --   "done", then pairs: node id, the mark counter read before settling: the marks still at
 --     that count are removed (a mark bumped meanwhile stays, to be settled again).
 --   "attach", then node ids just stored by a running job of the workflow: each is linked
@@ -80,6 +82,15 @@ end
 local function ended(child)
   if redis.call('HEXISTS', K_GRAPH, 'e:' .. child) == 1 then reopen[#reopen + 1] = child end
 end
+-- A node retried by hand back to waiting (storage/graph_retry.py) whose parents have all
+-- settled: decided again at once, as a child reaching zero is.
+local function rewaits(id)
+  local ok, node = pcall(cjson.decode, redis.call('HGET', K_GRAPH, 'n:' .. id) or '')
+  if not ok or type(node) ~= 'table' or type(node.p) ~= 'table' or #node.p == 0 then
+    return false
+  end
+  return tonumber(redis.call('HGET', K_GRAPH, 'u:' .. id) or '1') <= 0
+end
 
 for i = 2, #ARGV, 3 do
   local id, state = ARGV[i], ARGV[i + 1]
@@ -112,6 +123,7 @@ for i = 2, #ARGV, 3 do
         if left <= 0 then ready[#ready + 1] = child end
       end
     end
+    if state == 'waiting' and rewaits(id) then ready[#ready + 1] = id end
   end
 end
 return {ready, reopen}

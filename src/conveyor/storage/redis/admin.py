@@ -1,0 +1,96 @@
+"""Operator actions on jobs on Redis: the per-queue admin scripts (``requeue.lua``,
+``kill.lua``, ``delete.lua``, ``cancel.lua``), and a retry by hand that leaves a workflow node
+to its parents (``storage/graph_retry.py``)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from conveyor.storage import graph_retry
+from conveyor.storage.graph import JobView, NodeRow
+from conveyor.storage.redis.graph import RedisGraph
+from conveyor.storage.redis.keys import BatchKeys
+
+ADMIN_CHUNK = 50  # jobs per admin script call
+
+
+class RedisAdmin(RedisGraph):
+    """Admin scripts run per queue, in chunks, their batch moves fed on."""
+
+    def run_each(self, name: str, by_queue: dict[str, list[str]], *lead: str) -> list[Any]:
+        """Run an admin script (cancel/requeue/kill/delete) per queue, with ``lead`` after
+        the queue in its arguments; returns each reply's first element and feeds the batch
+        moves on."""
+        replies = []
+        for queue, ids in by_queue.items():
+            for start in range(0, len(ids), ADMIN_CHUNK):
+                first, moves = self.scripts.run(
+                    name, self.keys.queue(queue),
+                    [self.now_arg(), queue, *lead, *ids[start:start + ADMIN_CHUNK]])
+                self.sync_batches(moves)
+                if name == "requeue" and lead == ("pending",):
+                    self.ring(queue, int(first))
+                replies.append(first)
+        return replies
+
+    def retry_jobs(self, job_ids: Sequence[str]) -> int:
+        """Dead, failed, cancelled or retrying jobs → pending now; a workflow node never
+        released → waiting, or left as it is (``storage/graph_retry.py``)."""
+        return sum(self._retry(queue, ids)
+                   for queue, ids in self.group_by_queue(job_ids).items())
+
+    def retry_refusals(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Of ``job_ids``, the workflow nodes a retry by hand leaves as they are, and why."""
+        refused: dict[str, str] = {}
+        for queue, ids in self.group_by_queue(job_ids).items():
+            refused.update(self.plan_retries(queue, ids).refused)
+        return refused
+
+    def _retry(self, queue: str, ids: list[str]) -> int:
+        plan = self.plan_retries(queue, ids)
+        moved = 0
+        for target, part in (("pending", [i for i in ids if i not in plan.waiting
+                                           and i not in plan.refused]),
+                             ("waiting", [i for i in ids if i in plan.waiting])):
+            if part:
+                moved += sum(int(n) for n in self.run_each("requeue", {queue: part}, target))
+        return moved
+
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        """Delete jobs that are not active."""
+        return sum(int(n) for n in self.run_each("delete", self.group_by_queue(job_ids)))
+
+    def kill_jobs(self, job_ids: Sequence[str]) -> int:
+        """Waiting jobs → dead."""
+        return sum(int(n) for n in self.run_each("kill", self.group_by_queue(job_ids)))
+
+    def plan_retries(self, queue: str, ids: Sequence[str]) -> graph_retry.RetryPlan:
+        """How retrying ``ids`` (jobs of ``queue``) by hand moves the workflow nodes among
+        them (``storage/graph_retry.py``): read just before ``requeue.lua``, which moves a
+        job only from a state it is retried from, so a node re-opened meanwhile stays."""
+        plan = graph_retry.RetryPlan()
+        by_workflow: dict[str, list[str]] = defaultdict(list)
+        for rec in self.records(queue, ids, with_events=False):
+            if rec.batch_id and rec.state.terminal:
+                by_workflow[rec.batch_id].append(rec.id)
+        for workflow_id, held in by_workflow.items():
+            part = graph_retry.plan(_Reads(self, self.keys.batch(workflow_id)), held)
+            plan.waiting |= part.waiting
+            plan.refused.update(part.refused)
+        return plan
+
+
+class _Reads:
+    """``graph.GraphReads`` over one workflow's graph hash and its jobs' queues."""
+
+    def __init__(self, store: RedisGraph, bk: BatchKeys) -> None:
+        self._store = store
+        self._bk = bk
+
+    def nodes(self, ids: Collection[str]) -> dict[str, NodeRow]:
+        return self._store._rows(self._bk, list(ids))
+
+    def jobs(self, ids: Collection[str]) -> dict[str, JobView]:
+        return self._store._views(self._bk, ids)
