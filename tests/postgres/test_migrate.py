@@ -21,6 +21,7 @@ from conveyor.storage.postgres.connection import parse_postgres_url
 from conveyor.storage.postgres.migrate import latest_version, migrations
 from conveyor.storage.records import WorkerInfo
 from tests.conformance.helpers import ack, put, take_one
+from tests.postgres.old_schema import old_release
 
 _SHIPPED = [number for number, _, _ in migrations()]  # numbers need not be consecutive
 
@@ -113,8 +114,7 @@ def test_bad_options_are_refused_with_a_reason(query: str) -> None:
 def test_a_database_at_version_1_upgrades_in_place_keeping_every_job(
         postgres_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     url = _url(postgres_server)
-    first = migrations()[:1]
-    monkeypatch.setattr("conveyor.storage.postgres.migrate.migrations", lambda: first)
+    old_release(monkeypatch, url, 1)
     old = open_storage(url)  # version 1: the tables only, transitions written by the client
     monkeypatch.undo()
     settings = parse_postgres_url(url)
@@ -167,8 +167,7 @@ def _generic_one(cur: Any, now: float | None, job_id: str, name: str, queue: str
 def test_a_database_at_version_2_upgrades_in_place_keeping_every_job_and_lease(
         postgres_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     url = _url(postgres_server)
-    first = migrations()[:2]
-    monkeypatch.setattr("conveyor.storage.postgres.migrate.migrations", lambda: first)
+    old_release(monkeypatch, url, 2)
     # the code of version 2's time enqueued one job with the generic function too, and its
     # ack asked nothing of workflows (version 8)
     monkeypatch.setattr(jobs, "_insert_one", _generic_one)
@@ -282,8 +281,7 @@ def test_a_workflow_stored_before_migration_15_still_releases_its_children(
     """Migration 15 fires the mark trigger for the jobs flagged as nodes only: it flags the
     nodes already stored, so a workflow in flight across the upgrade goes on."""
     url = _url(postgres_server)
-    before = [m for m in migrations() if m[0] < 15]
-    monkeypatch.setattr("conveyor.storage.postgres.migrate.migrations", lambda: before)
+    old_release(monkeypatch, url, 14)
     # the code of version 14's time wrote no flag
     monkeypatch.setattr(graph_sql, "store", _store_without_flag)
     old = open_storage(url)
@@ -323,8 +321,7 @@ def test_jobs_published_before_migration_17_start_after_it(
     start through the new function after the upgrade (batch marked started), and a job due
     again is picked by the new ``publish_due``."""
     url = _url(postgres_server)
-    before = [m for m in migrations() if m[0] < 17]
-    monkeypatch.setattr("conveyor.storage.postgres.migrate.migrations", lambda: before)
+    old_release(monkeypatch, url, 16)
     old = open_storage(url)
     old.create_batch(BatchSpec(id="b"))
     ids = [f"j{i}-{uuid.uuid4().hex}" for i in range(3)]
