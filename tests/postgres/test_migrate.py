@@ -18,7 +18,7 @@ from conveyor.storage import open_storage, redact
 from conveyor.storage.postgres import acks, jobs
 from conveyor.storage.postgres import graph as graph_sql
 from conveyor.storage.postgres.connection import parse_postgres_url
-from conveyor.storage.postgres.migrate import latest_version, migrations
+from conveyor.storage.postgres.migrate import functions, latest_version, migrations
 from conveyor.storage.records import WorkerInfo
 from tests.conformance.helpers import ack, put, take_one
 from tests.postgres.old_schema import old_release
@@ -46,18 +46,28 @@ def test_conveyor_migrate_creates_the_schema_at_the_latest_version(
         postgres_server: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """``conveyor migrate`` lists what it applied (Django's ``migrate`` prints "Applying
     app.0001_initial... OK" per migration, Alembic logs "Running upgrade"): on a fresh schema
-    every shipped migration by name, then, run again, that nothing was left (issue 51: a
-    fresh schema said only "up to date")."""
+    every shipped migration by name and every function file, then, run again, that nothing
+    was left (issue 51: a fresh schema said only "up to date"), and a function file whose
+    checksum changed alone (issue 52)."""
     url = _url(postgres_server)
     assert main(["migrate", "--url", url]) == 0
     out = capsys.readouterr().out
     names = [name for _, name, _ in migrations()]
-    assert out.strip().endswith(f"migration(s) to {redact(url)}: {', '.join(names)}")
-    assert out.startswith(f"applied {len(names)} migration(s)")
+    files = [f"functions/{name}.sql" for name, _, _ in functions()]
+    assert out.strip().endswith(f"function file(s) to {redact(url)}: "
+                                f"{', '.join(names + files)}")
+    assert out.startswith(f"applied {len(names)} migration(s) and {len(files)} function file(s)")
     assert _versions(url) == _SHIPPED
     assert main(["migrate", "--url", url]) == 0  # again: nothing to do, nothing applied twice
     assert "is up to date (no migration to apply)" in capsys.readouterr().out
     assert _versions(url) == _SHIPPED
+    settings = parse_postgres_url(url)
+    with psycopg.connect(settings.conninfo, autocommit=True) as db:  # as a new release's file
+        db.execute(f'UPDATE "{settings.schema}".function_version SET checksum = %s '
+                   "WHERE name = 'heartbeat'", ("changed",))
+    assert main(["migrate", "--url", url]) == 0
+    assert capsys.readouterr().out.endswith(
+        f"applied 1 function file(s) to {redact(url)}: functions/heartbeat.sql\n")
 
 
 def test_a_command_that_only_reads_creates_no_schema(
