@@ -10,12 +10,15 @@ hold a database at any shipped version and open it with the code of today.
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+from conveyor.job import BatchSpec, JobSpec, Node
+from conveyor.storage import Backend
 from conveyor.storage.postgres.connection import parse_postgres_url
 
 OLD_MIGRATIONS = Path(__file__).with_name("old_migrations")
@@ -50,3 +53,16 @@ def old_release(monkeypatch: pytest.MonkeyPatch, url: str, version: int) -> None
 
 def _leave_as_is(*_args: Any, **_kwargs: Any) -> int:
     return 0
+
+
+def store_workflow(store: Backend) -> tuple[str, str]:
+    """A workflow ``g`` of two nodes on queue ``wf``, as every release since version 8 could
+    store one: (parent, pending; child, waiting for it)."""
+    store.create_batch(BatchSpec(id="g", kind="workflow"))
+    parent, child = "parent-" + uuid.uuid4().hex, "child-" + uuid.uuid4().hex
+    assert all(r.created for r in store.enqueue([
+        JobSpec(id=child, name="t.x", queue="wf", payload="[]", batch_id="g",
+                node=Node((parent,), (), "fail", "")),
+        JobSpec(id=parent, name="t.x", queue="wf", payload="[]", batch_id="g",
+                node=Node((), (child,), "fail", ""))]))
+    return parent, child

@@ -13,7 +13,7 @@ import pytest
 
 from conveyor.cli.main import main
 from conveyor.errors import StorageURLError
-from conveyor.job import Ack, BatchSpec, EnqueueResult, JobSpec, JobState, Node, Outcome
+from conveyor.job import Ack, BatchSpec, EnqueueResult, JobSpec, JobState, Outcome
 from conveyor.storage import open_storage, redact
 from conveyor.storage.postgres import acks, jobs
 from conveyor.storage.postgres import graph as graph_sql
@@ -21,7 +21,7 @@ from conveyor.storage.postgres.connection import parse_postgres_url
 from conveyor.storage.postgres.migrate import functions, latest_version, migrations
 from conveyor.storage.records import WorkerInfo
 from tests.conformance.helpers import ack, put, take_one
-from tests.postgres.old_schema import old_release
+from tests.postgres.old_schema import old_release, store_workflow
 
 _SHIPPED = [number for number, _, _ in migrations()]  # numbers need not be consecutive
 
@@ -295,13 +295,7 @@ def test_a_workflow_stored_before_migration_15_still_releases_its_children(
     # the code of version 14's time wrote no flag
     monkeypatch.setattr(graph_sql, "store", _store_without_flag)
     old = open_storage(url)
-    old.create_batch(BatchSpec(id="g", kind="workflow"))
-    parent, child = "parent-" + uuid.uuid4().hex, "child-" + uuid.uuid4().hex
-    assert all(r.created for r in old.enqueue([
-        JobSpec(id=child, name="t.x", queue="wf", payload="[]", batch_id="g",
-                node=Node((parent,), (), "fail", "")),
-        JobSpec(id=parent, name="t.x", queue="wf", payload="[]", batch_id="g",
-                node=Node((), (child,), "fail", ""))]))
+    _, child = store_workflow(old)
     old.close()
     monkeypatch.undo()
     assert 15 not in _versions(url)

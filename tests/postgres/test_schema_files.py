@@ -22,13 +22,20 @@ import pytest
 
 from conveyor.clock import FakeClock
 from conveyor.errors import StorageError
-from conveyor.job import Ack, BatchSpec, FlowControl, JobSpec, JobState, Node, Outcome
+from conveyor.job import Ack, BatchSpec, FlowControl, JobSpec, JobState, Outcome
 from conveyor.storage import open_storage
 from conveyor.storage.postgres.connection import parse_postgres_url
 from conveyor.storage.postgres.migrate import functions, migrate, migrations
 from conveyor.storage.records import WorkerInfo
 from tests.conformance.helpers import ack, put, spec, state_of, take, take_one
-from tests.postgres.old_schema import NEWEST, OLD_MIGRATIONS, OLDEST, build, old_release
+from tests.postgres.old_schema import (
+    NEWEST,
+    OLD_MIGRATIONS,
+    OLDEST,
+    build,
+    old_release,
+    store_workflow,
+)
 
 _FUNCTIONS = ("SELECT 'function ' || p.oid::regprocedure, pg_get_functiondef(p.oid) "
               "FROM pg_proc p WHERE p.pronamespace = %(s)s::regnamespace")
@@ -129,13 +136,7 @@ def test_jobs_in_flight_are_kept_and_run_on_through_the_upgrade(postgres_server:
     old.create_batch(BatchSpec(id="b"))
     in_batch = [put(old, "batch", batch_id="b") for _ in range(2)]
     old.close_batch("b")
-    old.create_batch(BatchSpec(id="g", kind="workflow"))
-    parent, child = "parent-" + uuid.uuid4().hex, "child-" + uuid.uuid4().hex
-    assert all(r.created for r in old.enqueue([
-        JobSpec(id=child, name="t.x", queue="wf", payload="[]", batch_id="g",
-                node=Node((parent,), (), "fail", "")),
-        JobSpec(id=parent, name="t.x", queue="wf", payload="[]", batch_id="g",
-                node=Node((), (child,), "fail", ""))]))
+    _, child = store_workflow(old)
     members = [r.id for r in old.enqueue([_member("k") for _ in range(3)])]
     held = take_one(old)
     assert held.id == held_id

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -48,27 +49,24 @@ _NAME = re.compile(r"^(\d+)_[\w-]+\.sql$")
 _FUNCTION = re.compile(r"^([a-z_][a-z0-9_]*)\.sql$")
 
 
+def _shipped(folder: str, pattern: re.Pattern[str]) -> Iterator[tuple[re.Match[str], str]]:
+    """(the name's match, SQL text) of each file of a package folder whose name matches."""
+    for entry in resources.files("conveyor.storage.postgres").joinpath(folder).iterdir():
+        match = pattern.match(entry.name)
+        if match:
+            yield match, entry.read_text(encoding="utf-8")
+
+
 def migrations() -> list[tuple[int, str, str]]:
     """(number, file name, SQL text) of every shipped migration, in order."""
-    found: list[tuple[int, str, str]] = []
-    folder = resources.files("conveyor.storage.postgres").joinpath("migrations")
-    for entry in folder.iterdir():
-        match = _NAME.match(entry.name)
-        if match:
-            found.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
-    return sorted(found)
+    return sorted((int(match.group(1)), match.group(0), text)
+                  for match, text in _shipped("migrations", _NAME))
 
 
 def functions() -> list[tuple[str, str, str]]:
     """(name, sha256, SQL text) of every shipped function file, in name order."""
-    found: list[tuple[str, str, str]] = []
-    folder = resources.files("conveyor.storage.postgres").joinpath("functions")
-    for entry in folder.iterdir():
-        match = _FUNCTION.match(entry.name)
-        if match:
-            text = entry.read_text(encoding="utf-8")
-            found.append((match.group(1), hashlib.sha256(text.encode()).hexdigest(), text))
-    return sorted(found)
+    return sorted((match.group(1), hashlib.sha256(text.encode()).hexdigest(), text)
+                  for match, text in _shipped("functions", _FUNCTION))
 
 
 def latest_version() -> int:
