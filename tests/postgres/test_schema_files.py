@@ -295,3 +295,35 @@ def test_a_failed_upgrade_leaves_the_schema_as_its_release_left_it(
         open_storage(url)
     assert catalog(url) == before
     assert _sql(url, "SELECT max(version) FROM schema_version") == [(12,)]
+
+
+def test_a_role_granted_the_tables_before_the_upgrade_opens_the_upgraded_schema(
+        postgres_server: Any) -> None:
+    """docs/postgres.md "Roles": the workers' role is granted the tables that exist, once. The
+    upgrade that adds function_version, read by every open, grants it to whoever could read
+    schema_version, so those workers start after `conveyor migrate` as they did before."""
+    url = _url(postgres_server)
+    build(url, NEWEST)
+    schema, role = parse_postgres_url(url).schema, f"app_{uuid.uuid4().hex[:8]}"
+    admin = psycopg.connect(parse_postgres_url(url).conninfo, autocommit=True)
+    try:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        for grant in (f'USAGE ON SCHEMA "{schema}"',
+                      f'SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "{schema}"',
+                      f'USAGE ON ALL SEQUENCES IN SCHEMA "{schema}"',
+                      f'EXECUTE ON ALL FUNCTIONS IN SCHEMA "{schema}"'):
+            admin.execute(f"GRANT {grant} TO {role}")
+        open_storage(url).close()  # the deploy step, as the owner
+        applied: list[str] = []
+        worker = open_storage(url.replace("postgresql://postgres@", f"postgresql://{role}@", 1),
+                              applied=applied)
+        try:
+            assert applied == []
+            job_id = put(worker, "q")
+            assert take_one(worker, ["q"]).id == job_id
+        finally:
+            worker.close()
+    finally:
+        admin.execute(f"DROP OWNED BY {role}")
+        admin.execute(f"DROP ROLE {role}")
+        admin.close()

@@ -5,8 +5,10 @@ find the code a transition runs in one place:
 
 * ``migrations/NNN_name.sql`` hold tables, indexes and data moves, and nothing else: no
   ``CREATE FUNCTION``, no trigger. Each is applied once, in order, and recorded in
-  ``schema_version``. A migration that retires a function's old argument list drops it with
-  ``DROP FUNCTION IF EXISTS`` (a fresh schema never had it); a data move that needs what a
+  ``schema_version``. A function whose argument list or result type changes gets a
+  migration that drops the old one with ``DROP FUNCTION IF EXISTS`` (``CREATE OR REPLACE``
+  cannot change a result type, and a new argument list would add an overload beside the old
+  one; a fresh schema never had it); a data move that needs what a
   function computes writes that SQL itself, since functions are applied after the
   migrations and the ones a database has before are those of whatever release it ran.
 * ``functions/<name>.sql`` hold the current definition of one function (overloads of one
@@ -21,7 +23,8 @@ whose checksum changed, under a session advisory lock named after the schema. Pr
 open a fresh database at the same moment wait for each other and none applies anything twice;
 an upgrade that fails leaves the database as it was, never its tables at one release and its
 functions at another. A database that has every shipped migration and every shipped
-function's checksum is recognised with one read of both tables, without the lock.
+function's checksum is recognised by two reads, without the lock: whether its two record
+tables exist, then both records in one statement.
 
 Numbers need not be consecutive, and every shipped migration not yet recorded is applied, not
 only those above the highest recorded: two branches may each add one (004 and 005), and a
@@ -47,6 +50,12 @@ from conveyor.storage.postgres.connection import Settings
 
 _NAME = re.compile(r"^(\d+)_[\w-]+\.sql$")
 _FUNCTION = re.compile(r"^([a-z_][a-z0-9_]*)\.sql$")
+# Who may read schema_version may read function_version: every open reads both, and the
+# workers' role was granted the tables that existed when it was set up (docs/postgres.md).
+_GRANTS = ("SELECT a.privilege_type, CASE WHEN a.grantee = 0 THEN 'PUBLIC' "
+           "ELSE quote_ident(r.rolname) END FROM pg_class c "
+           "CROSS JOIN LATERAL aclexplode(c.relacl) AS a LEFT JOIN pg_roles r ON r.oid = a.grantee "
+           "WHERE c.oid = 'schema_version'::regclass AND a.grantee <> c.relowner")
 
 
 def _shipped(folder: str, pattern: re.Pattern[str]) -> Iterator[tuple[re.Match[str], str]]:
@@ -106,6 +115,11 @@ def current_version(conn: psycopg.Connection[Any], schema: str) -> int:
     return max(recorded(conn, schema).versions, default=0)
 
 
+def _missing(conn: psycopg.Connection[Any], table: str) -> bool:
+    row = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+    return row is None or row[0] is None
+
+
 def _due(found: Recorded) -> tuple[list[tuple[int, str, str]], list[tuple[str, str, str]]]:
     """The migrations a schema lacks and the function files whose checksum it lacks (none
     when a newer release migrated it)."""
@@ -139,8 +153,11 @@ def migrate(conn: psycopg.Connection[Any], settings: Settings, *, create: bool =
             conn.execute(f'SET LOCAL search_path TO "{schema}"')
             conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version integer PRIMARY "
                          "KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
-            conn.execute("CREATE TABLE IF NOT EXISTS function_version (name text PRIMARY KEY, "
-                         "checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+            if _missing(conn, "function_version"):  # fresh, or first upgraded past 18
+                conn.execute("CREATE TABLE function_version (name text PRIMARY KEY, checksum "
+                             "text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+                for grant in conn.execute(_GRANTS).fetchall():
+                    conn.execute(f"GRANT {grant[0]} ON function_version TO {grant[1]}")
             missing, changed = _due(recorded(conn, schema))  # as the lock's last holder left it
             for number, name, script in missing:
                 conn.execute(script.encode())  # several statements: the simple protocol
