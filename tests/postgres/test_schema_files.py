@@ -13,6 +13,7 @@ checksum changes, after the versioned ones.
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 import uuid
 from typing import Any
@@ -327,3 +328,30 @@ def test_a_role_granted_the_tables_before_the_upgrade_opens_the_upgraded_schema(
         admin.execute(f"DROP OWNED BY {role}")
         admin.execute(f"DROP ROLE {role}")
         admin.close()
+
+
+def test_an_upgrade_that_recreates_triggers_waits_for_a_live_transition_without_deadlock(
+        postgres_server: Any) -> None:
+    """Re-creating a trigger takes its table's ACCESS EXCLUSIVE lock. Taken file by file
+    (notify_batch_finished.sql on batches, then notify_pending.sql on jobs), the upgrade held
+    batches while it waited for jobs, and a live ack, holding jobs and asking batches next,
+    closed the circle: PostgreSQL aborted one of them. It locks jobs first, as transitions do."""
+    url = _url(postgres_server)
+    open_storage(url).close()
+    _sql(url, "UPDATE function_version SET checksum = 'stale' "
+              "WHERE name IN ('notify_batch_finished', 'notify_pending') RETURNING 1")
+    settings = parse_postgres_url(url)
+    applied: list[str] = []
+    with psycopg.connect(settings.conninfo) as live:  # a transition in flight: jobs, then batches
+        live.execute(f'SET search_path TO "{settings.schema}"')
+        live.execute("UPDATE jobs SET state = state WHERE false")
+        upgrade = threading.Thread(target=lambda: open_storage(url, applied=applied).close())
+        upgrade.start()
+        waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'relation' AND NOT granted"
+        while live.execute(waiting).fetchone() != (1,):  # the upgrade queued on a table lock
+            assert upgrade.is_alive()
+            time.sleep(0.05)
+        live.execute("UPDATE batches SET closed = closed WHERE false")
+        live.commit()
+    upgrade.join(60)
+    assert applied == ["functions/notify_batch_finished.sql", "functions/notify_pending.sql"]

@@ -50,6 +50,7 @@ from conveyor.storage.postgres.connection import Settings
 
 _NAME = re.compile(r"^(\d+)_[\w-]+\.sql$")
 _FUNCTION = re.compile(r"^([a-z_][a-z0-9_]*)\.sql$")
+_TRIGGER_ON = re.compile(r"^CREATE TRIGGER \w+ .*? ON (\w+)", re.MULTILINE)
 # Who may read schema_version may read function_version: every open reads both, and the
 # workers' role was granted the tables that existed when it was set up (docs/postgres.md).
 _GRANTS = ("SELECT a.privilege_type, CASE WHEN a.grantee = 0 THEN 'PUBLIC' "
@@ -164,6 +165,14 @@ def migrate(conn: psycopg.Connection[Any], settings: Settings, *, create: bool =
                 conn.execute("INSERT INTO schema_version (version, name) VALUES (%s, %s)",
                              (number, name))
                 names.append(name)
+            tables = sorted({t for _, _, text in changed for t in _TRIGGER_ON.findall(text)},
+                            key=lambda table: (table != "jobs", table))
+            if tables:
+                # Re-creating a trigger takes its table's ACCESS EXCLUSIVE lock: all of them at
+                # once, jobs first as the transitions take it. File by file (batches, then
+                # jobs) the upgrade would hold batches while waiting for a live ack that holds
+                # jobs and asks batches next: a circle PostgreSQL breaks by aborting one.
+                conn.execute(f"LOCK TABLE {', '.join(tables)} IN ACCESS EXCLUSIVE MODE")
             for name, checksum, script in changed:
                 conn.execute(script.encode())
                 conn.execute("INSERT INTO function_version (name, checksum) VALUES (%s, %s) "
