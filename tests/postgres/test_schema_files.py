@@ -13,6 +13,7 @@ checksum changes, after the versioned ones.
 from __future__ import annotations
 
 import multiprocessing
+import re
 import threading
 import time
 import uuid
@@ -88,6 +89,18 @@ def test_the_old_migrations_are_the_shipped_history() -> None:
     old = sorted(p.name for p in OLD_MIGRATIONS.glob("*.sql"))
     assert len(old) == NEWEST - OLDEST + 1
     assert old == [name for number, name, _ in migrations() if number <= NEWEST]
+
+
+def test_no_migration_defines_a_function_or_a_trigger() -> None:
+    """The rule of the two kinds of file (migrate.py): a function defined in a migration would
+    be one more version of it beside its file; a trigger there could name a function that,
+    on a fresh schema, does not exist yet when the migrations run."""
+    defining = re.compile(r"^\s*(CREATE|ALTER)\b[^;]*\b(FUNCTION|TRIGGER|PROCEDURE)\b|^\s*DO\b",
+                          re.IGNORECASE | re.MULTILINE)
+    found = {name: defining.findall(text) for _, name, text in migrations()}
+    assert {name: hits for name, hits in found.items() if hits} == {}
+    for name, _, text in functions():
+        assert "CREATE FUNCTION" not in text.upper().replace("CREATE OR REPLACE FUNCTION", ""), name
 
 
 @pytest.mark.parametrize("version", [OLDEST, 12, NEWEST])
