@@ -71,7 +71,8 @@ class ConveyorPeer(Peer):
                 redis.Redis.from_url("redis://" + node).flushall()
         elif self.storage_url.startswith("postgres"):
             # empty the tables, keep the migrated schema (its functions, triggers, version)
-            pg_truncate(self.storage_url.split("?")[0], PG_SCHEMA, keep=("schema_version",))
+            pg_truncate(self.storage_url.split("?")[0], PG_SCHEMA,
+                        keep=("schema_version", "function_version"))
         # Open the storage now, outside every timing: the other peers' clients are made when
         # their module is imported, while conveyor imports its backend (and, without cached
         # bytecode, compiles it) at the first enqueue, which W1 bulk would otherwise count.

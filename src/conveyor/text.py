@@ -97,7 +97,7 @@ def check_name(what: str, value: object) -> None:
 
 # What a key may not hold: C0 and C1 controls and DEL (newlines and tabs among them), the
 # line and paragraph separators, lone surrogates. The stores spell the same class: Lua
-# (storage/redis/lua/_admit.lua) and PL/pgSQL (storage/postgres/migrations/018_key_rule.sql).
+# (storage/redis/lua/_admit.lua) and PL/pgSQL (storage/postgres/functions/key_rule.sql).
 _KEY_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 

@@ -13,14 +13,15 @@ import pytest
 
 from conveyor.cli.main import main
 from conveyor.errors import StorageURLError
-from conveyor.job import Ack, BatchSpec, EnqueueResult, JobSpec, JobState, Node, Outcome
+from conveyor.job import Ack, BatchSpec, EnqueueResult, JobSpec, JobState, Outcome
 from conveyor.storage import open_storage, redact
 from conveyor.storage.postgres import acks, jobs
 from conveyor.storage.postgres import graph as graph_sql
 from conveyor.storage.postgres.connection import parse_postgres_url
-from conveyor.storage.postgres.migrate import latest_version, migrations
+from conveyor.storage.postgres.migrate import functions, latest_version, migrations
 from conveyor.storage.records import WorkerInfo
 from tests.conformance.helpers import ack, put, take_one
+from tests.postgres.old_schema import old_release, store_workflow
 
 _SHIPPED = [number for number, _, _ in migrations()]  # numbers need not be consecutive
 
@@ -45,18 +46,28 @@ def test_conveyor_migrate_creates_the_schema_at_the_latest_version(
         postgres_server: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """``conveyor migrate`` lists what it applied (Django's ``migrate`` prints "Applying
     app.0001_initial... OK" per migration, Alembic logs "Running upgrade"): on a fresh schema
-    every shipped migration by name, then, run again, that nothing was left (issue 51: a
-    fresh schema said only "up to date")."""
+    every shipped migration by name and every function file, then, run again, that nothing
+    was left (issue 51: a fresh schema said only "up to date"), and a function file whose
+    checksum changed alone (issue 52)."""
     url = _url(postgres_server)
     assert main(["migrate", "--url", url]) == 0
     out = capsys.readouterr().out
     names = [name for _, name, _ in migrations()]
-    assert out.strip().endswith(f"migration(s) to {redact(url)}: {', '.join(names)}")
-    assert out.startswith(f"applied {len(names)} migration(s)")
+    files = [f"functions/{name}.sql" for name, _, _ in functions()]
+    assert out.strip().endswith(f"function file(s) to {redact(url)}: "
+                                f"{', '.join(names + files)}")
+    assert out.startswith(f"applied {len(names)} migration(s) and {len(files)} function file(s)")
     assert _versions(url) == _SHIPPED
     assert main(["migrate", "--url", url]) == 0  # again: nothing to do, nothing applied twice
     assert "is up to date (no migration to apply)" in capsys.readouterr().out
     assert _versions(url) == _SHIPPED
+    settings = parse_postgres_url(url)
+    with psycopg.connect(settings.conninfo, autocommit=True) as db:  # as a new release's file
+        db.execute(f'UPDATE "{settings.schema}".function_version SET checksum = %s '
+                   "WHERE name = 'heartbeat'", ("changed",))
+    assert main(["migrate", "--url", url]) == 0
+    assert capsys.readouterr().out.endswith(
+        f"applied 1 function file(s) to {redact(url)}: functions/heartbeat.sql\n")
 
 
 def test_a_command_that_only_reads_creates_no_schema(
@@ -113,8 +124,7 @@ def test_bad_options_are_refused_with_a_reason(query: str) -> None:
 def test_a_database_at_version_1_upgrades_in_place_keeping_every_job(
         postgres_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     url = _url(postgres_server)
-    first = migrations()[:1]
-    monkeypatch.setattr("conveyor.storage.postgres.migrate.migrations", lambda: first)
+    old_release(monkeypatch, url, 1)
     old = open_storage(url)  # version 1: the tables only, transitions written by the client
     monkeypatch.undo()
     settings = parse_postgres_url(url)
@@ -167,8 +177,7 @@ def _generic_one(cur: Any, now: float | None, job_id: str, name: str, queue: str
 def test_a_database_at_version_2_upgrades_in_place_keeping_every_job_and_lease(
         postgres_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     url = _url(postgres_server)
-    first = migrations()[:2]
-    monkeypatch.setattr("conveyor.storage.postgres.migrate.migrations", lambda: first)
+    old_release(monkeypatch, url, 2)
     # the code of version 2's time enqueued one job with the generic function too, and its
     # ack asked nothing of workflows (version 8)
     monkeypatch.setattr(jobs, "_insert_one", _generic_one)
@@ -282,18 +291,11 @@ def test_a_workflow_stored_before_migration_15_still_releases_its_children(
     """Migration 15 fires the mark trigger for the jobs flagged as nodes only: it flags the
     nodes already stored, so a workflow in flight across the upgrade goes on."""
     url = _url(postgres_server)
-    before = [m for m in migrations() if m[0] < 15]
-    monkeypatch.setattr("conveyor.storage.postgres.migrate.migrations", lambda: before)
+    old_release(monkeypatch, url, 14)
     # the code of version 14's time wrote no flag
     monkeypatch.setattr(graph_sql, "store", _store_without_flag)
     old = open_storage(url)
-    old.create_batch(BatchSpec(id="g", kind="workflow"))
-    parent, child = "parent-" + uuid.uuid4().hex, "child-" + uuid.uuid4().hex
-    assert all(r.created for r in old.enqueue([
-        JobSpec(id=child, name="t.x", queue="wf", payload="[]", batch_id="g",
-                node=Node((parent,), (), "fail", "")),
-        JobSpec(id=parent, name="t.x", queue="wf", payload="[]", batch_id="g",
-                node=Node((), (child,), "fail", ""))]))
+    _, child = store_workflow(old)
     old.close()
     monkeypatch.undo()
     assert 15 not in _versions(url)
@@ -323,8 +325,7 @@ def test_jobs_published_before_migration_17_start_after_it(
     start through the new function after the upgrade (batch marked started), and a job due
     again is picked by the new ``publish_due``."""
     url = _url(postgres_server)
-    before = [m for m in migrations() if m[0] < 17]
-    monkeypatch.setattr("conveyor.storage.postgres.migrate.migrations", lambda: before)
+    old_release(monkeypatch, url, 16)
     old = open_storage(url)
     old.create_batch(BatchSpec(id="b"))
     ids = [f"j{i}-{uuid.uuid4().hex}" for i in range(3)]

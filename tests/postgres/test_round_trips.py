@@ -1,5 +1,5 @@
 """Each hot-path transition on PostgreSQL is one round trip to the server: a call of a
-server-side function (migrations/002_functions.sql), no BEGIN/COMMIT around it and no clock
+server-side function (storage/postgres/functions/), no BEGIN/COMMIT around it and no clock
 read of its own. Counted on the wire: libpq's trace of the connection lists every message
 each side sends, and a round trip is the client sending messages and then waiting for the
 server's answer before it sends more."""

@@ -24,7 +24,9 @@ def register(sub: Any) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    """Open the storage (which creates and migrates it) and list what that applied.
+    """Open the storage (which creates and migrates it) and list what that applied: numbered
+    migrations, then the function files (``functions/<name>.sql``) of a store that keeps its
+    functions apart and applies them when their checksum changes.
 
     The command opens the store itself, never the app's already open one, so that what the
     open applied is what it lists."""
@@ -35,7 +37,16 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     announce(source, args)
     where = shown_url(source.url)[0]
     if applied:
-        say(f"applied {len(applied)} migration(s) to {where}: {', '.join(applied)}")
+        say(f"applied {_counted(applied)} to {where}: {', '.join(applied)}")
     else:
         say(f"storage {where} is up to date (no migration to apply)")
     return 0
+
+
+def _counted(applied: list[str]) -> str:
+    """``"18 migration(s) and 30 function file(s)"``, naming only the kinds applied."""
+    functions = sum(name.startswith("functions/") for name in applied)
+    kinds = [f"{len(applied) - functions} migration(s)"] if functions < len(applied) else []
+    if functions:
+        kinds.append(f"{functions} function file(s)")
+    return " and ".join(kinds)

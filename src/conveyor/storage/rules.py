@@ -145,7 +145,8 @@ def is_gated(flow: FlowControl | None) -> bool:
 
 def broken_key_message(kind: str) -> str:
     """``message`` of a job whose stored ``kind`` ("rate key") breaks the key rule. Lua
-    (``redis/lua/_admit.lua``) and PL/pgSQL (migration 018) spell the same words."""
+    (``redis/lua/_admit.lua``) and PL/pgSQL (``postgres/functions/key_rule.sql``) spell the
+    same words."""
     return (f"{kind} breaks the key rule (1 to {MAX_KEY_BYTES} bytes of UTF-8, no control "
             "characters or line breaks): the job cannot start")
 

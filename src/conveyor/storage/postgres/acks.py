@@ -1,5 +1,5 @@
 """Acknowledgements: a whole list applied by one call of the server-side ``ack`` function
-(migrations/002_functions.sql), fenced by lease token.
+(functions/ack.sql), fenced by lease token.
 
 What each ack does is decided here by the rules every backend shares (``storage/rules.py``):
 the outcome as given, and what it becomes if the job has a pending cancel request (which

@@ -79,7 +79,7 @@ class PostgresAsync:
     async def afinished(self, job_id: str, queue: str) -> AsyncIterator[Waiter]:
         """Wake-ups when ``job_id`` ends: the process's shared connection LISTENs on
         'conveyor_d_<schema>' (``notices.py``) and a ``result_waiters`` row asks the acks to
-        NOTIFY it (migrations/010_result_waiters.sql, 012_short_channels.sql)."""
+        NOTIFY it (migrations/010_result_waiters.sql, functions/wake_waiters.sql)."""
         async with self._notices.awatch(self._db.settings.done_channel, job_id) as waiter:
             await self._waiter_row("INSERT INTO result_waiters (job_id, since) VALUES (%s, "
                                    "extract(epoch FROM clock_timestamp()))", job_id)

@@ -26,7 +26,7 @@ Move = tuple[str, "str | None", "str | None"]
 
 TERMINAL_SUM = "n_succeeded + n_failed + n_dead + n_cancelled"
 # A batch's stored n_pending counts its pending and active jobs together (a lease does not
-# write the batch's row: migrations/003_hot_path.sql); the active ones are counted on
+# write the batch's row: functions/batch_moves.sql); the active ones are counted on
 # jobs_batch, at most the workers' slots. Read as ``SELECT {BATCH_COLUMNS} FROM {BATCH_FROM}``.
 BATCH_FROM = ("batches CROSS JOIN LATERAL (SELECT count(*)::integer AS running FROM jobs "
               "WHERE jobs.batch_id = batches.id AND jobs.state = 'active') AS a")
@@ -54,7 +54,7 @@ def create(cur: Cursor, now: float, spec: BatchSpec) -> None:
 
 def apply(cur: Cursor, now: float | None, moves: Iterable[Move]) -> None:
     """Move the counters, then complete batches and fire callbacks as they become due: one
-    statement (the ``batch_moves`` function, migrations/002_functions.sql)."""
+    statement (the ``batch_moves`` function, functions/batch_moves.sql)."""
     rows = list(moves)
     if rows:
         cur.execute("SELECT batch_moves(clock_now(%s::float8), %s::text[], %s::text[], %s::text[])",

@@ -54,17 +54,17 @@ class Settings:
 
     @property
     def channel(self) -> str:
-        """The NOTIFY channel the schema's triggers ring (``migrations/001_init.sql``)."""
+        """The NOTIFY channel the schema's triggers ring (``functions/notify_pending.sql``)."""
         return f"conveyor_{self.schema}"
 
     @property
     def done_channel(self) -> str:
-        """The channel the acks wake result waiters on (``migrations/012_short_channels.sql``)."""
+        """The channel the acks wake result waiters on (``functions/wake_waiters.sql``)."""
         return f"conveyor_d_{self.schema}"
 
     @property
     def batch_channel(self) -> str:
-        """The channel a finishing batch rings with its id (``012_short_channels.sql``)."""
+        """The channel a finishing batch rings with its id (``notify_batch_finished.sql``)."""
         return f"conveyor_b_{self.schema}"
 
 

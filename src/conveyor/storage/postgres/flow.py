@@ -1,6 +1,6 @@
 """Flow control on PostgreSQL: pausing queues, and where the limits are enforced.
 
-The limits themselves run on the server, inside the transitions (migrations/002_functions.sql):
+The limits themselves run on the server, inside the transitions (functions/<name>.sql):
 ``enqueue`` takes a transaction advisory lock per unique key and resolves its holder;
 ``dequeue`` walks a queue holding "gated" jobs (a concurrency, order or rate key) with
 ``flow_pick``, under a transaction advisory lock per schema, so counting a limit and

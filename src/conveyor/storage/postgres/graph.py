@@ -1,6 +1,6 @@
 """Workflow graphs on PostgreSQL: node rows, waiting nodes at enqueue, and ``graph.settle``.
 
-The ``wf_mark`` trigger (migrations/008_workflows.sql) marks a node in the statement that
+The ``wf_mark`` trigger (functions/wf_mark.sql) marks a node in the statement that
 moves it, whichever server-side function made the move. ``settle`` takes the marks in a
 transaction of its own (rows locked, ``SKIP LOCKED`` between settlers) right after: after an
 ack whose round trip reported marks (``wf_pending()``), after recovery and operator actions,

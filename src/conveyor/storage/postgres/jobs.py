@@ -29,14 +29,14 @@ JOB_COLUMNS = (
 )
 GET_JOB = f"SELECT {JOB_COLUMNS}, events FROM jobs WHERE id = %s"  # a record with its events
 
-# The server-side enqueue (migrations/002_functions.sql): one array per column.
+# The server-side enqueue (functions/enqueue.sql): one array per column.
 _ENQUEUE = (
     "SELECT * FROM {schema}enqueue(%s::float8, %s::text[], %s::text[], %s::text[], %s::text[], "
     "%s::int4[], %s::float8[], %s::float8[], %s::float8[], %s::text[], %s::text[], %s::text[], "
     "%s::float8[], %s::text[], %s::int4[], %s::text[], %s::text[], %s::int4[], %s::float8[])"
 )
 
-# One job without flow control (migrations/004_enqueue_one.sql): scalars, no arrays to
+# One job without flow control (functions/enqueue_one.sql): scalars, no arrays to
 # build on the client nor to unnest on the server.
 _ENQUEUE_ONE = (
     "SELECT * FROM {schema}enqueue_one(%s::float8, %s::text, %s::text, %s::text, %s::text, "

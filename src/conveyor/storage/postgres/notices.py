@@ -2,11 +2,12 @@
 
 ``Batch.wait`` and ``JobRef.aresult`` wait to be told that a batch or a job finished: the
 ``batches_finished`` trigger and the acks ``NOTIFY`` the schema's batch and result channels
-(``migrations/012_short_channels.sql``) with the batch's or the job's id. Each wait used to
-open a connection of its own for its ``LISTEN``, so a web app awaiting 200 results held 200
-backends, twice PostgreSQL's default ``max_connections``, and from the hundredth on nobody
-could connect, workers included. Here one connection LISTENs on both channels, a daemon
-thread reads it, and each notification wakes the waits registered for its channel and id.
+(``functions/notify_batch_finished.sql``, ``wake_waiters.sql``) with the batch's or the
+job's id. Each wait used to open a connection of its own for its ``LISTEN``, so a web app
+awaiting 200 results held 200 backends, twice PostgreSQL's default ``max_connections``, and
+from the hundredth on nobody could connect, workers included. Here one connection LISTENs on
+both channels, a daemon thread reads it, and each notification wakes the waits registered for
+its channel and id.
 
 Order: a wait is registered before the connection is known to listen, and ``watch`` returns
 only then, so whatever commits after the caller's next read is seen. A connection that breaks

@@ -2,7 +2,7 @@
 
 Every transition is one transaction that updates the job rows, appends their events and moves
 their batch counters. The hot path (enqueue, dequeue, ack, heartbeat) is one call of a
-server-side function each (migrations/002_functions.sql): one round trip, no transaction
+server-side function each (functions/<name>.sql): one round trip, no transaction
 block, no client code between its statements. Dequeue leases many jobs over rows picked ``FOR
 UPDATE SKIP LOCKED`` (many workers never wait on each other); acknowledgements of a whole
 list are one fenced ``UPDATE``. Times come from the server's ``clock_timestamp()``, read

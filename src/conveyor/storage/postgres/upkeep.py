@@ -3,7 +3,7 @@
 
 A mixin of ``PostgresStorage``; each method is one transaction, but trimming, which is several
 short ones of bounded size. Promotion and recovery are one call of a server-side function each
-(migrations/002_functions.sql), picking rows ``FOR UPDATE SKIP LOCKED``, so two workers'
+(functions/promote.sql, reclaim.sql), picking rows ``FOR UPDATE SKIP LOCKED``, so two workers'
 pollers and recoverers never wait on each other.
 """
 

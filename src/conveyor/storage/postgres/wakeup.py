@@ -1,7 +1,7 @@
 """Waking idle workers: LISTEN/NOTIFY, with a bounded poll as the fallback.
 
 Every row that becomes pending rings the schema's channel with its queue's name (a trigger,
-``migrations/001_init.sql``), delivered when its transaction commits. A waiting thread keeps
+``functions/notify_pending.sql``), delivered when its transaction commits. A waiting thread keeps
 one dedicated connection that LISTENs from its first wait on: notifications that arrive
 between two waits are buffered on it, so none is missed; the first wait checks for work once
 after LISTEN, for what was committed before.

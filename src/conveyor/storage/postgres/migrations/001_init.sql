@@ -1,9 +1,21 @@
+-- The rule for every file of this folder (storage/postgres/migrate.py): a numbered migration
+-- holds tables, indexes and data moves, applied once; never a function or a trigger. Each
+-- function lives, as its current definition only, in ../functions/<name>.sql with the
+-- triggers that call it, applied after the migrations whenever its checksum changes. A
+-- migration that retires a function's old argument list drops it (DROP FUNCTION IF EXISTS);
+-- a data move computes what it needs in its own SQL, since the functions a database has when
+-- its migrations run are those of the release it ran before. The migrations up to 18, from
+-- when each function change re-declared it here, had their functions taken out: a database
+-- that applied them keeps their record, and gets the functions from ../functions/.
+--
 -- conveyor PostgreSQL schema, version 1 (created inside the schema the URL names).
 -- Every hot-path query is served by a partial index over the rows it can touch (pending,
 -- active, waiting), so dequeue, promotion and lease recovery stay O(log n) however many
 -- finished jobs the table keeps. Times are epoch seconds (double precision), as on SQLite.
 -- Text a job writes that may hold U+0000 (which PostgreSQL text refuses) is stored escaped
 -- (storage/postgres/text.py); JSON columns hold JSON text, where U+0000 is "\u0000".
+-- Idle workers are woken by triggers on jobs and queues (../functions/notify_pending.sql,
+-- notify_resumed.sql).
 
 CREATE TABLE jobs (
     seq               bigint GENERATED ALWAYS AS IDENTITY,  -- enqueue order
@@ -139,27 +151,3 @@ CREATE TABLE schedules (
     resumed_at double precision,
     created_at double precision
 );
-
--- Waking idle workers: every row that becomes pending notifies the channel
--- 'conveyor_<schema>' with its queue's name, delivered when its transaction commits and
--- folded by PostgreSQL to one notification per queue and transaction. Row triggers with a
--- WHEN clause cost nothing for the rows they do not match (acks, heartbeats, logs).
-CREATE FUNCTION notify_pending() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('conveyor_' || TG_TABLE_SCHEMA, NEW.queue);
-    RETURN NULL;
-END
-$$;
-CREATE TRIGGER jobs_inserted AFTER INSERT ON jobs FOR EACH ROW
-    WHEN (NEW.state = 'pending') EXECUTE FUNCTION notify_pending();
-CREATE TRIGGER jobs_pending AFTER UPDATE OF state ON jobs FOR EACH ROW
-    WHEN (NEW.state = 'pending' AND OLD.state <> 'pending') EXECUTE FUNCTION notify_pending();
--- Resuming a paused queue wakes its workers too.
-CREATE FUNCTION notify_resumed() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('conveyor_' || TG_TABLE_SCHEMA, NEW.name);
-    RETURN NULL;
-END
-$$;
-CREATE TRIGGER queues_resumed AFTER UPDATE OF paused ON queues FOR EACH ROW
-    WHEN (OLD.paused AND NOT NEW.paused) EXECUTE FUNCTION notify_resumed();

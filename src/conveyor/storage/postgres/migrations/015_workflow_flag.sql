@@ -9,19 +9,8 @@
 -- the trigger dropped: 0.81 -> 0.77 s, server CPU 0.95 -> 0.90 s, medians of 8 rounds). The
 -- job's row now says whether it is a node (`wf`, set by postgres/graph.py in the enqueue's
 -- transaction, as it writes the node's row), and the triggers' WHEN clauses test it, which
--- costs nothing per row. The nodes stored before this version are marked here.
+-- costs nothing per row (../functions/wf_mark.sql). The nodes stored before this version
+-- are marked here.
 
 ALTER TABLE jobs ADD COLUMN wf boolean NOT NULL DEFAULT false;
 UPDATE jobs SET wf = true WHERE id IN (SELECT id FROM wf_nodes);
-
-DROP TRIGGER wf_mark_move ON jobs;
-CREATE TRIGGER wf_mark_move AFTER UPDATE OF state ON jobs FOR EACH ROW
-    WHEN (NEW.wf AND NEW.batch_id IS NOT NULL
-          AND (OLD.state IN ('succeeded', 'failed', 'dead', 'cancelled'))
-              IS DISTINCT FROM (NEW.state IN ('succeeded', 'failed', 'dead', 'cancelled')))
-    EXECUTE FUNCTION wf_mark();
-DROP TRIGGER wf_mark_delete ON jobs;
-CREATE TRIGGER wf_mark_delete AFTER DELETE ON jobs FOR EACH ROW
-    WHEN (OLD.wf AND OLD.batch_id IS NOT NULL
-          AND OLD.state NOT IN ('succeeded', 'failed', 'dead', 'cancelled'))
-    EXECUTE FUNCTION wf_mark();

@@ -1,0 +1,26 @@
+-- Callers waiting on a job's result (JobRef.aresult; postgres/aio.py): a row per waiting
+-- call while it waits. The ack statement calls wake_waiters(): when nobody waits, one look
+-- at an empty table; else a NOTIFY on 'conveyor_done_<schema>' (payload: the job id) for
+-- each waited-on job that has ended (a waiter deletes its row once woken).
+CREATE TABLE result_waiters (job_id text NOT NULL, since float8 NOT NULL);
+CREATE INDEX result_waiters_job ON result_waiters (job_id);
+
+-- plpgsql: its statements' plans are kept across calls (a LANGUAGE sql function is planned
+-- at every call: 170 µs an ack, measured).
+CREATE FUNCTION wake_waiters() RETURNS boolean LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT AS $$
+DECLARE
+    v_id text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM result_waiters) THEN
+        RETURN false;
+    END IF;
+    FOR v_id IN
+        SELECT w.job_id FROM result_waiters w JOIN jobs j ON j.id = w.job_id
+        WHERE j.state IN ('succeeded', 'failed', 'dead', 'cancelled')
+    LOOP
+        PERFORM pg_notify('conveyor_done_' || current_schema(), v_id);
+    END LOOP;
+    RETURN true;
+END
+$$;
