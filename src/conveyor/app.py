@@ -31,6 +31,7 @@ from conveyor.options import Aggregate, Debounce, KeyOption, Throttle, make_opti
 from conveyor.periodic import Schedule, validate_cron, validate_tz
 from conveyor.refs import JobRef
 from conveyor.registry import JobFunction, Registry, default_name
+from conveyor.schedules import Schedules
 from conveyor.serializer import DEFAULT_MAX_PAYLOAD
 from conveyor.storage import DEFAULT_URL, Backend, Retention, open_storage, redact
 from conveyor.text import check_name
@@ -82,7 +83,8 @@ worker runs jobs with, and the storage.
             max_payload=max_payload,
         )
         self.registry.add_builtins(self.client)
-        self.schedules: list[Schedule] = []  # run by every worker's cron component
+        #: Declared in code (iterate it), and the store's, changed at run time (its methods)
+        self.schedules = Schedules(lambda: self.storage, self.registry.options)
         self.server_middleware = ServerChain()
         self.error_handlers: list[ErrorHandler] = []  # see on_error
         self._injected = storage is not None
@@ -283,10 +285,7 @@ worker runs jobs with, and the storage.
                 flow=build_flow(fn.name, fn.opts, list(arguments), keywords))
             check_name("schedule name", schedule.name)
             check_name("queue", schedule.queue)
-            if any(s.name == schedule.name for s in self.schedules):
-                raise ValueError(f"a periodic schedule named {schedule.name!r} already exists; "
-                                 "pass name= to tell them apart")
-            self.schedules.append(schedule)
+            self.schedules.declare(schedule)
             return fn
 
         return register

@@ -331,6 +331,11 @@ class Registry:
         """The job registered under ``name``, or None."""
         return self._jobs.get(name) or self._builtin.get(name)
 
+    def options(self, name: str) -> JobOptions | None:
+        """The options of the job registered under ``name``, or None."""
+        fn = self.get(name)
+        return None if fn is None else fn.opts
+
     def add_aggregator(self, name: str, func: Callable[..., Any]) -> None:
         """Register ``func`` as the aggregator of the job ``name`` (``@app.aggregate``)."""
         check_name("job name", name)

@@ -40,7 +40,8 @@ def test_schedules_are_stored_listed_paused_and_keep_operator_state(
     created = clock.now()
     assert [s.name for s in backend.schedules()] == ["heartbeat", "report"]
     assert backend.schedules()[1] == ScheduleInfo("report", "*/5 * * * *", "UTC",
-                                                  "tests.report", "cron", created_at=created)
+                                                  "tests.report", "cron", created_at=created,
+                                                  args="[7]")
     clock.advance(7)
     assert backend.pause_schedule("report") is True
     assert backend.pause_schedule("no-such") is False

@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("client", ("conveyor.options", "conveyor.refs", "conveyor.draft", "conveyor.context",
                 "conveyor.middleware", "conveyor.registry", "conveyor.bulk", "conveyor.client",
                 "conveyor.batch", "conveyor.workflow", "conveyor.running_workflow",
-                "conveyor.canvas", "conveyor.periodic", "conveyor.member")),
+                "conveyor.canvas", "conveyor.periodic", "conveyor.schedules", "conveyor.member")),
     # the application object that wires the parts, and the public API re-exported from it
     ("app", ("conveyor.aio_app", "conveyor.app", "conveyor")),
     # running jobs (built from an app, never built by one)

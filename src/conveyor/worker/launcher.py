@@ -80,7 +80,8 @@ class Launcher:
         self.recoverer = Recoverer(storage, self.clock, config)
         self.poller = Poller(storage, self.clock, config)
         self.janitor = Janitor(storage, self.clock, config, retention=app.retention)
-        self.cron = CronScheduler(storage, self.clock, CronConfig(), app.schedules)
+        self.cron = CronScheduler(storage, self.clock, CronConfig(), app.schedules.declared,
+                                  jobs=app.registry.options, by=f"worker {config.worker_id}")
         self.watchdog = Watchdog(storage, self.clock, config, inflight=self.inflight,
                                  threads=self.threads, timed_out=self.processor.timed_out,
                                  finish=self.finish)
@@ -133,7 +134,7 @@ class Launcher:
 
     def _check_periodic_queues(self) -> None:
         """Warn (one line) when this app's periodic ticks go to a queue nobody listens to."""
-        if not self.app.schedules:
+        if not self.app.schedules.declared:
             return
         try:
             listened = {q for w in self.storage.workers() for q in w.queues}
@@ -141,7 +142,7 @@ class Launcher:
             log.exception("could not list the workers to check the periodic queues")
             return
         listened.update(self.config.queue_names)
-        missing = unlistened(self.app.schedules, listened)
+        missing = unlistened(self.app.schedules.declared, listened)
         if missing:
             log.warning("%s", describe_unlistened(missing))
 
