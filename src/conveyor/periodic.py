@@ -20,7 +20,6 @@ are skipped for good, not caught up on resume.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -162,14 +161,6 @@ def check_definition(fields: Mapping[str, Any]) -> dict[str, str]:
             raise ValueError(f"not a field of a schedule: {key!r}")
         out[key] = value
     return out
-
-
-def parse_json(text: str, what: str) -> Any:
-    """JSON text an operator typed (``--args '[1, 2]'``), or ``ValueError`` naming ``what``."""
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f"{what} is not JSON: {exc}") from None
 
 
 def validate_cron(expr: str) -> None:

@@ -11,9 +11,7 @@ periodic jobs and Hatchet's crons (created and deleted through the API while wor
 
 from __future__ import annotations
 
-import json
 import threading
-from collections import Counter
 
 import pytest
 
@@ -24,7 +22,12 @@ from conveyor.periodic import CronConfig, CronScheduler, Schedule, check_definit
 from conveyor.storage import Backend
 from conveyor.storage.records import ScheduleInfo
 from conveyor.storage.schedule_edits import CHANGES_KEPT
-from tests.conformance.helpers import connections, run_in_threads
+from tests.conformance.helpers import (
+    connections,
+    periodic_ticks,
+    run_in_threads,
+    to_next_minute,
+)
 
 REPORT = Schedule("report", "*/5 * * * *", "tests.report", queue="cron", args=(7,))
 JOBS = {"tests.report": JobOptions(queue="cron"), "tests.ping": JobOptions(queue="cron")}
@@ -36,14 +39,8 @@ def _runtime(name: str, cron: str, job: str = "tests.ping", **fields: object) ->
     return ScheduleInfo(name, **checked)  # type: ignore[arg-type]
 
 
-def _ticks(store: Backend) -> Counter[tuple[str, float]]:
-    jobs = store.list_jobs(queue="cron", limit=10_000)
-    return Counter((json.loads(j.payload)["m"]["periodic"], json.loads(j.payload)["m"]["tick"])
-                   for j in jobs)
 
 
-def _to_minute(clock: FakeClock) -> None:
-    clock.advance(60 - clock.now() % 60 + 1)
 
 
 def test_added_changed_paused_resumed_and_removed_each_with_one_audit_entry(
@@ -148,7 +145,7 @@ def test_schedules_changed_at_run_time_tick_exactly_once_on_every_worker(
     """Four schedulers on four connections look at the same moments while an operator adds,
     changes, pauses and removes schedules: every tick of the definition in force is enqueued
     once, none from before a change, none while paused or after removal."""
-    _to_minute(clock)
+    to_next_minute(clock)
     with connections(backend, clock, 5) as (*stores, operator):
         schedulers = [CronScheduler(s, clock, CronConfig(catch_up=300), [REPORT],
                                     jobs=JOBS.get, by=f"worker {i}")
@@ -180,7 +177,7 @@ def test_schedules_changed_at_run_time_tick_exactly_once_on_every_worker(
         operator.remove_schedule("ping", by="cli")
         removed = clock.now()
         minutes(2)
-    ticks = _ticks(backend)
+    ticks = periodic_ticks(backend)
     assert set(ticks.values()) == {1}, "a tick was enqueued more than once"
     pings = sorted(t for name, t in ticks if name == "ping")
     every = Schedule("x", "* * * * *", "x")
@@ -196,7 +193,7 @@ def test_a_stored_schedule_that_cannot_run_stops_alone(backend: Backend,
                                                        clock: FakeClock) -> None:
     # Stores take what a client checked; one that does not check (or damage) may leave a
     # definition no worker can run: only that schedule stops, and says why in the log.
-    _to_minute(clock)
+    to_next_minute(clock)
     backend.add_schedule(_runtime("ping", "* * * * *"), by="cli")
     bad = ScheduleInfo("broken", "not a cron", "Mars/Olympus", "tests.ping", "cron")
     backend.add_schedule(bad, by="a client that does not check")
@@ -205,4 +202,4 @@ def test_a_stored_schedule_that_cannot_run_stops_alone(backend: Backend,
     sch = CronScheduler(backend, clock, CronConfig(catch_up=300), [], jobs=JOBS.get)
     clock.advance(120)
     assert sch.tick() == 2
-    assert {name for name, _ in _ticks(backend)} == {"ping"}
+    assert {name for name, _ in periodic_ticks(backend)} == {"ping"}
