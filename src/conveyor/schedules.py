@@ -99,7 +99,7 @@ class Schedules(Sequence[Schedule]):
         fields = check_definition({
             "cron": cron, "tz": tz, "job_name": job_name,
             "queue": queue or (opts.queue if opts is not None else "default"),
-            "args": list(args), "kwargs": dict(kwargs or {})})
+            "args": args, "kwargs": {} if kwargs is None else kwargs})
         info = ScheduleInfo(_named(name), fields["cron"], fields["tz"], fields["job_name"],
                             fields["queue"], paused=paused, args=fields["args"],
                             kwargs=fields["kwargs"])
