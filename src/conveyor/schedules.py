@@ -3,9 +3,10 @@
 Iterating it gives the schedules the code declares (``@app.periodic``), which every worker
 writes to the store when it starts. Its methods work on the store, at run time, for every
 worker at once: ``add`` a schedule, ``change`` one (an edit of a declared schedule stands
-over the code's definition until ``reset``), ``pause``, ``resume``, ``remove``, read them
-(``stored``, ``get``) and the audit trail of every change (``changes``). Each change is
-recorded with who made it (``by``, by default this user and host).
+over the code's definition until ``reset`` or a new declaration), ``pause``, ``resume``,
+``remove``, read them (``stored``, ``get``) and the audit trail of every change
+(``changes``). Each change is recorded with who made it (``by``, by default this user and
+host).
 
 The CLI (``conveyor periodic``) and the dashboard's Periodic page make the same changes
 through the same checks (``periodic.check_definition``); docs/operations.md, "Schedules at
@@ -108,7 +109,7 @@ class Schedules(Sequence[Schedule]):
     def change(self, name: str, *, by: str | None = None, **fields: Any) -> ScheduleInfo:
         """Change fields of a stored schedule's definition (``cron``, ``tz``, ``job`` or
         ``job_name``, ``queue``, ``args``, ``kwargs``); returns it as stored. An edit of a
-        declared schedule stands until ``reset``, across restarts and deploys."""
+        declared schedule stands until ``reset``, or until a deploy declares something new."""
         if "job" in fields:
             job = fields.pop("job")
             fields["job_name"] = job if isinstance(job, str) else getattr(job, "name", job)

@@ -82,8 +82,8 @@ def test_added_changed_paused_resumed_and_removed_each_with_one_audit_entry(
     assert backend.schedule_changes("other") == []
 
 
-def test_the_stored_edit_wins_over_the_code_until_reset(backend: Backend,
-                                                        clock: FakeClock) -> None:
+def test_an_edit_stands_until_reset_or_until_the_code_declares_something_new(
+        backend: Backend, clock: FakeClock) -> None:
     backend.save_schedules([REPORT.info()], by="worker w1")
     backend.save_schedules([REPORT.info()], by="worker w2")  # nothing new: no entry
     assert [(c.action, c.by) for c in backend.schedule_changes()] == [("declared", "worker w1")]
@@ -92,39 +92,41 @@ def test_the_stored_edit_wins_over_the_code_until_reset(backend: Backend,
     backend.save_schedules([REPORT.info()], by="worker w3")  # a restart keeps the edit
     [kept] = backend.schedules()
     assert (kept.cron, kept.edited) == ("0 * * * *", True)
-    redeclared = Schedule("report", "*/10 * * * *", "tests.report", queue="cron", args=(7,))
-    backend.save_schedules([redeclared.info()], by="worker w4")  # a deploy: the edit stands
-    [kept] = backend.schedules()
-    assert kept.cron == "0 * * * *"
-    assert kept.code_definition() == redeclared.info().definition()
-    assert "stays in force" in backend.schedule_changes(limit=1)[0].detail
+    assert len(backend.schedule_changes()) == 2
     clock.advance(30)
     reset = backend.reset_schedule("report", by="cli ada@h1")
-    assert (reset.cron, reset.edited, reset.changed_at) == ("*/10 * * * *", False, clock.now())
+    assert (reset.cron, reset.edited, reset.changed_at) == ("*/5 * * * *", False, clock.now())
     with pytest.raises(ValueError, match="no edit to reset"):
         backend.reset_schedule("report", by="cli ada@h1")
     backend.change_schedule("report", {"cron": "30 * * * *"}, by="cli ada@h1")
     # Changing it back to the code's definition leaves nothing to override.
-    assert not backend.change_schedule("report", {"cron": "*/10 * * * *"}, by="x").edited
+    assert not backend.change_schedule("report", {"cron": "*/5 * * * *"}, by="x").edited
     backend.change_schedule("report", {"cron": "15 * * * *"}, by="x")
-    # A deploy that declares exactly the edited definition drops the edit.
-    backend.save_schedules([Schedule("report", "15 * * * *", "tests.report", queue="cron",
+    # A deploy that declares something new is the latest change: it is put in force.
+    clock.advance(30)
+    redeclared = Schedule("report", "*/10 * * * *", "tests.report", queue="cron", args=(7,))
+    backend.save_schedules([redeclared.info()], by="worker w4")
+    [final] = backend.schedules()
+    assert (final.cron, final.edited, final.changed_at) == ("*/10 * * * *", False, clock.now())
+    assert backend.schedule_changes(limit=1)[0].detail == (
+        "cron '15 * * * *' -> '*/10 * * * *' (the edit made at run time is dropped)")
+    backend.change_schedule("report", {"cron": "45 * * * *"}, by="x")
+    # A deploy that declares exactly the edited definition leaves nothing to override.
+    backend.save_schedules([Schedule("report", "45 * * * *", "tests.report", queue="cron",
                                      args=(7,)).info()], by="worker w5")
     [final] = backend.schedules()
-    assert (final.cron, final.edited, final.origin) == ("15 * * * *", False, "code")
-    assert [c.action for c in backend.schedule_changes()][:3] == ["declared", "changed",
-                                                                  "changed"]
+    assert (final.cron, final.edited, final.origin) == ("45 * * * *", False, "code")
 
 
-def test_a_runtime_schedule_the_code_comes_to_declare_keeps_its_stored_definition(
+def test_a_runtime_schedule_the_code_comes_to_declare_is_taken_over_by_the_code(
         backend: Backend) -> None:
     backend.add_schedule(_runtime("report", "0 3 * * *", job="tests.report"), by="cli")
     backend.pause_schedule("report", by="cli")
     backend.save_schedules([REPORT.info()], by="worker w1")
     [info] = backend.schedules()
-    assert (info.origin, info.cron, info.paused) == ("code", "0 3 * * *", True)
-    assert info.code_definition() == REPORT.info().definition()
-    assert backend.reset_schedule("report", by="cli").cron == "*/5 * * * *"
+    assert (info.origin, info.cron, info.paused, info.edited) == ("code", "*/5 * * * *",
+                                                                  True, False)
+    assert "replacing the definition added at run time" in backend.schedule_changes()[0].detail
 
 
 def test_the_audit_trail_keeps_the_newest_changes(backend: Backend) -> None:

@@ -2,8 +2,9 @@
 schedules in the store, changed at run time (docs/operations.md, "Schedules at run time").
 
 Every change is recorded with who made it (``cli <user>@<host>``) and shown by ``history``.
-A schedule declared in code and edited here keeps the edit, across restarts and deploys,
-until ``reset``: ``list`` marks it ``code, edited`` and says what the code declares.
+A schedule declared in code and edited here keeps the edit, across restarts, until ``reset``
+or a deploy that declares something new for it: ``list`` marks it ``code, edited`` and says
+what the code declares.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def register(sub: Any) -> None:
     add_source_args(add, json_flag=False)
     add.set_defaults(func=cmd_add)
     change = psub.add_parser("change", help="change a schedule's definition (an edit of one "
-                                            "the code declares stands until reset)")
+                                            "the code declares stands until reset or a new "
+                                            "declaration)")
     change.add_argument("name", metavar="NAME")
     change.add_argument("--cron", default=None)
     change.add_argument("--job", default=None, metavar="JOB")
@@ -161,7 +163,8 @@ def cmd_change(args: argparse.Namespace) -> int:
     with open_backend(args) as backend:
         info = backend.change_schedule(args.name, fields, who("cli"))
     say(f"changed {args.name}: {info.cron} ({info.tz}) -> {info.job_name} on {info.queue}"
-        + (" (edited: stands over the code's definition until reset)" if info.edited else ""))
+        + (" (edited: stands over the code's definition until reset or a new declaration)"
+           if info.edited else ""))
     return 0
 
 

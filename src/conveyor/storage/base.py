@@ -173,8 +173,8 @@ class Storage(Protocol):
 
     def save_schedules(self, schedules: Sequence[ScheduleInfo], by: str = "") -> None:
         """Write the periodic schedules a worker's code declares (``by``: the worker): a new
-        one is created; an existing one keeps its pause state, last tick and any operator's
-        edit, which stands over the code's definition until reset
+        one is created; an existing one keeps its pause state and last tick, and an operator's
+        edit stands unless the code declares something new for it
         (``storage/schedule_edits.py``). Each change is one step with its audit entry."""
         ...
 

@@ -124,7 +124,8 @@ class Inspector(Protocol):
 
     def change_schedule(self, name: str, changes: Mapping[str, str], by: str) -> ScheduleInfo:
         """Change fields of a schedule's definition (``DEFINITION_FIELDS``); an edit of a
-        declared schedule stands over the code's until ``reset_schedule``. Returns the
+        declared schedule stands over the code's until ``reset_schedule`` or a new declaration
+        (``save_schedules``). Returns the
         schedule as stored; ``ScheduleNotFound`` for an unknown name."""
         ...
 

@@ -5,13 +5,15 @@ lock, a SQLite or PostgreSQL transaction, a compare-and-set script on Redis) and
 the rest: the new record and the audit entry are written in that same step, so the trail
 never misses a change and never shows one that did not happen.
 
-**The stored edit wins.** A schedule declared in code (``@app.periodic``) is written by every
-worker at start (``save_schedules``). An operator may change it at run time; the edit then
-stands, across restarts and deploys, until an operator resets it: a worker starting later
-only records what the code declares (``ScheduleInfo.declared``), so the dashboard and the CLI
-show both, and a reset restores the code's. When the code comes to declare exactly the edited
-definition, the edit is dropped (nothing is left to override). Pausing is never part of a
-definition: a pause always stands until a resume, whoever declared the schedule.
+**The latest deliberate change wins.** A schedule declared in code (``@app.periodic``) is
+written by every worker at start (``save_schedules``). An operator may change it at run time;
+the edit then stands, across restarts, until an operator resets it or a deploy changes what
+the code declares for it: a worker writing the same declaration as before changes nothing
+(``ScheduleInfo.declared`` keeps the code's definition while edited, so both can be shown and
+a reset can restore it), while a new declaration is put in force and drops the edit, as Oban
+Pro's DynamicCron updates a persisted entry when its crontab entry changes. A schedule added
+at run time that the code comes to declare is taken over by the code the same way. Pausing
+is never part of a definition: a pause stands until a resume, whoever declared the schedule.
 """
 
 from __future__ import annotations
@@ -80,9 +82,10 @@ def _with(info: ScheduleInfo, definition: Mapping[str, str], *, declared: str | 
 
 
 def declare(txn: ScheduleTxn, *, code: ScheduleInfo, now: float, by: str) -> None:
-    """A worker writes a schedule its code declares (see the module doc: the stored edit
-    wins). A first save records the schedule; a later one records a new declaration only
-    when the code's changed, and never overrides an operator's edit."""
+    """A worker writes a schedule its code declares (see the module doc). A first save
+    records the schedule. A later one changes nothing while the code declares what it declared
+    before, so an operator's edit stands; when the code declares something new (a deploy), the
+    new declaration is the latest change and is put in force, dropping any edit."""
     old, want = txn.read(), code.definition()
     if old is None:
         txn.write(dataclasses.replace(code, origin=CODE, declared=None, paused=False,
@@ -91,22 +94,22 @@ def declare(txn: ScheduleTxn, *, code: ScheduleInfo, now: float, by: str) -> Non
         txn.note(ScheduleChange(now, code.name, "declared", by, describe(want)))
         return
     current = old.definition()
-    if old.origin == RUNTIME or old.declared is not None:
-        before = old.code_definition()
-        if current == want:  # the code now says what the edit said: nothing to override
-            txn.write(dataclasses.replace(old, origin=CODE, declared=None))
-            txn.note(ScheduleChange(now, code.name, "declared", by,
-                                    "the code now declares the definition in force"))
-        elif before != want:
-            txn.write(dataclasses.replace(old, origin=CODE, declared=json.dumps(want)))
-            what = difference(before, want) if before else describe(want)
-            txn.note(ScheduleChange(now, code.name, "declared", by,
-                                    f"the code declares {what}; the edit made at run time "
-                                    f"stays in force ({describe(current)})"))
+    # What the code declared last (None: never, the schedule was added at run time).
+    before = None if old.origin == RUNTIME else old.code_definition() or current
+    if want == before:
+        return  # the code is unchanged: the definition in force (maybe an edit) stands
+    overridden = ("" if current == before else
+                  " (replacing the definition added at run time)" if before is None else
+                  " (the edit made at run time is dropped)")
+    if current == want:
+        txn.write(dataclasses.replace(old, origin=CODE, declared=None))
+        txn.note(ScheduleChange(now, code.name, "declared", by,
+                                "the code now declares the definition in force"))
         return
-    if current != want:
-        txn.write(_with(old, want, declared=None, changed_at=now))
-        txn.note(ScheduleChange(now, code.name, "declared", by, difference(current, want)))
+    txn.write(dataclasses.replace(_with(old, want, declared=None, changed_at=now),
+                                  origin=CODE))
+    txn.note(ScheduleChange(now, code.name, "declared", by,
+                            difference(current, want) + overridden))
 
 
 class _Host(Protocol):

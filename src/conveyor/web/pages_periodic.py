@@ -19,7 +19,8 @@ _NO_WORKER = (' <span class="badge s-dead" title="no running worker listens to t
               'its ticks wait there">no worker</span>')
 _SOURCE_TIPS = {
     "code": "declared in code (@app.periodic); workers write it at start",
-    "code, edited": "declared in code, edited at run time: the edit stands until reset",
+    "code, edited": "declared in code, edited at run time: the edit stands until reset or "
+                    "until a deploy declares something new",
     "runtime": "added at run time; workers whose app defines the job run it",
 }
 
