@@ -170,7 +170,7 @@ worker runs jobs with, and the storage.
         concurrency_key: KeyOption = None, concurrency: int = 0, rate_key: KeyOption = None,
         rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
         debounce: Debounce | None = None, throttle: Throttle | None = None,
-        aggregate: Aggregate | None = None,
+        aggregate: Aggregate | None = None, executor: str | None = None,
     ) -> Callable[[Callable[..., Any]], JobFunction]: ...
 
     def job(
@@ -182,7 +182,7 @@ worker runs jobs with, and the storage.
         concurrency_key: KeyOption = None, concurrency: int = 0, rate_key: KeyOption = None,
         rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
         debounce: Debounce | None = None, throttle: Throttle | None = None,
-        aggregate: Aggregate | None = None,
+        aggregate: Aggregate | None = None, executor: str | None = None,
     ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
         """Register a job function; use as ``@app.job`` or ``@app.job(queue=..., ...)``.
 
@@ -201,14 +201,15 @@ worker runs jobs with, and the storage.
         ``throttle=Throttle(key, every=60)``: at most one run per window (docs/api.md).
         ``aggregate=Aggregate(key, grace=5, max_delay=60, max_size=1000)``: jobs wait
         together per key and the job's aggregator (``@app.aggregate``) runs once with the
-        group (docs/aggregation.md).
+        group (docs/aggregation.md). ``executor="process"``: a ``def`` job runs in a job
+        process the worker kills at its timeout (docs/worker.md; default: ``--executor``).
         """
         opts = make_options(
             queue=queue, retry=retry, timeout=timeout, expires_in=expires_in, retry_in=retry_in,
             unique_for=unique_for, unique_key=unique_key, concurrency_key=concurrency_key,
             concurrency=concurrency, rate_key=rate_key, rate_limit=rate_limit,
             rate_period=rate_period, order_key=order_key, debounce=debounce,
-            throttle=throttle, aggregate=aggregate,
+            throttle=throttle, aggregate=aggregate, executor=executor,
         )
 
         def register(f: Callable[..., Any]) -> JobFunction:

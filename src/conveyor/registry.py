@@ -319,6 +319,10 @@ class Registry:
         tell which one a stored job means.
         """
         check_name("job name", fn.name)
+        if fn.is_async and fn.opts.executor == "process":
+            raise ValueError(f"job {fn.name!r} is async def: it runs on the worker's event loop, "
+                             "which cancels it at its timeout (executor='process' is for def "
+                             "jobs)")
         existing = self._jobs.get(fn.name)
         if existing is not None and default_name(existing.func) != default_name(fn.func):
             raise ValueError(
