@@ -7,7 +7,7 @@ with, both as plain dicts (``leased_to_wire``, ``ack_from_wire``).
 
 | frame | from | fields |
 |---|---|---|
-| ``hello`` | worker | ``app`` (module:attribute), ``path`` (``sys.path``), ``worker``, ``logs``, ``limits`` |
+| ``hello`` | worker | ``app``, ``path`` (``sys.path``), ``worker``, ``logs``, ``limits`` |
 | ``ready`` | job process | ``error`` when the app could not be imported |
 | ``run`` | worker | ``job``: the leased job |
 | ``cancel`` | worker | the running job's cancellation was requested |
