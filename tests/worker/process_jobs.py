@@ -70,6 +70,7 @@ def retry_later() -> None:
 def until_cancelled() -> str:
     """Runs until its cancellation reaches it."""
     ctx = current_job()
+    ctx.log("started", pid=os.getpid())
     for _ in range(6000):
         if ctx.cancelled:
             return "stopped"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conveyor import Conveyor, JobState
+from conveyor import Aggregate, Conveyor, JobState
 from conveyor.job import EventKind, JobRecord
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.launcher import Launcher
@@ -178,3 +178,34 @@ def test_a_job_process_whose_memory_passed_the_limit_is_replaced_after_the_job(
                  [process_jobs.pid, process_jobs.pid, (process_jobs.hog, (160,)),
                   process_jobs.pid])
     assert pids[0] == pids[1] == pids[2] != pids[3]
+
+
+def test_a_hard_shutdown_puts_the_job_back_and_kills_its_process(app: Conveyor) -> None:
+    ref = process_jobs.until_cancelled.enqueue()
+    assert ref is not None
+    launcher = _launcher(app)
+    pid = 0
+    try:
+        _until(lambda: any(e.message == "started" for e in _record(app, ref.id).events or []))
+        [started] = [e for e in _record(app, ref.id).events or [] if e.message == "started"]
+        pid = int((started.data or {})["pid"])
+    finally:
+        launcher.stop(0.2)  # far shorter than the job: a hard shutdown
+    record = _record(app, ref.id)
+    assert record.state is JobState.PENDING and record.errors == 0  # interrupted, no error
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # killed, and reaped: it cannot run on beside the job's next run
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"executor": "fork"}, "executor must be 'thread' or 'process'"),
+    ({"executor": "process", "aggregate": Aggregate()}, "runs in the worker's threads"),
+])
+def test_the_executor_option_is_checked_at_import(options: dict[str, object],
+                                                  message: str) -> None:
+    app = Conveyor("memory://")
+    with pytest.raises(ValueError, match=message):
+        app.job(**options)(lambda: None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="async def"):
+        @app.job(executor="process")
+        async def waits() -> None: ...
