@@ -112,3 +112,9 @@ def follow_up() -> str:
 def in_thread() -> int:
     """Runs in the worker's thread pool whatever the worker's --executor."""
     return os.getpid()
+
+
+@app.job(name="proc.overrun_in_thread", executor="thread", timeout=0.3, retry=0)
+def overrun_in_thread() -> None:
+    """Runs past its timeout in a pool thread, which is abandoned and exits when it returns."""
+    time.sleep(1.5)

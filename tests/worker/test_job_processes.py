@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -209,3 +210,27 @@ def test_the_executor_option_is_checked_at_import(options: dict[str, object],
     with pytest.raises(ValueError, match="async def"):
         @app.job(executor="process")
         async def waits() -> None: ...
+
+
+def test_a_pool_thread_that_exits_does_not_take_a_job_process_with_it(app: Conveyor) -> None:
+    """A job process dies with its worker (PR_SET_PDEATHSIG), which Linux ties to the thread
+    that started it: a pool thread abandoned past a thread job's timeout exits when that job
+    returns, and must not kill the job process it once started, which another thread uses."""
+    first = process_jobs.pid.enqueue()
+    assert first is not None
+    launcher = _launcher(app, concurrency=1)
+    try:
+        _until(_ended(app, first.id, JobState.SUCCEEDED))
+        overrun = process_jobs.overrun_in_thread.enqueue()
+        assert overrun is not None
+        _until(_ended(app, overrun.id, JobState.DEAD))  # timed out: its thread abandoned
+        _until(lambda: launcher.threads.abandoned == 1 and not any(
+            t.name == "conveyor-job-1" for t in threading.enumerate()))  # and now gone
+        again = process_jobs.pid.enqueue()
+        assert again is not None
+        _until(lambda: _record(app, again.id).state in (JobState.SUCCEEDED,
+                                                         JobState.RETRYING))
+    finally:
+        launcher.stop(5)
+    assert _record(app, again.id).state is JobState.SUCCEEDED
+    assert _record(app, again.id).result == _record(app, first.id).result  # the same process

@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from conveyor.clock import Clock
@@ -73,20 +74,20 @@ def app_spec(app: object, given: str = "") -> str:
 
 
 class _JobProcess:
-    """One job process and the two pipes to it."""
+    """One job process and the two pipes to it.
 
-    def __init__(self, hello: dict[str, Any]) -> None:
-        down_r, down_w = os.pipe()
-        up_r, up_w = os.pipe()
-        try:
-            self.popen = subprocess.Popen(
-                [sys.executable, "-m", "conveyor.worker.job_process", str(down_r), str(up_w),
-                 str(os.getpid())], pass_fds=(down_r, up_w))
-        finally:
-            os.close(down_r)
-            os.close(up_w)
-        self.tx, self.rx = down_w, up_r
-        self.fds: tuple[int, ...] = (down_w, up_r)
+    Started (``Popen``) on the worker's one spawning thread, which lives as long as the
+    worker process: Linux sends ``PR_SET_PDEATHSIG`` when the *thread* that started a process
+    ends, and a pool thread may end while the worker lives (abandoned past a thread job's
+    timeout), which would kill a job process another thread is using."""
+
+    def __init__(self, spawner: ThreadPoolExecutor) -> None:
+        self.popen, self.tx, self.rx = spawner.submit(_spawn).result()
+        self.fds: tuple[int, ...] = (self.tx, self.rx)
+
+    def handshake(self, hello: dict[str, Any]) -> None:
+        """Send ``hello`` and wait until the process imported the app (``JobProcessDied``
+        when it could not)."""
         try:
             write_frame(self.tx, hello)
             ready = read_frame(self.rx, START_TIMEOUT)
@@ -116,6 +117,24 @@ class _JobProcess:
                 os.close(fd)
 
 
+def _spawn() -> tuple[subprocess.Popen[bytes], int, int]:
+    """Start a job process; its Popen, and the ends of its pipes the worker keeps."""
+    down_r, down_w = os.pipe()
+    up_r, up_w = os.pipe()
+    try:
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "conveyor.worker.job_process", str(down_r), str(up_w),
+             str(os.getpid())], pass_fds=(down_r, up_w))
+    except BaseException:
+        os.close(down_w)
+        os.close(up_r)
+        raise
+    finally:
+        os.close(down_r)
+        os.close(up_w)
+    return popen, down_w, up_r
+
+
 class JobProcesses:
     """The job processes of one worker process; ``run`` is called by pool threads."""
 
@@ -129,6 +148,7 @@ class JobProcesses:
         self._busy: set[_JobProcess] = set()
         self._lock = threading.Lock()
         self._closing = False
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="conveyor-job-process-start")
         self.started = 0  # job processes started, for the log and the tests
         self.killed = 0  # job processes killed at a job's timeout
 
@@ -136,7 +156,7 @@ class JobProcesses:
         """Run ``entry`` in a job process; its ``Ack``, whatever happens to the process."""
         asked = self.clock.now()
         try:
-            proc = self._take()
+            proc = self._handed(entry)
         except JobProcessDied as exc:
             log.error("job %s: %s", entry.job.id, exc)
             return self.processor.failure(entry, exc)
@@ -158,10 +178,22 @@ class JobProcesses:
                                       progress=ack.progress or progress)
         return ack
 
+    def _handed(self, entry: Entry) -> _JobProcess:
+        """A job process that took ``entry``: an idle one died since it was last used (its
+        pipe is closed when the job is sent) gives way to another, for the job never began."""
+        for _ in range(3):
+            proc = self._take()
+            try:
+                write_frame(proc.tx, {"op": "run", "job": leased_to_wire(entry.job)})
+            except Closed:
+                self._give_back(proc, False)
+                continue
+            return proc
+        raise JobProcessDied("could not hand the job to a job process: each one ended")
+
     def _run(self, proc: _JobProcess, entry: Entry) -> tuple[Ack, bool]:
         cancelled = False
         try:
-            write_frame(proc.tx, {"op": "run", "job": leased_to_wire(entry.job)})
             while True:
                 wait = POLL
                 if entry.deadline is not None:
@@ -199,16 +231,22 @@ class JobProcesses:
         with self._lock:
             if self._closing:
                 raise JobProcessDied("the worker is stopping")
-            proc = self._idle.pop() if self._idle else None
-            if proc is not None:
-                self._busy.add(proc)
-                return proc
+            while self._idle:
+                proc = self._idle.pop()
+                if proc.popen.poll() is None:
+                    self._busy.add(proc)
+                    return proc
+                proc.kill()  # died while idle (the OOM killer, an operator): never used
         try:
             spec = app_spec(self.app, self.hello.get("app", ""))
         except ConveyorError as exc:
             raise JobProcessDied(str(exc)) from None
         hello = {**self.hello, "app": spec, "path": list(sys.path), "logs": logging_settings()}
-        proc = _JobProcess(hello)  # outside the lock: starting one takes a while
+        try:
+            proc = _JobProcess(self._spawner)  # outside the lock: starting one takes a while
+        except (RuntimeError, OSError) as exc:  # stopping, or no process could be made
+            raise JobProcessDied(f"could not start a job process: {exc}") from None
+        proc.handshake(hello)
         with self._lock:
             self.started += 1
             self._busy.add(proc)
@@ -251,3 +289,4 @@ class JobProcesses:
                 proc.popen.kill()
         for proc in idle:
             self._stop(proc)
+        self._spawner.shutdown(wait=False)
