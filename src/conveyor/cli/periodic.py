@@ -123,8 +123,8 @@ def format_list(view: list[dict[str, Any]]) -> str:
             text += (f"\n{s['name']}: edited at run time; the code declares cron "
                      f"{code.get('cron')!r} job {code.get('job_name')!r} queue "
                      f"{code.get('queue')!r} args {code.get('args')} kwargs "
-                     f"{code.get('kwargs')} (`conveyor periodic reset {s['name']}` puts it "
-                     "back)")
+                     f"{code.get('kwargs')}; the edit stands until `conveyor periodic reset "
+                     f"{s['name']}` or a deploy declares something new for it")
     unheard = sorted({s["queue"] for s in view if not s["queue_listened"]})
     if unheard:
         text += ("\n\n(!) no running worker listens to " + ", ".join(unheard)

@@ -97,6 +97,9 @@ async def periodic(dash: StorageCaller, request: Request, csrf: str,
             '<p class="empty">No periodic schedules yet: workers register the app\'s '
             "<code>@app.periodic</code> schedules when they start, and one can be added "
             "here.</p>")
+    live += ('<p class="empty">A schedule declared in code and edited here keeps the edit '
+             "across restarts, until it is reset or a deploy declares something new for it; "
+             "a pause stands until a resume.</p>")
     live += "<h3>Recent changes</h3>" + _changes_table(changes, with_name=True)
     return page("Periodic", "/periodic", live, request, csrf, before=_add_form(csrf))
 
