@@ -40,7 +40,7 @@ from typing import Any
 import redis
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.connection import Link
-from conveyor.storage.redis.keys import BatchKeys, DoorbellKeys, QueueKeys
+from conveyor.storage.redis.keys import BatchKeys, DoorbellKeys, QueueKeys, ScheduleKeys
 
 # Each script, and the key holder its caller passes.
 HOLDERS: dict[str, type] = {
@@ -49,7 +49,7 @@ HOLDERS: dict[str, type] = {
     "requeue": QueueKeys, "kill": QueueKeys, "delete": QueueKeys, "trim": QueueKeys,
     "repair": QueueKeys, "release": QueueKeys, "batch": BatchKeys, "ring": DoorbellKeys,
     "publish": QueueKeys, "start": QueueKeys, "bury": QueueKeys, "graph": BatchKeys,
-    "node": QueueKeys, "gather": QueueKeys, "heads": QueueKeys,
+    "node": QueueKeys, "gather": QueueKeys, "heads": QueueKeys, "schedule": ScheduleKeys,
 }
 SCRIPT_NAMES = tuple(HOLDERS)
 # The writes a ``wait_replicas`` URL makes wait for replicas: new jobs, outcomes, and the
