@@ -50,11 +50,12 @@ HOLDERS: dict[str, type] = {
     "repair": QueueKeys, "release": QueueKeys, "batch": BatchKeys, "ring": DoorbellKeys,
     "publish": QueueKeys, "start": QueueKeys, "bury": QueueKeys, "graph": BatchKeys,
     "node": QueueKeys, "gather": QueueKeys,
+    "enqueue_one": QueueKeys,  # one plain job: the one-by-one enqueue (enqueue_one.lua)
 }
 SCRIPT_NAMES = tuple(HOLDERS)
 # The writes a ``wait_replicas`` URL makes wait for replicas: new jobs, outcomes, and the
 # batch counters an outcome moves (applied before the outcome itself).
-DURABLE = frozenset({"enqueue", "ack", "batch", "graph", "node"})
+DURABLE = frozenset({"enqueue", "enqueue_one", "ack", "batch", "graph", "node"})
 
 INCLUDE = re.compile(r'^--- @include "(_[a-z_]+)"\s*$')
 KEY = re.compile(r"^--- @key ([a-z_]+)\b")
