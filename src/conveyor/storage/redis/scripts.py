@@ -40,6 +40,7 @@ from typing import Any
 import redis
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.connection import Link
+from conveyor.storage.redis.constants import inline_constants
 from conveyor.storage.redis.keys import BatchKeys, DoorbellKeys, QueueKeys
 
 # Each script, and the key holder its caller passes.
@@ -169,7 +170,7 @@ def assemble(name: str, read: Any = script_text, holder: type | None = None) -> 
                 raise ScriptLayoutError(f"{file}.lua:{number}: unknown directive {line!r}")
 
     splice(name, text, (name,))
-    source = "\n".join(out)
+    source = inline_constants("\n".join(out))
     return Script(name=name, source=source, sha=hashlib.sha1(source.encode()).hexdigest(),
                   holder=holder, keys=tuple(keys), origins=tuple(origins))
 
