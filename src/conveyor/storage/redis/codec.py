@@ -151,11 +151,9 @@ def plain(spec: JobSpec) -> bool:
 
 
 def enqueue_one_args(spec: JobSpec) -> tuple[str, str, str, str, str]:
-    """ARGV 2-6 of enqueue_one.lua for a ``plain`` job: id, run_at, static JSON, name,
-    deadline (``enqueue_args`` without the fields such a job leaves empty)."""
+    """ARGV 2-6 of enqueue_one.lua for a ``plain`` job: id, run_at, static, name, deadline."""
     _check_name(spec.name)
-    return (spec.id, _opt_float(spec.run_at), static_json(spec), spec.name,
-            _opt_float(spec.deadline))
+    return spec.id, _opt_float(spec.run_at), static_json(spec), spec.name, _opt_float(spec.deadline)
 
 
 @lru_cache(maxsize=1024)
