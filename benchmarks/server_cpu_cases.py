@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import redis
@@ -125,19 +125,22 @@ def with_ratios(out: dict[str, dict[str, Any]], raw: str) -> dict[str, dict[str,
     return out
 
 
+def turns(names: list[str], n: int) -> Iterator[tuple[str, int]]:
+    """(variant, calls) for ``n`` calls of each variant in blocks, the first rotating."""
+    for i, start in enumerate(range(0, n, BLOCK)):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            yield name, min(BLOCK, n - start)
+
+
 def alternate(server: Server, n: int, variants: dict[str, Callable[[], Any]]
               ) -> dict[str, dict[str, Any]]:
     """``n`` calls of each variant, in blocks taking turns."""
     tallies = {name: Tally(server) for name in variants}
-    names = list(variants)
-    for i, start in enumerate(range(0, n, BLOCK)):
-        size = min(BLOCK, n - start)
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            call = variants[name]
-            tallies[name].start()
-            for _ in range(size):
-                call()
-            tallies[name].stop(size)
+    for name, size in turns(list(variants), n):
+        tallies[name].start()
+        for _ in range(size):
+            variants[name]()
+        tallies[name].stop(size)
     return with_ratios({name: t.result() for name, t in tallies.items()}, "raw_push")
 
 
@@ -146,15 +149,11 @@ async def aalternate(server: Server, n: int,
                      ) -> dict[str, dict[str, Any]]:
     """``alternate`` for coroutines, on the running loop."""
     tallies = {name: Tally(server) for name in variants}
-    names = list(variants)
-    for i, start in enumerate(range(0, n, BLOCK)):
-        size = min(BLOCK, n - start)
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            call = variants[name]
-            tallies[name].start()
-            for _ in range(size):
-                await call()
-            tallies[name].stop(size)
+    for name, size in turns(list(variants), n):
+        tallies[name].start()
+        for _ in range(size):
+            await variants[name]()
+        tallies[name].stop(size)
     return with_ratios({name: t.result() for name, t in tallies.items()}, "raw_apush")
 
 
