@@ -69,11 +69,15 @@ class RedisBatches(RedisBase):
             self._store_nodes(nodes)
         if len(specs) == 1 and not specs[0].batch_id:  # the one-by-one fast path
             spec = specs[0]
-            reply = self.scripts.run("enqueue", self.register_queue(spec.queue),
-                                     [self.now_arg(), spec.queue, "each",
-                                      *codec.enqueue_args(spec)])
-            self.ring(spec.queue, int(reply[0] == "1"))
-            return [result_of(spec.id, reply[0])]
+            qk = self.register_queue(spec.queue)
+            if codec.plain(spec):
+                code = self.scripts.run("enqueue_one", qk,
+                                        [self.now_arg(), *codec.enqueue_one_args(spec)])
+            else:
+                code = self.scripts.run("enqueue", qk, [self.now_arg(), spec.queue, "each",
+                                                        *codec.enqueue_args(spec)])[0]
+            self.ring(spec.queue, int(code == "1"))
+            return [result_of(spec.id, code)]
         batched = [s for s in specs if s.batch_id]
         if batched:
             self._join_batches(batched)
