@@ -22,12 +22,15 @@ from typing import Any, overload
 from conveyor.aio_app import AsyncApp
 from conveyor.batch import Batch, Callback, batch_status, wait_batch
 from conveyor.client import Client
+from conveyor.client_facade import ClientFacade
 from conveyor.clock import SYSTEM_CLOCK, Clock
 from conveyor.draft import build_flow
+from conveyor.encryption import Keys
 from conveyor.hooks import ErrorHandler
 from conveyor.job import JobRecord, JobState
-from conveyor.middleware import ClientChain, ServerChain
+from conveyor.middleware import ServerChain
 from conveyor.options import Aggregate, Debounce, KeyOption, Throttle, make_options
+from conveyor.payloads import Offload, app_data
 from conveyor.periodic import Schedule, validate_cron, validate_tz
 from conveyor.refs import JobRef
 from conveyor.registry import JobFunction, Registry, default_name
@@ -40,7 +43,7 @@ from conveyor.workflow import Workflow
 __all__ = ["Conveyor"]
 
 
-class Conveyor(AsyncApp):
+class Conveyor(ClientFacade, AsyncApp):
     """A job application: its storage, registered jobs and middleware.
 
 It wires the parts: a ``Registry`` of job functions, a ``Client`` (``app.client``) that
@@ -52,6 +55,8 @@ worker runs jobs with, and the storage.
     that delivers jobs to workers (docs/design.md §7). The storage is opened on first use
     and opened again in a child process after ``fork`` (so worker processes never share a
     connection with their parent); a ``storage=`` object given here is used as is.
+    ``encrypt=Keys(...)`` seals job data before it reaches the store, ``offload=Offload()``
+    keeps large data in a blob store by reference (docs/job-data.md).
     """
 
     def __init__(
@@ -63,6 +68,8 @@ worker runs jobs with, and the storage.
         clock: Clock | None = None,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         retention: Retention = Retention(),  # noqa: B008 - frozen dataclass, safe as a default
+        encrypt: Keys | None = None,
+        offload: Offload | None = None,
     ) -> None:
         #: Where ``url`` came from: "the app" (or its storage), "CONVEYOR_URL", "the default".
         self.url_from = "the app"
@@ -81,6 +88,7 @@ worker runs jobs with, and the storage.
         self.client = Client(
             lambda: self.storage, self.registry, clock=clock or SYSTEM_CLOCK,
             max_payload=max_payload,
+            data=app_data(encrypt, offload, lambda: self.url, max_payload),
         )
         self.registry.add_builtins(self.client)
         #: Declared in code (iterate it), and the store's, changed at run time (its methods)
@@ -94,35 +102,6 @@ worker runs jobs with, and the storage.
 
     def __repr__(self) -> str:
         return f"<Conveyor {redact(self.url)} jobs={len(self.registry)}>"
-
-    # The client owns what enqueueing needs; the app exposes them under their old names.
-    @property
-    def clock(self) -> Clock:
-        """The clock this process stamps schedules and events with (the storage's own decides
-        leases)."""
-        return self.client.clock
-
-    @clock.setter
-    def clock(self, clock: Clock) -> None:
-        self.client.clock = clock
-
-    @property
-    def max_payload(self) -> int:
-        """The largest payload an enqueue may store, in bytes."""
-        return self.client.max_payload
-
-    @max_payload.setter
-    def max_payload(self, limit: int) -> None:
-        self.client.max_payload = limit
-
-    @property
-    def client_middleware(self) -> ClientChain:
-        """The client middleware chain every enqueue passes through (``app.client.middleware``)."""
-        return self.client.middleware
-
-    @client_middleware.setter
-    def client_middleware(self, chain: ClientChain) -> None:
-        self.client.middleware = chain
 
     @property
     def storage(self) -> Backend:
@@ -150,6 +129,7 @@ worker runs jobs with, and the storage.
     def close(self) -> None:
         """Close the storage if this process opened it. The app can be used again afterwards."""
         self.client.close()  # its bulk threads first: they may be storing
+        self.client.data.close()
         with self._lock:
             storage, self._storage = self._storage, None
             if storage is not None and (self._injected or self._pid == os.getpid()):
@@ -276,8 +256,9 @@ worker runs jobs with, and the storage.
 
         def register(f: Callable[..., Any] | JobFunction) -> JobFunction:
             fn = self._periodic_job(f, queue, job_options)
-            arguments, keywords = tuple(args), dict(kwargs or {})
-            fn.check_call(arguments, keywords, what=f"periodic schedule {name or fn.name}")
+            given, named = fn.check_call(tuple(args), dict(kwargs or {}),
+                                         what=f"periodic schedule {name or fn.name}")
+            arguments, keywords = tuple(given), dict(named)
             schedule = Schedule(
                 name=name or fn.name, cron=cron, job_name=fn.name,
                 queue=queue or fn.opts.queue, args=arguments, kwargs=keywords, tz=tz,
@@ -336,8 +317,9 @@ worker runs jobs with, and the storage.
     # -- jobs -------------------------------------------------------------------------------
 
     def get_job(self, job_id: str) -> JobRecord | None:
-        """A stored job with its state and events, or None."""
-        return self.storage.get_job(job_id)
+        """A stored job with its state and events, or None (sealed messages and errors
+        opened: ``Client.get_job``)."""
+        return self.client.get_job(job_id)
 
     def cancel(self, job_id: str) -> JobState | None:
         """Cancel a waiting job, or ask a running one to stop; None if no such job."""

@@ -146,6 +146,16 @@ class TransactionUnsupported(ConveyorError, TypeError):
     talks to, or not a connection conveyor can write through."""
 
 
+class BlobUnavailable(ConveyorError):
+    """A blob store (docs/job-data.md) could not be reached or refused a call: the enqueue
+    fails, a job that needed its data is retried."""
+
+
+class BlobMissing(ConveyorError, LookupError):
+    """Data a job references is not in its blob store (deleted by hand, a store that lost
+    it): the job ends dead with this one line."""
+
+
 class JobTimeout(ConveyorError):
     """A job ran past its ``timeout``; recorded as an error and retried like any other."""
 

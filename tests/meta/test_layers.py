@@ -26,20 +26,23 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("conveyor.errors", "conveyor.text", "conveyor.ids", "conveyor.clock", "conveyor.node",
               "conveyor.flow_control",
               "conveyor.serializer", "conveyor.job", "conveyor.hooks", "conveyor.retry",
-              "conveyor.calls", "conveyor.reraise", "conveyor.naming")),
+              "conveyor.calls", "conveyor.reraise", "conveyor.naming", "conveyor.typed",
+              "conveyor.encryption", "conveyor.envelope")),
     # the storage boundary and the backends
     ("storage", ("conveyor.storage", "conveyor.storage.*")),
     # the broker boundary beside it (delivery only: the store still holds every job's state)
     ("broker", ("conveyor.broker", "conveyor.broker.*")),
+    # blob stores: job data kept by reference (a directory, S3, memory; docs/job-data.md)
+    ("blobs", ("conveyor.blobs", "conveyor.blobs.*")),
     # enqueueing and what a job sees: options, drafts, refs, the Client, job functions, batches
-    ("client", ("conveyor.options", "conveyor.refs", "conveyor.draft", "conveyor.context",
+    ("client", ("conveyor.options", "conveyor.payloads", "conveyor.reveal", "conveyor.refs", "conveyor.draft", "conveyor.context",
                 "conveyor.signature", "conveyor.builtin_jobs", "conveyor.middleware",
                 "conveyor.registry", "conveyor.bulk", "conveyor.client",
                 "conveyor.batch", "conveyor.workflow", "conveyor.running_workflow",
                 "conveyor.canvas_run", "conveyor.canvas", "conveyor.periodic",
                 "conveyor.schedules", "conveyor.member")),
     # the application object that wires the parts, and the public API re-exported from it
-    ("app", ("conveyor.aio_app", "conveyor.app", "conveyor")),
+    ("app", ("conveyor.aio_app", "conveyor.client_facade", "conveyor.app", "conveyor")),
     # running jobs (built from an app, never built by one)
     ("worker", ("conveyor.worker", "conveyor.worker.*")),
     # operations surfaces and integrations
