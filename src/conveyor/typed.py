@@ -51,7 +51,10 @@ def adapter_for(annotation: Any) -> Adapter | None:
         return None
     pydantic = _pydantic()
     if pydantic is not None:
-        return _Pydantic(pydantic.TypeAdapter(annotation))
+        try:
+            return _Pydantic(pydantic.TypeAdapter(annotation))
+        except pydantic.PydanticUserError:  # typing.TypedDict before Python 3.12, say
+            pass
     return _Plain(annotation)
 
 

@@ -35,7 +35,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # blob stores: job data kept by reference (a directory, S3, memory; docs/job-data.md)
     ("blobs", ("conveyor.blobs", "conveyor.blobs.*")),
     # enqueueing and what a job sees: options, drafts, refs, the Client, job functions, batches
-    ("client", ("conveyor.options", "conveyor.payloads", "conveyor.reveal", "conveyor.refs", "conveyor.draft", "conveyor.context",
+    ("client", ("conveyor.options", "conveyor.payloads", "conveyor.reveal", "conveyor.blob_sweep",
+                "conveyor.refs", "conveyor.draft", "conveyor.context",
                 "conveyor.signature", "conveyor.builtin_jobs", "conveyor.middleware",
                 "conveyor.registry", "conveyor.bulk", "conveyor.client",
                 "conveyor.batch", "conveyor.workflow", "conveyor.running_workflow",

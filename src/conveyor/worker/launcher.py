@@ -16,10 +16,12 @@ import os
 import signal
 import threading
 import time
+from functools import partial
 from typing import Protocol
 
 from conveyor import __version__
 from conveyor.app import Conveyor
+from conveyor.blob_sweep import sweep
 from conveyor.broker import open_broker
 from conveyor.clock import Clock
 from conveyor.errors import StorageReadOnly
@@ -93,7 +95,9 @@ class Launcher:
                                      on_command=self.command)
         self.recoverer = Recoverer(storage, self.clock, config)
         self.poller = Poller(storage, self.clock, config)
-        self.janitor = Janitor(storage, self.clock, config, retention=app.retention)
+        self.janitor = Janitor(storage, self.clock, config, retention=app.retention,
+                               sweep=partial(sweep, app.data, storage.get_job)
+                               if app.data.offload is not None else None)
         self.cron = CronScheduler(storage, self.clock, CronConfig(), app.schedules.declared,
                                   jobs=app.registry.options, by=f"worker {config.worker_id}")
         self.watchdog = Watchdog(storage, self.clock, config, inflight=self.inflight,
