@@ -5,10 +5,12 @@ from conveyor.app import Conveyor
 from conveyor.canvas import chain, chord, chunks, group
 from conveyor.clock import FakeClock
 from conveyor.context import JobContext, current_job
+from conveyor.encryption import Keys
 from conveyor.errors import Fail, Retry
 from conveyor.job import Event, JobRecord, JobState
 from conveyor.member import Member
 from conveyor.options import Aggregate, Debounce, Throttle
+from conveyor.payloads import Offload
 from conveyor.refs import JobRef
 from conveyor.running_workflow import RunningWorkflow
 from conveyor.workflow import Workflow
@@ -24,7 +26,9 @@ __all__ = [
     "JobRecord",
     "JobRef",
     "JobState",
+    "Keys",
     "Member",
+    "Offload",
     "Retry",
     "RunningWorkflow",
     "Throttle",
