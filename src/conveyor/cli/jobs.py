@@ -9,6 +9,7 @@ from typing import Any
 from conveyor.cli.common import (
     add_source_args,
     emit,
+    job_data,
     open_backend,
     print_json,
     short,
@@ -17,7 +18,8 @@ from conveyor.cli.common import (
 from conveyor.cli.terminal import safe, say
 from conveyor.errors import ConveyorError
 from conveyor.job import JobRecord, JobState
-from conveyor.search import BUDGET, SCAN, search_jobs
+from conveyor.payloads import JobData
+from conveyor.search import BUDGET, SCAN, sealed_note, search_jobs
 from conveyor.views import fmt_time, get_job, job_row, job_view, parse_state
 
 
@@ -97,6 +99,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             if not found.complete and not args.json:
                 stopped = f"stopped after {BUDGET:g} s: " if found.cut_short else ""
                 say(f"({stopped}read the newest {found.scanned:,} jobs of the selection)")
+            note = sealed_note(found)
+            if note and not args.json:
+                say(f"({note})")
         else:
             # a batch's running jobs have their latest message only in their events
             jobs = backend.list_jobs(state=state, queue=args.queue, batch_id=args.batch,
@@ -104,7 +109,8 @@ def cmd_list(args: argparse.Namespace) -> int:
                                      with_events=args.batch is not None,
                                      newest_first=args.newest)
             total = backend.count_jobs(state=state, queue=args.queue, batch_id=args.batch)
-    rows = [list_row(j) for j in jobs]
+    data = job_data(args)
+    rows = [list_row(j, data) for j in jobs]
     if args.json:
         print_json({"total": total, "offset": args.offset, "jobs": rows})
         return 0
@@ -117,9 +123,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def list_row(record: JobRecord) -> dict[str, Any]:
+def list_row(record: JobRecord, data: JobData | None = None) -> dict[str, Any]:
     """``job_row`` plus why the stored record could not be read, if it could not."""
-    return {**job_row(record), "unreadable": record.unreadable}
+    return {**job_row(record, data), "unreadable": record.unreadable}
 
 
 def format_list(rows: list[dict[str, Any]], when: str) -> str:
@@ -139,7 +145,7 @@ def _unreadable_prefix(view: dict[str, Any]) -> str:
 def cmd_show(args: argparse.Namespace) -> int:
     """Print a job in full."""
     with open_backend(args) as backend:
-        view = job_view(get_job(backend, args.job_id))
+        view = job_view(get_job(backend, args.job_id), job_data(args))
     return emit(args, view, format_job)
 
 

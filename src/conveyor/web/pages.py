@@ -162,7 +162,8 @@ async def api_workers(dash: Dashboard, request: Request, csrf: str, m: re.Match[
 
 async def api_job(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
     """One job in full as JSON."""
-    return json_response(await dash.call(lambda insp: job_view(get_job(insp, m["id"]))))
+    return json_response(await dash.call(lambda insp: job_view(get_job(insp, m["id"]),
+                                                               dash.data)))
 
 
 async def api_batch(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
