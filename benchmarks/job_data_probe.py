@@ -32,12 +32,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pydantic
+
 import redis
+from benchmarks.servers import PostgresBench, RedisServer
 from conveyor import Conveyor, Keys, Offload
 from conveyor.calls import CallShape
 from conveyor.testing import drain
-
-from benchmarks.servers import PostgresBench, RedisServer
 
 MB = 1024 * 1024
 

@@ -133,7 +133,7 @@ def test_large_arguments_and_results_go_by_reference_and_come_back_whole(
     assert ref.result(timeout=5) == blob * 2
     record = backend.get_job(ref.id)
     assert record is not None and record.result is not None and len(record.result) < 1024
-    assert len(store.keys()) == 2  # the arguments' blob and the result's
+    assert len(store.held()) == 2  # the arguments' blob and the result's
 
 
 def test_sealed_and_by_reference_together_the_blob_store_sees_no_clear_text(
@@ -142,7 +142,7 @@ def test_sealed_and_by_reference_together_the_blob_store_sees_no_clear_text(
     ref = app.registry.get("data.big").enqueue(SECRET * 1000)  # type: ignore[union-attr]
     drain(app)
     assert ref.result(timeout=5) == SECRET * 1000
-    assert all(SECRET.encode() not in (store.get(k) or b"") for k in store.keys())
+    assert all(SECRET.encode() not in (store.get(k) or b"") for k in store.held())
 
 
 def test_without_offload_the_size_rule_still_refuses_large_arguments(
@@ -156,7 +156,7 @@ def test_a_job_whose_blob_is_missing_ends_dead_in_one_line_and_others_run(
         backend: Backend, clock: FakeClock) -> None:
     app, store = offloaded(backend, clock)
     lost = app.registry.get("data.big").enqueue("y" * 5000)  # type: ignore[union-attr]
-    [key] = store.keys()
+    [key] = store.held()
     store.delete([key])
     fine = app.registry.get("data.big").enqueue("z" * 5000)  # type: ignore[union-attr]
     drain(app)
@@ -192,10 +192,10 @@ def test_the_sweep_deletes_blobs_no_job_references_once_past_their_grace(
     gone = big.enqueue("g" * 5000)  # type: ignore[union-attr]
     backend.delete_jobs([gone.id])
     store.put(f"{uuid.uuid4().hex[:24]}.p.0000", b"an enqueue that failed")
-    assert len(store.keys()) == 3
+    assert len(store.held()) == 3
     assert sweep(app.data, backend.get_job) == 0  # all younger than the grace
     assert sweep(app.data, backend.get_job, now=10**10) == 2
-    [left] = store.keys()
+    [left] = store.held()
     assert left.startswith(kept.id)
     drain(app)
     assert kept.result(timeout=5) == "k" * 5000

@@ -54,7 +54,7 @@ class MemoryBlobs:
             found = sorted(k for k, (at, _) in self._blobs.items() if at < before)
         return iter(found)
 
-    def keys(self) -> list[str]:
+    def held(self) -> list[str]:
         """Every key held (tests count what is left)."""
         with self._lock:
             return sorted(self._blobs)
