@@ -243,6 +243,38 @@ class JobData:
 
         return TEXT_TOKEN.sub(one, text)
 
+    # -- sealing again with the newest key (conveyor jobs reencrypt) ---------------------------
+
+    def reseal_env(self, env: dict[str, Any], kind: str, bound: str,
+                   job_id: str) -> dict[str, Any] | None:
+        """``env`` sealed again with the current key (a blob by reference written anew),
+        or None when it is not sealed or is sealed with the current key already."""
+        key_id = env.get("e")
+        if key_id is None or self.keys is None or key_id == self.keys.current:
+            return None
+        data = self._bytes(env, kind, bound)
+        fresh = {k: v for k, v in env.items() if k not in ("d", "r", "z", "h")}
+        fresh["e"], sealed = self.keys.seal(data, aad(kind, bound))
+        offload = self.offload if "r" in env else None
+        self._place(fresh, sealed, job_id, "p" if kind == "payload" else "r", offload)
+        return fresh
+
+    def reseal_text(self, text: str | None) -> str | None:
+        """``text`` with each part sealed with an older key sealed again with the current."""
+        if text is None or "$enc$" not in text or self.keys is None:
+            return text
+        keys = self.keys
+
+        def one(found: Any) -> str:
+            key_id, job_id = found.group(1), found.group(2)
+            if key_id == keys.current:
+                return str(found.group(0))
+            plain = keys.open(key_id, unb64(found.group(3)), aad("text", job_id))
+            new_id, data = keys.seal(plain, aad("text", job_id))
+            return f"$enc${new_id}${job_id}${b64(data)}$"
+
+        return TEXT_TOKEN.sub(one, text)
+
     # -- the bytes behind an envelope ----------------------------------------------------------
 
     def _place(self, env: dict[str, Any], data: bytes, job_id: str, kind: str,

@@ -69,3 +69,19 @@ def test_sealed_jobs_read_encrypted_without_a_key_and_clear_with_one(
     code, out, err = run(capsys, "jobs", "show", ref.id, "--url", url, "--json")
     assert code == 0, err
     assert json.loads(out)["args"] == ["the secret plan"]
+
+
+def test_reencrypt_seals_stored_jobs_with_the_newest_key(
+        typed_app: object, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a rotation, ``conveyor jobs reencrypt`` re-seals what the old key sealed."""
+    ref = typed_app.registry.get("sealed.note").enqueue("rotate me")  # type: ignore[attr-defined]
+    url = typed_app.url  # type: ignore[attr-defined]
+    code, _, err = run(capsys, "jobs", "reencrypt", "--url", url)
+    assert code == 2 and "needs the keys" in err
+    monkeypatch.setenv("CONVEYOR_KEYS", f"k1:{KEY},k2:{Keys.generate()}")
+    code, out, err = run(capsys, "jobs", "reencrypt", "--url", url, "--json")
+    assert code == 0, err
+    assert json.loads(out) == {"read": 1, "resealed": 1, "changed": 0, "failed": 0, "key": "k2"}
+    stored = typed_app.storage.get_job(ref.id)  # type: ignore[attr-defined]
+    assert json.loads(stored.payload)["x"]["e"] == "k2"

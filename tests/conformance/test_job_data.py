@@ -25,7 +25,9 @@ from conveyor.clock import FakeClock
 from conveyor.context import current_job
 from conveyor.encryption import UnsealError
 from conveyor.errors import PayloadError
+from conveyor.reseal import reseal_jobs
 from conveyor.storage import Backend
+from conveyor.storage.records import StoredData
 from conveyor.testing import drain
 
 SECRET = "card-4242-4242"
@@ -199,3 +201,39 @@ def test_the_sweep_deletes_blobs_no_job_references_once_past_their_grace(
     assert left.startswith(kept.id)
     drain(app)
     assert kept.result(timeout=5) == "k" * 5000
+
+
+def test_reseal_is_a_compare_and_set_of_payload_result_and_message(backend: Backend,
+                                                                   clock: FakeClock) -> None:
+    """``Inspector.reseal`` writes only over what the caller read: a job that moved since
+    keeps what it has."""
+    app = make(backend, clock)
+    ref = app.registry.get("data.plain").enqueue("v")  # type: ignore[union-attr]
+    record = backend.get_job(ref.id)
+    assert record is not None
+    old = StoredData(record.payload, record.result, record.message)
+    new = StoredData('{"a":["w"],"k":{}}', None, "sealed again")
+    assert not backend.reseal(ref.id, StoredData("{}", None, None), new)
+    assert backend.reseal(ref.id, old, new)
+    assert not backend.reseal(ref.id, old, new)  # what it read is gone
+    assert not backend.reseal("0" * 24, old, new)
+    drain(app)
+    assert ref.result(timeout=5) == "w"
+
+
+def test_reencrypt_seals_stored_jobs_with_the_newest_key_so_the_old_can_go(
+        backend: Backend, clock: FakeClock) -> None:
+    store = MemoryBlobs(f"memory://{uuid.uuid4().hex}")
+    offload = Offload(store=store, threshold=1024, grace=60)
+    old = make(backend, clock, encrypt=Keys({"k1": K1}), offload=offload)
+    small = old.registry.get("data.plain").enqueue(SECRET)  # type: ignore[union-attr]
+    large = old.registry.get("data.big").enqueue(SECRET * 200)  # type: ignore[union-attr]
+    rotated = make(backend, clock, encrypt=Keys({"k1": K1, "k2": K2}), offload=offload)
+    done = reseal_jobs(backend, rotated.data)
+    assert (done.read, done.resealed, done.changed, done.failed) == (2, 2, 0, 0)
+    assert reseal_jobs(backend, rotated.data).resealed == 0  # nothing left to do
+    only_new = make(backend, clock, encrypt=Keys({"k2": K2}), offload=offload)
+    drain(only_new)
+    assert only_new.client.result_of(backend.get_job(small.id)) == SECRET  # type: ignore[arg-type]
+    assert only_new.client.result_of(backend.get_job(large.id)) == SECRET * 200  # type: ignore[arg-type]
+    assert sweep(only_new.data, backend.get_job, now=10**10) == 1  # the k1 blob, replaced

@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("blobs", ("conveyor.blobs", "conveyor.blobs.*")),
     # enqueueing and what a job sees: options, drafts, refs, the Client, job functions, batches
     ("client", ("conveyor.options", "conveyor.payloads", "conveyor.reveal", "conveyor.blob_sweep",
+                "conveyor.reseal",
                 "conveyor.refs", "conveyor.draft", "conveyor.context",
                 "conveyor.signature", "conveyor.builtin_jobs", "conveyor.middleware",
                 "conveyor.registry", "conveyor.bulk", "conveyor.client",

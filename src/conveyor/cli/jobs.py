@@ -19,6 +19,7 @@ from conveyor.cli.terminal import safe, say
 from conveyor.errors import ConveyorError
 from conveyor.job import JobRecord, JobState
 from conveyor.payloads import JobData
+from conveyor.reseal import reseal_jobs
 from conveyor.search import BUDGET, SCAN, sealed_note, search_jobs
 from conveyor.views import fmt_time, get_job, job_row, job_view, parse_state
 
@@ -50,6 +51,13 @@ def register(sub: Any) -> None:
     cancel.add_argument("job_ids", nargs="+", metavar="ID")
     add_source_args(cancel, json_flag=False)
     cancel.set_defaults(func=cmd_cancel)
+
+    again = jsub.add_parser("reencrypt", help="seal stored jobs' data again with the newest "
+                            "key (after a key rotation; docs/job-data.md)")
+    again.add_argument("--state", default=None, help="only jobs in this state")
+    again.add_argument("--queue", default=None, help="only this queue")
+    add_source_args(again)
+    again.set_defaults(func=cmd_reencrypt)
 
     dead = sub.add_parser("dead", help="the dead set: list, retry-all, clear")
     dsub = dead.add_subparsers(dest="dead_command", required=True, metavar="ACTION")
@@ -224,3 +232,27 @@ def cmd_dead_bulk(args: argparse.Namespace) -> int:
         else:
             say(f"deleted {backend.clear(JobState.DEAD, queue=args.queue)} dead job(s)")
     return 0
+
+
+
+def cmd_reencrypt(args: argparse.Namespace) -> int:
+    """Seal again, with the newest key, every stored job an older key sealed."""
+    try:
+        state = parse_state(args.state)
+    except ValueError as exc:
+        raise ConveyorError(str(exc)) from None
+    data = job_data(args)
+    if data is None or data.keys is None:
+        raise ConveyorError("reencrypt needs the keys: an app (--app) whose Conveyor(encrypt="
+                            "Keys(...)) holds them, or $CONVEYOR_KEYS (id:base64,...; the "
+                            "last one seals)")
+    with open_backend(args) as backend:
+        done = reseal_jobs(backend, data, state=state, queue=args.queue)
+    if args.json:
+        print_json({"read": done.read, "resealed": done.resealed, "changed": done.changed,
+                    "failed": done.failed, "key": data.keys.current})
+    else:
+        say(f"read {done.read:,} jobs: {done.resealed:,} sealed again with key "
+            f"{data.keys.current!r}, {done.changed:,} changed meanwhile (run again), "
+            f"{done.failed:,} could not be opened here (a key not held, a blob gone)")
+    return 0 if not done.changed and not done.failed else 1
