@@ -100,25 +100,22 @@ class CallShape:
 
     def dump_result(self, value: Any) -> Any:
         """A result of the typed return annotation validated and made JSON."""
-        self._adapters()
-        if self._result is None or value is None:
-            return value
-        try:
-            return self._result.dump(value)
-        except TypedDataError as exc:
-            raise TypedDataError(f"{self._name} returned a value that is not its return "
-                                 f"type: {exc}") from None
+        return self._result_as("dump", value,
+                               f"{self._name} returned a value that is not its return type")
 
     def load_result(self, value: Any) -> Any:
         """A stored result made the typed return annotation's type again."""
+        return self._result_as("load", value,
+                               f"the result of {self._name} is not its return type")
+
+    def _result_as(self, how: str, value: Any, why: str) -> Any:
         self._adapters()
         if self._result is None or value is None:
             return value
         try:
-            return self._result.load(value)
+            return self._result.dump(value) if how == "dump" else self._result.load(value)
         except TypedDataError as exc:
-            raise TypedDataError(f"the result of {self._name} is not its return type: "
-                                 f"{exc}") from None
+            raise TypedDataError(f"{why}: {exc}") from None
 
     def _adapters(self) -> dict[str, Adapter]:
         if self._typed is None:

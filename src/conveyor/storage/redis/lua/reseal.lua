@@ -1,6 +1,7 @@
 -- reseal.lua: replace a job's stored payload, result and message when all three still equal
 -- what the caller read (`conveyor jobs reencrypt`: the same data sealed again with the newest
 -- key, docs/job-data.md). A job that moved meanwhile keeps what it has.
+--- @include "_util"
 --- @key jobs
 --- @key results
 --- @key messages
@@ -9,20 +10,22 @@
 --       or '+' followed by the value
 -- Returns: 1 replaced, 0 changed meanwhile or gone.
 local id = ARGV[1]
-local function held(key)
-  local value = redis.call('HGET', key, id)
-  if value then return '+' .. value end
-  return '-'
-end
-if redis.call('HGET', K_JOBS, id) ~= ARGV[2] or held(K_RESULTS) ~= ARGV[4]
-    or held(K_MESSAGES) ~= ARGV[6] then
+local result = redis.call('HGET', K_RESULTS, id)
+local message = redis.call('HGET', K_MESSAGES, id)
+if redis.call('HGET', K_JOBS, id) ~= ARGV[2]
+    or (result and '+' .. result or '-') ~= ARGV[4]
+    or (message and '+' .. message or '-') ~= ARGV[6] then
   return 0
 end
 redis.call('HSET', K_JOBS, id, ARGV[3])
-local function put(key, value)
-  if value == '-' then redis.call('HDEL', key, id) else redis.call('HSET', key, id,
-    string.sub(value, 2)) end
+if ARGV[5] == '-' then
+  redis.call('HDEL', K_RESULTS, id)
+else
+  redis.call('HSET', K_RESULTS, id, string.sub(ARGV[5], 2))
 end
-put(K_RESULTS, ARGV[5])
-put(K_MESSAGES, ARGV[7])
+if ARGV[7] == '-' then
+  redis.call('HDEL', K_MESSAGES, id)
+else
+  redis.call('HSET', K_MESSAGES, id, string.sub(ARGV[7], 2))
+end
 return 1
