@@ -18,7 +18,8 @@ PostgreSQL; and what a store holds for 1 MB payloads by reference against inline
 * **memory** (``--memory N``): N jobs of a 1 MB argument stored inline (``max_payload``
   raised to allow it) and N by reference, on a private redis-server each: ``used_memory``
   after the enqueues (Redis holds everything in memory; SQLite and PostgreSQL would hold the
-  same bytes on disk).
+  same bytes on disk). ``--memory 10000`` needs about 14 GB free for the inline side and
+  10 GB of disk for the blobs: run it alone.
 """
 
 from __future__ import annotations
