@@ -15,6 +15,7 @@ the parent and lives as long as the parent job is stored.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from itertools import islice
@@ -28,6 +29,9 @@ __all__ = ["referenced", "sweep"]
 
 #: Blobs weighed per sweep at most (the next sweep goes on with the rest).
 SWEEP_LIMIT = 20_000
+#: A blob's key as ``JobData`` makes it (``<job id>.<p|r>.<12 hex>``), or the temporary file
+#: a directory store writes it through (``.tmp-<8 hex>`` after it); group 1 is the job id.
+KEY = re.compile(r"([A-Za-z0-9_.:-]{1,128})\.[pr]\.[0-9a-f]{12}(?:\.tmp-[0-9a-f]{8})?")
 
 
 def referenced(record: JobRecord) -> set[str]:
@@ -64,7 +68,9 @@ def sweep(data: JobData, get_job: Callable[[str], JobRecord | None],
     before = (time.time() if now is None else now) - data.offload.grace
     by_job: dict[str, list[str]] = {}
     for key in islice(store.listing(before), limit):
-        by_job.setdefault(key.split(".", 1)[0], []).append(key)
+        found = KEY.fullmatch(key)
+        if found is not None:  # anything else in the store is not conveyor's to delete
+            by_job.setdefault(found.group(1), []).append(key)
     doomed: list[str] = []
     for job_id, keys in by_job.items():
         record = get_job(job_id)

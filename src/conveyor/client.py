@@ -139,8 +139,7 @@ class Client:
     def result_of(self, record: JobRecord) -> Any:
         """A job's result, opened (``conveyor.payloads``) and typed (``conveyor.typed``)."""
         value = result_value(record.result, self.data, record.id) if record.result else None
-        fn = self.registry.get(record.name) if value is not None else None
-        return value if fn is None or fn.opts.aggregate else fn.shape.load_result(value)
+        return None if value is None else self.registry.typed_result(record.name, value)
 
     # -- enqueue ----------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from conveyor.builtin_jobs import (
     run_map,
 )
 from conveyor.calls import CallShape
-from conveyor.errors import WorkflowError
+from conveyor.errors import UnknownJobError, WorkflowError
 from conveyor.naming import (
     UnimportableJobError,
     check_importable,
@@ -307,6 +307,15 @@ class Registry:
             if found is not None:
                 self._resolved[name] = found
         return found
+
+    def typed_result(self, name: str, value: Any) -> Any:
+        """A stored result of job ``name`` made its return annotation's type when that is
+        typed (``conveyor.typed``); as it is for a name no job here has."""
+        try:
+            fn = self.get(name)
+        except UnknownJobError:  # a name a resolver refuses: the value as stored
+            return value
+        return value if fn is None or fn.opts.aggregate else fn.shape.load_result(value)
 
     def set_resolver(self, resolver: Callable[[str], JobFunction | None]) -> None:
         """Find jobs registered elsewhere by name (the Django backend: the project's tasks,

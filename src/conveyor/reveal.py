@@ -76,7 +76,8 @@ def texts_opened(record: JobRecord | None, data: JobData) -> JobRecord | None:
 def _has_token(event: Event) -> bool:
     if event.message and "$enc$" in event.message:
         return True
-    return bool(event.data) and "$enc$" in json.dumps(dict(event.data or {}), default=str)
+    # sealed data is a text value of its own (a log line's, an error's): no deeper look
+    return any(isinstance(v, str) and "$enc$" in v for v in (event.data or {}).values())
 
 
 def _event(event: Event, opener: JobData) -> Event:

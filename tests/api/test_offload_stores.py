@@ -85,3 +85,22 @@ def test_the_janitor_sweeps_blobs_after_its_trim_pass(tmp_path: Path) -> None:
     assert app.storage.get_job(ref.id) is None
     assert list(store.listing(time.time() + 60)) == []
     app.close()
+
+
+def test_the_sweep_leaves_what_is_not_conveyors_and_reads_node_ids_with_dots(
+        tmp_path: Path) -> None:
+    """A blob directory may be shared: a file conveyor did not name is never deleted. A
+    workflow node's id may hold dots (``a.b:c``): its blobs are still its own."""
+    app = Conveyor(f"sqlite:///{tmp_path / 'j.db'}", offload=Offload(threshold=1024))
+    big = _big(app)
+    wf = app.workflow()
+    node = wf.add(big.s(BIG), node_id="extract.v2:eu")
+    wf.enqueue()
+    foreign = tmp_path / "j.db.blobs" / "zz" / "backup.tar"
+    foreign.parent.mkdir(parents=True, exist_ok=True)
+    foreign.write_bytes(b"not ours")
+    assert sweep(app.data, app.storage.get_job, now=time.time() + 10**6) == 0
+    assert foreign.exists()
+    drain(app)
+    assert node.result(timeout=5) == BIG.upper()
+    app.close()
