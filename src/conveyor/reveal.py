@@ -115,7 +115,10 @@ def _payload(record: JobRecord, opener: JobData, fetch: bool) -> str | None:
     meta = stored.get("m", {})
     env = stored.get("x")
     if isinstance(env, dict) and "r" in env and not fetch:
-        shown = [*stored.get("a", []), {"by_reference": env["r"], "bytes": env.get("z")}]
+        named: dict[str, Any] = {"by_reference": env["r"], "bytes": env.get("z")}
+        if "e" in env:
+            named[ENCRYPTED] = True
+        shown = [*stored.get("a", []), named]
         return json.dumps({"a": shown, "k": stored.get("k", {}), "m": meta})
     try:
         args, kwargs, meta = opener.open_payload(record.id, record.name, text)

@@ -193,7 +193,7 @@ def test_the_sweep_deletes_blobs_no_job_references_once_past_their_grace(
     kept = big.enqueue("k" * 5000)  # type: ignore[union-attr]
     gone = big.enqueue("g" * 5000)  # type: ignore[union-attr]
     backend.delete_jobs([gone.id])
-    store.put(f"{uuid.uuid4().hex[:24]}.p.0000", b"an enqueue that failed")
+    store.put(f"{uuid.uuid4().hex[:24]}.p.{uuid.uuid4().hex[:12]}", b"an enqueue that failed")
     assert len(store.held()) == 3
     assert sweep(app.data, backend.get_job) == 0  # all younger than the grace
     assert sweep(app.data, backend.get_job, now=10**10) == 2
