@@ -209,7 +209,8 @@ class Client:
         bound transaction (nearly every enqueue) the job is stored with the storage's own
         asyncio I/O; otherwise the whole push runs in a thread (the context goes with it:
         the batch block, the transaction, the trace), so middleware runs as it always does."""
-        if self.middleware or current_batch() is not None or self._bound.get() is not None:
+        if self.middleware or current_batch() is not None or self._bound.get() is not None \
+                or self.data.offload is not None:  # a blob store's writes block too
             return await asyncio.to_thread(self.push, draft)
         spec = self.build_spec(draft)
         [result] = await self.storage.aenqueue([spec])

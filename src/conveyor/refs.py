@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Generator
 from contextlib import AbstractAsyncContextManager
@@ -97,7 +98,7 @@ class JobRef:
         limit = None if timeout is None else time.monotonic() + timeout
         record = await self._record()
         if record.state.terminal:
-            return _outcome(record, self._lookup())
+            return await _aoutcome(record, self._lookup())
         async with self._lookup().afinished(self.id, record.queue) as waiter:
             # A store that wakes us leaves a read now and then only for what it cannot see
             # (an end no ack made: a cancel, an expiry); else reads back off from 5 ms.
@@ -106,7 +107,7 @@ class JobRef:
             while True:
                 record = await self._record()
                 if record.state.terminal:
-                    return _outcome(record, self._lookup())
+                    return await _aoutcome(record, self._lookup())
                 woken = await waiter.wait(self._pause(limit, delay, timeout))
                 delay = first if woken or waiter.notifies else min(delay * 2, _POLL_MAX)
 
@@ -148,6 +149,14 @@ class JobRef:
         if left <= 0:
             raise ResultTimeout(f"job {self.id} did not finish within {timeout} s")
         return min(delay, left)
+
+
+async def _aoutcome(record: JobRecord, source: JobLookup) -> Any:
+    """``_outcome`` for asyncio code: a result kept by reference is read in a thread (a blob
+    store's read blocks; docs/job-data.md)."""
+    if record.result is not None and '"r":' in record.result:
+        return await asyncio.to_thread(_outcome, record, source)
+    return _outcome(record, source)
 
 
 def _outcome(record: JobRecord, source: JobLookup) -> Any:

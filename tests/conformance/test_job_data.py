@@ -237,3 +237,15 @@ def test_reencrypt_seals_stored_jobs_with_the_newest_key_so_the_old_can_go(
     assert only_new.client.result_of(backend.get_job(small.id)) == SECRET  # type: ignore[arg-type]
     assert only_new.client.result_of(backend.get_job(large.id)) == SECRET * 200  # type: ignore[arg-type]
     assert sweep(only_new.data, backend.get_job, now=10**10) == 1  # the k1 blob, replaced
+
+
+def test_asyncio_enqueue_and_result_work_by_reference(backend: Backend, clock: FakeClock) -> None:
+    """``aenqueue`` and ``aresult`` of data by reference: the blob store's blocking reads
+    and writes run in a thread, and the value is whole."""
+    import asyncio
+
+    app, _ = offloaded(backend, clock)
+    big = app.registry.get("data.big")
+    ref = asyncio.run(big.aenqueue("q" * 5000))  # type: ignore[union-attr]
+    drain(app)
+    assert asyncio.run(ref.aresult(timeout=5)) == "q" * 5000  # type: ignore[union-attr]
