@@ -37,7 +37,7 @@ import pydantic
 import redis
 from benchmarks.servers import PostgresBench, RedisServer
 from conveyor import Conveyor, Keys, Offload
-from conveyor.calls import CallShape
+from conveyor.core.calls import CallShape
 from conveyor.testing import drain
 
 MB = 1024 * 1024

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
+from conveyor.core.job import JobRecord
 from conveyor.envelope import RESULT_TAG
-from conveyor.job import JobRecord
 from conveyor.payloads import JobData
 
 __all__ = ["referenced", "sweep"]

@@ -5,9 +5,9 @@ under the names they had before the client held them (``app.clock``, ``app.max_p
 
 from __future__ import annotations
 
-from conveyor.client import Client
-from conveyor.clock import Clock
-from conveyor.middleware import ClientChain
+from conveyor.client.client import Client
+from conveyor.client.middleware import ClientChain
+from conveyor.core.clock import Clock
 from conveyor.payloads import JobData
 
 __all__ = ["ClientFacade"]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conveyor.blobs import open_blob_store
+from conveyor.core.serializer import decode_payload, dumps, encode_payload, oversize
 from conveyor.encryption import Keys, UnsealError
 from conveyor.envelope import (
     INJECTED,
@@ -35,7 +36,6 @@ from conveyor.envelope import (
     unb64,
 )
 from conveyor.errors import BlobMissing, ConveyorError, PayloadError
-from conveyor.serializer import decode_payload, dumps, encode_payload, oversize
 from conveyor.storage import default_blobs, redact
 from conveyor.storage.blobs import BlobStore
 

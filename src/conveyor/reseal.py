@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from conveyor.core.job import JobRecord, JobState
 from conveyor.envelope import RESULT_TAG, parse_result
-from conveyor.job import JobRecord, JobState
 from conveyor.payloads import JobData
 from conveyor.storage.base import Inspector
 from conveyor.storage.records import StoredData

@@ -13,10 +13,10 @@ import dataclasses
 import json
 from typing import Any
 
+from conveyor.core.job import Event, JobRecord
 from conveyor.encryption import UnsealError
 from conveyor.envelope import RESULT_TAG, parse_result
 from conveyor.errors import BlobMissing, BlobUnavailable, ConveyorError, PayloadError
-from conveyor.job import Event, JobRecord
 from conveyor.payloads import JobData
 
 __all__ = ["ENCRYPTED", "is_sealed", "reveal", "texts_opened"]

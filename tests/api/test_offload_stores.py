@@ -18,7 +18,7 @@ import pytest
 from conveyor import Conveyor, Offload
 from conveyor.blob_sweep import sweep
 from conveyor.blobs import open_blob_store
-from conveyor.clock import FakeClock
+from conveyor.core.clock import FakeClock
 from conveyor.errors import ConveyorError
 from conveyor.storage.records import Retention
 from conveyor.testing import drain

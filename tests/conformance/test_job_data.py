@@ -21,8 +21,8 @@ import pytest
 from conveyor import Conveyor, JobState, Keys, Offload
 from conveyor.blob_sweep import sweep
 from conveyor.blobs import MemoryBlobs
-from conveyor.clock import FakeClock
-from conveyor.context import current_job
+from conveyor.client.context import current_job
+from conveyor.core.clock import FakeClock
 from conveyor.encryption import UnsealError
 from conveyor.errors import PayloadError
 from conveyor.reseal import reseal_jobs

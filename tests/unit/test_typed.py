@@ -1,4 +1,4 @@
-"""Typed job data (conveyor/typed.py, conveyor/calls.py): a pydantic model, a dataclass or a
+"""Typed job data (conveyor/typed.py, conveyor/core/calls.py): a pydantic model, a dataclass or a
 TypedDict as a parameter or return annotation validates at enqueue, is stored as JSON and
 comes back typed, exactly.
 
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conveyor.calls import CallShape
+from conveyor.core.calls import CallShape
 from conveyor.typed import TypedDataError, _Plain, adapter_for
 from tests.api.typed_models import Line, Order, Point, Route, Tag
 

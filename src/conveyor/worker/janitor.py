@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from conveyor.clock import Clock
+from conveyor.core.clock import Clock
 from conveyor.storage.base import Storage
 from conveyor.storage.records import Retention
 from conveyor.worker.component import PeriodicComponent

@@ -15,8 +15,11 @@ import traceback
 from typing import Any
 
 from conveyor.app import Conveyor
-from conveyor.clock import Clock
-from conveyor.context import JobContext, activate
+from conveyor.client.context import JobContext, activate
+from conveyor.core.clock import Clock
+from conveyor.core.job import Ack, ErrorInfo, LeasedJob, Outcome
+from conveyor.core.retry import backoff
+from conveyor.core.serializer import oversize
 from conveyor.errors import (
     BlobUnavailable,
     Fail,
@@ -26,9 +29,6 @@ from conveyor.errors import (
     Retry,
     UnknownJobError,
 )
-from conveyor.job import Ack, ErrorInfo, LeasedJob, Outcome
-from conveyor.retry import backoff
-from conveyor.serializer import oversize
 from conveyor.typed import TypedDataError
 from conveyor.worker.grouped import GroupRuns
 from conveyor.worker.inflight import Entry

@@ -10,12 +10,12 @@ import dataclasses
 import json
 from typing import Any
 
+from conveyor.client.registry import JobFunction
+from conveyor.core.job import ErrorInfo, Event, EventKind, LeasedJob
 from conveyor.encryption import UnsealError
 from conveyor.envelope import TEXT_TOKEN
 from conveyor.errors import BlobMissing, PayloadError
-from conveyor.job import ErrorInfo, Event, EventKind, LeasedJob
 from conveyor.payloads import JobData
-from conveyor.registry import JobFunction
 from conveyor.typed import TypedDataError
 
 __all__ = ["Sealer", "Unrunnable", "open_call"]
