@@ -35,7 +35,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # many jobs, one call
     ("aggregation", ("conveyor.aggregation",)),
     # the application object that wires the parts, and the public API re-exported from it
-    ("app", ("conveyor", "conveyor.app", "conveyor.aio_app", "conveyor.hooks")),
+    # (options, middleware and registry keep documented import paths: thin re-exports)
+    ("app", ("conveyor", "conveyor.app", "conveyor.aio_app", "conveyor.hooks", "conveyor.options",
+             "conveyor.middleware", "conveyor.registry")),
     # running jobs (built from an app, never built by one)
     ("worker", ("conveyor.worker",)),
     # what an operator reads, from the Inspector alone
@@ -43,9 +45,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # what every HTTP endpoint shares
     ("http", ("conveyor.http",)),
     # operations surfaces and integrations
-    ("surfaces", ("conveyor.testing", "conveyor.otel", "conveyor.cli", "conveyor.web",
-                  "conveyor.contrib", "conveyor.dev")),
+    ("surfaces", ("conveyor.testing", "conveyor.otel", "conveyor.metrics", "conveyor.cli",
+                  "conveyor.web", "conveyor.contrib", "conveyor.dev")),
 ]
+
+
+# Root modules that only keep a documented import path (docs/api.md, docs/operations.md):
+# users import them, conveyor never does, so each stays a list of re-exports.
+REEXPORTS = ("conveyor.options", "conveyor.middleware", "conveyor.registry", "conveyor.metrics")
 
 
 def modules() -> dict[str, Path]:
@@ -188,3 +195,15 @@ def test_no_module_over_the_line_limit() -> None:
     long = {m: n for m, p in MODULES.items()
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (split them by what they hold): {long}"
+
+
+def test_the_documented_paths_are_re_exports_nothing_inside_imports() -> None:
+    importers = sorted(f"{module} imports {target}" for module, targets in graph().items()
+                       for target in targets if target in REEXPORTS)
+    assert not importers, ("import from the defining module, not the documented path:\n"
+                           + "\n".join(importers))
+    for name in REEXPORTS:
+        tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+        code = [n for n in tree.body if not isinstance(n, (ast.ImportFrom, ast.Assign))
+                and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        assert not code, f"{name} holds code: define it in its package, re-export it here"
