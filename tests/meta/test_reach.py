@@ -108,3 +108,31 @@ def test_nothing_below_the_app_reaches_into_it() -> None:
 
 def test_the_handed_layers_exist() -> None:
     assert {name for name, _ in LAYERS} >= HANDED
+
+
+def not_implemented_stubs(source: str) -> Iterator[tuple[int, str]]:
+    """Methods whose body raises ``NotImplementedError``: a mixin's stub for what the class
+    it is mixed into defines, or an interface written without ``abc``."""
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for stmt in node.body:
+            exc = stmt.exc if isinstance(stmt, ast.Raise) else None
+            if isinstance(exc, ast.Call):
+                exc = exc.func
+            if isinstance(exc, ast.Name) and exc.id == "NotImplementedError":
+                yield node.lineno, node.name
+
+
+def test_no_method_is_a_not_implemented_stub() -> None:
+    """A class needing a method it does not define says so with ``abc`` (a real interface:
+    ``Canvas``, ``PeriodicComponent``) or takes a collaborator that has it; the backends'
+    shapes are held by tests/meta/test_backend_shape.py."""
+    assert [name for _, name in not_implemented_stubs(
+        "class A:\n    def f(self):\n        raise NotImplementedError\n"
+        "    def g(self):\n        raise NotImplementedError('no')\n"
+        "    def h(self):\n        return 1\n")] == ["f", "g"]
+    found = [f"{module}:{line}: {name}" for module, path in sorted(MODULES.items())
+             if not module.startswith("conveyor.storage.")
+             for line, name in not_implemented_stubs(path.read_text(encoding="utf-8"))]
+    assert not found, "NotImplementedError stubs (use abc, or composition):\n" + "\n".join(found)

@@ -29,6 +29,7 @@ completion; a failed header member ends the body ``failed`` naming it (Celery ra
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -75,20 +76,20 @@ class Placing:
         return replace(self, errbacks=(*self.errbacks, *errbacks)) if errbacks else self
 
 
-class Canvas:
-    """Steps placed in a workflow together (a chain or a group)."""
+class Canvas(ABC):
+    """Steps placed in a workflow together: a ``Chain`` or a ``Group``, which say how."""
 
     def __init__(self) -> None:
         self.links: list[Step] = []
         self.errbacks: list[Signature] = []
 
+    @abstractmethod
     def place(self, at: Placing, after: Tails) -> Tails:
         """Add the steps to ``at.wf`` after ``after``; returns what a next step waits for."""
-        raise NotImplementedError
 
+    @abstractmethod
     def signatures(self) -> list[Signature]:
         """Every signature inside, in order."""
-        raise NotImplementedError
 
     def __or__(self, other: Any) -> Chain:
         return compose(self, other)
