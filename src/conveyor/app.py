@@ -201,8 +201,8 @@ worker runs jobs with, and the storage.
         with one key becomes one run, ``wait`` s after the last, with the newest arguments;
         ``throttle=Throttle(key, every=60)``: at most one run per window (docs/api.md).
         ``aggregate=Aggregate(key, grace=5, max_delay=60, max_size=1000)``: jobs wait
-        together per key and the job's aggregator (``@app.aggregate``) runs once with the
-        group (docs/aggregation.md). ``executor="process"``: a ``def`` job runs in a job
+        together per key and the job's aggregator (``@app.aggregate``) runs once with their
+        aggregation (docs/aggregation.md). ``executor="process"``: a ``def`` job runs in a job
         process the worker kills at its timeout (docs/worker.md; default: ``--executor``).
         """
         opts = make_options(
@@ -235,10 +235,10 @@ worker runs jobs with, and the storage.
         self, job: JobFunction | str
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register the aggregator of an aggregated job: ``@app.aggregate(notify)`` over
-        ``def send_digest(members: list[Member]) -> Any``. It runs once per group run with
-        the members (``conveyor.Member``); each member ends by the outcome the aggregator
-        gave it (``member.fail(...)``), else succeeded with the return value as its result,
-        or, when it raised, by its own retry rules (docs/aggregation.md)."""
+        ``def send_digest(members: list[Member]) -> Any``. It runs once per run of an
+        aggregation, with the members (``conveyor.Member``); each member ends by the outcome
+        the aggregator gave it (``member.fail(...)``), else succeeded with the return value
+        as its result, or, when it raised, by its own retry rules (docs/aggregation.md)."""
         name = job.name if isinstance(job, JobFunction) else job
 
         def register(f: Callable[..., Any]) -> Callable[..., Any]:

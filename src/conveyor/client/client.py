@@ -330,7 +330,7 @@ class Client:
         return build_spec(draft, self.clock.now(), self.max_payload)
 
     def check_aggregator(self, name: str, opts: JobOptions) -> None:
-        """Refuse an aggregated job without an aggregator: its group would never run."""
+        """Refuse an aggregated job without an aggregator: its aggregation would never run."""
         if opts.aggregate is not None and not self.registry.has_aggregator(name):
             raise NoAggregatorError(
                 f"job {name} is aggregated (aggregate=...) but has no aggregator: register "

@@ -14,7 +14,17 @@ from typing import Any
 from conveyor.views.history import KINDS, history_view
 from conveyor.views.records import fmt_duration, stats_view, workers_view
 from conveyor.web.http import Request, Response, StorageCaller
-from conveyor.web.render import badge, button_form, e, layout, link, page, table, when
+from conveyor.web.render import (
+    badge,
+    button_form,
+    e,
+    layout,
+    link,
+    page,
+    paused,
+    table,
+    when,
+)
 
 Dashboard = StorageCaller
 
@@ -31,7 +41,7 @@ async def overview(dash: Dashboard, request: Request, csrf: str, m: re.Match[str
              ("retrying", t["retrying"], "waiting for their next attempt"),
              ("scheduled", t["scheduled"], "waiting for their time"),
              ("waiting", t["waiting"], "workflow nodes waiting for their parents"),
-             ("aggregating", t["aggregating"], "members waiting for their group's run"),
+             ("aggregating", t["aggregating"], "members waiting for their aggregation's run"),
              ("failed", t["failed_jobs"], "jobs now ended by Fail (a business rule)"),
              ("dead", t["dead"], "jobs now in the dead set (out of retries)"),
              ("succeeded ever", t["processed"], "succeeded since each queue began"),
@@ -76,7 +86,7 @@ def _queue_table(queues: list[dict[str, Any]], csrf: str, here: str, actions: bo
                e(q["scheduled"]), e(q["retrying"]), e(q["waiting"]), e(q["aggregating"]),
                e(q["failed_jobs"]), e(q["dead"]),
                e(fmt_duration(q["latency"])),
-               badge("paused") if q["paused"] else badge("running")]
+               paused(q["paused"])]
         if actions:
             row += [e(q["processed"]), e(q["failed"]),
                     e(f"{q['processed_today']} / {q['failed_today']}"),
@@ -84,7 +94,7 @@ def _queue_table(queues: list[dict[str, Any]], csrf: str, here: str, actions: bo
                                 "Resume" if q["paused"] else "Pause", csrf, here, queue=q["name"])]
         rows.append(row)
     headers = ["Queue", "Pending", "Active", "Scheduled", "Retrying", "Waiting", "Aggregating",
-               "Failed", "Dead", "Latency", "State"]
+               "Failed", "Dead", "Latency", "Paused"]
     if actions:
         headers += ["Succeeded ever", "Failed or dead ever",
                     "Today ok / not ok", ""]
