@@ -60,7 +60,7 @@ worker runs jobs with, and the storage.
 
     ``url`` names the storage (``sqlite:///path.db``, ``redis://…``, ``memory://``); None
     means ``$CONVEYOR_URL`` or ``sqlite:///conveyor.db``; ``broker`` names a message broker
-    that delivers jobs to workers (docs/design.md §7). The storage is opened on first use
+    that delivers jobs to workers (docs/internals/broker.md). The storage is opened on first use
     and opened again in a child process after ``fork`` (so worker processes never share a
     connection with their parent); a ``storage=`` object given here is used as is.
     """
@@ -84,7 +84,7 @@ worker runs jobs with, and the storage.
                 self.url_from = "CONVEYOR_URL" if env else "the default"
         self.url = url
         #: Where workers take jobs from when a message broker delivers them (``memory://``
-        #: for now; docs/design.md §7): ``broker``, else ``$CONVEYOR_BROKER``, else none —
+        #: for now; docs/internals/broker.md): ``broker``, else ``$CONVEYOR_BROKER``, else none —
         #: workers lease from the store. Enqueueing never needs it: the store is the outbox.
         self.broker_url: str | None = broker or os.environ.get("CONVEYOR_BROKER") or None
         self.retention = retention

@@ -4,7 +4,7 @@ Every import statement counts, wherever it stands: at the top, inside a function
 ``if TYPE_CHECKING:`` (a type-only back edge is still coupling: the two modules can no longer
 be read, tested or changed one without the other). Imports of a package's parent made
 implicitly by Python (``conveyor/__init__.py`` running before ``conveyor.core.job``) do not
-count; only what a module spells out does. docs/design.md §1 draws the same layers.
+count; only what a module spells out does. docs/design.md ("Layers") draws the same layers.
 """
 
 from __future__ import annotations
