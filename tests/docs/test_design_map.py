@@ -11,13 +11,13 @@ Checked from the text, no import needed:
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.docs.test_module_paths import resolves
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "conveyor"
@@ -77,31 +77,13 @@ def exists(name: str, page: Path) -> bool:
     """Whether a named path or module exists: relative to the page, the repository,
     ``src/conveyor`` or docs/, or as the tail of a path in the repository."""
     if DOTTED.match(name):
-        return _module_or_attribute(name)
+        return resolves(name)
     for base in (page.parent, ROOT, SRC, DOCS):
         candidate = (base / name).resolve()
         if candidate.exists() and (candidate.is_dir() or not name.endswith("/")):
             return True
     tail = name.removeprefix("../")
     return any(f == tail or f.endswith("/" + tail) for f in FILES)
-
-
-def _module_or_attribute(dotted: str) -> bool:
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        module = ".".join(parts[:cut])
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:
-            found = False
-        if found:
-            obj: object = importlib.import_module(module)
-            for attr in parts[cut:]:
-                if not hasattr(obj, attr):
-                    return False
-                obj = getattr(obj, attr)
-            return True
-    return False
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(DOCS).as_posix())

@@ -24,7 +24,8 @@ IMPORT = re.compile(r"^\s*from (conveyor(?:\.\w+)*) import \(?([\w, ]+)\)?\s*(?:
 MENTION = re.compile(r"`(conveyor(?:\.\w+)+)(?:\([^`]*\))?`")
 
 
-def _resolves(dotted: str) -> bool:
+def resolves(dotted: str) -> bool:
+    """Whether ``dotted`` is a module of conveyor, or a name reached from one."""
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
         try:
@@ -53,10 +54,10 @@ def test_the_reader_sees_imports_and_mentions() -> None:
     page = ROOT / "docs" / "api.md"
     assert "conveyor.options.make_options" in documented(page)
     assert "conveyor.testing.drain" in documented(page)
-    assert not _resolves("conveyor.options.no_such_name")
+    assert not resolves("conveyor.options.no_such_name")
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_documented_import_path_works(page: Path) -> None:
-    broken = sorted({path for path in documented(page) if not _resolves(path)})
+    broken = sorted({path for path in documented(page) if not resolves(path)})
     assert not broken, f"{page.relative_to(ROOT)} gives import paths that do not work: {broken}"
