@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor
+from conveyor.client.registry import JobFunction
 from conveyor.errors import BatchNotFound, ResultTimeout
-from conveyor.registry import JobFunction
 from tests.api.helpers import run_by_hand
 from tests.conformance.backends import BACKENDS, backend_url
 
@@ -143,7 +143,7 @@ def test_a_result_waiter_on_the_longest_schema_name_lets_acks_through(
 @pytest.mark.parametrize("app", ["sqlite", "postgres"], indirect=True)
 def test_await_batch_in_asyncio(app: Conveyor, job: JobFunction,
                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("conveyor.aio_app.WAIT_SLICE", 0.05)  # several slices before the end
+    monkeypatch.setattr("conveyor.client.batch.WAIT_SLICE", 0.05)  # several slices before the end
     batch_id = _batch_of(app, job, 2)
 
     async def main() -> dict[str, object]:

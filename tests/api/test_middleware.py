@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, JobContext
-from conveyor.client import EnqueueDraft, JobRef
-from conveyor.middleware import MiddlewareChain
-from conveyor.registry import make_options
+from conveyor.client.client import EnqueueDraft, JobRef
+from conveyor.client.middleware import MiddlewareChain
+from conveyor.client.registry import make_options
 
 
 class Tag:
@@ -39,7 +39,7 @@ class AsyncTag(Tag):
 
 
 def make_ctx(app: Conveyor) -> JobContext:
-    return JobContext(app=app, job_id="j1", name="tests.job")
+    return JobContext(runtime=app.runtime, app=app, job_id="j1", name="tests.job")
 
 
 def test_chain_order_follows_add_prepend_insert_and_remove(app: Conveyor) -> None:

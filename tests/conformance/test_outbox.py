@@ -1,4 +1,4 @@
-"""The store as a broker's outbox (``conveyor.storage.outbox.Outbox``, docs/design.md §7).
+"""The store as a broker's outbox (``conveyor.storage.outbox.Outbox``, docs/internals/outbox.md).
 
 With a broker, a relay asks the store which pending jobs to publish (``publish_due``) and a
 worker that receives a delivery starts the job in the store (``start``). These tests pin what
@@ -13,8 +13,8 @@ from typing import cast
 
 import pytest
 
-from conveyor.clock import FakeClock
-from conveyor.job import (
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import (
     Ack,
     BatchSpec,
     EventKind,

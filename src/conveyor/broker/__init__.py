@@ -1,7 +1,7 @@
 """The broker seam: delivery through a message broker, with every job's state in the store.
 
 ``open_broker(url)`` picks the broker by the URL's scheme, importing it on first use so a
-broker's client library stays an optional dependency. docs/design.md §7 has the design.
+broker's client library stays an optional dependency. docs/internals/broker.md has the design.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ __all__ = ["Broker", "Delivery", "open_broker"]
 # scheme -> "module:function"; the function takes the URL and returns a Broker.
 _OPENERS = {
     "memory": "conveyor.broker.memory:open_memory_broker",
-    "amqp": "conveyor.broker.rabbitmq:open_rabbitmq",
-    "amqps": "conveyor.broker.rabbitmq:open_rabbitmq",
-    "kafka": "conveyor.broker.kafka:open_kafka",
-    "kafkas": "conveyor.broker.kafka:open_kafka",
+    "amqp": "conveyor.broker.rabbitmq.broker:open_rabbitmq",
+    "amqps": "conveyor.broker.rabbitmq.broker:open_rabbitmq",
+    "kafka": "conveyor.broker.kafka.broker:open_kafka",
+    "kafkas": "conveyor.broker.kafka.broker:open_kafka",
 }
 # scheme -> the extra that installs its client library
 _EXTRAS = {"amqp": "rabbitmq", "amqps": "rabbitmq", "kafka": "kafka", "kafkas": "kafka"}

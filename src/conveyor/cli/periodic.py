@@ -22,12 +22,12 @@ from conveyor.cli.common import (
     table,
 )
 from conveyor.cli.terminal import say
+from conveyor.client.periodic import check_definition
+from conveyor.client.schedules import who
+from conveyor.core.text import check_name
 from conveyor.errors import ConveyorError, ScheduleNotFound
-from conveyor.periodic import check_definition
-from conveyor.schedules import who
 from conveyor.storage.records import ScheduleInfo
-from conveyor.text import check_name
-from conveyor.views import fmt_time, get_schedule, periodic_view, schedule_changes_view
+from conveyor.views.records import fmt_time, get_schedule, periodic_view, schedule_changes_view
 
 
 def register(sub: Any) -> None:
@@ -113,9 +113,9 @@ def format_list(view: list[dict[str, Any]]) -> str:
                 "`conveyor periodic add` adds one)")
     rows = [(s["name"], s["cron"], s["tz"], s["job_name"],
              s["queue"] if s["queue_listened"] else f"{s['queue']} (!)",
-             "paused" if s["paused"] else "active", s["source"], fmt_time(s["last_tick"]),
+             "yes" if s["paused"] else "no", s["source"], fmt_time(s["last_tick"]),
              fmt_time(s["next_tick"])) for s in view]
-    text = table(("NAME", "CRON", "TZ", "JOB", "QUEUE", "STATE", "FROM", "LAST TICK (UTC)",
+    text = table(("NAME", "CRON", "TZ", "JOB", "QUEUE", "PAUSED", "FROM", "LAST TICK (UTC)",
                   "NEXT TICK (UTC)"), rows)
     for s in view:
         if s["code"] is not None:

@@ -16,8 +16,8 @@ from conveyor.cli.common import (
 )
 from conveyor.cli.terminal import say
 from conveyor.errors import ConveyorError
-from conveyor.history import KINDS, history_view
-from conveyor.views import fmt_duration, stats_view
+from conveyor.views.history import KINDS, history_view
+from conveyor.views.records import fmt_duration, stats_view
 
 
 def register(sub: Any) -> None:
@@ -38,7 +38,7 @@ def register(sub: Any) -> None:
 
 
 LEGEND = ("WAITING: workflow jobs waiting for their parents. AGGREGATING: members waiting for "
-          "their aggregation group's run. "
+          "their aggregation's run. "
           "FAILED: jobs that ended by Fail (a business rule; never retried). "
           "DEAD: jobs out of retries or unable to run (retry them by hand).\n"
           "NOT OK EVER: failed and dead outcomes since the queue began, including jobs since "

@@ -1,4 +1,4 @@
-"""What a store does for a message broker (docs/design.md §7): it is the outbox.
+"""What a store does for a message broker (docs/internals/outbox.md): it is the outbox.
 
 With a broker the store still holds every job's state; the broker only delivers job ids.
 Nothing here changes the path without a broker: ``enqueue``, ``promote_due``,
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from conveyor.core.job import LeasedJob
 from conveyor.errors import BrokerUnsupported
-from conveyor.job import LeasedJob
 from conveyor.storage import redact
 
 __all__ = ["Arrival", "Delivered", "Outbox", "StartKind", "StartReply", "arrivals", "as_outbox",

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
-from conveyor.job import JobState
-from conveyor.views import fmt_time
+from conveyor.core.job import JobState
+from conveyor.views.records import fmt_time
 from conveyor.web.http import Request, Response
 
 # Finished work fills the bar from the left, waiting work stays on the right.
@@ -77,6 +77,12 @@ def button_form(op: str, label: str, csrf: str, next_url: str, *, cls: str = "",
 def badge(state: str) -> str:
     """A coloured state label."""
     return f'<span class="badge s-{e(state)}">{e(state)}</span>'
+
+
+def paused(flag: bool) -> str:
+    """Whether a queue or a schedule is paused, as the CLI says it: yes or no ("running" is a
+    job's word, its state ``active``)."""
+    return '<span class="badge s-paused">yes</span>' if flag else "no"
 
 
 def progress(counts: dict[str, int], total: int, percent: float) -> str:

@@ -1,4 +1,5 @@
-"""BrokerFeed: where a worker's jobs come from when a broker delivers them (docs/design.md §7).
+"""BrokerFeed: where a worker's jobs come from when a broker delivers them
+(docs/internals/broker.md).
 
 The fetcher asks the feed instead of ``Storage.dequeue``: the feed consumes up to the free
 slots from the broker and starts each delivered job in the store (``Outbox.start``), which
@@ -22,9 +23,9 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from conveyor.broker.base import Broker, Delivery
-from conveyor.job import LeasedJob
+from conveyor.core.job import LeasedJob
+from conveyor.core.text import printable
 from conveyor.storage.outbox import Arrival, Outbox, StartKind
-from conveyor.text import printable
 from conveyor.worker.config import WorkerConfig
 
 __all__ = ["MAX_DELIVERED_ID", "BrokerFeed"]

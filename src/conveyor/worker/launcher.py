@@ -21,10 +21,10 @@ from typing import Protocol
 from conveyor import __version__
 from conveyor.app import Conveyor
 from conveyor.broker import open_broker
-from conveyor.clock import Clock
+from conveyor.client.periodic import CronConfig, CronScheduler, describe_unlistened, unlistened
+from conveyor.core.clock import Clock
+from conveyor.core.job import Ack
 from conveyor.errors import StorageReadOnly
-from conveyor.job import Ack
-from conveyor.periodic import CronConfig, CronScheduler, describe_unlistened, unlistened
 from conveyor.storage import redact, shown_url
 from conveyor.storage.outbox import as_outbox
 from conveyor.worker.acker import Acker
@@ -99,7 +99,7 @@ class Launcher:
         self.watchdog = Watchdog(storage, self.clock, config, inflight=self.inflight,
                                  threads=self.threads, timed_out=self.processor.timed_out,
                                  finish=self.finish)
-        # With a broker (docs/design.md §7) jobs come from its deliveries through the feed, a
+        # With a broker (docs/internals/broker.md) jobs come from its deliveries through the feed, a
         # relay publishes what the store has due, and the acker settles deliveries it wrote.
         self.feed: BrokerFeed | None = None
         self.relay: Relay | None = None

@@ -14,13 +14,13 @@ import traceback
 from typing import Any
 
 from conveyor.app import Conveyor
-from conveyor.clock import Clock
-from conveyor.context import JobContext, activate
+from conveyor.client.context import JobContext, activate
+from conveyor.core.clock import Clock
+from conveyor.core.job import Ack, ErrorInfo, LeasedJob, Outcome
+from conveyor.core.retry import backoff
+from conveyor.core.serializer import decode_payload, dumps, oversize
 from conveyor.errors import Fail, JobTimeout, NotAJob, PayloadError, Retry, UnknownJobError
-from conveyor.job import Ack, ErrorInfo, LeasedJob, Outcome
-from conveyor.retry import backoff
-from conveyor.serializer import decode_payload, dumps, oversize
-from conveyor.worker.grouped import GroupRuns
+from conveyor.worker.aggregation import AggregatorRuns
 from conveyor.worker.inflight import Entry
 from conveyor.worker.reporting import report_outcome
 
@@ -48,7 +48,7 @@ class Processor:
         self.worker_id = worker_id
         self.clock = clock
         self.executor = executor  # where def jobs run unless their options say
-        self.groups = GroupRuns(self)
+        self.aggregator_runs = AggregatorRuns(self)
 
     def prepare(self, job: LeasedJob) -> Entry | Ack:
         """Decode the payload and find the function; an ``Ack`` (dead) when either fails."""
@@ -72,15 +72,15 @@ class Processor:
         ctx = JobContext(
             job_id=job.id, name=job.name, queue=job.queue, attempt=job.attempt,
             errors=job.errors, batch_id=job.batch_id, meta=meta, worker_id=self.worker_id,
-            args=args, kwargs=kwargs, app=self.app, token=job.token,
+            args=args, kwargs=kwargs, runtime=self.app.runtime, app=self.app, token=job.token,
         )
         now = self.clock.now()
         timeout = job.timeout if job.timeout is not None else fn.opts.timeout
         deadline = now + timeout if timeout else None
-        grouped = aggregator is not None
-        executor = "thread" if grouped else fn.opts.executor or self.executor
+        aggregated = aggregator is not None
+        executor = "thread" if aggregated else fn.opts.executor or self.executor
         return Entry(job, fn, ctx, args, kwargs, started=now, deadline=deadline, logged_at=now,
-                     grouped=grouped, executor=executor)
+                     aggregator=aggregated, executor=executor)
 
     def _unknown(self, job: LeasedJob, what: str = "no job named") -> Ack:
         """A job this worker's code does not define: an error retried with the default
@@ -101,8 +101,8 @@ class Processor:
 
     def run(self, entry: Entry) -> Ack:
         """Run a sync job in this thread, through the server middleware."""
-        if entry.grouped:
-            return self.groups.run(entry)
+        if entry.aggregator:
+            return self.aggregator_runs.run(entry)
         call = functools.partial(entry.fn.func, *entry.args, **entry.kwargs)
         try:
             with activate(entry.ctx):
@@ -113,8 +113,8 @@ class Processor:
 
     async def run_async(self, entry: Entry) -> Ack:
         """Run an ``async def`` job on the current loop, cancelled at its timeout."""
-        if entry.grouped:
-            return await self.groups.run_async(entry)
+        if entry.aggregator:
+            return await self.aggregator_runs.run_async(entry)
 
         async def call() -> Any:
             return await entry.fn.func(*entry.args, **entry.kwargs)
@@ -221,11 +221,11 @@ class Processor:
 
     def timed_out(self, entry: Entry) -> Ack:
         """The ack for a thread job the watchdog gave up on (the thread is abandoned)."""
-        return self.groups.end(entry, exc=self.timeout_error(entry))
+        return self.aggregator_runs.end(entry, exc=self.timeout_error(entry))
 
     def interrupted(self, entry: Entry) -> Ack:
         """The ack of hard shutdown: the storage puts the job back to pending."""
-        return self.groups.each(entry, lambda e: self.ack(
+        return self.aggregator_runs.each(entry, lambda e: self.ack(
             e, Outcome.INTERRUPTED, message="worker shut down before the job ended"))
 
     def ack(self, entry: Entry, outcome: Outcome, **fields: Any) -> Ack:

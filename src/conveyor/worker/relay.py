@@ -1,4 +1,4 @@
-"""Relay: publishes the store's due jobs to the broker (docs/design.md §7, the outbox).
+"""Relay: publishes the store's due jobs to the broker (docs/internals/outbox.md).
 
 Writers only write the store; this component, one per worker process with a broker, asks
 the store for pending jobs due to be published (``Outbox.publish_due``) and publishes them,
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from conveyor.broker.base import Broker
-from conveyor.clock import Clock
+from conveyor.core.clock import Clock
 from conveyor.storage.base import Storage
 from conveyor.storage.outbox import as_outbox
 from conveyor.worker.component import PeriodicComponent

@@ -1,4 +1,4 @@
-"""PostgreSQL as a broker's outbox (``conveyor.storage.outbox.Outbox``, docs/design.md §7).
+"""PostgreSQL as a broker's outbox (``conveyor.storage.outbox.Outbox``, docs/internals/outbox.md).
 
 One column, ``jobs.publish_at`` (migration 006), read and written by server-side functions,
 one round trip per call: ``publish_due`` (``FOR UPDATE SKIP LOCKED`` in dequeue's order, so
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from conveyor.job import LeasedJob
+from conveyor.core.job import LeasedJob
 from conveyor.storage.outbox import Delivered, StartKind, StartReply, arrivals
 from conveyor.storage.postgres import arrays
 from conveyor.storage.postgres.connection import Database
