@@ -94,7 +94,7 @@ class WorkflowError(ConveyorError, ValueError):
 
 
 class NoAggregatorError(ConveyorError, LookupError):
-    """An aggregated job enqueued where no aggregator is registered for it: its group would
+    """An aggregated job enqueued where no aggregator is registered for it: its aggregation would
     never run, so it is refused (``@app.aggregate(job)``, docs/aggregation.md)."""
 
 

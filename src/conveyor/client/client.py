@@ -28,6 +28,7 @@ from conveyor.client.middleware import ClientChain
 from conveyor.client.options import JobOptions, make_options
 from conveyor.client.refs import JobLookup, JobRef
 from conveyor.client.registry import JobFunction, Registry, check_importable
+from conveyor.client.signature import CanvasOps
 from conveyor.core.calls import split_item
 from conveyor.core.clock import SYSTEM_CLOCK, Clock
 from conveyor.core.job import EnqueueResult, JobRecord, JobSpec
@@ -69,7 +70,8 @@ class Client:
     """Builds jobs, runs them through the client middleware and pushes them to the storage.
 
     ``storage`` is called for the storage at each push (the app opens it on first use, and
-    again after a fork); ``registry`` gives the options of a job enqueued by name.
+    again after a fork); ``registry`` gives the options of a job enqueued by name; ``canvas``
+    composes its job functions' signatures (the app gives ``conveyor.workflow.canvas``'s).
     """
 
     def __init__(
@@ -81,9 +83,11 @@ class Client:
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         middleware: ClientChain | None = None,
         data: JobData | None = None,
+        canvas: CanvasOps | None = None,
     ) -> None:
         self._storage = storage
         self.data = data if data is not None else JobData()  # seals, offloads: payloads.py
+        self._canvas = canvas
         self.registry = registry
         self.clock = clock
         self.max_payload = max_payload
@@ -100,6 +104,13 @@ class Client:
         """Stop the threads that store ``enqueue_many``'s blocks (they start again when
         needed); ``Conveyor.close`` calls it."""
         self._writers.close()
+
+    @property
+    def canvas(self) -> CanvasOps:
+        """What composes signatures (``a.s() | b.s()``) and stores them with their links."""
+        if self._canvas is None:
+            raise RuntimeError("this client has no canvas: build it with Conveyor(...)")
+        return self._canvas
 
     @property
     def storage(self) -> Backend:
@@ -330,7 +341,7 @@ class Client:
         return build_spec(draft, self.clock.now(), self.max_payload, self.data)
 
     def check_aggregator(self, name: str, opts: JobOptions) -> None:
-        """Refuse an aggregated job without an aggregator: its group would never run."""
+        """Refuse an aggregated job without an aggregator: its aggregation would never run."""
         if opts.aggregate is not None and not self.registry.has_aggregator(name):
             raise NoAggregatorError(
                 f"job {name} is aggregated (aggregate=...) but has no aggregator: register "

@@ -25,7 +25,7 @@ from conveyor.client.builtin_jobs import (
 )
 from conveyor.client.options import JobOptions, KeyOption, by_name_keys, make_options
 from conveyor.client.refs import JobRef
-from conveyor.client.signature import Signature, canvas
+from conveyor.client.signature import CanvasOps, Signature
 from conveyor.core.calls import CallShape
 from conveyor.core.naming import (
     UnimportableJobError,
@@ -69,6 +69,11 @@ class Enqueuer(Protocol):
         """``enqueue_function`` for asyncio code."""
         ...
 
+    @property
+    def canvas(self) -> CanvasOps:
+        """What composes the job functions' signatures (``conveyor.workflow.canvas``)."""
+        ...
+
 
 class JobFunction:
     """A registered job: call it to run the function here, ``enqueue`` it to run it in a worker.
@@ -98,6 +103,11 @@ class JobFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the function directly, in this process (no storage involved)."""
         return self.func(*args, **kwargs)
+
+    @property
+    def canvas(self) -> CanvasOps:
+        """What composes its signatures: its client's (``Enqueuer.canvas``)."""
+        return self.enqueuer.canvas
 
     @property
     def shape(self) -> CallShape:
@@ -240,8 +250,8 @@ class JobFunction:
         if size < 1:
             raise WorkflowError(f"chunks need a size of at least 1, not {size}")
         calls = [list(item) for item in items]
-        return canvas().group([self.starmap(calls[i:i + size])
-                               for i in range(0, len(calls), size)])
+        return self.canvas.group([self.starmap(calls[i:i + size])
+                                  for i in range(0, len(calls), size)])
 
     def builtin(self, name: str, func: Callable[..., Any], args: Sequence[Any]) -> Signature:
         """A step of conveyor's own job ``name`` (``conveyor.client.builtin_jobs``) run on this

@@ -11,8 +11,8 @@ Celery's signatures are (docs/workflows.md, "From Celery's canvas").
 
 A signature with links is enqueued as a small workflow (the job, then its callbacks), and
 ``enqueue`` still returns the job's own ref. Composing (``|``) and enqueueing with links
-need the canvas (``conveyor.workflow.canvas``, a layer above), which registers itself here once
-(``set_canvas``), as the running workflow does for ``JobContext``.
+need the canvas (``conveyor.workflow.canvas``, a layer above): the job function's client
+carries it (``CanvasOps``), given by the app that built both.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from conveyor.client.options import JobOptions
 from conveyor.client.refs import JobRef
 
-__all__ = ["CanvasOps", "Signature", "Target", "set_canvas"]
+__all__ = ["CanvasOps", "Signature", "Target"]
 
 
 class Target(Protocol):
@@ -61,6 +61,11 @@ class Target(Protocol):
         """A step of conveyor's own job ``name`` on this job's queue (an errback's)."""
         ...
 
+    @property
+    def canvas(self) -> CanvasOps:
+        """The canvas its signatures are composed and enqueued with links by."""
+        ...
+
 
 class CanvasOps(Protocol):
     """What signatures ask of the canvas layer."""
@@ -77,21 +82,6 @@ class CanvasOps(Protocol):
     def group(self, steps: Sequence[Signature]) -> Any:
         """The steps side by side (``JobFunction.chunks``)."""
         ...
-
-
-_canvas: list[CanvasOps] = []
-
-
-def set_canvas(ops: CanvasOps) -> None:
-    """Register the canvas operations (``conveyor.workflow.canvas`` does, once)."""
-    _canvas[:] = [ops]
-
-
-def canvas() -> CanvasOps:
-    """The registered canvas operations."""
-    if not _canvas:
-        raise RuntimeError("conveyor.workflow.canvas is not imported: import conveyor first")
-    return _canvas[0]
 
 
 class Signature:
@@ -119,7 +109,7 @@ class Signature:
         return f"<Signature {self.fn.name} args={self.args!r} kwargs={self.kwargs!r}{mark}>"
 
     def __or__(self, other: Any) -> Any:
-        return canvas().compose(self, other)
+        return self.fn.canvas.compose(self, other)
 
     @property
     def name(self) -> str:
@@ -204,6 +194,6 @@ class Signature:
         if queue is not None:
             sig.fn = self.fn.options(queue=queue)
         if sig.links or sig.errbacks:
-            return canvas().send_linked(sig, delay, at)
+            return sig.fn.canvas.send_linked(sig, delay, at)
         return sig.fn.send(sig.args, sig.kwargs, delay=delay, at=at)
 

@@ -30,7 +30,7 @@ from conveyor.http.asgi import guard, plain
 from conveyor.payloads import JobData
 from conveyor.storage import shown_url
 from conveyor.storage.base import Inspector
-from conveyor.web import actions, pages
+from conveyor.web import actions, pages, routes
 from conveyor.web.access import REMOVED, SESSION_COOKIE, Access, Authorize
 from conveyor.web.http import (
     BadRequest,
@@ -150,7 +150,7 @@ class Dashboard:
             if request.method == "POST":
                 response = await self._post(request, csrf, bearer=(how == "bearer"))
             else:
-                response = await pages.route(self, request, csrf)
+                response = await routes.route(self, request, csrf)
         except ConveyorError as exc:
             status = _status_of(exc)
             if request.path.startswith("/api/"):

@@ -103,7 +103,7 @@ class Launcher:
         self.watchdog = Watchdog(storage, self.clock, config, inflight=self.inflight,
                                  threads=self.threads, timed_out=self.processor.timed_out,
                                  finish=self.finish)
-        # With a broker (docs/design.md §7) jobs come from its deliveries through the feed, a
+        # With a broker (docs/internals/broker.md) jobs come from its deliveries through the feed, a
         # relay publishes what the store has due, and the acker settles deliveries it wrote.
         self.feed: BrokerFeed | None = None
         self.relay: Relay | None = None

@@ -30,7 +30,7 @@ from conveyor.errors import (
     UnknownJobError,
 )
 from conveyor.typed import TypedDataError
-from conveyor.worker.grouped import GroupRuns
+from conveyor.worker.aggregation import AggregatorRuns
 from conveyor.worker.inflight import Entry
 from conveyor.worker.reporting import report_outcome
 from conveyor.worker.sealing import Sealer, Unrunnable, open_call
@@ -59,7 +59,7 @@ class Processor:
         self.worker_id = worker_id
         self.clock = clock
         self.executor = executor  # where def jobs run unless their options say
-        self.groups = GroupRuns(self)
+        self.aggregator_runs = AggregatorRuns(self)
 
     def prepare(self, job: LeasedJob) -> Entry | Ack:
         """Decode the payload and find the function; an ``Ack`` (dead) when either fails."""
@@ -86,33 +86,30 @@ class Processor:
         ctx = JobContext(
             job_id=job.id, name=job.name, queue=job.queue, attempt=job.attempt,
             errors=job.errors, batch_id=job.batch_id, meta=meta, worker_id=self.worker_id,
-            args=stored, kwargs=named, app=self.app, token=job.token,
+            args=stored, kwargs=named, runtime=self.app.runtime, app=self.app,
+            token=job.token,
         )
         if data.seals(job.name):
             ctx.seal = Sealer(data, job.id, job.name).event
         now = self.clock.now()
         timeout = job.timeout if job.timeout is not None else fn.opts.timeout
         deadline = now + timeout if timeout else None
-        grouped = aggregator is not None
-        executor = "thread" if grouped else fn.opts.executor or self.executor
+        aggregated = aggregator is not None
+        executor = "thread" if aggregated else fn.opts.executor or self.executor
         return Entry(job, fn, ctx, args, kwargs, started=now, deadline=deadline, logged_at=now,
-                     grouped=grouped, executor=executor)
+                     aggregator=aggregated, executor=executor)
 
     def _unknown(self, job: LeasedJob, what: str = "no job named") -> Ack:
         """A job this worker's code does not define: an error retried with the default
         backoff, dead only after its retry budget. In a rolling deploy an old worker meets
         jobs of the new code; a new worker takes the retry [Sidekiq]."""
-        exc = UnknownJobError(f"{what} {job.name!r} in this worker; retrying — is the "
-                              "worker running the new code?")
-        if job.errors >= job.max_retries:
-            return self._dead(job, exc)
-        log.warning("job %s: %s", job.id, exc)
-        return Ack(job.id, job.token, Outcome.RETRY, message=str(exc), error=error_info(exc),
-                   retry_in=backoff(job.errors + 1))
+        return self._later(job, UnknownJobError(
+            f"{what} {job.name!r} in this worker; retrying — is the worker running the new "
+            "code?"))
 
     def _later(self, job: LeasedJob, exc: Exception) -> Ack:
-        """A job whose data could not be read now (its blob store does not answer): an
-        error retried with the default backoff, dead after its retry budget."""
+        """A job that cannot run here now (its function unknown, its blob store not
+        answering): an error retried with the default backoff, dead after its retry budget."""
         if job.errors >= job.max_retries:
             return self._dead(job, exc)
         log.warning("job %s: %s", job.id, exc)
@@ -126,8 +123,8 @@ class Processor:
 
     def run(self, entry: Entry) -> Ack:
         """Run a sync job in this thread, through the server middleware."""
-        if entry.grouped:
-            return self.groups.run(entry)
+        if entry.aggregator:
+            return self.aggregator_runs.run(entry)
         call = functools.partial(entry.fn.func, *entry.args, **entry.kwargs)
         try:
             with activate(entry.ctx):
@@ -138,8 +135,8 @@ class Processor:
 
     async def run_async(self, entry: Entry) -> Ack:
         """Run an ``async def`` job on the current loop, cancelled at its timeout."""
-        if entry.grouped:
-            return await self.groups.run_async(entry)
+        if entry.aggregator:
+            return await self.aggregator_runs.run_async(entry)
 
         async def call() -> Any:
             return await entry.fn.func(*entry.args, **entry.kwargs)
@@ -169,7 +166,7 @@ class Processor:
             return self.ack(entry, Outcome.CANCELLED, message="cancelled while running")
         job = entry.job
         try:
-            if result is not None and not entry.grouped and entry.member is None \
+            if result is not None and not entry.aggregator and entry.member is None \
                     and entry.fn.opts.aggregate is None:
                 result = entry.fn.shape.dump_result(result)  # a typed return: made JSON
             # most jobs return nothing
@@ -265,11 +262,11 @@ class Processor:
 
     def timed_out(self, entry: Entry) -> Ack:
         """The ack for a thread job the watchdog gave up on (the thread is abandoned)."""
-        return self.groups.end(entry, exc=self.timeout_error(entry))
+        return self.aggregator_runs.end(entry, exc=self.timeout_error(entry))
 
     def interrupted(self, entry: Entry) -> Ack:
         """The ack of hard shutdown: the storage puts the job back to pending."""
-        return self.groups.each(entry, lambda e: self.ack(
+        return self.aggregator_runs.each(entry, lambda e: self.ack(
             e, Outcome.INTERRUPTED, message="worker shut down before the job ended"))
 
     def ack(self, entry: Entry, outcome: Outcome, **fields: Any) -> Ack:

@@ -1,6 +1,6 @@
 """The Lua transitions: assembled from ``lua/`` once, run by SHA, reloaded on NOSCRIPT.
 
-Layout of ``lua/`` (docs/design.md §3):
+Layout of ``lua/`` (docs/internals/redis-lua.md):
 
 * ``<name>.lua`` is one script, one transition on one slot (``dequeue.lua``, ``ack.lua``...);
   ``_<concern>.lua`` is a library (``_record.lua`` reads and writes a state entry,
