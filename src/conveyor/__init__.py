@@ -5,12 +5,12 @@ from conveyor.aggregation.member import Member
 from conveyor.app import Conveyor
 from conveyor.client.context import JobContext, current_job
 from conveyor.client.options import Aggregate, Debounce, Throttle
+from conveyor.client.payloads import Offload
 from conveyor.client.refs import JobRef
 from conveyor.core.clock import FakeClock
+from conveyor.core.encryption import Keys
 from conveyor.core.job import Event, JobRecord, JobState
-from conveyor.encryption import Keys
 from conveyor.errors import Fail, Retry
-from conveyor.payloads import Offload
 from conveyor.workflow.canvas import chain, chord, chunks, group
 from conveyor.workflow.graph import Workflow
 from conveyor.workflow.running import RunningWorkflow

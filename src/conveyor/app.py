@@ -33,17 +33,17 @@ from conveyor.client.draft import build_flow
 from conveyor.client.middleware import ClientChain, ServerChain
 from conveyor.client.opener import StorageOpener
 from conveyor.client.options import Aggregate, Debounce, KeyOption, Throttle, make_options
+from conveyor.client.payloads import JobData, Offload, app_data
 from conveyor.client.periodic import Schedule, validate_cron, validate_tz
 from conveyor.client.refs import JobRef
 from conveyor.client.registry import JobFunction, Registry, default_name
 from conveyor.client.schedules import Schedules
 from conveyor.core.clock import SYSTEM_CLOCK, Clock
+from conveyor.core.encryption import Keys
 from conveyor.core.job import JobRecord, JobState
 from conveyor.core.serializer import DEFAULT_MAX_PAYLOAD
 from conveyor.core.text import check_name
-from conveyor.encryption import Keys
 from conveyor.hooks import ErrorHandler
-from conveyor.payloads import JobData, Offload, app_data
 from conveyor.storage import DEFAULT_URL, Backend, Retention, redact
 from conveyor.storage.aio import Waiter
 from conveyor.workflow.canvas import CANVAS
@@ -147,7 +147,7 @@ worker runs jobs with, and the storage.
 
     @property
     def data(self) -> JobData:
-        """What this app does to job data: its keys and offload (``conveyor.payloads``)."""
+        """What this app does to job data: its keys and offload (``conveyor.client.payloads``)."""
         return self.client.data
 
     @property

@@ -156,6 +156,17 @@ class BlobMissing(ConveyorError, LookupError):
     it): the job ends dead with this one line."""
 
 
+class UnsealError(ConveyorError):
+    """Data sealed with a key this process does not hold, or that the key does not open
+    (a wrong key, a ciphertext moved or damaged): one line naming the key id
+    (``conveyor.core.encryption``)."""
+
+
+class TypedDataError(TypeError):
+    """A value that does not validate against its typed annotation: one line naming the
+    parameter and the field (``conveyor.core.typed``)."""
+
+
 class JobTimeout(ConveyorError):
     """A job ran past its ``timeout``; recorded as an error and retried like any other."""
 

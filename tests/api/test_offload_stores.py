@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, Offload
-from conveyor.blob_sweep import sweep
 from conveyor.blobs import open_blob_store
 from conveyor.core.clock import FakeClock
 from conveyor.errors import ConveyorError
 from conveyor.storage.records import Retention
 from conveyor.testing import drain
+from conveyor.worker.blob_sweep import sweep
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.janitor import Janitor
 

@@ -19,16 +19,15 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, JobState, Keys, Offload
-from conveyor.blob_sweep import sweep
 from conveyor.blobs import MemoryBlobs
 from conveyor.client.context import current_job
 from conveyor.core.clock import FakeClock
-from conveyor.encryption import UnsealError
-from conveyor.errors import PayloadError
-from conveyor.reseal import reseal_jobs
+from conveyor.errors import PayloadError, UnsealError
 from conveyor.storage import Backend
 from conveyor.storage.records import StoredData
 from conveyor.testing import drain
+from conveyor.views.reseal import reseal_jobs
+from conveyor.worker.blob_sweep import sweep
 
 SECRET = "card-4242-4242"
 K1, K2 = Keys.generate(), Keys.generate()

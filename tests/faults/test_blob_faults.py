@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor, JobState, Offload
-from conveyor.blob_sweep import referenced, sweep
 from conveyor.blobs import DirectoryBlobs
+from conveyor.worker.blob_sweep import referenced, sweep
 from tests.faults.apps import blobby
 from tests.faults.conftest import Backend, Faults
 from tests.faults.harness import REPO, report, wait_until

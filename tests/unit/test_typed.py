@@ -1,6 +1,6 @@
-"""Typed job data (conveyor/typed.py, conveyor/core/calls.py): a pydantic model, a dataclass or a
-TypedDict as a parameter or return annotation validates at enqueue, is stored as JSON and
-comes back typed, exactly.
+"""Typed job data (conveyor/core/typed.py, conveyor/core/calls.py): a pydantic model, a
+dataclass or a TypedDict as a parameter or return annotation validates at enqueue, is stored
+as JSON and comes back typed, exactly.
 
 Expectations from Celery 5.5's ``pydantic=True`` tasks (arguments validated into the
 annotated model, the return value dumped with ``model_dump``), taskiq and Hatchet (pydantic
@@ -19,7 +19,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conveyor.core.calls import CallShape
-from conveyor.typed import TypedDataError, _Plain, adapter_for
+from conveyor.core.typed import _Plain, adapter_for
+from conveyor.errors import TypedDataError
 from tests.api.typed_models import Line, Order, Point, Route, Tag
 
 

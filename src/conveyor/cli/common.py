@@ -19,9 +19,9 @@ from typing import Any
 
 from conveyor.cli.source import Source, announce, resolve
 from conveyor.cli.terminal import safe, say
-from conveyor.encryption import Keys
+from conveyor.client.payloads import JobData
+from conveyor.core.encryption import Keys
 from conveyor.errors import ConveyorError, StorageMissing
-from conveyor.payloads import JobData
 from conveyor.storage import DEFAULT_URL, Backend, open_storage
 
 Handler = Callable[[argparse.Namespace], int]

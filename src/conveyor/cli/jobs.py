@@ -16,11 +16,11 @@ from conveyor.cli.common import (
     table,
 )
 from conveyor.cli.terminal import safe, say
+from conveyor.client.payloads import JobData
 from conveyor.core.job import JobRecord, JobState
 from conveyor.errors import ConveyorError
-from conveyor.payloads import JobData
-from conveyor.reseal import reseal_jobs
 from conveyor.views.records import fmt_time, get_job, job_row, job_view, parse_state
+from conveyor.views.reseal import reseal_jobs
 from conveyor.views.search import BUDGET, SCAN, sealed_note, search_jobs
 
 

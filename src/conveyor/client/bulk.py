@@ -28,6 +28,7 @@ from typing import Any
 
 from conveyor.client.draft import build_flow
 from conveyor.client.options import JobOptions
+from conveyor.client.payloads import JobData
 from conveyor.client.refs import JobLookup, JobRef
 from conveyor.client.registry import check_importable
 from conveyor.core.calls import CallShape, split_item
@@ -35,7 +36,6 @@ from conveyor.core.ids import new_id, new_ids
 from conveyor.core.job import EnqueueResult, FlowControl
 from conveyor.core.serializer import encode_arg_lists, encode_args
 from conveyor.core.text import check_name
-from conveyor.payloads import JobData
 from conveyor.storage.base import Ready, Sent
 from conveyor.storage.records import BlockResults, JobBlock
 
@@ -58,7 +58,7 @@ def blocks(
     ``now`` is the client clock's ``now``, read once per block (for ``expires_in``);
     ``shape``, the job function's, checks each item's arguments (``conveyor.core.calls``);
     ``data`` (an app that seals or offloads job data) wraps each payload, with an id made
-    for it (``conveyor.payloads``).
+    for it (``conveyor.client.payloads``).
     """
     flows_wanted = opts.has_flow
     queue = opts.queue

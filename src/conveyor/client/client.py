@@ -26,16 +26,16 @@ from conveyor.client.context import current_batch
 from conveyor.client.draft import EnqueueDraft, build_spec, run_at_from
 from conveyor.client.middleware import ClientChain
 from conveyor.client.options import JobOptions, make_options
+from conveyor.client.payloads import JobData, result_value
 from conveyor.client.refs import JobLookup, JobRef
 from conveyor.client.registry import JobFunction, Registry, check_importable
+from conveyor.client.reveal import texts_opened
 from conveyor.client.signature import CanvasOps
 from conveyor.core.calls import split_item
 from conveyor.core.clock import SYSTEM_CLOCK, Clock
 from conveyor.core.job import EnqueueResult, JobRecord, JobSpec
 from conveyor.core.serializer import DEFAULT_MAX_PAYLOAD
 from conveyor.errors import NoAggregatorError
-from conveyor.payloads import JobData, result_value
-from conveyor.reveal import texts_opened
 from conveyor.storage import Backend, Storage
 from conveyor.storage.aio import Waiter
 from conveyor.storage.base import SendsBlocks
@@ -144,11 +144,12 @@ class Client:
 
     def get_job(self, job_id: str) -> JobRecord | None:
         """A stored job with its state and events, or None (what a ``JobRef`` reads); its
-        sealed messages and errors opened (``conveyor.reveal``)."""
+        sealed messages and errors opened (``conveyor.client.reveal``)."""
         return texts_opened(self.storage.get_job(job_id), self.data)
 
     def result_of(self, record: JobRecord) -> Any:
-        """A job's result, opened (``conveyor.payloads``) and typed (``conveyor.typed``)."""
+        """A job's result, opened (``conveyor.client.payloads``) and typed
+        (``conveyor.core.typed``)."""
         value = result_value(record.result, self.data, record.id) if record.result else None
         return None if value is None else self.registry.typed_result(record.name, value)
 

@@ -12,12 +12,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from conveyor.client.options import JobOptions, KeyOption
+from conveyor.client.payloads import JobData
 from conveyor.core.ids import new_id
 from conveyor.core.job import FlowControl, JobSpec
 from conveyor.core.serializer import encode_payload
 from conveyor.core.text import check_name, key_fault, shown
 from conveyor.errors import InvalidKeyError
-from conveyor.payloads import JobData
 
 __all__ = ["EnqueueDraft", "build_flow", "build_spec", "run_at_from"]
 
@@ -70,7 +70,7 @@ def build_spec(draft: EnqueueDraft, now: float, max_payload: int,
     """The ``JobSpec`` for a draft; raises ``PayloadError`` for arguments that cannot be stored,
     ``InvalidNameError`` for a name or queue and ``InvalidKeyError`` for a flow-control key no
     backend should store (text.py). ``data`` seals the payload or keeps it by reference
-    (``conveyor.payloads``)."""
+    (``conveyor.client.payloads``)."""
     opts = draft.options
     # Checked here, after client middleware ran, so every backend gives the same answer.
     check_name("job name", draft.name)

@@ -121,7 +121,7 @@ class JobFunction:
         """Raise ``TypeError`` (one line) unless ``args``/``kwargs`` bind to the function,
         after ``leading`` values given in front of them (a workflow node's parents' results);
         returns the arguments to store: typed ones (a pydantic model, a dataclass, a
-        ``TypedDict``: ``conveyor.typed``) validated and made JSON, the rest as given.
+        ``TypedDict``: ``conveyor.core.typed``) validated and made JSON, the rest as given.
         An aggregated job's arguments are its aggregator's to read (the function itself is
         never called with them): not checked."""
         if self.opts.aggregate is not None:
@@ -322,7 +322,7 @@ class Registry:
 
     def typed_result(self, name: str, value: Any) -> Any:
         """A stored result of job ``name`` made its return annotation's type when that is
-        typed (``conveyor.typed``); as it is for a name no job here has."""
+        typed (``conveyor.core.typed``); as it is for a name no job here has."""
         try:
             fn = self.get(name)
         except UnknownJobError:  # a name a resolver refuses: the value as stored

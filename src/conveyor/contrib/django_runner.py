@@ -22,8 +22,8 @@ from datetime import datetime, timezone
 from inspect import Parameter, iscoroutinefunction, signature
 from typing import Any
 
+from conveyor.core.typed import adapter_for
 from conveyor.errors import NotAJob
-from conveyor.typed import adapter_for
 
 try:  # Django 6: the framework itself
     _base = importlib.import_module("django.tasks.base")
@@ -130,7 +130,7 @@ def _hints(func: Callable[..., Any]) -> dict[str, Any]:
 
 def typed_return(task: Any, value: Any) -> Any:
     """A task's return value made JSON when its return annotation is typed (a model, a
-    dataclass: ``conveyor.typed``), as conveyor stores it; else the value as it is."""
+    dataclass: ``conveyor.core.typed``), as conveyor stores it; else the value as it is."""
     adapter = adapter_for(_hints(task.func).get("return", None)) if value is not None else None
     return value if adapter is None else adapter.dump(value)
 

@@ -8,7 +8,7 @@ workflow waiting on it stalls meanwhile. Celery checks a call the same way at ``
 ``CallShape.check`` binds with ``inspect.Signature.bind``; ``fits`` is the bulk path's
 shortcut for the common item (positional arguments only), one comparison per item.
 
-On that binding stand the typed parameters (``conveyor.typed``, docs/job-data.md): a
+On that binding stand the typed parameters (``conveyor.core.typed``, docs/job-data.md): a
 parameter annotated with a pydantic model, a dataclass or a ``TypedDict`` is validated and
 made JSON by ``convert`` at enqueue, and made typed again by ``load`` when the job runs; a
 return annotation of such a type does the same for the result (``dump_result``,
@@ -22,7 +22,8 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from conveyor.typed import Adapter, TypedDataError, adapter_for
+from conveyor.core.typed import Adapter, adapter_for
+from conveyor.errors import TypedDataError
 
 __all__ = ["CallShape", "split_item"]
 
@@ -73,7 +74,7 @@ class CallShape:
 
     @property
     def typed(self) -> bool:
-        """True when a parameter or the return value is typed (``conveyor.typed``)."""
+        """True when a parameter or the return value is typed (``conveyor.core.typed``)."""
         return bool(self._adapters()) or self._result is not None
 
     def convert(self, args: Sequence[Any], kwargs: Mapping[str, Any], leading: int = 0,

@@ -3,7 +3,7 @@ reference in the job (docs/job-data.md, "Payloads by reference").
 
 The stores are in ``conveyor/blobs/`` (a directory, S3-compatible storage, memory); the
 PostgreSQL store offers a table of its own database (``storage/postgres/blobs.py``), opened
-through ``conveyor.storage.open_blobs``. Keys are made by ``conveyor.payloads``: ASCII
+through ``conveyor.storage.open_blobs``. Keys are made by ``conveyor.client.payloads``: ASCII
 letters, digits, ``.`` and ``-``, starting with the id of the job the blob belongs to.
 """
 

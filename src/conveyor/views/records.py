@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from conveyor.client.payloads import JobData
 from conveyor.client.periodic import next_tick, unlistened
+from conveyor.client.reveal import reveal
 from conveyor.core.job import Event, EventKind, JobRecord, JobState
 from conveyor.errors import BatchNotFound, JobNotFound, ScheduleNotFound
-from conveyor.payloads import JobData
-from conveyor.reveal import reveal
 from conveyor.storage.base import Inspector
 from conveyor.storage.records import BatchStatus, WorkerInfo
 
@@ -123,7 +123,7 @@ def readable(record: JobRecord, data: JobData | None = None, *,
     A damaged record (truncated JSON, nesting too deep to decode) must still be listed, shown
     and deletable; such a copy is marked ``unreadable`` with the reason. Sealed data is
     opened with ``data``'s keys, else shown as ``encrypted``; data by reference is named
-    (read with ``fetch``: ``conveyor.reveal``).
+    (read with ``fetch``: ``conveyor.client.reveal``).
     """
     record = reveal(record, data, fetch=fetch)
     changes: dict[str, Any] = {}

@@ -24,10 +24,10 @@ from typing import TypeVar
 from urllib.parse import quote, urlencode
 
 from conveyor.app import Conveyor
+from conveyor.client.payloads import JobData
 from conveyor.errors import ConveyorError, StorageError, StorageUnavailable
 from conveyor.http import asgi
 from conveyor.http.asgi import guard, plain
-from conveyor.payloads import JobData
 from conveyor.storage import shown_url
 from conveyor.storage.base import Inspector
 from conveyor.web import actions, pages, routes

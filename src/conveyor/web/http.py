@@ -11,8 +11,8 @@ from http.cookies import SimpleCookie
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs, quote
 
+from conveyor.client.payloads import JobData
 from conveyor.http.asgi import MAX_BODY, BodyTooLarge, Receive, Scope, Send
-from conveyor.payloads import JobData
 from conveyor.storage.base import Inspector
 
 __all__ = ["MAX_BODY", "BodyTooLarge", "Receive", "Request", "Response", "Scope", "Send"]

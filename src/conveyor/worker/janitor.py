@@ -1,5 +1,5 @@
 """Janitor: deletes finished jobs, batches and silent workers past the app's retention, the
-blobs no job references (``conveyor.blob_sweep``, when the app keeps data by reference), and
+blobs no job references (``conveyor.worker.blob_sweep``, when the app keeps data by reference), and
 asks the storage for the upkeep its hot path needs (``Storage.tidy``)."""
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ from typing import Protocol
 
 from conveyor import __version__
 from conveyor.app import Conveyor
-from conveyor.blob_sweep import sweep
 from conveyor.broker import open_broker
 from conveyor.client.periodic import CronConfig, CronScheduler, describe_unlistened, unlistened
 from conveyor.core.clock import Clock
@@ -30,6 +29,7 @@ from conveyor.errors import StorageReadOnly
 from conveyor.storage import redact, shown_url
 from conveyor.storage.outbox import as_outbox
 from conveyor.worker.acker import Acker
+from conveyor.worker.blob_sweep import sweep
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.executors import AsyncExecutor, ThreadExecutor
 from conveyor.worker.feed import BrokerFeed

@@ -27,9 +27,9 @@ from conveyor.errors import (
     NotAJob,
     PayloadError,
     Retry,
+    TypedDataError,
     UnknownJobError,
 )
-from conveyor.typed import TypedDataError
 from conveyor.worker.aggregation import AggregatorRuns
 from conveyor.worker.inflight import Entry
 from conveyor.worker.reporting import report_outcome

@@ -10,13 +10,11 @@ import dataclasses
 import json
 from typing import Any
 
+from conveyor.client.payloads import JobData
 from conveyor.client.registry import JobFunction
+from conveyor.core.envelope import TEXT_TOKEN
 from conveyor.core.job import ErrorInfo, Event, EventKind, LeasedJob
-from conveyor.encryption import UnsealError
-from conveyor.envelope import TEXT_TOKEN
-from conveyor.errors import BlobMissing, PayloadError
-from conveyor.payloads import JobData
-from conveyor.typed import TypedDataError
+from conveyor.errors import BlobMissing, PayloadError, TypedDataError, UnsealError
 
 __all__ = ["Sealer", "Unrunnable", "open_call"]
 

@@ -1,7 +1,8 @@
 -- conveyor PostgreSQL schema, version 20: job data by reference kept in the store itself
 -- (docs/job-data.md, "Payloads by reference"; storage/postgres/blobs.py). A table only: a
 -- blob is written before the job that references it, read when the job runs or its result
--- is read, and deleted by the blob janitor once no job references it (conveyor/payloads).
+-- is read, and deleted by the blob sweep once no job references it
+-- (conveyor/worker/blob_sweep.py).
 
 CREATE TABLE blobs (
     key        text PRIMARY KEY,

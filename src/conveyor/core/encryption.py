@@ -21,18 +21,13 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from conveyor.errors import ConveyorError
+from conveyor.errors import ConveyorError, UnsealError
 
-__all__ = ["KEY_ID", "Keys", "UnsealError"]
+__all__ = ["KEY_ID", "Keys"]
 
 #: What a key id may be: short, and safe inside the sealed forms' text.
 KEY_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _NONCE = 12
-
-
-class UnsealError(ConveyorError):
-    """Data sealed with a key this process does not hold, or that the key does not open
-    (a wrong key, a ciphertext moved or damaged): one line naming the key id."""
 
 
 def _aesgcm() -> Any:

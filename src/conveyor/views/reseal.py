@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from conveyor.client.payloads import JobData
+from conveyor.core.envelope import RESULT_TAG, parse_result
 from conveyor.core.job import JobRecord, JobState
-from conveyor.envelope import RESULT_TAG, parse_result
-from conveyor.payloads import JobData
 from conveyor.storage.base import Inspector
 from conveyor.storage.records import StoredData
 

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
+from conveyor.client.payloads import JobData
+from conveyor.core.envelope import RESULT_TAG
 from conveyor.core.job import JobRecord
-from conveyor.envelope import RESULT_TAG
-from conveyor.payloads import JobData
 
 __all__ = ["referenced", "sweep"]
 

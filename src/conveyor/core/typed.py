@@ -23,13 +23,11 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol, Union, cast
 
-__all__ = ["Adapter", "TypedDataError", "adapter_for"]
+from conveyor.errors import TypedDataError
+
+__all__ = ["Adapter", "adapter_for"]
 
 _ANY = object()  # an annotation left out
-
-
-class TypedDataError(TypeError):
-    """A value that does not validate against its typed annotation (one line)."""
 
 
 class Adapter(Protocol):

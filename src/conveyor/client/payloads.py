@@ -5,8 +5,8 @@ again in the worker and wherever a result is read (docs/job-data.md).
 The client seals at enqueue (``encode_payload``, ``wrap``), the worker opens the payload
 (``open_payload``) and seals the result and the job's own text (``encode_result``,
 ``seal_text``), ``JobRef.result`` opens the result (``result_value``) and readers open or
-mask a whole record (``conveyor.reveal``). Stores see only the stored forms
-(``conveyor.envelope``). An app with neither keys nor offload takes none of these paths:
+mask a whole record (``conveyor.client.reveal``). Stores see only the stored forms
+(``conveyor.core.envelope``). An app with neither keys nor offload takes none of these paths:
 its payloads are what they always were.
 """
 
@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from conveyor.blobs import open_blob_store
-from conveyor.core.serializer import decode_payload, dumps, encode_payload, oversize
-from conveyor.encryption import Keys, UnsealError
-from conveyor.envelope import (
+from conveyor.core.encryption import Keys
+from conveyor.core.envelope import (
     INJECTED,
     RESULT_TAG,
     TEXT_TOKEN,
@@ -35,7 +34,8 @@ from conveyor.envelope import (
     parse_result,
     unb64,
 )
-from conveyor.errors import BlobMissing, ConveyorError, PayloadError
+from conveyor.core.serializer import decode_payload, dumps, encode_payload, oversize
+from conveyor.errors import BlobMissing, ConveyorError, PayloadError, UnsealError
 from conveyor.storage import default_blobs, redact
 from conveyor.storage.blobs import BlobStore
 

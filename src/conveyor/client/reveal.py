@@ -13,11 +13,16 @@ import dataclasses
 import json
 from typing import Any
 
+from conveyor.client.payloads import JobData
+from conveyor.core.envelope import RESULT_TAG, parse_result
 from conveyor.core.job import Event, JobRecord
-from conveyor.encryption import UnsealError
-from conveyor.envelope import RESULT_TAG, parse_result
-from conveyor.errors import BlobMissing, BlobUnavailable, ConveyorError, PayloadError
-from conveyor.payloads import JobData
+from conveyor.errors import (
+    BlobMissing,
+    BlobUnavailable,
+    ConveyorError,
+    PayloadError,
+    UnsealError,
+)
 
 __all__ = ["ENCRYPTED", "is_sealed", "reveal", "texts_opened"]
 
