@@ -106,6 +106,6 @@ def test_kill9_during_enqueues_and_acks_leaks_no_blob_and_loses_nothing(
     wanted = set().union(*(referenced(app.storage.get_job(r.id) or r) for r in stored))
     assert left == wanted, "after the sweep, the blobs are exactly those jobs reference"
     assert collected == len(before - left)
-    report("57 kill -9 with payloads by reference", backend.name, jobs=len(stored),
+    report("35 kill -9 with payloads by reference", backend.name, jobs=len(stored),
            enqueued_logged=len(logged), kills=sum(kills.values()), lost=0,
            orphans_collected=collected, blobs_left=len(left))
