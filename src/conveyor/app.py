@@ -33,11 +33,13 @@ from conveyor.client.draft import build_flow
 from conveyor.client.middleware import ClientChain, ServerChain
 from conveyor.client.opener import StorageOpener
 from conveyor.client.options import Aggregate, Debounce, KeyOption, Throttle, make_options
+from conveyor.client.payloads import JobData, Offload, app_data
 from conveyor.client.periodic import Schedule, validate_cron, validate_tz
 from conveyor.client.refs import JobRef
 from conveyor.client.registry import JobFunction, Registry, default_name
 from conveyor.client.schedules import Schedules
 from conveyor.core.clock import SYSTEM_CLOCK, Clock
+from conveyor.core.encryption import Keys
 from conveyor.core.job import JobRecord, JobState
 from conveyor.core.serializer import DEFAULT_MAX_PAYLOAD
 from conveyor.core.text import check_name
@@ -63,6 +65,8 @@ worker runs jobs with, and the storage.
     that delivers jobs to workers (docs/internals/broker.md). The storage is opened on first use
     and opened again in a child process after ``fork`` (so worker processes never share a
     connection with their parent); a ``storage=`` object given here is used as is.
+    ``encrypt=Keys(...)`` seals job data before it reaches the store, ``offload=Offload()``
+    keeps large data in a blob store by reference (docs/job-data.md).
     """
 
     def __init__(
@@ -74,6 +78,8 @@ worker runs jobs with, and the storage.
         clock: Clock | None = None,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         retention: Retention = Retention(),  # noqa: B008 - frozen dataclass, safe as a default
+        encrypt: Keys | None = None,
+        offload: Offload | None = None,
     ) -> None:
         #: Where ``url`` came from: "the app" (or its storage), "CONVEYOR_URL", "the default".
         self.url_from = "the app"
@@ -92,6 +98,7 @@ worker runs jobs with, and the storage.
         self.client = Client(
             lambda: self.storage, self.registry, clock=clock or SYSTEM_CLOCK,
             max_payload=max_payload, canvas=CANVAS,
+            data=app_data(encrypt, offload, lambda: self.url, max_payload),
         )
         self.registry.add_builtins(self.client)
         #: What a running job reaches through its context (``JobRuntime``): handed to every
@@ -139,6 +146,11 @@ worker runs jobs with, and the storage.
         self.client.middleware = chain
 
     @property
+    def data(self) -> JobData:
+        """What this app does to job data: its keys and offload (``conveyor.client.payloads``)."""
+        return self.client.data
+
+    @property
     def storage(self) -> Backend:
         """The storage backend, opened on first use (and again after a fork)."""
         return self._opener.get(self.url, self.clock)
@@ -151,6 +163,7 @@ worker runs jobs with, and the storage.
     def close(self) -> None:
         """Close the storage if this process opened it. The app can be used again afterwards."""
         self.client.close()  # its bulk threads first: they may be storing
+        self.client.data.close()
         self._opener.close()
 
     async def aclose(self) -> None:
@@ -277,8 +290,9 @@ worker runs jobs with, and the storage.
 
         def register(f: Callable[..., Any] | JobFunction) -> JobFunction:
             fn = self._periodic_job(f, queue, job_options)
-            arguments, keywords = tuple(args), dict(kwargs or {})
-            fn.check_call(arguments, keywords, what=f"periodic schedule {name or fn.name}")
+            given, named = fn.check_call(tuple(args), dict(kwargs or {}),
+                                         what=f"periodic schedule {name or fn.name}")
+            arguments, keywords = tuple(given), dict(named)
             schedule = Schedule(
                 name=name or fn.name, cron=cron, job_name=fn.name,
                 queue=queue or fn.opts.queue, args=arguments, kwargs=keywords, tz=tz,
@@ -346,8 +360,9 @@ worker runs jobs with, and the storage.
     # -- jobs -------------------------------------------------------------------------------
 
     def get_job(self, job_id: str) -> JobRecord | None:
-        """A stored job with its state and events, or None."""
-        return self.storage.get_job(job_id)
+        """A stored job with its state and events, or None (sealed messages and errors
+        opened: ``Client.get_job``)."""
+        return self.client.get_job(job_id)
 
     async def aget_job(self, job_id: str) -> JobRecord | None:
         """``get_job`` for asyncio code."""

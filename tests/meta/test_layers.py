@@ -28,6 +28,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("conveyor.core", "conveyor.errors")),
     # the storage boundary and the backends
     ("storage", ("conveyor.storage",)),
+    # the blob stores beside it: job data kept by reference (a directory, S3, memory; the
+    # PostgreSQL store's own table is a storage module)
+    ("blobs", ("conveyor.blobs",)),
     # the broker boundary beside it (delivery only: the store still holds every job's state)
     ("broker", ("conveyor.broker",)),
     # enqueueing and what a job sees: options, drafts, refs, the Client, job functions, batches

@@ -131,6 +131,9 @@ class JobContext:
         # A plain flag: one assignment is atomic, and a threading.Event per job costs more than
         # the rest of the context (the worker builds one per execution on its hot path).
         self._cancel = False
+        # Seals the job's log lines on their way out when its data is sealed (the worker sets
+        # it: docs/job-data.md); None writes them as they are.
+        self.seal: Callable[[Event], Event] | None = None
 
     @classmethod
     def from_leased(cls, job: LeasedJob, worker_id: str = "", *,
@@ -213,6 +216,8 @@ class JobContext:
             events, self._events = tuple(self._events), []
             progress = self._progress if self._progress_dirty else None
             self._progress_dirty = False
+        if self.seal is not None and events:
+            events = tuple(map(self.seal, events))
         return events, progress
 
 

@@ -48,8 +48,9 @@ class Target(Protocol):
         ...
 
     def check_call(self, args: Sequence[Any], kwargs: Mapping[str, Any], leading: int = 0,
-                   what: str = "") -> None:
-        """``TypeError`` unless the arguments bind to the function (``conveyor.core.calls``)."""
+                   what: str = "") -> tuple[Sequence[Any], Mapping[str, Any]]:
+        """``TypeError`` unless the arguments bind to the function (``conveyor.core.calls``);
+        the arguments to store (typed ones made JSON)."""
         ...
 
     def options(self, **overrides: Any) -> Target:
@@ -129,6 +130,17 @@ class Signature:
         merged_args, merged_kwargs = self.merged(args, kwargs)
         copy = Signature(self.fn, merged_args, merged_kwargs,
                          immutable=self.immutable if immutable is None else immutable)
+        copy.links, copy.errbacks = list(self.links), list(self.errbacks)
+        return copy
+
+    def checked(self, leading: int = 0) -> Signature:
+        """This signature checked against its function (``Target.check_call``, after
+        ``leading`` results in front); a copy holding the stored form of its typed
+        arguments when it has any (this one stays as the caller made it)."""
+        args, kwargs = self.fn.check_call(self.args, self.kwargs, leading=leading)
+        if args is self.args and kwargs is self.kwargs:
+            return self
+        copy = Signature(self.fn, args, kwargs, immutable=self.immutable)
         copy.links, copy.errbacks = list(self.links), list(self.errbacks)
         return copy
 

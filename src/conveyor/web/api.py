@@ -53,7 +53,8 @@ async def workers(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]
 
 async def job(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
     """One job in full as JSON."""
-    return json_response(await dash.call(lambda insp: job_view(get_job(insp, m["id"]))))
+    return json_response(await dash.call(lambda insp: job_view(get_job(insp, m["id"]),
+                                                               dash.data)))
 
 
 async def batch(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:

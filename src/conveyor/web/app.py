@@ -24,6 +24,7 @@ from typing import TypeVar
 from urllib.parse import quote, urlencode
 
 from conveyor.app import Conveyor
+from conveyor.client.payloads import JobData
 from conveyor.errors import ConveyorError, StorageError, StorageUnavailable
 from conveyor.http import asgi
 from conveyor.http.asgi import guard, plain
@@ -73,6 +74,13 @@ class Dashboard:
         if isinstance(self._source, Conveyor):
             return self._source.storage
         return self._source
+
+    @property
+    def data(self) -> JobData | None:
+        """The app's job data (its keys open sealed jobs on the pages), or None."""
+        if isinstance(self._source, Conveyor) and self._source.data.active:
+            return self._source.data
+        return None
 
     async def call(self, func: Callable[[Inspector], T]) -> T:
         """Run a page's blocking storage call on a page thread (``web/lanes.py``)."""

@@ -124,8 +124,7 @@ class RunningWorkflow:
             check_id("node id", node_id, self.id)
         specs: list[JobSpec] = []
         for step in steps:
-            sig = node_signature(step)
-            sig.fn.check_call(sig.args, sig.kwargs, leading=1 if mode else 0)
+            sig = node_signature(step).checked(leading=1 if mode else 0)
             spec = node_spec(self._client, sig, node_id or self._next_id(), self.id)
             specs.append(replace(spec, node=node_of(self._client, parents, (), policy, mode)))
         return self._store(specs)
