@@ -24,8 +24,10 @@ from tests.support.redis_server import RedisCluster, RedisServer, redis_server_b
 SENTINEL_DATA_SECRET = "DataNodeSecret42"  # test-only passwords of the session group
 SENTINEL_SECRET = "SentinelSecret42"
 
-# CI=true: unexpected skips fail; --stores: the short loop's choice of stores (make check)
-pytest_plugins = ["tests.support.ci_skips", "tests.support.store_choice"]
+# CI=true: unexpected skips fail; --stores: the short loop's choice of stores (make check);
+# the commands the tests start get Ctrl-C even when the suite was started ignoring it
+pytest_plugins = ["tests.support.ci_skips", "tests.support.store_choice",
+                  "tests.support.interrupts"]
 
 # CI runs every property test derandomized: the same examples each run, so a red build is
 # reproducible and never flaky; locally hypothesis keeps exploring new examples.
