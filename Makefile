@@ -96,14 +96,14 @@ typecheck: $(LINT_STAMP)
 test: system-deps install lint
 	$(PY) -m pytest -q --durations=20
 
-# The short loop: lint, then the tests below (install first: one pip run, not lint's then
-# the tests'). The benchmark smoke joins as the last prerequisite, after unit: a red test
-# says more than a slow number.
+# The short loop (under 3 minutes on 2 cores): lint, then the tests below; install first, so
+# that one pip run serves both. The benchmark smoke (python -m benchmarks --smoke) is to join
+# as the last prerequisite, after unit: a red test says more than a slow number.
 check: install lint unit
 
 # make check's tests: those that run in this process or start one short-lived command
-# (tests/unit, meta, api, worker, sqlite, contrib, cli) and the conformance suite, on
-# memory, SQLite and the session's redis-server (--stores, tests/conftest.py: any test of
+# (tests/unit, meta, api, worker, sqlite, contrib, cli) and the conformance suite, on memory,
+# SQLite and the session's redis-server (--stores, tests/support/store_choice.py: a test of
 # another store is deselected, so no PostgreSQL, Cluster or Sentinel is started). Left to
 # make test: the broker-fed worker, the brokers, the fault scenarios, the other stores'
 # folders, the web UI, the docs pages, and every `slow` (multi-process) test.
