@@ -101,18 +101,19 @@ test: system-deps install lint
 # as the last prerequisite, after unit: a red test says more than a slow number.
 check: install lint unit
 
-# make check's tests: those that run in this process or start one short-lived command
-# (tests/unit, meta, api, worker, sqlite, contrib, cli) and the conformance suite, on memory,
-# SQLite and the session's redis-server (--stores, tests/support/store_choice.py: a test of
-# another store is deselected, so no PostgreSQL, Cluster or Sentinel is started). Left to
-# make test: the broker-fed worker, the brokers, the fault scenarios, the other stores'
-# folders, the web UI, the docs pages, and every `slow` (multi-process) test.
-UNIT_TESTS := tests/unit tests/meta tests/api tests/conformance tests/worker tests/sqlite \
-	tests/contrib tests/cli
+# make check's tests: every folder but those below (so a new folder of in-process tests joins
+# it by itself), each test on memory, SQLite or the session's redis-server only (--stores,
+# tests/support/store_choice.py: a test of another store is deselected, so no PostgreSQL,
+# Cluster or Sentinel is started), the conformance suite included. Left to make test: the
+# fault scenarios, the real-process runs, the lifecycle model, the brokers and the
+# broker-fed worker, the folders of the server stores (their Cluster, Sentinel and outage
+# tests), the web UI, the docs pages, and every `slow` (multi-process) test.
+CHECK_SKIPS := tests/faults tests/integration tests/model tests/kafka tests/rabbitmq \
+	tests/postgres tests/redis tests/web tests/docs tests/worker/test_broker_worker.py
 unit: system-deps install
 	$(PY) -m pytest -q -p no:cacheprovider --stores=memory,sqlite,redis \
 	  -m "not slow and not rabbitmq and not kafka" \
-	  --ignore=tests/worker/test_broker_worker.py $(UNIT_TESTS)
+	  $(addprefix --ignore=,$(CHECK_SKIPS)) tests
 
 bench: install system-deps
 	$(PY) -m benchmarks
