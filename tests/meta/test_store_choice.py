@@ -1,6 +1,7 @@
 """``--stores`` (make check's choice of stores): a test of another store is deselected, whether
 a parameter names it (alone or paired with a broker) or it asks for its server; a test that
-needs no store always runs; an unknown name is a usage error, not an empty run."""
+needs no store always runs; one that reaches another store's server in a way collection
+cannot see fails, saying so; an unknown name is a usage error, not an empty run."""
 
 from __future__ import annotations
 
@@ -37,14 +38,29 @@ def test_server(postgres_server): ...
 def test_no_store(word): ...
 '''
 
+HIDDEN = '''
+import pytest
 
-def _collect(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "test_probe.py").write_text(PROBE)
+@pytest.fixture(scope="session")
+def redis_sentinel():
+    return "a server"
+
+def test_hidden(request):
+    request.getfixturevalue("redis_sentinel")
+'''
+
+
+def _pytest(tmp_path: Path, probe: str, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "test_probe.py").write_text(probe)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
          "-p", "tests.support.store_choice", "test_probe.py", *args],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _collect(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return _pytest(tmp_path, PROBE, "--collect-only", *args)
 
 
 def _ids(proc: subprocess.CompletedProcess[str]) -> list[str]:
@@ -65,3 +81,13 @@ def test_an_unknown_store_is_a_usage_error(tmp_path: Path) -> None:
     wrong = _collect(tmp_path, "--stores=memory,mysql")
     assert wrong.returncode == 4
     assert "--stores: unknown store mysql" in wrong.stderr
+
+
+def test_a_server_reached_unseen_fails_naming_the_store(tmp_path: Path) -> None:
+    """``request.getfixturevalue`` inside the test: collection cannot see it, so the short
+    loop would start a Sentinel group it promises not to start."""
+    hidden = _pytest(tmp_path, HIDDEN, "--stores=memory,sqlite,redis")
+    assert hidden.returncode == 1, hidden.stdout
+    assert "1 failed" in hidden.stdout
+    assert "redis_sentinel's server under --stores=memory,redis,sqlite" in hidden.stdout
+    assert _pytest(tmp_path, HIDDEN).returncode == 0  # without the option it runs

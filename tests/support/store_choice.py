@@ -41,11 +41,16 @@ def stores_of(item: pytest.Item) -> set[str]:
     return found
 
 
+def chosen_stores(config: pytest.Config) -> set[str]:
+    """The stores ``--stores`` names (none: every store)."""
+    return {name.strip() for name in str(config.getoption("--stores")).split(",")
+            if name.strip()}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``--stores``, deselect the tests that would run on another store: the short loop
     covers every store-independent test and each chosen store's, never starts another server."""
-    chosen = {name.strip() for name in str(config.getoption("--stores")).split(",")
-              if name.strip()}
+    chosen = chosen_stores(config)
     if not chosen:
         return
     unknown = chosen - set(STORE_NAMES.values())
@@ -58,3 +63,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[object],
+                         request: pytest.FixtureRequest) -> None:
+    """A test that reaches another store's server unseen by collection (through
+    ``request.getfixturevalue``) fails, naming the store, rather than start that server."""
+    store = SERVER_FIXTURES.get(fixturedef.argname)
+    chosen = chosen_stores(request.config)
+    if store is not None and chosen and store not in chosen:
+        pytest.fail(f"this test asks for {store}'s server under "
+                    f"--stores={','.join(sorted(chosen))}: name the store in a parameter "
+                    "(tests/support/store_choice.py) so that --stores deselects it",
+                    pytrace=False)
