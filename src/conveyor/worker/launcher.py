@@ -126,9 +126,12 @@ class Launcher:
         if self.inflight.claim(entry):
             if not entry.lost:
                 self.acker.add(ack)
-            self.fetcher.start_reserved()
+            # Counted before the freed slot takes the next job: a limit reached here stops
+            # that start (``retire``), so a process runs its N jobs, not N and what the
+            # reserve held while the main thread got round to stopping.
             if entry.executor != "process":  # a job process counts its own jobs
                 self.recycling.job_ended()
+            self.fetcher.start_reserved()
 
     def retire(self, reason: str) -> None:
         """Replace this process (a recycling limit, ``reason``): stop taking jobs, let the
@@ -139,6 +142,7 @@ class Launcher:
                         "(--processes 1)", reason)
             return
         self.retiring = True
+        self.fetcher.hold()  # no job starts from here on; ``run()`` hands the reserve back
         self.request_stop()
 
     # -- lifecycle --------------------------------------------------------------------------
