@@ -35,7 +35,7 @@ from conveyor.refs import JobLookup, JobRef
 from conveyor.registry import check_importable
 from conveyor.serializer import encode_arg_lists, encode_args
 from conveyor.storage.base import Ready, Sent
-from conveyor.storage.records import BlockResults, JobBlock
+from conveyor.storage.blocks import BlockResults, JobBlock
 from conveyor.text import check_name
 
 __all__ = ["BLOCK_SIZE", "Threaded", "Writers", "blocks", "refs_of", "stored"]

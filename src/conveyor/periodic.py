@@ -29,7 +29,7 @@ from conveyor.ids import new_id
 from conveyor.job import FlowControl, JobSpec
 from conveyor.serializer import encode_payload
 from conveyor.storage import Backend
-from conveyor.storage.records import ScheduleInfo
+from conveyor.storage.schedule_records import ScheduleInfo
 
 log = logging.getLogger("conveyor.periodic")
 

@@ -16,7 +16,8 @@ from conveyor.errors import BatchNotFound, JobNotFound, ScheduleNotFound
 from conveyor.job import Event, EventKind, JobRecord, JobState
 from conveyor.periodic import next_tick, unlistened
 from conveyor.storage.base import Inspector
-from conveyor.storage.records import BatchStatus, WorkerInfo
+from conveyor.storage.batch_records import BatchStatus
+from conveyor.storage.workers import WorkerInfo
 
 FAILURE_STATES = (JobState.FAILED, JobState.DEAD)
 

@@ -12,7 +12,7 @@ from typing import Any
 from conveyor.clock import FakeClock
 from conveyor.job import Ack, ErrorInfo, Event, FlowControl, JobSpec, JobState, LeasedJob, Outcome
 from conveyor.storage import Backend, open_storage
-from conveyor.storage.records import WorkerInfo
+from conveyor.storage.workers import WorkerInfo
 
 _ids = itertools.count(1)
 

@@ -10,7 +10,7 @@ from conveyor.clock import FakeClock
 from conveyor.errors import BatchClosedError, BatchNotFound
 from conveyor.job import Ack, BatchSpec, EventKind, JobState, Outcome
 from conveyor.storage import Backend, Retention
-from conveyor.storage.records import BatchStatus
+from conveyor.storage.batch_records import BatchStatus
 from tests.conformance.helpers import (
     ack,
     boom,

@@ -14,7 +14,7 @@ from conveyor.clock import FakeClock
 from conveyor.job import JobState
 from conveyor.periodic import CronConfig, CronScheduler, Schedule
 from conveyor.storage import Backend
-from conveyor.storage.records import ScheduleInfo
+from conveyor.storage.schedule_records import ScheduleInfo
 from tests.conformance.helpers import connections, run_in_threads
 
 EVERY_MINUTE = Schedule("heartbeat", "* * * * *", "tests.ping", queue="cron")

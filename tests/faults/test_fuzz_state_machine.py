@@ -31,7 +31,8 @@ from conveyor.errors import BatchClosedError
 from conveyor.ids import new_id, new_ids
 from conveyor.job import TERMINAL_STATES, Ack, BatchSpec, ErrorInfo, FlowControl, JobState, Outcome
 from conveyor.storage import Backend
-from conveyor.storage.records import JobBlock, WorkerInfo
+from conveyor.storage.blocks import JobBlock
+from conveyor.storage.workers import WorkerInfo
 from tests.conformance.backends import BACKENDS
 from tests.conformance.helpers import new_job_id, spec
 from tests.faults.fuzzing import run_machine

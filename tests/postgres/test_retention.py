@@ -18,7 +18,7 @@ import pytest
 
 from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
 from conveyor.storage.postgres.upkeep import _TRIM_STATE
-from conveyor.storage.records import Retention
+from conveyor.storage.retention import Retention
 from tests.postgres import schema_conn
 
 DAY = 24 * 3600.0

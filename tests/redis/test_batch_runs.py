@@ -12,10 +12,11 @@ import pytest
 
 from conveyor.ids import new_id, new_ids
 from conveyor.job import ALL_STATES, Ack, BatchSpec, JobSpec, JobState, Outcome
-from conveyor.storage.records import JobBlock, Retention
+from conveyor.storage.blocks import JobBlock
 from conveyor.storage.redis import batches
 from conveyor.storage.redis.batches import id_runs
 from conveyor.storage.redis.storage import RedisStorage, open_redis
+from conveyor.storage.retention import Retention
 from tests.redis.conftest import prefixed
 
 pytestmark = pytest.mark.redis

@@ -16,7 +16,7 @@ from urllib.parse import unquote
 from conveyor.clock import Clock
 from conveyor.errors import StorageURLError
 from conveyor.storage.base import Inspector, Storage
-from conveyor.storage.records import Retention
+from conveyor.storage.retention import Retention
 
 __all__ = ["DEFAULT_URL", "Backend", "Inspector", "Retention", "Storage", "open_storage", "redact",
            "shown_url", "url_secrets", "without_secrets"]

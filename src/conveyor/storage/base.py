@@ -37,13 +37,11 @@ from conveyor.job import (
 )
 from conveyor.storage.aio import Waiter
 from conveyor.storage.batch_wait import BatchWaiter
+from conveyor.storage.blocks import JobBlock
 from conveyor.storage.inspector import Inspector as Inspector
-from conveyor.storage.records import (
-    JobBlock,
-    Retention,
-    ScheduleInfo,
-    WorkerInfo,
-)
+from conveyor.storage.retention import Retention
+from conveyor.storage.schedule_records import ScheduleInfo
+from conveyor.storage.workers import WorkerInfo
 
 
 @runtime_checkable

@@ -21,7 +21,7 @@ from conveyor.failures import (
 from conveyor.history import KINDS, history_view
 from conveyor.job import JobState
 from conveyor.metrics import CONTENT_TYPE, render_inspector
-from conveyor.storage.records import HISTORY_MINUTES
+from conveyor.storage.totals import HISTORY_MINUTES
 from conveyor.views import (
     batch_view,
     fmt_duration,

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from conveyor.job import SHOWN_STATES, JobState
 from conveyor.search import BUDGET, search_jobs
 from conveyor.storage.base import Inspector
-from conveyor.storage.records import GraphNode
+from conveyor.storage.graph import GraphNode
 from conveyor.views import (
     batch_jobs_view,
     batch_state,

@@ -21,7 +21,7 @@ from typing import Any
 from conveyor.context import JobContext
 from conveyor.job import LeasedJob
 from conveyor.registry import JobFunction
-from conveyor.storage.records import BusySlot
+from conveyor.storage.workers import BusySlot
 
 __all__ = ["Entry", "InFlight"]
 

@@ -7,7 +7,7 @@ import logging
 
 from conveyor.clock import Clock
 from conveyor.storage.base import Storage
-from conveyor.storage.records import Retention
+from conveyor.storage.retention import Retention
 from conveyor.worker.component import PeriodicComponent
 from conveyor.worker.config import WorkerConfig
 

@@ -7,21 +7,15 @@ from dataclasses import replace
 
 from conveyor.job import TERMINAL_STATES, EventKind, JobRecord, JobState
 from conveyor.storage import graph_retry
+from conveyor.storage.batch_records import BatchStatus
+from conveyor.storage.graph import GraphNode
+from conveyor.storage.job_heads import HEAD_CHARS, JobHead
 from conveyor.storage.memory.state import WAITING_STATES, Entry, MemoryState
-from conveyor.storage.records import (
-    HEAD_CHARS,
-    BatchStatus,
-    GraphNode,
-    JobHead,
-    JobTotals,
-    MinuteTotals,
-    QueueStats,
-    Retention,
-    WorkerInfo,
-    history_start,
-    today_start,
-)
+from conveyor.storage.queue_stats import QueueStats
+from conveyor.storage.retention import Retention
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING
+from conveyor.storage.totals import JobTotals, MinuteTotals, history_start, today_start
+from conveyor.storage.workers import WorkerInfo
 
 _RETRYABLE = frozenset({JobState.DEAD, JobState.FAILED, JobState.CANCELLED, JobState.RETRYING})
 _NOT_ACTIVE = frozenset(JobState) - {JobState.ACTIVE}

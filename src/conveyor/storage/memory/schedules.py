@@ -7,7 +7,7 @@ import threading
 from collections.abc import Sequence
 
 from conveyor.clock import Clock
-from conveyor.storage.records import ScheduleInfo
+from conveyor.storage.schedule_records import ScheduleInfo
 
 
 class MemorySchedules:

@@ -31,7 +31,8 @@ from conveyor.storage.aggregation import Group, GroupId
 from conveyor.storage.graph import JobView, NodeRow
 from conveyor.storage.memory.batches import BatchBook
 from conveyor.storage.memory.flow import FlowGate
-from conveyor.storage.records import WorkerInfo, minute_of
+from conveyor.storage.totals import minute_of
+from conveyor.storage.workers import WorkerInfo
 
 #: States a job waits in before it runs (cancelled at once by a cancel request).
 WAITING_STATES = frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.RETRYING,

@@ -32,13 +32,14 @@ from conveyor.storage import graph
 from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
 from conveyor.storage.batch_wait import BatchWaiter
+from conveyor.storage.blocks import JobBlock
 from conveyor.storage.memory.flow import ScanBudget
 from conveyor.storage.memory.groups import MemoryGroups
 from conveyor.storage.memory.inspect import MemoryInspector
 from conveyor.storage.memory.outbox import MemoryOutbox
 from conveyor.storage.memory.schedules import MemorySchedules
 from conveyor.storage.memory.state import Entry
-from conveyor.storage.records import JobBlock, Retention, WorkerInfo, history_start
+from conveyor.storage.retention import Retention
 from conveyor.storage.rules import (
     DEADLINE_PASSED,
     LEASE_EXPIRED,
@@ -49,6 +50,8 @@ from conveyor.storage.rules import (
     counts_as_error,
     effective_outcome,
 )
+from conveyor.storage.totals import history_start
+from conveyor.storage.workers import WorkerInfo
 
 
 class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, MemoryGroups,

@@ -13,24 +13,17 @@ import psycopg
 
 from conveyor.clock import Clock
 from conveyor.job import ALL_STATES, EventKind, JobRecord, JobState
-from conveyor.storage.graph import parents_of
+from conveyor.storage.batch_records import BatchStatus
+from conveyor.storage.graph import GraphNode, parents_of
+from conveyor.storage.job_heads import HEAD_CHARS, JobHead
 from conveyor.storage.postgres import batches, graph, jobs
 from conveyor.storage.postgres.connection import Database, reads
 from conveyor.storage.postgres.flow import PostgresFlow
 from conveyor.storage.postgres.text import dec, enc
-from conveyor.storage.records import (
-    HEAD_CHARS,
-    BatchStatus,
-    GraphNode,
-    JobHead,
-    JobTotals,
-    MinuteTotals,
-    QueueStats,
-    WorkerInfo,
-    history_start,
-    today_start,
-)
+from conveyor.storage.queue_stats import QueueStats
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING
+from conveyor.storage.totals import JobTotals, MinuteTotals, history_start, today_start
+from conveyor.storage.workers import WorkerInfo
 
 WORKER_TTL = 60.0
 _SERVER_NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"

@@ -15,9 +15,9 @@ import psycopg
 
 from conveyor.errors import BatchClosedError, BatchNotFound
 from conveyor.job import EnqueueResult, FlowControl, JobRecord, JobSpec, JobState, decode_events
+from conveyor.storage.blocks import JobBlock
 from conveyor.storage.postgres import arrays, batches
 from conveyor.storage.postgres.text import dec, enc_opt
-from conveyor.storage.records import JobBlock
 from conveyor.storage.rules import validate_flow
 
 Cursor = psycopg.Cursor[Any]

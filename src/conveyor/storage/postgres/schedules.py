@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from conveyor.clock import Clock
 from conveyor.storage.postgres.connection import Database, reads
 from conveyor.storage.postgres.text import dec, enc
-from conveyor.storage.records import ScheduleInfo
+from conveyor.storage.schedule_records import ScheduleInfo
 
 
 class PostgresSchedules:

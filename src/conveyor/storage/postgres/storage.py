@@ -28,6 +28,7 @@ from conveyor.job import (
 )
 from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.base import WaitsThenDequeues
+from conveyor.storage.blocks import JobBlock
 from conveyor.storage.graph import check_added
 from conveyor.storage.postgres import acks as ack_sql
 from conveyor.storage.postgres import arrays, fold, graph, groups, jobs
@@ -42,7 +43,7 @@ from conveyor.storage.postgres.text import enc
 from conveyor.storage.postgres.upkeep import PostgresUpkeep
 from conveyor.storage.postgres.vacuum import PostgresVacuum
 from conveyor.storage.postgres.wakeup import Listener
-from conveyor.storage.records import JobBlock, WorkerInfo
+from conveyor.storage.workers import WorkerInfo
 
 ENQUEUE_CHUNK = 5000
 

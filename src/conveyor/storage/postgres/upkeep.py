@@ -17,8 +17,9 @@ from conveyor.storage.postgres import batches, graph, groups
 from conveyor.storage.postgres.inspect import PostgresInspector
 from conveyor.storage.postgres.notices import Notices
 from conveyor.storage.postgres.text import enc
-from conveyor.storage.records import Retention, history_start
+from conveyor.storage.retention import Retention
 from conveyor.storage.rules import LEASE_EXPIRED, WORKER_DIED, cancelled_message
+from conveyor.storage.totals import history_start
 
 # Retention deletes, each bounded by its last parameter (rows per statement). Rows another
 # transaction holds are skipped, not waited for: the next call takes them. The state is

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from conveyor.clock import Clock
 from conveyor.job import JobRecord
 from conveyor.storage.base import RefusesTransactions
-from conveyor.storage.records import JobHead
+from conveyor.storage.job_heads import JobHead
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.connection import Link, Settings
 from conveyor.storage.redis.heads import WIDTH, head_of

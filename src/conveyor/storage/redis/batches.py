@@ -21,7 +21,7 @@ from typing import Any
 
 from conveyor.errors import BatchClosedError, BatchNotFound, WorkflowError
 from conveyor.job import ALL_STATES, EnqueueResult, JobSpec, JobState
-from conveyor.storage.records import JobBlock
+from conveyor.storage.blocks import JobBlock
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.base import Move, RedisBase
 from conveyor.storage.redis.codec import check_text

@@ -25,7 +25,8 @@ from conveyor.job import (
     LeasedJob,
     decode_events,
 )
-from conveyor.storage.records import JobBlock, spec_from_wire, spec_to_wire
+from conveyor.storage.batch_records import spec_from_wire, spec_to_wire
+from conveyor.storage.blocks import JobBlock
 from conveyor.text import key_fault
 
 # The fields of a state line, in order: the one definition. lua/_fields.lua spells each as

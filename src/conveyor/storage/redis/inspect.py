@@ -8,25 +8,18 @@ from collections.abc import Callable
 from typing import Any
 
 from conveyor.job import ALL_STATES, TERMINAL_STATES, JobRecord, JobState
-from conveyor.storage.graph import parents_of
-from conveyor.storage.records import (
-    HEAD_CHARS,
-    BatchStatus,
-    GraphNode,
-    JobHead,
-    JobTotals,
-    MinuteTotals,
-    QueueStats,
-    Retention,
-    WorkerInfo,
-    history_start,
-    today_start,
-)
+from conveyor.storage.batch_records import BatchStatus
+from conveyor.storage.graph import GraphNode, parents_of
+from conveyor.storage.job_heads import HEAD_CHARS, JobHead
+from conveyor.storage.queue_stats import QueueStats
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.admin import ADMIN_CHUNK, RedisAdmin
 from conveyor.storage.redis.batch_pages import RedisBatchPages
 from conveyor.storage.redis.batches import scan_reply
 from conveyor.storage.redis.flow import PAUSED, RedisFlow
+from conveyor.storage.retention import Retention
+from conveyor.storage.totals import JobTotals, MinuteTotals, history_start, today_start
+from conveyor.storage.workers import WorkerInfo
 
 WORKER_COMMANDS = ("quiet", "stop")
 TERMINAL = frozenset(s.value for s in TERMINAL_STATES)

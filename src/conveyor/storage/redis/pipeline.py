@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import redis
 from conveyor.job import EnqueueResult, JobSpec
-from conveyor.storage.records import BlockResults, JobBlock
+from conveyor.storage.blocks import BlockResults, JobBlock
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.connection import REDIRECTS, TRANSIENT, Link, _hiredis_pack
 from conveyor.storage.redis.keys import QueueKeys

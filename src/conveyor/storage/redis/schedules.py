@@ -12,8 +12,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.storage.records import ScheduleInfo
 from conveyor.storage.redis.base import RedisBase
+from conveyor.storage.schedule_records import ScheduleInfo
 
 PAUSED = "paused"
 

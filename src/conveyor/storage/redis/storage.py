@@ -34,7 +34,6 @@ from conveyor.job import (
 from conveyor.storage import redact, without_secrets
 from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.batch_wait import BatchWaiter, sleeping
-from conveyor.storage.records import Retention, WorkerInfo
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.acks import RedisAcks
 from conveyor.storage.redis.aio import RedisAsync
@@ -50,6 +49,8 @@ from conveyor.storage.redis.connection import (
 from conveyor.storage.redis.outbox import RedisOutbox
 from conveyor.storage.redis.repair import PendingRepair
 from conveyor.storage.redis.schedules import RedisSchedules
+from conveyor.storage.retention import Retention
+from conveyor.storage.workers import WorkerInfo
 
 log = logging.getLogger("conveyor.storage.redis")
 

@@ -13,24 +13,17 @@ from typing import Any
 
 from conveyor.clock import Clock
 from conveyor.job import ALL_STATES, EventKind, JobRecord, JobState
-from conveyor.storage.graph import parents_of
-from conveyor.storage.records import (
-    HEAD_CHARS,
-    BatchStatus,
-    GraphNode,
-    JobHead,
-    JobTotals,
-    MinuteTotals,
-    QueueStats,
-    WorkerInfo,
-    history_start,
-    today_start,
-)
+from conveyor.storage.batch_records import BatchStatus
+from conveyor.storage.graph import GraphNode, parents_of
+from conveyor.storage.job_heads import HEAD_CHARS, JobHead
+from conveyor.storage.queue_stats import QueueStats
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING
 from conveyor.storage.sqlite import batches, graph, jobs, readable
 from conveyor.storage.sqlite.connection import Database, reads
 from conveyor.storage.sqlite.graph import text_of
 from conveyor.storage.sqlite.wakeup import Wakeup
+from conveyor.storage.totals import JobTotals, MinuteTotals, history_start, today_start
+from conveyor.storage.workers import WorkerInfo
 
 WORKER_TTL = 60.0
 CANCEL_CHUNK = 500  # jobs per cancel_batch transaction (~10 ms of write lock)

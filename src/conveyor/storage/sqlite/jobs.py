@@ -22,7 +22,7 @@ from conveyor.job import (
     decode_events,
 )
 from conveyor.storage import aggregation
-from conveyor.storage.records import JobBlock, minute_of
+from conveyor.storage.blocks import JobBlock
 from conveyor.storage.rules import is_gated, validate_flow
 from conveyor.storage.sqlite import batches, flow, graph
 from conveyor.storage.sqlite.group_rows import Joiner
@@ -33,6 +33,7 @@ from conveyor.storage.sqlite.moves import REQUEUE as REQUEUE
 from conveyor.storage.sqlite.moves import event_line as event_line
 from conveyor.storage.sqlite.moves import ids_param as ids_param
 from conveyor.storage.sqlite.moves import move as move
+from conveyor.storage.totals import minute_of
 
 JOB_COLUMNS = (
     "id, name, queue, payload, state, attempt, errors, recoveries, max_retries, timeout, "

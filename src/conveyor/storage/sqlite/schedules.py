@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from conveyor.clock import Clock
-from conveyor.storage.records import ScheduleInfo
+from conveyor.storage.schedule_records import ScheduleInfo
 from conveyor.storage.sqlite.connection import Database, reads
 
 

@@ -30,8 +30,9 @@ from conveyor.job import (
 from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
 from conveyor.storage.batch_wait import BatchWaiter
+from conveyor.storage.blocks import JobBlock
 from conveyor.storage.graph import check_added
-from conveyor.storage.records import JobBlock, Retention, WorkerInfo, history_start
+from conveyor.storage.retention import Retention
 from conveyor.storage.rules import DEADLINE_PASSED, LEASE_EXPIRED, WORKER_DIED
 from conveyor.storage.sqlite import acks as ack_sql
 from conveyor.storage.sqlite import batches, flow, graph, groups, jobs
@@ -49,6 +50,8 @@ from conveyor.storage.sqlite.migrate import migrate
 from conveyor.storage.sqlite.outbox import SqliteOutbox
 from conveyor.storage.sqlite.schedules import SqliteSchedules
 from conveyor.storage.sqlite.wakeup import data_version
+from conveyor.storage.totals import history_start
+from conveyor.storage.workers import WorkerInfo
 
 ENQUEUE_CHUNK = 5000
 
