@@ -38,7 +38,10 @@ def _ops(store: Any, queue: str) -> dict[str, Callable[[], object]]:
     """The measured calls, each ready to run ``REPEAT`` times against ``store``."""
     from conveyor.ids import new_id
     from conveyor.job import Ack, JobSpec, Outcome
-    from conveyor.storage.workers import WorkerInfo
+    try:
+        from conveyor.storage.workers import WorkerInfo
+    except ImportError:  # a checkout from before issue 52 split storage/records.py
+        from conveyor.storage.records import WorkerInfo  # type: ignore[import-not-found,no-redef]
 
     def spec() -> JobSpec:
         return JobSpec(id=new_id(), name="bench.noop", queue=queue, payload='{"a":[1]}')
