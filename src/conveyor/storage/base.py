@@ -294,6 +294,16 @@ class SendsBlocks(Protocol):
         ...
 
 
+def transactions_refused(url: str, connection: object) -> TransactionUnsupported:
+    """What ``Storage.bind`` raises on a backend that is not the application's database
+    (memory, SQLite, Redis): a job cannot be part of a transaction on another server."""
+    scheme = url.partition("://")[0] or "this"
+    return TransactionUnsupported(
+        f"a {scheme}:// storage cannot enqueue in your database transaction "
+        f"(got {type(connection).__name__}); only a postgresql:// storage on the same "
+        "database as the connection can")
+
+
 class RefusesTransactions:
     """``Storage.bind`` for backends that are not the application's database (memory,
     SQLite, Redis): a job cannot be part of a transaction on another server."""

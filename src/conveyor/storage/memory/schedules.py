@@ -13,9 +13,8 @@ from conveyor.storage.schedule_records import ScheduleInfo
 class MemorySchedules:
     """The schedule part of ``Storage`` and ``Inspector``, under its own lock."""
 
-    _clock: Clock
-
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
         self._schedule_lock = threading.Lock()
         self._schedules: dict[str, ScheduleInfo] = {}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from conveyor.clock import Clock
+from conveyor.storage.postgres.clock import ServerClock
 from conveyor.storage.postgres.connection import Database, reads
 from conveyor.storage.postgres.text import dec, enc
 from conveyor.storage.schedule_records import ScheduleInfo
@@ -13,16 +13,13 @@ from conveyor.storage.schedule_records import ScheduleInfo
 class PostgresSchedules:
     """The schedule part of ``Storage`` and ``Inspector`` over one database."""
 
-    _db: Database
-    _clock: Clock | None
-
-    def now(self) -> float:
-        """The storage's clock (defined by the inspector)."""
-        raise NotImplementedError
+    def __init__(self, db: Database, clock: ServerClock) -> None:
+        self._db = db
+        self._clock = clock
 
     def save_schedules(self, schedules: Sequence[ScheduleInfo]) -> None:
         """Create or update definitions; pause state, last ticks and creation time are kept."""
-        now = self.now()
+        now = self._clock.now()
         with self._db.write() as cur:
             cur.executemany(
                 "INSERT INTO schedules (name, cron, tz, job_name, queue, created_at) "
@@ -68,7 +65,7 @@ class PostgresSchedules:
             # Only a paused schedule gets a new resumed_at: resuming a running one must not
             # stop a restarted worker from catching up ticks it really missed.
             cur.execute("UPDATE schedules SET resumed_at = %s, paused = false "
-                        "WHERE name = %s AND paused", (self.now(), enc(name)))
+                        "WHERE name = %s AND paused", (self._clock.now(), enc(name)))
             if cur.rowcount:
                 return True
             return cur.execute("SELECT 1 FROM schedules WHERE name = %s",

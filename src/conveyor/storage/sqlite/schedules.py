@@ -12,8 +12,9 @@ from conveyor.storage.sqlite.connection import Database, reads
 class SqliteSchedules:
     """The schedule part of ``Storage`` and ``Inspector`` over one database."""
 
-    _db: Database
-    _clock: Clock
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self._db = db
+        self._clock = clock
 
     def save_schedules(self, schedules: Sequence[ScheduleInfo]) -> None:
         """Create or update definitions; pause state, last ticks and creation time are kept."""
