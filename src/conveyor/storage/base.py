@@ -19,7 +19,7 @@ Rules every backend honours (checked by ``tests/conformance``):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Protocol, runtime_checkable
 
@@ -302,36 +302,3 @@ def transactions_refused(url: str, connection: object) -> TransactionUnsupported
         f"a {scheme}:// storage cannot enqueue in your database transaction "
         f"(got {type(connection).__name__}); only a postgresql:// storage on the same "
         "database as the connection can")
-
-
-class RefusesTransactions:
-    """``Storage.bind`` for backends that are not the application's database (memory,
-    SQLite, Redis): a job cannot be part of a transaction on another server."""
-
-    url: str
-
-    def bind(self, connection: object) -> Storage:
-        """Refuse: this storage cannot write inside someone else's transaction."""
-        scheme = self.url.partition("://")[0] or "this"
-        raise TransactionUnsupported(
-            f"a {scheme}:// storage cannot enqueue in your database transaction "
-            f"(got {type(connection).__name__}); only a postgresql:// storage on the same "
-            "database as the connection can")
-
-
-class WaitsThenDequeues:
-    """``Storage.wait_dequeue`` for backends whose lease costs no extra round trip (SQLite,
-    memory, Redis Cluster): their own ``wait``, then ``dequeue``."""
-
-    # Declared, not defined: a stub here would shadow the backend's own methods whenever the
-    # mixin comes first in the bases.
-    wait: Callable[[Sequence[str], float], bool]
-    dequeue: Callable[[Sequence[str], str, int, float], list[LeasedJob]]
-
-    def wait_dequeue(
-        self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,
-        lease_seconds: float, timeout: float,
-    ) -> list[LeasedJob]:
-        """Wait on ``watch``, then lease from ``queues``."""
-        self.wait(watch, timeout)
-        return self.dequeue(queues, worker_id, count, lease_seconds)

@@ -12,20 +12,24 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.storage.redis.base import RedisBase
+from conveyor.storage.redis.context import RedisContext
 from conveyor.storage.schedule_records import ScheduleInfo
 
 PAUSED = "paused"
 
 
-class RedisSchedules(RedisBase):
+class RedisSchedules:
     """The schedule part of ``Storage`` and ``Inspector`` on one Redis deployment."""
+
+    def __init__(self, ctx: RedisContext) -> None:
+        self.ctx = ctx
+        self.link, self.keys, self.scripts = ctx.link, ctx.keys, ctx.scripts
 
     def save_schedules(self, schedules: Sequence[ScheduleInfo]) -> None:
         """Create or update definitions; pause state, last ticks and creation time are kept."""
         if schedules:
             flat = [x for s in schedules for x in (s.name, json.dumps(s.definition()))]
-            now = repr(self.now())
+            now = repr(self.ctx.now())
             # NX: only the first save of a name records when the schedule came to be.
             self.link.call("ZADD", self.keys.schedule_created, "NX",
                            *[x for s in schedules for x in (now, s.name)])
@@ -73,7 +77,7 @@ class RedisSchedules(RedisBase):
         # Only a paused schedule gets a resume time: resuming a running one must not stop a
         # restarted worker from catching up ticks it really missed.
         if self.link.call("HGET", self.keys.schedule_pauses, name) == PAUSED:
-            self.link.call("HSET", self.keys.schedule_pauses, name, repr(self.now()))
+            self.link.call("HSET", self.keys.schedule_pauses, name, repr(self.ctx.now()))
         return True
 
 
