@@ -21,7 +21,7 @@ from conveyor.job import EnqueueResult, JobRecord, JobSpec
 from conveyor.storage.aio import ThreadedAsync, Waiter, per_loop
 from conveyor.storage.postgres import jobs
 from conveyor.storage.postgres.clock import ServerClock
-from conveyor.storage.postgres.connection import Database, translate
+from conveyor.storage.postgres.connection import Connections, Database, translate
 from conveyor.storage.postgres.notices import Notices
 
 __all__ = ["PostgresAsync"]
@@ -49,7 +49,7 @@ class PostgresAsync:
 
     async def aenqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
         """``enqueue`` for asyncio code: natively, one statement per chunk."""
-        if type(self._db) is not Database or not all(_native(s) for s in specs):
+        if not isinstance(self._db, Connections) or not all(_native(s) for s in specs):
             return await self._threaded.aenqueue(specs)
         conn = await self._aconn()
         results: list[EnqueueResult] = []
@@ -67,7 +67,7 @@ class PostgresAsync:
 
     async def aget_job(self, job_id: str) -> JobRecord | None:
         """``get_job`` for asyncio code: natively, one statement."""
-        if type(self._db) is not Database:
+        if not isinstance(self._db, Connections):
             return await self._threaded.aget_job(job_id)
         conn = await self._aconn()
         try:

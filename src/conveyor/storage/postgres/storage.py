@@ -35,7 +35,13 @@ from conveyor.storage.postgres import arrays, fold, graph, groups, jobs
 from conveyor.storage.postgres.aio import PostgresAsync
 from conveyor.storage.postgres.bound import Binder
 from conveyor.storage.postgres.clock import ServerClock
-from conveyor.storage.postgres.connection import Database, Settings, parse_postgres_url, reads
+from conveyor.storage.postgres.connection import (
+    Connections,
+    Database,
+    Settings,
+    parse_postgres_url,
+    reads,
+)
 from conveyor.storage.postgres.flow import PostgresFlow
 from conveyor.storage.postgres.inspect import PostgresInspector
 from conveyor.storage.postgres.migrate import migrate
@@ -74,7 +80,7 @@ def open_postgres(url: str, clock: Clock | None = None, *, create: bool = True,
     system clock (a test's ``FakeClock``) replaces it: a worker's own wall clock never decides.
     """
     settings = parse_postgres_url(url)
-    db = Database(settings)
+    db = Connections(settings)
     with db.outages():
         migrate(db.conn(), settings, create=create, applied=applied)
     return PostgresStorage(settings, db, None if isinstance(clock, SystemClock) else clock)
