@@ -77,12 +77,15 @@ def _default_home(backend: str, member: str) -> str:
 
 
 # Where a backend departs from the default, each file named in docs/design.md §3's table
-# ("own parts"). "aio.py" alone is the shared ``ThreadedAsync`` of storage/aio.py.
+# ("own parts"). "aio.py" and "base.py" alone are the parts every backend may share:
+# ``ThreadedAsync`` (storage/aio.py) and ``WaitsThenDequeues`` (storage/base.py).
 HOMES: dict[str, dict[str, str]] = {
-    "memory": {"now": "memory/state.py", **dict.fromkeys(ASYNC, "aio.py")},
-    "sqlite": {**dict.fromkeys(UPKEEP, "sqlite/upkeep.py"), **dict.fromkeys(ASYNC, "aio.py")},
+    "memory": {"now": "memory/state.py", "wait_dequeue": "base.py",
+               **dict.fromkeys(ASYNC, "aio.py")},
+    "sqlite": {"wait_dequeue": "base.py", **dict.fromkeys(UPKEEP, "sqlite/upkeep.py"),
+               **dict.fromkeys(ASYNC, "aio.py")},
     "postgres": {"now": "postgres/clock.py", "tidy": "postgres/vacuum.py",
-                 **dict.fromkeys(UPKEEP, "postgres/upkeep.py")},
+                 "wait_dequeue": "base.py", **dict.fromkeys(UPKEEP, "postgres/upkeep.py")},
     "redis": {
         "now": "redis/context.py", "ack": "redis/acks.py",
         **dict.fromkeys(("enqueue", "enqueue_block", "prepare_block", "add_nodes"),

@@ -19,7 +19,7 @@ Rules every backend honours (checked by ``tests/conformance``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Protocol, runtime_checkable
 
@@ -302,3 +302,21 @@ def transactions_refused(url: str, connection: object) -> TransactionUnsupported
         f"a {scheme}:// storage cannot enqueue in your database transaction "
         f"(got {type(connection).__name__}); only a postgresql:// storage on the same "
         "database as the connection can")
+
+
+class WaitsThenDequeues:
+    """``Storage.wait_dequeue`` for a backend whose lease costs no extra round trip (memory,
+    SQLite, PostgreSQL): its own ``wait``, then ``dequeue``. A part of those storages."""
+
+    def __init__(self, wait: Callable[[Sequence[str], float], bool],
+                 dequeue: Callable[[Sequence[str], str, int, float], list[LeasedJob]]) -> None:
+        self.wait = wait
+        self.dequeue = dequeue
+
+    def wait_dequeue(
+        self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,
+        lease_seconds: float, timeout: float,
+    ) -> list[LeasedJob]:
+        """Wait on ``watch``, then lease from ``queues``."""
+        self.wait(watch, timeout)
+        return self.dequeue(queues, worker_id, count, lease_seconds)

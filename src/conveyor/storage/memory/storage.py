@@ -30,7 +30,7 @@ from conveyor.job import (
 )
 from conveyor.storage import graph
 from conveyor.storage.aio import ThreadedAsync
-from conveyor.storage.base import Storage, transactions_refused
+from conveyor.storage.base import Storage, WaitsThenDequeues, transactions_refused
 from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.blocks import JobBlock
 from conveyor.storage.delegate import delegate
@@ -55,6 +55,7 @@ class MemoryStorage:
     """A ``Storage`` and ``Inspector`` held in process memory; thread-safe."""
 
     now = delegate("state", MemoryState.now)
+    wait_dequeue = delegate("_waits", WaitsThenDequeues.wait_dequeue)
     # the Inspector
     queues = delegate("_inspector", MemoryInspector.queues)
     get_job = delegate("_inspector", MemoryInspector.get_job)
@@ -104,6 +105,7 @@ class MemoryStorage:
         self._flow = MemoryFlow(self.state.lock, self.state.paused, self.state.wake)
         self._schedules = MemorySchedules(clock)
         self._outbox = MemoryOutbox(self.state)
+        self._waits = WaitsThenDequeues(self.wait, self.dequeue)
         self._async = ThreadedAsync(self.enqueue, self._inspector.get_job)
 
     def bind(self, connection: object) -> Storage:
@@ -178,14 +180,6 @@ class MemoryStorage:
             woken = state.cond.wait_for(lambda: state.wakeups != seen, timeout=timeout)
             state.waited.seen = None if woken else seen
             return woken
-
-    def wait_dequeue(
-        self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,
-        lease_seconds: float, timeout: float,
-    ) -> list[LeasedJob]:
-        """Wait on ``watch``, then lease from ``queues`` (``Storage.wait_dequeue``)."""
-        self.wait(watch, timeout)
-        return self.dequeue(queues, worker_id, count, lease_seconds)
 
     # -- acknowledgements --------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from conveyor.job import (
     LeasedJob,
 )
 from conveyor.storage.aio import ThreadedAsync
+from conveyor.storage.base import WaitsThenDequeues
 from conveyor.storage.blocks import JobBlock
 from conveyor.storage.delegate import delegate
 from conveyor.storage.graph import check_added
@@ -92,6 +93,7 @@ class PostgresStorage:
     clock (``storage/delegate.py``)."""
 
     now = delegate("_clock", ServerClock.now)
+    wait_dequeue = delegate("_waits", WaitsThenDequeues.wait_dequeue)
     # the Inspector
     queues = delegate("_inspector", PostgresInspector.queues)
     get_job = delegate("_inspector", PostgresInspector.get_job)
@@ -161,6 +163,7 @@ class PostgresStorage:
         self._vacuum = PostgresVacuum(db)
         self._schedules = PostgresSchedules(db, self._clock)
         self._outbox = PostgresOutbox(db, self._clock)
+        self._waits = WaitsThenDequeues(self.wait, self.dequeue)
         self._async = PostgresAsync(db, self._clock, self._notices, self._schema,
                                     ThreadedAsync(self.enqueue, self._inspector.get_job))
 
@@ -227,14 +230,6 @@ class PostgresStorage:
             return self._db.read().execute(_HAS_WORK, (names,)).fetchone() is not None
 
         return self._listener.wait(names, lambda: has_work(self), timeout)
-
-    def wait_dequeue(
-        self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,
-        lease_seconds: float, timeout: float,
-    ) -> list[LeasedJob]:
-        """Wait on ``watch``, then lease from ``queues`` (``Storage.wait_dequeue``)."""
-        self.wait(watch, timeout)
-        return self.dequeue(queues, worker_id, count, lease_seconds)
 
     def ack(self, acks: Sequence[Ack]) -> list[bool]:
         """Apply outcomes, fenced by lease token: one call of the server-side ``ack``."""

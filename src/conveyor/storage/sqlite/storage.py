@@ -26,7 +26,7 @@ from conveyor.job import (
     LeasedJob,
 )
 from conveyor.storage.aio import ThreadedAsync
-from conveyor.storage.base import Storage, transactions_refused
+from conveyor.storage.base import Storage, WaitsThenDequeues, transactions_refused
 from conveyor.storage.blocks import JobBlock
 from conveyor.storage.delegate import delegate
 from conveyor.storage.graph import check_added
@@ -85,6 +85,7 @@ class SqliteStorage:
     the hot path here, the rest in parts made over the same ``Database``, clock and wake-ups
     (``storage/delegate.py``)."""
 
+    wait_dequeue = delegate("_waits", WaitsThenDequeues.wait_dequeue)
     # the Inspector
     queues = delegate("_inspector", SqliteInspector.queues)
     get_job = delegate("_inspector", SqliteInspector.get_job)
@@ -147,6 +148,7 @@ class SqliteStorage:
         self._upkeep = SqliteUpkeep(db, clock, self._wakeup)
         self._schedules = SqliteSchedules(db, clock)
         self._outbox = SqliteOutbox(db, clock)
+        self._waits = WaitsThenDequeues(self.wait, self.dequeue)
         self._async = ThreadedAsync(self.enqueue, self._inspector.get_job)
 
     def now(self) -> float:
@@ -254,14 +256,6 @@ class SqliteStorage:
             self._seen.version = version
 
         return self._wakeup.wait(self._db.read, has_work, timeout, seen, last_seen)
-
-    def wait_dequeue(
-        self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,
-        lease_seconds: float, timeout: float,
-    ) -> list[LeasedJob]:
-        """Wait on ``watch``, then lease from ``queues`` (``Storage.wait_dequeue``)."""
-        self.wait(watch, timeout)
-        return self.dequeue(queues, worker_id, count, lease_seconds)
 
     def ack(self, acks: Sequence[Ack]) -> list[bool]:
         """Apply outcomes, fenced by lease token, all in one transaction."""
