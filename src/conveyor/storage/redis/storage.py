@@ -160,8 +160,9 @@ class RedisStorage:
         self.settings = settings
         self.ctx = ctx = RedisContext(settings, link, clock)
         self.link, self.keys, self.scripts = ctx.link, ctx.keys, ctx.scripts
-        # A batch's callback is enqueued as any job (the one cycle between parts: made
-        # last, so the batches reach it through this late-bound call).
+        # A batch's callback is enqueued as any job: the one cycle between parts (enqueue
+        # joins batches, a batch fires callbacks), so the batches, made first, reach the
+        # enqueue part through this call, bound when it runs.
         self._batches = RedisBatches(ctx, lambda specs: self._enqueue.enqueue(specs))
         self._graph = RedisGraph(ctx, self._batches)
         self._enqueue = RedisEnqueue(ctx, self._batches, self._graph)
