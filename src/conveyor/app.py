@@ -31,6 +31,7 @@ from conveyor.options import Aggregate, Debounce, KeyOption, Throttle, make_opti
 from conveyor.periodic import Schedule, validate_cron, validate_tz
 from conveyor.refs import JobRef
 from conveyor.registry import JobFunction, Registry, default_name
+from conveyor.schedules import Schedules
 from conveyor.serializer import DEFAULT_MAX_PAYLOAD
 from conveyor.storage import DEFAULT_URL, Backend, Retention, open_storage, redact
 from conveyor.text import check_name
@@ -82,7 +83,8 @@ worker runs jobs with, and the storage.
             max_payload=max_payload,
         )
         self.registry.add_builtins(self.client)
-        self.schedules: list[Schedule] = []  # run by every worker's cron component
+        #: Declared in code (iterate it), and the store's, changed at run time (its methods)
+        self.schedules = Schedules(lambda: self.storage, self.registry.options)
         self.server_middleware = ServerChain()
         self.error_handlers: list[ErrorHandler] = []  # see on_error
         self._injected = storage is not None
@@ -168,7 +170,7 @@ worker runs jobs with, and the storage.
         concurrency_key: KeyOption = None, concurrency: int = 0, rate_key: KeyOption = None,
         rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
         debounce: Debounce | None = None, throttle: Throttle | None = None,
-        aggregate: Aggregate | None = None,
+        aggregate: Aggregate | None = None, executor: str | None = None,
     ) -> Callable[[Callable[..., Any]], JobFunction]: ...
 
     def job(
@@ -180,7 +182,7 @@ worker runs jobs with, and the storage.
         concurrency_key: KeyOption = None, concurrency: int = 0, rate_key: KeyOption = None,
         rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
         debounce: Debounce | None = None, throttle: Throttle | None = None,
-        aggregate: Aggregate | None = None,
+        aggregate: Aggregate | None = None, executor: str | None = None,
     ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
         """Register a job function; use as ``@app.job`` or ``@app.job(queue=..., ...)``.
 
@@ -199,14 +201,15 @@ worker runs jobs with, and the storage.
         ``throttle=Throttle(key, every=60)``: at most one run per window (docs/api.md).
         ``aggregate=Aggregate(key, grace=5, max_delay=60, max_size=1000)``: jobs wait
         together per key and the job's aggregator (``@app.aggregate``) runs once with the
-        group (docs/aggregation.md).
+        group (docs/aggregation.md). ``executor="process"``: a ``def`` job runs in a job
+        process the worker kills at its timeout (docs/worker.md; default: ``--executor``).
         """
         opts = make_options(
             queue=queue, retry=retry, timeout=timeout, expires_in=expires_in, retry_in=retry_in,
             unique_for=unique_for, unique_key=unique_key, concurrency_key=concurrency_key,
             concurrency=concurrency, rate_key=rate_key, rate_limit=rate_limit,
             rate_period=rate_period, order_key=order_key, debounce=debounce,
-            throttle=throttle, aggregate=aggregate,
+            throttle=throttle, aggregate=aggregate, executor=executor,
         )
 
         def register(f: Callable[..., Any]) -> JobFunction:
@@ -284,10 +287,7 @@ worker runs jobs with, and the storage.
                 flow=build_flow(fn.name, fn.opts, list(arguments), keywords))
             check_name("schedule name", schedule.name)
             check_name("queue", schedule.queue)
-            if any(s.name == schedule.name for s in self.schedules):
-                raise ValueError(f"a periodic schedule named {schedule.name!r} already exists; "
-                                 "pass name= to tell them apart")
-            self.schedules.append(schedule)
+            self.schedules.declare(schedule)
             return fn
 
         return register

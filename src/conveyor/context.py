@@ -199,6 +199,15 @@ class JobContext:
         """Called by the worker when the storage reports a cancellation request for this job."""
         self._cancel = True
 
+    def merge(self, events: Iterable[Event], progress: tuple[int, int] | None) -> None:
+        """Add messages and progress the job reported from elsewhere (its job process,
+        docs/worker.md "Executors") to this buffer, as if logged here."""
+        with self._lock:
+            self._events.extend(events)
+            if progress is not None:
+                self._progress = progress
+                self._progress_dirty = True
+
     def drain(self) -> tuple[tuple[Event, ...], tuple[int, int] | None]:
         """Hand the buffered events, and the progress if it changed, to the worker; clears both."""
         with self._lock:

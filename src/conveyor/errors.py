@@ -76,6 +76,10 @@ class ScheduleNotFound(ConveyorError, LookupError):
     """No periodic schedule with that name is stored."""
 
 
+class ScheduleExists(ConveyorError, ValueError):
+    """A periodic schedule of that name is stored already (adding one at run time)."""
+
+
 class BatchNotFound(ConveyorError, LookupError):
     """No batch with that id is stored."""
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from conveyor.text import check_name
 
-__all__ = ["Aggregate", "Debounce", "JobOptions", "KeyOption", "Throttle", "by_name_keys",
-           "make_options"]
+__all__ = ["EXECUTORS", "Aggregate", "Debounce", "JobOptions", "KeyOption", "Throttle",
+           "by_name_keys", "make_options"]
 
 KeyOption = str | Callable[..., str] | None
 """A flow-control key: a fixed string, or a callable given the job's args and kwargs."""
@@ -99,6 +99,9 @@ class JobOptions:
     order_key: KeyOption = None
     fold: Debounce | Throttle | None = None  # debounce or throttle
     aggregate: Aggregate | None = None
+    #: Where a ``def`` job runs (docs/worker.md, "Executors"): ``"thread"``, ``"process"`` (a
+    #: job process the worker kills at the timeout), or None: the worker's ``--executor``.
+    executor: str | None = None
 
     @property
     def has_flow(self) -> bool:
@@ -106,6 +109,9 @@ class JobOptions:
         return bool(self.unique_for or self.concurrency or self.rate_limit or self.order_key
                     or self.fold or self.aggregate)
 
+
+#: The values of ``JobOptions.executor`` (None: the worker's own choice).
+EXECUTORS = (None, "thread", "process")
 
 _OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(JobOptions)) | {
     "retry", "debounce", "throttle"}
@@ -162,6 +168,8 @@ def _check(opts: JobOptions) -> None:
     if opts.unique_key is not None and opts.unique_for is None:
         raise ValueError("unique_key needs unique_for=seconds (how long the lock is held)")
     fold = opts.fold
+    if opts.executor not in EXECUTORS:
+        raise ValueError(f"executor must be 'thread' or 'process', not {opts.executor!r}")
     if opts.aggregate is not None:
         _check_aggregate(opts)
     if fold is not None:
@@ -188,6 +196,9 @@ def _check_aggregate(opts: JobOptions) -> None:
     if not (isinstance(agg.max_size, int) and not isinstance(agg.max_size, bool)
             and agg.max_size >= 1):
         raise ValueError(f"Aggregate needs max_size >= 1 members, not {agg.max_size!r}")
+    if opts.executor == "process":
+        raise ValueError("an aggregated job runs in the worker's threads, beside the leases "
+                         "of its members: executor='process' does not apply to it")
     # A member runs with its group, never alone: limits on single runs cannot hold for it.
     if opts.fold is not None or opts.concurrency or opts.rate_limit or opts.order_key:
         raise ValueError("an aggregated job runs with its group: debounce, throttle, "

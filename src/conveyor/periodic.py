@@ -5,12 +5,16 @@ schedule's name and the tick's time, so the storage's atomic unique lock lets ex
 worker's enqueue through and the others get the existing job back. A scheduler looks back
 ``catch_up`` seconds at start, so a tick that fell while every worker was restarting is still
 enqueued (once) when the first one comes back [sidekiq-cron, asynq scheduler] -- but never a
-tick from before the storage first saw the schedule: a new schedule starts with the next tick.
+tick from before the storage first saw the schedule, nor from before its last resume or the
+last change of its definition.
 
-Schedules are also written to the storage when a worker starts, so the CLI and the dashboard
-list them (with the last tick enqueued and the next one due) and an operator can pause one:
-every worker's scheduler reads the paused names at each look and skips their ticks. Ticks that
-fall while a schedule is paused are skipped for good, not caught up on resume.
+The schedules a worker's code declares (``@app.periodic``) are written to the storage when it
+starts; schedules can also be added, changed, paused and removed at run time
+(``conveyor.schedules``, ``conveyor periodic``, the dashboard). At each look a scheduler reads
+every stored schedule and ticks the definition in force (an operator's edit stands over the
+code's: ``storage/schedule_edits.py``): those its code declares, and those added at run time
+whose job its app defines, with that job's options. Ticks that fall while a schedule is paused
+are skipped for good, not caught up on resume.
 """
 
 from __future__ import annotations
@@ -18,18 +22,22 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from conveyor.clock import Clock
+from conveyor.draft import build_flow
+from conveyor.errors import StorageUnavailable
 from conveyor.ids import new_id
 from conveyor.job import FlowControl, JobSpec
-from conveyor.serializer import encode_payload
+from conveyor.options import JobOptions
+from conveyor.serializer import dumps, encode_payload
 from conveyor.storage import Backend
-from conveyor.storage.schedule_records import ScheduleInfo
+from conveyor.storage.schedule_records import CODE, ScheduleInfo
+from conveyor.text import check_name
 
 log = logging.getLogger("conveyor.periodic")
 
@@ -66,8 +74,23 @@ class Schedule:
     flow: FlowControl | None = None
 
     def info(self) -> ScheduleInfo:
-        """The definition the storage keeps (for listing and pausing)."""
-        return ScheduleInfo(self.name, self.cron, self.tz, self.job_name, self.queue)
+        """The definition the storage keeps (for listing, pausing and editing)."""
+        return ScheduleInfo(self.name, self.cron, self.tz, self.job_name, self.queue,
+                            args=args_json(self.args), kwargs=kwargs_json(self.kwargs))
+
+    @classmethod
+    def stored(cls, info: ScheduleInfo, opts: JobOptions) -> Schedule:
+        """The schedule a stored definition describes, its ticks given the options ``opts``
+        of its job (as the worker's app registered it). Raises ``ValueError`` (a bad cron,
+        time zone or arguments) or ``InvalidKeyError`` (a flow-control key of the arguments
+        that breaks the key rule)."""
+        validate_cron(info.cron)
+        validate_tz(info.tz)
+        args, kwargs = info.arguments()
+        return cls(name=info.name, cron=info.cron, job_name=info.job_name, queue=info.queue,
+                   args=tuple(args), kwargs=kwargs, tz=info.tz, max_retries=opts.max_retries,
+                   timeout=opts.timeout, expires_in=opts.expires_in,
+                   flow=build_flow(info.job_name, opts, args, kwargs))
 
     def zone(self) -> tzinfo:
         """The schedule's time zone."""
@@ -96,6 +119,47 @@ class Schedule:
             flow=dataclasses.replace(self.flow or FlowControl(), unique_for=unique_for,
                                      unique_key=f"periodic:{self.name}:{int(tick)}"),
         )
+
+
+def args_json(args: Any) -> str:
+    """A schedule's positional arguments as the JSON text stored (``ValueError`` unless a
+    list of JSON values)."""
+    if not isinstance(args, list | tuple):
+        raise ValueError(f"a schedule's args must be a JSON array, not {type(args).__name__}")
+    return dumps(list(args))
+
+
+def kwargs_json(kwargs: Any) -> str:
+    """A schedule's keyword arguments as the JSON text stored, keys sorted (so equal
+    arguments are equal text); ``ValueError`` unless an object of JSON values."""
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise ValueError("a schedule's kwargs must be a JSON object")
+    return dumps(dict(sorted(kwargs.items())))
+
+
+def check_definition(fields: Mapping[str, Any]) -> dict[str, str]:
+    """The stored form of a schedule's definition fields (any of ``DEFINITION_FIELDS``),
+    each checked: a cron expression, an IANA time zone, job and queue names by the text rule,
+    ``args`` a list and ``kwargs`` a dict of JSON values. Raises ``ValueError`` with the
+    reason (``InvalidNameError`` and ``PayloadError`` are ``ValueError``s)."""
+    out: dict[str, str] = {}
+    for key, value in fields.items():
+        if key in ("cron", "tz", "job_name", "queue") and not isinstance(value, str):
+            raise ValueError(f"a schedule's {key} must be a string, not {type(value).__name__}")
+        if key == "cron":
+            validate_cron(value)
+        elif key == "tz":
+            validate_tz(value)
+        elif key in ("job_name", "queue"):
+            check_name(key.replace("_", " "), value)
+        elif key == "args":
+            value = args_json(value)
+        elif key == "kwargs":
+            value = kwargs_json(value)
+        else:
+            raise ValueError(f"not a field of a schedule: {key!r}")
+        out[key] = value
+    return out
 
 
 def validate_cron(expr: str) -> None:
@@ -148,25 +212,19 @@ def describe_unlistened(queues: dict[str, list[str]]) -> str:
             f"wait until a worker runs with {flags}")
 
 
-def _due(schedule: Schedule, since: float, now: float,
-         pauses: dict[str, float | None], created_at: float | None) -> list[float]:
-    """The schedule's ticks in (since, now], minus those a pause covers or that came before
-    the schedule existed.
+def _due(schedule: Schedule, info: ScheduleInfo, since: float, now: float) -> list[float]:
+    """The schedule's ticks in (since, now], minus those a pause covers or that fell before
+    the schedule existed, its last resume or the last change of its definition.
 
-    A paused schedule has none. A resumed one has none from before its resume either: a
-    scheduler that starts (or recovers from a storage outage) soon after a resume would
-    otherwise catch up the ticks of the paused period. Likewise a schedule registered for the
-    first time has none from before the storage first saw it: catch-up is for ticks missed
-    while workers were down, not for ticks of a schedule that did not exist yet.
+    A paused schedule has none. A scheduler that starts (or recovers from a storage outage)
+    soon after a resume would otherwise catch up the ticks of the paused period; a schedule
+    registered or changed now would catch up ticks of a definition that was not in force:
+    catch-up is for ticks missed while workers were down, nothing else.
     """
-    if created_at is not None:
-        since = max(since, created_at)
-    if schedule.name in pauses:
-        resumed_at = pauses[schedule.name]
-        if resumed_at is None:
-            return []
-        since = max(since, resumed_at)
-    return schedule.ticks_between(since, now)
+    if info.paused:
+        return []
+    floor = info.floor()
+    return schedule.ticks_between(since if floor is None else max(since, floor), now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,43 +235,81 @@ class CronConfig:
     catch_up: float = 300.0
 
 
+#: A worker's lookup of a job name: the options its app registered the job with, or None.
+JobLookup = Callable[[str], JobOptions | None]
+
+
 class CronScheduler:
-    """Worker component that enqueues due ticks of every schedule (DESIGN §3 shape)."""
+    """Worker component that enqueues due ticks of every stored schedule it may run (DESIGN
+    §3 shape): those of ``schedules`` (its code's), and, with ``jobs``, those added at run time
+    whose job ``jobs`` knows. ``by`` names the worker in the audit trail."""
 
     def __init__(self, storage: Backend, clock: Clock, config: CronConfig,
-                 schedules: Sequence[Schedule]) -> None:
+                 schedules: Sequence[Schedule], jobs: JobLookup | None = None,
+                 by: str = "") -> None:
         self.storage = storage
         self.clock = clock
         self.config = config
         self.schedules = list(schedules)
+        self.declared = {s.name: s for s in self.schedules}
+        self.jobs = jobs
+        self.by = by
         self._last: float | None = None
-        self._created: dict[str, float | None] | None = None  # read back by register()
+        self._registered = not self.schedules
+        self._built: dict[str, tuple[tuple[str, ...], Schedule | None]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.enqueued = 0
 
     def register(self) -> None:
-        """Write the schedules' definitions to the storage (listing, pausing), then read back
-        when each was first saved (by this worker or an earlier one)."""
+        """Write the schedules the code declares to the storage (listing, pausing, editing)."""
         if self.schedules:
-            self.storage.save_schedules([s.info() for s in self.schedules])
-            stored = {s.name: s.created_at for s in self.storage.schedules()}
-            self._created = {s.name: stored.get(s.name) for s in self.schedules}
+            self.storage.save_schedules([s.info() for s in self.schedules], by=self.by)
+        self._registered = True
+
+    def plan(self, info: ScheduleInfo) -> Schedule | None:
+        """What this worker ticks for a stored schedule, or None: not its code's and not a
+        job its app defines, or a definition it cannot run (logged once per definition)."""
+        key = (info.origin, *info.definition().values())
+        found = self._built.get(info.name)
+        if found is not None and found[0] == key:
+            return found[1]
+        schedule = self._build(info)
+        self._built[info.name] = (key, schedule)
+        return schedule
+
+    def _build(self, info: ScheduleInfo) -> Schedule | None:
+        code = self.declared.get(info.name) if info.origin == CODE else None
+        if info.origin == CODE and code is None:
+            return None  # another app's schedule, or one its code no longer declares
+        if code is not None and code.info().definition() == info.definition():
+            return code  # the code's own definition, with the options it was declared with
+        opts = self.jobs(info.job_name) if self.jobs is not None else None
+        if opts is None:
+            log.info("periodic schedule %r: this worker's app defines no job %r; workers "
+                     "whose app does enqueue its ticks", info.name, info.job_name)
+            return None
+        try:
+            return Schedule.stored(info, opts)
+        except (ValueError, KeyError, RuntimeError) as exc:  # one bad schedule stops alone
+            log.error("periodic schedule %r cannot run: %s", info.name, exc)
+            return None
 
     def tick(self) -> int:
         """Enqueue every tick due since the last look; returns how many this worker created."""
-        if self._created is None and self.schedules:
+        if not self._registered:
             self.register()  # not yet done (storage down at start): no tick before it is
-        born = self._created or {}
         now = self.clock.now()
         # Never look back further than catch_up, even after failed looks: the unique lock of a
         # tick lasts twice as long, so every tick in the window is still guarded against a
         # second enqueue.
         floor = now - self.config.catch_up
         since = floor if self._last is None else max(self._last, floor)
-        pauses = self.storage.schedule_pauses() if self.schedules else {}
-        due = [(s, t) for s in self.schedules
-               for t in _due(s, since, now, pauses, born.get(s.name))]
+        due: list[tuple[Schedule, float]] = []
+        for info in self.storage.schedules():
+            schedule = self.plan(info)
+            if schedule is not None:
+                due += [(schedule, t) for t in _due(schedule, info, since, now)]
         specs = [s.spec(t, unique_for=self.config.catch_up * 2) for s, t in due]
         results = self.storage.enqueue(specs) if specs else []
         self._last = now  # only now: a failed read or enqueue looks at the same window again
@@ -228,27 +324,36 @@ class CronScheduler:
         return created
 
     def start(self) -> None:
-        """Register the schedules, then run ``tick`` every ``interval`` seconds in a daemon
-        thread."""
-        if not self.schedules:
-            return
+        """Register the code's schedules, then run ``tick`` every ``interval`` seconds in a
+        daemon thread (a worker whose code declares none still runs those added at run
+        time)."""
         try:
             self.register()
         except Exception:  # listing is a convenience: scheduling must start regardless
-            log.exception("could not write periodic schedules to the storage; they run anyway")
+            log.exception("could not write periodic schedules to the storage; trying again")
         self._thread = threading.Thread(target=self._run, name="conveyor-cron", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        failing = False
         while not self._stop.wait(self.config.interval):
             try:
                 self.tick()
-            except Exception:  # a storage hiccup must not end periodic scheduling
+            except StorageUnavailable as exc:  # an outage: one line, not one a second
+                if not failing:
+                    log.warning("periodic scheduler: %s (trying again until it answers)", exc)
+                failing = True
+                continue
+            except Exception:  # anything else must not end periodic scheduling either
                 log.exception("periodic scheduler tick failed; will try again")
+                failing = True
+                continue
+            if failing:
+                log.info("periodic scheduler: working again")
+            failing = False
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the thread and wait for it."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-

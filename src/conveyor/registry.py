@@ -285,6 +285,10 @@ class Registry:
         tell which one a stored job means.
         """
         check_name("job name", fn.name)
+        if fn.is_async and fn.opts.executor == "process":
+            raise ValueError(f"job {fn.name!r} is async def: it runs on the worker's event loop, "
+                             "which cancels it at its timeout (executor='process' is for def "
+                             "jobs)")
         existing = self._jobs.get(fn.name)
         if existing is not None and default_name(existing.func) != default_name(fn.func):
             raise ValueError(
@@ -309,6 +313,11 @@ class Registry:
         not know (yet: retried as any unknown job), or raises ``NotAJob`` for a name that
         will never be a job (the job ends dead at once)."""
         self._resolver = resolver
+
+    def options(self, name: str) -> JobOptions | None:
+        """The options of the job registered under ``name``, or None."""
+        fn = self.get(name)
+        return None if fn is None else fn.opts
 
     def add_aggregator(self, name: str, func: Callable[..., Any]) -> None:
         """Register ``func`` as the aggregator of the job ``name`` (``@app.aggregate``)."""

@@ -58,15 +58,29 @@ def periodic_view(inspector: Inspector) -> list[dict[str, Any]]:
         row["next_tick"] = None if info.paused else next_tick(info, now)
         # False: no live worker listens to the schedule's queue, so its ticks wait there.
         row["queue_listened"] = info.queue not in missing
+        # Where the definition in force comes from: "code", "code, edited" (an operator's
+        # edit stands over the code's, shown as "code"), or "runtime" (added by an operator).
+        row["edited"] = info.edited
+        row["code"] = info.code_definition()
+        row["source"] = f"{info.origin}, edited" if info.edited else info.origin
         out.append(row)
     return out
 
 
-def get_schedule(inspector: Inspector, name: str) -> None:
-    """Raise ``ScheduleNotFound`` unless a schedule named ``name`` is stored."""
-    if all(s.name != name for s in inspector.schedules()):
-        raise ScheduleNotFound(f"no periodic schedule named {name!r} (workers register "
-                               "schedules when they start)")
+def get_schedule(inspector: Inspector, name: str) -> dict[str, Any]:
+    """The ``periodic_view`` row of schedule ``name``; ``ScheduleNotFound`` if none."""
+    for row in periodic_view(inspector):
+        if row["name"] == name:
+            return row
+    raise ScheduleNotFound(f"no periodic schedule named {name!r} (workers register the "
+                           "code's schedules when they start; add one with `conveyor "
+                           "periodic add`)")
+
+
+def schedule_changes_view(inspector: Inspector, name: str | None = None,
+                          limit: int = 50) -> list[dict[str, Any]]:
+    """The audit trail of schedule changes, newest first (of ``name``, or of all)."""
+    return [c.to_wire() for c in inspector.schedule_changes(name, limit)]
 
 
 def worker_view(worker: WorkerInfo, now: float) -> dict[str, Any]:

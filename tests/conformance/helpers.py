@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -147,3 +148,15 @@ def outcome_a_day(store: Backend, clock: FakeClock, days: int = 3) -> None:
         assert ack(store, take_one(store, ["hist"]))
         clock.advance(24 * 3600.0)
     clock.advance(-24 * 3600.0)  # the last outcome's day
+
+
+def periodic_ticks(store: Backend, queue: str = "cron") -> Counter[tuple[str, float]]:
+    """(schedule, tick) of every stored periodic job of ``queue``, counted."""
+    jobs = store.list_jobs(queue=queue, limit=10_000)
+    return Counter((json.loads(j.payload)["m"]["periodic"], json.loads(j.payload)["m"]["tick"])
+                   for j in jobs)
+
+
+def to_next_minute(clock: FakeClock) -> None:
+    """Move the clock just past the next whole minute (ticks fall on minutes)."""
+    clock.advance(60 - clock.now() % 60 + 1)

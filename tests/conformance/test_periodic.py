@@ -4,10 +4,8 @@ per tick however many schedulers run (each on its own connection, as separate wo
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 
 from conveyor.clock import FakeClock
@@ -15,22 +13,19 @@ from conveyor.job import JobState
 from conveyor.periodic import CronConfig, CronScheduler, Schedule
 from conveyor.storage import Backend
 from conveyor.storage.schedule_records import ScheduleInfo
-from tests.conformance.helpers import connections, run_in_threads
+from tests.conformance.helpers import (
+    connections,
+    periodic_ticks,
+    run_in_threads,
+    to_next_minute,
+)
 
 EVERY_MINUTE = Schedule("heartbeat", "* * * * *", "tests.ping", queue="cron")
 EVERY_FIVE = Schedule("report", "*/5 * * * *", "tests.report", queue="cron", args=(7,))
 
 
-def _ticks(store: Backend) -> Counter[tuple[str, float]]:
-    """(schedule, tick) of every stored periodic job, counted."""
-    jobs = store.list_jobs(queue="cron", limit=10_000)
-    return Counter((json.loads(j.payload)["m"]["periodic"], json.loads(j.payload)["m"]["tick"])
-                   for j in jobs)
 
 
-def _to_minute(clock: FakeClock) -> None:
-    """Move the clock just past the next whole minute (ticks fall on minutes)."""
-    clock.advance(60 - clock.now() % 60 + 1)
 
 
 def test_schedules_are_stored_listed_paused_and_keep_operator_state(
@@ -40,7 +35,8 @@ def test_schedules_are_stored_listed_paused_and_keep_operator_state(
     created = clock.now()
     assert [s.name for s in backend.schedules()] == ["heartbeat", "report"]
     assert backend.schedules()[1] == ScheduleInfo("report", "*/5 * * * *", "UTC",
-                                                  "tests.report", "cron", created_at=created)
+                                                  "tests.report", "cron", created_at=created,
+                                                  args="[7]")
     clock.advance(7)
     assert backend.pause_schedule("report") is True
     assert backend.pause_schedule("no-such") is False
@@ -69,7 +65,7 @@ def test_schedules_are_stored_listed_paused_and_keep_operator_state(
 
 def test_many_schedulers_enqueue_each_tick_exactly_once(backend: Backend,
                                                         clock: FakeClock) -> None:
-    _to_minute(clock)
+    to_next_minute(clock)
     start = clock.now()
     with connections(backend, clock, 4) as stores:
         schedulers = [CronScheduler(s, clock, CronConfig(catch_up=90), [EVERY_MINUTE, EVERY_FIVE])
@@ -85,7 +81,7 @@ def test_many_schedulers_enqueue_each_tick_exactly_once(backend: Backend,
         for _ in range(20):  # ten minutes in steps of 30 s
             clock.advance(30)
             run_in_threads(look, len(schedulers))
-    ticks = _ticks(backend)
+    ticks = periodic_ticks(backend)
     assert set(ticks.values()) == {1}, "a tick was enqueued more than once"
     minutes = sorted(t for name, t in ticks if name == "heartbeat")
     fives = sorted(t for name, t in ticks if name == "report")
@@ -101,7 +97,7 @@ def test_many_schedulers_enqueue_each_tick_exactly_once(backend: Backend,
 
 def test_a_paused_schedule_is_skipped_everywhere_and_not_caught_up(
         backend: Backend, clock: FakeClock) -> None:
-    _to_minute(clock)
+    to_next_minute(clock)
     with connections(backend, clock, 2) as (worker, operator):
         sch = CronScheduler(worker, clock, CronConfig(catch_up=30), [EVERY_MINUTE])
         sch.register()
@@ -115,30 +111,30 @@ def test_a_paused_schedule_is_skipped_everywhere_and_not_caught_up(
         assert operator.resume_schedule("heartbeat")
         clock.advance(60)
         assert sch.tick() == 1  # the tick just due; the three paused minutes stay skipped
-    ticks = sorted(t for _, t in _ticks(backend))
+    ticks = sorted(t for _, t in periodic_ticks(backend))
     assert len(ticks) == 2 and ticks[1] - ticks[0] == 240
 
 
 def test_a_restarted_scheduler_enqueues_missed_ticks_once(backend: Backend,
                                                           clock: FakeClock) -> None:
-    _to_minute(clock)
+    to_next_minute(clock)
     with connections(backend, clock, 2) as (first, second):
         before = CronScheduler(first, clock, CronConfig(catch_up=300), [EVERY_MINUTE])
         before.register()
         clock.advance(300)
         assert before.tick() == 5  # the ticks of the five minutes since the schedule exists
-        seen = sum(_ticks(backend).values())
+        seen = sum(periodic_ticks(backend).values())
         clock.advance(150)  # every worker down across two ticks
         after = CronScheduler(second, clock, CronConfig(catch_up=300), [EVERY_MINUTE])
         assert after.tick() == 2  # only the missed ticks; the earlier ones exist already
-    ticks = _ticks(backend)
+    ticks = periodic_ticks(backend)
     assert set(ticks.values()) == {1} and sum(ticks.values()) == seen + 2
     assert all(j.state is JobState.PENDING for j in backend.list_jobs(queue="cron"))
 
 
 def test_a_scheduler_started_after_a_resume_does_not_catch_up_the_paused_ticks(
         backend: Backend, clock: FakeClock) -> None:
-    _to_minute(clock)
+    to_next_minute(clock)
     with connections(backend, clock, 3) as (old, operator, new):
         running = CronScheduler(old, clock, CronConfig(catch_up=300), [EVERY_MINUTE])
         running.register()
@@ -151,7 +147,7 @@ def test_a_scheduler_started_after_a_resume_does_not_catch_up_the_paused_ticks(
         started = CronScheduler(new, clock, CronConfig(catch_up=300), [EVERY_MINUTE])
         started.register()
         assert started.tick() == 1  # its look-back reaches the paused minutes: skipped
-    ticks = sorted(t for _, t in _ticks(backend))
+    ticks = sorted(t for _, t in periodic_ticks(backend))
     assert len(ticks) == 6 and ticks[-1] - ticks[-2] == 240
 
 
@@ -160,14 +156,14 @@ def test_a_long_gap_between_looks_catches_up_only_the_catch_up_window(
     # A scheduler whose looks kept failing (storage down) or stalled for longer than
     # catch_up resumes like a restarted one: older ticks are beyond their unique lock's
     # guarantee, so enqueueing them could run a tick twice.
-    _to_minute(clock)
+    to_next_minute(clock)
     sch = CronScheduler(backend, clock, CronConfig(catch_up=120), [EVERY_MINUTE])
     sch.register()
     clock.advance(120)
     assert sch.tick() == 2
     clock.advance(1200)
     assert sch.tick() == 2  # the last two minutes, not the twenty
-    assert sorted(_ticks(backend).values()) == [1, 1, 1, 1]
+    assert sorted(periodic_ticks(backend).values()) == [1, 1, 1, 1]
 
 
 def _wait(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
@@ -181,11 +177,11 @@ def _wait(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
 def test_scheduler_threads_stopped_across_ticks_and_restarted(backend: Backend,
                                                               clock: FakeClock) -> None:
     # The worker's own lifecycle: start() registers and looks on a thread, stop() ends it.
-    _to_minute(clock)
+    to_next_minute(clock)
     config = CronConfig(interval=0.01, catch_up=300)
 
     def count() -> int:
-        return sum(_ticks(backend).values())
+        return sum(periodic_ticks(backend).values())
 
     backend.save_schedules([EVERY_MINUTE.info()])  # an earlier worker registered it
     clock.advance(300)
@@ -207,7 +203,7 @@ def test_scheduler_threads_stopped_across_ticks_and_restarted(backend: Backend,
         _wait(lambda: count() == 9, "the two missed ticks")
         time.sleep(0.1)  # ten more looks: nothing else may appear
         restarted.stop()
-    ticks = _ticks(backend)
+    ticks = periodic_ticks(backend)
     minutes = sorted(t for _, t in ticks)
     assert set(ticks.values()) == {1}
     assert [b - a for a, b in itertools.pairwise(minutes)] == [60] * 8
@@ -219,7 +215,7 @@ def test_a_new_schedule_never_catches_up_ticks_from_before_it_existed(
     # Registered for the first time at 10:00:31 with a five-minute look-back, the minute
     # schedule enqueued 09:56..10:00 (five ticks from before it existed). Every worker that
     # starts later, however soon, reads the same creation time from the storage.
-    _to_minute(clock)
+    to_next_minute(clock)
     clock.advance(30)
     with connections(backend, clock, 2) as (first, second):
         config = CronConfig(catch_up=300)
@@ -234,7 +230,7 @@ def test_a_new_schedule_never_catches_up_ticks_from_before_it_existed(
         expected = sum(len(s.ticks_between(created, clock.now()))
                        for s in (EVERY_MINUTE, EVERY_FIVE))
         assert expected >= 1 and a.tick() + b.tick() == expected
-    ticks = _ticks(backend)
+    ticks = periodic_ticks(backend)
     assert sum(ticks.values()) == expected and all(t > created for _, t in ticks)
     assert {s.name: s.created_at for s in backend.schedules()} == {
         "heartbeat": created, "report": created}

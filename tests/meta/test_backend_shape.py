@@ -45,8 +45,11 @@ SHARED_BASES = {
     "conveyor.storage.redis.sentinel.PrimaryConnection": "its TLS twin",
 }
 
-SCHEDULES = ("save_schedules", "schedule_pauses", "schedule_ticked", "schedules",
-             "pause_schedule", "resume_schedule")
+SCHEDULES = ("schedule_ticked", "schedules", "schedule_changes")
+#: The schedule members written once for every backend: ``ScheduleEdits``, a part each
+#: storage makes over its schedules part (storage/schedule_edits.py).
+EDITS = ("save_schedules", "schedule_pauses", "pause_schedule", "resume_schedule",
+         "add_schedule", "change_schedule", "reset_schedule", "remove_schedule")
 ASYNC = ("aenqueue", "aget_job", "afinished", "aclose")
 UPKEEP = ("promote_due", "reclaim_expired", "release_worker", "cancel", "create_batch",
           "close_batch", "batch_finished", "trim")
@@ -65,6 +68,8 @@ def _default_home(backend: str, member: str) -> str:
     """Where docs/design.md §3 puts a member: its file, relative to ``storage/``."""
     if member in SCHEDULES:
         return f"{backend}/schedules.py"
+    if member in EDITS:
+        return "schedule_edits.py"
     if member in ("pause_queue", "resume_queue"):
         return f"{backend}/flow.py"
     if member in _members(Outbox):
@@ -77,8 +82,9 @@ def _default_home(backend: str, member: str) -> str:
 
 
 # Where a backend departs from the default, each file named in docs/design.md §3's table
-# ("own parts"). "aio.py" and "base.py" alone are the parts every backend may share:
-# ``ThreadedAsync`` (storage/aio.py) and ``WaitsThenDequeues`` (storage/base.py).
+# ("own parts"). "aio.py", "base.py" and "schedule_edits.py" alone are the parts every
+# backend may share: ``ThreadedAsync`` (storage/aio.py), ``WaitsThenDequeues``
+# (storage/base.py) and ``ScheduleEdits`` (storage/schedule_edits.py).
 HOMES: dict[str, dict[str, str]] = {
     "memory": {"now": "memory/state.py", "wait_dequeue": "base.py",
                **dict.fromkeys(ASYNC, "aio.py")},

@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "conveyor.registry", "conveyor.bulk", "conveyor.client",
                 "conveyor.batch", "conveyor.workflow", "conveyor.running_workflow",
                 "conveyor.canvas_run", "conveyor.canvas", "conveyor.periodic",
-                "conveyor.member")),
+                "conveyor.schedules", "conveyor.member")),
     # the application object that wires the parts, and the public API re-exported from it
     ("app", ("conveyor.aio_app", "conveyor.app", "conveyor")),
     # running jobs (built from an app, never built by one)

@@ -57,6 +57,7 @@ from tests.model.promise import (
     BOOM,
     HANDED_BACK,
     MAX_RECOVERIES,
+    RETRYABLE,
     SHUT_DOWN,
     Expected,
     backoff_window,
@@ -80,6 +81,13 @@ PLAN = st.lists(STEP, min_size=1, max_size=3).map(tuple)
 JOB = st.tuples(st.sampled_from(["sync", "sync", "async", NEW_JOB, SOLO]),
                 st.sampled_from(QUEUES), PLAN)
 FINISH = st.sampled_from(["ok", "log", "fail", "raise"])
+
+
+def _released(job: Expected) -> bool:
+    """The graph released the node since it last went back to waiting (its record's
+    payload holds its parent's result)."""
+    marks = [k for k in job.kinds if k in ("released", "reopened", "retried")]
+    return bool(marks) and marks[-1] == "released"
 
 
 def make_machine(open_store: StoreFactory,
@@ -412,10 +420,29 @@ def make_machine(open_store: StoreFactory,
             job = self.pick(data, lambda j: j.terminal or j.state == "retrying")
             if job is None:
                 return
-            expected = job.retry_by_hand()
+            held = self.held_node(job)
+            expected = job.retry_by_hand() if held is None else held
             if expected:
                 self.graph_ended.discard(job.id)  # it runs again: no longer the graph's
             assert self.storage.retry_jobs([job.id]) == int(expected)
+
+        def held_node(self, job: Expected) -> bool | None:
+            """docs/workflows.md, "Retry a node by hand" (issue 51): a child the graph never
+            released (it never ran) is decided again by its parent — back to ``waiting``
+            while the parent has not settled or when its outcome releases the child (the
+            settle then releases it with the parent's result), refused (``False``) when its
+            outcome would end the child again. ``None``: retried as any job."""
+            edge = self.edges.get(job.id)
+            if edge is None or job.attempt > 0 or job.state not in RETRYABLE or _released(job):
+                return None
+            parent_id, policy = edge
+            parent = self.jobs[parent_id]
+            if parent.terminal and parent.state != "succeeded" and policy not in (
+                    "continue", "ignore"):
+                return False
+            job.retry_by_hand()
+            job.state = "waiting"
+            return True
 
         @rule(queue=st.sampled_from(QUEUES), pause=st.booleans())
         def pause_or_resume(self, queue: str, pause: bool) -> None:

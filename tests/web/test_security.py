@@ -67,7 +67,7 @@ def test_schedule_pause_and_resume_round_trip(site: Site) -> None:
     [resumed_at] = site.app.storage.schedule_pauses().values()
     assert resumed_at is not None  # noted, so workers do not catch up the paused ticks
     reply = client.post("/action", {"op": "pause-schedule", "schedule": "ghost", "csrf": csrf})
-    assert reply.status == 400 and "no periodic schedule named &#x27;ghost&#x27;" in reply.body
+    assert reply.status == 404 and "no periodic schedule named &#x27;ghost&#x27;" in reply.body
     assert client.post("/action", {**form, "op": "pause-schedule", "csrf": "forged"}
                        ).status == 403
     assert site.app.storage.schedule_pauses() == {"restock-check": resumed_at}

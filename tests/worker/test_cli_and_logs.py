@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
@@ -13,7 +14,15 @@ import pytest
 
 from conveyor import Conveyor
 from conveyor.cli.main import main
-from conveyor.cli.worker import AppLoadError, WorkerOptionError, cores, load_app, plan_processes
+from conveyor.cli.worker import (
+    AppLoadError,
+    WorkerOptionError,
+    build_config,
+    cores,
+    load_app,
+    plan_processes,
+    register,
+)
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.launcher import Launcher
 from conveyor.worker.logs import JsonFormatter, configure_logging, reopen_logs
@@ -54,6 +63,20 @@ def test_bad_flags_exit_2_with_one_line(capsys: pytest.CaptureFixture[str],
     assert "--processes must be at least 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["worker", "tests.integration.apps.runs:app", "-q", "critical,zero"])
+
+
+def test_executor_and_recycling_flags_reach_the_config(capsys: pytest.CaptureFixture[str],
+                                                       restore_logging: None) -> None:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["worker", "m:app", "--executor", "process",
+                              "--max-jobs-per-child", "100", "--max-memory-per-child", "512"])
+    config = build_config(args, app="m:app")
+    assert (config.executor, config.app, config.max_jobs_per_child,
+            config.max_memory_per_child) == ("process", "m:app", 100, 512)
+    assert main(["worker", "tests.integration.apps.runs:app", "--max-jobs-per-child", "-1",
+                 "--url", "memory://"]) == 2
+    assert "max jobs and max memory per child" in capsys.readouterr().err
 
 
 def test_one_process_per_core_under_a_supervisor_by_default(

@@ -264,7 +264,7 @@ def test_acker_keeps_acks_when_the_write_fails(app: Conveyor, clock: FakeClock,
 
 def test_the_launcher_runs_the_apps_periodic_schedules(app: Conveyor, clock: FakeClock) -> None:
     _noop_app(app)
-    app.schedules = [Schedule("every-minute", "* * * * *", "noop")]
+    app.schedules.declare(Schedule("every-minute", "* * * * *", "noop"))
     launcher = Launcher(app, WorkerConfig(concurrency=1))
     assert launcher.cron.tick() == 0  # registers it: no tick from before it existed
     clock.advance(60)

@@ -66,14 +66,25 @@ def register(subparsers: Any) -> None:
     p.add_argument("--broker", default=None,
                    help="broker URL that delivers jobs, e.g. amqp://… (overrides the app's and "
                         "CONVEYOR_BROKER; docs/brokers.md)")
+    p.add_argument("--executor", choices=("thread", "process"), default="thread",
+                   help="where def jobs run: the thread pool (default), or job processes the "
+                        "worker kills at a job's timeout (a job's own executor= wins)")
+    p.add_argument("--max-jobs-per-child", type=int, default=0, metavar="N",
+                   help="replace a process after it ran N jobs (it finishes what it runs "
+                        "first; 0: never)")
+    p.add_argument("--max-memory-per-child", type=int, default=0, metavar="MIB",
+                   help="replace a process whose resident memory passed MIB MiB after a job "
+                        "(0: never)")
     p.add_argument("--republish-after", type=float, default=300.0, metavar="SECONDS",
                    help="with a broker: publish again a job published this long ago that no "
                         "worker started (a message the broker lost; default 300)")
     p.set_defaults(func=run)
 
 
-def build_config(args: argparse.Namespace, worker_id: str | None = None) -> WorkerConfig:
-    """The ``WorkerConfig`` the flags describe; ``ConveyorError`` on bad values."""
+def build_config(args: argparse.Namespace, worker_id: str | None = None,
+                 app: str = "") -> WorkerConfig:
+    """The ``WorkerConfig`` the flags describe (``app``: the app's ``module:attribute``, for
+    job processes); ``ConveyorError`` on bad values."""
     try:
         config = WorkerConfig(
             queues=tuple(args.queues or [QueueWeight("default")]),
@@ -84,6 +95,10 @@ def build_config(args: argparse.Namespace, worker_id: str | None = None) -> Work
             lease=args.lease,
             heartbeat_interval=min(2.0, args.lease / 5),
             republish_after=args.republish_after,
+            executor=getattr(args, "executor", "thread"),
+            app=app,
+            max_jobs_per_child=getattr(args, "max_jobs_per_child", 0),
+            max_memory_per_child=getattr(args, "max_memory_per_child", 0),
         )
     except ValueError as exc:
         raise WorkerOptionError(str(exc)) from exc
@@ -132,12 +147,15 @@ def run(args: argparse.Namespace) -> int:
         app.url = source.url
     if args.broker:
         app.broker_url = args.broker
-    config = build_config(args)  # fail fast on bad flags, before forking
+    config = build_config(args, app=spec.spec)  # fail fast on bad flags, before forking
     processes, supervised = plan_processes(args.processes)
+    if not supervised and (config.max_jobs_per_child or config.max_memory_per_child):
+        log.warning("--processes 1 runs no supervisor: the worker process itself is never "
+                    "recycled (job processes of --executor process are)")
 
     def body(worker_id: str | None = None) -> int:
         # A fresh config per process: each gets its own worker id (a supervisor's choice).
-        launcher = Launcher(app, build_config(args, worker_id))
+        launcher = Launcher(app, build_config(args, worker_id, spec.spec), recycle=supervised)
         try:
             code = launcher.run()
         finally:

@@ -169,9 +169,11 @@ class Storage(Protocol):
         """Move scheduled and retrying jobs whose time has come to pending; returns how many."""
         ...
 
-    def save_schedules(self, schedules: Sequence[ScheduleInfo]) -> None:
-        """Create or update periodic schedule definitions (name, cron, tz, job, queue); an
-        existing schedule keeps its paused flag and last tick."""
+    def save_schedules(self, schedules: Sequence[ScheduleInfo], by: str = "") -> None:
+        """Write the periodic schedules a worker's code declares (``by``: the worker): a new
+        one is created; an existing one keeps its pause state and last tick, and an operator's
+        edit stands unless the code declares something new for it
+        (``storage/schedule_edits.py``). Each change is one step with its audit entry."""
         ...
 
     def schedule_pauses(self) -> dict[str, float | None]:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from conveyor.job import JobRecord, JobState
@@ -11,7 +11,7 @@ from conveyor.storage.batch_records import BatchStatus
 from conveyor.storage.graph import GraphNode
 from conveyor.storage.job_heads import HEAD_CHARS, JobHead
 from conveyor.storage.queue_stats import QueueStats
-from conveyor.storage.schedule_records import ScheduleInfo
+from conveyor.storage.schedule_records import ScheduleChange, ScheduleInfo
 from conveyor.storage.totals import JobTotals, MinuteTotals
 from conveyor.storage.workers import WorkerInfo
 
@@ -110,14 +110,43 @@ class Inspector(Protocol):
         """Every stored periodic schedule, by name."""
         ...
 
-    def pause_schedule(self, name: str) -> bool:
+    def pause_schedule(self, name: str, by: str = "") -> bool:
         """Stop every worker from enqueueing ``name``'s ticks; False for an unknown name.
-        Ticks that fall while paused are skipped, not caught up on resume."""
+        Ticks that fall while paused are skipped, not caught up on resume. ``by`` names who
+        did it in the audit trail (``schedule_changes``), as for every change below."""
         ...
 
-    def resume_schedule(self, name: str) -> bool:
+    def resume_schedule(self, name: str, by: str = "") -> bool:
         """Undo ``pause_schedule`` (noting the time, so ticks of the paused period are not
         caught up later); False for an unknown name."""
+        ...
+
+    def add_schedule(self, info: ScheduleInfo, by: str) -> ScheduleInfo:
+        """Store a schedule added at run time (``origin`` runtime) and return it as stored;
+        ``ScheduleExists`` when the name is taken. The caller checked the definition."""
+        ...
+
+    def change_schedule(self, name: str, changes: Mapping[str, str], by: str) -> ScheduleInfo:
+        """Change fields of a schedule's definition (``DEFINITION_FIELDS``); an edit of a
+        declared schedule stands over the code's until ``reset_schedule`` or a new declaration
+        (``save_schedules``). Returns the
+        schedule as stored; ``ScheduleNotFound`` for an unknown name."""
+        ...
+
+    def reset_schedule(self, name: str, by: str) -> ScheduleInfo:
+        """Put a declared schedule's code definition back in force; ``ValueError`` when no
+        edit overrides it, ``ScheduleNotFound`` for an unknown name."""
+        ...
+
+    def remove_schedule(self, name: str, by: str) -> ScheduleInfo | None:
+        """Remove a schedule; what it was, or None for an unknown name. A schedule the code
+        still declares is written again by the next worker that starts."""
+        ...
+
+    def schedule_changes(self, name: str | None = None, limit: int = 50
+                         ) -> list[ScheduleChange]:
+        """The audit trail, newest first: every change of ``name`` (None: of every schedule),
+        at most ``limit``; each store keeps the newest 1,000 changes."""
         ...
 
     def workers(self) -> list[WorkerInfo]:

@@ -9,6 +9,7 @@ from conveyor.failures import failure_states, retry_failures
 from conveyor.job import JobState
 from conveyor.storage.base import Inspector
 from conveyor.views import parse_state
+from conveyor.web import schedule_actions
 
 Form = dict[str, list[str]]
 
@@ -78,17 +79,6 @@ def _resume(insp: Inspector, form: Form) -> str:
     return f"resumed {queue}"
 
 
-def _schedule(pause: bool) -> Callable[[Inspector, Form], str]:
-    def run(insp: Inspector, form: Form) -> str:
-        name = _one(form, "schedule")
-        change = insp.pause_schedule if pause else insp.resume_schedule
-        if not change(name):
-            raise ConveyorError(f"no periodic schedule named {name!r}")
-        return f"{'paused' if pause else 'resumed'} schedule {name}"
-
-    return run
-
-
 def _command(command: str) -> Callable[[Inspector, Form], str]:
     def run(insp: Inspector, form: Form) -> str:
         worker = _one(form, "worker")
@@ -119,15 +109,18 @@ OPERATIONS: dict[str, Callable[[Inspector, Form], str]] = {
     "retry": _retry, "delete": _delete, "kill": _kill, "retry-all": _retry_all,
     "clear": _clear, "pause": _pause, "resume": _resume, "quiet": _command("quiet"),
     "stop": _command("stop"), "cancel-batch": _cancel_batch, "retry-batch": _retry_batch,
-    "pause-schedule": _schedule(True), "resume-schedule": _schedule(False),
 }
 
 
-def perform(insp: Inspector, path: str, form: Form) -> str:
-    """Apply the operation named by the form's ``op``; returns a message for the operator."""
+def perform(insp: Inspector, path: str, form: Form, by: str = "dashboard") -> str:
+    """Apply the operation named by the form's ``op``; returns a message for the operator.
+    ``by`` names who asked, in the audit trail of the changes that keep one (schedules)."""
     if path != "/action":
         raise ConveyorError(f"nothing to POST to at {path}")
     op = form.get("op", [""])[0]
+    scheduling = schedule_actions.OPERATIONS.get(op)
+    if scheduling is not None:
+        return scheduling(insp, form, by)
     handler = OPERATIONS.get(op)
     if handler is None:
         raise ConveyorError(f"unknown operation {op!r}")

@@ -167,7 +167,9 @@ class Dashboard:
             if not (sent and hmac.compare_digest(sent.encode(), csrf.encode())):
                 return Response("missing or wrong CSRF token; reload the page and try again",
                                 403, "text/plain")
-        result = await self.call(lambda insp: actions.perform(insp, request.path, request.form))
+        by = f"dashboard {request.client}".rstrip()
+        result = await self.call(lambda insp: actions.perform(insp, request.path, request.form,
+                                                              by))
         if request.headers.get("accept", "").startswith("application/json"):
             return json_response({"ok": True, "message": result})
         response = redirect(safe_next(request.field("next"), "/"))

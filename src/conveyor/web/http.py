@@ -47,6 +47,7 @@ class Request:
     secure: bool = False  # served over https (TLS, or a trusted proxy's X-Forwarded-Proto)
     flash: str = ""  # the message of the last action, from the server's signed cookie
     store: str = ""  # the store the dashboard reads, as every page's header names it
+    client: str = ""  # the peer's address (ASGI ``client``): who made a change, in audit trails
     #: Set when the client disconnects (``lanes.watch``): a long read stops at its next step.
     gone: threading.Event = field(default_factory=threading.Event)
 
@@ -98,6 +99,7 @@ class Request:
             query=_parse_qs(bytes(scope.get("query_string", b"")), blanks=False),
             headers=headers, cookies={k: m.value for k, m in cookie.items()},
             secure=scope.get("scheme") == "https",
+            client=str((scope.get("client") or ("",))[0] or ""),
         )
         return request
 

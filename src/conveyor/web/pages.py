@@ -27,11 +27,10 @@ from conveyor.views import (
     fmt_duration,
     get_job,
     job_view,
-    periodic_view,
     stats_view,
     workers_view,
 )
-from conveyor.web import pages_jobs
+from conveyor.web import pages_jobs, pages_periodic
 from conveyor.web.http import Request, Response, StorageCaller, json_response
 from conveyor.web.render import badge, button_form, e, layout, link, page, table, when
 
@@ -142,36 +141,6 @@ async def workers(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]
     return page("Workers", "/workers", live, request, csrf)
 
 
-_NO_WORKER = (' <span class="badge s-dead" title="no running worker listens to this queue: '
-              'its ticks wait there">no worker</span>')
-
-
-async def periodic(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
-    """The periodic schedules workers registered, with pause/resume."""
-    view = await dash.call(periodic_view)
-    rows = []
-    for s in view:
-        action = "resume-schedule" if s["paused"] else "pause-schedule"
-        rows.append([e(s["name"]), f"<code>{e(s['cron'])}</code>", e(s["tz"]),
-                     e(s["job_name"]), link(f"/jobs?queue={s['queue']}", s["queue"])
-                     + ("" if s["queue_listened"] else _NO_WORKER),
-                     badge("paused") if s["paused"] else badge("running"),
-                     when(s["last_tick"]), when(s["next_tick"]),
-                     button_form(action, "Resume" if s["paused"] else "Pause", csrf,
-                                 "/periodic", schedule=s["name"])])
-    live = (table(("Schedule", "Cron", "Time zone", "Job", "Queue", "State", "Last tick",
-                   "Next tick", ""), rows, "periodic") if rows else
-            '<p class="empty">No periodic schedules yet: workers register the app\'s '
-            "<code>@app.periodic</code> schedules when they start.</p>")
-    return page("Periodic", "/periodic", live, request, csrf)
-
-
-async def api_periodic(dash: Dashboard, request: Request, csrf: str,
-                       m: re.Match[str]) -> Response:
-    """``periodic_view`` as JSON."""
-    return json_response(await dash.call(periodic_view))
-
-
 async def api_stats(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
     """``stats_view`` as JSON (the overview charts poll it)."""
     return json_response(await dash.call(stats_view))
@@ -247,7 +216,9 @@ async def _jobs(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) 
 ROUTES: list[tuple[re.Pattern[str], Page]] = [
     (re.compile(p), f) for p, f in (
         (r"/", overview), (r"/queues", queues), (r"/workers", workers), (r"/jobs", _jobs),
-        (r"/periodic", periodic), (r"/api/periodic", api_periodic),
+        (r"/periodic", pages_periodic.periodic), (r"/api/periodic", pages_periodic.api_periodic),
+        (r"/api/periodic/history", pages_periodic.api_history),
+        (r"/periodic/(?P<name>[^/]+)", pages_periodic.schedule),
         (r"/scheduled", _state_page(JobState.SCHEDULED)),
         (r"/retrying", _state_page(JobState.RETRYING)), (r"/dead", _state_page(JobState.DEAD)),
         (r"/jobs/(?P<id>[^/]+)", pages_jobs.job), (r"/batches", pages_jobs.batches),

@@ -98,6 +98,16 @@ class WorkerConfig:
     relay_window: int = 0
     relay_idle: float = 0.25
     republish_after: float = 300.0
+    #: Where ``def`` jobs run unless their own ``executor=`` says (docs/worker.md,
+    #: "Executors"): ``"thread"`` (the pool), or ``"process"`` (job processes, killed at a
+    #: job's timeout). ``app`` is the app as ``module:attribute`` for job processes to import
+    #: ("" : found among the imported modules).
+    executor: str = "thread"
+    app: str = ""
+    #: Recycling (docs/worker.md, "Recycling"): after this many jobs, or once its resident
+    #: memory passes this many MiB after a job, a process that runs jobs is replaced (0: never).
+    max_jobs_per_child: int = 0
+    max_memory_per_child: int = 0
     worker_id: str = field(default_factory=_default_worker_id)
 
     def __post_init__(self) -> None:
@@ -116,6 +126,10 @@ class WorkerConfig:
             raise ValueError("reserve_window must be 0 or more seconds")
         if self.republish_after <= 0:
             raise ValueError("republish_after must be more than 0 seconds")
+        if self.executor not in ("thread", "process"):
+            raise ValueError(f"executor must be 'thread' or 'process', not {self.executor!r}")
+        if self.max_jobs_per_child < 0 or self.max_memory_per_child < 0:
+            raise ValueError("max jobs and max memory per child must be 0 (no limit) or more")
 
     def reserve_limit(self) -> int:
         """Jobs at most held ahead of the free slots: ``reserve``; by default sixteen times

@@ -4,7 +4,9 @@ Thread jobs cannot be killed in Python. When one runs past its timeout, the watc
 it as an error (``JobTimeout``, retried like any other), marks its thread *abandoned* and
 starts a replacement thread so the worker keeps its full concurrency. The stuck thread is a
 daemon: it finishes (its late result is discarded) or dies with the process. Async jobs are
-really cancelled (``asyncio.wait_for``).
+really cancelled (``asyncio.wait_for``). A ``def`` job whose executor is ``"process"`` is
+handed by its pool thread to a job process, which is killed at the deadline
+(``worker/job_processes.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable
 
 from conveyor.job import Ack
 from conveyor.worker.inflight import Entry
+from conveyor.worker.job_processes import JobProcesses
 from conveyor.worker.processor import Processor
 
 __all__ = ["AsyncExecutor", "Finish", "ThreadExecutor"]
@@ -40,10 +43,12 @@ class _Slot:
 class ThreadExecutor:
     """``size`` daemon threads taking entries from one queue (no thread per job)."""
 
-    def __init__(self, size: int, processor: Processor, finish: Finish) -> None:
+    def __init__(self, size: int, processor: Processor, finish: Finish,
+                 processes: JobProcesses | None = None) -> None:
         self.size = size
         self.processor = processor
         self.finish = finish
+        self.processes = processes  # where a thread hands an ``executor="process"`` job
         self._queue: queue.SimpleQueue[Entry | None] = queue.SimpleQueue()
         self._slots: list[_Slot] = []
         self._lock = threading.Lock()
@@ -71,12 +76,16 @@ class ThreadExecutor:
 
     def _work(self, slot: _Slot) -> None:
         run, finish, get = self.processor.run, self.finish, self._queue.get
+        processes = self.processes
         while True:
             entry = get()
             if entry is None:
                 return
             slot.current = entry
-            ack = run(entry)
+            if entry.executor == "process" and processes is not None:
+                ack = processes.run(entry)  # it kills the job's process at its deadline
+            else:
+                ack = run(entry)
             slot.current = None
             finish(entry, ack)  # a no-op when the watchdog already claimed the entry
             if slot.abandoned:
@@ -96,6 +105,8 @@ class ThreadExecutor:
             entry = slot.current
             if entry is None or slot.abandoned or entry.deadline is None or now < entry.deadline:
                 continue
+            if entry.executor == "process" and self.processes is not None:
+                continue  # its thread waits for a job process it kills at the deadline
             slot.abandoned = True
             with self._lock:
                 self._slots.remove(slot)

@@ -45,6 +45,9 @@ class Entry:
     grouped: bool = False
     members: list[Entry] = field(default_factory=list)
     member: Any = None  # this job's ``conveyor.Member`` in a run, with its outcome
+    #: Where a ``def`` job runs: ``"thread"`` (the pool's thread) or ``"process"`` (a job
+    #: process, worker/job_processes.py), from its options or the worker's ``--executor``.
+    executor: str = "thread"
 
 
 class InFlight:

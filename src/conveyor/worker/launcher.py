@@ -11,6 +11,7 @@ loses a job.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import threading
@@ -34,10 +35,12 @@ from conveyor.worker.fetcher import Fetcher
 from conveyor.worker.heartbeat import Heartbeater
 from conveyor.worker.inflight import Entry, InFlight
 from conveyor.worker.janitor import Janitor
+from conveyor.worker.job_processes import JobProcesses
 from conveyor.worker.logs import reopen_logs
 from conveyor.worker.poller import Poller
 from conveyor.worker.processor import Processor
 from conveyor.worker.recoverer import Recoverer
+from conveyor.worker.recycling import RECYCLE_EXIT, Recycling
 from conveyor.worker.relay import Relay
 from conveyor.worker.reserve import Reserve
 from conveyor.worker.signals import SignalPipe, log_stacks
@@ -63,16 +66,27 @@ class _Component(Protocol):
 class Launcher:
     """Builds and runs every component of one worker process for ``app``."""
 
-    def __init__(self, app: Conveyor, config: WorkerConfig, clock: Clock | None = None) -> None:
+    def __init__(self, app: Conveyor, config: WorkerConfig, clock: Clock | None = None, *,
+                 recycle: bool = False) -> None:
         self.app = app
         self.config = config
         self.clock = clock or app.clock
         storage = self.storage = app.storage
         self.inflight = InFlight(config.concurrency)
         self.reserve = Reserve(config.reserve_limit(), config.reserve_window)
-        self.processor = Processor(app, config.worker_id, self.clock)
+        self.processor = Processor(app, config.worker_id, self.clock, config.executor)
         self.acker = Acker(storage, self.clock, config)
-        self.threads = ThreadExecutor(config.concurrency, self.processor, self.finish)
+        limits = {"jobs": config.max_jobs_per_child, "memory": config.max_memory_per_child}
+        self.processes = JobProcesses(self.processor, self.clock, {
+            "app": config.app, "worker": config.worker_id, "limits": limits}, app)
+        # Recycling (worker/recycling.py): ``recycle`` says a supervisor replaces this process
+        # when it retires; without one it is never retired (nothing would start another).
+        self.recycle = recycle
+        self.recycling = Recycling(config.max_jobs_per_child, config.max_memory_per_child,
+                                   self.retire)
+        self.retiring = False
+        self.threads = ThreadExecutor(config.concurrency, self.processor, self.finish,
+                                      self.processes)
         self.loop = AsyncExecutor(self.processor, self.finish)
         self.heartbeat = Heartbeater(storage, self.clock, config, inflight=self.inflight,
                                      acker=self.acker, reserve=self.reserve,
@@ -80,7 +94,8 @@ class Launcher:
         self.recoverer = Recoverer(storage, self.clock, config)
         self.poller = Poller(storage, self.clock, config)
         self.janitor = Janitor(storage, self.clock, config, retention=app.retention)
-        self.cron = CronScheduler(storage, self.clock, CronConfig(), app.schedules)
+        self.cron = CronScheduler(storage, self.clock, CronConfig(), app.schedules.declared,
+                                  jobs=app.registry.options, by=f"worker {config.worker_id}")
         self.watchdog = Watchdog(storage, self.clock, config, inflight=self.inflight,
                                  threads=self.threads, timed_out=self.processor.timed_out,
                                  finish=self.finish)
@@ -108,6 +123,19 @@ class Launcher:
             if not entry.lost:
                 self.acker.add(ack)
             self.fetcher.start_reserved()
+            if entry.executor != "process":  # a job process counts its own jobs
+                self.recycling.job_ended()
+
+    def retire(self, reason: str) -> None:
+        """Replace this process (a recycling limit, ``reason``): stop taking jobs, let the
+        running ones end however long they take, exit with ``RECYCLE_EXIT`` for the
+        supervisor to start a new one (worker/recycling.py)."""
+        if not self.recycle:
+            log.warning("not recycled: %s, but no supervisor would start another process "
+                        "(--processes 1)", reason)
+            return
+        self.retiring = True
+        self.request_stop()
 
     # -- lifecycle --------------------------------------------------------------------------
     def _components(self) -> list[_Component]:
@@ -133,7 +161,7 @@ class Launcher:
 
     def _check_periodic_queues(self) -> None:
         """Warn (one line) when this app's periodic ticks go to a queue nobody listens to."""
-        if not self.app.schedules:
+        if not self.app.schedules.declared:
             return
         try:
             listened = {q for w in self.storage.workers() for q in w.queues}
@@ -141,7 +169,7 @@ class Launcher:
             log.exception("could not list the workers to check the periodic queues")
             return
         listened.update(self.config.queue_names)
-        missing = unlistened(self.app.schedules, listened)
+        missing = unlistened(self.app.schedules.declared, listened)
         if missing:
             log.warning("%s", describe_unlistened(missing))
 
@@ -179,18 +207,20 @@ class Launcher:
             log.warning("unknown remote command %r ignored", command)
 
     def run(self) -> int:
-        """Run until TERM/INT (or a remote ``stop``); returns the exit code (0)."""
+        """Run until TERM/INT (or a remote ``stop``, or retiring); returns the exit code: 0,
+        or ``RECYCLE_EXIT`` after retiring (every job it took ended or was handed back)."""
         self.signals = SignalPipe().install()
         try:
             self.start()
             while not self._stop.is_set():
                 for signum in self.signals.wait(None):
-                    self.on_signal(signum)
-            self.stop(self.config.shutdown_timeout)
+                    if self.on_signal(signum):
+                        self.retiring = False  # an operator's stop: the usual timeout
+            self.stop(math.inf if self.retiring else self.config.shutdown_timeout)
         finally:
             self.signals.restore()
             self.signals = None
-        return 0
+        return RECYCLE_EXIT if self.retiring else 0
 
     def on_signal(self, signum: int) -> bool:
         """Act on one signal; True when it asks for a stop."""
@@ -214,6 +244,7 @@ class Launcher:
         self.fetcher.stop(5.0)  # no dispatch may race the wait below
         if not self._wait_for_jobs(timeout):
             self.hard_shutdown()
+        self.processes.close()  # after the hard shutdown: killed jobs were put back first
         for component in reversed(self._components()[1:-1]):
             component.stop(5.0)
         if self.feed is not None:  # after the acker's last write: nothing held is settled
@@ -236,6 +267,13 @@ class Launcher:
                 time.sleep(min(left, 0.05))
                 continue
             for signum in self.signals.wait(min(left, 0.1)):
+                if signum in _STOP and self.retiring:  # a stop while retiring: a usual one
+                    log.info("received %s while retiring: stopping within %gs",
+                             signal.Signals(signum).name, self.config.shutdown_timeout)
+                    self.retiring = False
+                    started = time.monotonic()
+                    deadline = started + self.config.shutdown_timeout
+                    continue
                 if signum in _STOP and time.monotonic() - started >= _SECOND_STOP_AFTER:
                     log.warning("second %s: hard shutdown now", signal.Signals(signum).name)
                     return False

@@ -8,7 +8,9 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["JsonFormatter", "configure_logging", "reopen_logs"]
+__all__ = ["JsonFormatter", "configure_logging", "logging_settings", "reopen_logs"]
+
+_settings: dict[str, Any] = {}  # the last configure_logging call's, for job processes
 
 _JOB_FIELDS = ("job_id", "job_name", "attempt", "outcome", "reason")
 _TEXT = "%(asctime)s %(levelname)s pid=%(process)d %(threadName)s %(name)s: %(message)s"
@@ -68,6 +70,14 @@ def configure_logging(
     handler._conveyor = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level)
+    _settings.clear()
+    _settings.update(fmt=fmt, path=path, level=level)
+
+
+def logging_settings() -> dict[str, Any]:
+    """How this process configured its logging (``configure_logging``'s arguments, empty if
+    it never did): a job process logs the same way, to the same place."""
+    return dict(_settings)
 
 
 def reopen_logs() -> None:

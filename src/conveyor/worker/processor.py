@@ -42,10 +42,12 @@ def error_info(exc: BaseException) -> ErrorInfo:
 class Processor:
     """Runs jobs of one app for one worker id; stateless between jobs, safe across threads."""
 
-    def __init__(self, app: Conveyor, worker_id: str, clock: Clock) -> None:
+    def __init__(self, app: Conveyor, worker_id: str, clock: Clock,
+                 executor: str = "thread") -> None:
         self.app = app
         self.worker_id = worker_id
         self.clock = clock
+        self.executor = executor  # where def jobs run unless their options say
         self.groups = GroupRuns(self)
 
     def prepare(self, job: LeasedJob) -> Entry | Ack:
@@ -75,8 +77,10 @@ class Processor:
         now = self.clock.now()
         timeout = job.timeout if job.timeout is not None else fn.opts.timeout
         deadline = now + timeout if timeout else None
+        grouped = aggregator is not None
+        executor = "thread" if grouped else fn.opts.executor or self.executor
         return Entry(job, fn, ctx, args, kwargs, started=now, deadline=deadline, logged_at=now,
-                     grouped=aggregator is not None)
+                     grouped=grouped, executor=executor)
 
     def _unknown(self, job: LeasedJob, what: str = "no job named") -> Ack:
         """A job this worker's code does not define: an error retried with the default

@@ -5,7 +5,10 @@ Used by ``conveyor worker`` (one child per core by default, or ``--processes N``
 holds no storage connection and no threads (the app opens its storage lazily, in each child
 after the fork), so a restarted child never inherits one. A child that dies unexpectedly
 (crash, OOM kill, ``kill -9``) is restarted after a backoff that doubles while it keeps dying
-young, so a crash loop does not spin. After TERM/INT the supervisor waits for every child's own
+young, so a crash loop does not spin. A child that retired at a recycling limit
+(``--max-jobs-per-child``, ``--max-memory-per-child``: worker/recycling.py) exits with
+``RECYCLE_EXIT`` having ended or handed back every job it took: it is replaced at once, with
+no backoff and nothing to release. After TERM/INT the supervisor waits for every child's own
 graceful stop, and exits when all are gone.
 
 **Release.** The supervisor chooses each child's worker id before the fork, so when ``waitpid``
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 from conveyor.ids import new_id
 from conveyor.worker.config import make_worker_id
 from conveyor.worker.logs import reopen_logs
+from conveyor.worker.recycling import RECYCLE_EXIT
 from conveyor.worker.signals import HANDLED, SignalPipe
 
 __all__ = ["Supervisor"]
@@ -72,7 +76,8 @@ class Supervisor:
         self.stopping = False
         self._kill_at: float | None = None
         self._pipe: SignalPipe | None = None
-        self.restarts = 0
+        self.restarts = 0  # after a crash
+        self.recycled = 0  # processes that retired at a recycling limit and were replaced
 
     def run(self) -> int:
         """Fork the children and supervise them until they have all stopped after a TERM."""
@@ -91,7 +96,7 @@ class Supervisor:
         finally:
             self._pipe.restore()
             self._pipe = None
-        log.info("supervisor stopped (%d restarts)", self.restarts)
+        log.info("supervisor stopped (%d restarts, %d recycled)", self.restarts, self.recycled)
         return 0
 
     def _alive(self) -> list[_Child]:
@@ -178,6 +183,14 @@ class Supervisor:
     def _exited(self, child: _Child, status: int) -> None:
         child.pid = 0
         code = os.waitstatus_to_exitcode(status)
+        if code == RECYCLE_EXIT:  # retired cleanly (worker/recycling.py): a new one, now
+            child.crashes = 0
+            child.restart_at = None if self.stopping else time.monotonic()
+            self.recycled += 1
+            log.info("worker process (slot %d) recycled after %.1fs%s", child.slot,
+                     time.monotonic() - child.started,
+                     "" if self.stopping else "; starting its replacement")
+            return
         if code != 0:  # no clean stop: whatever it held is orphaned (0 = handed back)
             self._release(child)
         if self.stopping or code == 0:
@@ -195,7 +208,8 @@ class Supervisor:
         now = time.monotonic()
         for child in self.children:
             if child.restart_at is not None and child.restart_at <= now and not self.stopping:
-                self.restarts += 1
+                if child.crashes:  # a recycled process is replaced, not restarted
+                    self.restarts += 1
                 self._spawn(child)
 
     def _kill_stragglers(self) -> None:

@@ -38,7 +38,9 @@ def record(step: str, member: Member | None = None, **extra: Any) -> None:
     if not path:
         return
     ctx = current_job() if member is None else member.ctx
-    line = {"j": ctx.job_id, "a": ctx.attempt, "p": os.getpid(), "s": step, "t": time.time()}
+    # "pp": the parent, the worker process whose job process ran it (--executor process)
+    line = {"j": ctx.job_id, "a": ctx.attempt, "p": os.getpid(), "pp": os.getppid(), "s": step,
+            "t": time.time()}
     line.update(extra)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:

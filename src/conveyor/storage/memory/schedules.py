@@ -1,39 +1,52 @@
-"""Periodic schedules of the memory backend: definitions, pause state and last ticks."""
+"""Periodic schedules of the memory backend: records, last ticks and the audit trail under one
+lock (the rules of each change are ``storage/schedule_edits.py``'s)."""
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable
 
-from conveyor.clock import Clock
-from conveyor.storage.schedule_records import ScheduleInfo
+from conveyor.storage.schedule_edits import CHANGES_KEPT, ScheduleTxn, T, newest
+from conveyor.storage.schedule_records import ScheduleChange, ScheduleInfo
+
+
+class _Step:
+    """One schedule's step, run under ``MemorySchedules``' lock."""
+
+    def __init__(self, owner: MemorySchedules, name: str) -> None:
+        self.owner = owner
+        self.name = name
+
+    def read(self) -> ScheduleInfo | None:
+        return self.owner._schedules.get(self.name)
+
+    def write(self, info: ScheduleInfo) -> None:
+        old = self.owner._schedules.get(self.name)
+        self.owner._schedules[self.name] = dataclasses.replace(
+            info, last_tick=None if old is None else old.last_tick)
+
+    def delete(self) -> None:
+        self.owner._schedules.pop(self.name, None)
+
+    def note(self, change: ScheduleChange) -> None:
+        self.owner._changes.appendleft(change)
 
 
 class MemorySchedules:
-    """The schedule part of ``Storage`` and ``Inspector``, under its own lock."""
+    """The schedules themselves, under their own lock: the steps ``ScheduleEdits`` runs its
+    rules in, the ticks and the audit trail."""
 
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
+    def __init__(self) -> None:
         self._schedule_lock = threading.Lock()
         self._schedules: dict[str, ScheduleInfo] = {}
+        self._changes: deque[ScheduleChange] = deque(maxlen=CHANGES_KEPT)
 
-    def save_schedules(self, schedules: Sequence[ScheduleInfo]) -> None:
-        """Create or update definitions; pause state, last ticks and creation time are kept."""
+    def apply(self, name: str, rule: Callable[[ScheduleTxn], T]) -> T:
+        """Run ``rule`` over schedule ``name`` under the lock (``ScheduleSteps``)."""
         with self._schedule_lock:
-            for s in schedules:
-                old = self._schedules.get(s.name)
-                self._schedules[s.name] = dataclasses.replace(
-                    s, paused=False, last_tick=None, resumed_at=None,
-                    created_at=self._clock.now()) if old is None else dataclasses.replace(
-                    s, paused=old.paused, last_tick=old.last_tick, resumed_at=old.resumed_at,
-                    created_at=old.created_at)
-
-    def schedule_pauses(self) -> dict[str, float | None]:
-        """Paused schedules (None) and resumed ones (when)."""
-        with self._schedule_lock:
-            return {n: None if s.paused else s.resumed_at for n, s in self._schedules.items()
-                    if s.paused or s.resumed_at is not None}
+            return rule(_Step(self, name))
 
     def schedule_ticked(self, name: str, tick: float) -> None:
         """Record the newest enqueued tick."""
@@ -47,21 +60,9 @@ class MemorySchedules:
         with self._schedule_lock:
             return [self._schedules[n] for n in sorted(self._schedules)]
 
-    def pause_schedule(self, name: str) -> bool:
-        """Pause a schedule; False if unknown."""
-        return self._set_paused(name, True)
-
-    def resume_schedule(self, name: str) -> bool:
-        """Resume a schedule; False if unknown."""
-        return self._set_paused(name, False)
-
-    def _set_paused(self, name: str, paused: bool) -> bool:
+    def schedule_changes(self, name: str | None = None, limit: int = 50
+                         ) -> list[ScheduleChange]:
+        """The audit trail, newest first."""
         with self._schedule_lock:
-            s = self._schedules.get(name)
-            if s is None:
-                return False
-            if s.paused != paused:  # resuming a running schedule must not move resumed_at
-                resumed_at = s.resumed_at if paused else self._clock.now()
-                self._schedules[name] = dataclasses.replace(s, paused=paused,
-                                                            resumed_at=resumed_at)
-            return True
+            changes = list(self._changes)
+        return newest(iter(changes), name, limit)

@@ -48,6 +48,7 @@ from conveyor.storage.rules import (
     WORKER_DIED,
     broken_key,
 )
+from conveyor.storage.schedule_edits import ScheduleEdits
 from conveyor.storage.workers import WorkerInfo
 
 
@@ -79,12 +80,17 @@ class MemoryStorage:
     pause_queue = delegate("_flow", MemoryFlow.pause_queue)
     resume_queue = delegate("_flow", MemoryFlow.resume_queue)
     # schedules (Storage and Inspector)
-    save_schedules = delegate("_schedules", MemorySchedules.save_schedules)
-    schedule_pauses = delegate("_schedules", MemorySchedules.schedule_pauses)
     schedule_ticked = delegate("_schedules", MemorySchedules.schedule_ticked)
     schedules = delegate("_schedules", MemorySchedules.schedules)
-    pause_schedule = delegate("_schedules", MemorySchedules.pause_schedule)
-    resume_schedule = delegate("_schedules", MemorySchedules.resume_schedule)
+    schedule_changes = delegate("_schedules", MemorySchedules.schedule_changes)
+    save_schedules = delegate("_edits", ScheduleEdits.save_schedules)
+    schedule_pauses = delegate("_edits", ScheduleEdits.schedule_pauses)
+    pause_schedule = delegate("_edits", ScheduleEdits.pause_schedule)
+    resume_schedule = delegate("_edits", ScheduleEdits.resume_schedule)
+    add_schedule = delegate("_edits", ScheduleEdits.add_schedule)
+    change_schedule = delegate("_edits", ScheduleEdits.change_schedule)
+    reset_schedule = delegate("_edits", ScheduleEdits.reset_schedule)
+    remove_schedule = delegate("_edits", ScheduleEdits.remove_schedule)
     # the Outbox
     publish_due = delegate("_outbox", MemoryOutbox.publish_due)
     publish_failed = delegate("_outbox", MemoryOutbox.publish_failed)
@@ -103,7 +109,8 @@ class MemoryStorage:
         self._groups = MemoryGroups(self.state)
         self._inspector = MemoryInspector(self.state)
         self._flow = MemoryFlow(self.state.lock, self.state.paused, self.state.wake)
-        self._schedules = MemorySchedules(clock)
+        self._schedules = MemorySchedules()
+        self._edits = ScheduleEdits(self.now, self._schedules)
         self._outbox = MemoryOutbox(self.state)
         self._waits = WaitsThenDequeues(self.wait, self.dequeue)
         self._async = ThreadedAsync(self.enqueue, self._inspector.get_job)

@@ -53,6 +53,7 @@ from conveyor.storage.postgres.text import enc
 from conveyor.storage.postgres.upkeep import PostgresUpkeep
 from conveyor.storage.postgres.vacuum import PostgresVacuum
 from conveyor.storage.postgres.wakeup import Listener
+from conveyor.storage.schedule_edits import ScheduleEdits
 from conveyor.storage.workers import WorkerInfo
 
 ENQUEUE_CHUNK = 5000
@@ -127,12 +128,17 @@ class PostgresStorage:
     trim = delegate("_upkeep", PostgresUpkeep.trim)
     tidy = delegate("_vacuum", PostgresVacuum.tidy)
     # schedules (Storage and Inspector)
-    save_schedules = delegate("_schedules", PostgresSchedules.save_schedules)
-    schedule_pauses = delegate("_schedules", PostgresSchedules.schedule_pauses)
     schedule_ticked = delegate("_schedules", PostgresSchedules.schedule_ticked)
     schedules = delegate("_schedules", PostgresSchedules.schedules)
-    pause_schedule = delegate("_schedules", PostgresSchedules.pause_schedule)
-    resume_schedule = delegate("_schedules", PostgresSchedules.resume_schedule)
+    schedule_changes = delegate("_schedules", PostgresSchedules.schedule_changes)
+    save_schedules = delegate("_edits", ScheduleEdits.save_schedules)
+    schedule_pauses = delegate("_edits", ScheduleEdits.schedule_pauses)
+    pause_schedule = delegate("_edits", ScheduleEdits.pause_schedule)
+    resume_schedule = delegate("_edits", ScheduleEdits.resume_schedule)
+    add_schedule = delegate("_edits", ScheduleEdits.add_schedule)
+    change_schedule = delegate("_edits", ScheduleEdits.change_schedule)
+    reset_schedule = delegate("_edits", ScheduleEdits.reset_schedule)
+    remove_schedule = delegate("_edits", ScheduleEdits.remove_schedule)
     # the Outbox
     publish_due = delegate("_outbox", PostgresOutbox.publish_due)
     publish_failed = delegate("_outbox", PostgresOutbox.publish_failed)
@@ -161,7 +167,8 @@ class PostgresStorage:
         self._flow = PostgresFlow(db)
         self._upkeep = PostgresUpkeep(db, self._clock, self._notices)
         self._vacuum = PostgresVacuum(db)
-        self._schedules = PostgresSchedules(db, self._clock)
+        self._schedules = PostgresSchedules(db)
+        self._edits = ScheduleEdits(self.now, self._schedules)
         self._outbox = PostgresOutbox(db, self._clock)
         self._waits = WaitsThenDequeues(self.wait, self.dequeue)
         self._async = PostgresAsync(db, self._clock, self._notices, self._schema,

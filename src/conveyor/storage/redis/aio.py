@@ -72,6 +72,12 @@ class RedisAsync:
                               idxs: list[int], out: list[EnqueueResult | None]) -> None:
         """The jobs of one queue, one script call per chunk; results into ``out[idxs]``."""
         qk = await self._aregister(client, queue)
+        if len(specs) == 1 and codec.plain(specs[0]):  # the one-by-one fast path
+            code = await _run(client, "enqueue_one", qk,
+                              [self.ctx.now_arg(), *codec.enqueue_one_args(specs[0])])
+            out[idxs[0]] = result_of(specs[0].id, code)
+            await self._aring(client, queue, int(code == "1"))
+            return
         for start in range(0, len(idxs), ENQUEUE_CHUNK):
             chunk = range(start, min(start + ENQUEUE_CHUNK, len(idxs)))
             args: list[Any] = [self.ctx.now_arg(), queue, "each"]
@@ -80,10 +86,13 @@ class RedisAsync:
             reply = await _run(client, "enqueue", qk, args)
             for k, code in zip(chunk, reply, strict=True):
                 out[idxs[k]] = result_of(specs[k].id, code)
-            ready = reply.count("1")
-            if self.link.settings.cluster and ready:
-                await _run(client, "ring", DoorbellKeys(self.keys.doorbell(queue)),
-                           [self.ctx.now_arg(), ready])
+            await self._aring(client, queue, reply.count("1"))
+
+    async def _aring(self, client: AsyncClient, queue: str, ready: int) -> None:
+        """``ring`` on this loop's client: on Cluster, wake workers waiting on ``queue``."""
+        if self.link.settings.cluster and ready > 0:
+            await _run(client, "ring", DoorbellKeys(self.keys.doorbell(queue)),
+                       [self.ctx.now_arg(), ready])
 
     def _aslots(self) -> asyncio.Semaphore:
         """This loop's cap on calls in flight: one connection each, and redis-py's Cluster

@@ -149,6 +149,17 @@ def enqueue_args(spec: JobSpec) -> tuple[str, ...]:
             _opt_float(spec.deadline), ukey, ufor, limited, fkey, fold)
 
 
+def plain(spec: JobSpec) -> bool:
+    """Whether ``enqueue_one.lua`` stores the job: no flow control, batch or workflow."""
+    return spec.flow is None and spec.node is None and not spec.batch_id
+
+
+def enqueue_one_args(spec: JobSpec) -> tuple[str, str, str, str, str]:
+    """ARGV 2-6 of enqueue_one.lua for a ``plain`` job: id, run_at, static, name, deadline."""
+    _check_name(spec.name)
+    return spec.id, _opt_float(spec.run_at), static_json(spec), spec.name, _opt_float(spec.deadline)
+
+
 @lru_cache(maxsize=1024)
 def _check_name(name: str) -> None:
     check_text("job name", name)

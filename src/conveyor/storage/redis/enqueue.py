@@ -40,11 +40,15 @@ class RedisEnqueue:
             self._graph.store_nodes(nodes)
         if len(specs) == 1 and not specs[0].batch_id:  # the one-by-one fast path
             spec = specs[0]
-            reply = ctx.scripts.run("enqueue", ctx.register_queue(spec.queue),
-                                    [ctx.now_arg(), spec.queue, "each",
-                                     *codec.enqueue_args(spec)])
-            ctx.ring(spec.queue, int(reply[0] == "1"))
-            return [result_of(spec.id, reply[0])]
+            qk = ctx.register_queue(spec.queue)
+            if codec.plain(spec):
+                code = ctx.scripts.run("enqueue_one", qk,
+                                       [ctx.now_arg(), *codec.enqueue_one_args(spec)])
+            else:
+                code = ctx.scripts.run("enqueue", qk, [ctx.now_arg(), spec.queue, "each",
+                                                       *codec.enqueue_args(spec)])[0]
+            ctx.ring(spec.queue, int(code == "1"))
+            return [result_of(spec.id, code)]
         batched = [s for s in specs if s.batch_id]
         if batched:
             self._batches.join_batches(batched)

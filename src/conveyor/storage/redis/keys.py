@@ -2,7 +2,8 @@
 
 All keys of a queue share the hash tag ``{q:<queue>}`` and all keys of a batch the tag
 ``{b:<batch id>}``, so each Lua script touches a single slot and runs on Redis Cluster.
-Registries (queues, batches, workers, schedules) are plain keys only written outside scripts.
+Registries (queues, batches, workers) are plain keys only written outside scripts; the
+schedules' keys share the tag ``{schedules}`` (``ScheduleKeys``).
 """
 
 from __future__ import annotations
@@ -89,6 +90,15 @@ class DoorbellKeys:
     doorbell: str
 
 
+@dataclass(frozen=True, slots=True)
+class ScheduleKeys:
+    """The keys of the periodic schedules (all in one hash slot: schedule.lua)."""
+
+    records: str  # hash: name -> the schedule's record JSON (all but its last tick)
+    ticks: str  # zset: name -> the newest tick enqueued (ZADD GT)
+    changes: str  # list: the audit trail, change JSON, newest first
+
+
 class Keys:
     """Key names under one prefix (``?prefix=`` in the storage URL)."""
 
@@ -100,12 +110,9 @@ class Keys:
         self.workflows_marked = f"{prefix}:workflows:marked"
         self.workers = f"{prefix}:workers"  # zset: worker id -> last seen
         self.worker_info = f"{prefix}:workers:info"  # hash: worker id -> WorkerInfo JSON
-        # Periodic schedules, plain keys written outside scripts:
-        self.schedules = f"{prefix}:schedules"  # hash: name -> definition JSON
-        # hash: name -> "paused", or the time an operator last resumed it
-        self.schedule_pauses = f"{prefix}:schedules:pauses"
-        self.schedule_ticks = f"{prefix}:schedules:ticks"  # zset: name -> last enqueued tick
-        self.schedule_created = f"{prefix}:schedules:created"  # zset: name -> first saved at
+        # Periodic schedules, all in the slot of the tag {schedules} (schedule.lua)
+        self.schedules = ScheduleKeys(*(f"{prefix}:{{schedules}}:{field}"
+                                        for field in ScheduleKeys.__slots__))
         self.queue = lru_cache(maxsize=4096)(self._queue)
         self.batch = lru_cache(maxsize=4096)(self._batch)
 

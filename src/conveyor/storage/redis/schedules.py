@@ -1,84 +1,107 @@
-"""Periodic schedules on Redis: a hash of definitions, a hash of pause state, zsets of ticks
-and of creation times.
+"""Periodic schedules on Redis: a hash of records (JSON, all but the last tick), a zset of last
+ticks and a list of changes (the audit trail), all under the tag ``{schedules}`` so one
+script changes them together on Redis Cluster too.
 
-Plain commands on three single keys (no script), so they work unchanged on Redis Cluster. The
-last tick is a sorted-set score written with ``ZADD GT``: a late writer of an older tick never
-moves it back. The pause hash maps a name to ``paused``, or to the time it was last resumed.
+A change is a compare-and-set: the record is read, the rules every store shares
+(``storage/schedule_edits.py``) decide the new record and its audit entry, and
+``lua/schedule.lua`` applies both only if the record is still the one read; otherwise the
+change is decided again on what is there now. The last tick is a sorted-set score written
+with ``ZADD GT``: a late writer of an older tick never moves it back.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any
 
+from conveyor.errors import StorageError
 from conveyor.storage.redis.context import RedisContext
-from conveyor.storage.schedule_records import ScheduleInfo
+from conveyor.storage.schedule_edits import CHANGES_KEPT, ScheduleTxn, T
+from conveyor.storage.schedule_records import WRITTEN, ScheduleChange, ScheduleInfo, written
 
-PAUSED = "paused"
+#: Changes decided again at most this often when other writers keep changing the schedule.
+ROUNDS = 50
+
+
+def _record(info: ScheduleInfo) -> str:
+    return json.dumps(dict(zip(WRITTEN, written(info), strict=True)))
+
+
+def _info(raw: str, tick: Any) -> ScheduleInfo:
+    fields = json.loads(raw)
+    return ScheduleInfo(**fields, last_tick=None if tick is None else float(str(tick)))
+
+
+class _Step:
+    """One schedule's change as decided on the record read; ``lua/schedule.lua`` applies it."""
+
+    def __init__(self, name: str, raw: str | None, tick: Any) -> None:
+        self.name = name
+        self.raw = raw or ""
+        self.current = None if raw is None else _info(raw, tick)
+        self.new = self.raw  # unchanged unless written or deleted
+        self.change = ""
+
+    def read(self) -> ScheduleInfo | None:
+        return self.current
+
+    def write(self, info: ScheduleInfo) -> None:
+        self.new = _record(info)
+
+    def delete(self) -> None:
+        self.new = ""
+
+    def note(self, change: ScheduleChange) -> None:
+        self.change = json.dumps(change.to_wire())
 
 
 class RedisSchedules:
-    """The schedule part of ``Storage`` and ``Inspector`` on one Redis deployment."""
+    """The schedules on one Redis deployment: the steps ``ScheduleEdits`` runs its rules in,
+    the ticks and the audit trail."""
 
     def __init__(self, ctx: RedisContext) -> None:
         self.ctx = ctx
         self.link, self.keys, self.scripts = ctx.link, ctx.keys, ctx.scripts
 
-    def save_schedules(self, schedules: Sequence[ScheduleInfo]) -> None:
-        """Create or update definitions; pause state, last ticks and creation time are kept."""
-        if schedules:
-            flat = [x for s in schedules for x in (s.name, json.dumps(s.definition()))]
-            now = repr(self.ctx.now())
-            # NX: only the first save of a name records when the schedule came to be.
-            self.link.call("ZADD", self.keys.schedule_created, "NX",
-                           *[x for s in schedules for x in (now, s.name)])
-            self.link.call("HSET", self.keys.schedules, *flat)
-
-    def schedule_pauses(self) -> dict[str, float | None]:
-        """Paused schedules (None) and resumed ones (when)."""
-        raw: dict[str, str] = self.link.call("HGETALL", self.keys.schedule_pauses)
-        return {name: None if v == PAUSED else float(v) for name, v in raw.items()}
+    def apply(self, name: str, rule: Callable[[ScheduleTxn], T]) -> T:
+        """Run ``rule`` over schedule ``name`` as one compare-and-set, decided again while
+        another writer changed it first (``ScheduleSteps``)."""
+        keys = self.keys.schedules
+        for _ in range(ROUNDS):
+            raw, tick = self.link.call_many(("HGET", keys.records, name),
+                                            ("ZSCORE", keys.ticks, name))
+            step = _Step(name, raw, tick)
+            result = rule(step)
+            if step.new == step.raw and not step.change:
+                return result  # nothing to write
+            if self.scripts.run("schedule", keys, [self.ctx.now_arg(), name, step.raw, step.new,
+                                                   step.change, CHANGES_KEPT]):
+                return result
+        raise StorageError(f"periodic schedule {name!r} kept changing under this change; "
+                           "try again")
 
     def schedule_ticked(self, name: str, tick: float) -> None:
-        """Record the newest enqueued tick."""
-        self.link.call("ZADD", self.keys.schedule_ticks, "GT", repr(float(tick)), name)
+        """Record the newest enqueued tick (of a schedule still stored)."""
+        keys = self.keys.schedules
+        if self.link.call("HEXISTS", keys.records, name):
+            self.link.call("ZADD", keys.ticks, "GT", repr(float(tick)), name)
 
     def schedules(self) -> list[ScheduleInfo]:
         """Every schedule, by name."""
-        defs: dict[str, str] = self.link.call("HGETALL", self.keys.schedules)
-        pauses = self.schedule_pauses()
-        ticks = _pairs(self.link.call("ZRANGE", self.keys.schedule_ticks, 0, -1, "WITHSCORES"))
-        created = _pairs(self.link.call("ZRANGE", self.keys.schedule_created, 0, -1,
-                                        "WITHSCORES"))
-        out = []
-        for name in sorted(defs):
-            d = json.loads(defs[name])
-            tick = ticks.get(name)
-            out.append(ScheduleInfo(
-                name=name, cron=d["cron"], tz=d["tz"], job_name=d["job_name"],
-                queue=d["queue"], paused=name in pauses and pauses[name] is None,
-                last_tick=None if tick is None else float(str(tick)),
-                resumed_at=pauses.get(name),
-                created_at=None if name not in created else float(str(created[name]))))
-        return out
+        keys = self.keys.schedules
+        records, ticks = self.link.call_many(("HGETALL", keys.records),
+                                             ("ZRANGE", keys.ticks, 0, -1, "WITHSCORES"))
+        last = _pairs(ticks)
+        return [_info(records[name], last.get(name)) for name in sorted(records)]
 
-    def pause_schedule(self, name: str) -> bool:
-        """Pause a schedule; False if unknown."""
-        if not self.link.call("HEXISTS", self.keys.schedules, name):
-            return False
-        self.link.call("HSET", self.keys.schedule_pauses, name, PAUSED)
-        return True
-
-    def resume_schedule(self, name: str) -> bool:
-        """Resume a schedule, noting when; False if unknown."""
-        if not self.link.call("HEXISTS", self.keys.schedules, name):
-            return False
-        # Only a paused schedule gets a resume time: resuming a running one must not stop a
-        # restarted worker from catching up ticks it really missed.
-        if self.link.call("HGET", self.keys.schedule_pauses, name) == PAUSED:
-            self.link.call("HSET", self.keys.schedule_pauses, name, repr(self.ctx.now()))
-        return True
+    def schedule_changes(self, name: str | None = None, limit: int = 50
+                         ) -> list[ScheduleChange]:
+        """The audit trail, newest first."""
+        stop = limit - 1 if name is None else CHANGES_KEPT - 1
+        raws: list[str] = self.link.call("LRANGE", self.keys.schedules.changes, 0, stop)
+        changes = [ScheduleChange.from_wire(json.loads(raw)) for raw in raws]
+        return [c for c in changes if name is None or c.name == name][:max(0, limit)]
 
 
 def _pairs(reply: list[Any]) -> dict[str, Any]:

@@ -40,7 +40,8 @@ from typing import Any
 import redis
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.connection import Link
-from conveyor.storage.redis.keys import BatchKeys, DoorbellKeys, QueueKeys
+from conveyor.storage.redis.constants import inline_constants
+from conveyor.storage.redis.keys import BatchKeys, DoorbellKeys, QueueKeys, ScheduleKeys
 
 # Each script, and the key holder its caller passes.
 HOLDERS: dict[str, type] = {
@@ -49,12 +50,13 @@ HOLDERS: dict[str, type] = {
     "requeue": QueueKeys, "kill": QueueKeys, "delete": QueueKeys, "trim": QueueKeys,
     "repair": QueueKeys, "release": QueueKeys, "batch": BatchKeys, "ring": DoorbellKeys,
     "publish": QueueKeys, "start": QueueKeys, "bury": QueueKeys, "graph": BatchKeys,
-    "node": QueueKeys, "gather": QueueKeys, "heads": QueueKeys,
+    "node": QueueKeys, "gather": QueueKeys, "heads": QueueKeys, "schedule": ScheduleKeys,
+    "enqueue_one": QueueKeys,  # one plain job: the one-by-one enqueue (enqueue_one.lua)
 }
 SCRIPT_NAMES = tuple(HOLDERS)
 # The writes a ``wait_replicas`` URL makes wait for replicas: new jobs, outcomes, and the
 # batch counters an outcome moves (applied before the outcome itself).
-DURABLE = frozenset({"enqueue", "ack", "batch", "graph", "node"})
+DURABLE = frozenset({"enqueue", "enqueue_one", "ack", "batch", "graph", "node"})
 
 INCLUDE = re.compile(r'^--- @include "(_[a-z_]+)"\s*$')
 KEY = re.compile(r"^--- @key ([a-z_]+)\b")
@@ -168,7 +170,7 @@ def assemble(name: str, read: Any = script_text, holder: type | None = None) -> 
                 raise ScriptLayoutError(f"{file}.lua:{number}: unknown directive {line!r}")
 
     splice(name, text, (name,))
-    source = "\n".join(out)
+    source = inline_constants("\n".join(out))
     return Script(name=name, source=source, sha=hashlib.sha1(source.encode()).hexdigest(),
                   holder=holder, keys=tuple(keys), origins=tuple(origins))
 

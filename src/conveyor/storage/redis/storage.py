@@ -56,6 +56,7 @@ from conveyor.storage.redis.outbox import RedisOutbox
 from conveyor.storage.redis.repair import PendingRepair
 from conveyor.storage.redis.schedules import RedisSchedules
 from conveyor.storage.redis.upkeep import RedisUpkeep
+from conveyor.storage.schedule_edits import ScheduleEdits
 from conveyor.storage.workers import WorkerInfo
 
 log = logging.getLogger("conveyor.storage.redis")
@@ -137,12 +138,17 @@ class RedisStorage:
     pause_queue = delegate("_flow", RedisFlow.pause_queue)
     resume_queue = delegate("_flow", RedisFlow.resume_queue)
     # schedules (Storage and Inspector)
-    save_schedules = delegate("_schedules", RedisSchedules.save_schedules)
-    schedule_pauses = delegate("_schedules", RedisSchedules.schedule_pauses)
     schedule_ticked = delegate("_schedules", RedisSchedules.schedule_ticked)
     schedules = delegate("_schedules", RedisSchedules.schedules)
-    pause_schedule = delegate("_schedules", RedisSchedules.pause_schedule)
-    resume_schedule = delegate("_schedules", RedisSchedules.resume_schedule)
+    schedule_changes = delegate("_schedules", RedisSchedules.schedule_changes)
+    save_schedules = delegate("_edits", ScheduleEdits.save_schedules)
+    schedule_pauses = delegate("_edits", ScheduleEdits.schedule_pauses)
+    pause_schedule = delegate("_edits", ScheduleEdits.pause_schedule)
+    resume_schedule = delegate("_edits", ScheduleEdits.resume_schedule)
+    add_schedule = delegate("_edits", ScheduleEdits.add_schedule)
+    change_schedule = delegate("_edits", ScheduleEdits.change_schedule)
+    reset_schedule = delegate("_edits", ScheduleEdits.reset_schedule)
+    remove_schedule = delegate("_edits", ScheduleEdits.remove_schedule)
     # the Outbox
     publish_due = delegate("_outbox", RedisOutbox.publish_due)
     publish_failed = delegate("_outbox", RedisOutbox.publish_failed)
@@ -174,6 +180,7 @@ class RedisStorage:
         self._inspector = RedisInspector(ctx, self._batches, self._pages, self._admin)
         self._flow = RedisFlow(ctx)
         self._schedules = RedisSchedules(ctx)
+        self._edits = ScheduleEdits(self.now, self._schedules)
         self._outbox = RedisOutbox(ctx, self._graph)
         self._threaded = ThreadedAsync(self._enqueue.enqueue, self._inspector.get_job)
         self._async = RedisAsync(ctx, self._threaded)

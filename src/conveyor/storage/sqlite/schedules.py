@@ -1,39 +1,70 @@
-"""Periodic schedules on SQLite: one row per schedule (definition, pause state, last tick)."""
+"""Periodic schedules on SQLite: one row per schedule and a table of changes (the audit
+trail), each change one ``BEGIN IMMEDIATE`` transaction (the rules of each change are
+``storage/schedule_edits.py``'s)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import sqlite3
+from collections.abc import Callable
 
-from conveyor.clock import Clock
-from conveyor.storage.schedule_records import ScheduleInfo
+from conveyor.storage.schedule_edits import CHANGES_KEPT, ScheduleTxn, T
+from conveyor.storage.schedule_records import (
+    COLUMNS,
+    WRITTEN,
+    ScheduleChange,
+    ScheduleInfo,
+    written,
+)
 from conveyor.storage.sqlite.connection import Database, reads
+
+_SELECT = f"SELECT {', '.join(COLUMNS)} FROM schedules"
+_UPSERT = (f"INSERT INTO schedules ({', '.join(WRITTEN)}) "
+           f"VALUES ({', '.join('?' for _ in WRITTEN)}) ON CONFLICT (name) DO UPDATE SET "
+           + ", ".join(f"{c} = excluded.{c}" for c in WRITTEN if c != "name"))
+
+
+def _info(row: tuple[object, ...]) -> ScheduleInfo:
+    info = ScheduleInfo(*row)  # type: ignore[arg-type]
+    return dataclasses.replace(info, paused=bool(info.paused))
+
+
+class _Step:
+    """One schedule's change inside a write transaction."""
+
+    def __init__(self, cur: sqlite3.Cursor, name: str) -> None:
+        self.cur = cur
+        self.name = name
+
+    def read(self) -> ScheduleInfo | None:
+        row = self.cur.execute(f"{_SELECT} WHERE name = ?", (self.name,)).fetchone()
+        return None if row is None else _info(row)
+
+    def write(self, info: ScheduleInfo) -> None:
+        self.cur.execute(_UPSERT, written(info))
+
+    def delete(self) -> None:
+        self.cur.execute("DELETE FROM schedules WHERE name = ?", (self.name,))
+
+    def note(self, change: ScheduleChange) -> None:
+        self.cur.execute("INSERT INTO schedule_changes (at, name, action, changed_by, detail) "
+                         "VALUES (?, ?, ?, ?, ?)", (change.at, change.name, change.action,
+                                                   change.by, change.detail))
+        self.cur.execute("DELETE FROM schedule_changes WHERE seq <= "
+                         "(SELECT max(seq) FROM schedule_changes) - ?", (CHANGES_KEPT,))
 
 
 class SqliteSchedules:
-    """The schedule part of ``Storage`` and ``Inspector`` over one database."""
+    """The schedules over one database: the steps ``ScheduleEdits`` runs its rules in, the
+    ticks and the audit trail."""
 
-    def __init__(self, db: Database, clock: Clock) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
-        self._clock = clock
 
-    def save_schedules(self, schedules: Sequence[ScheduleInfo]) -> None:
-        """Create or update definitions; pause state, last ticks and creation time are kept."""
-        now = self._clock.now()
+    def apply(self, name: str, rule: Callable[[ScheduleTxn], T]) -> T:
+        """Run ``rule`` over schedule ``name`` in one write transaction (``ScheduleSteps``)."""
         with self._db.write() as cur:
-            cur.executemany(
-                "INSERT INTO schedules (name, cron, tz, job_name, queue, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET cron = excluded.cron, tz = excluded.tz, "
-                "job_name = excluded.job_name, queue = excluded.queue",
-                [(s.name, s.cron, s.tz, s.job_name, s.queue, now) for s in schedules])
-
-    @reads
-    def schedule_pauses(self) -> dict[str, float | None]:
-        """Paused schedules (None) and resumed ones (when)."""
-        rows = self._db.read().execute(
-            "SELECT name, paused, resumed_at FROM schedules "
-            "WHERE paused = 1 OR resumed_at IS NOT NULL")
-        return {n: None if p else r for n, p, r in rows}
+            return rule(_Step(cur, name))
 
     def schedule_ticked(self, name: str, tick: float) -> None:
         """Record the newest enqueued tick."""
@@ -44,26 +75,15 @@ class SqliteSchedules:
     @reads
     def schedules(self) -> list[ScheduleInfo]:
         """Every schedule, by name."""
+        rows = self._db.read().execute(f"{_SELECT} ORDER BY name").fetchall()
+        return [_info(row) for row in rows]
+
+    @reads
+    def schedule_changes(self, name: str | None = None, limit: int = 50
+                         ) -> list[ScheduleChange]:
+        """The audit trail, newest first."""
+        where, params = ("WHERE name = ? ", (name,)) if name is not None else ("", ())
         rows = self._db.read().execute(
-            "SELECT name, cron, tz, job_name, queue, paused, last_tick, resumed_at, created_at "
-            "FROM schedules ORDER BY name").fetchall()
-        return [ScheduleInfo(n, c, tz, j, q, bool(p), t, r, k)
-                for n, c, tz, j, q, p, t, r, k in rows]
-
-    def pause_schedule(self, name: str) -> bool:
-        """Pause a schedule; False if unknown."""
-        with self._db.write() as cur:
-            cur.execute("UPDATE schedules SET paused = 1 WHERE name = ?", (name,))
-            return cur.rowcount > 0
-
-    def resume_schedule(self, name: str) -> bool:
-        """Resume a schedule, noting when; False if unknown."""
-        with self._db.write() as cur:
-            # Only a paused schedule gets a new resumed_at: resuming a running one must not
-            # stop a restarted worker from catching up ticks it really missed.
-            cur.execute("UPDATE schedules SET resumed_at = ?, paused = 0 "
-                        "WHERE name = ? AND paused = 1", (self._clock.now(), name))
-            if cur.rowcount:
-                return True
-            return cur.execute("SELECT 1 FROM schedules WHERE name = ?",
-                               (name,)).fetchone() is not None
+            f"SELECT at, name, action, changed_by, detail FROM schedule_changes {where}"
+            "ORDER BY seq DESC LIMIT ?", (*params, max(0, limit))).fetchall()
+        return [ScheduleChange(*row) for row in rows]

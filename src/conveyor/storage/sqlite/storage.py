@@ -31,6 +31,7 @@ from conveyor.storage.blocks import JobBlock
 from conveyor.storage.delegate import delegate
 from conveyor.storage.graph import check_added
 from conveyor.storage.rules import DEADLINE_PASSED
+from conveyor.storage.schedule_edits import ScheduleEdits
 from conveyor.storage.sqlite import acks as ack_sql
 from conveyor.storage.sqlite import batches, flow, graph, groups, jobs
 from conveyor.storage.sqlite import leases as lease_sql
@@ -118,12 +119,17 @@ class SqliteStorage:
     batch_finished = delegate("_upkeep", SqliteUpkeep.batch_finished)
     trim = delegate("_upkeep", SqliteUpkeep.trim)
     # schedules (Storage and Inspector)
-    save_schedules = delegate("_schedules", SqliteSchedules.save_schedules)
-    schedule_pauses = delegate("_schedules", SqliteSchedules.schedule_pauses)
     schedule_ticked = delegate("_schedules", SqliteSchedules.schedule_ticked)
     schedules = delegate("_schedules", SqliteSchedules.schedules)
-    pause_schedule = delegate("_schedules", SqliteSchedules.pause_schedule)
-    resume_schedule = delegate("_schedules", SqliteSchedules.resume_schedule)
+    schedule_changes = delegate("_schedules", SqliteSchedules.schedule_changes)
+    save_schedules = delegate("_edits", ScheduleEdits.save_schedules)
+    schedule_pauses = delegate("_edits", ScheduleEdits.schedule_pauses)
+    pause_schedule = delegate("_edits", ScheduleEdits.pause_schedule)
+    resume_schedule = delegate("_edits", ScheduleEdits.resume_schedule)
+    add_schedule = delegate("_edits", ScheduleEdits.add_schedule)
+    change_schedule = delegate("_edits", ScheduleEdits.change_schedule)
+    reset_schedule = delegate("_edits", ScheduleEdits.reset_schedule)
+    remove_schedule = delegate("_edits", ScheduleEdits.remove_schedule)
     # the Outbox
     publish_due = delegate("_outbox", SqliteOutbox.publish_due)
     publish_failed = delegate("_outbox", SqliteOutbox.publish_failed)
@@ -146,7 +152,8 @@ class SqliteStorage:
         self._inspector = SqliteInspector(db, clock, self._wakeup)
         self._flow = SqliteFlow(db, self._wakeup)
         self._upkeep = SqliteUpkeep(db, clock, self._wakeup)
-        self._schedules = SqliteSchedules(db, clock)
+        self._schedules = SqliteSchedules(db)
+        self._edits = ScheduleEdits(self.now, self._schedules)
         self._outbox = SqliteOutbox(db, clock)
         self._waits = WaitsThenDequeues(self.wait, self.dequeue)
         self._async = ThreadedAsync(self.enqueue, self._inspector.get_job)

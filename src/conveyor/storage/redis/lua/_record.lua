@@ -7,6 +7,10 @@
 -- Parsing a TAB line and concatenating strings is far cheaper in Lua than cjson round trips,
 -- and reading or writing a whole page of jobs takes one HMGET/HSET.
 
+-- A sound line (NFIELDS fields) is read in one match, half the cost of a find and a sub per
+-- field (issue 53); Lua captures at most 32, and any other line takes the loop.
+local SOUND = NFIELDS <= 32 and ('^' .. string.rep('([^\t]*)\t', NFIELDS - 1) .. '([^\t]*)$')
+
 -- A state line parsed into fields, its event log, and why it is damaged (nil when sound).
 -- Never raises: a truncated or garbled line yields '' for every missing field, so a script
 -- can still decide what to do with that one job before it writes anything (Redis does not
@@ -17,6 +21,13 @@ local function parse(raw)
   if nl then
     head = string.sub(raw, 1, nl - 1)
     events = string.sub(raw, nl + 1)
+  end
+  if SOUND then
+    local f = {string.match(head, SOUND)}
+    if f[1] then
+      if STATES[f[F_STATE]] then return f, events, nil end
+      return f, events, 'state entry names no known state'
+    end
   end
   local f, pos, bad = {}, 1, nil
   for i = 1, NFIELDS - 1 do
