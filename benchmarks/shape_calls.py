@@ -36,8 +36,8 @@ REPEAT = 200  # calls of each kind per measurement
 
 def _ops(store: Any, queue: str) -> dict[str, Callable[[], object]]:
     """The measured calls, each ready to run ``REPEAT`` times against ``store``."""
-    from conveyor.ids import new_id
-    from conveyor.job import Ack, JobSpec, Outcome
+    from conveyor.core.ids import new_id
+    from conveyor.core.job import Ack, JobSpec, Outcome
     try:
         from conveyor.storage.workers import WorkerInfo
     except ImportError:  # a checkout from before issue 52 split storage/records.py

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from conveyor.job import SHOWN_STATES, TERMINAL_STATES, FlowControl, JobSpec
+from conveyor.core.job import SHOWN_STATES, TERMINAL_STATES, FlowControl, JobSpec
 
 
 @dataclass(slots=True)

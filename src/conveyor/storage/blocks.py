@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import overload
 
-from conveyor.job import EnqueueResult, FlowControl, JobSpec
+from conveyor.core.job import EnqueueResult, FlowControl, JobSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from conveyor.job import JobRecord, JobState
+from conveyor.core.job import JobRecord, JobState
 from conveyor.storage.batch_records import BatchStatus
 from conveyor.storage.graph import GraphNode
 from conveyor.storage.job_heads import HEAD_CHARS, JobHead

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from conveyor.job import JobState
+from conveyor.core.job import JobState
 
 #: Characters of a job's payload text and of its message that a search reads
 #: (``Inspector.job_heads``): enough for ids, names and short values, whatever the job holds.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conveyor.job import Ack, Event, EventKind, JobState, Outcome
+from conveyor.core.job import Ack, Event, EventKind, JobState, Outcome
 from conveyor.storage.memory.state import Entry, MemoryState
 from conveyor.storage.rules import (
     ack_message,

@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from conveyor.job import FlowControl, JobRecord, JobState
+from conveyor.core.job import FlowControl, JobRecord, JobState
 
 
 class MemoryFlow:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from conveyor.job import JobRecord, JobState
+from conveyor.core.job import JobRecord, JobState
 from conveyor.storage.totals import history_start, minute_of
 
 

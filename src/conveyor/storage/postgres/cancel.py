@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from conveyor.job import EventKind, JobState
+from conveyor.core.job import EventKind, JobState
 from conveyor.storage.postgres import batches, graph, jobs
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING
 

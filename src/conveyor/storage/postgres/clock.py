@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from conveyor.clock import Clock
+from conveyor.core.clock import Clock
 from conveyor.storage.postgres.connection import Database, reads
 
 _SERVER_NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from conveyor.job import ALL_STATES, EventKind, JobRecord, JobState
+from conveyor.core.job import ALL_STATES, EventKind, JobRecord, JobState
 from conveyor.storage.batch_records import BatchStatus
 from conveyor.storage.graph import GraphNode, parents_of
 from conveyor.storage.job_heads import HEAD_CHARS, JobHead

@@ -13,7 +13,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Sequence
 
-from conveyor.job import Ack
+from conveyor.core.job import Ack
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.context import Move, RedisContext
 from conveyor.storage.redis.graph import RedisGraph

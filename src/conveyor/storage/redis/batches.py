@@ -20,11 +20,11 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from conveyor.core.job import ALL_STATES, BatchSpec, EnqueueResult, JobSpec, JobState
+from conveyor.core.text import printable
 from conveyor.errors import BatchClosedError, BatchNotFound
-from conveyor.job import ALL_STATES, BatchSpec, EnqueueResult, JobSpec, JobState
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.context import Move, RedisContext
-from conveyor.text import printable
 
 log = logging.getLogger("conveyor.storage.redis")
 

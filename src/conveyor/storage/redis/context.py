@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from conveyor.clock import Clock
-from conveyor.job import JobRecord
+from conveyor.core.clock import Clock
+from conveyor.core.job import JobRecord
 from conveyor.storage.job_heads import JobHead
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.connection import Link, Settings

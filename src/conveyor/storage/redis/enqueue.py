@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
+from conveyor.core.job import EnqueueResult, JobSpec
 from conveyor.errors import WorkflowError
-from conveyor.job import EnqueueResult, JobSpec
 from conveyor.storage import graph
 from conveyor.storage.blocks import JobBlock
 from conveyor.storage.redis import codec

@@ -29,8 +29,9 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
+from conveyor.core.job import TERMINAL_STATES, JobSpec, Node
+from conveyor.core.text import printable
 from conveyor.errors import WorkflowError
-from conveyor.job import TERMINAL_STATES, JobSpec, Node
 from conveyor.storage import graph
 from conveyor.storage.graph import JobView, NodeRow
 from conveyor.storage.redis import codec
@@ -38,7 +39,6 @@ from conveyor.storage.redis.batches import RedisBatches, scan_reply
 from conveyor.storage.redis.codec import check_text
 from conveyor.storage.redis.context import Move, RedisContext
 from conveyor.storage.redis.keys import BatchKeys
-from conveyor.text import printable
 
 log = logging.getLogger("conveyor.storage.redis")
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
-from conveyor.job import EnqueueResult, JobSpec
+from conveyor.core.job import EnqueueResult, JobSpec
 from conveyor.storage.blocks import BlockResults, JobBlock
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.batches import RedisBatches

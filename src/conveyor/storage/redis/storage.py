@@ -20,13 +20,13 @@ from typing import Any
 from redis.cluster import RedisCluster
 
 import redis
-from conveyor.clock import Clock, SystemClock
-from conveyor.errors import StorageUnavailable, StorageURLError
-from conveyor.job import (
+from conveyor.core.clock import Clock, SystemClock
+from conveyor.core.job import (
     Event,
     HeartbeatReply,
     LeasedJob,
 )
+from conveyor.errors import StorageUnavailable, StorageURLError
 from conveyor.storage import redact, without_secrets
 from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.base import Storage, transactions_refused

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from conveyor.job import JobState
+from conveyor.core.job import JobState
 from conveyor.storage.redis.admin import RedisAdmin
 from conveyor.storage.redis.context import RedisContext
 from conveyor.storage.redis.graph import RedisGraph

@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.clock import Clock
-from conveyor.job import EventKind, JobState, LeasedJob
+from conveyor.core.clock import Clock
+from conveyor.core.job import EventKind, JobState, LeasedJob
 from conveyor.storage.outbox import (
     Arrival,
     Delivered,

@@ -13,9 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from conveyor.clock import SYSTEM_CLOCK, Clock
-from conveyor.errors import StorageMissing, WorkflowError
-from conveyor.job import (
+from conveyor.core.clock import SYSTEM_CLOCK, Clock
+from conveyor.core.job import (
     Ack,
     EnqueueResult,
     Event,
@@ -25,6 +24,7 @@ from conveyor.job import (
     JobState,
     LeasedJob,
 )
+from conveyor.errors import StorageMissing, WorkflowError
 from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.base import Storage, WaitsThenDequeues, transactions_refused
 from conveyor.storage.blocks import JobBlock

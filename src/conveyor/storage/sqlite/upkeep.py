@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 
-from conveyor.clock import Clock
-from conveyor.job import BatchSpec, EventKind, JobState
+from conveyor.core.clock import Clock
+from conveyor.core.job import BatchSpec, EventKind, JobState
 from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.retention import Retention
 from conveyor.storage.rules import LEASE_EXPIRED, WORKER_DIED
