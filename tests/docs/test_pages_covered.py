@@ -17,6 +17,9 @@ RUN_AS_PASTED = {
 FRAGMENTS = {
     "api.md": "a reference: each block shows calls on names it does not define (conn, rid)",
     "brokers.md": "needs a RabbitMQ node or a Kafka broker, and names no job it runs",
+    "job-data.md": "needs a PostgreSQL server, keys in the environment and the reader's "
+                   "models (each part is run by tests/api/test_typed_jobs.py and "
+                   "tests/conformance/test_job_data.py)",
     "postgres.md": "needs a PostgreSQL server and the reader's DSN, connection and models",
     "worker.md": "a Sentry project to report to, and a test body for the reader's own tests",
 }

@@ -1,7 +1,7 @@
 """Every backend has the same shape (issues #16 and #52): a new engine has an obvious place for
 everything, and a reader who knows one backend finds their way in the others.
 
-The folders: each backend is a package with the files docs/design.md §3 names. The classes:
+The folders: each backend is a package with the files docs/internals/backends.md names. The classes:
 SQLite's model for all four (issue 52) — a thin ``XStorage`` over parts that are siblings,
 each made over the shared state (a connection holder, ``MemoryState``, ``RedisContext``), none
 inheriting another to borrow its ``self``; every protocol member is defined on the class of
@@ -65,7 +65,7 @@ PROTOCOL_METHODS = _members(Storage) | _members(Inspector) | _members(Outbox)
 
 
 def _default_home(backend: str, member: str) -> str:
-    """Where docs/design.md §3 puts a member: its file, relative to ``storage/``."""
+    """Where docs/internals/backends.md puts a member: its file, relative to ``storage/``."""
     if member in SCHEDULES:
         return f"{backend}/schedules.py"
     if member in EDITS:
@@ -81,7 +81,7 @@ def _default_home(backend: str, member: str) -> str:
     return f"{backend}/storage.py"
 
 
-# Where a backend departs from the default, each file named in docs/design.md §3's table
+# Where a backend departs from the default, each file named in docs/internals/backends.md's table
 # ("own parts"). "aio.py", "base.py" and "schedule_edits.py" alone are the parts every
 # backend may share: ``ThreadedAsync`` (storage/aio.py), ``WaitsThenDequeues``
 # (storage/base.py) and ``ScheduleEdits`` (storage/schedule_edits.py).
@@ -99,7 +99,7 @@ HOMES: dict[str, dict[str, str]] = {
         **dict.fromkeys(("create_batch", "close_batch"), "redis/batches.py"),
         **dict.fromkeys(("unregister_worker", "promote_due", "reclaim_expired",
                          "release_worker", "cancel", "trim"), "redis/upkeep.py"),
-        **dict.fromkeys(("retry_jobs", "retry_refusals", "delete_jobs", "kill_jobs"),
+        **dict.fromkeys(("retry_jobs", "retry_refusals", "delete_jobs", "kill_jobs", "reseal"),
                         "redis/admin.py"),
         "aget_job": "aio.py",
     },
@@ -192,7 +192,7 @@ def test_a_class_inherits_only_a_listed_shared_base() -> None:
 @pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres", "redis"])
 def test_every_protocol_member_is_defined_where_the_design_says(backend: str) -> None:
     """Each member of ``Storage``, ``Inspector`` and ``Outbox`` (and ``SendsBlocks`` where a
-    backend has it) is defined on a class of the file docs/design.md §3 names for it: the
+    backend has it) is defined on a class of the file docs/internals/backends.md names for it: the
     storage's own method, or a part's reached through ``delegate`` — never inherited."""
     cls = _storage_class(backend)
     members = PROTOCOL_METHODS | (_members(SendsBlocks) & set(dir(cls)))

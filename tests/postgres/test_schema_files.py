@@ -129,9 +129,19 @@ def test_a_schema_upgraded_from_a_shipped_version_is_a_fresh_one(
 def test_the_function_files_define_what_the_shipped_migrations_left(
         postgres_server: Any, fresh: dict[str, str]) -> None:
     """Behaviour-neutral: the last shipped release's schema, not yet upgraded, is a fresh
-    schema of today to the letter, but for the table that records the function files."""
+    schema of today to the letter, but for the table that records the function files and
+    the tables and columns of the migrations numbered after it. Those define no function
+    (``test_no_migration_defines_a_function_or_a_trigger``), so they are applied here as
+    they are, and every function still comes from the shipped migrations alone."""
     url = _url(postgres_server)
     build(url, NEWEST)
+    settings = parse_postgres_url(url)
+    with psycopg.connect(settings.conninfo, autocommit=True) as db:
+        for number, _, text in migrations():
+            if number > NEWEST:
+                with db.transaction():
+                    db.execute(f'SET LOCAL search_path TO "{settings.schema}"')
+                    db.execute(text.encode())  # several statements: the simple protocol
     assert catalog(url) == {k: v for k, v in fresh.items() if "function_version" not in k}
 
 

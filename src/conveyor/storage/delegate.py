@@ -15,7 +15,7 @@ context) when it is made. ``XStorage`` names each member it does not write itsel
 signature, as the type checker sees it, is the part's (a storage whose part drifts from the
 protocol fails ``mypy``), and the first look-up keeps the bound method in the instance, so a
 call costs what a call of the storage's own method costs. ``tests/meta/test_backend_shape.py``
-reads these to check that each member's code is in the file docs/design.md §3 names.
+reads these to check that each member's code is in the file docs/internals/backends.md names.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from conveyor.storage.graph import GraphNode
 from conveyor.storage.job_heads import HEAD_CHARS, JobHead
 from conveyor.storage.queue_stats import QueueStats
 from conveyor.storage.schedule_records import ScheduleChange, ScheduleInfo
+from conveyor.storage.stored_data import StoredData
 from conveyor.storage.totals import JobTotals, MinuteTotals
 from conveyor.storage.workers import WorkerInfo
 
@@ -88,6 +89,13 @@ class Inspector(Protocol):
 
     def kill_jobs(self, job_ids: Sequence[str]) -> int:
         """Waiting jobs (scheduled, pending, retrying) → dead (``killed``); returns count."""
+        ...
+
+    def reseal(self, job_id: str, old: StoredData, new: StoredData) -> bool:
+        """Replace the job's payload, result and message with ``new`` when all three still
+        equal ``old`` (a compare-and-set: a job that moved meanwhile keeps what it has);
+        False when it changed or is gone. What ``conveyor jobs reencrypt`` writes: the same
+        data sealed again with the newest key (docs/job-data.md)."""
         ...
 
     def retry_all(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:

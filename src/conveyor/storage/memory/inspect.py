@@ -13,6 +13,7 @@ from conveyor.storage.job_heads import HEAD_CHARS, JobHead
 from conveyor.storage.memory.state import WAITING_STATES, Entry, MemoryState
 from conveyor.storage.queue_stats import QueueStats
 from conveyor.storage.retention import Retention
+from conveyor.storage.stored_data import StoredData
 from conveyor.storage.totals import JobTotals, MinuteTotals, history_start, today_start
 from conveyor.storage.workers import WorkerInfo
 
@@ -149,6 +150,17 @@ class MemoryInspector:
     def kill_jobs(self, job_ids: Sequence[str]) -> int:
         """Waiting jobs → dead (``killed``)."""
         return self._each(job_ids, WAITING_STATES, self._kill_one)
+
+    def reseal(self, job_id: str, old: StoredData, new: StoredData) -> bool:
+        """Payload, result and message replaced when they still equal ``old``."""
+        with self.state.lock:
+            entry = self.state.jobs.get(job_id)
+            if entry is None or StoredData(entry.rec.payload, entry.rec.result,
+                                           entry.rec.message) != old:
+                return False
+            entry.rec.payload, entry.rec.result, entry.rec.message = (
+                new.payload, new.result, new.message)
+            return True
 
     def _each(self, job_ids: Sequence[str], states: frozenset[JobState],
               act: Callable[[Entry, float], None]) -> int:

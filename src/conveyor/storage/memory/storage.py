@@ -67,6 +67,7 @@ class MemoryStorage:
     retry_refusals = delegate("_inspector", MemoryInspector.retry_refusals)
     delete_jobs = delegate("_inspector", MemoryInspector.delete_jobs)
     kill_jobs = delegate("_inspector", MemoryInspector.kill_jobs)
+    reseal = delegate("_inspector", MemoryInspector.reseal)
     retry_all = delegate("_inspector", MemoryInspector.retry_all)
     clear = delegate("_inspector", MemoryInspector.clear)
     workers = delegate("_inspector", MemoryInspector.workers)

@@ -22,6 +22,7 @@ from conveyor.storage.postgres.clock import ServerClock
 from conveyor.storage.postgres.connection import Database, reads
 from conveyor.storage.postgres.text import dec, enc
 from conveyor.storage.queue_stats import QueueStats
+from conveyor.storage.stored_data import StoredData
 from conveyor.storage.totals import JobTotals, MinuteTotals, history_start, today_start
 from conveyor.storage.workers import WorkerInfo
 
@@ -207,6 +208,11 @@ class PostgresInspector:
             batches.apply(cur, now, moves)
             graph.settle(cur, now)
         return len(rows)
+
+    def reseal(self, job_id: str, old: StoredData, new: StoredData) -> bool:
+        """One compare-and-set ``UPDATE`` of payload, result and message."""
+        with self._db.write() as cur:
+            return jobs.reseal(cur, job_id, old, new)
 
     def kill_jobs(self, job_ids: Sequence[str]) -> int:
         """Waiting jobs → dead (``killed``)."""

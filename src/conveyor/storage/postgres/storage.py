@@ -105,6 +105,7 @@ class PostgresStorage:
     retry_refusals = delegate("_inspector", PostgresInspector.retry_refusals)
     delete_jobs = delegate("_inspector", PostgresInspector.delete_jobs)
     kill_jobs = delegate("_inspector", PostgresInspector.kill_jobs)
+    reseal = delegate("_inspector", PostgresInspector.reseal)
     retry_all = delegate("_inspector", PostgresInspector.retry_all)
     clear = delegate("_inspector", PostgresInspector.clear)
     workers = delegate("_inspector", PostgresInspector.workers)

@@ -135,6 +135,7 @@ class RedisStorage:
     retry_refusals = delegate("_admin", RedisAdmin.retry_refusals)
     delete_jobs = delegate("_admin", RedisAdmin.delete_jobs)
     kill_jobs = delegate("_admin", RedisAdmin.kill_jobs)
+    reseal = delegate("_admin", RedisAdmin.reseal)
     pause_queue = delegate("_flow", RedisFlow.pause_queue)
     resume_queue = delegate("_flow", RedisFlow.resume_queue)
     # schedules (Storage and Inspector)

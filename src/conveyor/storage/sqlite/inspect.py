@@ -22,6 +22,7 @@ from conveyor.storage.sqlite import batches, graph, jobs, readable
 from conveyor.storage.sqlite.connection import Database, reads
 from conveyor.storage.sqlite.graph import text_of
 from conveyor.storage.sqlite.wakeup import Wakeup
+from conveyor.storage.stored_data import StoredData
 from conveyor.storage.totals import JobTotals, MinuteTotals, history_start, today_start
 from conveyor.storage.workers import WorkerInfo
 
@@ -206,6 +207,11 @@ class SqliteInspector:
                                          if b and s in _KNOWN_SET]
             batches.apply(cur, now, moves, jobs.insert)
         return len(rows)
+
+    def reseal(self, job_id: str, old: StoredData, new: StoredData) -> bool:
+        """One compare-and-set ``UPDATE`` of payload, result and message."""
+        with self._db.write() as cur:
+            return jobs.reseal(cur, job_id, old, new)
 
     def kill_jobs(self, job_ids: Sequence[str]) -> int:
         """Waiting jobs → dead (``killed``)."""

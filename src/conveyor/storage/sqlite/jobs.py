@@ -34,6 +34,7 @@ from conveyor.storage.sqlite.moves import REQUEUE as REQUEUE
 from conveyor.storage.sqlite.moves import event_line as event_line
 from conveyor.storage.sqlite.moves import ids_param as ids_param
 from conveyor.storage.sqlite.moves import move as move
+from conveyor.storage.stored_data import StoredData
 from conveyor.storage.totals import minute_of
 
 JOB_COLUMNS = (
@@ -342,3 +343,12 @@ def cancel_rows(cur: sqlite3.Cursor, now: float, rows: Sequence[Any]) -> None:
         (now, EventKind.CANCEL_REQUESTED,
          ids_param(r[0] for r in rows if r[1] == "active" and not r[3])),
     )
+
+
+def reseal(cur: sqlite3.Cursor, job_id: str, old: StoredData, new: StoredData) -> bool:
+    """Payload, result and message of ``job_id`` set to ``new`` if they equal ``old``."""
+    cur.execute("UPDATE jobs SET payload = ?, result = ?, message = ? WHERE id = ? AND "
+                "payload = ? AND result IS ? AND message IS ?",
+                (new.payload, new.result, new.message, job_id, old.payload, old.result,
+                 old.message))
+    return cur.rowcount == 1

@@ -97,6 +97,7 @@ class SqliteStorage:
     retry_refusals = delegate("_inspector", SqliteInspector.retry_refusals)
     delete_jobs = delegate("_inspector", SqliteInspector.delete_jobs)
     kill_jobs = delegate("_inspector", SqliteInspector.kill_jobs)
+    reseal = delegate("_inspector", SqliteInspector.reseal)
     retry_all = delegate("_inspector", SqliteInspector.retry_all)
     clear = delegate("_inspector", SqliteInspector.clear)
     workers = delegate("_inspector", SqliteInspector.workers)
