@@ -20,8 +20,8 @@ import conveyor.storage
 from conveyor import Conveyor, JobState
 from conveyor.broker import open_broker
 from conveyor.errors import BrokerUnsupported, BrokerURLError
+from conveyor.storage.batch_records import BatchStatus
 from conveyor.storage.outbox import as_outbox
-from conveyor.storage.records import BatchStatus
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.launcher import Launcher
 from conveyor.worker.relay import BACKLOG_POLL, DELIVERY_LIMIT_REACHED, Relay
