@@ -5,7 +5,7 @@ from conveyor.app import Conveyor
 from conveyor.canvas import chain, chord, chunks, group
 from conveyor.clock import FakeClock
 from conveyor.context import JobContext, current_job
-from conveyor.errors import Fail, Retry
+from conveyor.errors import Fail, Retry, StepFailed
 from conveyor.job import Event, JobRecord, JobState
 from conveyor.member import Member
 from conveyor.options import Aggregate, Debounce, Throttle
@@ -27,6 +27,7 @@ __all__ = [
     "Member",
     "Retry",
     "RunningWorkflow",
+    "StepFailed",
     "Throttle",
     "Workflow",
     "chain",

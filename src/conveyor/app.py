@@ -26,6 +26,7 @@ from conveyor.clock import SYSTEM_CLOCK, Clock
 from conveyor.draft import build_flow
 from conveyor.hooks import ErrorHandler
 from conveyor.job import JobRecord, JobState
+from conveyor.messaging import Messaging
 from conveyor.middleware import ClientChain, ServerChain
 from conveyor.options import Aggregate, Debounce, KeyOption, Throttle, make_options
 from conveyor.periodic import Schedule, validate_cron, validate_tz
@@ -40,7 +41,7 @@ from conveyor.workflow import Workflow
 __all__ = ["Conveyor"]
 
 
-class Conveyor(AsyncApp):
+class Conveyor(AsyncApp, Messaging):
     """A job application: its storage, registered jobs and middleware.
 
 It wires the parts: a ``Registry`` of job functions, a ``Client`` (``app.client``) that
@@ -171,6 +172,7 @@ worker runs jobs with, and the storage.
         rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
         debounce: Debounce | None = None, throttle: Throttle | None = None,
         aggregate: Aggregate | None = None, executor: str | None = None,
+        event_window: float = 0.0,
     ) -> Callable[[Callable[..., Any]], JobFunction]: ...
 
     def job(
@@ -183,6 +185,7 @@ worker runs jobs with, and the storage.
         rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
         debounce: Debounce | None = None, throttle: Throttle | None = None,
         aggregate: Aggregate | None = None, executor: str | None = None,
+        event_window: float = 0.0,
     ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
         """Register a job function; use as ``@app.job`` or ``@app.job(queue=..., ...)``.
 
@@ -203,6 +206,8 @@ worker runs jobs with, and the storage.
         together per key and the job's aggregator (``@app.aggregate``) runs once with the
         group (docs/aggregation.md). ``executor="process"``: a ``def`` job runs in a job
         process the worker kills at its timeout (docs/worker.md; default: ``--executor``).
+        ``event_window``: seconds before a ``wait_for`` began that an event still reaches it
+        (docs/durable.md; 0: only events sent after).
         """
         opts = make_options(
             queue=queue, retry=retry, timeout=timeout, expires_in=expires_in, retry_in=retry_in,
@@ -210,6 +215,7 @@ worker runs jobs with, and the storage.
             concurrency=concurrency, rate_key=rate_key, rate_limit=rate_limit,
             rate_period=rate_period, order_key=order_key, debounce=debounce,
             throttle=throttle, aggregate=aggregate, executor=executor,
+            event_window=event_window,
         )
 
         def register(f: Callable[..., Any]) -> JobFunction:
@@ -345,16 +351,9 @@ worker runs jobs with, and the storage.
 
     # -- batches ----------------------------------------------------------------------------
 
-    def batch(
-        self,
-        batch_id: str | None = None,
-        *,
-        description: str | None = None,
-        on_complete: Callback = None,
-        on_success: Callback = None,
-        on_death: Callback = None,
-        meta: Mapping[str, Any] | None = None,
-    ) -> Batch:
+    def batch(self, batch_id: str | None = None, *, description: str | None = None,
+              on_complete: Callback = None, on_success: Callback = None,
+              on_death: Callback = None, meta: Mapping[str, Any] | None = None) -> Batch:
         """A batch to fill in a ``with`` block (see ``conveyor.batch``); given ``batch_id``,
         re-opens that existing batch to add jobs."""
         return Batch(
@@ -362,15 +361,9 @@ worker runs jobs with, and the storage.
             on_success=on_success, on_death=on_death, meta=meta,
         )
 
-    def workflow(
-        self,
-        *,
-        description: str | None = None,
-        on_complete: Callback = None,
-        on_success: Callback = None,
-        on_death: Callback = None,
-        meta: Mapping[str, Any] | None = None,
-    ) -> Workflow:
+    def workflow(self, *, description: str | None = None, on_complete: Callback = None,
+                 on_success: Callback = None, on_death: Callback = None,
+                 meta: Mapping[str, Any] | None = None) -> Workflow:
         """A workflow to build with ``add`` and store with ``enqueue`` (``conveyor.workflow``)."""
         return Workflow(self.client, description=description, on_complete=on_complete,
                         on_success=on_success, on_death=on_death, meta=meta)

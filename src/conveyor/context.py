@@ -18,6 +18,7 @@ from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from conveyor.clock import SYSTEM_CLOCK, Clock
+from conveyor.durable import DurableCalls
 from conveyor.job import Event, EventKind, JobSpec, LeasedJob
 from conveyor.serializer import decode_payload
 
@@ -78,8 +79,10 @@ def set_workflow_scope(factory: Callable[[JobContext], WorkflowScope]) -> None:
     _workflow_scope[:] = [factory]
 
 
-class JobContext:
-    """What a running job knows about itself, and its channel back to the job's event log.
+class JobContext(DurableCalls):
+    """What a running job knows about itself, and its channel back to the job's event log;
+    its durable calls (``step``, ``sleep``, ``wait_for``, ``receive``, ``iterate``) come
+    from ``DurableCalls`` (docs/durable.md).
 
     Its events are stamped with ``clock``, or else the clock of ``app`` (anything with a
     ``clock``; the worker passes its ``Conveyor``). ``ctx.app`` is that app, for job code

@@ -26,13 +26,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("conveyor.errors", "conveyor.text", "conveyor.ids", "conveyor.clock", "conveyor.node",
               "conveyor.flow_control",
               "conveyor.serializer", "conveyor.job", "conveyor.hooks", "conveyor.retry",
-              "conveyor.calls", "conveyor.reraise", "conveyor.naming")),
+              "conveyor.calls", "conveyor.reraise", "conveyor.naming", "conveyor.steps")),
     # the storage boundary and the backends
     ("storage", ("conveyor.storage", "conveyor.storage.*")),
     # the broker boundary beside it (delivery only: the store still holds every job's state)
     ("broker", ("conveyor.broker", "conveyor.broker.*")),
     # enqueueing and what a job sees: options, drafts, refs, the Client, job functions, batches
-    ("client", ("conveyor.options", "conveyor.refs", "conveyor.draft", "conveyor.context",
+    ("client", ("conveyor.options", "conveyor.refs", "conveyor.draft", "conveyor.iteration",
+                "conveyor.durable", "conveyor.context", "conveyor.messaging",
                 "conveyor.signature", "conveyor.builtin_jobs", "conveyor.middleware",
                 "conveyor.registry", "conveyor.bulk", "conveyor.client",
                 "conveyor.batch", "conveyor.workflow", "conveyor.running_workflow",

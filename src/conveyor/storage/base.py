@@ -37,6 +37,7 @@ from conveyor.job import (
 )
 from conveyor.storage.aio import Waiter
 from conveyor.storage.batch_wait import BatchWaiter
+from conveyor.storage.durable import DurableStore
 from conveyor.storage.inspector import Inspector as Inspector
 from conveyor.storage.records import (
     JobBlock,
@@ -51,6 +52,8 @@ class Storage(Protocol):
     """The hot path. Each method is atomic per job; bulk methods take many jobs per call."""
 
     url: str
+    #: A durable job's steps, waits and messages (``storage/durable.py``, docs/durable.md).
+    durable: DurableStore
 
     def now(self) -> float:
         """The storage's clock, in epoch seconds: the only clock leases are compared with."""

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from conveyor.job import JobRecord, JobState
+from conveyor.storage.durable import DurableStore
 from conveyor.storage.records import (
     HEAD_CHARS,
     BatchStatus,
@@ -29,6 +30,9 @@ class Inspector(Protocol):
     timeout, not a database) raises ``StorageUnavailable`` on every backend, so a caller
     reports it without knowing which backend failed.
     """
+
+    #: A durable job's steps and wait, read with ``durable.read(job_id)`` (docs/durable.md).
+    durable: DurableStore
 
     def now(self) -> float:
         """The storage's clock (as ``Storage.now``): ages and ETAs are measured against it."""

@@ -242,6 +242,8 @@ class Launcher:
         self.quiet()
         self.heartbeat.status = "stopping"
         self.fetcher.stop(5.0)  # no dispatch may race the wait below
+        for entry in list(self.inflight):  # a resumable loop hands its job back at once
+            entry.ctx.request_stop()
         if not self._wait_for_jobs(timeout):
             self.hard_shutdown()
         self.processes.close()  # after the hard shutdown: killed jobs were put back first

@@ -16,7 +16,16 @@ from typing import Any
 from conveyor.app import Conveyor
 from conveyor.clock import Clock
 from conveyor.context import JobContext, activate
-from conveyor.errors import Fail, JobTimeout, NotAJob, PayloadError, Retry, UnknownJobError
+from conveyor.errors import (
+    Fail,
+    Handback,
+    JobTimeout,
+    NotAJob,
+    PayloadError,
+    Retry,
+    Suspend,
+    UnknownJobError,
+)
 from conveyor.job import Ack, ErrorInfo, LeasedJob, Outcome
 from conveyor.retry import backoff
 from conveyor.serializer import decode_payload, dumps, oversize
@@ -74,6 +83,7 @@ class Processor:
             errors=job.errors, batch_id=job.batch_id, meta=meta, worker_id=self.worker_id,
             args=args, kwargs=kwargs, app=self.app, token=job.token,
         )
+        ctx.event_window = fn.opts.event_window
         now = self.clock.now()
         timeout = job.timeout if job.timeout is not None else fn.opts.timeout
         deadline = now + timeout if timeout else None
@@ -168,7 +178,15 @@ class Processor:
         return ack
 
     def failure(self, entry: Entry, exc: BaseException) -> Ack:
-        """Map an exception to FAILED, RETRY, DEAD or CANCELLED; log it, call error hooks."""
+        """Map an exception to FAILED, RETRY, DEAD or CANCELLED; log it, call error hooks.
+        A durable job's control flow is no error: a sleep or wait leaves the worker
+        (SUSPENDED), a loop stopped at its checkpoint goes back (INTERRUPTED) or ends
+        cancelled (docs/durable.md)."""
+        if isinstance(exc, Suspend):
+            return self.ack(entry, Outcome.SUSPENDED, resume_at=exc.until, message=exc.reason)
+        if isinstance(exc, Handback):
+            outcome = Outcome.CANCELLED if entry.ctx.cancelled else Outcome.INTERRUPTED
+            return self.ack(entry, outcome, message=str(exc))
         ack = self._failure(entry, exc)
         report_outcome(self.app, entry.job, exc, ack, entry.args, entry.kwargs)
         return ack

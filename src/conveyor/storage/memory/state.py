@@ -11,7 +11,7 @@ import heapq
 import secrets
 import threading
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -91,6 +91,7 @@ class MemoryState:
         self._groups: dict[GroupId, Group] = {}  # aggregation groups (storage/aggregation.py)
         # their aggregating members, oldest first -> when each arrived
         self._members: dict[GroupId, dict[str, float]] = defaultdict(dict)
+        self.forgets: list[Callable[[str], None]] = []  # called with a deleted job's id
 
     def now(self) -> float:
         """The storage's clock."""
@@ -281,6 +282,8 @@ class MemoryState:
     def _remove(self, entry: Entry, now: float, *, touch_batch: bool = True) -> None:
         rec = entry.rec
         del self._jobs[rec.id]
+        for forget in self.forgets:
+            forget(rec.id)
         if rec.state is JobState.PENDING:
             self._pending[rec.queue].pop(rec.id, None)
         elif rec.state is JobState.AGGREGATING:

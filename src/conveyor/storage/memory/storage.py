@@ -32,6 +32,7 @@ from conveyor.storage import graph
 from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
 from conveyor.storage.batch_wait import BatchWaiter
+from conveyor.storage.memory.durable import MemoryDurable
 from conveyor.storage.memory.flow import ScanBudget
 from conveyor.storage.memory.groups import MemoryGroups
 from conveyor.storage.memory.inspect import MemoryInspector
@@ -58,6 +59,7 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, Memory
     def __init__(self, url: str, clock: Clock) -> None:
         MemoryInspector.__init__(self, url, clock)
         MemorySchedules.__init__(self)
+        self.durable = MemoryDurable(self)
 
     # -- enqueue -----------------------------------------------------------------------------
 
@@ -184,6 +186,8 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, Memory
         elif outcome is Outcome.CANCELLED:
             self._move(entry, JobState.CANCELLED, EventKind.CANCELLED, now, worker=worker,
                        message=message, data=error)
+        elif outcome is Outcome.SUSPENDED:  # a durable job sleeps or waits (docs/durable.md)
+            self.durable.suspend(entry, ack, now, message)
         else:  # INTERRUPTED: put back untouched; a shutdown is not an error attempt
             self._move(entry, JobState.PENDING, EventKind.INTERRUPTED, now, worker=worker,
                        message=message or "interrupted by worker shutdown")

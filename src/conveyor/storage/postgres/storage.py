@@ -34,6 +34,7 @@ from conveyor.storage.postgres import arrays, fold, graph, groups, jobs
 from conveyor.storage.postgres.aio import PostgresAsync
 from conveyor.storage.postgres.bound import Binder
 from conveyor.storage.postgres.connection import Database, Settings, parse_postgres_url, reads
+from conveyor.storage.postgres.durable import PostgresDurable
 from conveyor.storage.postgres.migrate import migrate
 from conveyor.storage.postgres.notices import Notices
 from conveyor.storage.postgres.outbox import PostgresOutbox
@@ -92,6 +93,7 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
         # waiting calls (Batch.wait, aresult) share one LISTEN connection per process
         self._notices = notices or Notices(settings, db.where)
         self._binder = Binder(db)
+        self.durable = PostgresDurable(db, self._clock_arg)
 
     def __repr__(self) -> str:
         return f"<PostgresStorage {self._db.where}>"

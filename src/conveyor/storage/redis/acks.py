@@ -13,7 +13,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Sequence
 
-from conveyor.job import Ack
+from conveyor.job import Ack, Outcome
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.base import Move
 from conveyor.storage.redis.release import RedisRelease
@@ -73,7 +73,10 @@ class RedisAcks(RedisRelease):
                   mode: str) -> list[list[object]]:
         args = [self.now_arg(), queue, mode]
         for i in idxs:
-            args.extend(codec.ack_args(acks[i]))
+            fields = codec.ack_args(acks[i])
+            if acks[i].outcome is Outcome.SUSPENDED and acks[i].resume_at is not None:
+                fields[6] = repr(acks[i].resume_at)  # the wake time, in retry_in's place
+            args.extend(fields)
         reply: list[list[object]] = self.scripts.run("ack", self.keys.queue(queue), args,
                                                      patience=ACK_PATIENCE)
         return reply

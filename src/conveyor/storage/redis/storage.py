@@ -47,6 +47,7 @@ from conveyor.storage.redis.connection import (
     make_client,
     parse_url,
 )
+from conveyor.storage.redis.durable import RedisDurable
 from conveyor.storage.redis.outbox import RedisOutbox
 from conveyor.storage.redis.repair import PendingRepair
 from conveyor.storage.redis.schedules import RedisSchedules
@@ -96,6 +97,7 @@ class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks, RedisAsync, ThreadedA
     def __init__(self, settings: Settings, link: Link, clock: Clock | None) -> None:
         super().__init__(settings, link, clock)
         self.repair = PendingRepair(self)
+        self.durable = RedisDurable(self)
         self._batch_waits = BatchSubscriptions(link)  # one subscription for every wait
 
     # -- hot path -----------------------------------------------------------------------
@@ -325,6 +327,7 @@ class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks, RedisAsync, ThreadedA
                 if deleted < TRIM_CHUNK:
                     break
         now = self.now()
+        self.durable.sweep()
         self._trim_batches(now - retention.batch_seconds)
         for worker_id in self.link.call("ZRANGEBYSCORE", self.keys.workers, "-inf",
                                         now - retention.worker_ttl):

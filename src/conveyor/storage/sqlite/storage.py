@@ -44,6 +44,7 @@ from conveyor.storage.sqlite.connection import (
     parse_sqlite_url,
     reads,
 )
+from conveyor.storage.sqlite.durable import SqliteDurable
 from conveyor.storage.sqlite.inspect import SqliteInspector
 from conveyor.storage.sqlite.migrate import migrate
 from conveyor.storage.sqlite.outbox import SqliteOutbox
@@ -93,6 +94,7 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
     def __init__(self, url: str, db: Database, clock: Clock) -> None:
         super().__init__(db, clock)
         self.url = url
+        self.durable = SqliteDurable(db, self.now, self._wakeup)
         # (data_version, wake-ups) as this thread's last empty dequeue began
         self._seen = threading.local()
 
