@@ -150,6 +150,31 @@ def job_view(record: JobRecord) -> dict[str, Any]:
     return out
 
 
+def job_detail(inspector: Inspector, job_id: str) -> dict[str, Any]:
+    """``job_view`` of a job with its durable records (docs/durable.md): ``durable`` holds its
+    steps (name, status, started, ended, duration, result summary), its inbox size and what
+    it waits for (``waiting_for``: a sleep until a time, an event, a message; None unless
+    it is scheduled by a suspension), for ``jobs show``, the job page and ``explain``."""
+    record = get_job(inspector, job_id)
+    view = job_view(record)
+    durable = inspector.durable.read(job_id).as_dict()
+    durable["waiting_for"] = waiting_for(record, durable["wait"])
+    view["durable"] = durable
+    return view
+
+
+def waiting_for(record: JobRecord, wait: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What a suspended durable job waits for: its registered wait, or else a sleep until its
+    run time; None for a job that is not scheduled by a suspension."""
+    if record.state is not JobState.SCHEDULED or not record.events:
+        return None
+    last = next((ev for ev in reversed(record.events)
+                 if ev.state == JobState.SCHEDULED.value), None)
+    if last is None or last.kind != EventKind.SUSPENDED:
+        return None
+    return wait if wait is not None else {"kind": "sleep", "until": record.run_at}
+
+
 def get_job(inspector: Inspector, job_id: str) -> JobRecord:
     """A job with events, or ``JobNotFound`` naming the id."""
     record = inspector.get_job(job_id)

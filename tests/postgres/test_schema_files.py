@@ -106,7 +106,8 @@ def fresh(postgres_server: Any) -> dict[str, str]:
     assert sum(key.startswith("function ") for key in found) > 30
     assert {k for k in found if k.startswith("trigger ")} == {
         "trigger batches_finished", "trigger jobs_inserted", "trigger jobs_pending",
-        "trigger queues_resumed", "trigger wf_mark_delete", "trigger wf_mark_move"}
+        "trigger queues_resumed", "trigger wf_mark_delete", "trigger wf_mark_move",
+        "trigger durable_forget"}
     return found
 
 
@@ -126,13 +127,24 @@ def test_a_schema_upgraded_from_a_shipped_version_is_a_fresh_one(
     assert catalog(url) == fresh
 
 
+#: Functions whose file a later release changed on purpose (their new body is what a fresh
+#: schema and an upgraded one share, checked above): ``ack`` schedules a durable job's
+#: suspension and wakes one answered meanwhile (issue 55, docs/durable.md).
+CHANGED_SINCE_FILES = ("function <schema>.ack(",)
+
+
 def test_the_function_files_define_what_the_shipped_migrations_left(
         postgres_server: Any, fresh: dict[str, str]) -> None:
     """Behaviour-neutral: the last shipped release's schema, not yet upgraded, is a fresh
-    schema of today to the letter, but for the table that records the function files."""
+    schema of today to the letter, but for the table that records the function files, what
+    later migrations added (absent from it) and the functions later changed on purpose."""
     url = _url(postgres_server)
     build(url, NEWEST)
-    assert catalog(url) == {k: v for k, v in fresh.items() if "function_version" not in k}
+    shipped = catalog(url)
+    old = {k: v for k, v in shipped.items() if not k.startswith(CHANGED_SINCE_FILES)}
+    assert old == {k: v for k, v in fresh.items() if k in old}
+    assert {k for k in shipped if k not in old} == {
+        k for k in fresh if k.startswith(CHANGED_SINCE_FILES)}
 
 
 def _member(key: str) -> JobSpec:

@@ -25,8 +25,7 @@ from conveyor.storage.records import HISTORY_MINUTES
 from conveyor.views import (
     batch_view,
     fmt_duration,
-    get_job,
-    job_view,
+    job_detail,
     stats_view,
     workers_view,
 )
@@ -162,7 +161,7 @@ async def api_workers(dash: Dashboard, request: Request, csrf: str, m: re.Match[
 
 async def api_job(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
     """One job in full as JSON."""
-    return json_response(await dash.call(lambda insp: job_view(get_job(insp, m["id"]))))
+    return json_response(await dash.call(lambda insp: job_detail(insp, m["id"])))
 
 
 async def api_batch(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:

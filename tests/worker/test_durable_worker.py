@@ -1,0 +1,115 @@
+"""Durable jobs under a real worker (docs/durable.md, issue 55 item 2: "the job leaves the
+worker and its slot"; item 4: "stop ... resumes at the last checkpoint"). Facts, never
+timings: a job that sleeps an hour lets another run in the only slot; a stop hands a loop
+back at the item it reached.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from conveyor import Conveyor, JobState, current_job
+from conveyor.testing import drain
+from conveyor.worker.config import WorkerConfig
+from conveyor.worker.launcher import Launcher
+from tests.worker import process_jobs
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _until(check: Callable[[], object], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def _state(app: Conveyor, job_id: str) -> JobState | None:
+    record = app.get_job(job_id)
+    return None if record is None else record.state
+
+
+def test_a_sleeping_job_frees_its_slot(live_app: Conveyor) -> None:
+    """Hatchet/Inngest durable sleep: with one slot, a job sleeping an hour does not keep the
+    next job from running."""
+    @live_app.job(name="t.napper")
+    def napper() -> None:
+        current_job().sleep(3600)
+
+    @live_app.job(name="t.quick")
+    def quick() -> str:
+        return "ran"
+
+    nap = napper.enqueue()
+    launcher = Launcher(live_app, WorkerConfig(concurrency=1, poll_interval=(0.02, 0.05)))
+    launcher.start()
+    try:
+        _until(lambda: _state(live_app, nap.id) is JobState.SCHEDULED)
+        after = quick.enqueue()
+        _until(lambda: _state(live_app, after.id) is JobState.SUCCEEDED)
+        assert _state(live_app, nap.id) is JobState.SCHEDULED
+    finally:
+        launcher.stop(5)
+
+
+def test_a_stop_hands_a_loop_back_at_the_item_it_reached(live_app: Conveyor) -> None:
+    """Sidekiq iterable jobs: at shutdown the loop saves its cursor and the job goes back to
+    the queue, to resume there; the stop does not wait for the whole loop."""
+    reached = threading.Event()
+    seen: list[int] = []
+
+    @live_app.job(name="t.long_loop", retry=0)
+    def long_loop() -> None:
+        ctx = current_job()
+        for item in ctx.iterate(range(50), every=1000):
+            seen.append(item)
+            if item == 20 and ctx.attempt == 1:
+                reached.set()
+                _until(lambda: ctx.stopping)  # held here until the worker begins to stop
+
+    ref = long_loop.enqueue()
+    launcher = Launcher(live_app, WorkerConfig(concurrency=2, poll_interval=(0.02, 0.05)))
+    launcher.start()
+    assert reached.wait(30)
+    launcher.stop(30)
+    record = live_app.get_job(ref.id)
+    assert record is not None and record.state is JobState.PENDING
+    assert record.errors == 0 and record.progress == (21, 50)
+    drain(live_app)
+    assert seen == list(range(50)) and _state(live_app, ref.id) is JobState.SUCCEEDED
+
+
+@pytest.fixture
+def proc_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Conveyor]:
+    """The app of ``process_jobs`` on a SQLite file its job processes reach too."""
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    monkeypatch.setenv("CONVEYOR_URL", url)
+    process_jobs.app.close()
+    process_jobs.app.url = url
+    yield process_jobs.app
+    process_jobs.app.close()
+
+
+def test_a_job_process_records_steps_and_suspends(proc_app: Conveyor) -> None:
+    """The process executor runs durable calls through the job process's own store
+    connection; the suspension crosses the pipe like any outcome."""
+    ref = process_jobs.durable.enqueue(1)
+    config = WorkerConfig(concurrency=1, heartbeat_interval=0.1, lease=5.0,
+                          poll_interval=(0.02, 0.05), worker_id="proc-durable",
+                          app="tests.worker.process_jobs:app")
+    launcher = Launcher(proc_app, config)
+    launcher.start()
+    try:
+        _until(lambda: _state(proc_app, ref.id) is JobState.SCHEDULED)
+    finally:
+        launcher.stop(10)
+    record = proc_app.get_job(ref.id)
+    assert record is not None and record.message is not None
+    assert record.message.startswith("sleeping until")
+    steps = proc_app.storage.durable.read(ref.id).steps
+    assert [s.name for s in steps] == ["pid", "sleep"]
