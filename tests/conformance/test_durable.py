@@ -243,6 +243,25 @@ def test_a_wait_times_out_with_null_and_keeps_its_first_deadline(backend: Backen
     assert backend.durable.send_event(_message("late", "1", clock), keep=0) == 0
 
 
+def test_a_cancelled_jobs_wait_hears_nothing_until_it_is_retried(backend: Backend,
+                                                                  clock: FakeClock) -> None:
+    """A finished job receives nothing; retried by hand it replays, and its wait (kept
+    with its first deadline) hears events again."""
+    job_id = put(backend)
+    job = take_one(backend)
+    received = backend.durable.receive(job_id, job.token, _wait(clock, timeout=600))
+    assert received is not None and _suspend(backend, job, received.until)
+    assert backend.cancel(job_id) is JobState.CANCELLED
+    assert backend.durable.send_event(_message("e1", "1", clock), keep=0) == 0
+    assert backend.retry_jobs([job_id]) == 1
+    job = take_one(backend)
+    again = backend.durable.receive(job_id, job.token, _wait(clock, timeout=9999))
+    assert again is not None and not again.done and again.until == pytest.approx(received.until)
+    assert backend.durable.send_event(_message("e2", "2", clock), keep=0) == 1
+    taken = backend.durable.receive(job_id, job.token, _wait(clock))
+    assert taken is not None and taken.done and taken.data == "2"
+
+
 def test_a_zombie_cannot_take_a_message(backend: Backend, clock: FakeClock) -> None:
     job_id = put(backend)
     old = take_one(backend, lease=5)

@@ -143,8 +143,10 @@ class MemoryDurable:
             reached = 0
             for job_id in list(self._rows.listeners.get((message.name, message.key), {})):
                 entry = self._state._jobs.get(job_id)
-                if entry is None or entry.rec.state.terminal:
+                if entry is None:
                     self._rows.unwait(job_id)
+                    continue
+                if entry.rec.state.terminal:  # its wait stays, for a retry by hand
                     continue
                 self._rows.unlisten(job_id)  # a wait takes one event: the first to reach it
                 self._deliver(entry, message)

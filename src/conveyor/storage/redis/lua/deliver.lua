@@ -39,7 +39,7 @@ else
       w.listening = false
       put_wait(id, w)
       targets[#targets + 1] = id
-    else
+    elseif not f or not w then  -- a finished job's wait stays, for a retry by hand
       redis.call('ZREM', K_LISTENERS, member)
       if w then drop_wait(id) end
     end
