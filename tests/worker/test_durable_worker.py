@@ -57,6 +57,26 @@ def test_a_sleeping_job_frees_its_slot(live_app: Conveyor) -> None:
         launcher.stop(5)
 
 
+def test_a_suspended_job_is_promoted_when_due_not_an_interval_later(live_app: Conveyor
+                                                                   ) -> None:
+    """The poller is told when a job it suspended is due (``Poller.expect``): with a poll
+    interval of ten minutes, a job sleeping a tenth of a second still finishes (the test's
+    own limit, 30 s, would fail it if the poller waited for its interval)."""
+    @live_app.job(name="t.short_nap")
+    def short_nap() -> str:
+        current_job().sleep(0.1)
+        return "up"
+
+    ref = short_nap.enqueue()
+    config = WorkerConfig(concurrency=1, poll_interval=(600.0, 600.0))
+    launcher = Launcher(live_app, config)
+    launcher.start()
+    try:
+        _until(lambda: _state(live_app, ref.id) is JobState.SUCCEEDED)
+    finally:
+        launcher.stop(5)
+
+
 def test_a_stop_hands_a_loop_back_at_the_item_it_reached(live_app: Conveyor) -> None:
     """Sidekiq iterable jobs: at shutdown the loop saves its cursor and the job goes back to
     the queue, to resume there; the stop does not wait for the whole loop."""

@@ -122,6 +122,8 @@ class Launcher:
         if self.inflight.claim(entry):
             if not entry.lost:
                 self.acker.add(ack)
+                if ack.resume_at is not None:  # a durable job suspended: promote it on time
+                    self.poller.expect(ack.resume_at)
             self.fetcher.start_reserved()
             if entry.executor != "process":  # a job process counts its own jobs
                 self.recycling.job_ended()
