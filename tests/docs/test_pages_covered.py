@@ -17,6 +17,9 @@ RUN_AS_PASTED = {
 FRAGMENTS = {
     "api.md": "a reference: each block shows calls on names it does not define (conn, rid)",
     "brokers.md": "needs a RabbitMQ node or a Kafka broker, and names no job it runs",
+    "durable.md": "the payment, mail, warehouse and database calls are the reader's, and two "
+                  "blocks are a job's body shown alone (tests/api/test_durable*.py run the same "
+                  "calls)",
     "postgres.md": "needs a PostgreSQL server and the reader's DSN, connection and models",
     "worker.md": "a Sentry project to report to, and a test body for the reader's own tests",
 }
