@@ -10,7 +10,6 @@ its cursor after an interruption; cancel between items).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,14 +17,6 @@ import pytest
 from conveyor import Conveyor, FakeClock, JobContext, JobState, StepFailed, current_job
 from conveyor.errors import JobNotFound
 from conveyor.testing import drain
-
-
-@pytest.fixture
-def mem(clock: FakeClock) -> Iterator[Conveyor]:
-    """An app on ``memory://``: the client's rules, the store's are in tests/conformance."""
-    app = Conveyor("memory://", clock=clock)
-    yield app
-    app.close()
 
 
 def _state(app: Conveyor, job_id: str) -> JobState:

@@ -8,20 +8,10 @@ cursor is passed back when the job resumes; a finished step is skipped).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from conveyor import Conveyor, FakeClock, JobState, current_job
+from conveyor import Conveyor, JobState, current_job
 from conveyor.testing import drain
-
-
-@pytest.fixture
-def mem(clock: FakeClock) -> Iterator[Conveyor]:
-    app = Conveyor("memory://", clock=clock)
-    yield app
-    app.close()
 
 
 def _record(app: Conveyor, job_id: str) -> Any:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -135,9 +135,7 @@ def test_events_sent_during_kills_reach_each_waiter_once(backend: Backend,
                                                                if n > 1))
 
 
-def _sleepers(app: Conveyor, jobs: dict[str, Any], count: int,
-              seconds: float) -> tuple[str, list[str]]:
-    return enqueue_batch(app, jobs["faults.sleeper"], [(seconds,)] * count, "sleepers")
+SLEEPERS = 20
 
 
 def _answers(app: Conveyor) -> bool:
@@ -150,91 +148,59 @@ def _answers(app: Conveyor) -> bool:
     return True
 
 
-def _asleep(app: Conveyor, ids: list[str]) -> bool:
-    return states(app, ids) == {"scheduled": len(ids)}
+def _sleep_through(faults: Faults, url: str, store: str,
+                   restart: Callable[[WorkerProc, Conveyor], None]) -> None:
+    """20 jobs of a step, a 3 s sleep and a step; ``restart`` the store while every one of
+    them sleeps: each wakes and finishes, its first step never run again."""
+    app, jobs = faults.client(url)
+    batch_id, ids = enqueue_batch(app, jobs["faults.sleeper"], [(3.0,)] * SLEEPERS, "sleepers")
+    worker = faults.worker(url, name="before", lease=LEASE)
+    wait_until(lambda: states(app, ids) == {"scheduled": SLEEPERS}, 60,
+               what="every job to sleep")
+    restart(worker, app)
+    wait_until(lambda: _answers(app), 30, what="the client to reach the store again")
+    wait_batch(app, batch_id, timeout=90)
+    assert states(app, ids) == {"succeeded": SLEEPERS}
+    befores = Counter(line["j"] for line in faults.log.lines()
+                      if line["s"] == "after" and line["got"] == "before")
+    assert befores == dict.fromkeys(ids, 1)
+    report("30 store restarted while sleeping", store, sleepers=SLEEPERS)
 
 
 @pytest.mark.slow
 def test_sqlite_reopened_while_jobs_sleep(tmp_path: Any, faults: Faults) -> None:
-    """Every worker stops while 20 jobs sleep; new workers open the file afresh: each job
-    wakes, replays its first step without running it, and finishes."""
+    """Every worker killed while the jobs sleep, the client closed: a new worker opens the
+    file afresh."""
     url = f"sqlite:///{tmp_path / 'sleep.db'}"
-    app, jobs = faults.client(url)
-    batch_id, ids = _sleepers(app, jobs, 20, 3.0)
-    worker = faults.worker(url, name="before")
-    wait_until(lambda: _asleep(app, ids), 60, what="every job to sleep")
-    worker.kill9()
-    app.close()  # the client too: nothing holds the file open
-    faults.worker(url, name="after")
-    wait_batch(app, batch_id, timeout=60)
-    assert states(app, ids) == {"succeeded": 20}
-    befores = Counter(line["j"] for line in faults.log.lines()
-                      if line["s"] == "after" and line["got"] == "before")
-    assert befores == dict.fromkeys(ids, 1)
-    report("30 store reopened while sleeping", "sqlite", sleepers=20)
 
+    def reopen(worker: WorkerProc, app: Conveyor) -> None:
+        worker.kill9()
+        app.close()  # nothing holds the file open now
+        faults.worker(url, name="after")
 
-@pytest.fixture
-def aof_redis() -> Iterator[RedisServer]:
-    """A private redis-server with AOF (fsync always), to crash and restart."""
-    if redis_server_binary() is None:
-        pytest.skip("needs redis-server")
-    server = RedisServer(appendonly=True, appendfsync="always")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.cleanup()
+    _sleep_through(faults, url, "sqlite", reopen)
 
 
 @pytest.mark.slow
-def test_redis_restarted_while_jobs_sleep(aof_redis: RedisServer, faults: Faults) -> None:
-    """redis-server SIGKILLed while 20 jobs sleep and started again from its AOF: the
-    workers ride out the outage; every job wakes and finishes, its first step not rerun."""
-    url = f"{aof_redis.url}?prefix=sleep"
-    app, jobs = faults.client(url)
-    batch_id, ids = _sleepers(app, jobs, 20, 3.0)
-    faults.worker(url, name="w", lease=LEASE)
-    wait_until(lambda: _asleep(app, ids), 60, what="every job to sleep")
-    aof_redis.kill()
-    time.sleep(1.0)
-    aof_redis.start()
-    wait_batch(app, batch_id, timeout=90)
-    assert states(app, ids) == {"succeeded": 20}
-    befores = Counter(line["j"] for line in faults.log.lines()
-                      if line["s"] == "after" and line["got"] == "before")
-    assert befores == dict.fromkeys(ids, 1)
-    report("30 Redis restarted while sleeping", "redis", sleepers=20)
+@pytest.mark.skipif(redis_server_binary() is None, reason="needs redis-server")
+def test_redis_restarted_while_jobs_sleep(aof_server: RedisServer, faults: Faults) -> None:
+    """redis-server SIGKILLed and started again from its AOF (fsync always): the worker
+    rides out the outage."""
+    def restart(worker: WorkerProc, app: Conveyor) -> None:
+        aof_server.kill()
+        time.sleep(1.0)
+        aof_server.start()
 
-
-@pytest.fixture
-def crashable_postgres() -> Iterator[PostgresServer]:
-    """A private PostgreSQL that commits durably, to crash and restart."""
-    server = PostgresServer(settings={"synchronous_commit": "on"})
-    server.start()
-    try:
-        yield server
-    finally:
-        server.cleanup()
+    _sleep_through(faults, f"{aof_server.url}?prefix=sleep", "redis", restart)
 
 
 @pytest.mark.slow
-def test_postgres_restarted_while_jobs_sleep(crashable_postgres: PostgresServer,
+def test_postgres_restarted_while_jobs_sleep(private_server: PostgresServer,
                                              faults: Faults) -> None:
-    """The postmaster SIGKILLed while 20 jobs sleep, restarted (crash recovery): every job
-    wakes and finishes, its first step not rerun."""
-    url = f"{crashable_postgres.url}?schema=sleep"
-    app, jobs = faults.client(url)
-    batch_id, ids = _sleepers(app, jobs, 20, 3.0)
-    faults.worker(url, name="w", lease=LEASE)
-    wait_until(lambda: _asleep(app, ids), 60, what="every job to sleep")
-    _crash(crashable_postgres)  # as scenario 16 does: the backends exit with it
-    time.sleep(1.0)
-    crashable_postgres.start()
-    wait_until(lambda: _answers(app), 30, what="the client to reconnect")
-    wait_batch(app, batch_id, timeout=90)
-    assert states(app, ids) == {"succeeded": 20}
-    befores = Counter(line["j"] for line in faults.log.lines()
-                      if line["s"] == "after" and line["got"] == "before")
-    assert befores == dict.fromkeys(ids, 1)
-    report("30 PostgreSQL restarted while sleeping", "postgres", sleepers=20)
+    """The postmaster SIGKILLed and restarted (crash recovery), as scenario 16 does."""
+    def restart(worker: WorkerProc, app: Conveyor) -> None:
+        _crash(private_server)
+        time.sleep(1.0)
+        private_server.start()
+
+    _sleep_through(faults, f"{private_server.url}?schema=sleep", "postgres", restart)

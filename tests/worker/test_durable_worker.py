@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,17 @@ def _until(check: Callable[[], object], timeout: float = 30.0) -> None:
         time.sleep(0.01)
 
 
+@contextmanager
+def _running(app: Conveyor, config: WorkerConfig) -> Iterator[Launcher]:
+    """A whole worker in this process while the block runs."""
+    launcher = Launcher(app, config)
+    launcher.start()
+    try:
+        yield launcher
+    finally:
+        launcher.stop(10)
+
+
 def _state(app: Conveyor, job_id: str) -> JobState | None:
     record = app.get_job(job_id)
     return None if record is None else record.state
@@ -46,15 +58,11 @@ def test_a_sleeping_job_frees_its_slot(live_app: Conveyor) -> None:
         return "ran"
 
     nap = napper.enqueue()
-    launcher = Launcher(live_app, WorkerConfig(concurrency=1, poll_interval=(0.02, 0.05)))
-    launcher.start()
-    try:
+    with _running(live_app, WorkerConfig(concurrency=1, poll_interval=(0.02, 0.05))):
         _until(lambda: _state(live_app, nap.id) is JobState.SCHEDULED)
         after = quick.enqueue()
         _until(lambda: _state(live_app, after.id) is JobState.SUCCEEDED)
         assert _state(live_app, nap.id) is JobState.SCHEDULED
-    finally:
-        launcher.stop(5)
 
 
 def test_a_suspended_job_is_promoted_when_due_not_an_interval_later(live_app: Conveyor
@@ -68,13 +76,8 @@ def test_a_suspended_job_is_promoted_when_due_not_an_interval_later(live_app: Co
         return "up"
 
     ref = short_nap.enqueue()
-    config = WorkerConfig(concurrency=1, poll_interval=(600.0, 600.0))
-    launcher = Launcher(live_app, config)
-    launcher.start()
-    try:
+    with _running(live_app, WorkerConfig(concurrency=1, poll_interval=(600.0, 600.0))):
         _until(lambda: _state(live_app, ref.id) is JobState.SUCCEEDED)
-    finally:
-        launcher.stop(5)
 
 
 def test_a_stop_hands_a_loop_back_at_the_item_it_reached(live_app: Conveyor) -> None:
@@ -122,12 +125,8 @@ def test_a_job_process_records_steps_and_suspends(proc_app: Conveyor) -> None:
     config = WorkerConfig(concurrency=1, heartbeat_interval=0.1, lease=5.0,
                           poll_interval=(0.02, 0.05), worker_id="proc-durable",
                           app="tests.worker.process_jobs:app")
-    launcher = Launcher(proc_app, config)
-    launcher.start()
-    try:
+    with _running(proc_app, config):
         _until(lambda: _state(proc_app, ref.id) is JobState.SCHEDULED)
-    finally:
-        launcher.stop(10)
     record = proc_app.get_job(ref.id)
     assert record is not None and record.message is not None
     assert record.message.startswith("sleeping until")

@@ -17,16 +17,9 @@
 local US, RS = '\31', '\30'
 
 local function fields_of(line)
-  local out, pos = {}, 1
-  while true do
-    local tab = string.find(line, '\t', pos, true)
-    if not tab then
-      out[#out + 1] = string.sub(line, pos)
-      return out
-    end
-    out[#out + 1] = string.sub(line, pos, tab - 1)
-    pos = tab + 1
-  end
+  local out = {}
+  for part in string.gmatch(line .. '\t', '([^\t]*)\t') do out[#out + 1] = part end
+  return out
 end
 
 -- The job's wait, or nil.
