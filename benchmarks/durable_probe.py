@@ -1,15 +1,16 @@
 """Durable jobs beside DBOS (issue 55; not a test, run it by hand on a quiet machine):
 
-    python -m benchmarks.durable_probe [--stores sqlite,postgres,redis] [--jobs 500]
-        [--steps 10] [--sleepers 10000] [--sleep 30] [--spread 20] [--slots 8] [--no-dbos]
+    python -m benchmarks.durable_probe [--stores sqlite,postgres,redis] [--jobs 2000]
+        [--steps 10] [--sleepers 10000] [--sleep 30] [--spread 20] [--slots 8] [--rounds 3]
+        [--no-dbos]
 
 Starts a private redis-server and PostgreSQL, then for each store (and DBOS on SQLite and
 PostgreSQL, from the ``dbos`` venv, ``benchmarks/.venvs/dbos``):
 
 * **steps**: ``jobs`` jobs of ``steps`` no-op steps, and as many of none, on one worker of
   ``slots`` slots (DBOS: a queue of ``slots`` workers polled every 50 ms), timed from the
-  first enqueue to the last result: jobs/s, steps/s, and what one step costs (the time the
-  steps added, per step);
+  first enqueue to the last result, alternated ``rounds`` times (medians): jobs/s, steps/s,
+  and what one step costs (the slot time the steps added, per step);
 * **sleepers**: ``sleepers`` jobs that each sleep until their own wake time (spread over
   ``spread`` s, starting ``sleep`` s out) on the same ``slots``: how late they woke (p50, p99),
   the worker's resident memory and CPU while they sleep, the store's memory (Redis
@@ -197,15 +198,35 @@ def run_dbos(config: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(line[len("RESULT "):]))
 
 
+def _rounds(rounds: int, run: Any, args: argparse.Namespace
+            ) -> tuple[dict[str, float], dict[str, float]]:
+    """Jobs of no step and of ``args.steps`` steps, alternated ``rounds`` times (so both see
+    the same load): the median of each figure, and the slot time one step costs."""
+    plain: list[dict[str, float]] = []
+    stepped: list[dict[str, float]] = []
+    for _ in range(rounds):
+        plain.append(run(0))
+        stepped.append(run(args.steps))
+
+    def median(runs: list[dict[str, float]]) -> dict[str, float]:
+        return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+    out_plain, out_stepped = median(plain), median(stepped)
+    out_stepped["ms_per_step"] = 1000 * (out_stepped["seconds"] - out_plain["seconds"]) / (
+        args.jobs * args.steps) * args.slots
+    return out_plain, out_stepped
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stores", default="sqlite,postgres,redis")
-    parser.add_argument("--jobs", type=int, default=500)
+    parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--sleepers", type=int, default=10_000)
     parser.add_argument("--sleep", type=float, default=30.0)
     parser.add_argument("--spread", type=float, default=20.0)
     parser.add_argument("--slots", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-dbos", action="store_true")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
@@ -225,10 +246,8 @@ def main() -> None:
                 return f"{redis_server.url}?prefix=d{tag}"
 
             for store in stores:
-                plain = run_steps(url_of(store), args.jobs, 0, args.slots)
-                stepped = run_steps(url_of(store), args.jobs, args.steps, args.slots)
-                stepped["ms_per_step"] = 1000 * (stepped["seconds"] - plain["seconds"]) / (
-                    args.jobs * args.steps) * args.slots
+                plain, stepped = _rounds(args.rounds, lambda n, store=store: run_steps(
+                    url_of(store), args.jobs, n, args.slots), args)
                 results[f"conveyor ({store}) steps"] = stepped
                 results[f"conveyor ({store}) no steps"] = plain
                 results[f"conveyor ({store}) sleepers"] = run_sleepers(
@@ -242,10 +261,8 @@ def main() -> None:
                     if store not in stores:
                         continue
                     base = {"url": dbos_url, "concurrency": args.slots, "jobs": args.jobs}
-                    plain = run_dbos({**base, "case": "steps", "steps": 0})
-                    stepped = run_dbos({**base, "case": "steps", "steps": args.steps})
-                    stepped["ms_per_step"] = 1000 * (stepped["seconds"] - plain["seconds"]) / (
-                        args.jobs * args.steps) * args.slots
+                    plain, stepped = _rounds(args.rounds, lambda n, base=base: run_dbos(
+                        {**base, "case": "steps", "steps": n}), args)
                     results[f"DBOS ({store}) steps"] = stepped
                     results[f"DBOS ({store}) no steps"] = plain
                     for mode in ("queued", "start_workflow"):

@@ -22,11 +22,12 @@ from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-from conveyor.errors import LeaseLost, PayloadError, StepFailed, Suspend
+from conveyor.errors import InvalidKeyError, LeaseLost, PayloadError, StepFailed, Suspend
 from conveyor.iteration import Iteration
 from conveyor.serializer import dumps, loads, oversize
 from conveyor.steps import EVENT, FOREVER, MESSAGE, Step, StepStatus, Wait
 from conveyor.storage.base import Storage
+from conveyor.text import check_name, key_fault
 
 __all__ = ["DurableCalls", "step_retry_delay"]
 
@@ -106,6 +107,7 @@ class DurableCalls:
         if _current_step.get() is not None:
             raise RuntimeError(f"{base}: durable calls cannot be made inside a step; make "
                                "them from the job's own code")
+        check_name("step name", base)
         if self._names is None:
             self._names = Counter()
         self._names[base] += 1
@@ -241,6 +243,9 @@ class DurableCalls:
         (default: the job type's ``event_window``, 0 unless declared)."""
         if window is None:
             window = self.event_window
+        check_name("event name", event)
+        if key and (fault := key_fault(key)) is not None:
+            raise InvalidKeyError(f"event key {fault}")
         return self._receive(Wait(EVENT, self._name(name or f"wait:{event}"), event, key,
                                   window=window), timeout)
 
@@ -249,6 +254,8 @@ class DurableCalls:
         """The next message sent to this job with ``app.send(job_id, topic, data)`` (kept
         until received, in the order sent, each received once): its data, or None after
         ``timeout`` seconds. The job waits without holding a worker."""
+        if topic:
+            check_name("topic", topic)
         return self._receive(Wait(MESSAGE, self._name(name or f"receive:{topic}"), topic),
                              timeout)
 

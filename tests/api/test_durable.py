@@ -296,3 +296,22 @@ def test_a_sleeping_node_holds_its_workflow(mem: Conveyor, clock: FakeClock) -> 
     clock.advance(60)
     drain(mem)
     assert order == ["first", "second"]
+
+
+def test_a_step_name_breaking_the_name_rule_fails_only_its_job(mem: Conveyor) -> None:
+    """A name with a line break could forge the CLI's lines and the stores' separators: the
+    call raises in the job (an error of the job's own code, with its retries), naming it."""
+    @mem.job(name="t.badname", retry=0)
+    def bad() -> None:
+        current_job().step("charge\nok", lambda: 1)
+
+    @mem.job(name="t.fine")
+    def fine() -> int:
+        return current_job().step("charge", lambda: 1)
+
+    bad_ref, fine_ref = bad.enqueue(), fine.enqueue()
+    drain(mem)
+    record = mem.get_job(bad_ref.id)
+    assert record is not None and record.state is JobState.DEAD
+    assert "step name" in (record.message or "") and "printable" in (record.message or "")
+    assert _state(mem, fine_ref.id) is JobState.SUCCEEDED
