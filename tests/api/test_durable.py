@@ -315,3 +315,23 @@ def test_a_step_name_breaking_the_name_rule_fails_only_its_job(mem: Conveyor) ->
     assert record is not None and record.state is JobState.DEAD
     assert "step name" in (record.message or "") and "printable" in (record.message or "")
     assert _state(mem, fine_ref.id) is JobState.SUCCEEDED
+
+
+def test_an_async_job_makes_the_same_durable_calls(mem: Conveyor, clock: FakeClock) -> None:
+    """The calls are the same in an ``async def`` job (its suspension crosses the event
+    loop's path to the worker like any outcome)."""
+    ran: list[str] = []
+
+    @mem.job(name="t.async_durable")
+    async def job() -> str:
+        ctx = current_job()
+        ctx.step("once", lambda: ran.append("once"))
+        ctx.sleep(10)
+        return "done"
+
+    ref = job.enqueue()
+    drain(mem)
+    assert _state(mem, ref.id) is JobState.SCHEDULED
+    clock.advance(10)
+    drain(mem)
+    assert ran == ["once"] and _state(mem, ref.id) is JobState.SUCCEEDED
