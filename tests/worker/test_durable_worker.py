@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -132,3 +133,47 @@ def test_a_job_process_records_steps_and_suspends(proc_app: Conveyor) -> None:
     assert record.message.startswith("sleeping until")
     steps = proc_app.storage.durable.read(ref.id).steps
     assert [s.name for s in steps] == ["pid", "sleep"]
+
+
+@pytest.fixture(params=[pytest.param(("postgres", "amqp"), marks=pytest.mark.rabbitmq,
+                                     id="postgres+amqp"),
+                        pytest.param(("sqlite", "kafka"), marks=pytest.mark.kafka,
+                                     id="sqlite+kafka")])
+def brokered(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Conveyor]:
+    """An app whose workers take jobs from a broker (issue 55 item 6: a resumed job is a
+    delivery like any other); the lifecycle model runs durable jobs through RabbitMQ and the
+    in-process broker on every store, this smoke run through Kafka too."""
+    store, broker = request.param
+    tag = uuid.uuid4().hex[:10]
+    url = (f"sqlite:///{tmp_path}/b.db" if store == "sqlite" else
+           f"{request.getfixturevalue('postgres_server').url}?schema=w{tag}")
+    broker_url = (f"{request.getfixturevalue('rabbitmq_server').url}?prefix=w{tag}"
+                  if broker == "amqp" else
+                  request.getfixturevalue("kafka_server").broker_url(f"w{tag}"))
+    app = Conveyor(url, broker=broker_url)
+    try:
+        yield app
+    finally:
+        app.close()
+
+
+def test_a_durable_job_resumes_through_a_broker(brokered: Conveyor) -> None:
+    """A step, a sleep, then a wait answered by an event: each resumption is published and
+    delivered again, the step not run twice."""
+    ran: list[str] = []
+
+    @brokered.job(name="t.brokered_durable")
+    def job() -> object:
+        ctx = current_job()
+        ctx.step("once", lambda: ran.append("once"))
+        ctx.sleep(0.2)
+        return ctx.wait_for("go", key="1", timeout=60)
+
+    ref = job.enqueue()
+    with _running(brokered, WorkerConfig(concurrency=2, poll_interval=(0.05, 0.1))):
+        _until(lambda: (brokered.storage.durable.read(ref.id).wait is not None
+                        and _state(brokered, ref.id) is JobState.SCHEDULED))
+        assert brokered.send_event("go", key="1", data={"ok": True}) == 1
+        _until(lambda: _state(brokered, ref.id) is JobState.SUCCEEDED)
+    record = brokered.get_job(ref.id)
+    assert record is not None and record.result == '{"ok":true}' and ran == ["once"]
