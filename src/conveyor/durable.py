@@ -281,7 +281,7 @@ class DurableCalls:
     # -- resumable loops --------------------------------------------------------------------
 
     def iterate(self, source: Sequence[T] | Callable[[Any], Iterable[Any]], *,
-                cursor_key: str | Callable[[Any], Any] | None = None, every: int = 100,
+                cursor_key: str | Callable[[Any], Any] | None = None, every: int = 1000,
                 seconds: float = 5.0, total: int | None = None,
                 name: str = "iterate") -> Iterator[Any]:
         """Items of ``source``, resuming after the last checkpoint (docs/durable.md).

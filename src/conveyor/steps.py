@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from conveyor.job import Event, EventKind
@@ -96,6 +97,9 @@ class Step:
         if self.status == StepStatus.RETRYING:
             why = self.error.get("message", "") if self.error else ""
             return f"try {self.tries} failed ({why}); next at {self.until}"
+        if self.result is None and self.until is not None:  # a sleep: its wake time
+            return "until " + datetime.fromtimestamp(self.until, timezone.utc).strftime(
+                "%Y-%m-%d %H:%M:%S UTC")
         text = "null" if self.result is None else self.result
         return storable(text if len(text) <= SUMMARY_CHARS else text[:SUMMARY_CHARS] + "…")
 
