@@ -28,8 +28,8 @@ from typing import Any
 import redis
 from benchmarks import web_stall
 from benchmarks.servers import RedisServer
-from conveyor.ids import new_id
-from conveyor.job import BatchSpec, JobSpec, JobState
+from conveyor.core.ids import new_id
+from conveyor.core.job import BatchSpec, JobSpec, JobState
 from conveyor.storage import Backend, open_storage
 
 PAGE = 50

@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 import redis
 from benchmarks.servers import RedisServer
-from conveyor.ids import new_id, new_ids
-from conveyor.job import BatchSpec, JobState
+from conveyor.core.ids import new_id, new_ids
+from conveyor.core.job import BatchSpec, JobState
 from conveyor.storage.redis.storage import RedisStorage, open_redis
 
 CHUNK = 2000

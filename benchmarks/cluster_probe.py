@@ -33,8 +33,8 @@ from contextlib import contextmanager
 import redis
 from benchmarks.servers import RedisCluster, RedisServer
 from conveyor import Conveyor
-from conveyor.ids import new_id
-from conveyor.job import JobSpec, JobState
+from conveyor.core.ids import new_id
+from conveyor.core.job import JobSpec, JobState
 from conveyor.storage.redis.storage import RedisStorage
 
 QUEUE = os.environ.get("PROBE_QUEUE", "probe")  # "probe2" shares the doorbells' node

@@ -44,7 +44,7 @@ import redis as redis_py
 from benchmarks.servers import RedisServer
 from benchmarks.suite import VENV_REQS, ensure_venv
 from conveyor import Conveyor, JobState, current_job
-from conveyor.registry import JobFunction
+from conveyor.client.registry import JobFunction
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")

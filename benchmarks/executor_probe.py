@@ -34,9 +34,9 @@ from typing import Any
 
 import redis
 from conveyor import Conveyor
-from conveyor.ids import new_id
-from conveyor.job import JobState, LeasedJob
-from conveyor.serializer import encode_payload
+from conveyor.core.ids import new_id
+from conveyor.core.job import JobState, LeasedJob
+from conveyor.core.serializer import encode_payload
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.inflight import Entry
 from conveyor.worker.job_processes import JobProcesses

@@ -30,7 +30,7 @@ BATCH = 8  # a worker's acker sends the outcomes of its slots together
 
 def child(url: str, jobs: int) -> None:
     """Run in a subprocess on one side's conveyor: print µs per ack call as JSON."""
-    from conveyor.job import Ack, JobSpec, Outcome
+    from conveyor.core.job import Ack, JobSpec, Outcome
     from conveyor.storage import open_storage
 
     store = open_storage(url)

@@ -28,7 +28,7 @@ from tests.support.postgres_server import PostgresServer
 
 from benchmarks.pg_probe import QUEUE, STATEMENT_SETTINGS, app, fresh, noop, top_statements, worker
 from benchmarks.proc_cpu import tree_cpu
-from conveyor.job import JobState
+from conveyor.core.job import JobState
 from conveyor.storage.postgres.connection import parse_postgres_url
 from conveyor.storage.postgres.storage import PostgresStorage
 

@@ -46,8 +46,8 @@ from tests.support.postgres_server import PostgresServer
 
 from benchmarks.servers import RedisServer
 from conveyor import Conveyor
-from conveyor.ids import new_id
-from conveyor.job import Ack, JobSpec, JobState, Outcome
+from conveyor.core.ids import new_id
+from conveyor.core.job import Ack, JobSpec, JobState, Outcome
 from conveyor.storage import Backend, open_storage
 from conveyor.storage.postgres.connection import parse_postgres_url
 from conveyor.storage.postgres.storage import PostgresStorage

@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import redis
 from benchmarks.servers import RedisServer
-from conveyor.ids import new_id
-from conveyor.job import Ack, JobSpec, Outcome
+from conveyor.core.ids import new_id
+from conveyor.core.job import Ack, JobSpec, Outcome
 from conveyor.storage import open_storage
 from conveyor.storage.redis.storage import RedisStorage
 

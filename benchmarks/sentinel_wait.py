@@ -19,7 +19,7 @@ import uuid
 from tests.support.redis_sentinel import RedisSentinelGroup
 
 from conveyor.app import Conveyor
-from conveyor.job import Ack, Outcome
+from conveyor.core.job import Ack, Outcome
 
 
 def _job(ms: int) -> int:

@@ -272,7 +272,7 @@ def drain(url: str, n: int, server: Server) -> dict[str, Any]:
     """Lease and acknowledge ``n`` preloaded jobs by one worker process (1 × 8); the
     client's CPU is the worker's."""
     from benchmarks import worker_cpu
-    from conveyor.job import JobState
+    from conveyor.core.job import JobState
 
     app, job = _app(url)
     storage = app.storage

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from conveyor.job import Ack, JobSpec, Outcome
+from conveyor.core.job import Ack, JobSpec, Outcome
 from conveyor.storage.sqlite.storage import open_sqlite
 
 

@@ -40,7 +40,7 @@ from tests.support.postgres_server import PostgresServer
 import redis
 from benchmarks.servers import RedisServer
 from conveyor import Conveyor
-from conveyor.refs import JobRef
+from conveyor.client.refs import JobRef
 
 
 def _count(what: Callable[[], int]) -> int:

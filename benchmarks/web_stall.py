@@ -29,8 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conveyor.ids import new_id
-from conveyor.job import Ack, BatchSpec, JobSpec, Outcome
+from conveyor.core.ids import new_id
+from conveyor.core.job import Ack, BatchSpec, JobSpec, Outcome
 from conveyor.storage import open_storage
 
 STEP = 1000

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 
 import redis
 from conveyor import Conveyor
-from conveyor.job import JobState
+from conveyor.core.job import JobState
 
 QUEUE = "bench"
 RAW_KEY = "wcpu:raw"

@@ -90,7 +90,7 @@ class ConveyorPeer(Peer):
         with app.batch() as b:
             job.enqueue_many([("noop", 0.0)] * n)
         if hasattr(b, "wait"):
-            b.wait(timeout)  # woken as the batch finishes (conveyor.batch.wait_batch)
+            b.wait(timeout)  # woken as the batch finishes (conveyor.client.batch.wait_batch)
             return
         # BENCH_SRC of a release before Batch.wait (2026-11-27): read every millisecond
         deadline = time.monotonic() + timeout

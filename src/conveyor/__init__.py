@@ -1,17 +1,17 @@
 """conveyor: a background-job engine with batches and workflows, on SQLite, Redis (Cluster,
 Sentinel) and PostgreSQL, with RabbitMQ or Kafka as an optional broker."""
 
+from conveyor.aggregation.member import Member
 from conveyor.app import Conveyor
-from conveyor.canvas import chain, chord, chunks, group
-from conveyor.clock import FakeClock
-from conveyor.context import JobContext, current_job
+from conveyor.client.context import JobContext, current_job
+from conveyor.client.options import Aggregate, Debounce, Throttle
+from conveyor.client.refs import JobRef
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import Event, JobRecord, JobState
 from conveyor.errors import Fail, Retry, StepFailed
-from conveyor.job import Event, JobRecord, JobState
-from conveyor.member import Member
-from conveyor.options import Aggregate, Debounce, Throttle
-from conveyor.refs import JobRef
-from conveyor.running_workflow import RunningWorkflow
-from conveyor.workflow import Workflow
+from conveyor.workflow.canvas import chain, chord, chunks, group
+from conveyor.workflow.graph import Workflow
+from conveyor.workflow.running import RunningWorkflow
 
 __all__ = [
     "Aggregate",

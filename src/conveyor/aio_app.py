@@ -15,13 +15,13 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from conveyor.client.refs import JobRef
+from conveyor.core.job import JobRecord, JobState
 from conveyor.errors import ResultTimeout
-from conveyor.job import JobRecord, JobState
-from conveyor.refs import JobRef
 from conveyor.storage.aio import Waiter
 
 if TYPE_CHECKING:
-    from conveyor.client import Client
+    from conveyor.client.client import Client
     from conveyor.storage import Backend
 
 __all__ = ["AsyncApp"]

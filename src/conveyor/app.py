@@ -20,23 +20,23 @@ from datetime import datetime, timedelta
 from typing import Any, overload
 
 from conveyor.aio_app import AsyncApp
-from conveyor.batch import Batch, Callback, batch_status, wait_batch
-from conveyor.client import Client
-from conveyor.clock import SYSTEM_CLOCK, Clock
-from conveyor.draft import build_flow
+from conveyor.client.batch import Batch, Callback, batch_status, wait_batch
+from conveyor.client.client import Client
+from conveyor.client.draft import build_flow
+from conveyor.client.middleware import ClientChain, ServerChain
+from conveyor.client.options import Aggregate, Debounce, KeyOption, Throttle, make_options
+from conveyor.client.periodic import Schedule, validate_cron, validate_tz
+from conveyor.client.refs import JobRef
+from conveyor.client.registry import JobFunction, Registry, default_name
+from conveyor.client.schedules import Schedules
+from conveyor.core.clock import SYSTEM_CLOCK, Clock
+from conveyor.core.job import JobRecord, JobState
+from conveyor.core.serializer import DEFAULT_MAX_PAYLOAD
+from conveyor.core.text import check_name
 from conveyor.hooks import ErrorHandler
-from conveyor.job import JobRecord, JobState
 from conveyor.messaging import Messaging
-from conveyor.middleware import ClientChain, ServerChain
-from conveyor.options import Aggregate, Debounce, KeyOption, Throttle, make_options
-from conveyor.periodic import Schedule, validate_cron, validate_tz
-from conveyor.refs import JobRef
-from conveyor.registry import JobFunction, Registry, default_name
-from conveyor.schedules import Schedules
-from conveyor.serializer import DEFAULT_MAX_PAYLOAD
 from conveyor.storage import DEFAULT_URL, Backend, Retention, open_storage, redact
-from conveyor.text import check_name
-from conveyor.workflow import Workflow
+from conveyor.workflow.graph import Workflow
 
 __all__ = ["Conveyor"]
 
@@ -354,7 +354,7 @@ worker runs jobs with, and the storage.
     def batch(self, batch_id: str | None = None, *, description: str | None = None,
               on_complete: Callback = None, on_success: Callback = None,
               on_death: Callback = None, meta: Mapping[str, Any] | None = None) -> Batch:
-        """A batch to fill in a ``with`` block (see ``conveyor.batch``); given ``batch_id``,
+        """A batch to fill in a ``with`` block (see ``conveyor.client.batch``); given ``batch_id``,
         re-opens that existing batch to add jobs."""
         return Batch(
             self.client, batch_id, description=description, on_complete=on_complete,
@@ -364,7 +364,8 @@ worker runs jobs with, and the storage.
     def workflow(self, *, description: str | None = None, on_complete: Callback = None,
                  on_success: Callback = None, on_death: Callback = None,
                  meta: Mapping[str, Any] | None = None) -> Workflow:
-        """A workflow to build with ``add`` and store with ``enqueue`` (``conveyor.workflow``)."""
+        """A workflow to build with ``add`` and store with ``enqueue``
+        (``conveyor.workflow.graph``)."""
         return Workflow(self.client, description=description, on_complete=on_complete,
                         on_success=on_success, on_death=on_death, meta=meta)
 
@@ -378,7 +379,7 @@ worker runs jobs with, and the storage.
         """Wait until the batch (or workflow) completes and return ``batch_status``;
         ``ResultTimeout`` after ``timeout`` seconds (None: no limit), ``BatchNotFound`` for
         an unknown id. Woken as it finishes where the store can tell
-        (``conveyor.batch.wait_batch``)."""
+        (``conveyor.client.batch.wait_batch``)."""
         return wait_batch(self.storage, batch_id, timeout)
 
     def batch_jobs(

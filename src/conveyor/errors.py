@@ -153,7 +153,7 @@ class JobTimeout(ConveyorError):
 class JobFailed(ConveyorError):
     """Raised by ``JobRef.result()`` when the job ended failed, dead or cancelled.
 
-    Where the job's own exception can be rebuilt (``conveyor.reraise``), the exception
+    Where the job's own exception can be rebuilt (``conveyor.core.reraise``), the exception
     raised derives from both its class and this one; either way it carries ``job_id``,
     ``state``, ``message``, and for a job an error ended, ``error_type`` (its class path)
     and ``job_traceback`` (the traceback as the worker saw it).

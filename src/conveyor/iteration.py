@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+from conveyor.core.serializer import dumps, loads
 from conveyor.errors import Handback
-from conveyor.serializer import dumps, loads
 from conveyor.steps import Step, StepStatus
 
 __all__ = ["Iteration"]

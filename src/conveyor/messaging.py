@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from conveyor.client.registry import Registry
+from conveyor.core.ids import new_id
+from conveyor.core.serializer import dumps
+from conveyor.core.text import check_name, key_fault
 from conveyor.errors import InvalidKeyError, JobNotFound
-from conveyor.ids import new_id
-from conveyor.registry import Registry
-from conveyor.serializer import dumps
 from conveyor.steps import EVENT, MESSAGE, Message
 from conveyor.storage.base import Storage
-from conveyor.text import check_name, key_fault
 
 __all__ = ["Messaging"]
 

@@ -27,7 +27,7 @@ META_KEY = "otel"  # the job meta entry that carries the W3C trace context
 
 
 class DraftLike(Protocol):
-    """The part of ``conveyor.draft.EnqueueDraft`` the client middleware uses."""
+    """The part of ``conveyor.client.draft.EnqueueDraft`` the client middleware uses."""
 
     name: str
     id: str
@@ -35,7 +35,7 @@ class DraftLike(Protocol):
 
 
 class ContextLike(Protocol):
-    """The part of ``conveyor.context.JobContext`` the server middleware uses."""
+    """The part of ``conveyor.client.context.JobContext`` the server middleware uses."""
 
     name: str
     queue: str

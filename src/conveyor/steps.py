@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from conveyor.job import Event, EventKind
-from conveyor.text import storable
+from conveyor.core.job import Event, EventKind
+from conveyor.core.text import storable
 
 __all__ = ["EVENT", "FOREVER", "MESSAGE", "DurableHistory", "Message", "Received", "Step",
            "StepStatus", "Wait", "step_event"]

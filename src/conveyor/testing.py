@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Sequence
 
 from conveyor.app import Conveyor
-from conveyor.job import Ack
+from conveyor.core.job import Ack
 from conveyor.worker.processor import Processor
 
 __all__ = ["drain"]

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from conveyor import Conveyor
-from conveyor.job import Ack, LeasedJob, Outcome
-from conveyor.registry import JobFunction
+from conveyor.client.registry import JobFunction
+from conveyor.core.job import Ack, LeasedJob, Outcome
 
 
 def run_by_hand(

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, JobState
-from conveyor.draft import EnqueueDraft
+from conveyor.client.draft import EnqueueDraft
 from conveyor.testing import drain
 from tests.conformance.backends import backend_url
 

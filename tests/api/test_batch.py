@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from conveyor import Conveyor, JobState
+from conveyor.client.registry import JobFunction
+from conveyor.core.job import Outcome
 from conveyor.errors import BatchNotFound
-from conveyor.job import Outcome
-from conveyor.registry import JobFunction
 from tests.api.helpers import run_by_hand
 
 

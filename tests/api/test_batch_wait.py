@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor
+from conveyor.client.registry import JobFunction
 from conveyor.errors import BatchNotFound, ResultTimeout
-from conveyor.registry import JobFunction
 from tests.api.helpers import run_by_hand
 from tests.conformance.backends import BACKENDS, backend_url
 

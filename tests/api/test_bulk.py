@@ -1,4 +1,4 @@
-"""``enqueue_many`` without client middleware takes the vectorised path (``conveyor.bulk``):
+"""``enqueue_many`` without client middleware takes the vectorised path (``conveyor.client.bulk``):
 it must store exactly what the per-draft path stores, and be taken only when equivalent.
 
 Each comparison runs the same calls on two apps over two fresh stores of the same kind and
@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, FakeClock
-from conveyor.client import Client, EnqueueDraft, JobRef
+from conveyor.client.client import Client, EnqueueDraft, JobRef
+from conveyor.client.registry import JobFunction
+from conveyor.core.job import EnqueueResult, JobSpec
 from conveyor.errors import PayloadError, StorageUnavailable
-from conveyor.job import EnqueueResult, JobSpec
-from conveyor.registry import JobFunction
 from conveyor.storage import Backend
 from conveyor.storage.base import SendsBlocks
 from conveyor.storage.records import JobBlock

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from conveyor import Conveyor, FakeClock, JobContext, current_job
-from conveyor.context import activate, current_batch
+from conveyor.client.context import activate, current_batch
 
 
 def make_ctx(app: Conveyor, job_id: str = "j1", **fields: object) -> JobContext:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conveyor import Conveyor, Fail, JobRef, JobState, current_job
+from conveyor.core.job import EventKind
 from conveyor.errors import JobFailed
-from conveyor.job import EventKind
 from conveyor.testing import drain
 
 

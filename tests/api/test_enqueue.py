@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, FakeClock, JobState
+from conveyor.client.registry import JobFunction
+from conveyor.core.job import JobRecord
+from conveyor.core.serializer import decode_payload
 from conveyor.errors import PayloadError
-from conveyor.job import JobRecord
-from conveyor.registry import JobFunction
-from conveyor.serializer import decode_payload
 
 
 @pytest.fixture

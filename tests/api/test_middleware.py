@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, JobContext
-from conveyor.client import EnqueueDraft, JobRef
-from conveyor.middleware import MiddlewareChain
-from conveyor.registry import make_options
+from conveyor.client.client import EnqueueDraft, JobRef
+from conveyor.client.middleware import MiddlewareChain
+from conveyor.client.registry import make_options
 
 
 class Tag:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conveyor import Conveyor, JobState
+from conveyor.core.text import MAX_NAME_LENGTH
 from conveyor.errors import InvalidNameError
-from conveyor.text import MAX_NAME_LENGTH
 
 BAD_NAMES = ["two\nlines", "tab\there", "cr\rreturn", "nul\x00", "esc\x1b[2J", "\ud800",
              "x" * (MAX_NAME_LENGTH + 1), ""]

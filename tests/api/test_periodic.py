@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 
 from conveyor import Conveyor, FakeClock, JobState
-from conveyor.periodic import Schedule
+from conveyor.client.periodic import Schedule
 from conveyor.worker.config import QueueWeight, WorkerConfig
 from conveyor.worker.launcher import Launcher
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conveyor import Conveyor
-from conveyor.registry import JobFunction, JobOptions, Registry, make_options
-from conveyor.retry import backoff
+from conveyor.client.registry import JobFunction, JobOptions, Registry, make_options
+from conveyor.core.retry import backoff
 
 
 def test_default_name_is_module_and_qualname(app: Conveyor) -> None:

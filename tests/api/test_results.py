@@ -8,9 +8,9 @@ import threading
 import pytest
 
 from conveyor import Conveyor, JobRef, JobState
+from conveyor.client.registry import JobFunction
+from conveyor.core.job import Outcome
 from conveyor.errors import JobFailed, JobNotFound, ResultTimeout
-from conveyor.job import Outcome
-from conveyor.registry import JobFunction
 from tests.api.helpers import run_by_hand
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import pytest
 
 from conveyor import Conveyor, JobState, chord
-from conveyor.canvas import Run
 from conveyor.errors import JobFailed
 from conveyor.testing import drain
+from conveyor.workflow.canvas import Run
 
 LIMIT = 1000
 

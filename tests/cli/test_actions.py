@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 
 from conveyor.cli.periodic import format_list as format_periodic
-from conveyor.job import JobState, Outcome
-from conveyor.periodic import Schedule
+from conveyor.client.periodic import Schedule
+from conveyor.core.job import JobState, Outcome
 from conveyor.worker.config import QueueWeight, WorkerConfig
 from conveyor.worker.launcher import Launcher
 from tests.cli.conftest import Env, conveyor

@@ -16,8 +16,8 @@ from conveyor import Conveyor
 from conveyor.cli.jobs import format_job, format_list, list_row
 from conveyor.cli.main import main
 from conveyor.cli.terminal import safe
-from conveyor.job import Event, EventKind, JobRecord, JobState, Outcome
-from conveyor.views import job_view
+from conveyor.core.job import Event, EventKind, JobRecord, JobState, Outcome
+from conveyor.views.records import job_view
 from tests.web.seed import make_app, run_one
 
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J\rforged\nline\u202eevil\x9b"

@@ -23,7 +23,7 @@ import pytest
 import redis
 from conveyor.cli import stats
 from conveyor.cli.main import main
-from conveyor.job import JobSpec
+from conveyor.core.job import JobSpec
 from conveyor.storage import open_storage
 from tests.cli.conftest import ROOT, Env, conveyor, without_store
 from tests.support.redis_server import free_port

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conveyor.cli.main import main
-from conveyor.job import ErrorInfo, Outcome
+from conveyor.core.job import ErrorInfo, Outcome
 from tests.cli.conftest import ROOT, Env, conveyor, without_store
 from tests.web.seed import run_one
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor
-from conveyor.job import JobState
+from conveyor.core.job import JobState
 
 pytestmark = pytest.mark.slow
 

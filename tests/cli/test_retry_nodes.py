@@ -17,7 +17,7 @@ import pytest
 
 from conveyor import Conveyor, Fail, JobState
 from conveyor.cli.main import main
-from conveyor.server import RunningServer
+from conveyor.http.server import RunningServer
 from conveyor.testing import drain
 from conveyor.web import create_app
 from tests.web.conftest import Client

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.job import Outcome
+from conveyor.core.job import Outcome
 from tests.cli.conftest import ROOT, Env, conveyor
 from tests.web.seed import run_one
 

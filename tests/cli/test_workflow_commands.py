@@ -9,7 +9,7 @@ import pytest
 
 from conveyor import Conveyor, FakeClock
 from conveyor.cli import batches
-from conveyor.workflow import Workflow
+from conveyor.workflow.graph import Workflow
 from tests.cli.conftest import Env, without_store
 from tests.worker.helpers import run_one
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conveyor.clock import FakeClock
+from conveyor.core.clock import FakeClock
 from conveyor.storage import Backend, open_storage
 
 BACKENDS = ("memory", "sqlite", "postgres", "redis", "redis_cluster", "redis_sentinel")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.clock import FakeClock
+from conveyor.core.clock import FakeClock
 from conveyor.storage import Backend
 from tests.conformance.backends import BACKENDS, backend_url, open_backend
 

@@ -10,8 +10,17 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from conveyor.clock import FakeClock
-from conveyor.job import Ack, ErrorInfo, Event, FlowControl, JobSpec, JobState, LeasedJob, Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import (
+    Ack,
+    ErrorInfo,
+    Event,
+    FlowControl,
+    JobSpec,
+    JobState,
+    LeasedJob,
+    Outcome,
+)
 from conveyor.storage import Backend, open_storage
 from conveyor.storage.records import WorkerInfo
 

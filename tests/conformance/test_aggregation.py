@@ -6,8 +6,8 @@ Driven through the storage protocol alone, on every backend, with a fake clock.
 
 from __future__ import annotations
 
-from conveyor.clock import FakeClock
-from conveyor.job import BatchSpec, FlowControl, JobSpec, JobState, Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import BatchSpec, FlowControl, JobSpec, JobState, Outcome
 from conveyor.storage import Backend
 from conveyor.storage.aggregation import RECHECK
 from tests.conformance.helpers import (

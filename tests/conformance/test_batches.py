@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from conveyor.clock import FakeClock
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import Ack, BatchSpec, EventKind, JobState, Outcome
 from conveyor.errors import BatchClosedError, BatchNotFound
-from conveyor.job import Ack, BatchSpec, EventKind, JobState, Outcome
 from conveyor.storage import Backend, Retention
 from conveyor.storage.records import BatchStatus
 from tests.conformance.helpers import (

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.clock import FakeClock
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import BatchSpec
 from conveyor.errors import StorageError, StorageUnavailable, TransactionUnsupported
-from conveyor.job import BatchSpec
 from conveyor.storage import Backend, Inspector, open_storage
-from conveyor.views import batch_view, stats_view, workers_view
+from conveyor.views.records import batch_view, stats_view, workers_view
 from tests.conformance.helpers import put, take_one
 from tests.support.redis_server import RedisServer
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor.clock import FakeClock
-from conveyor.job import EventKind, JobState, Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import EventKind, JobState, Outcome
 from conveyor.storage import Backend
 from tests.conformance.helpers import ack, boom, kinds_of, last_event, put, take_one
 
@@ -85,7 +85,7 @@ def test_a_job_that_finishes_after_a_cancel_request_keeps_its_outcome(
 
 
 def test_a_batch_cancel_sticks_when_its_running_job_errors(backend: Backend) -> None:
-    backend.create_batch(__import__("conveyor.job", fromlist=["BatchSpec"]).BatchSpec(id="b1"))
+    backend.create_batch(__import__("conveyor.core.job", fromlist=["BatchSpec"]).BatchSpec(id="b1"))
     job_id = put(backend, batch_id="b1")
     job = take_one(backend)
     backend.close_batch("b1")

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor.clock import FakeClock
-from conveyor.job import EventKind, JobState, LeasedJob, Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import EventKind, JobState, LeasedJob, Outcome
 from conveyor.steps import EVENT, FOREVER, MESSAGE, Message, Step, StepStatus, Wait
 from conveyor.storage import Backend
 from tests.conformance.helpers import ack, events_of, put, state_of, take_one
@@ -143,7 +143,7 @@ def test_a_cancel_request_turns_a_suspension_into_cancelled(backend: Backend,
 
 
 def test_a_sleeping_job_keeps_its_batch_unfinished(backend: Backend, clock: FakeClock) -> None:
-    from conveyor.job import BatchSpec
+    from conveyor.core.job import BatchSpec
 
     backend.create_batch(BatchSpec(id="b1"))
     job_id = put(backend, batch_id="b1")

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from conveyor.clock import FakeClock
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import BatchSpec, EnqueueResult, FlowControl, JobRecord, JobSpec
 from conveyor.errors import BatchClosedError, BatchNotFound
-from conveyor.job import BatchSpec, EnqueueResult, FlowControl, JobRecord, JobSpec
 from conveyor.storage import Backend
 from conveyor.storage.records import JobBlock
 from tests.conformance.helpers import new_job_id, take

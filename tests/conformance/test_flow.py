@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from conveyor.clock import FakeClock
-from conveyor.job import Ack, FlowControl, JobState, Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import Ack, FlowControl, JobState, Outcome
 from conveyor.storage import Backend
 from tests.conformance.helpers import (
     ack,

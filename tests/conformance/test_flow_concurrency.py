@@ -13,8 +13,8 @@ import time
 from collections import Counter, defaultdict
 from typing import Any
 
-from conveyor.clock import FakeClock
-from conveyor.job import (
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import (
     Ack,
     EnqueueResult,
     EventKind,

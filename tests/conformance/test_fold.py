@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import threading
 
-from conveyor.clock import FakeClock
-from conveyor.job import FlowControl, JobSpec, JobState
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import FlowControl, JobSpec, JobState
 from conveyor.storage import Backend
 from tests.conformance.helpers import spec, take
 

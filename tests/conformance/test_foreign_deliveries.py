@@ -11,7 +11,7 @@ worker only ever runs what its own queues hold.
 
 from __future__ import annotations
 
-from conveyor.job import EventKind, JobState
+from conveyor.core.job import EventKind, JobState
 from conveyor.storage import Backend
 from conveyor.storage.outbox import Arrival, StartKind, as_outbox
 from tests.conformance.helpers import kinds_of, put

@@ -3,8 +3,8 @@ and for how long it is kept."""
 
 from __future__ import annotations
 
-from conveyor.clock import FakeClock
-from conveyor.job import Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import Outcome
 from conveyor.storage import Backend, Retention
 from conveyor.storage.records import HISTORY_MINUTES, MinuteTotals, minute_of
 from tests.conformance.helpers import ack, boom, put, take, take_one

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor.clock import FakeClock
-from conveyor.job import BatchSpec, EventKind, JobState, Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import BatchSpec, EventKind, JobState, Outcome
 from conveyor.storage import Backend, Retention
 from tests.conformance.helpers import (
     ack,

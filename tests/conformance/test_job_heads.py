@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 
-from conveyor.clock import FakeClock
-from conveyor.job import JobSpec, JobState, Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import JobSpec, JobState, Outcome
 from conveyor.storage import Backend
 from tests.conformance.helpers import ack, new_job_id, take_one
 

@@ -25,12 +25,12 @@ from typing import Any
 import pytest
 
 from conveyor import Aggregate, Conveyor, Debounce, FakeClock, JobState, Member, Throttle
+from conveyor.core.job import EventKind, FlowControl, Outcome
+from conveyor.core.text import MAX_KEY_BYTES
 from conveyor.errors import InvalidKeyError
-from conveyor.job import EventKind, FlowControl, Outcome
 from conveyor.storage import Backend
 from conveyor.storage.outbox import StartKind, as_outbox
 from conveyor.storage.rules import broken_key_message
-from conveyor.text import MAX_KEY_BYTES
 from tests.conformance.backends import BACKENDS, backend_url
 from tests.conformance.helpers import ack, events_of, put, spec, state_of, take
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor.clock import FakeClock
-from conveyor.job import Ack, EventKind, FlowControl, JobState, Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import Ack, EventKind, FlowControl, JobState, Outcome
 from conveyor.storage import Backend
 from tests.conformance.helpers import (
     ack,

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from conveyor.clock import FakeClock
-from conveyor.job import Event, EventKind, JobSpec, JobState, Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import Event, EventKind, JobSpec, JobState, Outcome
 from conveyor.storage import Backend
 from tests.conformance.helpers import (
     ack,

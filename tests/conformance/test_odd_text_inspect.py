@@ -4,9 +4,9 @@ shown on every backend, and the job can be retried, killed and deleted like any 
 
 from __future__ import annotations
 
-from conveyor.job import Event, EventKind, JobState, Outcome
+from conveyor.core.job import Event, EventKind, JobState, Outcome
+from conveyor.core.text import storable
 from conveyor.storage import Backend
-from conveyor.text import storable
 from tests.conformance.helpers import ack, put, take_one
 
 ODD = "row \ud800 and \udcff, a NUL \x00 and a bell \x07"

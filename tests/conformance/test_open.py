@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor.clock import FakeClock
+from conveyor.core.clock import FakeClock
 from conveyor.errors import StorageURLError
 from conveyor.storage import Backend, Inspector, Storage, open_storage
 from tests.conformance.helpers import put, take_one

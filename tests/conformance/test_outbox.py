@@ -13,8 +13,8 @@ from typing import cast
 
 import pytest
 
-from conveyor.clock import FakeClock
-from conveyor.job import (
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import (
     Ack,
     BatchSpec,
     EventKind,

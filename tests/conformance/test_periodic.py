@@ -8,9 +8,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from conveyor.clock import FakeClock
-from conveyor.job import JobState
-from conveyor.periodic import CronConfig, CronScheduler, Schedule
+from conveyor.client.periodic import CronConfig, CronScheduler, Schedule
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import JobState
 from conveyor.storage import Backend
 from conveyor.storage.records import ScheduleInfo
 from tests.conformance.helpers import (

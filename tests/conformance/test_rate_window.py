@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import random
 
-from conveyor.clock import FakeClock
-from conveyor.job import FlowControl, JobState, Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import FlowControl, JobState, Outcome
 from conveyor.storage import Backend
 from tests.conformance.helpers import ack, boom, put, state_of, take
 

@@ -9,8 +9,8 @@ Other workers' leases are untouched, and the dead worker leaves the registry.
 
 from __future__ import annotations
 
-from conveyor.clock import FakeClock
-from conveyor.job import BatchSpec, Event, EventKind, FlowControl, JobState, Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import BatchSpec, Event, EventKind, FlowControl, JobState, Outcome
 from conveyor.storage import Backend
 from tests.conformance.helpers import (
     ack,

@@ -15,10 +15,10 @@ import threading
 
 import pytest
 
-from conveyor.clock import FakeClock
+from conveyor.client.options import JobOptions
+from conveyor.client.periodic import CronConfig, CronScheduler, Schedule, check_definition
+from conveyor.core.clock import FakeClock
 from conveyor.errors import ScheduleExists, ScheduleNotFound
-from conveyor.options import JobOptions
-from conveyor.periodic import CronConfig, CronScheduler, Schedule, check_definition
 from conveyor.storage import Backend
 from conveyor.storage.records import ScheduleInfo
 from conveyor.storage.schedule_edits import CHANGES_KEPT

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from conveyor.job import Ack, JobState, Outcome
-from conveyor.periodic import CronConfig, CronScheduler, Schedule
+from conveyor.client.periodic import CronConfig, CronScheduler, Schedule
+from conveyor.core.job import Ack, JobState, Outcome
 from conveyor.storage import Backend, open_storage
 from tests.conformance.helpers import put, spec, take, worker_info
 

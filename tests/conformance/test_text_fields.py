@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conveyor import Conveyor, Fail, FakeClock, JobState, current_job
+from conveyor.core.job import Ack, EventKind, JobRecord
+from conveyor.core.text import storable
 from conveyor.errors import InvalidNameError
-from conveyor.job import Ack, EventKind, JobRecord
-from conveyor.text import storable
 from conveyor.worker.acker import Acker
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.processor import Processor

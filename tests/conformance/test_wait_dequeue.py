@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from conveyor.job import EventKind, JobState, LeasedJob
+from conveyor.core.job import EventKind, JobState, LeasedJob
 from conveyor.storage import Backend
 from tests.conformance.helpers import events_of, put, state_of
 

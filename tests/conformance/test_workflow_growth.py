@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from conveyor.clock import FakeClock
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import BatchSpec, EventKind, JobSpec, JobState, LeasedJob, Node, Outcome
 from conveyor.errors import WorkflowError
-from conveyor.job import BatchSpec, EventKind, JobSpec, JobState, LeasedJob, Node, Outcome
 from conveyor.storage import Backend
 from tests.conformance.helpers import ack, boom, kinds_of, new_job_id, put, spec, state_of, take
 from tests.conformance.test_workflows import Graph

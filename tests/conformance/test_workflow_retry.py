@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from conveyor.job import EventKind, JobState, Outcome
+from conveyor.core.job import EventKind, JobState, Outcome
 from conveyor.storage import Backend
 from tests.conformance.helpers import boom, kinds_of
 from tests.conformance.test_workflows import Graph

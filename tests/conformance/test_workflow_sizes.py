@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from conveyor.job import Ack, BatchSpec, JobState, Node, Outcome
+from conveyor.core.job import Ack, BatchSpec, JobState, Node, Outcome
 from conveyor.storage import Backend
 from tests.conformance.helpers import new_job_id, spec, state_of, take
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from conveyor.clock import FakeClock
-from conveyor.job import Ack, BatchSpec, EventKind, JobState, Node, Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import Ack, BatchSpec, EventKind, JobState, Node, Outcome
 from conveyor.storage import Backend
 from tests.conformance.helpers import ack, boom, kinds_of, new_job_id, spec, state_of, take
 

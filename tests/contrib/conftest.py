@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor
-from conveyor.registry import JobFunction
+from conveyor.client.registry import JobFunction
 
 
 @pytest.fixture

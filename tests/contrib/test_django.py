@@ -14,8 +14,8 @@ import pytest
 from django.db import connection, transaction
 
 from conveyor import Conveyor
+from conveyor.client.registry import JobFunction
 from conveyor.contrib.django import enqueue_call, enqueue_on_commit
-from conveyor.registry import JobFunction
 from tests.contrib.helpers import configure_django, stored
 
 

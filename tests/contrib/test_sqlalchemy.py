@@ -10,9 +10,9 @@ from sqlalchemy import Engine, create_engine, select
 from sqlalchemy.orm import Session
 
 from conveyor import Conveyor
+from conveyor.client.registry import JobFunction
 from conveyor.contrib.sqlalchemy import enqueue_on_commit, on_commit
 from conveyor.errors import PayloadError
-from conveyor.registry import JobFunction
 from conveyor.testing import drain
 from tests.contrib.helpers import Base, User, stored
 

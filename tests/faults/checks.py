@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from conveyor.app import Conveyor
-from conveyor.job import EventKind, JobRecord, JobState
-from conveyor.registry import JobFunction
+from conveyor.client.registry import JobFunction
+from conveyor.core.job import EventKind, JobRecord, JobState
 from tests.faults.harness import ExecLog, Execution, WorkerProc, child_pids, wait_until
 
 

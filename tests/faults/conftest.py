@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from conveyor.app import Conveyor
-from conveyor.registry import JobFunction
+from conveyor.client.registry import JobFunction
 from tests.faults.apps import chaos
 from tests.faults.harness import FIGURES, LOG_ENV, ExecLog, WorkerProc, summary_lines
 from tests.support.meet import MEET_ENV

@@ -16,10 +16,10 @@ import psycopg
 
 from conveyor.app import Conveyor
 from conveyor.broker import open_broker
-from conveyor.broker.packs import PACKED
-from conveyor.broker.rabbitmq import RabbitBroker
-from conveyor.ids import new_id
-from conveyor.job import FlowControl, JobSpec
+from conveyor.broker.rabbitmq.broker import RabbitBroker
+from conveyor.broker.rabbitmq.packs import PACKED
+from conveyor.core.ids import new_id
+from conveyor.core.job import FlowControl, JobSpec
 from conveyor.storage.postgres.connection import parse_postgres_url
 
 Damage = Callable[[Conveyor, str], None]

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from conveyor.job import TERMINAL_STATES
+from conveyor.core.job import TERMINAL_STATES
 from tests.faults.checks import (
     assert_batch_exact,
     enqueue_batch,

@@ -15,10 +15,10 @@ from functools import partial
 import pytest
 
 from conveyor.app import Conveyor
+from conveyor.core.ids import new_id
+from conveyor.core.job import EventKind, JobRecord, JobSpec, JobState
+from conveyor.core.serializer import encode_payload
 from conveyor.errors import PayloadError, StorageURLError
-from conveyor.ids import new_id
-from conveyor.job import EventKind, JobRecord, JobSpec, JobState
-from conveyor.serializer import encode_payload
 from tests.faults.checks import assert_batch_exact, enqueue_batch, wait_batch
 from tests.faults.conftest import Backend, Faults
 from tests.faults.harness import APP_REF, REPO, conveyor_command, report, wait_until

@@ -22,7 +22,7 @@ import aio_pika
 import pytest
 
 from conveyor import Conveyor
-from conveyor.job import EventKind
+from conveyor.core.job import EventKind
 from conveyor.worker.config import WorkerConfig
 from tests.faults.checks import (
     assert_batch_exact,

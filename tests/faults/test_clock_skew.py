@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conveyor.job import EventKind
+from conveyor.core.job import EventKind
 from tests.faults.apps.skewed import SKEW_ENV
 from tests.faults.checks import (
     assert_batch_exact,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conveyor.app import Conveyor
-from conveyor.job import EventKind, JobRecord, JobState
+from conveyor.core.job import EventKind, JobRecord, JobState
 from tests.faults.checks import (
     assert_batch_exact,
     describe,

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from conveyor.clock import FakeClock
-from conveyor.job import Ack, ErrorInfo, FlowControl, JobState, LeasedJob, Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import Ack, ErrorInfo, FlowControl, JobState, LeasedJob, Outcome
 from conveyor.storage import Backend, open_storage
 from tests.conformance.backends import BACKENDS, backend_url, open_backend
 from tests.conformance.helpers import spec

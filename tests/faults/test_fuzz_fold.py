@@ -18,8 +18,8 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from conveyor.clock import FakeClock
-from conveyor.job import Ack, FlowControl, JobState, Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import Ack, FlowControl, JobState, Outcome
 from conveyor.storage import Backend
 from tests.conformance.backends import BACKENDS
 from tests.conformance.helpers import spec

@@ -26,10 +26,18 @@ from hypothesis.stateful import (
     rule,
 )
 
-from conveyor.clock import FakeClock
+from conveyor.core.clock import FakeClock
+from conveyor.core.ids import new_id, new_ids
+from conveyor.core.job import (
+    TERMINAL_STATES,
+    Ack,
+    BatchSpec,
+    ErrorInfo,
+    FlowControl,
+    JobState,
+    Outcome,
+)
 from conveyor.errors import BatchClosedError
-from conveyor.ids import new_id, new_ids
-from conveyor.job import TERMINAL_STATES, Ack, BatchSpec, ErrorInfo, FlowControl, JobState, Outcome
 from conveyor.storage import Backend
 from conveyor.storage.records import JobBlock, WorkerInfo
 from tests.conformance.backends import BACKENDS

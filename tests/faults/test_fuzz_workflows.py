@@ -32,8 +32,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from conveyor.clock import FakeClock
-from conveyor.job import (
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import (
     TERMINAL_STATES,
     Ack,
     BatchSpec,
@@ -44,7 +44,7 @@ from conveyor.job import (
     Node,
     Outcome,
 )
-from conveyor.node import PARENT_FAILURE_POLICIES
+from conveyor.core.node import PARENT_FAILURE_POLICIES
 from conveyor.storage import Backend
 from tests.conformance.backends import BACKENDS
 from tests.conformance.helpers import spec

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conveyor.job import EventKind, JobState
+from conveyor.core.job import EventKind, JobState
 from tests.faults.checks import assert_batch_exact, enqueue_batch, states, wait_batch
 from tests.faults.conftest import BACKENDS, Backend, Faults
 from tests.faults.harness import report, wait_until

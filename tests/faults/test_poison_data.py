@@ -28,8 +28,8 @@ from urllib.parse import quote
 import pytest
 
 from conveyor.app import Conveyor
+from conveyor.core.job import ALL_STATES, JobRecord, JobState
 from conveyor.errors import InvalidKeyError, WorkflowError
-from conveyor.job import ALL_STATES, JobRecord, JobState
 from tests.faults.apps.chaos import POISON_TEXT
 from tests.faults.checks import assert_batch_exact, enqueue_batch, wait_batch
 from tests.faults.conftest import Backend, Faults

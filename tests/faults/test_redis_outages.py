@@ -13,7 +13,7 @@ import pytest
 
 import redis
 from conveyor.app import Conveyor
-from conveyor.job import EventKind
+from conveyor.core.job import EventKind
 from tests.faults.checks import (
     Producer,
     all_working,

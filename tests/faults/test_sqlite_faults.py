@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.job import JobState
+from conveyor.core.job import JobState
 from tests.faults.checks import assert_batch_exact, enqueue_batch, extra_runs, states, wait_batch
 from tests.faults.conftest import Faults
 from tests.faults.harness import WorkerProc, process_state, report, wait_until

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conveyor.job import EventKind
+from conveyor.core.job import EventKind
 from tests.faults.checks import succeeded
 from tests.faults.conftest import BACKENDS, Backend, Faults
 from tests.faults.harness import Execution, report, wait_until

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from conveyor.job import EventKind
+from conveyor.core.job import EventKind
 from tests.faults.checks import (
     assert_batch_exact,
     extra_runs,

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conveyor.app import Conveyor
-from conveyor.job import EventKind, JobRecord, JobState
+from conveyor.core.job import EventKind, JobRecord, JobState
 from tests.faults.checks import succeeded
 from tests.faults.conftest import BACKENDS, Backend, Faults
 from tests.faults.harness import process_state, report, wait_until

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, JobState, chain, chord, chunks, group
-from conveyor.canvas import Chain, Run
+from conveyor.client.registry import JobFunction
+from conveyor.core.job import JobRecord
 from conveyor.errors import JobFailed
-from conveyor.job import JobRecord
-from conveyor.registry import JobFunction
+from conveyor.workflow.canvas import Chain, Run
 from tests.integration.apps.canvas import ExpectedError, register
 from tests.integration.harness import Worker
 

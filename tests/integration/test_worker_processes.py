@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor, JobState
-from conveyor.registry import JobFunction
+from conveyor.client.registry import JobFunction
 from tests.integration.harness import Worker, runs, until
 
 pytestmark = pytest.mark.slow

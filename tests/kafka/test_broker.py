@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("confluent_kafka", reason="make test installs confluent-kafka")
 
 from conveyor.broker import Delivery, open_broker
-from conveyor.broker.kafka import KafkaBroker
+from conveyor.broker.kafka.broker import KafkaBroker
 from conveyor.errors import BrokerUnavailable, BrokerURLError
 from tests.cli.conftest import conveyor
 from tests.support.kafka import TansuServer
@@ -144,7 +144,7 @@ def test_a_malformed_url_is_refused_before_connecting(url: str, says: str) -> No
 
 
 def test_credentials_become_sasl_settings_and_never_show(kafka_server: TansuServer) -> None:
-    from conveyor.broker.kafka_url import parse_kafka_url
+    from conveyor.broker.kafka.url import parse_kafka_url
 
     settings = parse_kafka_url("kafkas://app:s%40cret@k1:9092,k2:9092?sasl.mechanism=SCRAM-SHA-512")
     assert settings.bootstrap == "k1:9092,k2:9092"

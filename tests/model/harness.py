@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conveyor import Aggregate, Conveyor, Fail, FakeClock, Member
-from conveyor.context import current_job
-from conveyor.job import Ack, LeasedJob
+from conveyor.client.context import current_job
+from conveyor.core.job import Ack, LeasedJob
 from conveyor.storage import Backend
 from conveyor.storage.outbox import StartReply
 from conveyor.worker.config import QueueWeight, WorkerConfig

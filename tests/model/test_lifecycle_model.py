@@ -37,10 +37,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-import conveyor.retry
+import conveyor.core.retry
 from conveyor import Conveyor, FakeClock
-from conveyor.job import JobRecord, LeasedJob
-from conveyor.node import PARENT_FAILURE_POLICIES
+from conveyor.core.job import JobRecord, LeasedJob
+from conveyor.core.node import PARENT_FAILURE_POLICIES
 from conveyor.storage.rules import REDELIVERED
 from tests.model.durable_promise import DURABLE, EVENT, event_sent
 from tests.model.durable_promise import run as run_durable
@@ -606,7 +606,7 @@ def test_the_lifecycle_matches_the_model(backend: str, tmp_path: Path,
                                          request: pytest.FixtureRequest,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Every job's record equals the model's after every step, on every backend."""
-    monkeypatch.setattr(conveyor.retry, "_rng", _MidJitter())
+    monkeypatch.setattr(conveyor.core.retry, "_rng", _MidJitter())
     run_model(make_machine(store_factory(backend, tmp_path, request)), EXAMPLES, backend)
 
 
@@ -639,7 +639,7 @@ def test_the_lifecycle_through_a_broker_matches_the_model(
         request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same promise when a broker delivers the jobs: the store decides, and a killed
     worker's jobs are taken over when the broker hands their messages out again."""
-    monkeypatch.setattr(conveyor.retry, "_rng", _MidJitter())
+    monkeypatch.setattr(conveyor.core.retry, "_rng", _MidJitter())
     counter = itertools.count()
     base = request.getfixturevalue("rabbitmq_server").url if broker == "amqp" else None
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, FakeClock
-from conveyor.job import JobRecord
+from conveyor.core.job import JobRecord
 from conveyor.storage import Backend
 from tests.model.harness import Bodies, Worker, register
 from tests.model.stores import BACKENDS, store_factory

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conveyor.job import BatchSpec, JobSpec, Node
+from conveyor.core.job import BatchSpec, JobSpec, Node
 from conveyor.storage import Backend
 from conveyor.storage.postgres.connection import parse_postgres_url
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from conveyor.clock import FakeClock
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import BatchSpec, JobSpec
 from conveyor.errors import BatchClosedError, BatchNotFound
-from conveyor.job import BatchSpec, JobSpec
 from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
 from conveyor.storage.records import JobBlock
 from tests.postgres import schema_conn

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conveyor.job import JobSpec
+from conveyor.core.job import JobSpec
 from conveyor.storage.postgres import arrays, jobs
 from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from conveyor.clock import FakeClock
+from conveyor.core.clock import FakeClock
 from conveyor.storage import Retention, open_storage
 from conveyor.storage.postgres.storage import PostgresStorage
 from conveyor.storage.records import minute_of

@@ -17,8 +17,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from conveyor.ids import new_id
-from conveyor.job import Ack, BatchSpec, JobSpec, Node, Outcome
+from conveyor.core.ids import new_id
+from conveyor.core.job import Ack, BatchSpec, JobSpec, Node, Outcome
 from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
 from tests.postgres import schema_conn
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from conveyor.flow_control import FlowControl
-from conveyor.ids import new_id
-from conveyor.job import Ack, BatchSpec, JobSpec, LeasedJob, Node, Outcome
+from conveyor.core.flow_control import FlowControl
+from conveyor.core.ids import new_id
+from conveyor.core.job import Ack, BatchSpec, JobSpec, LeasedJob, Node, Outcome
 from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
 from tests.postgres import schema_conn
 

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from conveyor.cli.main import main
+from conveyor.core.job import Ack, BatchSpec, EnqueueResult, JobSpec, JobState, Outcome
 from conveyor.errors import StorageURLError
-from conveyor.job import Ack, BatchSpec, EnqueueResult, JobSpec, JobState, Outcome
 from conveyor.storage import open_storage, redact
 from conveyor.storage.postgres import acks, jobs
 from conveyor.storage.postgres import graph as graph_sql

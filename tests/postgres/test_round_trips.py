@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conveyor.job import Ack, BatchSpec, JobSpec, Outcome
+from conveyor.core.job import Ack, BatchSpec, JobSpec, Outcome
 from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
 from conveyor.storage.records import WorkerInfo
 

@@ -22,9 +22,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from conveyor.clock import FakeClock
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import Ack, BatchSpec, FlowControl, JobSpec, JobState, Outcome
 from conveyor.errors import StorageError
-from conveyor.job import Ack, BatchSpec, FlowControl, JobSpec, JobState, Outcome
 from conveyor.storage import open_storage
 from conveyor.storage.postgres.connection import parse_postgres_url
 from conveyor.storage.postgres.migrate import functions, migrate, migrations

@@ -19,8 +19,8 @@ import psycopg
 import pytest
 
 from conveyor import Conveyor
-from conveyor.refs import JobRef
-from conveyor.registry import JobFunction
+from conveyor.client.refs import JobRef
+from conveyor.client.registry import JobFunction
 from conveyor.storage.postgres import notices
 from tests.api.helpers import echo_job, run_by_hand
 from tests.support.waiting import wait_until

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from conveyor import Conveyor
-from conveyor.job import JobState
+from conveyor.core.job import JobState
 from conveyor.storage.postgres.connection import parse_postgres_url
 from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
 from conveyor.worker.config import WorkerConfig

@@ -21,8 +21,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
 from conveyor import Conveyor, JobState
+from conveyor.client.registry import JobFunction
 from conveyor.errors import StorageError, TransactionUnsupported
-from conveyor.registry import JobFunction
 from conveyor.storage.postgres.connection import parse_postgres_url
 from conveyor.testing import drain
 

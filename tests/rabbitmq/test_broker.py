@@ -14,7 +14,7 @@ import pytest
 
 from conveyor.broker import Broker, open_broker
 from conveyor.broker.base import Delivery
-from conveyor.broker.rabbitmq import RabbitBroker
+from conveyor.broker.rabbitmq.broker import RabbitBroker
 from conveyor.errors import BrokerUnavailable, BrokerURLError
 from tests.cli.conftest import conveyor
 from tests.support.rabbitmq import RabbitServer

@@ -16,8 +16,8 @@ import aio_pika
 import pytest
 
 from conveyor.broker import open_broker
-from conveyor.broker.packs import PACKED
-from conveyor.broker.rabbitmq import RabbitBroker
+from conveyor.broker.rabbitmq.broker import RabbitBroker
+from conveyor.broker.rabbitmq.packs import PACKED
 from tests.support.rabbitmq import RabbitServer
 from tests.support.waiting import wait_until
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conveyor.clock import FakeClock
+from conveyor.core.clock import FakeClock
 from conveyor.storage.redis.storage import RedisStorage, open_redis
 
 

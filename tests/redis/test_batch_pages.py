@@ -4,8 +4,8 @@ batch bigger than one step leaves exact sizes."""
 
 from __future__ import annotations
 
-from conveyor.ids import new_id
-from conveyor.job import Ack, BatchSpec, JobSpec, JobState, Outcome
+from conveyor.core.ids import new_id
+from conveyor.core.job import Ack, BatchSpec, JobSpec, JobState, Outcome
 from conveyor.storage.redis import batches
 from conveyor.storage.redis.storage import RedisStorage
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from conveyor.ids import new_id, new_ids
-from conveyor.job import ALL_STATES, Ack, BatchSpec, JobSpec, JobState, Outcome
+from conveyor.core.ids import new_id, new_ids
+from conveyor.core.job import ALL_STATES, Ack, BatchSpec, JobSpec, JobState, Outcome
 from conveyor.storage.records import JobBlock, Retention
 from conveyor.storage.redis import batches
 from conveyor.storage.redis.batches import id_runs

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 import redis
-from conveyor.clock import FakeClock
-from conveyor.job import Ack, BatchSpec, JobSpec, JobState, Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import Ack, BatchSpec, JobSpec, JobState, Outcome
 from conveyor.storage.redis.storage import RedisStorage
 
 pytestmark = pytest.mark.redis

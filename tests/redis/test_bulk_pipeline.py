@@ -14,9 +14,9 @@ import pytest
 
 import redis
 from conveyor import Conveyor
-from conveyor.bulk import BLOCK_SIZE
+from conveyor.client.bulk import BLOCK_SIZE
+from conveyor.client.registry import JobFunction
 from conveyor.errors import BatchNotFound, StorageError
-from conveyor.registry import JobFunction
 from conveyor.storage.redis.storage import RedisStorage
 from tests.redis.conftest import prefixed
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conveyor.job import Ack, BatchSpec, JobSpec, JobState, Outcome
+from conveyor.core.job import Ack, BatchSpec, JobSpec, JobState, Outcome
 from conveyor.storage.redis.storage import open_redis
 from tests.redis.conftest import prefixed
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import redis
-from conveyor.job import Ack, JobSpec, JobState, Outcome
+from conveyor.core.job import Ack, JobSpec, JobState, Outcome
 from conveyor.storage.redis.connection import slot_of
 from conveyor.storage.redis.storage import RedisStorage, open_redis
 from tests.redis.conftest import prefixed

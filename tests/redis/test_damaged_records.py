@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from conveyor.app import Conveyor
-from conveyor.job import Ack, JobState, LeasedJob
+from conveyor.core.job import Ack, JobState, LeasedJob
 from conveyor.storage.redis.storage import RedisStorage, open_redis
 from conveyor.worker.processor import Processor
 from tests.redis.conftest import prefixed

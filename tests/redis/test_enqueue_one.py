@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from conveyor.clock import FakeClock
-from conveyor.job import BatchSpec, FlowControl, JobSpec
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import BatchSpec, FlowControl, JobSpec
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.storage import RedisStorage, open_redis
 from tests.redis.conftest import prefixed

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from conveyor.clock import FakeClock
-from conveyor.job import Ack, JobState, Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import Ack, JobState, Outcome
 from conveyor.storage.graph import JobView
 from conveyor.storage.redis.keys import BatchKeys
 from conveyor.storage.redis.storage import RedisStorage, open_redis

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conveyor.clock import FakeClock
+from conveyor.core.clock import FakeClock
 from conveyor.storage import open_storage
 from conveyor.storage.records import minute_of
 from conveyor.storage.redis.storage import RedisStorage

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from conveyor.clock import FakeClock
-from conveyor.job import FlowControl, JobSpec
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import FlowControl, JobSpec
 from conveyor.storage.redis.storage import RedisStorage
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 import redis
-from conveyor.clock import FakeClock, SystemClock
+from conveyor.core.clock import FakeClock, SystemClock
+from conveyor.core.job import Ack, EventKind, FlowControl, JobSpec, JobState, Outcome
 from conveyor.errors import StorageUnavailable
-from conveyor.job import Ack, EventKind, FlowControl, JobSpec, JobState, Outcome
 from conveyor.storage import Retention, open_storage
 from conveyor.storage.redis.storage import RedisStorage, open_redis
 from tests.redis.conftest import prefixed

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor.job import JobSpec, JobState
+from conveyor.core.job import JobSpec, JobState
 from conveyor.storage.redis import release
 from conveyor.storage.redis.storage import RedisStorage
 

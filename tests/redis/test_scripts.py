@@ -11,7 +11,7 @@ from importlib import resources
 import pytest
 
 import redis
-from conveyor.job import ALL_STATES, Ack, JobSpec, Outcome
+from conveyor.core.job import ALL_STATES, Ack, JobSpec, Outcome
 from conveyor.storage.records import HISTORY_MINUTES
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.batches import state_code

@@ -17,9 +17,9 @@ import pytest
 import redis
 from conveyor import Conveyor
 from conveyor.cli.main import main
+from conveyor.core.ids import new_ids
+from conveyor.core.job import JobSpec
 from conveyor.errors import StorageUnavailable
-from conveyor.ids import new_ids
-from conveyor.job import JobSpec
 from conveyor.storage import open_storage
 from conveyor.storage.records import JobBlock
 from conveyor.storage.redis.scripts import SCRIPTS

@@ -20,8 +20,8 @@ import pytest
 
 import redis
 from conveyor import Conveyor
-from conveyor.refs import JobRef
-from conveyor.registry import JobFunction
+from conveyor.client.refs import JobRef
+from conveyor.client.registry import JobFunction
 from tests.api.helpers import echo_job, run_by_hand
 from tests.support.waiting import wait_until
 

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from conveyor.ids import new_id
-from conveyor.job import Ack, FlowControl, JobSpec, JobState, Outcome
+from conveyor.core.ids import new_id
+from conveyor.core.job import Ack, FlowControl, JobSpec, JobState, Outcome
 from conveyor.storage.redis.storage import RedisStorage, open_redis
 from tests.redis.conftest import prefixed
 

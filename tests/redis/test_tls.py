@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.job import Ack, JobSpec, Outcome
+from conveyor.core.job import Ack, JobSpec, Outcome
 from conveyor.storage import open_storage
 from tests.redis.conftest import prefixed
 from tests.support import certs

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conveyor.clock import FakeClock
-from conveyor.ids import new_id
-from conveyor.job import BatchSpec, JobSpec, JobState
+from conveyor.core.clock import FakeClock
+from conveyor.core.ids import new_id
+from conveyor.core.job import BatchSpec, JobSpec, JobState
 from conveyor.storage import open_storage
 from conveyor.storage.sqlite.inspect import CANCEL_CHUNK
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.clock import FakeClock
-from conveyor.job import EnqueueResult
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import EnqueueResult
 from conveyor.storage.records import JobBlock
 from conveyor.storage.sqlite import jobs
 from conveyor.storage.sqlite.storage import SqliteStorage, open_sqlite

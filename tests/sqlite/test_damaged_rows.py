@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.clock import FakeClock
-from conveyor.ids import new_id
-from conveyor.job import JobSpec, JobState, LeasedJob, Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.ids import new_id
+from conveyor.core.job import JobSpec, JobState, LeasedJob, Outcome
 from conveyor.storage import Backend, open_storage
 from tests.conformance.helpers import ack
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from conveyor.core.job import JobSpec
 from conveyor.errors import StorageURLError
-from conveyor.job import JobSpec
 from conveyor.storage import Backend, open_storage
 
 

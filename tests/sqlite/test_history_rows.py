@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from conveyor.clock import FakeClock
+from conveyor.core.clock import FakeClock
 from conveyor.storage import Retention, open_storage
 from conveyor.storage.records import minute_of
 from tests.conformance.helpers import outcome_a_day

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.clock import FakeClock
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import JobSpec, JobState
 from conveyor.errors import StorageUnavailable, StorageURLError
-from conveyor.job import JobSpec, JobState
 from conveyor.storage import Inspector, Storage, open_storage
 from conveyor.storage.sqlite.migrate import latest_version, migrate, split_statements
 from conveyor.storage.sqlite.storage import open_sqlite

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from conveyor.clock import FakeClock
-from conveyor.job import JobState
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import JobState
 from conveyor.storage.sqlite.migrate import latest_version, migrations, split_statements
 from conveyor.storage.sqlite.storage import open_sqlite
 from tests.conformance.helpers import spec, state_of, take_one

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conveyor.clock import FakeClock
+from conveyor.core.clock import FakeClock
 from conveyor.storage.sqlite import acks, leases, storage
 from conveyor.storage.sqlite.storage import open_sqlite
 

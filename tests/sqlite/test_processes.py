@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conveyor.job import Ack, JobSpec, JobState, Outcome
+from conveyor.core.job import Ack, JobSpec, JobState, Outcome
 from conveyor.storage.sqlite.storage import SqliteStorage, open_sqlite
 
 pytestmark = pytest.mark.slow

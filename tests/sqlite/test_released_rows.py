@@ -10,8 +10,8 @@ import json
 import sqlite3
 from pathlib import Path
 
-from conveyor.clock import FakeClock
-from conveyor.job import JobState, Outcome
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import JobState, Outcome
 from conveyor.storage import open_storage
 from tests.conformance.test_workflows import Graph
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor, FakeClock, JobState
-from conveyor.job import Ack
+from conveyor.core.job import Ack
 from conveyor.storage.outbox import as_outbox
 from conveyor.worker.acker import Acker
 from conveyor.worker.config import WorkerConfig

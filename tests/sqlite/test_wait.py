@@ -6,8 +6,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from conveyor.clock import FakeClock
-from conveyor.job import JobSpec
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import JobSpec
 from conveyor.storage.sqlite import storage as sqlite_storage
 from conveyor.storage.sqlite.storage import open_sqlite
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor.bulk import refs_of
-from conveyor.job import EnqueueResult
+from conveyor.client.bulk import refs_of
+from conveyor.core.job import EnqueueResult
 from conveyor.storage.records import BlockResults
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from conveyor.bulk import stored
-from conveyor.job import EnqueueResult
+from conveyor.client.bulk import stored
+from conveyor.core.job import EnqueueResult
 from conveyor.storage.records import JobBlock
 
 Log = list[str]

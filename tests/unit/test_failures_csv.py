@@ -14,8 +14,8 @@ import json
 
 import pytest
 
-from conveyor.failures import failures, failures_csv, failures_json, iso_time
-from conveyor.job import JobRecord, JobState
+from conveyor.core.job import JobRecord, JobState
+from conveyor.views.failures import failures, failures_csv, failures_json, iso_time
 
 
 def _exported(message: str, finished_at: float | None = 1_795_884_078.25) -> dict[str, str]:

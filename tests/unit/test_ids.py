@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from conveyor import ids
-from conveyor.ids import new_id, new_ids
+from conveyor.core import ids
+from conveyor.core.ids import new_id, new_ids
 
 
 def test_ids_are_unique_and_sort_in_creation_order() -> None:

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from conveyor.ids import new_id
-from conveyor.job import (
+from conveyor.core.ids import new_id
+from conveyor.core.job import (
     ALL_STATES,
     TERMINAL_STATES,
     ErrorInfo,

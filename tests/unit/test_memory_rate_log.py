@@ -3,8 +3,8 @@ newest start has left the window (as the Redis log is)."""
 
 from __future__ import annotations
 
-from conveyor.clock import FakeClock
-from conveyor.job import FlowControl, JobSpec
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import FlowControl, JobSpec
 from conveyor.storage.memory import MemoryStorage
 
 

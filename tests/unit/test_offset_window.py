@@ -1,4 +1,4 @@
-"""The offset window of a Kafka partition (conveyor.broker.offsets): what may be committed
+"""The offset window of a Kafka partition (conveyor.broker.kafka.offsets): what may be committed
 while messages finish out of order."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conveyor.broker.offsets import OffsetWindow
+from conveyor.broker.kafka.offsets import OffsetWindow
 
 
 def test_the_commit_point_is_the_oldest_unfinished_offset() -> None:
@@ -55,7 +55,7 @@ def test_a_revoked_partition_no_longer_reports_its_read_position() -> None:
     """Read positions size the relay's backlog. A consumer that kept reporting the position of
     a partition taken from it overwrote the new owner's, which had read further: the relay saw
     those messages as waiting, and stopped publishing when nothing more came (scenario 30)."""
-    from conveyor.broker.kafka_windows import Windows
+    from conveyor.broker.kafka.windows import Windows
 
     windows = Windows()
     windows.take(("t", 0), 40)

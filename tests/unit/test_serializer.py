@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from conveyor.errors import PayloadError
-from conveyor.serializer import (
+from conveyor.core.serializer import (
     MAX_DEPTH,
     decode_payload,
     dumps,
@@ -20,6 +19,7 @@ from conveyor.serializer import (
     find_bad_value,
     loads,
 )
+from conveyor.errors import PayloadError
 
 
 def test_payload_round_trips() -> None:

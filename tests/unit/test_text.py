@@ -6,10 +6,9 @@ import dataclasses
 
 import pytest
 
-from conveyor.errors import InvalidNameError
-from conveyor.flow_control import GATE_KEYS, KEY_KINDS, FlowControl
-from conveyor.ids import new_id
-from conveyor.text import (
+from conveyor.core.flow_control import GATE_KEYS, KEY_KINDS, FlowControl
+from conveyor.core.ids import new_id
+from conveyor.core.text import (
     MAX_ID_LENGTH,
     MAX_KEY_BYTES,
     MAX_NAME_LENGTH,
@@ -19,6 +18,7 @@ from conveyor.text import (
     printable,
     storable,
 )
+from conveyor.errors import InvalidNameError
 
 
 def test_storable_text_is_unchanged_when_it_already_encodes() -> None:

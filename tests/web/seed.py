@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from conveyor import Conveyor
-from conveyor.job import Ack, ErrorInfo, Outcome
-from conveyor.periodic import Schedule
+from conveyor.client.periodic import Schedule
+from conveyor.core.job import Ack, ErrorInfo, Outcome
 from conveyor.storage import Backend
 from conveyor.storage.records import BusySlot, WorkerInfo
 

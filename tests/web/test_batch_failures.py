@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from conveyor import Conveyor
-from conveyor.job import ErrorInfo, Outcome
+from conveyor.core.job import ErrorInfo, Outcome
 from tests.cli.conftest import without_store
 from tests.web.conftest import Site
 from tests.web.seed import run_one

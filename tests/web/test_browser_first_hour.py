@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor
-from conveyor.job import JobState
-from conveyor.views import stats_view
+from conveyor.core.job import JobState
+from conveyor.views.records import stats_view
 from tests.web.conftest import Site, serve_site
 from tests.web.test_browser import browser, page  # noqa: F401 - the shared Chromium fixtures
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-from conveyor.job import Outcome
+from conveyor.core.job import Outcome
 from conveyor.storage.records import HISTORY_MINUTES
 from tests.web.conftest import Site
 from tests.web.seed import run_one

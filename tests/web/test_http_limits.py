@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from conveyor import asgi, server
-from conveyor.asgi import MAX_BODY
-from conveyor.metrics import serve_metrics
-from conveyor.server import RunningServer
+from conveyor.http import asgi, server
+from conveyor.http.asgi import MAX_BODY
+from conveyor.http.metrics import serve_metrics
+from conveyor.http.server import RunningServer
 from conveyor.web import create_app
 from tests.web.conftest import Site
 from tests.web.seed import make_app

@@ -158,7 +158,7 @@ def test_job_that_logged_a_lone_surrogate_has_a_page() -> None:
     try:
         client = Client(server.port)
         page = client.get(f"/jobs/{ref.id}")
-        # stored by the text rule (conveyor.text.storable): the lone surrogate became U+FFFD
+        # stored by the text rule (conveyor.core.text.storable): the lone surrogate became U+FFFD
         assert page.status == 200 and "row 3: \ufffd from json.loads" in page.body
         assert client.get("/jobs").status == 200
         assert client.get(f"/api/jobs/{ref.id}").status == 200

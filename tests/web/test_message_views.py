@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from conveyor import Conveyor, FakeClock
-from conveyor.job import Ack, Event, EventKind, Outcome
-from conveyor.views import batch_jobs_view, batch_view, job_row, job_view
+from conveyor.core.job import Ack, Event, EventKind, Outcome
+from conveyor.views.records import batch_jobs_view, batch_view, job_row, job_view
 
 
 def test_every_view_shows_the_jobs_message_and_nothing_else() -> None:

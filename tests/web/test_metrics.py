@@ -7,7 +7,7 @@ import urllib.request
 from pathlib import Path
 
 from conveyor import Conveyor, Fail
-from conveyor.metrics import Histogram, MetricsMiddleware, render, render_inspector
+from conveyor.http.metrics import Histogram, MetricsMiddleware, render, render_inspector
 from conveyor.testing import drain
 from tests.web.seed import make_app, seed
 

@@ -19,8 +19,8 @@ import threading
 from typing import Any
 
 from conveyor import Conveyor
-from conveyor.asgi import Message
-from conveyor.job import Outcome
+from conveyor.core.job import Outcome
+from conveyor.http.asgi import Message
 from conveyor.web import RunningServer, create_app
 from conveyor.web.lanes import CHUNK, LONG_THREADS
 from tests.web.conftest import Client

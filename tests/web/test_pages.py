@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conveyor.job import Event, EventKind
+from conveyor.core.job import Event, EventKind
 from tests.web.conftest import Site
 from tests.web.seed import XSS
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor, FakeClock
-from conveyor.ids import new_id
+from conveyor.core.ids import new_id
 from conveyor.worker.config import WorkerConfig
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from conveyor import Conveyor
-from conveyor.job import Ack, JobRecord
+from conveyor.core.job import Ack, JobRecord
 from conveyor.worker.inflight import Entry
 from conveyor.worker.processor import Processor
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.clock import FakeClock
+from conveyor.core.clock import FakeClock
+from conveyor.core.job import Ack, Event, EventKind, JobState, Outcome
 from conveyor.errors import BrokerUnavailable, StorageUnavailable
-from conveyor.job import Ack, Event, EventKind, JobState, Outcome
 from conveyor.storage import Backend
 from conveyor.worker.acker import Acker
 from conveyor.worker.config import WorkerConfig

@@ -447,7 +447,7 @@ def test_a_slow_job_does_not_block_its_kafka_partition(kafka_server: Any,
     partition, a job that runs until the test lets it go, then 300 jobs of other keys: they
     all finish while it still runs, and the group's commit point stays at the slow job (a
     worker dying now would leave it to the next one) until it is done."""
-    from conveyor.broker.kafka import KafkaBroker
+    from conveyor.broker.kafka.broker import KafkaBroker
 
     url = kafka_server.broker_url(f"h{uuid.uuid4().hex[:8]}", partitions=1)
     app = Conveyor(f"sqlite:///{tmp_path}/h.db", broker=url)

@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 
 from conveyor import Conveyor, FakeClock, JobState
-from conveyor.job import Ack, Outcome
-from conveyor.periodic import Schedule
+from conveyor.client.periodic import Schedule
+from conveyor.core.job import Ack, Outcome
 from conveyor.storage.records import Retention
 from conveyor.worker.acker import Acker
 from conveyor.worker.config import QueueWeight, WorkerConfig, parse_queue, queue_order

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conveyor import Aggregate, Conveyor, JobState
-from conveyor.job import EventKind, JobRecord
+from conveyor.core.job import EventKind, JobRecord
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.launcher import Launcher
 from tests.worker import process_jobs

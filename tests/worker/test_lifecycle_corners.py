@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from conveyor import Conveyor, Fail, FakeClock, JobState
-from conveyor.context import current_job
-from conveyor.job import EventKind
+from conveyor.client.context import current_job
+from conveyor.core.job import EventKind
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.launcher import Launcher
 from tests.worker.backends import every_backend_app  # noqa: F401 (the ``app`` fixture)

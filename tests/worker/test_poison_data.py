@@ -9,9 +9,9 @@ import logging
 import pytest
 
 from conveyor import Conveyor, Fail, JobState, current_job
-from conveyor.ids import new_id
-from conveyor.job import Ack, EventKind, JobSpec
-from conveyor.serializer import encode_payload
+from conveyor.core.ids import new_id
+from conveyor.core.job import Ack, EventKind, JobSpec
+from conveyor.core.serializer import encode_payload
 from conveyor.worker.acker import Acker
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.processor import Processor

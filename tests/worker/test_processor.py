@@ -9,8 +9,8 @@ import time
 from typing import Any
 
 from conveyor import Conveyor, Fail, FakeClock, JobState, Retry, current_job
-from conveyor.ids import new_id
-from conveyor.job import JobSpec, Outcome
+from conveyor.core.ids import new_id
+from conveyor.core.job import JobSpec, Outcome
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.executors import ThreadExecutor
 from conveyor.worker.inflight import Entry, InFlight

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from conveyor import Conveyor, FakeClock, JobState
-from conveyor.job import HeartbeatReply, LeasedJob
+from conveyor.core.job import HeartbeatReply, LeasedJob
 from conveyor.worker.config import QueueWeight, WorkerConfig
 from conveyor.worker.launcher import Launcher
 from conveyor.worker.recoverer import Recoverer

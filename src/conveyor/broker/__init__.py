@@ -18,10 +18,10 @@ __all__ = ["Broker", "Delivery", "open_broker"]
 # scheme -> "module:function"; the function takes the URL and returns a Broker.
 _OPENERS = {
     "memory": "conveyor.broker.memory:open_memory_broker",
-    "amqp": "conveyor.broker.rabbitmq:open_rabbitmq",
-    "amqps": "conveyor.broker.rabbitmq:open_rabbitmq",
-    "kafka": "conveyor.broker.kafka:open_kafka",
-    "kafkas": "conveyor.broker.kafka:open_kafka",
+    "amqp": "conveyor.broker.rabbitmq.broker:open_rabbitmq",
+    "amqps": "conveyor.broker.rabbitmq.broker:open_rabbitmq",
+    "kafka": "conveyor.broker.kafka.broker:open_kafka",
+    "kafkas": "conveyor.broker.kafka.broker:open_kafka",
 }
 # scheme -> the extra that installs its client library
 _EXTRAS = {"amqp": "rabbitmq", "amqps": "rabbitmq", "kafka": "kafka", "kafkas": "kafka"}

@@ -16,16 +16,16 @@ from conveyor.cli.common import (
     table,
 )
 from conveyor.cli.terminal import safe, say
-from conveyor.failures import (
+from conveyor.core.job import SHOWN_STATES
+from conveyor.storage import Backend
+from conveyor.views.failures import (
     failure_states,
     failures,
     failures_csv,
     failures_json,
     retry_failures,
 )
-from conveyor.job import SHOWN_STATES
-from conveyor.storage import Backend
-from conveyor.views import batch_state, batch_view, fmt_duration, fmt_time, get_batch
+from conveyor.views.records import batch_state, batch_view, fmt_duration, fmt_time, get_batch
 
 BAR_WIDTH = 30
 

@@ -15,10 +15,10 @@ from conveyor.cli.common import (
     table,
 )
 from conveyor.cli.terminal import safe, say
+from conveyor.core.job import JobRecord, JobState
 from conveyor.errors import ConveyorError
-from conveyor.job import JobRecord, JobState
-from conveyor.search import BUDGET, SCAN, search_jobs
-from conveyor.views import fmt_duration, fmt_time, job_detail, job_row, parse_state
+from conveyor.views.records import fmt_duration, fmt_time, job_detail, job_row, parse_state
+from conveyor.views.search import BUDGET, SCAN, search_jobs
 
 
 def register(sub: Any) -> None:

@@ -22,12 +22,12 @@ from conveyor.cli.common import (
     table,
 )
 from conveyor.cli.terminal import say
+from conveyor.client.periodic import check_definition
+from conveyor.client.schedules import who
+from conveyor.core.text import check_name
 from conveyor.errors import ConveyorError, ScheduleNotFound
-from conveyor.periodic import check_definition
-from conveyor.schedules import who
 from conveyor.storage.records import ScheduleInfo
-from conveyor.text import check_name
-from conveyor.views import fmt_time, get_schedule, periodic_view, schedule_changes_view
+from conveyor.views.records import fmt_time, get_schedule, periodic_view, schedule_changes_view
 
 
 def register(sub: Any) -> None:

@@ -1,6 +1,6 @@
 """``conveyor web`` (the dashboard) and ``conveyor metrics`` (Prometheus text).
 
-Both are served by uvicorn (``conveyor.server``) behind ``conveyor.asgi.guard``; beyond
+Both are served by uvicorn (``conveyor.http.server``) behind ``conveyor.http.asgi.guard``; beyond
 loopback both demand a token of at least 16 characters. The token comes from a file, the
 environment or (visible in ``ps``, so last) the command line.
 """
@@ -16,8 +16,8 @@ from typing import Any
 from conveyor.cli.common import add_source_args, open_backend
 from conveyor.cli.terminal import say
 from conveyor.errors import ConveyorError
-from conveyor.metrics import render_inspector, serve_metrics
-from conveyor.server import RunningServer, check_exposure
+from conveyor.http.metrics import render_inspector, serve_metrics
+from conveyor.http.server import RunningServer, check_exposure
 from conveyor.web import create_app
 
 WEB_TOKEN_ENV = "CONVEYOR_WEB_TOKEN"

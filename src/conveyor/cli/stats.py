@@ -16,8 +16,8 @@ from conveyor.cli.common import (
 )
 from conveyor.cli.terminal import say
 from conveyor.errors import ConveyorError
-from conveyor.history import KINDS, history_view
-from conveyor.views import fmt_duration, stats_view
+from conveyor.views.history import KINDS, history_view
+from conveyor.views.records import fmt_duration, stats_view
 
 
 def register(sub: Any) -> None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from conveyor.text import printable
+from conveyor.core.text import printable
 
-#: Escape one value for the terminal (``conveyor.text.printable``: the same rule as log lines).
+#: Escape one value for the terminal (``conveyor.core.text.printable``: the same rule as log lines).
 safe = printable
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from conveyor.cli.common import add_source_args, emit, open_backend, table
 from conveyor.cli.terminal import safe, say
 from conveyor.errors import ConveyorError
-from conveyor.views import fmt_duration, fmt_time, workers_view
+from conveyor.views.records import fmt_duration, fmt_time, workers_view
 
 
 def register(sub: Any) -> None:

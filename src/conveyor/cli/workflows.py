@@ -14,7 +14,7 @@ from conveyor.cli.batches import format_batch, watch
 from conveyor.cli.common import add_source_args, emit, open_backend, print_json, short, table
 from conveyor.cli.terminal import safe, say
 from conveyor.storage.base import Inspector
-from conveyor.views import (
+from conveyor.views.records import (
     batch_state,
     batch_view,
     fmt_time,

@@ -30,8 +30,8 @@ from typing import Any
 
 from django.db import transaction
 
-from conveyor.refs import JobRef
-from conveyor.registry import JobFunction
+from conveyor.client.refs import JobRef
+from conveyor.client.registry import JobFunction
 
 __all__ = ["enqueue_call", "enqueue_on_commit"]
 

@@ -34,7 +34,7 @@ from django.contrib.auth import get_user
 from django.core.handlers.asgi import ASGIRequest
 from django.db import close_old_connections
 
-from conveyor.asgi import Scope
+from conveyor.http.asgi import Scope
 
 __all__ = ["is_staff", "user_passes"]
 

@@ -28,7 +28,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from conveyor.app import Conveyor
-from conveyor.context import current_job
+from conveyor.client.context import current_job
+from conveyor.client.options import make_options
+from conveyor.client.registry import JobFunction
 from conveyor.contrib.django_runner import (
     attempt_error,
     module_path,
@@ -38,12 +40,10 @@ from conveyor.contrib.django_runner import (
     verified_task,
     when,
 )
+from conveyor.core.job import EventKind, JobRecord, JobState
+from conveyor.core.serializer import decode_payload
+from conveyor.core.text import check_name
 from conveyor.errors import InvalidNameError, NotAJob, UnknownJobError
-from conveyor.job import EventKind, JobRecord, JobState
-from conveyor.options import make_options
-from conveyor.registry import JobFunction
-from conveyor.serializer import decode_payload
-from conveyor.text import check_name
 
 try:  # Django 6: the framework itself
     _tasks = importlib.import_module("django.tasks")

@@ -33,7 +33,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
 
-from conveyor.registry import JobFunction
+from conveyor.client.registry import JobFunction
 
 __all__ = ["enqueue_on_commit", "on_commit"]
 

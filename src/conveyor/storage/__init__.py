@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Protocol
 from urllib.parse import unquote
 
-from conveyor.clock import Clock
+from conveyor.core.clock import Clock
 from conveyor.errors import StorageURLError
 from conveyor.storage.base import Inspector, Storage
 from conveyor.storage.records import Retention

@@ -28,8 +28,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from conveyor.job import FlowControl
-from conveyor.text import key_fault
+from conveyor.core.job import FlowControl
+from conveyor.core.text import key_fault
 
 __all__ = [
     "RECHECK", "Arrival", "Group", "GroupId", "Rest", "arrival", "due_at", "flush", "gather",

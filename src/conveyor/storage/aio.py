@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from conveyor.job import EnqueueResult, JobRecord, JobSpec
+from conveyor.core.job import EnqueueResult, JobRecord, JobSpec
 
 __all__ = ["ThreadedAsync", "Waiter", "per_loop"]
 

@@ -23,8 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Protocol, runtime_checkable
 
-from conveyor.errors import TransactionUnsupported
-from conveyor.job import (
+from conveyor.core.job import (
     Ack,
     BatchSpec,
     EnqueueResult,
@@ -35,6 +34,7 @@ from conveyor.job import (
     JobState,
     LeasedJob,
 )
+from conveyor.errors import TransactionUnsupported
 from conveyor.storage.aio import Waiter
 from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.durable import DurableStore

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
-from conveyor.job import Event, EventKind
+from conveyor.core.job import Event, EventKind
 from conveyor.steps import (
     EVENT,
     DurableHistory,

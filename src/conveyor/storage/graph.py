@@ -27,9 +27,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from conveyor.core.job import TERMINAL_STATES, JobSpec, JobState, Node
+from conveyor.core.serializer import oversize
 from conveyor.errors import WorkflowError
-from conveyor.job import TERMINAL_STATES, JobSpec, JobState, Node
-from conveyor.serializer import oversize
 
 __all__ = ["ENDED_BY", "FAILED", "GraphReads", "GraphTxn", "JobView", "NodeRow", "attach",
            "check_added", "decide", "inject", "judge", "parents_of", "settle"]

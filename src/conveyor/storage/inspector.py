@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from conveyor.job import JobRecord, JobState
+from conveyor.core.job import JobRecord, JobState
 from conveyor.storage.durable import DurableStore
 from conveyor.storage.records import (
     HEAD_CHARS,

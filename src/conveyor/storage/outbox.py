@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from conveyor.core.job import LeasedJob
 from conveyor.errors import BrokerUnsupported
-from conveyor.job import LeasedJob
 from conveyor.storage import redact
 
 __all__ = ["Arrival", "Delivered", "Outbox", "StartKind", "StartReply", "arrivals", "as_outbox",

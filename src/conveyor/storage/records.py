@@ -1,7 +1,7 @@
 """Record shapes the storage reports that are not a job's lifecycle: batches, workers,
 schedules, queues, outcome totals, and the retention policy ``Storage.trim`` applies.
 
-Plain data like ``conveyor.job``: no I/O, no backend types. Every backend builds these; the
+Plain data like ``conveyor.core.job``: no I/O, no backend types. Every backend builds these; the
 inspector views, CLI, web UI and metrics read them.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-from conveyor.job import (
+from conveyor.core.job import (
     SHOWN_STATES,
     TERMINAL_STATES,
     EnqueueResult,

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from conveyor.flow_control import GATE_KEYS, KEY_KINDS
-from conveyor.job import Ack, EventKind, FlowControl, Outcome
-from conveyor.text import MAX_KEY_BYTES, key_fault, shown
+from conveyor.core.flow_control import GATE_KEYS, KEY_KINDS
+from conveyor.core.job import Ack, EventKind, FlowControl, Outcome
+from conveyor.core.text import MAX_KEY_BYTES, key_fault, shown
 
 __all__ = [
     "CANCELLED_WHILE_WAITING",

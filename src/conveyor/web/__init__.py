@@ -2,8 +2,8 @@
 ``mount_at(prefix, dashboard, host_app)`` serves it under a prefix of an ASGI host with no
 router of its own (Django's ASGI application)."""
 
-from conveyor.asgi import mount_at
-from conveyor.server import RunningServer
+from conveyor.http.asgi import mount_at
+from conveyor.http.server import RunningServer
 from conveyor.web.app import Dashboard, create_app
 
 __all__ = ["Dashboard", "RunningServer", "create_app", "mount_at"]

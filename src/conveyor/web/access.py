@@ -21,7 +21,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from urllib.parse import quote, urlencode
 
-from conveyor.asgi import Scope, bearer_or_basic
+from conveyor.http.asgi import Scope, bearer_or_basic
 from conveyor.web import pages
 from conveyor.web.http import Request, Response
 

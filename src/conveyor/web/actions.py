@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from conveyor.core.job import JobState
 from conveyor.errors import ConveyorError
-from conveyor.failures import failure_states, retry_failures
-from conveyor.job import JobState
 from conveyor.storage.base import Inspector
-from conveyor.views import parse_state
+from conveyor.views.failures import failure_states, retry_failures
+from conveyor.views.records import parse_state
 from conveyor.web import schedule_actions
 
 Form = dict[str, list[str]]

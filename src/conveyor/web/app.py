@@ -23,10 +23,10 @@ from importlib import resources
 from typing import TypeVar
 from urllib.parse import quote, urlencode
 
-from conveyor import asgi
 from conveyor.app import Conveyor
-from conveyor.asgi import guard, plain
 from conveyor.errors import ConveyorError, StorageError, StorageUnavailable
+from conveyor.http import asgi
+from conveyor.http.asgi import guard, plain
 from conveyor.storage import shown_url
 from conveyor.storage.base import Inspector
 from conveyor.web import actions, pages
@@ -88,7 +88,7 @@ class Dashboard:
         return self._lanes.stream(make, gone)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """ASGI entry point (``http`` and ``lifespan``), behind ``conveyor.asgi.guard``."""
+        """ASGI entry point (``http`` and ``lifespan``), behind ``conveyor.http.asgi.guard``."""
         await self._guarded(scope, receive, send)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -250,7 +250,7 @@ def create_app(storage_or_app: Conveyor | Inspector, token: str | None = None, *
     """The dashboard as an ASGI app over a storage backend or a ``Conveyor`` app.
 
     Mount it in any ASGI server (``uvicorn``, ``hypercorn``) or serve it with
-    ``conveyor.server.RunningServer``. ``token`` protects every page and action.
+    ``conveyor.http.server.RunningServer``. ``token`` protects every page and action.
 
     Requests are served only when their ``Host`` is a loopback name, an IP address or one of
     ``allowed_hosts`` (the names the dashboard is reached by, e.g. ``["ops.example.com"]``,

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from conveyor.job import JobState
+from conveyor.core.job import JobState
 from conveyor.storage.records import GraphNode
 from conveyor.web.render import BAR_ORDER, e
 

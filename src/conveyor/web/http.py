@@ -11,7 +11,7 @@ from http.cookies import SimpleCookie
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs, quote
 
-from conveyor.asgi import MAX_BODY, BodyTooLarge, Receive, Scope, Send
+from conveyor.http.asgi import MAX_BODY, BodyTooLarge, Receive, Scope, Send
 from conveyor.storage.base import Inspector
 
 __all__ = ["MAX_BODY", "BodyTooLarge", "Receive", "Request", "Response", "Scope", "Send"]

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from conveyor.asgi import Receive
+from conveyor.http.asgi import Receive
 from conveyor.storage.base import Inspector
 
 __all__ = ["CHUNK", "LONG_THREADS", "PAGE_THREADS", "Lanes", "watch"]

@@ -11,18 +11,18 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from conveyor.failures import (
+from conveyor.core.job import JobState
+from conveyor.http.metrics import CONTENT_TYPE, render_inspector
+from conveyor.storage.records import HISTORY_MINUTES
+from conveyor.views.failures import (
     check_batch,
     failure_states,
     failures,
     failures_csv,
     failures_json,
 )
-from conveyor.history import KINDS, history_view
-from conveyor.job import JobState
-from conveyor.metrics import CONTENT_TYPE, render_inspector
-from conveyor.storage.records import HISTORY_MINUTES
-from conveyor.views import (
+from conveyor.views.history import KINDS, history_view
+from conveyor.views.records import (
     batch_view,
     fmt_duration,
     job_detail,

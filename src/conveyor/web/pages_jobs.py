@@ -6,11 +6,10 @@ import re
 from typing import Any
 from urllib.parse import urlencode
 
-from conveyor.job import SHOWN_STATES, JobState
-from conveyor.search import BUDGET, search_jobs
+from conveyor.core.job import SHOWN_STATES, JobState
 from conveyor.storage.base import Inspector
 from conveyor.storage.records import GraphNode
-from conveyor.views import (
+from conveyor.views.records import (
     batch_jobs_view,
     batch_state,
     batch_view,
@@ -19,6 +18,7 @@ from conveyor.views import (
     job_row,
     parse_state,
 )
+from conveyor.views.search import BUDGET, search_jobs
 from conveyor.web.graph import BY_NAME, WIDE_LAYER, Args, relatives, svg
 from conveyor.web.http import Request, Response, StorageCaller
 from conveyor.web.render import (

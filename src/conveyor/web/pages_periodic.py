@@ -11,7 +11,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
-from conveyor.views import get_schedule, periodic_view, schedule_changes_view
+from conveyor.views.records import get_schedule, periodic_view, schedule_changes_view
 from conveyor.web.http import Request, Response, StorageCaller, json_response
 from conveyor.web.render import badge, button_form, e, link, page, table, when
 

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
-from conveyor.job import JobState
-from conveyor.views import fmt_time
+from conveyor.core.job import JobState
+from conveyor.views.records import fmt_time
 from conveyor.web.http import Request, Response
 
 # Finished work fills the bar from the left, waiting work stays on the right.

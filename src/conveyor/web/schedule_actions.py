@@ -8,11 +8,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from conveyor.client.periodic import check_definition
+from conveyor.core.text import check_name
 from conveyor.errors import ConveyorError, ScheduleNotFound
-from conveyor.periodic import check_definition
 from conveyor.storage.base import Inspector
 from conveyor.storage.records import ScheduleInfo
-from conveyor.text import check_name
 
 Form = dict[str, list[str]]
 #: The form fields of a definition, and the stored field each one sets.

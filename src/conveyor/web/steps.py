@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conveyor.views import fmt_duration
+from conveyor.views.records import fmt_duration
 from conveyor.web.render import badge, e, table, when
 
 

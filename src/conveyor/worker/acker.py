@@ -19,11 +19,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from conveyor.clock import Clock
+from conveyor.core.clock import Clock
+from conveyor.core.job import Ack, ErrorInfo, Outcome
+from conveyor.core.text import printable
 from conveyor.errors import BrokerUnavailable, StorageUnavailable
-from conveyor.job import Ack, ErrorInfo, Outcome
 from conveyor.storage.base import Storage
-from conveyor.text import printable
 from conveyor.worker.config import WorkerConfig
 
 __all__ = ["Acker"]

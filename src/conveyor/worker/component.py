@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from conveyor.clock import Clock
+from conveyor.core.clock import Clock
 from conveyor.errors import BrokerUnavailable, StorageUnavailable
 from conveyor.storage.base import Storage
 from conveyor.worker.config import WorkerConfig

@@ -8,7 +8,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from conveyor.ids import new_id
+from conveyor.core.ids import new_id
 
 __all__ = ["QueueWeight", "WorkerConfig", "make_worker_id", "parse_queue", "queue_order"]
 

@@ -17,7 +17,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-from conveyor.job import Ack
+from conveyor.core.job import Ack
 from conveyor.worker.inflight import Entry
 from conveyor.worker.job_processes import JobProcesses
 from conveyor.worker.processor import Processor

@@ -22,9 +22,9 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from conveyor.broker.base import Broker, Delivery
-from conveyor.job import LeasedJob
+from conveyor.core.job import LeasedJob
+from conveyor.core.text import printable
 from conveyor.storage.outbox import Arrival, Outbox, StartKind
-from conveyor.text import printable
 from conveyor.worker.config import WorkerConfig
 
 __all__ = ["MAX_DELIVERED_ID", "BrokerFeed"]

@@ -14,9 +14,9 @@ import random
 import threading
 import time
 
-from conveyor.clock import Clock
+from conveyor.core.clock import Clock
+from conveyor.core.job import Ack, LeasedJob, Outcome
 from conveyor.errors import BrokerUnavailable, StorageUnavailable
-from conveyor.job import Ack, LeasedJob, Outcome
 from conveyor.storage.base import Storage
 from conveyor.worker.acker import Acker
 from conveyor.worker.config import WorkerConfig, queue_order

@@ -23,7 +23,7 @@ import select
 import struct
 from typing import Any
 
-from conveyor.job import Ack, ErrorInfo, Event, LeasedJob, Outcome
+from conveyor.core.job import Ack, ErrorInfo, Event, LeasedJob, Outcome
 
 __all__ = ["Closed", "ack_from_wire", "ack_to_wire", "event_from_wire", "leased_from_wire",
            "leased_to_wire", "read_frame", "write_frame"]

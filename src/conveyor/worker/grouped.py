@@ -15,10 +15,10 @@ import functools
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from conveyor.context import activate
+from conveyor.aggregation.member import Member
+from conveyor.client.context import activate
+from conveyor.core.job import Ack, LeasedJob
 from conveyor.errors import Fail, Retry
-from conveyor.job import Ack, LeasedJob
-from conveyor.member import Member
 from conveyor.worker.inflight import Entry
 
 __all__ = ["GroupRuns", "Runner"]

@@ -12,8 +12,8 @@ import os
 import socket
 from collections.abc import Callable
 
-from conveyor.clock import Clock
-from conveyor.job import Ack, HeartbeatReply, Outcome
+from conveyor.core.clock import Clock
+from conveyor.core.job import Ack, HeartbeatReply, Outcome
 from conveyor.storage.base import Storage
 from conveyor.storage.records import WorkerInfo
 from conveyor.worker.acker import Acker

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from conveyor.context import JobContext
-from conveyor.job import LeasedJob
-from conveyor.registry import JobFunction
+from conveyor.client.context import JobContext
+from conveyor.client.registry import JobFunction
+from conveyor.core.job import LeasedJob
 from conveyor.storage.records import BusySlot
 
 __all__ = ["Entry", "InFlight"]

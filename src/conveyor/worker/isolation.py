@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from conveyor.job import Ack, LeasedJob, Outcome
+from conveyor.core.job import Ack, LeasedJob, Outcome
 from conveyor.worker.acker import Acker
 from conveyor.worker.inflight import Entry, InFlight
 from conveyor.worker.processor import Processor

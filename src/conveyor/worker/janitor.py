@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from conveyor.clock import Clock
+from conveyor.core.clock import Clock
 from conveyor.storage.base import Storage
 from conveyor.storage.records import Retention
 from conveyor.worker.component import PeriodicComponent

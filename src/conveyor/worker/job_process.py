@@ -29,7 +29,7 @@ import sys
 import threading
 from typing import Any
 
-from conveyor.job import Ack
+from conveyor.core.job import Ack
 from conveyor.worker.frames import (
     Closed,
     ack_to_wire,

@@ -31,9 +31,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from conveyor.clock import Clock
+from conveyor.core.clock import Clock
+from conveyor.core.job import Ack
 from conveyor.errors import ConveyorError
-from conveyor.job import Ack
 from conveyor.worker.frames import (
     Closed,
     ack_from_wire,

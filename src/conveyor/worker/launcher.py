@@ -21,10 +21,10 @@ from typing import Protocol
 from conveyor import __version__
 from conveyor.app import Conveyor
 from conveyor.broker import open_broker
-from conveyor.clock import Clock
+from conveyor.client.periodic import CronConfig, CronScheduler, describe_unlistened, unlistened
+from conveyor.core.clock import Clock
+from conveyor.core.job import Ack
 from conveyor.errors import StorageReadOnly
-from conveyor.job import Ack
-from conveyor.periodic import CronConfig, CronScheduler, describe_unlistened, unlistened
 from conveyor.storage import redact, shown_url
 from conveyor.storage.outbox import as_outbox
 from conveyor.worker.acker import Acker

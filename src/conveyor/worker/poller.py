@@ -7,7 +7,7 @@ import random
 import threading
 import time
 
-from conveyor.clock import Clock
+from conveyor.core.clock import Clock
 from conveyor.storage.base import Storage
 from conveyor.worker.component import PeriodicComponent
 from conveyor.worker.config import WorkerConfig

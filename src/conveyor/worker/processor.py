@@ -14,8 +14,11 @@ import traceback
 from typing import Any
 
 from conveyor.app import Conveyor
-from conveyor.clock import Clock
-from conveyor.context import JobContext, activate
+from conveyor.client.context import JobContext, activate
+from conveyor.core.clock import Clock
+from conveyor.core.job import Ack, ErrorInfo, LeasedJob, Outcome
+from conveyor.core.retry import backoff
+from conveyor.core.serializer import decode_payload, dumps, oversize
 from conveyor.errors import (
     Fail,
     Handback,
@@ -26,9 +29,6 @@ from conveyor.errors import (
     Suspend,
     UnknownJobError,
 )
-from conveyor.job import Ack, ErrorInfo, LeasedJob, Outcome
-from conveyor.retry import backoff
-from conveyor.serializer import decode_payload, dumps, oversize
 from conveyor.worker.grouped import GroupRuns
 from conveyor.worker.inflight import Entry
 from conveyor.worker.reporting import report_outcome

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from conveyor.broker.base import Broker
-from conveyor.clock import Clock
+from conveyor.core.clock import Clock
 from conveyor.storage.base import Storage
 from conveyor.storage.outbox import as_outbox
 from conveyor.worker.component import PeriodicComponent

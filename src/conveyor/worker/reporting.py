@@ -3,7 +3,7 @@
 Operators must see failures without turning on DEBUG: an error that will be retried is a
 WARNING, a death an ERROR, a business ``Fail`` (or a ``Retry`` the job asked for) an INFO
 line. Each line carries the job id, name, attempt and reason, escaped by
-``conveyor.text.printable`` so a job's message can never forge or split log lines; the JSON
+``conveyor.core.text.printable`` so a job's message can never forge or split log lines; the JSON
 log format gets the same facts as fields.
 """
 
@@ -13,10 +13,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from conveyor.core.job import Ack, LeasedJob, Outcome
+from conveyor.core.text import printable
 from conveyor.errors import Fail, Retry
 from conveyor.hooks import ErrorReport, call_error_handlers
-from conveyor.job import Ack, LeasedJob, Outcome
-from conveyor.text import printable
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor

@@ -31,7 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from conveyor.job import LeasedJob
+from conveyor.core.job import LeasedJob
 
 __all__ = ["Reserve"]
 

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from conveyor.ids import new_id
+from conveyor.core.ids import new_id
 from conveyor.worker.config import make_worker_id
 from conveyor.worker.logs import reopen_logs
 from conveyor.worker.recycling import RECYCLE_EXIT

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from conveyor.clock import Clock
-from conveyor.job import Ack
+from conveyor.core.clock import Clock
+from conveyor.core.job import Ack
 from conveyor.storage.base import Storage
 from conveyor.worker.component import PeriodicComponent
 from conveyor.worker.config import WorkerConfig

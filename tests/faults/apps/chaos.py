@@ -24,8 +24,8 @@ from typing import Any
 
 from conveyor import Aggregate, Fail, Member, current_job
 from conveyor.app import Conveyor
+from conveyor.client.registry import JobFunction
 from conveyor.errors import WorkflowError
-from conveyor.registry import JobFunction
 from tests.support.meet import meet
 
 LOG_ENV = "CONVEYOR_FAULTS_LOG"

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from conveyor.core.job import TERMINAL_STATES, BatchSpec, JobSpec, JobState
 from conveyor.errors import BatchClosedError, BatchNotFound
-from conveyor.job import TERMINAL_STATES, BatchSpec, JobSpec, JobState
 from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.records import BatchStatus
 

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from conveyor.job import Ack, EventKind, JobState
+from conveyor.core.job import Ack, EventKind, JobState
 from conveyor.steps import EVENT, DurableHistory, Message, Received, Step, Wait
 from conveyor.storage.durable import (
     WOKEN_MESSAGE,

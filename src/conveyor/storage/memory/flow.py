@@ -24,7 +24,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from conveyor.job import FlowControl, JobRecord, JobState
+from conveyor.core.job import FlowControl, JobRecord, JobState
 
 
 @dataclass(slots=True)

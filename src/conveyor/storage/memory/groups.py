@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from conveyor.job import EventKind, JobState, LeasedJob
+from conveyor.core.job import EventKind, JobState, LeasedJob
 from conveyor.storage import aggregation
 from conveyor.storage.aggregation import Group, Rest
 from conveyor.storage.memory.state import Entry, MemoryState, _group_of

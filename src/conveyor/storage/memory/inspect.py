@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
-from conveyor.job import TERMINAL_STATES, EventKind, JobRecord, JobState
+from conveyor.core.job import TERMINAL_STATES, EventKind, JobRecord, JobState
 from conveyor.storage import graph_retry
 from conveyor.storage.memory.state import WAITING_STATES, Entry, MemoryState
 from conveyor.storage.records import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from conveyor.job import EventKind, JobState
+from conveyor.core.job import EventKind, JobState
 from conveyor.storage.memory.flow import ScanBudget
 from conveyor.storage.memory.state import Entry, MemoryState
 from conveyor.storage.outbox import Delivered, StartKind, StartReply, arrivals, mark, marked_by

@@ -8,7 +8,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from conveyor.clock import Clock
+from conveyor.core.clock import Clock
 from conveyor.storage.records import ScheduleChange, ScheduleInfo
 from conveyor.storage.schedule_edits import CHANGES_KEPT, ScheduleEdits, ScheduleTxn, T, newest
 

@@ -15,9 +15,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from conveyor.clock import Clock
-from conveyor.errors import ConveyorError
-from conveyor.job import (
+from conveyor.core.clock import Clock
+from conveyor.core.job import (
     EnqueueResult,
     Event,
     EventKind,
@@ -26,6 +25,7 @@ from conveyor.job import (
     JobState,
     LeasedJob,
 )
+from conveyor.errors import ConveyorError
 from conveyor.storage import aggregation, graph
 from conveyor.storage.aggregation import Group, GroupId
 from conveyor.storage.graph import JobView, NodeRow

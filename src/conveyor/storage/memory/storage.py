@@ -14,9 +14,8 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
-from conveyor.clock import SYSTEM_CLOCK, Clock
-from conveyor.errors import StorageURLError, WorkflowError
-from conveyor.job import (
+from conveyor.core.clock import SYSTEM_CLOCK, Clock
+from conveyor.core.job import (
     Ack,
     BatchSpec,
     EnqueueResult,
@@ -28,6 +27,7 @@ from conveyor.job import (
     LeasedJob,
     Outcome,
 )
+from conveyor.errors import StorageURLError, WorkflowError
 from conveyor.storage import graph
 from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from conveyor.job import Ack, Outcome
+from conveyor.core.job import Ack, Outcome
 from conveyor.storage.postgres import arrays
 from conveyor.storage.postgres.text import enc_opt
 from conveyor.storage.rules import CANCELS_ON_REQUEST, AckEffect, ack_effect, counts_as_error

@@ -16,8 +16,8 @@ from typing import Any
 
 import psycopg
 
+from conveyor.core.job import EnqueueResult, JobRecord, JobSpec
 from conveyor.errors import StorageError
-from conveyor.job import EnqueueResult, JobRecord, JobSpec
 from conveyor.storage.aio import Waiter, per_loop
 from conveyor.storage.postgres import jobs
 from conveyor.storage.postgres.connection import Database, translate

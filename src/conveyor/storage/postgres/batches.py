@@ -15,8 +15,8 @@ from typing import Any
 
 import psycopg
 
+from conveyor.core.job import ALL_STATES, BatchSpec
 from conveyor.errors import BatchNotFound
-from conveyor.job import ALL_STATES, BatchSpec
 from conveyor.storage.postgres.text import dec, enc_opt
 from conveyor.storage.records import BatchStatus, spec_to_wire
 

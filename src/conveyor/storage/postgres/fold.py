@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from conveyor.job import EnqueueResult, JobSpec
+from conveyor.core.job import EnqueueResult, JobSpec
 from conveyor.storage.postgres import jobs
 from conveyor.storage.rules import FOLD_PREFIX
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import psycopg
 
+from conveyor.core.job import EnqueueResult, EventKind, JobSpec, JobState, Node
 from conveyor.errors import WorkflowError
-from conveyor.job import EnqueueResult, EventKind, JobSpec, JobState, Node
 from conveyor.storage import graph, graph_retry
 from conveyor.storage.graph import JobView, NodeRow
 from conveyor.storage.postgres import batches, jobs

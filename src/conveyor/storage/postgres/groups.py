@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from conveyor.job import EnqueueResult, EventKind, FlowControl, JobSpec, JobState, LeasedJob
+from conveyor.core.job import EnqueueResult, EventKind, FlowControl, JobSpec, JobState, LeasedJob
 from conveyor.storage import aggregation
 from conveyor.storage.aggregation import Arrival, Group, GroupId, Rest
 from conveyor.storage.postgres import batches, jobs

@@ -11,8 +11,8 @@ from typing import Any
 
 import psycopg
 
-from conveyor.clock import Clock
-from conveyor.job import ALL_STATES, EventKind, JobRecord, JobState
+from conveyor.core.clock import Clock
+from conveyor.core.job import ALL_STATES, EventKind, JobRecord, JobState
 from conveyor.storage.graph import parents_of
 from conveyor.storage.postgres import batches, graph, jobs
 from conveyor.storage.postgres.connection import Database, reads

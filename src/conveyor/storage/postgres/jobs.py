@@ -13,8 +13,15 @@ from typing import Any
 
 import psycopg
 
+from conveyor.core.job import (
+    EnqueueResult,
+    FlowControl,
+    JobRecord,
+    JobSpec,
+    JobState,
+    decode_events,
+)
 from conveyor.errors import BatchClosedError, BatchNotFound
-from conveyor.job import EnqueueResult, FlowControl, JobRecord, JobSpec, JobState, decode_events
 from conveyor.storage.postgres import arrays, batches
 from conveyor.storage.postgres.text import dec, enc_opt
 from conveyor.storage.records import JobBlock

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from conveyor.job import LeasedJob
+from conveyor.core.job import LeasedJob
 from conveyor.storage.outbox import Delivered, StartKind, StartReply, arrivals
 from conveyor.storage.postgres import arrays
 from conveyor.storage.postgres.connection import Database

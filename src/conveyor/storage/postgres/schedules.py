@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from conveyor.clock import Clock
+from conveyor.core.clock import Clock
 from conveyor.storage.postgres.connection import Database, reads
 from conveyor.storage.postgres.text import dec, enc, enc_opt
 from conveyor.storage.records import ScheduleChange, ScheduleInfo

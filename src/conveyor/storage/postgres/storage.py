@@ -16,9 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from conveyor.clock import Clock, SystemClock
-from conveyor.errors import StorageReadOnly
-from conveyor.job import (
+from conveyor.core.clock import Clock, SystemClock
+from conveyor.core.job import (
     Ack,
     EnqueueResult,
     Event,
@@ -26,6 +25,7 @@ from conveyor.job import (
     JobSpec,
     LeasedJob,
 )
+from conveyor.errors import StorageReadOnly
 from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.base import WaitsThenDequeues
 from conveyor.storage.graph import check_added

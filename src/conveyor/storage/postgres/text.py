@@ -1,7 +1,7 @@
 """Text PostgreSQL cannot hold as it is: U+0000, which ``text`` columns refuse.
 
 Human text a job writes (messages, batch descriptions, worker ids, flow-control keys) is
-kept exactly as given on every backend (``conveyor.text``); here it is stored escaped and read
+kept exactly as given on every backend (``conveyor.core.text``); here it is stored escaped and read
 back unescaped, so records are the same as elsewhere. The escape is U+FFFE (a noncharacter):
 U+0000 is stored as U+FFFE "0" and U+FFFE itself as U+FFFE U+FFFE, so any text round-trips
 and text without either character (nearly all) is stored unchanged. JSON columns need

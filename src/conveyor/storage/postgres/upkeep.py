@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 
-from conveyor.job import BatchSpec, JobState
+from conveyor.core.job import BatchSpec, JobState
 from conveyor.storage.batch_wait import BatchWaiter, sleeping
 from conveyor.storage.postgres import batches, graph, groups
 from conveyor.storage.postgres.inspect import PostgresInspector

@@ -13,7 +13,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Sequence
 
-from conveyor.job import Ack, Outcome
+from conveyor.core.job import Ack, Outcome
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.base import Move
 from conveyor.storage.redis.release import RedisRelease

@@ -17,8 +17,8 @@ import redis.asyncio as aredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 import redis
+from conveyor.core.job import EnqueueResult, JobSpec
 from conveyor.errors import StorageUnavailable
-from conveyor.job import EnqueueResult, JobSpec
 from conveyor.storage.aio import Waiter, per_loop
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.batches import ENQUEUE_CHUNK, result_of

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from conveyor.clock import Clock
-from conveyor.job import JobRecord
+from conveyor.core.clock import Clock
+from conveyor.core.job import JobRecord
 from conveyor.storage.base import RefusesTransactions
 from conveyor.storage.records import JobHead
 from conveyor.storage.redis import codec

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from conveyor.job import JobState
+from conveyor.core.job import JobState
 from conveyor.storage.redis.batches import (
     JOIN_STATES,
     LOWER_HEX,

@@ -19,14 +19,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from conveyor.core.job import ALL_STATES, EnqueueResult, JobSpec, JobState
+from conveyor.core.text import printable
 from conveyor.errors import BatchClosedError, BatchNotFound, WorkflowError
-from conveyor.job import ALL_STATES, EnqueueResult, JobSpec, JobState
 from conveyor.storage.records import JobBlock
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.base import Move, RedisBase
 from conveyor.storage.redis.codec import check_text
 from conveyor.storage.redis.pipeline import Ready
-from conveyor.text import printable
 
 log = logging.getLogger("conveyor.storage.redis")
 

@@ -14,7 +14,7 @@ from functools import lru_cache
 from json.encoder import encode_basestring_ascii as _escape
 from typing import Any
 
-from conveyor.job import (
+from conveyor.core.job import (
     Ack,
     Event,
     EventKind,
@@ -25,8 +25,8 @@ from conveyor.job import (
     LeasedJob,
     decode_events,
 )
+from conveyor.core.text import key_fault
 from conveyor.storage.records import JobBlock, spec_from_wire, spec_to_wire
-from conveyor.text import key_fault
 
 # The fields of a state line, in order: the one definition. lua/_fields.lua spells each as
 # F_<NAME> = its position, and scripts.py refuses to load the scripts when the two disagree.

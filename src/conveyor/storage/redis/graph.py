@@ -29,15 +29,15 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
+from conveyor.core.job import TERMINAL_STATES, EnqueueResult, JobSpec, Node
+from conveyor.core.text import printable
 from conveyor.errors import WorkflowError
-from conveyor.job import TERMINAL_STATES, EnqueueResult, JobSpec, Node
 from conveyor.storage import graph
 from conveyor.storage.graph import JobView, NodeRow
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.base import Move
 from conveyor.storage.redis.batches import RedisBatches, scan_reply
 from conveyor.storage.redis.keys import BatchKeys
-from conveyor.text import printable
 
 log = logging.getLogger("conveyor.storage.redis")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 
-from conveyor.job import JobState
+from conveyor.core.job import JobState
 from conveyor.storage.records import JobHead
 from conveyor.storage.redis.codec import STATE_FIELDS
 

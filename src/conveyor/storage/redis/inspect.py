@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from conveyor.job import ALL_STATES, TERMINAL_STATES, JobRecord, JobState
+from conveyor.core.job import ALL_STATES, TERMINAL_STATES, JobRecord, JobState
 from conveyor.storage.graph import parents_of
 from conveyor.storage.records import (
     HEAD_CHARS,

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import redis
-from conveyor.job import EnqueueResult, JobSpec
+from conveyor.core.job import EnqueueResult, JobSpec
 from conveyor.storage.records import BlockResults, JobBlock
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.connection import REDIRECTS, TRANSIENT, Link, _hiredis_pack

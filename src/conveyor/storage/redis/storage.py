@@ -20,9 +20,8 @@ from typing import Any
 from redis.cluster import RedisCluster
 
 import redis
-from conveyor.clock import Clock, SystemClock
-from conveyor.errors import BatchNotFound, StorageUnavailable, StorageURLError
-from conveyor.job import (
+from conveyor.core.clock import Clock, SystemClock
+from conveyor.core.job import (
     BatchSpec,
     EnqueueResult,
     Event,
@@ -31,6 +30,7 @@ from conveyor.job import (
     JobState,
     LeasedJob,
 )
+from conveyor.errors import BatchNotFound, StorageUnavailable, StorageURLError
 from conveyor.storage import redact, without_secrets
 from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.batch_wait import BatchWaiter, sleeping

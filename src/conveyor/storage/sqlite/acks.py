@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.job import Ack, Event, EventKind
+from conveyor.core.job import Ack, Event, EventKind
 from conveyor.storage.rules import AckEffect, ack_effect, counts_as_error, effective_outcome
 from conveyor.storage.sqlite import batches, jobs
 from conveyor.storage.sqlite.durable import wake_answered

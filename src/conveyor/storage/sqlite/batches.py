@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
+from conveyor.core.job import ALL_STATES, BatchSpec, JobSpec
 from conveyor.errors import BatchClosedError, BatchNotFound
-from conveyor.job import ALL_STATES, BatchSpec, JobSpec
 from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.records import BatchStatus, spec_from_wire, spec_to_wire
 from conveyor.storage.sqlite import graph

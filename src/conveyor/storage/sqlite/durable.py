@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from conveyor.job import EventKind, JobState
+from conveyor.core.job import EventKind, JobState
 from conveyor.steps import EVENT, DurableHistory, Message, Received, Step, Wait
 from conveyor.storage.durable import (
     WOKEN_MESSAGE,

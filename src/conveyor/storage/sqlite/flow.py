@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from conveyor.job import TERMINAL_STATES, EventKind, JobSpec, JobState
+from conveyor.core.job import TERMINAL_STATES, EventKind, JobSpec, JobState
 from conveyor.storage.rules import FOLD_PREFIX, broken_gate
 from conveyor.storage.sqlite.moves import FINISH, Move, ids_param, move
 

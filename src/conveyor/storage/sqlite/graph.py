@@ -11,7 +11,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Collection, Iterable, Sequence
 
-from conveyor.job import EventKind, JobSpec, JobState, Node
+from conveyor.core.job import EventKind, JobSpec, JobState, Node
 from conveyor.storage import graph, graph_retry
 from conveyor.storage.graph import JobView, NodeRow
 from conveyor.storage.sqlite.moves import Move, ids_param, move

@@ -9,7 +9,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.job import EventKind, FlowControl, JobState, LeasedJob
+from conveyor.core.job import EventKind, FlowControl, JobState, LeasedJob
 from conveyor.storage import aggregation
 from conveyor.storage.aggregation import Arrival, Group, Rest
 from conveyor.storage.sqlite import batches, jobs, leases

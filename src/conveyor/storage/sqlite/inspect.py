@@ -11,8 +11,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.clock import Clock
-from conveyor.job import ALL_STATES, EventKind, JobRecord, JobState
+from conveyor.core.clock import Clock
+from conveyor.core.job import ALL_STATES, EventKind, JobRecord, JobState
 from conveyor.storage.graph import parents_of
 from conveyor.storage.records import (
     HEAD_CHARS,

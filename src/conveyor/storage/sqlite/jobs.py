@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 from typing import Any
 
-from conveyor.job import (
+from conveyor.core.job import (
     EnqueueResult,
     FlowControl,
     JobRecord,

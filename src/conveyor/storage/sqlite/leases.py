@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from conveyor.job import EventKind, JobState, LeasedJob
+from conveyor.core.job import EventKind, JobState, LeasedJob
 from conveyor.storage.rules import cancelled_message
 from conveyor.storage.sqlite import batches, jobs
 

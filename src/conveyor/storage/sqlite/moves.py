@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from conveyor.job import JobState
+from conveyor.core.job import JobState
 
 __all__ = ["FINISH", "REQUEUE", "Move", "event_line", "ids_param", "move"]
 

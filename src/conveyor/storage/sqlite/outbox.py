@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from conveyor.job import EventKind, JobState, LeasedJob
+from conveyor.core.job import EventKind, JobState, LeasedJob
 from conveyor.storage.outbox import (
     Arrival,
     Delivered,

@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.job import JobRecord, JobState, decode_events
+from conveyor.core.job import JobRecord, JobState, decode_events
 from conveyor.storage.records import JobHead
 from conveyor.storage.sqlite import jobs
 

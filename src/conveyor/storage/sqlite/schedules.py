@@ -8,7 +8,7 @@ import dataclasses
 import sqlite3
 from collections.abc import Callable
 
-from conveyor.clock import Clock
+from conveyor.core.clock import Clock
 from conveyor.storage.records import ScheduleChange, ScheduleInfo
 from conveyor.storage.schedule_edits import CHANGES_KEPT, ScheduleEdits, ScheduleTxn, T
 from conveyor.storage.schedule_records import COLUMNS, WRITTEN, written

@@ -14,9 +14,8 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
-from conveyor.clock import SYSTEM_CLOCK, Clock
-from conveyor.errors import StorageMissing, WorkflowError
-from conveyor.job import (
+from conveyor.core.clock import SYSTEM_CLOCK, Clock
+from conveyor.core.job import (
     Ack,
     BatchSpec,
     EnqueueResult,
@@ -27,6 +26,7 @@ from conveyor.job import (
     JobState,
     LeasedJob,
 )
+from conveyor.errors import StorageMissing, WorkflowError
 from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
 from conveyor.storage.batch_wait import BatchWaiter

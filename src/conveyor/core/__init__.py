@@ -1,0 +1,4 @@
+"""Plain data and rules, no I/O: a job's records and states (``job``), its workflow node and
+flow-control settings (``node``, ``flow_control``), ids, clocks, the text rule, JSON payloads,
+retry backoff, call checks, stored names and a failed job's exception rebuilt. Every other
+package builds on these."""

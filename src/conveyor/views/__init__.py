@@ -1,0 +1,4 @@
+"""What an operator reads, shaped once for the CLI, the dashboard and metrics, from the
+``Inspector`` alone: ``records`` (queues, workers, schedules, jobs and batches as JSON),
+``failures`` (a batch's failures and their retry), ``search`` (bounded search of jobs) and
+``history`` (the last day's outcomes per minute)."""
