@@ -5,7 +5,7 @@
 Starts its own redis-server. Joins ``--jobs`` ids to one batch 2,000 per call, as a bulk
 enqueue does before storing each chunk (``batch.lua``, nothing else: no job is stored), and
 prints redis-server's CPU per job (INFO ``used_cpu_*``) and the wall clock. By default the
-ids travel as runs (docs/design.md, "Batches on Redis"); ``--per-job`` sends them one by one
+ids travel as runs (docs/internals/redis-batches.md); ``--per-job`` sends them one by one
 as every join did before runs (``join`` mode, still taken by ids that do not count up).
 
 Then reads the batch as the dashboard would, each read timed (wall) and counted in

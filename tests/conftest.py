@@ -20,6 +20,7 @@ from tests.support.postgres_server import PostgresServer, postgres_bin_dir
 from tests.support.rabbitmq import RabbitServer, rabbitmq_installed
 from tests.support.redis_sentinel import RedisSentinelGroup
 from tests.support.redis_server import RedisCluster, RedisServer, redis_server_binary
+from tests.support.s3 import S3Server
 
 SENTINEL_DATA_SECRET = "DataNodeSecret42"  # test-only passwords of the session group
 SENTINEL_SECRET = "SentinelSecret42"
@@ -71,6 +72,14 @@ def postgres_server() -> Iterator[Any]:
     if postgres_bin_dir() is None:
         pytest.skip("PostgreSQL is not installed (make test installs Debian's postgresql)")
     with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[Any]:
+    """One private S3-compatible server (moto's, in this process, 127.0.0.1) for the
+    session; every test makes a bucket of its own (``bucket_url``)."""
+    with S3Server() as server:
         yield server
 
 

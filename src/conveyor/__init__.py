@@ -5,8 +5,10 @@ from conveyor.aggregation.member import Member
 from conveyor.app import Conveyor
 from conveyor.client.context import JobContext, current_job
 from conveyor.client.options import Aggregate, Debounce, Throttle
+from conveyor.client.payloads import Offload
 from conveyor.client.refs import JobRef
 from conveyor.core.clock import FakeClock
+from conveyor.core.encryption import Keys
 from conveyor.core.job import Event, JobRecord, JobState
 from conveyor.errors import Fail, Retry, StepFailed
 from conveyor.workflow.canvas import chain, chord, chunks, group
@@ -24,7 +26,9 @@ __all__ = [
     "JobRecord",
     "JobRef",
     "JobState",
+    "Keys",
     "Member",
+    "Offload",
     "Retry",
     "RunningWorkflow",
     "StepFailed",

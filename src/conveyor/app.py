@@ -8,40 +8,53 @@
     def send_welcome(user_id: int) -> None: ...
 
     send_welcome.enqueue(42)
+
+For asyncio code every call that reaches the storage has a twin with an ``a`` in front, as
+Django's tasks API and Python's own ``aclose``/``anext`` spell them (docs/api.md, "asyncio"):
+enqueues use the storage's asyncio I/O (native on Redis and PostgreSQL, a thread on SQLite
+and memory); reads and operator actions run the blocking call in a thread, so an event loop
+never waits on the storage.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import os
-import threading
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, overload
 
-from conveyor.aio_app import AsyncApp
-from conveyor.client.batch import Batch, Callback, batch_status, wait_batch
+from conveyor.client.batch import Batch, Callback, await_batch, batch_status, wait_batch
 from conveyor.client.client import Client
+from conveyor.client.context import JobRuntime
 from conveyor.client.draft import build_flow
 from conveyor.client.middleware import ClientChain, ServerChain
+from conveyor.client.opener import StorageOpener
 from conveyor.client.options import Aggregate, Debounce, KeyOption, Throttle, make_options
+from conveyor.client.payloads import JobData, Offload, app_data
 from conveyor.client.periodic import Schedule, validate_cron, validate_tz
 from conveyor.client.refs import JobRef
 from conveyor.client.registry import JobFunction, Registry, default_name
 from conveyor.client.schedules import Schedules
 from conveyor.core.clock import SYSTEM_CLOCK, Clock
+from conveyor.core.encryption import Keys
 from conveyor.core.job import JobRecord, JobState
 from conveyor.core.serializer import DEFAULT_MAX_PAYLOAD
 from conveyor.core.text import check_name
 from conveyor.hooks import ErrorHandler
 from conveyor.messaging import Messaging
-from conveyor.storage import DEFAULT_URL, Backend, Retention, open_storage, redact
+from conveyor.storage import DEFAULT_URL, Backend, Retention, redact
+from conveyor.storage.aio import Waiter
+from conveyor.workflow.canvas import CANVAS
 from conveyor.workflow.graph import Workflow
+from conveyor.workflow.running import RunningWorkflow
 
 __all__ = ["Conveyor"]
 
 
-class Conveyor(AsyncApp, Messaging):
+class Conveyor(Messaging):
     """A job application: its storage, registered jobs and middleware.
 
 It wires the parts: a ``Registry`` of job functions, a ``Client`` (``app.client``) that
@@ -50,9 +63,11 @@ worker runs jobs with, and the storage.
 
     ``url`` names the storage (``sqlite:///path.db``, ``redis://…``, ``memory://``); None
     means ``$CONVEYOR_URL`` or ``sqlite:///conveyor.db``; ``broker`` names a message broker
-    that delivers jobs to workers (docs/design.md §7). The storage is opened on first use
+    that delivers jobs to workers (docs/internals/broker.md). The storage is opened on first use
     and opened again in a child process after ``fork`` (so worker processes never share a
     connection with their parent); a ``storage=`` object given here is used as is.
+    ``encrypt=Keys(...)`` seals job data before it reaches the store, ``offload=Offload()``
+    keeps large data in a blob store by reference (docs/job-data.md).
     """
 
     def __init__(
@@ -64,6 +79,8 @@ worker runs jobs with, and the storage.
         clock: Clock | None = None,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         retention: Retention = Retention(),  # noqa: B008 - frozen dataclass, safe as a default
+        encrypt: Keys | None = None,
+        offload: Offload | None = None,
     ) -> None:
         #: Where ``url`` came from: "the app" (or its storage), "CONVEYOR_URL", "the default".
         self.url_from = "the app"
@@ -74,24 +91,27 @@ worker runs jobs with, and the storage.
                 self.url_from = "CONVEYOR_URL" if env else "the default"
         self.url = url
         #: Where workers take jobs from when a message broker delivers them (``memory://``
-        #: for now; docs/design.md §7): ``broker``, else ``$CONVEYOR_BROKER``, else none —
+        #: for now; docs/internals/broker.md): ``broker``, else ``$CONVEYOR_BROKER``, else none —
         #: workers lease from the store. Enqueueing never needs it: the store is the outbox.
         self.broker_url: str | None = broker or os.environ.get("CONVEYOR_BROKER") or None
         self.retention = retention
         self.registry = Registry()
         self.client = Client(
             lambda: self.storage, self.registry, clock=clock or SYSTEM_CLOCK,
-            max_payload=max_payload,
+            max_payload=max_payload, canvas=CANVAS,
+            data=app_data(encrypt, offload, lambda: self.url, max_payload),
         )
         self.registry.add_builtins(self.client)
+        #: What a running job reaches through its context (``JobRuntime``): handed to every
+        #: ``JobContext`` the worker builds, so nothing below the app reaches into it.
+        self.runtime = JobRuntime(clock=self.client.clock, function=self.registry.get,
+                                  record=self.get_job,
+                                  workflow=lambda ctx: RunningWorkflow(ctx, self.client))
         #: Declared in code (iterate it), and the store's, changed at run time (its methods)
         self.schedules = Schedules(lambda: self.storage, self.registry.options)
         self.server_middleware = ServerChain()
         self.error_handlers: list[ErrorHandler] = []  # see on_error
-        self._injected = storage is not None
-        self._storage: Backend | None = storage
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
+        self._opener = StorageOpener(storage)
 
     def __repr__(self) -> str:
         return f"<Conveyor {redact(self.url)} jobs={len(self.registry)}>"
@@ -106,6 +126,7 @@ worker runs jobs with, and the storage.
     @clock.setter
     def clock(self, clock: Clock) -> None:
         self.client.clock = clock
+        self.runtime = dataclasses.replace(self.runtime, clock=clock)
 
     @property
     def max_payload(self) -> int:
@@ -126,36 +147,29 @@ worker runs jobs with, and the storage.
         self.client.middleware = chain
 
     @property
+    def data(self) -> JobData:
+        """What this app does to job data: its keys and offload (``conveyor.client.payloads``)."""
+        return self.client.data
+
+    @property
     def storage(self) -> Backend:
         """The storage backend, opened on first use (and again after a fork)."""
-        pid = os.getpid()
-        storage = self._storage
-        if storage is not None and (self._injected or self._pid == pid):
-            return storage
-        with self._lock:
-            if self._storage is None or (not self._injected and self._pid != pid):
-                # A parent's connection is dropped, never closed, in the child: closing it
-                # could disturb the parent's session on the shared socket or file.
-                self._storage = open_storage(self.url, self.clock)
-                self._pid = pid
-            return self._storage
+        return self._opener.get(self.url, self.clock)
 
     def opened_storage(self) -> Backend | None:
         """The storage this process holds already (``storage=``, or opened by a use), or
         None: a command that only reads then opens the URL without creating a store."""
-        with self._lock:
-            if self._storage is not None and (self._injected or self._pid == os.getpid()):
-                return self._storage
-            return None
+        return self._opener.opened()
 
     def close(self) -> None:
         """Close the storage if this process opened it. The app can be used again afterwards."""
         self.client.close()  # its bulk threads first: they may be storing
-        with self._lock:
-            storage, self._storage = self._storage, None
-            if storage is not None and (self._injected or self._pid == os.getpid()):
-                storage.close()
-            self._injected = False
+        self.client.data.close()
+        self._opener.close()
+
+    async def aclose(self) -> None:
+        """Close the asyncio clients this event loop opened (``close`` closes the rest)."""
+        await self.storage.aclose()
 
     # -- registration -----------------------------------------------------------------------
 
@@ -203,8 +217,8 @@ worker runs jobs with, and the storage.
         with one key becomes one run, ``wait`` s after the last, with the newest arguments;
         ``throttle=Throttle(key, every=60)``: at most one run per window (docs/api.md).
         ``aggregate=Aggregate(key, grace=5, max_delay=60, max_size=1000)``: jobs wait
-        together per key and the job's aggregator (``@app.aggregate``) runs once with the
-        group (docs/aggregation.md). ``executor="process"``: a ``def`` job runs in a job
+        together per key and the job's aggregator (``@app.aggregate``) runs once with their
+        aggregation (docs/aggregation.md). ``executor="process"``: a ``def`` job runs in a job
         process the worker kills at its timeout (docs/worker.md; default: ``--executor``).
         ``event_window``: seconds before a ``wait_for`` began that an event still reaches it
         (docs/durable.md; 0: only events sent after).
@@ -240,10 +254,10 @@ worker runs jobs with, and the storage.
         self, job: JobFunction | str
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register the aggregator of an aggregated job: ``@app.aggregate(notify)`` over
-        ``def send_digest(members: list[Member]) -> Any``. It runs once per group run with
-        the members (``conveyor.Member``); each member ends by the outcome the aggregator
-        gave it (``member.fail(...)``), else succeeded with the return value as its result,
-        or, when it raised, by its own retry rules (docs/aggregation.md)."""
+        ``def send_digest(members: list[Member]) -> Any``. It runs once per run of an
+        aggregation, with the members (``conveyor.Member``); each member ends by the outcome
+        the aggregator gave it (``member.fail(...)``), else succeeded with the return value
+        as its result, or, when it raised, by its own retry rules (docs/aggregation.md)."""
         name = job.name if isinstance(job, JobFunction) else job
 
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -282,8 +296,9 @@ worker runs jobs with, and the storage.
 
         def register(f: Callable[..., Any] | JobFunction) -> JobFunction:
             fn = self._periodic_job(f, queue, job_options)
-            arguments, keywords = tuple(args), dict(kwargs or {})
-            fn.check_call(arguments, keywords, what=f"periodic schedule {name or fn.name}")
+            given, named = fn.check_call(tuple(args), dict(kwargs or {}),
+                                         what=f"periodic schedule {name or fn.name}")
+            arguments, keywords = tuple(given), dict(named)
             schedule = Schedule(
                 name=name or fn.name, cron=cron, job_name=fn.name,
                 queue=queue or fn.opts.queue, args=arguments, kwargs=keywords, tz=tz,
@@ -329,6 +344,15 @@ worker runs jobs with, and the storage.
         return self.client.enqueue(name, args, kwargs, meta=meta, delay=delay, at=at,
                                    connection=connection, **options)
 
+    async def aenqueue(
+        self, name: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, *,
+        meta: Mapping[str, Any] | None = None, delay: float | timedelta | None = None,
+        at: datetime | float | None = None, **options: Any,
+    ) -> JobRef | None:
+        """``enqueue`` (by name) for asyncio code."""
+        return await self.client.aenqueue(name, args, kwargs, meta=meta, delay=delay, at=at,
+                                          **options)
+
     def transaction(self, connection: object) -> AbstractContextManager[None]:
         """``with app.transaction(conn):`` every enqueue in the block (jobs, ``enqueue_many``,
         batches) is written in the open transaction of ``conn``, your own connection to the
@@ -342,12 +366,25 @@ worker runs jobs with, and the storage.
     # -- jobs -------------------------------------------------------------------------------
 
     def get_job(self, job_id: str) -> JobRecord | None:
-        """A stored job with its state and events, or None."""
-        return self.storage.get_job(job_id)
+        """A stored job with its state and events, or None (sealed messages and errors
+        opened: ``Client.get_job``)."""
+        return self.client.get_job(job_id)
+
+    async def aget_job(self, job_id: str) -> JobRecord | None:
+        """``get_job`` for asyncio code."""
+        return await self.client.aget_job(job_id)
+
+    def afinished(self, job_id: str, queue: str) -> AbstractAsyncContextManager[Waiter]:
+        """The storage's wake-ups when a job ends (what ``JobRef.aresult`` waits on)."""
+        return self.client.afinished(job_id, queue)
 
     def cancel(self, job_id: str) -> JobState | None:
         """Cancel a waiting job, or ask a running one to stop; None if no such job."""
         return self.storage.cancel(job_id)
+
+    async def acancel(self, job_id: str) -> JobState | None:
+        """``cancel`` for asyncio code."""
+        return await asyncio.to_thread(self.storage.cancel, job_id)
 
     # -- batches ----------------------------------------------------------------------------
 
@@ -375,12 +412,20 @@ worker runs jobs with, and the storage.
         Raises ``BatchNotFound``."""
         return batch_status(self.storage, batch_id)
 
+    async def abatch_status(self, batch_id: str) -> dict[str, Any]:
+        """``batch_status`` for asyncio code."""
+        return await asyncio.to_thread(self.batch_status, batch_id)
+
     def wait_batch(self, batch_id: str, timeout: float | None = None) -> dict[str, Any]:
         """Wait until the batch (or workflow) completes and return ``batch_status``;
         ``ResultTimeout`` after ``timeout`` seconds (None: no limit), ``BatchNotFound`` for
         an unknown id. Woken as it finishes where the store can tell
         (``conveyor.client.batch.wait_batch``)."""
         return wait_batch(self.storage, batch_id, timeout)
+
+    async def await_batch(self, batch_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """``wait_batch`` for asyncio code (``conveyor.client.batch.await_batch``)."""
+        return await await_batch(self.storage, batch_id, timeout)
 
     def batch_jobs(
         self, batch_id: str, state: JobState | str | None = None, offset: int = 0, limit: int = 50

@@ -94,7 +94,7 @@ class WorkflowError(ConveyorError, ValueError):
 
 
 class NoAggregatorError(ConveyorError, LookupError):
-    """An aggregated job enqueued where no aggregator is registered for it: its group would
+    """An aggregated job enqueued where no aggregator is registered for it: its aggregation would
     never run, so it is refused (``@app.aggregate(job)``, docs/aggregation.md)."""
 
 
@@ -144,6 +144,27 @@ class TransactionUnsupported(ConveyorError, TypeError):
     """An enqueue was asked to join the caller's own database transaction (``connection=``,
     ``app.transaction(...)``) on a storage that cannot: not the database that connection
     talks to, or not a connection conveyor can write through."""
+
+
+class BlobUnavailable(ConveyorError):
+    """A blob store (docs/job-data.md) could not be reached or refused a call: the enqueue
+    fails, a job that needed its data is retried."""
+
+
+class BlobMissing(ConveyorError, LookupError):
+    """Data a job references is not in its blob store (deleted by hand, a store that lost
+    it): the job ends dead with this one line."""
+
+
+class UnsealError(ConveyorError):
+    """Data sealed with a key this process does not hold, or that the key does not open
+    (a wrong key, a ciphertext moved or damaged): one line naming the key id
+    (``conveyor.core.encryption``)."""
+
+
+class TypedDataError(TypeError):
+    """A value that does not validate against its typed annotation: one line naming the
+    parameter and the field (``conveyor.core.typed``)."""
 
 
 class JobTimeout(ConveyorError):

@@ -143,7 +143,7 @@ def test_a_result_waiter_on_the_longest_schema_name_lets_acks_through(
 @pytest.mark.parametrize("app", ["sqlite", "postgres"], indirect=True)
 def test_await_batch_in_asyncio(app: Conveyor, job: JobFunction,
                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("conveyor.aio_app.WAIT_SLICE", 0.05)  # several slices before the end
+    monkeypatch.setattr("conveyor.client.batch.WAIT_SLICE", 0.05)  # several slices before the end
     batch_id = _batch_of(app, job, 2)
 
     async def main() -> dict[str, object]:

@@ -8,11 +8,14 @@ import threading
 import pytest
 
 from conveyor import Conveyor, FakeClock, JobContext, current_job
-from conveyor.client.context import activate, current_batch
+from conveyor.client.builtin_jobs import run_errback, run_map
+from conveyor.client.context import JobRuntime, activate, current_batch
+from conveyor.errors import UnknownJobError
 
 
 def make_ctx(app: Conveyor, job_id: str = "j1", **fields: object) -> JobContext:
-    return JobContext(app=app, job_id=job_id, name="tests.job", worker_id="w1", **fields)  # type: ignore[arg-type]
+    return JobContext(runtime=app.runtime, app=app, job_id=job_id, name="tests.job",
+                      worker_id="w1", **fields)  # type: ignore[arg-type]
 
 
 def test_current_job_outside_a_job_is_an_error() -> None:
@@ -99,6 +102,50 @@ def test_from_leased_decodes_the_payload(app: Conveyor) -> None:
 
     app.enqueue(job.name, [1], {"b": 2}, meta={"trace": "t"})
     [leased] = app.storage.dequeue(["default"], "w9", 1, 30.0)
-    ctx = JobContext.from_leased(app, leased, worker_id="w9")
+    ctx = JobContext.from_leased(leased, worker_id="w9", runtime=app.runtime, app=app)
     assert (ctx.job_id, ctx.name, ctx.attempt, ctx.worker_id) == (leased.id, job.name, 1, "w9")
     assert (ctx.args, ctx.kwargs, ctx.meta) == ([1], {"b": 2}, {"trace": "t"})
+
+
+def test_a_job_reaches_functions_records_and_its_workflow_through_its_runtime(
+        app: Conveyor) -> None:
+    """What a running job reaches beyond itself is handed to its context (issue 52: the
+    context gets what it uses, as a bound Celery task reaches ``self.app`` given to it,
+    never a global): conveyor's own jobs find job functions and records through
+    ``ctx.runtime``, and ``ctx.app`` — the user's — may be anything."""
+    @app.job
+    def double(x: int) -> int:
+        return 2 * x
+
+    asked: list[str] = []
+    runtime = JobRuntime(
+        clock=FakeClock(start=100.0),
+        function=lambda name: asked.append(name) or app.registry.get(name),
+        record=lambda job_id: asked.append(job_id) or None,
+        workflow=lambda ctx: asked.append(f"workflow of {ctx.job_id}") or app.runtime.workflow(ctx),
+    )
+    ctx = JobContext(runtime=runtime, app="not an app", job_id="j1", name="tests.job",
+                     batch_id="b1")
+    with activate(ctx):
+        assert run_map(double.name, [1, 2, 3]) == [2, 4, 6]
+        assert run_errback(double.name, [], {}, "gone") is None  # no such record: nothing runs
+        assert ctx.workflow.id == "b1"
+    assert asked == [double.name, "gone", "workflow of j1"]
+    ctx.log("stamped")
+    assert ctx.drain()[0][0].ts == 100.0
+
+
+def test_without_a_runtime_a_job_reaches_nothing_beyond_itself(app: Conveyor) -> None:
+    ctx = JobContext(app=app, job_id="j1", name="tests.job", batch_id="b1")
+    with activate(ctx), pytest.raises(UnknownJobError, match="no job named"):
+        run_map("tests.anything", [1])
+    with pytest.raises(RuntimeError, match="needs the job to run in a conveyor app"):
+        ctx.workflow  # noqa: B018 - the property raises
+
+
+def test_the_runtime_follows_a_clock_set_on_the_app(app: Conveyor) -> None:
+    later = FakeClock(start=5000.0)
+    app.clock = later
+    ctx = make_ctx(app)
+    ctx.log("now")
+    assert ctx.clock is later and ctx.drain()[0][0].ts == 5000.0

@@ -39,7 +39,7 @@ class AsyncTag(Tag):
 
 
 def make_ctx(app: Conveyor) -> JobContext:
-    return JobContext(app=app, job_id="j1", name="tests.job")
+    return JobContext(runtime=app.runtime, app=app, job_id="j1", name="tests.job")
 
 
 def test_chain_order_follows_add_prepend_insert_and_remove(app: Conveyor) -> None:

@@ -193,7 +193,8 @@ def test_periodic_list_pause_resume(env: Env) -> None:
     assert code == 0 and "paused nightly-export" in out
     assert env.app.storage.schedule_pauses() == {"nightly-export": None}
     code, out, _ = env.run("periodic", "list")
-    assert "paused" in out and "0 3 * * *" in out
+    row = next(line for line in out.splitlines() if line.startswith("nightly-export"))
+    assert "PAUSED" in out and " yes " in row and "0 3 * * *" in row
     paused = {r["name"]: r for r in env.json("periodic", "list")}["nightly-export"]
     assert paused["next_tick"] is None  # paused: nothing is due
     code, out, _ = env.run("periodic", "resume", "nightly-export")

@@ -5,7 +5,7 @@ sent to it. Where each expectation comes from:
 
 * a step's result is stored under the attempt's lease and a zombie's record is refused —
   DBOS records a step's output in the same transaction as its workflow's progress, and our own
-  fencing rule for acks (docs/design.md §2);
+  fencing rule for acks (docs/internals/storage.md, "Fencing tokens");
 * a recorded step is never replaced (DBOS, Temporal: the first completion is the one replayed);
 * a sleeping or waiting job holds no worker and can be cancelled (Inngest ``step.sleep``,
   Hatchet durable sleep; our ``cancel`` of a scheduled job);

@@ -1,4 +1,4 @@
-"""The store as a broker's outbox (``conveyor.storage.outbox.Outbox``, docs/design.md §7).
+"""The store as a broker's outbox (``conveyor.storage.outbox.Outbox``, docs/internals/outbox.md).
 
 With a broker, a relay asks the store which pending jobs to publish (``publish_due``) and a
 worker that receives a delivery starts the job in the store (``start``). These tests pin what

@@ -20,6 +20,9 @@ FRAGMENTS = {
     "durable.md": "the payment, mail, warehouse and database calls are the reader's, and two "
                   "blocks are a job's body shown alone (tests/api/test_durable*.py run the same "
                   "calls)",
+    "job-data.md": "needs a PostgreSQL server, keys in the environment and the reader's "
+                   "models (each part is run by tests/api/test_typed_jobs.py and "
+                   "tests/conformance/test_job_data.py)",
     "postgres.md": "needs a PostgreSQL server and the reader's DSN, connection and models",
     "worker.md": "a Sentry project to report to, and a test body for the reader's own tests",
 }

@@ -125,8 +125,8 @@ def _redis_rewrite(which: str, change: Callable[[bytes], bytes]) -> Damage:
 
 
 def damage_batch_runs(app: Conveyor, batch_id: str) -> None:
-    """Overwrite every run entry of a Redis batch (a bulk join's jobs, docs/design.md
-    "Batches on Redis") with bytes no run parses."""
+    """Overwrite every run entry of a Redis batch (a bulk join's jobs,
+    docs/internals/redis-batches.md) with bytes no run parses."""
     storage = app.storage
     keys = storage.keys.batch(batch_id)  # type: ignore[attr-defined]
     client = storage.link.client  # type: ignore[attr-defined]

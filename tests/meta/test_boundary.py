@@ -1,5 +1,5 @@
 """The storage boundary holds: outside ``conveyor/storage/`` no module knows which backend it
-talks to (issue #16 §2, docs/design.md §2).
+talks to (docs/internals/storage.md).
 
 Read from the source (``ast``), not by importing, so a module that is never imported in the
 suite is checked too. Three facts per module:

@@ -71,8 +71,8 @@ def test_the_test_brokers_native_binary_is_pinned_exactly() -> None:
     assert [s.operator for s in mesh.specifier] == ["=="], mesh
 
 
-def test_no_extra_installs_what_nothing_imports() -> None:
-    """The ``fast`` extra installed orjson, which no module imported."""
+def _imported_by_src() -> set[str]:
+    """The top-level names every import statement of ``src/`` names."""
     imported = set()
     for path in (ROOT / "src").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -80,6 +80,12 @@ def test_no_extra_installs_what_nothing_imports() -> None:
                 imported |= {a.name.split(".")[0] for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 imported.add(node.module.split(".")[0])
+    return imported
+
+
+def test_no_extra_installs_what_nothing_imports() -> None:
+    """The ``fast`` extra installed orjson, which no module imported."""
+    imported = _imported_by_src()
     modules = {"psycopg": "psycopg", "aio-pika": "aio_pika", "confluent-kafka": "confluent_kafka",
                "opentelemetry-api": "opentelemetry"}
     for req in RUNTIME:
@@ -87,6 +93,21 @@ def test_no_extra_installs_what_nothing_imports() -> None:
             continue
         module = modules.get(req.name, req.name.replace("-", "_"))
         assert module in imported, f"{req.name} is installed by an extra but never imported"
+
+
+def test_the_s3_test_server_stays_a_test_dependency() -> None:
+    """moto's S3 server (``tests/support/s3.py``) and what it brings (Flask, boto3) serve the
+    S3 blob store's tests only: only the dev extra asks for them and no module of conveyor
+    imports them (``conveyor/blobs/s3.py`` signs its requests itself, with the standard
+    library), so a user's install never pulls them in."""
+    test_only = {"moto": "moto", "flask": "flask", "flask-cors": "flask_cors",
+                 "boto3": "boto3", "botocore": "botocore"}
+    for name, reqs in EXTRAS.items():
+        asked = {r.name.lower() for r in reqs} & set(test_only)
+        assert name == "dev" or not asked, f"the {name} extra installs {sorted(asked)}"
+    assert {"moto", "flask", "flask-cors"} <= {r.name.lower() for r in EXTRAS["dev"]}
+    imported = _imported_by_src() & set(test_only.values())
+    assert not imported, f"src/ imports test-only packages: {sorted(imported)}"
 
 
 def test_ci_installs_the_pinned_versions() -> None:

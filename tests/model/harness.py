@@ -159,7 +159,7 @@ def _retry_in(attempt: int, exc: BaseException) -> float:
 def register(app: Conveyor, bodies: Bodies, *, new_code: bool) -> Conveyor:
     """Register the model's jobs on ``app`` (``newjob`` only in the new code). ``solo`` is
     ``sync`` as an aggregated job whose groups hold one member: each run goes through the
-    gather, the aggregator and the members' acks (worker/grouped.py), and must keep every
+    gather, the aggregator and the members' acks (worker/aggregation.py), and must keep every
     promise a plain job keeps."""
     app.job(name="sync", retry=MAX_RETRIES, timeout=SYNC_TIMEOUT, retry_in=_retry_in)(
         bodies.run_sync)

@@ -1,8 +1,8 @@
 """The loader writes a script's numeric constants as their values where they are read
 (``constants.py``): Redis runs the whole chunk on every call, and each closure pays for every
-local it captures (docs/design.md, "The Lua layout"). Only certain constants are rewritten,
-never a string, a comment, a field or a name bound twice, and no line moves, so errors still
-name their file and line."""
+local it captures (docs/internals/redis-lua.md, "What a call costs"). Only certain constants
+are rewritten, never a string, a comment, a field or a name bound twice, and no line moves,
+so errors still name their file and line."""
 
 from __future__ import annotations
 

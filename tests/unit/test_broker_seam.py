@@ -1,4 +1,4 @@
-"""The broker seam's protocol (docs/design.md §7) and the in-process ``memory://`` broker."""
+"""The broker seam's protocol (docs/internals/broker.md) and the in-process ``memory://`` broker."""
 
 from __future__ import annotations
 

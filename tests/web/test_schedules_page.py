@@ -44,8 +44,13 @@ def test_a_schedule_added_edited_paused_and_removed_from_the_page(site: Site) ->
             "tz": "UTC", "job": "shop.register", "queue": "default", "args": '["ada"]',
             "kwargs": "{}", "csrf": csrf, "next": "/periodic"}
     assert client.post("/action", edit).status == 303
+    assert "<td>Paused</td><td>no</td>" in client.get("/periodic/digest%20%3Cb%3E").body
     assert client.post("/action", {"op": "pause-schedule", "schedule": "digest <b>",
                                    "csrf": csrf}).status == 303
+    # A schedule is paused or not, as the CLI's PAUSED column says: "running" is a job's
+    # word (docs/design.md's glossary), never a schedule's.
+    paused = client.get("/periodic/digest%20%3Cb%3E").body
+    assert '<td>Paused</td><td><span class="badge s-paused">yes</span></td>' in paused
     assert client.post("/action", {"op": "remove-schedule", "schedule": "digest <b>",
                                    "csrf": csrf}).status == 303
     assert all(s.name != "digest <b>" for s in site.app.storage.schedules())

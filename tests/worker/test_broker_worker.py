@@ -1,4 +1,4 @@
-"""A whole worker fed by a broker (docs/design.md §7): the relay publishes what the store has
+"""A whole worker fed by a broker (docs/internals/broker.md): the relay publishes what the store has
 due, the feed starts deliveries in the store, the acker settles them. Real clock, real
 storage, the in-process ``memory://`` broker (a real broker's semantics, not a mock).
 """

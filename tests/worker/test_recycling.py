@@ -132,7 +132,7 @@ def test_recycling_counts_jobs_and_says_why_once() -> None:
     for _ in range(5):
         recycling.job_ended()
     assert reasons == ["it ran 3 jobs (--max-jobs-per-child 3)"] and recycling.jobs == 5
-    assert not Recycling(0, 0, reasons.append).active
+    assert not Recycling(0, 0, reasons.append).limited
     big = Recycling(0, 1, reasons.append)  # 1 MiB: any Python process is past it
     big.job_ended()
     assert reasons[-1].startswith("its resident memory is")

@@ -70,7 +70,7 @@ class Member:
         self._mark("fail", message)
 
     def retry(self, message: str | None = None, *, in_seconds: float | None = None) -> None:
-        """Run it again (as ``raise Retry``): ``retrying``, then back into its group; dead
+        """Run it again (as ``raise Retry``): ``retrying``, then back into its aggregation; dead
         when its retries are used up. ``in_seconds``: a finite number >= 0 (``ValueError``
         here otherwise, as ``Retry`` says)."""
         Retry(message or "", in_seconds=in_seconds)  # the same rule, checked at the call

@@ -1,7 +1,7 @@
 """The broker seam: delivery through a message broker, with every job's state in the store.
 
 ``open_broker(url)`` picks the broker by the URL's scheme, importing it on first use so a
-broker's client library stays an optional dependency. docs/design.md §7 has the design.
+broker's client library stays an optional dependency. docs/internals/broker.md has the design.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The store decides, the broker delivers. A message carries a job id and nothing the store does
 not already hold; a delivery only tells a worker *which* job to try to start, and the store's
-lease (fenced as today) decides whether it may. docs/design.md §7 has the whole design.
+lease (fenced as today) decides whether it may. docs/internals/broker.md has the whole design.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ from typing import Any
 
 from conveyor.cli.source import Source, announce, resolve
 from conveyor.cli.terminal import safe, say
+from conveyor.client.payloads import JobData
+from conveyor.core.encryption import Keys
 from conveyor.errors import ConveyorError, StorageMissing
 from conveyor.storage import DEFAULT_URL, Backend, open_storage
 
@@ -75,6 +77,16 @@ def open_backend(args: argparse.Namespace, *, create: bool = False,
     finally:
         if held is None:
             backend.close()
+
+
+def job_data(args: argparse.Namespace) -> JobData | None:
+    """The keys (and blob store) a reading command opens job data with: its app's, else
+    ``$CONVEYOR_KEYS``'s; None shows sealed data as ``encrypted`` (docs/job-data.md)."""
+    source = source_of(args)
+    if source.app is not None and source.app.data.active:
+        return source.app.data
+    keys = Keys.from_env()
+    return JobData(keys) if keys is not None else None
 
 
 def open_source(source: Source, *, create: bool = False) -> Backend:

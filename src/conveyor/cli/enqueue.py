@@ -1,4 +1,7 @@
-"""``conveyor enqueue NAME --args '[…]' [--kwargs '{…}'] [--queue Q] [--in SECONDS]``."""
+"""``conveyor enqueue NAME --args '[…]' [--kwargs '{…}'] [--queue Q] [--in SECONDS]``.
+
+The JSON is checked as any enqueue is: against the job's signature, and its typed parameters
+(a pydantic model, a dataclass, a TypedDict) validated from it (docs/job-data.md)."""
 
 from __future__ import annotations
 
@@ -66,7 +69,10 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 def _enqueue(app: Conveyor, args: argparse.Namespace, job_args: list[Any],
              job_kwargs: dict[str, Any]) -> int:
     options: dict[str, Any] = {"queue": args.queue} if args.queue else {}
-    ref = app.enqueue(args.name, job_args, job_kwargs, delay=args.delay, **options)
+    try:
+        ref = app.enqueue(args.name, job_args, job_kwargs, delay=args.delay, **options)
+    except TypeError as exc:  # the JSON does not fit the job's signature or typed parameters
+        raise ConveyorError(str(exc)) from None
     if ref is None:
         say("a client middleware stopped the enqueue")
         return 1

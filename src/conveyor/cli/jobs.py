@@ -9,16 +9,25 @@ from typing import Any
 from conveyor.cli.common import (
     add_source_args,
     emit,
+    job_data,
     open_backend,
     print_json,
     short,
     table,
 )
 from conveyor.cli.terminal import safe, say
+from conveyor.client.payloads import JobData
 from conveyor.core.job import JobRecord, JobState
 from conveyor.errors import ConveyorError
-from conveyor.views.records import fmt_duration, fmt_time, job_detail, job_row, parse_state
-from conveyor.views.search import BUDGET, SCAN, search_jobs
+from conveyor.views.records import (
+    fmt_duration,
+    fmt_time,
+    job_detail,
+    job_row,
+    parse_state,
+)
+from conveyor.views.reseal import reseal_jobs
+from conveyor.views.search import BUDGET, SCAN, sealed_note, search_jobs
 
 
 def register(sub: Any) -> None:
@@ -48,6 +57,13 @@ def register(sub: Any) -> None:
     cancel.add_argument("job_ids", nargs="+", metavar="ID")
     add_source_args(cancel, json_flag=False)
     cancel.set_defaults(func=cmd_cancel)
+
+    again = jsub.add_parser("reencrypt", help="seal stored jobs' data again with the newest "
+                            "key (after a key rotation; docs/job-data.md)")
+    again.add_argument("--state", default=None, help="only jobs in this state")
+    again.add_argument("--queue", default=None, help="only this queue")
+    add_source_args(again)
+    again.set_defaults(func=cmd_reencrypt)
 
     dead = sub.add_parser("dead", help="the dead set: list, retry-all, clear")
     dsub = dead.add_subparsers(dest="dead_command", required=True, metavar="ACTION")
@@ -97,6 +113,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             if not found.complete and not args.json:
                 stopped = f"stopped after {BUDGET:g} s: " if found.cut_short else ""
                 say(f"({stopped}read the newest {found.scanned:,} jobs of the selection)")
+            note = sealed_note(found)
+            if note and not args.json:
+                say(f"({note})")
         else:
             # a batch's running jobs have their latest message only in their events
             jobs = backend.list_jobs(state=state, queue=args.queue, batch_id=args.batch,
@@ -104,7 +123,8 @@ def cmd_list(args: argparse.Namespace) -> int:
                                      with_events=args.batch is not None,
                                      newest_first=args.newest)
             total = backend.count_jobs(state=state, queue=args.queue, batch_id=args.batch)
-    rows = [list_row(j) for j in jobs]
+    data = job_data(args)
+    rows = [list_row(j, data) for j in jobs]
     if args.json:
         print_json({"total": total, "offset": args.offset, "jobs": rows})
         return 0
@@ -117,9 +137,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def list_row(record: JobRecord) -> dict[str, Any]:
+def list_row(record: JobRecord, data: JobData | None = None) -> dict[str, Any]:
     """``job_row`` plus why the stored record could not be read, if it could not."""
-    return {**job_row(record), "unreadable": record.unreadable}
+    return {**job_row(record, data), "unreadable": record.unreadable}
 
 
 def format_list(rows: list[dict[str, Any]], when: str) -> str:
@@ -139,7 +159,7 @@ def _unreadable_prefix(view: dict[str, Any]) -> str:
 def cmd_show(args: argparse.Namespace) -> int:
     """Print a job in full."""
     with open_backend(args) as backend:
-        view = job_detail(backend, args.job_id)
+        view = job_detail(backend, args.job_id, job_data(args))
     return emit(args, view, format_job)
 
 
@@ -243,3 +263,27 @@ def cmd_dead_bulk(args: argparse.Namespace) -> int:
         else:
             say(f"deleted {backend.clear(JobState.DEAD, queue=args.queue)} dead job(s)")
     return 0
+
+
+
+def cmd_reencrypt(args: argparse.Namespace) -> int:
+    """Seal again, with the newest key, every stored job an older key sealed."""
+    try:
+        state = parse_state(args.state)
+    except ValueError as exc:
+        raise ConveyorError(str(exc)) from None
+    data = job_data(args)
+    if data is None or data.keys is None:
+        raise ConveyorError("reencrypt needs the keys: an app (--app) whose Conveyor(encrypt="
+                            "Keys(...)) holds them, or $CONVEYOR_KEYS (id:base64,...; the "
+                            "last one seals)")
+    with open_backend(args) as backend:
+        done = reseal_jobs(backend, data, state=state, queue=args.queue)
+    if args.json:
+        print_json({"read": done.read, "resealed": done.resealed, "changed": done.changed,
+                    "failed": done.failed, "key": data.keys.current})
+    else:
+        say(f"read {done.read:,} jobs: {done.resealed:,} sealed again with key "
+            f"{data.keys.current!r}, {done.changed:,} changed meanwhile (run again), "
+            f"{done.failed:,} could not be opened here (a key not held, a blob gone)")
+    return 0 if not done.changed and not done.failed else 1

@@ -113,9 +113,9 @@ def format_list(view: list[dict[str, Any]]) -> str:
                 "`conveyor periodic add` adds one)")
     rows = [(s["name"], s["cron"], s["tz"], s["job_name"],
              s["queue"] if s["queue_listened"] else f"{s['queue']} (!)",
-             "paused" if s["paused"] else "active", s["source"], fmt_time(s["last_tick"]),
+             "yes" if s["paused"] else "no", s["source"], fmt_time(s["last_tick"]),
              fmt_time(s["next_tick"])) for s in view]
-    text = table(("NAME", "CRON", "TZ", "JOB", "QUEUE", "STATE", "FROM", "LAST TICK (UTC)",
+    text = table(("NAME", "CRON", "TZ", "JOB", "QUEUE", "PAUSED", "FROM", "LAST TICK (UTC)",
                   "NEXT TICK (UTC)"), rows)
     for s in view:
         if s["code"] is not None:

@@ -38,7 +38,7 @@ def register(sub: Any) -> None:
 
 
 LEGEND = ("WAITING: workflow jobs waiting for their parents. AGGREGATING: members waiting for "
-          "their aggregation group's run. "
+          "their aggregation's run. "
           "FAILED: jobs that ended by Fail (a business rule; never retried). "
           "DEAD: jobs out of retries or unable to run (retry them by hand).\n"
           "NOT OK EVER: failed and dead outcomes since the queue began, including jobs since "

@@ -4,7 +4,8 @@
 ``middleware``, ``registry`` (job functions by name), ``client`` (the ``Client``: drafts to
 specs to the storage), ``bulk`` (millions of jobs in blocks), ``batch``, ``refs`` (a stored
 job's handle), ``signature`` (a call to enqueue later), ``context`` (``current_job()``),
-``builtin_jobs`` (conveyor's own jobs) and ``periodic`` (schedules).
+``builtin_jobs`` (conveyor's own jobs), ``periodic`` (schedules), ``payloads`` (``JobData``:
+job data sealed, offloaded and opened) and ``reveal`` (stored job data as readers see it).
 """
 
 from conveyor.client.client import Client

@@ -47,7 +47,8 @@ from conveyor.core.job import BATCH_CALLBACK_EVENTS, BatchSpec, JobRecord, JobSp
 from conveyor.errors import BatchClosedError, BatchNotFound, ResultTimeout
 from conveyor.storage import Backend
 
-__all__ = ["Batch", "Callback", "batch_status", "callback_spec", "wait_batch"]
+__all__ = ["WAIT_SLICE", "Batch", "Callback", "await_batch", "batch_status", "callback_spec",
+           "wait_batch"]
 
 _FAILURES_SHOWN = 10
 # Between reads of a batch being waited for: a store that cannot wake the waiter is read
@@ -56,6 +57,9 @@ _FAILURES_SHOWN = 10
 _READ_FIRST = 0.005
 _READ_MAX = 0.2
 _WOKEN_READS = 2.0
+#: Seconds of one blocking wait in a thread for ``await_batch``: a task cancelled meanwhile
+#: leaves its thread waiting this long at most.
+WAIT_SLICE = 5.0
 
 Callback = JobFunction | str | None
 """A batch callback: a job function, or the registered name of one."""
@@ -252,6 +256,22 @@ def wait_batch(storage: Backend, batch_id: str, timeout: float | None = None,
                 raise ResultTimeout(f"{what} {batch_id} did not complete within {timeout} s")
             woken = waiter.wait(pause)
             delay = first if woken or waiter.notifies else min(delay * 2, _READ_MAX)
+
+
+async def await_batch(storage: Backend, batch_id: str,
+                      timeout: float | None = None) -> dict[str, Any]:
+    """``wait_batch`` for asyncio code: the blocking wait in a thread, in slices of
+    ``WAIT_SLICE`` seconds, so that a cancelled task leaves no thread waiting long."""
+    limit = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = None if limit is None else max(limit - time.monotonic(), 0.0)
+        part = WAIT_SLICE if left is None else min(left, WAIT_SLICE)
+        try:
+            return await asyncio.to_thread(wait_batch, storage, batch_id, part)
+        except ResultTimeout:
+            if left is not None and left <= WAIT_SLICE:
+                raise ResultTimeout(f"batch {batch_id} did not complete within "
+                                    f"{timeout} s") from None
 
 
 def _failures(storage: Backend, batch_id: str) -> list[JobRecord]:

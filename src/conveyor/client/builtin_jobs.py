@@ -10,8 +10,8 @@ does not list them): the steps a canvas needs besides the user's jobs.
   (``sig.link_error``) and calls each one with the failed job's id, error and traceback,
   as Celery's errbacks are called; after a job that succeeded it does nothing.
 
-Each looks the job it calls up by name in the app it runs in: names from stored data are
-looked up, never imported.
+Each looks the job it calls up by name in the app it runs in (``current_job().runtime``):
+names from stored data are looked up, never imported.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import asyncio
 import inspect
 from typing import Any
 
-from conveyor.client.context import current_job
+from conveyor.client.context import Callee, current_job
 from conveyor.core.job import JobState
 from conveyor.core.reraise import failure, last_error
 from conveyor.errors import UnknownJobError
@@ -32,15 +32,15 @@ COLLECT_JOB = "conveyor.collect"
 ERRBACK_JOB = "conveyor.errback"
 
 
-def _job(name: str) -> Any:
-    app = current_job().app
-    fn = app.registry.get(name) if app is not None else None
+def _job(name: str) -> Callee:
+    runtime = current_job().runtime
+    fn = runtime.function(name) if runtime is not None else None
     if fn is None:
         raise UnknownJobError(f"no job named {name!r} in this worker")
     return fn
 
 
-def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+def _call(fn: Callee, *args: Any, **kwargs: Any) -> Any:
     value = fn.func(*args, **kwargs)
     return asyncio.run(value) if inspect.iscoroutine(value) else value
 
@@ -65,8 +65,8 @@ def run_errback(name: str, args: list[Any], kwargs: dict[str, Any], failed_id: s
     arguments alone when ``immutable``); returns what it returned. A job that succeeded,
     was cancelled, or was ended by its workflow before it ran (a parent failed) calls
     nothing: its errbacks are for the job that failed first."""
-    app = current_job().app
-    record = app.get_job(failed_id) if app is not None else None
+    runtime = current_job().runtime
+    record = runtime.record(failed_id) if runtime is not None else None
     if record is None or record.state not in (JobState.FAILED, JobState.DEAD) \
             or record.attempt == 0:
         return None

@@ -28,10 +28,11 @@ from typing import Any
 
 from conveyor.client.draft import build_flow
 from conveyor.client.options import JobOptions
+from conveyor.client.payloads import JobData
 from conveyor.client.refs import JobLookup, JobRef
 from conveyor.client.registry import check_importable
 from conveyor.core.calls import CallShape, split_item
-from conveyor.core.ids import new_ids
+from conveyor.core.ids import new_id, new_ids
 from conveyor.core.job import EnqueueResult, FlowControl
 from conveyor.core.serializer import encode_arg_lists, encode_args
 from conveyor.core.text import check_name
@@ -49,12 +50,15 @@ def blocks(
     max_payload: int,
     batch_id: str | None,
     shape: CallShape | None = None,
+    data: JobData | None = None,
 ) -> Iterator[tuple[JobBlock | None, BaseException | None]]:
     """``(block, None)`` per ``BLOCK_SIZE`` items; the last pair carries the error an item
     raised (with the block of the items before it, or None), after which nothing follows.
 
     ``now`` is the client clock's ``now``, read once per block (for ``expires_in``);
-    ``shape``, the job function's, checks each item's arguments (``conveyor.core.calls``).
+    ``shape``, the job function's, checks each item's arguments (``conveyor.core.calls``);
+    ``data`` (an app that seals or offloads job data) wraps each payload, with an id made
+    for it (``conveyor.client.payloads``).
     """
     flows_wanted = opts.has_flow
     queue = opts.queue
@@ -64,6 +68,7 @@ def blocks(
     while True:
         chunk: list[Any] = []
         payloads: list[str] = []
+        ids: list[str] = []
         flows: list[FlowControl | None] | None = [] if flows_wanted else None
         error: BaseException | None = None
         try:
@@ -72,7 +77,9 @@ def blocks(
         except BaseException as exc:
             error = exc
         try:
-            fast = None if flows_wanted else encode_arg_lists(chunk, max_payload)
+            typed = shape is not None and shape.typed
+            fast = None if flows_wanted or typed or data is not None \
+                else encode_arg_lists(chunk, max_payload)
             if fast is not None:  # every item a list or tuple of scalars: one encoding
                 if not checked:
                     _check_names(name, queue)
@@ -84,12 +91,19 @@ def blocks(
             for item in chunk if fast is None else ():
                 args, kwargs = _split(item, index)
                 if shape is not None:
-                    shape.check(args, kwargs, what=f"enqueue_many item {index}")
+                    args, kwargs = shape.convert(args, kwargs, what=f"enqueue_many item {index}")
                 index += 1
                 if not checked:  # what build_spec checks per job cannot change between jobs
                     _check_names(name, queue)
                     checked = True
-                payloads.append(encode_args(args, kwargs, max_payload))
+                if data is None:
+                    payloads.append(encode_args(args, kwargs, max_payload))
+                else:
+                    job_id = new_id()
+                    text = encode_args(args, kwargs, data.encoding_limit(max_payload))
+                    payloads.append(data.wrap(job_id, name, text, None, max_payload,
+                                              movable=opts.fold is not None))
+                    ids.append(job_id)
                 if flows is not None:
                     flows.append(build_flow(name, opts, list(args), kwargs))
         except BaseException as exc:  # stored up to the item at fault, then re-raised
@@ -100,7 +114,7 @@ def blocks(
             # debounce / throttle: the window starts now; expires_in counts from the run
             run_at = None if opts.fold is None else start + opts.fold.seconds
             block = JobBlock(
-                name=name, queue=queue, ids=new_ids(len(payloads)), payloads=payloads,
+                name=name, queue=queue, ids=ids or new_ids(len(payloads)), payloads=payloads,
                 max_retries=opts.max_retries, timeout=opts.timeout,
                 deadline=None if opts.expires_in is None else (run_at or start) + opts.expires_in,
                 batch_id=batch_id, flows=flows, run_at=run_at,

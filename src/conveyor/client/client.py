@@ -5,7 +5,8 @@ An enqueue becomes an ``EnqueueDraft`` (``draft.py``), passes through the client
 ``SpecBuffer`` that stores 1,000 at a time (``enqueue_many`` and ``with app.batch()`` blocks).
 Each push returns a ``JobRef`` (``refs.py``). ``Conveyor`` builds one ``Client`` and hands
 it to every ``JobFunction`` and ``Batch``; the client knows the storage, the clock, the
-registry (options of a job enqueued by name) and the payload limit, and nothing else of the app.
+registry (options of a job enqueued by name), the payload limit and what is done to job data
+(``payloads.py``), and nothing else of the app.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ from conveyor.client.context import current_batch
 from conveyor.client.draft import EnqueueDraft, build_spec, run_at_from
 from conveyor.client.middleware import ClientChain
 from conveyor.client.options import JobOptions, make_options
+from conveyor.client.payloads import JobData, result_value
 from conveyor.client.refs import JobLookup, JobRef
 from conveyor.client.registry import JobFunction, Registry, check_importable
+from conveyor.client.reveal import texts_opened
+from conveyor.client.signature import CanvasOps
 from conveyor.core.calls import split_item
 from conveyor.core.clock import SYSTEM_CLOCK, Clock
 from conveyor.core.job import EnqueueResult, JobRecord, JobSpec
@@ -66,7 +70,8 @@ class Client:
     """Builds jobs, runs them through the client middleware and pushes them to the storage.
 
     ``storage`` is called for the storage at each push (the app opens it on first use, and
-    again after a fork); ``registry`` gives the options of a job enqueued by name.
+    again after a fork); ``registry`` gives the options of a job enqueued by name; ``canvas``
+    composes its job functions' signatures (the app gives ``conveyor.workflow.canvas``'s).
     """
 
     def __init__(
@@ -77,8 +82,12 @@ class Client:
         clock: Clock = SYSTEM_CLOCK,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         middleware: ClientChain | None = None,
+        data: JobData | None = None,
+        canvas: CanvasOps | None = None,
     ) -> None:
         self._storage = storage
+        self.data = data if data is not None else JobData()  # seals, offloads: payloads.py
+        self._canvas = canvas
         self.registry = registry
         self.clock = clock
         self.max_payload = max_payload
@@ -95,6 +104,13 @@ class Client:
         """Stop the threads that store ``enqueue_many``'s blocks (they start again when
         needed); ``Conveyor.close`` calls it."""
         self._writers.close()
+
+    @property
+    def canvas(self) -> CanvasOps:
+        """What composes signatures (``a.s() | b.s()``) and stores them with their links."""
+        if self._canvas is None:
+            raise RuntimeError("this client has no canvas: build it with Conveyor(...)")
+        return self._canvas
 
     @property
     def storage(self) -> Backend:
@@ -127,8 +143,15 @@ class Client:
             self._bound.reset(token)
 
     def get_job(self, job_id: str) -> JobRecord | None:
-        """A stored job with its state and events, or None (what a ``JobRef`` reads)."""
-        return self.storage.get_job(job_id)
+        """A stored job with its state and events, or None (what a ``JobRef`` reads); its
+        sealed messages and errors opened (``conveyor.client.reveal``)."""
+        return texts_opened(self.storage.get_job(job_id), self.data)
+
+    def result_of(self, record: JobRecord) -> Any:
+        """A job's result, opened (``conveyor.client.payloads``) and typed
+        (``conveyor.core.typed``)."""
+        value = result_value(record.result, self.data, record.id) if record.result else None
+        return None if value is None else self.registry.typed_result(record.name, value)
 
     # -- enqueue ----------------------------------------------------------------------------
 
@@ -141,7 +164,7 @@ class Client:
         job's; ``connection`` as in ``transaction``. None if a middleware stopped it."""
         fn = self.registry.get(name)
         if fn is not None:
-            fn.check_call(args, kwargs or {})
+            args, kwargs = fn.check_call(args, kwargs or {})
         opts = make_options(fn.opts if fn is not None else None, **options)
         draft = self.draft(name, opts, args, kwargs or {}, delay, at)
         draft.meta.update(meta or {})
@@ -161,10 +184,9 @@ class Client:
         """
         connection = kwargs.get("connection")
         if connection is None or isinstance(connection, _JSON_VALUES):
-            fn.check_call(args, kwargs)
+            args, kwargs = fn.check_call(args, kwargs)
             return self.push(self.draft(fn.name, fn.opts, args, kwargs, delay, at))
-        rest = {k: v for k, v in kwargs.items() if k != "connection"}
-        fn.check_call(args, rest)
+        args, rest = fn.check_call(args, {k: v for k, v in kwargs.items() if k != "connection"})
         with self.transaction(connection):
             return self.push(self.draft(fn.name, fn.opts, args, rest, delay, at))
 
@@ -177,7 +199,7 @@ class Client:
         if connection is not None and not isinstance(connection, _JSON_VALUES):
             return await asyncio.to_thread(self.enqueue_function, fn, args, kwargs,
                                            delay=delay, at=at)
-        fn.check_call(args, kwargs)
+        args, kwargs = fn.check_call(args, kwargs)
         return await self.apush(self.draft(fn.name, fn.opts, args, kwargs, delay, at))
 
     async def aenqueue(
@@ -188,7 +210,7 @@ class Client:
         """``enqueue`` (by name) for asyncio code."""
         fn = self.registry.get(name)
         if fn is not None:
-            fn.check_call(args, kwargs or {})
+            args, kwargs = fn.check_call(args, kwargs or {})
         opts = make_options(fn.opts if fn is not None else None, **options)
         draft = self.draft(name, opts, args, kwargs or {}, delay, at)
         draft.meta.update(meta or {})
@@ -199,7 +221,8 @@ class Client:
         bound transaction (nearly every enqueue) the job is stored with the storage's own
         asyncio I/O; otherwise the whole push runs in a thread (the context goes with it:
         the batch block, the transaction, the trace), so middleware runs as it always does."""
-        if self.middleware or current_batch() is not None or self._bound.get() is not None:
+        if self.middleware or current_batch() is not None or self._bound.get() is not None \
+                or self.data.offload is not None:  # a blob store's writes block too
             return await asyncio.to_thread(self.push, draft)
         spec = self.build_spec(draft)
         [result] = await self.storage.aenqueue([spec])
@@ -207,7 +230,7 @@ class Client:
 
     async def aget_job(self, job_id: str) -> JobRecord | None:
         """``get_job`` for asyncio code (what ``JobRef.aresult`` reads)."""
-        return await self.storage.aget_job(job_id)
+        return texts_opened(await self.storage.aget_job(job_id), self.data)
 
     def afinished(self, job_id: str, queue: str) -> AbstractAsyncContextManager[Waiter]:
         """The storage's wake-ups when a job ends (what ``JobRef.aresult`` waits on)."""
@@ -238,7 +261,8 @@ class Client:
         count = 0
         pairs = blocks(fn.name, fn.opts, items, now=self.clock.now, max_payload=self.max_payload,
                        batch_id=scope.id if scope is not None else None,
-                       shape=fn.shape if fn.opts.aggregate is None else None)
+                       shape=fn.shape if fn.opts.aggregate is None else None,
+                       data=self.data if self.data.active else None)
         # Inside a batch block its buffered jobs are stored first, and the block's counted.
         before = (lambda block: scope.reserve(len(block))) if scope is not None else _nothing
         prepare = (storage.prepare_block if isinstance(storage, SendsBlocks)
@@ -251,8 +275,7 @@ class Client:
 
     def _item_draft(self, fn: JobFunction, item: Any, index: int) -> EnqueueDraft:
         """The draft of one ``enqueue_many`` item, its arguments checked."""
-        args, kwargs = split_item(item, index)
-        fn.check_call(args, kwargs, what=f"enqueue_many item {index}")
+        args, kwargs = fn.check_call(*split_item(item, index), what=f"enqueue_many item {index}")
         return self.draft(fn.name, fn.opts, args, kwargs)
 
     def draft(
@@ -316,10 +339,10 @@ class Client:
     def build_spec(self, draft: EnqueueDraft) -> JobSpec:
         """The ``JobSpec`` of a draft, now, under this client's payload limit."""
         self.check_aggregator(draft.name, draft.options)
-        return build_spec(draft, self.clock.now(), self.max_payload)
+        return build_spec(draft, self.clock.now(), self.max_payload, self.data)
 
     def check_aggregator(self, name: str, opts: JobOptions) -> None:
-        """Refuse an aggregated job without an aggregator: its group would never run."""
+        """Refuse an aggregated job without an aggregator: its aggregation would never run."""
         if opts.aggregate is not None and not self.registry.has_aggregator(name):
             raise NoAggregatorError(
                 f"job {name} is aggregated (aggregate=...) but has no aggregator: register "

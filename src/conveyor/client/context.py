@@ -15,33 +15,24 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
-from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from conveyor.core.clock import SYSTEM_CLOCK, Clock
-from conveyor.core.job import Event, EventKind, JobSpec, LeasedJob
+from conveyor.core.job import Event, EventKind, JobRecord, JobSpec, LeasedJob
 from conveyor.core.serializer import decode_payload
 from conveyor.durable import DurableCalls
 
 if TYPE_CHECKING:
     from conveyor.client.refs import JobRef
 
-__all__ = ["BatchScope", "ClockOwner", "JobContext", "WorkflowScope", "activate", "current_batch",
-           "current_job", "pop_batch", "push_batch", "set_workflow_scope"]
-
-
-@runtime_checkable
-class ClockOwner(Protocol):
-    """Something that carries a clock, such as the ``Conveyor`` app."""
-
-    @property
-    def clock(self) -> Clock:
-        """The clock its events are stamped with."""
-        ...
+__all__ = ["BatchScope", "Callee", "JobContext", "JobRuntime", "WorkflowScope", "activate",
+           "current_batch", "current_job", "pop_batch", "push_batch"]
 
 
 class WorkflowScope(Protocol):
     """The workflow a running job belongs to, as job code sees it (``current_job().workflow``;
-    ``conveyor.workflow.graph.RunningWorkflow``): nodes can be added to it while the job runs."""
+    ``conveyor.workflow.running.RunningWorkflow``): nodes can be added to it while the job runs."""
 
     @property
     def id(self) -> str:
@@ -69,14 +60,27 @@ class WorkflowScope(Protocol):
         ...
 
 
-#: Builds ``JobContext.workflow``; set by ``conveyor.workflow.graph`` (which this module cannot
-#: import: the workflow module builds on the client, the client on this).
-_workflow_scope: list[Callable[[JobContext], WorkflowScope]] = []
+class Callee(Protocol):
+    """A job function as running code calls it by name (a ``JobFunction``)."""
+
+    @property
+    def func(self) -> Callable[..., Any]:
+        """The function itself."""
+        ...
 
 
-def set_workflow_scope(factory: Callable[[JobContext], WorkflowScope]) -> None:
-    """Register what ``JobContext.workflow`` returns (``conveyor.workflow.graph`` does, once)."""
-    _workflow_scope[:] = [factory]
+@dataclass(frozen=True)
+class JobRuntime:
+    """What a running job reaches through its context, handed over by the app that runs it
+    (``Conveyor.runtime``): its clock, a job function by name (what conveyor's own jobs call,
+    ``builtin_jobs``), a stored job by id (what an errback reads) and the workflow it is a
+    node of (``current_job().workflow``). Explicit, so that no module below the app reaches
+    into the app for them."""
+
+    clock: Clock
+    function: Callable[[str], Callee | None]
+    record: Callable[[str], JobRecord | None]
+    workflow: Callable[[JobContext], WorkflowScope]
 
 
 class JobContext(DurableCalls):
@@ -84,9 +88,9 @@ class JobContext(DurableCalls):
     its durable calls (``step``, ``sleep``, ``wait_for``, ``receive``, ``iterate``) come
     from ``DurableCalls`` (docs/durable.md).
 
-    Its events are stamped with ``clock``, or else the clock of ``app`` (anything with a
-    ``clock``; the worker passes its ``Conveyor``). ``ctx.app`` is that app, for job code
-    that wants it; nothing in conveyor reads it, so this module needs no app type.
+    ``runtime`` is what it reaches beyond itself (``JobRuntime``); its events are stamped with
+    ``clock``, or else the runtime's. ``ctx.app`` is the app the worker runs, for job code
+    that wants it (docs/api.md); nothing in conveyor reads it.
     """
 
     def __init__(
@@ -103,13 +107,13 @@ class JobContext(DurableCalls):
         args: list[Any] | None = None,
         kwargs: Mapping[str, Any] | None = None,
         clock: Clock | None = None,
-        app: ClockOwner | None = None,
+        runtime: JobRuntime | None = None,
+        app: Any = None,
         token: str = "",
     ) -> None:
-        self.clock: Clock = clock or (app.clock if app is not None else SYSTEM_CLOCK)
-        # Any, not ClockOwner: job code reaches the whole app through it (docs/api.md), as
-        # it did when this was typed Conveyor; typing it so would import the app from here.
-        self.app: Any = app
+        self.runtime = runtime
+        self.clock: Clock = clock or (runtime.clock if runtime is not None else SYSTEM_CLOCK)
+        self.app: Any = app  # the user's: typed Any so that this module needs no app type
         self.job_id = job_id
         self.name = name
         self.queue = queue
@@ -130,21 +134,19 @@ class JobContext(DurableCalls):
         # A plain flag: one assignment is atomic, and a threading.Event per job costs more than
         # the rest of the context (the worker builds one per execution on its hot path).
         self._cancel = False
+        # Seals the job's log lines on their way out when its data is sealed (the worker sets
+        # it: docs/job-data.md); None writes them as they are.
+        self.seal: Callable[[Event], Event] | None = None
 
     @classmethod
-    def from_leased(
-        cls, app: ClockOwner | Clock, job: LeasedJob, worker_id: str = ""
-    ) -> JobContext:
-        """The context for a leased job; raises ``PayloadError`` if its payload is damaged.
-
-        ``app`` is the app the job runs in, or only a clock."""
+    def from_leased(cls, job: LeasedJob, worker_id: str = "", *,
+                    runtime: JobRuntime | None = None, app: Any = None) -> JobContext:
+        """The context for a leased job; raises ``PayloadError`` if its payload is damaged."""
         args, kwargs, meta = decode_payload(job.payload)
-        owner = app if isinstance(app, ClockOwner) else None
         return cls(
-            app=owner, clock=None if owner is not None else cast(Clock, app),
-            job_id=job.id, name=job.name, queue=job.queue, attempt=job.attempt,
-            errors=job.errors, batch_id=job.batch_id, meta=meta, worker_id=worker_id,
-            args=args, kwargs=kwargs, token=job.token,
+            runtime=runtime, app=app, job_id=job.id, name=job.name, queue=job.queue,
+            attempt=job.attempt, errors=job.errors, batch_id=job.batch_id, meta=meta,
+            worker_id=worker_id, args=args, kwargs=kwargs, token=job.token,
         )
 
     def __repr__(self) -> str:
@@ -183,9 +185,9 @@ class JobContext(DurableCalls):
         ``RuntimeError`` outside a worker's app; adding raises ``WorkflowError`` when the job
         is not a workflow's node."""
         if self._workflow is None:
-            if not _workflow_scope:
-                raise RuntimeError("no workflow support loaded: import conveyor")
-            self._workflow = _workflow_scope[0](self)
+            if self.runtime is None:
+                raise RuntimeError("current_job().workflow needs the job to run in a conveyor app")
+            self._workflow = self.runtime.workflow(self)
         return self._workflow
 
     @property
@@ -217,6 +219,8 @@ class JobContext(DurableCalls):
             events, self._events = tuple(self._events), []
             progress = self._progress if self._progress_dirty else None
             self._progress_dirty = False
+        if self.seal is not None and events:
+            events = tuple(map(self.seal, events))
         return events, progress
 
 

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from conveyor.client.options import JobOptions, KeyOption
+from conveyor.client.payloads import JobData
 from conveyor.core.ids import new_id
 from conveyor.core.job import FlowControl, JobSpec
 from conveyor.core.serializer import encode_payload
@@ -64,15 +65,21 @@ def run_at_from(
     return None if at is None else float(at)
 
 
-def build_spec(draft: EnqueueDraft, now: float, max_payload: int) -> JobSpec:
+def build_spec(draft: EnqueueDraft, now: float, max_payload: int,
+               data: JobData | None = None) -> JobSpec:
     """The ``JobSpec`` for a draft; raises ``PayloadError`` for arguments that cannot be stored,
     ``InvalidNameError`` for a name or queue and ``InvalidKeyError`` for a flow-control key no
-    backend should store (text.py)."""
+    backend should store (text.py). ``data`` seals the payload or keeps it by reference
+    (``conveyor.client.payloads``)."""
     opts = draft.options
     # Checked here, after client middleware ran, so every backend gives the same answer.
     check_name("job name", draft.name)
     check_name("queue", opts.queue)
-    payload = encode_payload(draft.args, draft.kwargs, draft.meta, max_payload)
+    if data is not None and data.active:
+        payload = data.encode_payload(draft.id, draft.name, draft.args, draft.kwargs,
+                                      draft.meta, max_payload, movable=opts.fold is not None)
+    else:
+        payload = encode_payload(draft.args, draft.kwargs, draft.meta, max_payload)
     run_at = draft.run_at
     if run_at is None and opts.fold is not None:  # a debounce or throttle window
         run_at = now + opts.fold.seconds

@@ -66,13 +66,13 @@ class Throttle:
 
 @dataclass(frozen=True, slots=True)
 class Aggregate:
-    """Many jobs become one call: a job waits ``aggregating`` in the group of its ``key``
-    until the group is due, then the job's aggregator (``@app.aggregate``) runs once with
-    every member. Due ``grace`` seconds after the newest member arrived, at most
+    """Many jobs become one call: a job waits ``aggregating`` in the aggregation of its
+    ``key`` until the aggregation is due, then the job's aggregator (``@app.aggregate``) runs
+    once with every member. Due ``grace`` seconds after the newest member arrived, at most
     ``max_delay`` seconds after the oldest, or at once with ``max_size`` members (the most
     one run takes). ``key``: a string or a callable given the job's arguments (default: the
-    job's name). A group is per (queue, job name, key); each member brings its settings and
-    the newest member's decide (docs/aggregation.md)."""
+    job's name). An aggregation is per (queue, job name, key); each member brings its
+    settings and the newest member's decide (docs/aggregation.md)."""
 
     key: KeyOption = None
     grace: float = 5.0
@@ -204,9 +204,9 @@ def _check_aggregate(opts: JobOptions) -> None:
     if opts.executor == "process":
         raise ValueError("an aggregated job runs in the worker's threads, beside the leases "
                          "of its members: executor='process' does not apply to it")
-    # A member runs with its group, never alone: limits on single runs cannot hold for it.
+    # A member runs with its aggregation, never alone: limits on single runs cannot hold for it.
     if opts.fold is not None or opts.concurrency or opts.rate_limit or opts.order_key:
-        raise ValueError("an aggregated job runs with its group: debounce, throttle, "
+        raise ValueError("an aggregated job runs with its aggregation: debounce, throttle, "
                          "concurrency, rate_limit and order_key do not apply to it")
 
 

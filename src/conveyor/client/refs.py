@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Generator
 from contextlib import AbstractAsyncContextManager
@@ -9,7 +10,6 @@ from typing import Any, Protocol
 
 from conveyor.core.job import JobRecord, JobState
 from conveyor.core.reraise import failure
-from conveyor.core.serializer import loads
 from conveyor.errors import JobNotFound, ResultTimeout
 from conveyor.storage.aio import Waiter
 
@@ -33,6 +33,10 @@ class JobLookup(Protocol):
 
     def afinished(self, job_id: str, queue: str) -> AbstractAsyncContextManager[Waiter]:
         """Wake-ups when the job ends (``Storage.afinished``)."""
+        ...
+
+    def result_of(self, record: JobRecord) -> Any:
+        """The value of a succeeded job's stored result (opened, typed)."""
         ...
 
 
@@ -94,7 +98,7 @@ class JobRef:
         limit = None if timeout is None else time.monotonic() + timeout
         record = await self._record()
         if record.state.terminal:
-            return _outcome(record)
+            return await _aoutcome(record, self._lookup())
         async with self._lookup().afinished(self.id, record.queue) as waiter:
             # A store that wakes us leaves a read now and then only for what it cannot see
             # (an end no ack made: a cancel, an expiry); else reads back off from 5 ms.
@@ -103,7 +107,7 @@ class JobRef:
             while True:
                 record = await self._record()
                 if record.state.terminal:
-                    return _outcome(record)
+                    return await _aoutcome(record, self._lookup())
                 woken = await waiter.wait(self._pause(limit, delay, timeout))
                 delay = first if woken or waiter.notifies else min(delay * 2, _POLL_MAX)
 
@@ -133,7 +137,7 @@ class JobRef:
             if record is None:
                 raise JobNotFound(f"job {self.id} is not stored (never enqueued, or trimmed)")
             if record.state.terminal:
-                return _outcome(record)
+                return _outcome(record, self._lookup())
             yield self._pause(limit, delay, timeout)
             delay = min(delay * 2, _POLL_MAX)
 
@@ -147,7 +151,15 @@ class JobRef:
         return min(delay, left)
 
 
-def _outcome(record: JobRecord) -> Any:
+async def _aoutcome(record: JobRecord, source: JobLookup) -> Any:
+    """``_outcome`` for asyncio code: a result kept by reference is read in a thread (a blob
+    store's read blocks; docs/job-data.md)."""
+    if record.result is not None and '"r":' in record.result:
+        return await asyncio.to_thread(_outcome, record, source)
+    return _outcome(record, source)
+
+
+def _outcome(record: JobRecord, source: JobLookup) -> Any:
     if record.state is JobState.SUCCEEDED:
-        return None if record.result is None else loads(record.result)
+        return source.result_of(record)
     raise failure(record)

@@ -25,7 +25,7 @@ from conveyor.client.builtin_jobs import (
 )
 from conveyor.client.options import JobOptions, KeyOption, by_name_keys, make_options
 from conveyor.client.refs import JobRef
-from conveyor.client.signature import Signature, canvas
+from conveyor.client.signature import CanvasOps, Signature
 from conveyor.core.calls import CallShape
 from conveyor.core.naming import (
     UnimportableJobError,
@@ -34,7 +34,7 @@ from conveyor.core.naming import (
     importable_module,
 )
 from conveyor.core.text import check_name
-from conveyor.errors import WorkflowError
+from conveyor.errors import UnknownJobError, WorkflowError
 
 # JobOptions, KeyOption and make_options lived here before options.py, the names before
 # naming.py: still importable here.
@@ -69,6 +69,11 @@ class Enqueuer(Protocol):
         """``enqueue_function`` for asyncio code."""
         ...
 
+    @property
+    def canvas(self) -> CanvasOps:
+        """What composes the job functions' signatures (``conveyor.workflow.canvas``)."""
+        ...
+
 
 class JobFunction:
     """A registered job: call it to run the function here, ``enqueue`` it to run it in a worker.
@@ -100,6 +105,11 @@ class JobFunction:
         return self.func(*args, **kwargs)
 
     @property
+    def canvas(self) -> CanvasOps:
+        """What composes its signatures: its client's (``Enqueuer.canvas``)."""
+        return self.enqueuer.canvas
+
+    @property
     def shape(self) -> CallShape:
         """The calls the function accepts (``conveyor.core.calls``)."""
         if self._shape is None:
@@ -107,13 +117,16 @@ class JobFunction:
         return self._shape
 
     def check_call(self, args: Sequence[Any], kwargs: Mapping[str, Any], leading: int = 0,
-                   what: str = "") -> None:
+                   what: str = "") -> tuple[Sequence[Any], Mapping[str, Any]]:
         """Raise ``TypeError`` (one line) unless ``args``/``kwargs`` bind to the function,
-        after ``leading`` values given in front of them (a workflow node's parents' results).
+        after ``leading`` values given in front of them (a workflow node's parents' results);
+        returns the arguments to store: typed ones (a pydantic model, a dataclass, a
+        ``TypedDict``: ``conveyor.core.typed``) validated and made JSON, the rest as given.
         An aggregated job's arguments are its aggregator's to read (the function itself is
         never called with them): not checked."""
-        if self.opts.aggregate is None:
-            self.shape.check(args, kwargs, leading, what)
+        if self.opts.aggregate is not None:
+            return args, kwargs
+        return self.shape.convert(args, kwargs, leading, what)
 
     def enqueue(self, *args: Any, **kwargs: Any) -> JobRef | None:
         """Store the job to run as soon as a worker is free.
@@ -221,16 +234,14 @@ class JobFunction:
         results (Celery's ``task.map``): a step of a workflow or canvas. An error in any item
         retries the whole job by this job's rules; for a job per item, use
         ``group(fn.s(i) for i in items)``."""
-        listed = list(items)
-        for index, item in enumerate(listed):
-            self.check_call([item], {}, what=f"map item {index}")
+        listed = [self.check_call([item], {}, what=f"map item {index}")[0][0]
+                  for index, item in enumerate(items)]
         return self.builtin(MAP_JOB, run_map, (self.name, listed, False))
 
     def starmap(self, items: Iterable[Sequence[Any]]) -> Signature:
         """As ``map``, each item being the positional arguments (Celery's ``task.starmap``)."""
-        listed = [list(item) for item in items]
-        for index, item in enumerate(listed):
-            self.check_call(item, {}, what=f"starmap item {index}")
+        listed = [list(self.check_call(list(item), {}, what=f"starmap item {index}")[0])
+                  for index, item in enumerate(items)]
         return self.builtin(MAP_JOB, run_map, (self.name, listed, True))
 
     def chunks(self, items: Iterable[Sequence[Any]], size: int) -> Any:
@@ -239,8 +250,8 @@ class JobFunction:
         if size < 1:
             raise WorkflowError(f"chunks need a size of at least 1, not {size}")
         calls = [list(item) for item in items]
-        return canvas().group([self.starmap(calls[i:i + size])
-                               for i in range(0, len(calls), size)])
+        return self.canvas.group([self.starmap(calls[i:i + size])
+                                  for i in range(0, len(calls), size)])
 
     def builtin(self, name: str, func: Callable[..., Any], args: Sequence[Any]) -> Signature:
         """A step of conveyor's own job ``name`` (``conveyor.client.builtin_jobs``) run on this
@@ -308,6 +319,15 @@ class Registry:
             if found is not None:
                 self._resolved[name] = found
         return found
+
+    def typed_result(self, name: str, value: Any) -> Any:
+        """A stored result of job ``name`` made its return annotation's type when that is
+        typed (``conveyor.core.typed``); as it is for a name no job here has."""
+        try:
+            fn = self.get(name)
+        except UnknownJobError:  # a name a resolver refuses: the value as stored
+            return value
+        return value if fn is None or fn.opts.aggregate else fn.shape.load_result(value)
 
     def set_resolver(self, resolver: Callable[[str], JobFunction | None]) -> None:
         """Find jobs registered elsewhere by name (the Django backend: the project's tasks,

@@ -11,8 +11,8 @@ Celery's signatures are (docs/workflows.md, "From Celery's canvas").
 
 A signature with links is enqueued as a small workflow (the job, then its callbacks), and
 ``enqueue`` still returns the job's own ref. Composing (``|``) and enqueueing with links
-need the canvas (``conveyor.workflow.canvas``, a layer above), which registers itself here once
-(``set_canvas``), as the running workflow does for ``JobContext``.
+need the canvas (``conveyor.workflow.canvas``, a layer above): the job function's client
+carries it (``CanvasOps``), given by the app that built both.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from conveyor.client.options import JobOptions
 from conveyor.client.refs import JobRef
 
-__all__ = ["CanvasOps", "Signature", "Target", "set_canvas"]
+__all__ = ["CanvasOps", "Signature", "Target"]
 
 
 class Target(Protocol):
@@ -48,8 +48,9 @@ class Target(Protocol):
         ...
 
     def check_call(self, args: Sequence[Any], kwargs: Mapping[str, Any], leading: int = 0,
-                   what: str = "") -> None:
-        """``TypeError`` unless the arguments bind to the function (``conveyor.core.calls``)."""
+                   what: str = "") -> tuple[Sequence[Any], Mapping[str, Any]]:
+        """``TypeError`` unless the arguments bind to the function (``conveyor.core.calls``);
+        the arguments to store (typed ones made JSON)."""
         ...
 
     def options(self, **overrides: Any) -> Target:
@@ -58,6 +59,11 @@ class Target(Protocol):
 
     def builtin(self, name: str, func: Callable[..., Any], args: Sequence[Any]) -> Signature:
         """A step of conveyor's own job ``name`` on this job's queue (an errback's)."""
+        ...
+
+    @property
+    def canvas(self) -> CanvasOps:
+        """The canvas its signatures are composed and enqueued with links by."""
         ...
 
 
@@ -76,21 +82,6 @@ class CanvasOps(Protocol):
     def group(self, steps: Sequence[Signature]) -> Any:
         """The steps side by side (``JobFunction.chunks``)."""
         ...
-
-
-_canvas: list[CanvasOps] = []
-
-
-def set_canvas(ops: CanvasOps) -> None:
-    """Register the canvas operations (``conveyor.workflow.canvas`` does, once)."""
-    _canvas[:] = [ops]
-
-
-def canvas() -> CanvasOps:
-    """The registered canvas operations."""
-    if not _canvas:
-        raise RuntimeError("conveyor.workflow.canvas is not imported: import conveyor first")
-    return _canvas[0]
 
 
 class Signature:
@@ -118,7 +109,7 @@ class Signature:
         return f"<Signature {self.fn.name} args={self.args!r} kwargs={self.kwargs!r}{mark}>"
 
     def __or__(self, other: Any) -> Any:
-        return canvas().compose(self, other)
+        return self.fn.canvas.compose(self, other)
 
     @property
     def name(self) -> str:
@@ -139,6 +130,17 @@ class Signature:
         merged_args, merged_kwargs = self.merged(args, kwargs)
         copy = Signature(self.fn, merged_args, merged_kwargs,
                          immutable=self.immutable if immutable is None else immutable)
+        copy.links, copy.errbacks = list(self.links), list(self.errbacks)
+        return copy
+
+    def checked(self, leading: int = 0) -> Signature:
+        """This signature checked against its function (``Target.check_call``, after
+        ``leading`` results in front); a copy holding the stored form of its typed
+        arguments when it has any (this one stays as the caller made it)."""
+        args, kwargs = self.fn.check_call(self.args, self.kwargs, leading=leading)
+        if args is self.args and kwargs is self.kwargs:
+            return self
+        copy = Signature(self.fn, args, kwargs, immutable=self.immutable)
         copy.links, copy.errbacks = list(self.links), list(self.errbacks)
         return copy
 
@@ -192,6 +194,6 @@ class Signature:
         if queue is not None:
             sig.fn = self.fn.options(queue=queue)
         if sig.links or sig.errbacks:
-            return canvas().send_linked(sig, delay, at)
+            return sig.fn.canvas.send_linked(sig, delay, at)
         return sig.fn.send(sig.args, sig.kwargs, delay=delay, at=at)
 

@@ -16,11 +16,13 @@ from __future__ import annotations
 import importlib
 import threading
 import traceback
+import typing
 from collections.abc import Callable
 from datetime import datetime, timezone
 from inspect import Parameter, iscoroutinefunction, signature
 from typing import Any
 
+from conveyor.core.typed import adapter_for
 from conveyor.errors import NotAJob
 
 try:  # Django 6: the framework itself
@@ -107,11 +109,30 @@ def task_runner(task: Any, run: Callable[..., Any],
         if task.takes_context and params and params[0].kind is not Parameter.VAR_POSITIONAL:
             params = params[1:]
         runner.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        # The task's annotations, resolved in its own module: typed parameters and return
+        # values (a pydantic model, a dataclass: docs/job-data.md) are the task's.
+        hints = _hints(task.func)
+        runner.__annotations__ = {k: v for k, v in hints.items()
+                                  if k == "return" or k in {p.name for p in params}}
     except (TypeError, ValueError):
         pass  # no signature: calls are not checked
     runner.__qualname__ = runner.__name__ = task.func.__name__
     runner.__module__ = task.func.__module__
     return runner
+
+
+def _hints(func: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(func)
+    except Exception:  # an annotation naming what the task's module cannot see: untyped
+        return {}
+
+
+def typed_return(task: Any, value: Any) -> Any:
+    """A task's return value made JSON when its return annotation is typed (a model, a
+    dataclass: ``conveyor.core.typed``), as conveyor stores it; else the value as it is."""
+    adapter = adapter_for(_hints(task.func).get("return", None)) if value is not None else None
+    return value if adapter is None else adapter.dump(value)
 
 
 def attempt_error(exc: BaseException) -> Any:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import json
 import os
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
@@ -37,13 +36,14 @@ from conveyor.contrib.django_runner import (
     normalize_json,
     record_task,
     task_runner,
+    typed_return,
     verified_task,
     when,
 )
 from conveyor.core.job import EventKind, JobRecord, JobState
 from conveyor.core.serializer import decode_payload
 from conveyor.core.text import check_name
-from conveyor.errors import InvalidNameError, NotAJob, UnknownJobError
+from conveyor.errors import ConveyorError, InvalidNameError, NotAJob, UnknownJobError
 
 try:  # Django 6: the framework itself
     _tasks = importlib.import_module("django.tasks")
@@ -153,10 +153,12 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         anything else that is not JSON raises ``TypeError``; a call that cannot bind to
         the task's function raises ``TypeError``: nothing is stored."""
         self.validate_task(task)
-        args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         fn = self.app.registry.get(module_path(task.func))
         if fn is None:  # pragma: no cover - validate_task recorded it
             raise UnknownJobError(module_path(task.func))
+        # typed parameters validated and made JSON first (docs/job-data.md), then Django's own
+        args, kwargs = fn.check_call(list(args), dict(kwargs))
+        args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         after = task.run_after.isoformat() if task.run_after is not None else None
         ref = self.app.enqueue(fn.name, args, kwargs, at=task.run_after,
                                meta={META: {"backend": self.alias, "run_after": after}},
@@ -170,7 +172,7 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
             result = _new_result(task, ref.id, args, kwargs, self.alias,
                                  enqueued_at=when(record.created_at) if record else None)
         else:  # a unique job that already existed: it is what the caller got
-            result = _result(task, record, self.alias)
+            result = _result(task, record, self.alias, self.app)
         _signals.task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -192,7 +194,8 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         if record is None or stored is None or task is None:
             raise _errors.TaskResultDoesNotExist(result_id)
         _, alias, run_after = stored
-        return _result(_as_enqueued(task, record.queue, alias, run_after), record, alias)
+        return _result(_as_enqueued(task, record.queue, alias, run_after), record, alias,
+                       self.app)
 
 
 def _stored(record: JobRecord) -> tuple[str, str, str | None] | None:
@@ -232,17 +235,22 @@ def _class_path(name: str) -> str:
     return name if "." in name else f"builtins.{name or 'Exception'}"
 
 
-def _result(task: Any, record: JobRecord, alias: str) -> Any:
+def _result(task: Any, record: JobRecord, alias: str, app: Conveyor) -> Any:
     """A ``TaskResult`` from a job's record: status, times, errors with their tracebacks,
-    the workers that ran it, the return value."""
+    the workers that ran it, the return value (opened and typed by ``app``: sealed or by
+    reference, docs/job-data.md)."""
     events = record.events or []
     started = [e for e in events if e.kind == EventKind.STARTED]
     errors = [_base.TaskError(exception_class_path=_class_path(str(e.data.get("type", ""))),
                               traceback=str(e.data.get("traceback", "")))
               for e in events if e.data and "traceback" in e.data]
     status = getattr(Status, _STATUS.get(record.state, "READY"))
-    args, kwargs = ((record.args[1], record.args[2]) if record.name in (RUN_JOB, RUN_ASYNC_JOB)
-                    else (record.args, record.kwargs))
+    try:
+        stored, named, _ = app.data.open_payload(record.id, record.name, record.payload)
+    except ConveyorError:  # sealed with a key not held here, a blob gone: as stored
+        stored, named = record.args, record.kwargs
+    args, kwargs = ((stored[1], stored[2]) if record.name in (RUN_JOB, RUN_ASYNC_JOB)
+                    else (stored, named))
     result = TaskResult(
         task=task, id=record.id, status=status, enqueued_at=when(record.created_at),
         started_at=when(started[0].ts if started else None),
@@ -251,7 +259,7 @@ def _result(task: Any, record: JobRecord, alias: str) -> Any:
         args=list(args), kwargs=dict(kwargs), backend=alias,
         errors=errors, worker_ids=[e.worker or "" for e in started])
     if record.state is JobState.SUCCEEDED and record.result is not None:
-        object.__setattr__(result, "_return_value", json.loads(record.result))
+        object.__setattr__(result, "_return_value", app.client.result_of(record))
     return result
 
 
@@ -265,7 +273,7 @@ def _running(task: Any, args: Any, kwargs: Any, alias: str | None) -> tuple[Any,
     backend = _tasks.task_backends[alias]
     record = backend.app.get_job(ctx.job_id)
     task = _as_enqueued(task, ctx.queue, alias, django.get("run_after"))
-    result = (_result(task, record, alias) if record is not None else
+    result = (_result(task, record, alias, backend.app) if record is not None else
               _new_result(task, ctx.job_id, args, kwargs, alias))
     _signals.task_started.send(type(backend), task_result=result)
     return task, result, type(backend)
@@ -289,7 +297,7 @@ def _run(task: Any, args: Any, kwargs: Any, alias: str | None = None) -> Any:
     task, result, sender = _running(task, args, kwargs, alias)
     extra = (_base.TaskContext(task_result=result),) if task.takes_context else ()
     try:
-        value = normalize_json(task.func(*extra, *args, **kwargs))
+        value = normalize_json(typed_return(task, task.func(*extra, *args, **kwargs)))
     except BaseException as exc:
         _finished(sender, result, exc, None)
         raise
@@ -302,7 +310,7 @@ async def _arun(task: Any, args: Any, kwargs: Any, alias: str | None = None) -> 
     task, result, sender = await asyncio.to_thread(_running, task, args, kwargs, alias)
     extra = (_base.TaskContext(task_result=result),) if task.takes_context else ()
     try:
-        value = normalize_json(await task.func(*extra, *args, **kwargs))
+        value = normalize_json(typed_return(task, await task.func(*extra, *args, **kwargs)))
     except BaseException as exc:
         _finished(sender, result, exc, None)
         raise

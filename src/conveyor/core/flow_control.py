@@ -38,9 +38,9 @@ class FlowControl:
     #: while a job of that key is still scheduled joins that job instead of making one.
     fold_key: str | None = None
     fold: str = ""
-    #: Aggregation (``Aggregate``): the job waits ``aggregating`` in the group of
-    #: (queue, name, ``group_key``) until the group is due, then runs with it through the
-    #: job's aggregator (docs/aggregation.md). Seconds, seconds, members.
+    #: Aggregation (``Aggregate``): the job waits ``aggregating`` in the aggregation of
+    #: (queue, name, ``group_key``) until the aggregation is due, then runs with it through
+    #: the job's aggregator (docs/aggregation.md). Seconds, seconds, members.
     group_key: str | None = None
     grace: float = 0.0
     max_delay: float = 0.0

@@ -34,7 +34,7 @@ class JobState(str, Enum):
     #: A workflow node whose parents have not all settled (docs/workflows.md). Last in the
     #: enum: a state's position is stored by some backends (Redis batch pages).
     WAITING = "waiting"
-    #: A member of an aggregation group waiting for its group's run (docs/aggregation.md).
+    #: A member of an aggregation waiting for its aggregation's run (docs/aggregation.md).
     #: After ``WAITING``, for the same reason.
     AGGREGATING = "aggregating"
 
@@ -80,7 +80,7 @@ class EventKind:
     ACK_REFUSED = "ack_refused"  # a stale lease holder tried to acknowledge (fencing)
     RELEASED = "released"  # a workflow node's parents all settled: it is pending now
     REOPENED = "reopened"  # a parent was retried by hand: the node waits for it again
-    FLUSHED = "flushed"  # its aggregation group was due: it leads the group's run
+    FLUSHED = "flushed"  # its aggregation was due: it leads the aggregation's run
     # Durable jobs (docs/durable.md): a step recorded, left to sleep or wait, woken at once.
     STEP, SUSPENDED, WOKEN = "step", "suspended", "woken"
 

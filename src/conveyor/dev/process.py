@@ -10,6 +10,7 @@ import pwd
 import socket
 import subprocess
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -18,15 +19,17 @@ __all__ = ["ManagedServer", "demote", "free_port", "wait_ready"]
 S = TypeVar("S", bound="ManagedServer")
 
 
-class ManagedServer:
+class ManagedServer(ABC):
     """``with Server() as s``: ``start()`` on entry (``cleanup()`` if it fails), ``cleanup()``
     on exit. Subclasses define both."""
 
+    @abstractmethod
     def start(self: S) -> S:
-        raise NotImplementedError
+        """Start the server; returns it."""
 
+    @abstractmethod
     def cleanup(self) -> None:
-        raise NotImplementedError
+        """Stop the server and remove what it left."""
 
     def __enter__(self: S) -> S:
         try:

@@ -16,10 +16,11 @@ from urllib.parse import unquote
 from conveyor.core.clock import Clock
 from conveyor.errors import StorageURLError
 from conveyor.storage.base import Inspector, Storage
+from conveyor.storage.blobs import BlobStore
 from conveyor.storage.records import Retention
 
-__all__ = ["DEFAULT_URL", "Backend", "Inspector", "Retention", "Storage", "open_storage", "redact",
-           "shown_url", "url_secrets", "without_secrets"]
+__all__ = ["DEFAULT_URL", "Backend", "Inspector", "Retention", "Storage", "default_blobs",
+           "open_blobs", "open_storage", "redact", "shown_url", "url_secrets", "without_secrets"]
 
 DEFAULT_URL = "sqlite:///conveyor.db"
 
@@ -83,6 +84,44 @@ def open_storage(url: str, clock: Clock | None = None, *, create: bool = True,
         ) from exc
     opener: _Opener = getattr(module, func_name)
     return opener(url, clock, create=create, applied=applied)
+
+
+# scheme -> "module:function" taking a store's URL and returning a ``BlobStore`` kept in the
+# store itself (docs/job-data.md); and scheme -> "module:function" giving the blob store a
+# store of that scheme uses when none is named (a URL), or None.
+_BLOB_OPENERS = {
+    "postgresql": "conveyor.storage.postgres.blobs:open_blobs",
+    "postgres": "conveyor.storage.postgres.blobs:open_blobs",
+}
+_BLOB_DEFAULTS = {
+    "sqlite": "conveyor.storage.sqlite.connection:blob_directory",
+    "postgresql": "conveyor.storage.postgres.blobs:in_store",
+    "postgres": "conveyor.storage.postgres.blobs:in_store",
+}
+
+
+def open_blobs(url: str) -> BlobStore | None:
+    """The blob store kept inside the store ``url`` names, or None when that kind of store
+    keeps none (``conveyor.blobs`` opens directories and S3 itself)."""
+    target = _BLOB_OPENERS.get(url.partition("://")[0].lower())
+    if target is None:
+        return None
+    module_name, func_name = target.split(":")
+    opener = getattr(importlib.import_module(module_name), func_name)
+    found: BlobStore = opener(url)
+    return found
+
+
+def default_blobs(url: str) -> str | None:
+    """The blob store URL a store uses when the app names none: a directory beside a SQLite
+    file (``file:///path/jobs.db.blobs``), the PostgreSQL store itself; None for the others
+    (Redis, memory), which need one named."""
+    target = _BLOB_DEFAULTS.get(url.partition("://")[0].lower())
+    if target is None:
+        return None
+    module_name, func_name = target.split(":")
+    found: str | None = getattr(importlib.import_module(module_name), func_name)(url)
+    return found
 
 
 def shown_url(url: str) -> tuple[str, bool]:

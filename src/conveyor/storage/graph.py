@@ -27,6 +27,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from conveyor.core.envelope import INJECTED, is_envelope
 from conveyor.core.job import TERMINAL_STATES, JobSpec, JobState, Node
 from conveyor.core.serializer import oversize
 from conveyor.errors import WorkflowError
@@ -338,6 +339,8 @@ def inject(job: JobView, node: Node, parents: Mapping[str, JobView]) -> str | No
         one = _loads(view.result) if view is not None and view.state == "succeeded" else None
         args = payload.get("a", [])
         payload["a"] = [one, *(args if isinstance(args, list) else [])]
+        if is_envelope(one):  # sealed or by reference: the worker opens it (envelope.py)
+            payload[INJECTED] = "one"
         return json.dumps(payload, separators=(",", ":"))
     results: list[Any] = []
     for parent_id in node.parents:
@@ -348,6 +351,8 @@ def inject(job: JobView, node: Node, parents: Mapping[str, JobView]) -> str | No
             results.append(None)
     args = payload.get("a", [])
     payload["a"] = [results, *(args if isinstance(args, list) else [])]
+    if any(map(is_envelope, results)):  # a parent's result sealed or by reference
+        payload[INJECTED] = "list"
     return json.dumps(payload, separators=(",", ":"))
 
 

@@ -18,6 +18,7 @@ from conveyor.storage.records import (
     QueueStats,
     ScheduleChange,
     ScheduleInfo,
+    StoredData,
     WorkerInfo,
 )
 
@@ -97,6 +98,13 @@ class Inspector(Protocol):
 
     def kill_jobs(self, job_ids: Sequence[str]) -> int:
         """Waiting jobs (scheduled, pending, retrying) → dead (``killed``); returns count."""
+        ...
+
+    def reseal(self, job_id: str, old: StoredData, new: StoredData) -> bool:
+        """Replace the job's payload, result and message with ``new`` when all three still
+        equal ``old`` (a compare-and-set: a job that moved meanwhile keeps what it has);
+        False when it changed or is gone. What ``conveyor jobs reencrypt`` writes: the same
+        data sealed again with the newest key (docs/job-data.md)."""
         ...
 
     def retry_all(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:

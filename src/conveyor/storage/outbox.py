@@ -1,4 +1,4 @@
-"""What a store does for a message broker (docs/design.md §7): it is the outbox.
+"""What a store does for a message broker (docs/internals/outbox.md): it is the outbox.
 
 With a broker the store still holds every job's state; the broker only delivers job ids.
 Nothing here changes the path without a broker: ``enqueue``, ``promote_due``,

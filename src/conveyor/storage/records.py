@@ -107,6 +107,16 @@ class Retention:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredData:
+    """A job's data as stored (``Inspector.reseal``): its payload, result and last message,
+    each compared and replaced as the store holds it."""
+
+    payload: str
+    result: str | None
+    message: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class JobTotals:
     """All-time outcome counters for one (queue, job name), for metrics."""
 

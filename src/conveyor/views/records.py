@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from conveyor.client.payloads import JobData
 from conveyor.client.periodic import next_tick, unlistened
+from conveyor.client.reveal import reveal
 from conveyor.core.job import Event, EventKind, JobRecord, JobState
 from conveyor.errors import BatchNotFound, JobNotFound, ScheduleNotFound
 from conveyor.storage.base import Inspector
@@ -114,12 +116,16 @@ def error_events(events: Sequence[Event] | None) -> list[dict[str, Any]]:
     return out
 
 
-def readable(record: JobRecord) -> JobRecord:
+def readable(record: JobRecord, data: JobData | None = None, *,
+             fetch: bool = False) -> JobRecord:
     """``record``, or a copy whose undecodable payload or result is shown as its stored text.
 
     A damaged record (truncated JSON, nesting too deep to decode) must still be listed, shown
-    and deletable; such a copy is marked ``unreadable`` with the reason.
+    and deletable; such a copy is marked ``unreadable`` with the reason. Sealed data is
+    opened with ``data``'s keys, else shown as ``encrypted``; data by reference is named
+    (read with ``fetch``: ``conveyor.client.reveal``).
     """
+    record = reveal(record, data, fetch=fetch)
     changes: dict[str, Any] = {}
     for name in ("payload", "result"):
         text = getattr(record, name)
@@ -136,9 +142,10 @@ def readable(record: JobRecord) -> JobRecord:
     return dataclasses.replace(record, unreadable=why, **changes)
 
 
-def job_view(record: JobRecord) -> dict[str, Any]:
-    """A job with args, options, its full event log and its errors with tracebacks."""
-    record = readable(record)
+def job_view(record: JobRecord, data: JobData | None = None) -> dict[str, Any]:
+    """A job with args, options, its full event log and its errors with tracebacks (sealed
+    data opened with ``data``'s keys, data by reference read: ``readable``)."""
+    record = readable(record, data, fetch=data is not None and data.offload is not None)
     out = record.as_dict(with_events=True)
     out["options"] = {
         "max_retries": record.max_retries, "timeout": record.timeout,
@@ -150,13 +157,14 @@ def job_view(record: JobRecord) -> dict[str, Any]:
     return out
 
 
-def job_detail(inspector: Inspector, job_id: str) -> dict[str, Any]:
+def job_detail(inspector: Inspector, job_id: str,
+               data: JobData | None = None) -> dict[str, Any]:
     """``job_view`` of a job with its durable records (docs/durable.md): ``durable`` holds its
     steps (name, status, started, ended, duration, result summary), its inbox size and what
     it waits for (``waiting_for``: a sleep until a time, an event, a message; None unless
     it is scheduled by a suspension), for ``jobs show``, the job page and ``explain``."""
     record = get_job(inspector, job_id)
-    view = job_view(record)
+    view = job_view(record, data)
     durable = inspector.durable.read(job_id).as_dict()
     durable["waiting_for"] = waiting_for(record, durable["wait"])
     view["durable"] = durable
@@ -258,9 +266,9 @@ def batch_jobs_view(
     return [job_row(j) for j in jobs]
 
 
-def job_row(job: JobRecord) -> dict[str, Any]:
-    """The short form of a job used in lists."""
-    job = readable(job)
+def job_row(job: JobRecord, data: JobData | None = None) -> dict[str, Any]:
+    """The short form of a job used in lists (``data``: as ``readable``)."""
+    job = readable(job, data)
     return {
         "id": job.id, "name": job.name, "queue": job.queue, "state": job.state.value,
         "args": job.args, "kwargs": job.kwargs, "attempt": job.attempt, "errors": job.errors,

@@ -21,7 +21,7 @@ from conveyor.core.job import JobRecord, JobState
 from conveyor.storage.base import Inspector
 from conveyor.storage.records import HEAD_CHARS, JobHead
 
-__all__ = ["BUDGET", "SCAN", "Found", "search_jobs"]
+__all__ = ["BUDGET", "SCAN", "Found", "sealed_note", "search_jobs"]
 
 SCAN = 5000  # jobs a search reads at most
 BUDGET = 2.0  # seconds a search reads for at most
@@ -30,13 +30,17 @@ _PAGE = 500
 
 @dataclass(frozen=True, slots=True)
 class Found:
-    """The matches, how many jobs were read, whether that was all of the selection, and
-    whether the time budget (or the caller's ``stop``) ended the reading first."""
+    """The matches, how many jobs were read, whether that was all of the selection, whether
+    the time budget (or the caller's ``stop``) ended the reading first, and how many of the
+    jobs read were sealed (their text unsearchable)."""
 
     jobs: list[JobRecord]
     scanned: int
     complete: bool
     cut_short: bool = False
+    #: Jobs read whose arguments or message are sealed (docs/job-data.md): a text search
+    #: cannot see into them, only their id and name match.
+    sealed: int = 0
 
 
 def search_jobs(insp: Inspector, text: str = "", *, name: str | None = None,
@@ -52,7 +56,7 @@ def search_jobs(insp: Inspector, text: str = "", *, name: str | None = None,
     if exact is not None and _fits(exact, name, state, queue):
         matched.append(exact.id)
     deadline = time.monotonic() + budget
-    scanned, complete, cut_short = 0, False, False
+    scanned, complete, cut_short, sealed = 0, False, False, 0
     while scanned < scan and len(matched) < limit:
         if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
             cut_short = True
@@ -61,19 +65,33 @@ def search_jobs(insp: Inspector, text: str = "", *, name: str | None = None,
         page = insp.job_heads(state=state, queue=queue, offset=scanned, limit=want,
                               chars=HEAD_CHARS)
         scanned += len(page)
+        sealed += sum(1 for h in page if _sealed(h))
         matched += [h.id for h in page if h.id not in matched
                     and (name is None or h.name == name) and (not needle or _holds(h, needle))]
         if len(page) < want:
             complete = True
             break
     found = [r for r in (insp.get_job(i) for i in matched[:limit]) if r is not None]
-    return Found(found, scanned, complete, cut_short)
+    return Found(found, scanned, complete, cut_short, sealed)
 
 
 def _fits(record: JobRecord, name: str | None, state: JobState | None,
           queue: str | None) -> bool:
     return ((name is None or record.name == name) and (state is None or record.state is state)
             and (queue is None or record.queue == queue))
+
+
+def _sealed(head: JobHead) -> bool:
+    """A job whose arguments or message are sealed: its head shows ciphertext only."""
+    return '"x":{"e":' in head.payload or "$enc$" in head.message
+
+
+def sealed_note(found: Found) -> str | None:
+    """What a search says when it read sealed jobs, or None."""
+    if not found.sealed:
+        return None
+    return (f"{found.sealed:,} of the jobs read are encrypted: their arguments and messages "
+            "cannot be searched (only their id and name)")
 
 
 def _holds(head: JobHead, needle: str) -> bool:

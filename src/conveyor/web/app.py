@@ -24,12 +24,13 @@ from typing import TypeVar
 from urllib.parse import quote, urlencode
 
 from conveyor.app import Conveyor
+from conveyor.client.payloads import JobData
 from conveyor.errors import ConveyorError, StorageError, StorageUnavailable
 from conveyor.http import asgi
 from conveyor.http.asgi import guard, plain
 from conveyor.storage import shown_url
 from conveyor.storage.base import Inspector
-from conveyor.web import actions, pages
+from conveyor.web import actions, pages, routes
 from conveyor.web.access import REMOVED, SESSION_COOKIE, Access, Authorize
 from conveyor.web.http import (
     BadRequest,
@@ -73,6 +74,13 @@ class Dashboard:
         if isinstance(self._source, Conveyor):
             return self._source.storage
         return self._source
+
+    @property
+    def data(self) -> JobData | None:
+        """The app's job data (its keys open sealed jobs on the pages), or None."""
+        if isinstance(self._source, Conveyor) and self._source.data.active:
+            return self._source.data
+        return None
 
     async def call(self, func: Callable[[Inspector], T]) -> T:
         """Run a page's blocking storage call on a page thread (``web/lanes.py``)."""
@@ -142,7 +150,7 @@ class Dashboard:
             if request.method == "POST":
                 response = await self._post(request, csrf, bearer=(how == "bearer"))
             else:
-                response = await pages.route(self, request, csrf)
+                response = await routes.route(self, request, csrf)
         except ConveyorError as exc:
             status = _status_of(exc)
             if request.path.startswith("/api/"):

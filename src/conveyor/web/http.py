@@ -11,6 +11,7 @@ from http.cookies import SimpleCookie
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs, quote
 
+from conveyor.client.payloads import JobData
 from conveyor.http.asgi import MAX_BODY, BodyTooLarge, Receive, Scope, Send
 from conveyor.storage.base import Inspector
 
@@ -230,6 +231,12 @@ T = TypeVar("T")
 class StorageCaller(Protocol):
     """What a page needs from the dashboard: run blocking storage calls off the event loop
     (``web/lanes.py``)."""
+
+    @property
+    def data(self) -> JobData | None:
+        """The keys (and blob store) pages open job data with: the app's, when the
+        dashboard was given one; None shows sealed data as ``encrypted``."""
+        ...
 
     async def call(self, func: Callable[[Inspector], T]) -> T:
         """Run ``func(inspector)`` on a page thread."""

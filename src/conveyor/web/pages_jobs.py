@@ -18,7 +18,7 @@ from conveyor.views.records import (
     job_row,
     parse_state,
 )
-from conveyor.views.search import BUDGET, search_jobs
+from conveyor.views.search import BUDGET, sealed_note, search_jobs
 from conveyor.web.graph import BY_NAME, WIDE_LAYER, Args, relatives, svg
 from conveyor.web.http import Request, Response, StorageCaller
 from conveyor.web.render import (
@@ -66,8 +66,8 @@ async def jobs(dash: StorageCaller, request: Request, csrf: str, fixed: JobState
         return {s.value: insp.count_jobs(state=s, queue=queue) for s in SHOWN_STATES}
 
     def listed(insp: Inspector) -> tuple[list[dict[str, Any]], int, dict[str, int]]:
-        rows = [job_row(j) for j in insp.list_jobs(state=state, queue=queue, offset=offset,
-                                                   limit=PAGE, newest_first=not oldest)]
+        rows = [job_row(j, dash.data) for j in insp.list_jobs(
+            state=state, queue=queue, offset=offset, limit=PAGE, newest_first=not oldest)]
         return rows, insp.count_jobs(state=state, queue=queue), counts_of(insp)
 
     note = ""
@@ -79,13 +79,14 @@ async def jobs(dash: StorageCaller, request: Request, csrf: str, fixed: JobState
         counts = await dash.call(counts_of)
         found = await dash.call_long(lambda insp: search_jobs(
             insp, text, name=name, state=state, queue=queue, limit=PAGE, stop=request.gone))
-        rows, total = [job_row(j) for j in found.jobs], len(found.jobs)
+        rows, total = [job_row(j, dash.data) for j in found.jobs], len(found.jobs)
         note = (f"{len(found.jobs)} found among the "
                 + ("" if found.complete else "newest ")
                 + f"{found.scanned:,} {state.value if state else ''} jobs"
                 + (f" of {queue}" if queue else "")
                 + (f" (stopped after {BUDGET:g} s: narrow it by queue, state or name)"
-                   if found.cut_short else ""))
+                   if found.cut_short else "")
+                + (f"; {sealed_note(found)}" if found.sealed else ""))
     else:
         rows, total, counts = await dash.call(listed)
     query = {"state": state.value if state and not fixed else "", "queue": queue or "",
@@ -168,7 +169,7 @@ def _bulk_form(rows: list[dict[str, Any]], csrf: str, here: str, state: JobState
 async def job(dash: StorageCaller, request: Request, csrf: str, m: re.Match[str]) -> Response:
     """One job: fields, args, options, actions, event timeline and errors with tracebacks."""
     def read(insp: Inspector) -> tuple[dict[str, Any], str | None, list[GraphNode]]:
-        view = job_detail(insp, m["id"])
+        view = job_detail(insp, m["id"], dash.data)
         status = insp.get_batch(view["batch_id"]) if view["batch_id"] else None
         kind = status.kind if status is not None else None
         graph = insp.workflow_graph(view["batch_id"], GRAPH_LIMIT) \

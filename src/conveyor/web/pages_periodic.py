@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from conveyor.views.records import get_schedule, periodic_view, schedule_changes_view
 from conveyor.web.http import Request, Response, StorageCaller, json_response
-from conveyor.web.render import badge, button_form, e, link, page, table, when
+from conveyor.web.render import button_form, e, link, page, paused, table, when
 
 _NO_WORKER = (' <span class="badge s-dead" title="no running worker listens to this queue: '
               'its ticks wait there">no worker</span>')
@@ -89,10 +89,10 @@ async def periodic(dash: StorageCaller, request: Request, csrf: str,
                      e(s["tz"]), e(s["job_name"]),
                      link(f"/jobs?queue={quote(s['queue'], safe='')}", s["queue"])
                      + ("" if s["queue_listened"] else _NO_WORKER), _source(s),
-                     badge("paused") if s["paused"] else badge("running"),
+                     paused(s["paused"]),
                      when(s["last_tick"]), when(s["next_tick"]),
                      _actions(s, csrf, "/periodic")])
-    live = (table(("Schedule", "Cron", "Time zone", "Job", "Queue", "From", "State",
+    live = (table(("Schedule", "Cron", "Time zone", "Job", "Queue", "From", "Paused",
                    "Last tick", "Next tick", ""), rows, "periodic") if rows else
             '<p class="empty">No periodic schedules yet: workers register the app\'s '
             "<code>@app.periodic</code> schedules when they start, and one can be added "
@@ -112,8 +112,7 @@ async def schedule(dash: StorageCaller, request: Request, csrf: str,
     row, changes = await dash.call(lambda insp: (get_schedule(insp, name),
                                                  schedule_changes_view(insp, name, 100)))
     here = _href(name)
-    facts = [("From", _source(row)), ("State", badge("paused") if row["paused"]
-                                      else badge("running")),
+    facts = [("From", _source(row)), ("Paused", paused(row["paused"])),
              ("Cron", f"<code>{e(row['cron'])}</code>"), ("Time zone", e(row["tz"])),
              ("Job", e(row["job_name"])), ("Queue", e(row["queue"])),
              ("Args", f"<code>{e(row['args'])}</code>"),

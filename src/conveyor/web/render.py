@@ -79,6 +79,12 @@ def badge(state: str) -> str:
     return f'<span class="badge s-{e(state)}">{e(state)}</span>'
 
 
+def paused(flag: bool) -> str:
+    """Whether a queue or a schedule is paused, as the CLI says it: yes or no ("running" is a
+    job's word, its state ``active``)."""
+    return '<span class="badge s-paused">yes</span>' if flag else "no"
+
+
 def progress(counts: dict[str, int], total: int, percent: float) -> str:
     """A stacked bar of per-state shares as inline SVG (no inline style, CSP-safe)."""
     x = 0.0

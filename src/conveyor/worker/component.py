@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from abc import ABC, abstractmethod
 
 from conveyor.core.clock import Clock
 from conveyor.errors import BrokerUnavailable, StorageUnavailable
@@ -22,7 +23,7 @@ log = logging.getLogger("conveyor.worker")
 RETRY_AFTER = 0.5
 
 
-class PeriodicComponent:
+class PeriodicComponent(ABC):
     """A component that calls ``tick()`` every ``interval()`` seconds on its own thread.
 
     A failing tick is logged and retried at the next interval: a storage outage must not kill
@@ -39,13 +40,13 @@ class PeriodicComponent:
         self._thread: threading.Thread | None = None
         self._outage: type[Exception] | None = None  # the error of the outage going on
 
+    @abstractmethod
     def tick(self) -> None:
         """One iteration of the component's work."""
-        raise NotImplementedError
 
+    @abstractmethod
     def interval(self) -> float:
         """Seconds to wait before the next tick."""
-        raise NotImplementedError
 
     def start(self) -> None:
         """Run ticks on a daemon thread until ``stop``."""

@@ -91,7 +91,7 @@ class WorkerConfig:
     #: (None: sixteen times ``concurrency``). ``reserve=0`` leases only for free slots.
     reserve: int | None = None
     reserve_window: float = 0.05
-    #: With a broker (docs/design.md §7): messages the relay lets wait in each broker queue
+    #: With a broker (docs/internals/broker.md): messages the relay lets wait in each broker queue
     #: (0 = 16 times ``concurrency``, at least 1,024), how long at most it waits for news from
     #: the store when nothing was due, and after how long a published job not yet started is
     #: published again.

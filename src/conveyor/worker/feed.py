@@ -1,4 +1,5 @@
-"""BrokerFeed: where a worker's jobs come from when a broker delivers them (docs/design.md §7).
+"""BrokerFeed: where a worker's jobs come from when a broker delivers them
+(docs/internals/broker.md).
 
 The fetcher asks the feed instead of ``Storage.dequeue``: the feed consumes up to the free
 slots from the broker and starts each delivered job in the store (``Outbox.start``), which

@@ -42,7 +42,7 @@ class Entry:
     logged_at: float = field(default=0.0)
     #: An aggregated run (docs/aggregation.md): ``fn`` is the job's aggregator, and
     #: ``members`` the jobs it gathered under this entry's lease (the lead not among them).
-    grouped: bool = False
+    aggregator: bool = False
     members: list[Entry] = field(default_factory=list)
     member: Any = None  # this job's ``conveyor.Member`` in a run, with its outcome
     #: Where a ``def`` job runs: ``"thread"`` (the pool's thread) or ``"process"`` (a job

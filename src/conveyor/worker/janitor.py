@@ -1,9 +1,11 @@
-"""Janitor: deletes finished jobs, batches and silent workers past the app's retention, and
+"""Janitor: deletes finished jobs, batches and silent workers past the app's retention, the
+blobs no job references (``conveyor.worker.blob_sweep``, when the app keeps data by reference), and
 asks the storage for the upkeep its hot path needs (``Storage.tidy``)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from conveyor.core.clock import Clock
 from conveyor.storage.base import Storage
@@ -25,10 +27,11 @@ class Janitor(PeriodicComponent):
 
     def __init__(
         self, storage: Storage, clock: Clock, config: WorkerConfig,
-        retention: Retention | None = None,
+        retention: Retention | None = None, sweep: Callable[[], int] | None = None,
     ) -> None:
         super().__init__(storage, clock, config)
         self.retention = retention or Retention()
+        self.sweep = sweep  # collects unreferenced blobs after each trim pass
         self._trim_at: float | None = None  # the app clock's time of the next trim pass
 
     def tick(self) -> None:
@@ -39,6 +42,10 @@ class Janitor(PeriodicComponent):
             removed = self.storage.trim(self.retention)
             if removed:
                 log.info("janitor removed %d finished job(s) past retention", removed)
+            if self.sweep is not None:
+                collected = self.sweep()
+                if collected:
+                    log.info("janitor deleted %d blob(s) no job references", collected)
         if self.storage.tidy():
             log.debug("storage tidied")
 

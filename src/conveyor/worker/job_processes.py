@@ -287,6 +287,9 @@ class JobProcesses:
         for proc in busy:  # its pool thread sees the pipe end, and cleans up
             with contextlib.suppress(ProcessLookupError):
                 proc.popen.kill()
+        for proc in busy:  # reaped before the worker's stop returns, not when its thread runs
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.popen.wait(timeout=5)
         for proc in idle:
             self._stop(proc)
         self._spawner.shutdown(wait=False)

@@ -16,6 +16,7 @@ import os
 import signal
 import threading
 import time
+from functools import partial
 from typing import Protocol
 
 from conveyor import __version__
@@ -28,6 +29,7 @@ from conveyor.errors import StorageReadOnly
 from conveyor.storage import redact, shown_url
 from conveyor.storage.outbox import as_outbox
 from conveyor.worker.acker import Acker
+from conveyor.worker.blob_sweep import sweep
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.executors import AsyncExecutor, ThreadExecutor
 from conveyor.worker.feed import BrokerFeed
@@ -93,13 +95,15 @@ class Launcher:
                                      on_command=self.command)
         self.recoverer = Recoverer(storage, self.clock, config)
         self.poller = Poller(storage, self.clock, config)
-        self.janitor = Janitor(storage, self.clock, config, retention=app.retention)
+        self.janitor = Janitor(storage, self.clock, config, retention=app.retention,
+                               sweep=partial(sweep, app.data, storage.get_job)
+                               if app.data.offload is not None else None)
         self.cron = CronScheduler(storage, self.clock, CronConfig(), app.schedules.declared,
                                   jobs=app.registry.options, by=f"worker {config.worker_id}")
         self.watchdog = Watchdog(storage, self.clock, config, inflight=self.inflight,
                                  threads=self.threads, timed_out=self.processor.timed_out,
                                  finish=self.finish)
-        # With a broker (docs/design.md §7) jobs come from its deliveries through the feed, a
+        # With a broker (docs/internals/broker.md) jobs come from its deliveries through the feed, a
         # relay publishes what the store has due, and the acker settles deliveries it wrote.
         self.feed: BrokerFeed | None = None
         self.relay: Relay | None = None

@@ -8,6 +8,7 @@ end, including bad input, becomes an ``Ack`` (DESIGN §7: no crash loop on bad i
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import traceback
@@ -18,8 +19,9 @@ from conveyor.client.context import JobContext, activate
 from conveyor.core.clock import Clock
 from conveyor.core.job import Ack, ErrorInfo, LeasedJob, Outcome
 from conveyor.core.retry import backoff
-from conveyor.core.serializer import decode_payload, dumps, oversize
+from conveyor.core.serializer import oversize
 from conveyor.errors import (
+    BlobUnavailable,
     Fail,
     Handback,
     JobTimeout,
@@ -27,11 +29,13 @@ from conveyor.errors import (
     PayloadError,
     Retry,
     Suspend,
+    TypedDataError,
     UnknownJobError,
 )
-from conveyor.worker.grouped import GroupRuns
+from conveyor.worker.aggregation import AggregatorRuns
 from conveyor.worker.inflight import Entry
 from conveyor.worker.reporting import report_outcome
+from conveyor.worker.sealing import Sealer, Unrunnable, open_call
 
 __all__ = ["Processor", "error_info"]
 
@@ -57,7 +61,7 @@ class Processor:
         self.worker_id = worker_id
         self.clock = clock
         self.executor = executor  # where def jobs run unless their options say
-        self.groups = GroupRuns(self)
+        self.aggregator_runs = AggregatorRuns(self)
 
     def prepare(self, job: LeasedJob) -> Entry | Ack:
         """Decode the payload and find the function; an ``Ack`` (dead) when either fails."""
@@ -74,30 +78,41 @@ class Processor:
             return self._unknown(job, "no aggregator for")
         if aggregator is not None:
             fn = aggregator
+        data = self.app.client.data
         try:
-            args, kwargs, meta = decode_payload(job.payload)
-        except PayloadError as bad:
+            args, kwargs, meta, stored, named = open_call(data, job, fn)
+        except Unrunnable as bad:  # a key not held, a blob gone, a typed argument wrong
             return self._dead(job, bad)
+        except BlobUnavailable as down:  # the blob store does not answer: try again later
+            return self._later(job, down)
         ctx = JobContext(
             job_id=job.id, name=job.name, queue=job.queue, attempt=job.attempt,
             errors=job.errors, batch_id=job.batch_id, meta=meta, worker_id=self.worker_id,
-            args=args, kwargs=kwargs, app=self.app, token=job.token,
+            args=stored, kwargs=named, runtime=self.app.runtime, app=self.app,
+            token=job.token,
         )
         ctx.event_window = fn.opts.event_window
+        if data.seals(job.name):
+            ctx.seal = Sealer(data, job.id, job.name).event
         now = self.clock.now()
         timeout = job.timeout if job.timeout is not None else fn.opts.timeout
         deadline = now + timeout if timeout else None
-        grouped = aggregator is not None
-        executor = "thread" if grouped else fn.opts.executor or self.executor
+        aggregated = aggregator is not None
+        executor = "thread" if aggregated else fn.opts.executor or self.executor
         return Entry(job, fn, ctx, args, kwargs, started=now, deadline=deadline, logged_at=now,
-                     grouped=grouped, executor=executor)
+                     aggregator=aggregated, executor=executor)
 
     def _unknown(self, job: LeasedJob, what: str = "no job named") -> Ack:
         """A job this worker's code does not define: an error retried with the default
         backoff, dead only after its retry budget. In a rolling deploy an old worker meets
         jobs of the new code; a new worker takes the retry [Sidekiq]."""
-        exc = UnknownJobError(f"{what} {job.name!r} in this worker; retrying — is the "
-                              "worker running the new code?")
+        return self._later(job, UnknownJobError(
+            f"{what} {job.name!r} in this worker; retrying — is the worker running the new "
+            "code?"))
+
+    def _later(self, job: LeasedJob, exc: Exception) -> Ack:
+        """A job that cannot run here now (its function unknown, its blob store not
+        answering): an error retried with the default backoff, dead after its retry budget."""
         if job.errors >= job.max_retries:
             return self._dead(job, exc)
         log.warning("job %s: %s", job.id, exc)
@@ -111,8 +126,8 @@ class Processor:
 
     def run(self, entry: Entry) -> Ack:
         """Run a sync job in this thread, through the server middleware."""
-        if entry.grouped:
-            return self.groups.run(entry)
+        if entry.aggregator:
+            return self.aggregator_runs.run(entry)
         call = functools.partial(entry.fn.func, *entry.args, **entry.kwargs)
         try:
             with activate(entry.ctx):
@@ -123,8 +138,8 @@ class Processor:
 
     async def run_async(self, entry: Entry) -> Ack:
         """Run an ``async def`` job on the current loop, cancelled at its timeout."""
-        if entry.grouped:
-            return await self.groups.run_async(entry)
+        if entry.aggregator:
+            return await self.aggregator_runs.run_async(entry)
 
         async def call() -> Any:
             return await entry.fn.func(*entry.args, **entry.kwargs)
@@ -152,14 +167,24 @@ class Processor:
         """SUCCEEDED with the JSON result (CANCELLED when cancellation was requested)."""
         if entry.ctx.cancelled:
             return self.ack(entry, Outcome.CANCELLED, message="cancelled while running")
+        job = entry.job
         try:
-            text = "null" if result is None else dumps(result)  # most jobs return nothing
+            if result is not None and not entry.aggregator and entry.member is None \
+                    and entry.fn.opts.aggregate is None:
+                result = entry.fn.shape.dump_result(result)  # a typed return: made JSON
+            # most jobs return nothing
+            text = "null" if result is None else self.app.client.data.encode_result(
+                job.id, job.name, result)
+        except TypedDataError as exc:
+            return self.failure(entry, exc)
         except PayloadError as exc:
             bad = PayloadError(
                 f"job {entry.job.name} returned a value that is not JSON ({exc}); "
                 "return only JSON values (dict, list, str, int, float, bool, None)"
             )
             return self.failure(entry, bad)
+        except BlobUnavailable as exc:
+            return self.failure(entry, exc)
         size = oversize(text, self.app.max_payload)
         if size:  # the size rule of arguments, for what the job hands back
             return self._too_large(entry, size)
@@ -192,6 +217,15 @@ class Processor:
         return ack
 
     def _failure(self, entry: Entry, exc: BaseException) -> Ack:
+        ack = self._failed(entry, exc)
+        if not self.app.client.data.seals(entry.job.name):
+            return ack
+        sealer = Sealer(self.app.client.data, entry.job.id, entry.job.name)
+        # The job's own words (its exception, Fail and Retry messages) are its data.
+        return dataclasses.replace(ack, message=sealer.text(ack.message),
+                                   error=sealer.error(ack.error))
+
+    def _failed(self, entry: Entry, exc: BaseException) -> Ack:
         job = entry.job
         if entry.ctx.cancelled and isinstance(exc, asyncio.CancelledError):
             # The worker itself cancelled the task at the request: no error of the job's.
@@ -239,11 +273,11 @@ class Processor:
 
     def timed_out(self, entry: Entry) -> Ack:
         """The ack for a thread job the watchdog gave up on (the thread is abandoned)."""
-        return self.groups.end(entry, exc=self.timeout_error(entry))
+        return self.aggregator_runs.end(entry, exc=self.timeout_error(entry))
 
     def interrupted(self, entry: Entry) -> Ack:
         """The ack of hard shutdown: the storage puts the job back to pending."""
-        return self.groups.each(entry, lambda e: self.ack(
+        return self.aggregator_runs.each(entry, lambda e: self.ack(
             e, Outcome.INTERRUPTED, message="worker shut down before the job ended"))
 
     def ack(self, entry: Entry, outcome: Outcome, **fields: Any) -> Ack:

@@ -58,14 +58,14 @@ class Recycling:
         self._lock = threading.Lock()
 
     @property
-    def active(self) -> bool:
+    def limited(self) -> bool:
         """Whether any limit is set."""
         return bool(self.max_jobs or self.max_mib)
 
     def job_ended(self) -> None:
         """Count a job this process ran, then check the limits (after the job, never
         during it)."""
-        if not self.active:
+        if not self.limited:
             return
         with self._lock:
             self.jobs += 1

@@ -1,4 +1,4 @@
-"""Relay: publishes the store's due jobs to the broker (docs/design.md §7, the outbox).
+"""Relay: publishes the store's due jobs to the broker (docs/internals/outbox.md).
 
 Writers only write the store; this component, one per worker process with a broker, asks
 the store for pending jobs due to be published (``Outbox.publish_due``) and publishes them,

@@ -29,25 +29,35 @@ completion; a failed header member ends the body ``failed`` naming it (Celery ra
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from conveyor.client.builtin_jobs import COLLECT_JOB, ERRBACK_JOB, collect, run_errback
 from conveyor.client.client import Client, latest_client
 from conveyor.client.options import JobOptions
 from conveyor.client.refs import JobRef
 from conveyor.client.registry import MAP_JOB, JobFunction
-from conveyor.client.signature import Signature, set_canvas
+from conveyor.client.signature import Signature
 from conveyor.errors import WorkflowError
 from conveyor.workflow.canvas_run import Run, Tails
 from conveyor.workflow.graph import Workflow
 
-__all__ = ["Canvas", "Chain", "Group", "Run", "Step", "chain", "chord", "chunks", "describe",
-           "group"]
+__all__ = ["CANVAS", "Canvas", "Chain", "Group", "Run", "Step", "chain", "chord", "chunks",
+           "describe", "group"]
 
 DESCRIPTION_WIDTH = 200  # characters of a default description
+
+
+class HasClient(Protocol):
+    """An app (``Conveyor``), as ``apply_async(app=...)`` takes it: what stores the canvas."""
+
+    @property
+    def client(self) -> Client:
+        """The app's client."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,20 +76,20 @@ class Placing:
         return replace(self, errbacks=(*self.errbacks, *errbacks)) if errbacks else self
 
 
-class Canvas:
-    """Steps placed in a workflow together (a chain or a group)."""
+class Canvas(ABC):
+    """Steps placed in a workflow together: a ``Chain`` or a ``Group``, which say how."""
 
     def __init__(self) -> None:
         self.links: list[Step] = []
         self.errbacks: list[Signature] = []
 
+    @abstractmethod
     def place(self, at: Placing, after: Tails) -> Tails:
         """Add the steps to ``at.wf`` after ``after``; returns what a next step waits for."""
-        raise NotImplementedError
 
+    @abstractmethod
     def signatures(self) -> list[Signature]:
         """Every signature inside, in order."""
-        raise NotImplementedError
 
     def __or__(self, other: Any) -> Chain:
         return compose(self, other)
@@ -110,7 +120,7 @@ class Canvas:
         return self.place(at, Tails(list(after), results if after else "")).refs
 
     def enqueue(self, *, description: str | None = None, on_parent_failure: str = "fail",
-                app: Any = None, **workflow: Any) -> Run:
+                app: HasClient | None = None, **workflow: Any) -> Run:
         """Store the steps as one workflow (``workflow``: its callbacks and meta, as
         ``Workflow``'s; ``on_parent_failure`` for every step; ``app`` where a canvas with
         no job at all is stored, else the app created last); returns the ``Run``. Without a
@@ -125,7 +135,7 @@ class Canvas:
     def apply_async(self, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None, *,
                     countdown: float | None = None, eta: datetime | None = None,
                     queue: str | None = None, description: str | None = None,
-                    on_parent_failure: str = "fail", app: Any = None,
+                    on_parent_failure: str = "fail", app: HasClient | None = None,
                     **workflow: Any) -> Run:
         """Celery's ``apply_async``: ``args``/``kwargs`` go to the first steps (every member
         of a group first), ``countdown`` / ``eta`` delay the first steps, ``queue`` is every
@@ -135,10 +145,10 @@ class Canvas:
 
     def _enqueue(self, args: Sequence[Any], kwargs: dict[str, Any],
                  delay: float | timedelta | None, at: datetime | float | None,
-                 queue: str | None, description: str | None, policy: str, app: Any,
-                 workflow: dict[str, Any]) -> Run:
+                 queue: str | None, description: str | None, policy: str,
+                 app: HasClient | None, workflow: dict[str, Any]) -> Run:
         sigs = self.signatures()
-        client = _client(getattr(app, "client", None), sigs)
+        client = _client(app.client if app is not None else None, sigs)
         wf = Workflow(client, description=describe(self) if description is None else description,
                       **workflow)
         placing = Placing(wf, policy, client, queue or _queue(sigs), override=queue)
@@ -240,7 +250,7 @@ def _signatures(step: Step) -> list[Signature]:
     return step.signatures() if isinstance(step, Canvas) else [step]
 
 
-def _client(given: Any, sigs: Sequence[Signature]) -> Client:
+def _client(given: Client | None, sigs: Sequence[Signature]) -> Client:
     """Where the workflow is stored: the given client, the first job's, else the app created
     last (a canvas of empty groups only)."""
     for candidate in (given, *(s.fn.enqueuer for s in sigs), latest_client()):
@@ -340,16 +350,20 @@ def _short(name: Any) -> str:
 
 
 class _Ops:
-    """What signatures ask of this layer (``conveyor.client.signature.set_canvas``)."""
+    """What signatures ask of this layer (``conveyor.client.signature.CanvasOps``): the app
+    hands ``CANVAS`` to its client, and every job function reaches it there."""
 
     def compose(self, left: Any, right: Any) -> Any:
+        """``left | right``."""
         return compose(left, right)
 
     def group(self, steps: Sequence[Signature]) -> Any:
+        """The steps side by side."""
         return Group(steps)
 
     def send_linked(self, sig: Signature, delay: float | timedelta | None,
                     at: datetime | float | None) -> JobRef:
+        """``sig`` and its links stored as a workflow; the ref of ``sig``'s own job."""
         client = _client(None, [sig])
         wf = Workflow(client)
         tails = place(sig, Placing(wf, "fail", client, sig.fn.opts.queue), Tails([], ""))
@@ -357,4 +371,4 @@ class _Ops:
         return tails.refs[0]
 
 
-set_canvas(_Ops())
+CANVAS = _Ops()

@@ -144,7 +144,7 @@ class Workflow:
         if ref.id in self._steps:
             raise WorkflowError(f"node id {ref.id!r} is used twice")
         mode = result_mode(results, parents)
-        sig.fn.check_call(sig.args, sig.kwargs, leading=1 if mode else 0)
+        sig = sig.checked(leading=1 if mode else 0)
         self._steps[ref.id] = Step(sig, ref, parents, on_parent_failure, mode, node_id is not None)
         return ref
 

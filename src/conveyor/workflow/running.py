@@ -28,7 +28,7 @@ from dataclasses import replace
 
 from conveyor.client.builtin_jobs import ERRBACK_JOB
 from conveyor.client.client import Client
-from conveyor.client.context import JobContext, set_workflow_scope
+from conveyor.client.context import JobContext
 from conveyor.client.refs import JobRef
 from conveyor.client.registry import JobFunction
 from conveyor.client.signature import Signature
@@ -56,10 +56,7 @@ _HEX = re.compile(r"[0-9a-f]{24}")
 class RunningWorkflow:
     """The workflow of a running job; see the module docstring."""
 
-    def __init__(self, ctx: JobContext) -> None:
-        client = getattr(ctx.app, "client", None)
-        if not isinstance(client, Client):
-            raise RuntimeError("current_job().workflow needs the job to run in a conveyor app")
+    def __init__(self, ctx: JobContext, client: Client) -> None:
         if not ctx.batch_id:
             raise WorkflowError(f"job {ctx.job_id} ({ctx.name}) is not part of a workflow")
         self._ctx = ctx
@@ -127,8 +124,7 @@ class RunningWorkflow:
             check_id("node id", node_id, self.id)
         specs: list[JobSpec] = []
         for step in steps:
-            sig = node_signature(step)
-            sig.fn.check_call(sig.args, sig.kwargs, leading=1 if mode else 0)
+            sig = node_signature(step).checked(leading=1 if mode else 0)
             spec = node_spec(self._client, sig, node_id or self._next_id(), self.id)
             specs.append(replace(spec, node=node_of(self._client, parents, (), policy, mode)))
         return self._store(specs)
@@ -157,7 +153,3 @@ def errback_for(sig: Signature, ids: dict[str, str]) -> Signature:
     args = list(sig.args)
     args[3] = ids.get(args[3], args[3])
     return Signature(sig.fn, args, sig.kwargs)
-
-
-set_workflow_scope(RunningWorkflow)
-

@@ -10,6 +10,7 @@ from django.dispatch import receiver
 
 from conveyor import Retry
 from conveyor.contrib.django_tasks import job_options
+from tests.api.typed_models import Point, Route
 
 try:
     from django.tasks import task
@@ -120,3 +121,11 @@ def test_context(context: Any, attempt: int) -> None:
 def echo(value: Any) -> Any:
     """Its argument back, as the task received it."""
     return [type(value).__name__, value]
+
+
+@task()
+def route(start: Point, mode: str = "car") -> Route:
+    """Typed arguments and result (docs/job-data.md): ``start`` arrives a ``Point``."""
+    if not isinstance(start, Point):
+        raise TypeError(f"start arrived as {type(start).__name__}")
+    return Route([start], "bike" if mode == "bike" else "car")

@@ -17,6 +17,7 @@ from conveyor.storage.records import (
     MinuteTotals,
     QueueStats,
     Retention,
+    StoredData,
     WorkerInfo,
     history_start,
     today_start,
@@ -151,6 +152,17 @@ class MemoryInspector(MemoryState):
     def kill_jobs(self, job_ids: Sequence[str]) -> int:
         """Waiting jobs → dead (``killed``)."""
         return self._each(job_ids, WAITING_STATES, self._kill_one)
+
+    def reseal(self, job_id: str, old: StoredData, new: StoredData) -> bool:
+        """Payload, result and message replaced when they still equal ``old``."""
+        with self._lock:
+            entry = self._jobs.get(job_id)
+            if entry is None or StoredData(entry.rec.payload, entry.rec.result,
+                                           entry.rec.message) != old:
+                return False
+            entry.rec.payload, entry.rec.result, entry.rec.message = (
+                new.payload, new.result, new.message)
+            return True
 
     def _each(self, job_ids: Sequence[str], states: frozenset[JobState],
               act: Callable[[Entry, float], None]) -> int:

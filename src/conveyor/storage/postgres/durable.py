@@ -1,4 +1,4 @@
-"""The PostgreSQL backend's durable records (``storage/durable.py``; migration 020): each
+"""The PostgreSQL backend's durable records (``storage/durable.py``; migration 021): each
 transition one call of a server-side function (``functions/durable_*.sql``), fenced by the
 lease where the running job calls it; the reads are plain statements."""
 

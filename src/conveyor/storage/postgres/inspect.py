@@ -26,6 +26,7 @@ from conveyor.storage.records import (
     JobTotals,
     MinuteTotals,
     QueueStats,
+    StoredData,
     WorkerInfo,
     history_start,
     today_start,
@@ -233,6 +234,11 @@ class PostgresInspector(PostgresFlow):
             batches.apply(cur, now, moves)
             graph.settle(cur, now)
         return len(rows)
+
+    def reseal(self, job_id: str, old: StoredData, new: StoredData) -> bool:
+        """One compare-and-set ``UPDATE`` of payload, result and message."""
+        with self._db.write() as cur:
+            return jobs.reseal(cur, job_id, old, new)
 
     def kill_jobs(self, job_ids: Sequence[str]) -> int:
         """Waiting jobs → dead (``killed``)."""

@@ -24,7 +24,7 @@ from conveyor.core.job import (
 from conveyor.errors import BatchClosedError, BatchNotFound
 from conveyor.storage.postgres import arrays, batches
 from conveyor.storage.postgres.text import dec, enc_opt
-from conveyor.storage.records import JobBlock
+from conveyor.storage.records import JobBlock, StoredData
 from conveyor.storage.rules import validate_flow
 
 Cursor = psycopg.Cursor[Any]
@@ -243,3 +243,14 @@ def _json(text: str | None, column: str, damage: list[str]) -> Any:
     except (ValueError, RecursionError):
         damage.append(f"{column} is not JSON")
         return _BAD
+
+
+def reseal(cur: psycopg.Cursor[Any], job_id: str, old: StoredData, new: StoredData) -> bool:
+    """Payload, result and message of ``job_id`` set to ``new`` if they equal ``old`` (the
+    message as stored: ``text.enc``; payload and result are JSON, stored as they are)."""
+    cur.execute("UPDATE jobs SET payload = %s, result = %s, message = %s WHERE id = %s AND "
+                "payload = %s AND result IS NOT DISTINCT FROM %s AND "
+                "message IS NOT DISTINCT FROM %s",
+                (new.payload, new.result, enc_opt(new.message), job_id,
+                 old.payload, old.result, enc_opt(old.message)))
+    return cur.rowcount == 1

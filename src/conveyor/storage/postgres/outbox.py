@@ -1,4 +1,4 @@
-"""PostgreSQL as a broker's outbox (``conveyor.storage.outbox.Outbox``, docs/design.md §7).
+"""PostgreSQL as a broker's outbox (``conveyor.storage.outbox.Outbox``, docs/internals/outbox.md).
 
 One column, ``jobs.publish_at`` (migration 006), read and written by server-side functions,
 one round trip per call: ``publish_due`` (``FOR UPDATE SKIP LOCKED`` in dequeue's order, so

@@ -1,15 +1,17 @@
 """Operator actions on jobs on Redis: the per-queue admin scripts (``requeue.lua``,
-``kill.lua``, ``delete.lua``, ``cancel.lua``), and a retry by hand that leaves a workflow node
-to its parents (``storage/graph_retry.py``)."""
+``kill.lua``, ``delete.lua``, ``cancel.lua``, ``reseal.lua``), and a retry by hand that leaves
+a workflow node to its parents (``storage/graph_retry.py``)."""
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from typing import Any
 
 from conveyor.storage import graph_retry
 from conveyor.storage.graph import JobView, NodeRow
+from conveyor.storage.records import StoredData
 from conveyor.storage.redis.graph import RedisGraph
 from conveyor.storage.redis.keys import BatchKeys
 
@@ -62,6 +64,23 @@ class RedisAdmin(RedisGraph):
         """Delete jobs that are not active."""
         return sum(int(n) for n in self.run_each("delete", self.group_by_queue(job_ids)))
 
+    def reseal(self, job_id: str, old: StoredData, new: StoredData) -> bool:
+        """``reseal.lua``: the job's static record rewritten with the new payload, its result
+        and message replaced, when all three still hold what ``old`` says."""
+        queue = self.find_queue(job_id)
+        qk = self.keys.queue(queue) if queue is not None else None
+        static = self.link.call("HGET", qk.jobs, job_id) if qk is not None else None
+        if qk is None or static is None:
+            return False
+        record = json.loads(static)
+        if record.get("p") != old.payload:
+            return False
+        record["p"] = new.payload
+        fresh = json.dumps(record, separators=(",", ":"))
+        return bool(self.scripts.run("reseal", qk, [
+            job_id, static, fresh, _held(old.result), _held(new.result), _held(old.message),
+            _held(new.message)]))
+
     def kill_jobs(self, job_ids: Sequence[str]) -> int:
         """Waiting jobs → dead."""
         return sum(int(n) for n in self.run_each("kill", self.group_by_queue(job_ids)))
@@ -94,3 +113,8 @@ class _Reads:
 
     def jobs(self, ids: Collection[str]) -> dict[str, JobView]:
         return self._store._views(self._bk, ids)
+
+
+def _held(value: str | None) -> str:
+    """A result or message as ``reseal.lua`` compares it: '-' for none, '+' and the value."""
+    return "-" if value is None else f"+{value}"

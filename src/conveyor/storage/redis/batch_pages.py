@@ -10,8 +10,8 @@ A batch written by a version without these sets is read with ``HSCAN`` steps ins
 The ids of a bulk enqueue join as runs (``lua/_runs.lua``): one entry per run of ids that
 count up, not three per job. The sets hold every job below the oldest run left; a page that
 reaches past it is counted through the runs when none of them has started (their ids are
-arithmetic), and otherwise indexes ``STEP`` jobs of runs and is read again (docs/design.md,
-"Batches on Redis").
+arithmetic), and otherwise indexes ``STEP`` jobs of runs and is read again (docs/internals/
+redis-batches.md).
 """
 
 from __future__ import annotations

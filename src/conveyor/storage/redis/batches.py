@@ -8,7 +8,7 @@ marked fired.
 
 The ids of a bulk enqueue join as runs (``id_runs``, ``lua/_runs.lua``): one entry per run
 of ids that count up, not three per job, so a million jobs join for a few hundred entries
-(docs/design.md, "Batches on Redis").
+(docs/internals/redis-batches.md).
 """
 from __future__ import annotations
 

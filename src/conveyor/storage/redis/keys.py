@@ -38,7 +38,7 @@ class QueueKeys:
     rates: str
     rate_ends: str  # zset: rate key -> when its newest start leaves the window
     # zset, with a broker: pending jobs handed to a relay to publish -> when they are due to be
-    # published again if no worker has started them by then (docs/design.md §7)
+    # published again if no worker has started them by then (docs/internals/outbox.md)
     published: str
     waiting: str  # zset: workflow nodes waiting for their parents -> when stored
     # Aggregation groups (lua/_groups.lua): members by state (zset id -> arrival), each

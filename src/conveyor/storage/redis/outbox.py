@@ -1,4 +1,4 @@
-"""Redis as a broker's outbox (``conveyor.storage.outbox.Outbox``, docs/design.md §7).
+"""Redis as a broker's outbox (``conveyor.storage.outbox.Outbox``, docs/internals/outbox.md).
 
 A job handed to a relay leaves its queue's pending list for the queue's ``published`` zset,
 scored with when it is due to be published again if no worker starts it by then; a job that

@@ -1,6 +1,6 @@
 """The Lua transitions: assembled from ``lua/`` once, run by SHA, reloaded on NOSCRIPT.
 
-Layout of ``lua/`` (docs/design.md §3):
+Layout of ``lua/`` (docs/internals/redis-lua.md):
 
 * ``<name>.lua`` is one script, one transition on one slot (``dequeue.lua``, ``ack.lua``...);
   ``_<concern>.lua`` is a library (``_record.lua`` reads and writes a state entry,
@@ -58,6 +58,7 @@ HOLDERS: dict[str, type] = {
     "publish": QueueKeys, "start": QueueKeys, "bury": QueueKeys, "graph": BatchKeys,
     "node": QueueKeys, "gather": QueueKeys, "heads": QueueKeys, "schedule": ScheduleKeys,
     "enqueue_one": QueueKeys,  # one plain job: the one-by-one enqueue (enqueue_one.lua)
+    "reseal": QueueKeys,  # job data sealed again with the newest key (conveyor jobs reencrypt)
     # durable jobs (docs/durable.md, redis/durable.py)
     "steps": QueueKeys, "receive": QueueKeys, "deliver": QueueKeys, "kept": EventKeys,
 }

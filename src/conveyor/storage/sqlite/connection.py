@@ -72,6 +72,19 @@ def absolute_url(url: str) -> str | None:
     return f"sqlite:///{Path.cwd() / path}{sep}{query}"
 
 
+def blob_directory(url: str) -> str | None:
+    """``file:///abs/dir/x.db.blobs``: where job data by reference is kept beside the
+    database file when the app names no blob store (docs/job-data.md); None for an
+    in-memory database."""
+    try:
+        path = parse_sqlite_url(url)
+    except StorageURLError:
+        return None
+    if str(path) in (":memory:", ""):
+        return None
+    return f"file://{(Path.cwd() / path).resolve()}.blobs"
+
+
 def parse_file_mode(url: str) -> int:
     """The permissions a new database file gets: ``?file_mode=0640`` in the URL, else 0600.
 

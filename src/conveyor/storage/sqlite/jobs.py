@@ -22,7 +22,7 @@ from conveyor.core.job import (
     decode_events,
 )
 from conveyor.storage import aggregation
-from conveyor.storage.records import JobBlock, minute_of
+from conveyor.storage.records import JobBlock, StoredData, minute_of
 from conveyor.storage.rules import is_gated, validate_flow
 from conveyor.storage.sqlite import batches, flow, graph
 from conveyor.storage.sqlite.group_rows import Joiner
@@ -306,3 +306,12 @@ def decode_text(
             values.append(bytes(raw).decode("utf-8", "replace"))
             reasons.append(f"column {column} is not UTF-8 ({exc.reason} at byte {exc.start})")
     return values, "; ".join(reasons) or None
+
+
+def reseal(cur: sqlite3.Cursor, job_id: str, old: StoredData, new: StoredData) -> bool:
+    """Payload, result and message of ``job_id`` set to ``new`` if they equal ``old``."""
+    cur.execute("UPDATE jobs SET payload = ?, result = ?, message = ? WHERE id = ? AND "
+                "payload = ? AND result IS ? AND message IS ?",
+                (new.payload, new.result, new.message, job_id, old.payload, old.result,
+                 old.message))
+    return cur.rowcount == 1

@@ -1,4 +1,4 @@
-"""SQLite as a broker's outbox (``conveyor.storage.outbox.Outbox``, docs/design.md §7).
+"""SQLite as a broker's outbox (``conveyor.storage.outbox.Outbox``, docs/internals/outbox.md).
 
 One column, ``jobs.publish_at`` (migration 005): NULL = due now, a time = handed to a relay
 and due again then if not started, negative = parked (flow control or a paused queue said no

@@ -1,4 +1,4 @@
--- conveyor PostgreSQL schema, version 20: durable jobs (docs/durable.md). Tables only; the
+-- conveyor PostgreSQL schema, version 21: durable jobs (docs/durable.md). Tables only; the
 -- transitions are functions (durable_*.sql), and a job's rows go with it (durable_forget.sql).
 --
 -- * durable_steps: one row per (job, step name); `body` is the record (Step.to_json),

@@ -1,6 +1,6 @@
-"""Aggregated runs (docs/aggregation.md): a leased lead gathers its group's members under its
-lease, the job's aggregator runs once with all of them, and every member is acknowledged on
-its own: by the outcome the aggregator gave it, or by how the run ended.
+"""Aggregator runs (docs/aggregation.md): a leased lead gathers its aggregation's members
+under its lease, the job's aggregator runs once with all of them, and every member is
+acknowledged on its own: by the outcome the aggregator gave it, or by how the run ended.
 
 The members' acks travel in the lead's ``Ack.bundle``, so whoever ends the run (the job, the
 timeout watchdog, hard shutdown) ends every member with it, and the acker writes them
@@ -21,7 +21,7 @@ from conveyor.core.job import Ack, LeasedJob
 from conveyor.errors import Fail, Retry
 from conveyor.worker.inflight import Entry
 
-__all__ = ["GroupRuns", "Runner"]
+__all__ = ["AggregatorRuns", "Runner"]
 
 
 class Runner(Protocol):
@@ -36,7 +36,7 @@ class Runner(Protocol):
     def timeout_error(self, entry: Entry) -> Exception: ...
 
 
-class GroupRuns:
+class AggregatorRuns:
     """Runs aggregated entries for one ``Processor``."""
 
     def __init__(self, processor: Runner) -> None:
@@ -88,8 +88,9 @@ class GroupRuns:
         return self.end(entry, result=result)
 
     def gather(self, entry: Entry) -> list[Member] | None:
-        """Lease the lead's group members (None: the lead's lease is lost); a member whose
-        record cannot be read is acknowledged dead at once, the others become ``Member``s."""
+        """Lease the members of the lead's aggregation (None: the lead's lease is lost); a
+        member whose record cannot be read is acknowledged dead at once, the others become
+        ``Member``s."""
         leased = self.processor.app.storage.gather(entry.job.id, entry.job.token)
         if leased is None:
             return None
@@ -108,7 +109,7 @@ class GroupRuns:
             if isinstance(prepared, Ack):
                 dead.append(prepared)
                 continue
-            prepared.grouped = False
+            prepared.aggregator = False
             prepared.member = Member(prepared.ctx)
             members.append(prepared)
         return members, dead
