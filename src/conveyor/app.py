@@ -30,6 +30,7 @@ from conveyor.client.batch import Batch, Callback, await_batch, batch_status, wa
 from conveyor.client.client import Client
 from conveyor.client.context import JobRuntime
 from conveyor.client.draft import build_flow
+from conveyor.client.messaging import Messaging
 from conveyor.client.middleware import ClientChain, ServerChain
 from conveyor.client.opener import StorageOpener
 from conveyor.client.options import Aggregate, Debounce, KeyOption, Throttle, make_options
@@ -44,7 +45,6 @@ from conveyor.core.job import JobRecord, JobState
 from conveyor.core.serializer import DEFAULT_MAX_PAYLOAD
 from conveyor.core.text import check_name
 from conveyor.hooks import ErrorHandler
-from conveyor.messaging import Messaging
 from conveyor.storage import DEFAULT_URL, Backend, Retention, redact
 from conveyor.storage.aio import Waiter
 from conveyor.workflow.canvas import CANVAS

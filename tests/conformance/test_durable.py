@@ -21,7 +21,7 @@ import pytest
 
 from conveyor.core.clock import FakeClock
 from conveyor.core.job import EventKind, JobState, LeasedJob, Outcome
-from conveyor.steps import EVENT, FOREVER, MESSAGE, Message, Step, StepStatus, Wait
+from conveyor.core.steps import EVENT, FOREVER, MESSAGE, Message, Step, StepStatus, Wait
 from conveyor.storage import Backend
 from tests.conformance.helpers import ack, events_of, put, state_of, take_one
 

@@ -18,10 +18,10 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from conveyor.client.durable import DurableCalls
 from conveyor.core.clock import SYSTEM_CLOCK, Clock
 from conveyor.core.job import Event, EventKind, JobRecord, JobSpec, LeasedJob
 from conveyor.core.serializer import decode_payload
-from conveyor.durable import DurableCalls
 
 if TYPE_CHECKING:
     from conveyor.client.refs import JobRef

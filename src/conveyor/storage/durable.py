@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 from conveyor.core.job import Event, EventKind
-from conveyor.steps import (
+from conveyor.core.steps import (
     EVENT,
     DurableHistory,
     Message,

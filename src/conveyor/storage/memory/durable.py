@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from conveyor.core.job import Ack, EventKind, JobState
-from conveyor.steps import EVENT, DurableHistory, Message, Received, Step, Wait
+from conveyor.core.steps import EVENT, DurableHistory, Message, Received, Step, Wait
 from conveyor.storage.durable import (
     WOKEN_MESSAGE,
     kept_pick,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from conveyor.steps import DurableHistory, Message, Received, Step, Wait, step_event
+from conveyor.core.steps import DurableHistory, Message, Received, Step, Wait, step_event
 from conveyor.storage.postgres.connection import Database
 
 __all__ = ["PostgresDurable"]

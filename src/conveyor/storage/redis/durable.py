@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from conveyor.steps import EVENT, DurableHistory, Message, Received, Step, Wait, step_event
+from conveyor.core.steps import EVENT, DurableHistory, Message, Received, Step, Wait, step_event
 from conveyor.storage.durable import WOKEN_MESSAGE
 from conveyor.storage.redis.base import Move
 from conveyor.storage.redis.connection import Link

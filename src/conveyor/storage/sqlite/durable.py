@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from conveyor.core.job import EventKind, JobState
-from conveyor.steps import EVENT, DurableHistory, Message, Received, Step, Wait
+from conveyor.core.steps import EVENT, DurableHistory, Message, Received, Step, Wait
 from conveyor.storage.durable import (
     WOKEN_MESSAGE,
     kept_pick,

@@ -17,9 +17,9 @@ from typing import Any
 from conveyor.client.registry import Registry
 from conveyor.core.ids import new_id
 from conveyor.core.serializer import dumps
+from conveyor.core.steps import EVENT, MESSAGE, Message
 from conveyor.core.text import check_name, key_fault
 from conveyor.errors import InvalidKeyError, JobNotFound
-from conveyor.steps import EVENT, MESSAGE, Message
 from conveyor.storage.base import Storage
 
 __all__ = ["Messaging"]

@@ -22,11 +22,11 @@ from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
+from conveyor.client.iteration import Iteration
 from conveyor.core.serializer import dumps, loads, oversize
+from conveyor.core.steps import EVENT, FOREVER, MESSAGE, Step, StepStatus, Wait
 from conveyor.core.text import check_name, key_fault
 from conveyor.errors import InvalidKeyError, LeaseLost, PayloadError, StepFailed, Suspend
-from conveyor.iteration import Iteration
-from conveyor.steps import EVENT, FOREVER, MESSAGE, Step, StepStatus, Wait
 from conveyor.storage.base import Storage
 
 __all__ = ["DurableCalls", "step_retry_delay"]

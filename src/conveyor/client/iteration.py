@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from conveyor.core.serializer import dumps, loads
+from conveyor.core.steps import Step, StepStatus
 from conveyor.errors import Handback
-from conveyor.steps import Step, StepStatus
 
 __all__ = ["Iteration"]
 
