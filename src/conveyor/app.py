@@ -54,7 +54,7 @@ from conveyor.workflow.running import RunningWorkflow
 __all__ = ["Conveyor"]
 
 
-class Conveyor(Messaging):
+class Conveyor:
     """A job application: its storage, registered jobs and middleware.
 
 It wires the parts: a ``Registry`` of job functions, a ``Client`` (``app.client``) that
@@ -106,7 +106,10 @@ worker runs jobs with, and the storage.
         #: ``JobContext`` the worker builds, so nothing below the app reaches into it.
         self.runtime = JobRuntime(clock=self.client.clock, function=self.registry.get,
                                   record=self.get_job,
-                                  workflow=lambda ctx: RunningWorkflow(ctx, self.client))
+                                  workflow=lambda ctx: RunningWorkflow(ctx, self.client),
+                                  durable=self.client)
+        #: ``send`` and ``send_event``: messages and events to durable jobs (docs/durable.md)
+        self.messaging = Messaging(self.client)
         #: Declared in code (iterate it), and the store's, changed at run time (its methods)
         self.schedules = Schedules(lambda: self.storage, self.registry.options)
         self.server_middleware = ServerChain()
@@ -385,6 +388,20 @@ worker runs jobs with, and the storage.
     async def acancel(self, job_id: str) -> JobState | None:
         """``cancel`` for asyncio code."""
         return await asyncio.to_thread(self.storage.cancel, job_id)
+
+    # -- durable jobs: messages and events (docs/durable.md) ------------------------------
+
+    def send(self, job_id: str, topic: str = "", data: Any = None, *,
+             message_id: str | None = None) -> bool:
+        """Send ``data`` to job ``job_id``'s inbox under ``topic`` (``Messaging.send``);
+        False when the job has finished, ``JobNotFound`` when there is none."""
+        return self.messaging.send(job_id, topic, data, message_id=message_id)
+
+    def send_event(self, name: str, key: str = "", data: Any = None, *,
+                   keep: float | None = None, event_id: str | None = None) -> int:
+        """Deliver the event ``name``/``key`` to every job waiting for it, each once; how
+        many it reached (``Messaging.send_event``)."""
+        return self.messaging.send_event(name, key, data, keep=keep, event_id=event_id)
 
     # -- batches ----------------------------------------------------------------------------
 

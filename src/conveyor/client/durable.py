@@ -17,19 +17,30 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from conveyor.client.iteration import Iteration
-from conveyor.core.serializer import dumps, loads, oversize
+from conveyor.client.payloads import JobData
+from conveyor.core.envelope import literal, parse_result
+from conveyor.core.serializer import dumps, oversize
 from conveyor.core.steps import EVENT, FOREVER, MESSAGE, Step, StepStatus, Wait
 from conveyor.core.text import check_name, key_fault
-from conveyor.errors import InvalidKeyError, LeaseLost, PayloadError, StepFailed, Suspend
+from conveyor.errors import (
+    BlobMissing,
+    InvalidKeyError,
+    LeaseLost,
+    PayloadError,
+    StepFailed,
+    Suspend,
+    UnsealError,
+)
 from conveyor.storage.base import Storage
 
-__all__ = ["DurableCalls", "step_retry_delay"]
+__all__ = ["DurableCalls", "DurableReach", "bound_of", "step_retry_delay", "stored_value",
+           "value_json"]
 
 T = TypeVar("T")
 
@@ -37,8 +48,10 @@ T = TypeVar("T")
 _current_step: ContextVar[str | None] = ContextVar("conveyor_step", default=None)
 
 
-class _App(Protocol):
-    """What the durable calls need of the app a job runs in."""
+class DurableReach(Protocol):
+    """What a job's durable calls reach beyond the job, handed over in its ``JobRuntime``
+    (the app's ``Client`` is one): the store's durable records and clock, how the app seals
+    and offloads job data, and the size limit of what stays inline."""
 
     @property
     def storage(self) -> Storage:
@@ -46,9 +59,47 @@ class _App(Protocol):
         ...
 
     @property
-    def max_payload(self) -> int:
-        """The largest JSON a result may be."""
+    def data(self) -> JobData:
+        """The app's keys and offload (docs/job-data.md)."""
         ...
+
+    @property
+    def max_payload(self) -> int:
+        """The largest JSON text stored inline."""
+        ...
+
+
+def bound_of(kind: str, *whose: str) -> tuple[str, ...]:
+    """What a durable value is sealed to: a step's result or a loop's cursor to its job and
+    step (``"step", job id, step``), a message to its job (``"message", job id``), an event
+    to its name and key (``"event", name, key``). A ciphertext copied elsewhere does not
+    open."""
+    return (kind, *whose)
+
+
+def value_json(value: Any, what: str) -> str:
+    """A durable value's JSON (``literal``: a dict holding ``"$conveyor"`` escaped);
+    ``PayloadError`` naming ``what`` for a value that is not JSON."""
+    try:
+        return dumps(literal(value))
+    except PayloadError as exc:
+        raise PayloadError(f"{what} is not JSON ({exc})") from exc
+
+
+def stored_value(data: JobData, text: str, bound: tuple[str, ...], *, seal: bool,
+                 offload: bool, max_payload: int, what: str) -> str:
+    """A durable value's JSON (``value_json``) as stored: sealed when ``seal`` (bound to
+    ``bound``), kept by reference (a blob of the job's) past the offload's threshold when
+    ``offload`` (docs/job-data.md). ``PayloadError`` naming ``what`` when more than
+    ``max_payload`` bytes would stay inline."""
+    owner = bound[1] if bound[0] != "event" else ""
+    stored = data.encode_value(text, owner, bound, seal=seal, offload=offload,
+                               head={"a": list(bound)})
+    size = oversize(stored, max_payload)
+    if size:
+        raise PayloadError(f"{what} is {size:,} bytes, over max_payload: store large data "
+                           "elsewhere and pass a reference (or Conveyor(offload=Offload()))")
+    return stored
 
 
 def step_retry_delay(tries: int) -> float:
@@ -65,10 +116,12 @@ class DurableCalls:
     """The durable half of ``JobContext`` (a mixin: the context's own attributes below)."""
 
     job_id: str
+    name: str
     token: str
     attempt: int
     worker_id: str
-    app: Any
+    #: What the calls reach beyond the job (``JobRuntime.durable``; the context sets it).
+    _reach: DurableReach | None = None
     #: How long before a wait began an event still counts (the job type's option; the
     #: worker sets it).
     event_window: float = 0.0
@@ -88,16 +141,15 @@ class DurableCalls:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _app(self) -> _App:
-        if self.app is None or not self.token:
+    def _host(self) -> DurableReach:
+        if self._reach is None or not self.token:
             raise RuntimeError("durable calls (step, sleep, wait_for, receive, iterate) need "
                                "a job run by a worker of its app")
-        app: _App = self.app
-        return app
+        return self._reach
 
     def _known(self, name: str) -> Step | None:
         if self._records is None:
-            history = self._app().storage.durable.read(self.job_id)
+            history = self._host().storage.durable.read(self.job_id)
             self._records = {s.name: s for s in history.steps}
         return self._records.get(name)
 
@@ -115,13 +167,32 @@ class DurableCalls:
         return base if count == 1 else f"{base}#{count}"
 
     def _save(self, step: Step) -> None:
-        if not self._app().storage.durable.save_steps(self.job_id, self.token, [step]):
+        if not self._host().storage.durable.save_steps(self.job_id, self.token, [step]):
             raise LeaseLost(f"job {self.job_id} lost its lease: step {step.name} not recorded")
         assert self._records is not None
         self._records[step.name] = step
 
     def _now(self) -> float:
-        return self._app().storage.now()
+        return self._host().storage.now()
+
+    def _stored(self, key: str, text: str) -> str:
+        """A step's result or a loop's cursor (``value_json``) as stored: sealed when the
+        job's data is, by reference when large (docs/job-data.md)."""
+        host = self._host()
+        return stored_value(host.data, text, bound_of("step", self.job_id, key),
+                            seal=host.data.seals(self.name), offload=True,
+                            max_payload=host.max_payload, what=f"step {key}'s result")
+
+    def _opened(self, key: str, text: str | None, bound: tuple[str, ...] | None = None) -> Any:
+        """The value of a recorded step (or of what a wait received: ``bound``)."""
+        if text is None:
+            return None
+        try:
+            return self._host().data.open_value(text, bound or bound_of("step", self.job_id,
+                                                                        key))
+        except (UnsealError, BlobMissing) as exc:
+            raise type(exc)(f"job {self.name} {self.job_id}: the record of step {key} cannot "
+                            f"be read: {exc}") from None
 
     @property
     def step_id(self) -> str:
@@ -159,9 +230,9 @@ class DurableCalls:
         key = self._name(name)
         rec = self._known(key)
         if rec is not None and rec.status == StepStatus.OK:
-            return cast(T, None if rec.result is None else loads(rec.result))
+            return cast(T, self._opened(key, rec.result))
         if rec is not None and rec.status == StepStatus.ERROR:
-            raise StepFailed(key, dict(rec.error or {}))
+            raise StepFailed(key, self._clear(rec.error))
         tries = rec.tries if rec is not None and rec.status == StepStatus.RETRYING else 0
         if rec is not None and rec.until is not None and self._now() < rec.until:
             raise Suspend(rec.until, f"step {key}: try {tries + 1} at {_when(rec.until)}")
@@ -176,30 +247,30 @@ class DurableCalls:
             raise  # unreachable: _failed raises
         finally:
             _current_step.reset(marker)
-        text = self._encode(key, value)
-        self._save(Step(key, StepStatus.OK, result=text, started=started, ended=self._now(),
+        text = None if value is None else value_json(value, f"step {key}'s result")
+        self._save(Step(key, StepStatus.OK, started=started, ended=self._now(),
+                        result=None if text is None else self._stored(key, text),
                         attempt=self.attempt, tries=tries + 1))
-        return cast(T, loads(text))
+        # what a replay returns: the JSON form (a tuple is a list), not the object itself
+        return cast(T, None if text is None else parse_result(text)[0])
 
-    def _encode(self, key: str, value: Any) -> str:
-        try:
-            text = "null" if value is None else dumps(value)
-        except PayloadError as exc:
-            raise PayloadError(f"step {key} returned a value that is not JSON ({exc})") from exc
-        size = oversize(text, self._app().max_payload)
-        if size:
-            raise PayloadError(f"step {key} returned {size:,} bytes, over max_payload: store "
-                               "large results elsewhere and return a reference")
-        return text
+    def _clear(self, error: Mapping[str, str] | None) -> dict[str, str]:
+        """A recorded error with its message opened (sealed as the job's own words)."""
+        out = dict(error or {})
+        if "message" in out:
+            out["message"] = self._host().data.open_text(out["message"]) or ""
+        return out
 
     def _failed(self, key: str, exc: Exception, tries: int, retries: int,
                 retry_in: float | Callable[[int], float] | None, started: float) -> None:
-        error = {"type": type(exc).__qualname__, "message": str(exc)}
+        data = self._host().data
+        error = {"type": type(exc).__qualname__,
+                 "message": data.seal_text(self.job_id, self.name, str(exc)) or ""}
         now = self._now()
         if tries > retries:
             self._save(Step(key, StepStatus.ERROR, error=error, started=started, ended=now,
                             attempt=self.attempt, tries=tries))
-            raise StepFailed(key, error) from exc
+            raise StepFailed(key, self._clear(error)) from exc
         delay = (step_retry_delay(tries) if retry_in is None else
                  retry_in(tries) if callable(retry_in) else retry_in)
         until = now + max(float(delay), 0.0)
@@ -260,22 +331,24 @@ class DurableCalls:
                              timeout)
 
     def _receive(self, wait: Wait, timeout: float | None) -> Any:
+        bound = (bound_of(EVENT, wait.name, wait.key) if wait.kind == EVENT
+                 else bound_of(MESSAGE, self.job_id))
         rec = self._known(wait.step)
         if rec is not None and rec.final:
-            return None if rec.result is None else loads(rec.result)
+            return self._opened(wait.step, rec.result, bound)
         if timeout is not None and not (math.isfinite(timeout) and timeout >= 0):
             raise ValueError(f"timeout must be a finite number of seconds >= 0 or None, "
                              f"not {timeout!r}")
         until = FOREVER if timeout is None else self._now() + timeout
         asked = Wait(wait.kind, wait.step, wait.name, wait.key, until, wait.window)
-        got = self._app().storage.durable.receive(self.job_id, self.token, asked)
+        got = self._host().storage.durable.receive(self.job_id, self.token, asked)
         if got is None:
             raise LeaseLost(f"job {self.job_id} lost its lease while waiting")
         if not got.done:
             raise Suspend(got.until, asked.describe(_when))
         assert self._records is not None
         self._records[wait.step] = Step(wait.step, result=got.data)
-        return None if got.data is None else loads(got.data)
+        return self._opened(wait.step, got.data, bound)
 
 
     # -- resumable loops --------------------------------------------------------------------

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from conveyor.core.serializer import dumps, loads
+from conveyor.core.serializer import dumps
 from conveyor.core.steps import Step, StepStatus
 from conveyor.errors import Handback
 
@@ -45,6 +45,10 @@ class Host(Protocol):
 
     def _now(self) -> float: ...
 
+    def _stored(self, key: str, text: str) -> str: ...
+
+    def _opened(self, key: str, text: str | None) -> Any: ...
+
 
 class Iteration:
     """One ``iterate`` call of one attempt."""
@@ -67,7 +71,7 @@ class Iteration:
             return  # finished by an earlier attempt: a replay skips the loop
         cursor, done = (None, 0)
         if rec is not None and rec.status == StepStatus.CURSOR and rec.result is not None:
-            cursor, done = loads(rec.result)
+            cursor, done = self.host._opened(self.name, rec.result)
         saved, saved_at = done, time.monotonic()
         for item, item_cursor in self._items(cursor):
             if self.host.cancelled or self.host.stopping:
@@ -101,6 +105,8 @@ class Iteration:
 
     def _save(self, status: str, cursor: Any, done: int) -> None:
         now = self.host._now()
-        self.host._save(Step(self.name, status, result=dumps([cursor, done]), started=now,
-                             ended=now, attempt=self.host.attempt, tries=done))
+        # the cursor is the job's data: sealed and stored as a step's result is
+        text = self.host._stored(self.name, dumps([cursor, done]))
+        self.host._save(Step(self.name, status, result=text, started=now, ended=now,
+                             attempt=self.host.attempt, tries=done))
         self.host.progress(done, self.total)

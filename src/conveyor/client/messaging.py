@@ -8,33 +8,39 @@ the job receives it (``current_job().receive(topic)``), in order, each once.
 to wait later gets it only when its job type keeps events for a window (``event_window=``),
 and ``keep`` is how long the store keeps it for them (default: the longest window of the
 app's job types).
+
+Their data is the job's data (docs/job-data.md): with the app's keys it is sealed, bound to
+the receiving job (a message) or to the event's name and key (an event), whatever the keys'
+``jobs=`` (the sender does not know which job type receives it). It is never kept by
+reference: an event has no job to own its blob, so both stay inline, within ``max_payload``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from conveyor.client.registry import Registry
+from conveyor.client.client import Client
+from conveyor.client.durable import bound_of, stored_value, value_json
 from conveyor.core.ids import new_id
-from conveyor.core.serializer import dumps
 from conveyor.core.steps import EVENT, MESSAGE, Message
 from conveyor.core.text import check_name, key_fault
 from conveyor.errors import InvalidKeyError, JobNotFound
-from conveyor.storage.base import Storage
 
 __all__ = ["Messaging"]
 
 
 class Messaging:
-    """``send`` and ``send_event`` of the ``Conveyor`` app (a mixin over its storage and
-    registry)."""
+    """``send`` and ``send_event`` over an app's ``Client``: its storage, its registry (the
+    job types' event windows) and its job data (keys)."""
 
-    registry: Registry
+    def __init__(self, client: Client) -> None:
+        self.client = client
 
-    @property
-    def storage(self) -> Storage:
-        """The app's storage (``Conveyor.storage`` stands in its place)."""
-        raise NotImplementedError
+    def _stored(self, data: Any, bound: tuple[str, ...], what: str) -> str:
+        job_data = self.client.data
+        return stored_value(job_data, value_json(data, what), bound,
+                            seal=job_data.keys is not None, offload=False,
+                            max_payload=self.client.max_payload, what=what)
 
     def send(self, job_id: str, topic: str = "", data: Any = None, *,
              message_id: str | None = None) -> bool:
@@ -45,8 +51,9 @@ class Messaging:
         such job."""
         if topic:
             check_name("topic", topic)
-        message = Message(message_id or new_id(), MESSAGE, topic, "", dumps(data), 0.0)
-        sent = self.storage.durable.send(job_id, message)
+        text = self._stored(data, bound_of(MESSAGE, job_id), f"message {topic!r}'s data")
+        message = Message(message_id or new_id(), MESSAGE, topic, "", text, 0.0)
+        sent = self.client.storage.durable.send(job_id, message)
         if sent is None:
             raise JobNotFound(f"no job {job_id!r}")
         return sent
@@ -61,8 +68,9 @@ class Messaging:
         if key and (fault := key_fault(key)) is not None:
             raise InvalidKeyError(f"event key {fault}")
         if keep is None:
-            keep = max((fn.opts.event_window for fn in self.registry), default=0.0)
+            keep = max((fn.opts.event_window for fn in self.client.registry), default=0.0)
         if keep < 0:
             raise ValueError(f"keep must be seconds >= 0, not {keep!r}")
-        message = Message(event_id or new_id(), EVENT, name, key, dumps(data), 0.0)
-        return self.storage.durable.send_event(message, float(keep))
+        text = self._stored(data, bound_of(EVENT, name, key), f"event {name!r}'s data")
+        message = Message(event_id or new_id(), EVENT, name, key, text, 0.0)
+        return self.client.storage.durable.send_event(message, float(keep))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from conveyor.core.envelope import ENCRYPTED, RESULT_TAG, parse_result
 from conveyor.core.job import Event, EventKind
 from conveyor.core.text import storable
 
@@ -101,6 +102,9 @@ class Step:
             return "until " + datetime.fromtimestamp(self.until, timezone.utc).strftime(
                 "%Y-%m-%d %H:%M:%S UTC")
         text = "null" if self.result is None else self.result
+        hidden = _hidden(text)
+        if hidden is not None:
+            return hidden
         return storable(text if len(text) <= SUMMARY_CHARS else text[:SUMMARY_CHARS] + "…")
 
     def as_dict(self) -> dict[str, Any]:
@@ -109,6 +113,22 @@ class Step:
                 "ended": self.ended, "duration": max(self.ended - self.started, 0.0),
                 "attempt": self.attempt, "tries": self.tries, "until": self.until,
                 "summary": self.summary()}
+
+
+def _hidden(text: str) -> str | None:
+    """What a summary shows for a value sealed or kept by reference (docs/job-data.md):
+    ``encrypted``, or its size; None for a value in clear."""
+    if not text.startswith('{"' + RESULT_TAG):
+        return None
+    try:
+        _, env = parse_result(text)
+    except ValueError:
+        return None
+    if env is None:
+        return None
+    if "e" in env:
+        return ENCRYPTED
+    return f"by reference, {env.get('z', 0):,} bytes"
 
 
 def step_event(step: Step, worker: str | None = None) -> Event:

@@ -14,7 +14,7 @@ from typing import Any
 
 from conveyor.client.payloads import JobData
 from conveyor.client.periodic import next_tick, unlistened
-from conveyor.client.reveal import reveal
+from conveyor.client.reveal import reveal, reveal_steps
 from conveyor.core.job import Event, EventKind, JobRecord, JobState
 from conveyor.errors import BatchNotFound, JobNotFound, ScheduleNotFound
 from conveyor.storage.base import Inspector
@@ -165,7 +165,7 @@ def job_detail(inspector: Inspector, job_id: str,
     it is scheduled by a suspension), for ``jobs show``, the job page and ``explain``."""
     record = get_job(inspector, job_id)
     view = job_view(record, data)
-    durable = inspector.durable.read(job_id).as_dict()
+    durable = reveal_steps(inspector.durable.read(job_id), data).as_dict()
     durable["waiting_for"] = waiting_for(record, durable["wait"])
     view["durable"] = durable
     return view

@@ -95,9 +95,9 @@ class Launcher:
                                      on_command=self.command)
         self.recoverer = Recoverer(storage, self.clock, config)
         self.poller = Poller(storage, self.clock, config)
+        collect = partial(sweep, app.data, storage.get_job, steps=storage.durable.read)
         self.janitor = Janitor(storage, self.clock, config, retention=app.retention,
-                               sweep=partial(sweep, app.data, storage.get_job)
-                               if app.data.offload is not None else None)
+                               sweep=collect if app.data.offload is not None else None)
         self.cron = CronScheduler(storage, self.clock, CronConfig(), app.schedules.declared,
                                   jobs=app.registry.options, by=f"worker {config.worker_id}")
         self.watchdog = Watchdog(storage, self.clock, config, inflight=self.inflight,

@@ -74,7 +74,9 @@ BEGIN
         body = excluded.body WHERE NOT d.final;
     DELETE FROM durable_waits dw WHERE dw.job_id = p_job;
     v_summary := coalesce(v_data, 'null');
-    IF length(v_summary) > 120 THEN
+    IF left(v_summary, 18) = '{"$conveyor":{"e":' THEN  -- sealed (core/envelope.py)
+        v_summary := 'encrypted';
+    ELSIF length(v_summary) > 120 THEN
         v_summary := left(v_summary, 120) || '…';
     END IF;
     UPDATE jobs SET events = jobs.events || event_line(

@@ -63,7 +63,9 @@ if taken_id then rec = rec .. ',"o":' .. cjson.encode(taken_id) end
 put_step(id, step, rec .. '}', taken_id)
 drop_wait(id)
 local summary = data or 'null'
-if #summary > 120 then  -- cut at a character's first byte, as the other stores' 120 chars
+if string.sub(summary, 1, 18) == '{"$conveyor":{"e":' then  -- sealed (core/envelope.py)
+  summary = 'encrypted'
+elseif #summary > 120 then  -- cut at a character's first byte, as the other stores' 120 chars
   local cut = 121
   while cut > 1 and string.byte(summary, cut) >= 128 and string.byte(summary, cut) < 192 do
     cut = cut - 1
