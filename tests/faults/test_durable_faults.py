@@ -1,12 +1,12 @@
-"""Scenarios 35-37: durable jobs under faults (docs/durable.md, issue 55).
+"""Scenarios 36-38: durable jobs under faults (docs/durable.md).
 
-35. kill -9 storms over jobs of ten steps: every job finishes, every step is recorded once,
+36. kill -9 storms over jobs of ten steps: every job finishes, every step is recorded once,
     and a step ran twice only when the worker running it was killed before its record (the
     at-least-once boundary, never beyond it). Full on SQLite, smaller on the other stores.
-36. Events sent while workers are killed reach each waiter once (the job type keeps events,
+37. Events sent while workers are killed reach each waiter once (the job type keeps events,
     so one sent before its wait began counts too; each event is sent twice with one id, as a
     client retrying through an outage does).
-37. The store restarted while jobs sleep (SQLite: every worker gone and the file opened
+38. The store restarted while jobs sleep (SQLite: every worker gone and the file opened
     again; Redis from its AOF; PostgreSQL after a crash): every sleeper wakes and finishes.
 """
 
@@ -87,7 +87,7 @@ def test_kill9_storm_over_durable_steps(backend: Backend, faults: Faults) -> Non
         for i, step in enumerate(recorded):  # the record is the last run's, under its lease
             assert step.attempt == runs[(job_id, i)][-1]["a"]
             assert step.result == str(i)
-    report("35 kill -9 storm, durable steps", backend.name, jobs=count, steps=count * STEPS,
+    report("36 kill -9 storm, durable steps", backend.name, jobs=count, steps=count * STEPS,
            kills=len(kills), steps_run_twice=len(twice),
            step_runs=sum(len(r) for r in runs.values()))
 
@@ -130,7 +130,7 @@ def test_events_sent_during_kills_reach_each_waiter_once(backend: Backend,
         assert [s.origin for s in history.steps if s.name.startswith("wait:")] == [f"ev-{key}"]
     afters = Counter(line["j"] for line in faults.log.lines() if line["s"] == "after")
     assert set(afters) == set(ids)
-    report("36 events during kills", backend.name, waiters=count, kills=len(kills),
+    report("37 events during kills", backend.name, waiters=count, kills=len(kills),
            sends=sum(sent.values()), after_steps_run_twice=sum(1 for n in afters.values()
                                                                if n > 1))
 
@@ -164,7 +164,7 @@ def _sleep_through(faults: Faults, url: str, store: str,
     befores = Counter(line["j"] for line in faults.log.lines()
                       if line["s"] == "after" and line["got"] == "before")
     assert befores == dict.fromkeys(ids, 1)
-    report("37 store restarted while sleeping", store, sleepers=SLEEPERS)
+    report("38 store restarted while sleeping", store, sleepers=SLEEPERS)
 
 
 @pytest.mark.slow
