@@ -72,15 +72,15 @@ class MemoryDurable:
 
     def read(self, job_id: str) -> DurableHistory:
         """The job's steps, wait and inbox size."""
-        with self._state._lock:
+        with self._state.lock:
             rows = self._rows
             return DurableHistory(list(rows.steps.get(job_id, {}).values()),
                                   rows.waits.get(job_id), len(rows.inbox.get(job_id, ())))
 
     def save_steps(self, job_id: str, token: str, steps: Sequence[Step]) -> bool:
         """Record steps of the running job, fenced by its lease."""
-        with self._state._lock:
-            entry = self._state._holder(job_id, token)
+        with self._state.lock:
+            entry = self._state.holder(job_id, token)
             if entry is None:
                 return False
             mine = self._rows.steps.setdefault(job_id, {})
@@ -91,8 +91,8 @@ class MemoryDurable:
 
     def receive(self, job_id: str, token: str, wait: Wait) -> Received | None:
         """Register the wait and take what answers it; see ``DurableStore.receive``."""
-        with self._state._lock:
-            entry = self._state._holder(job_id, token)
+        with self._state.lock:
+            entry = self._state.holder(job_id, token)
             if entry is None:
                 return None
             rows, now = self._rows, self._state.now()
@@ -123,8 +123,8 @@ class MemoryDurable:
 
     def send(self, job_id: str, message: Message) -> bool | None:
         """Put a message in a job's inbox, waking the job if it waits for it."""
-        with self._state._lock:
-            entry = self._state._jobs.get(job_id)
+        with self._state.lock:
+            entry = self._state.jobs.get(job_id)
             if entry is None:
                 return None
             if entry.rec.state.terminal:
@@ -134,7 +134,7 @@ class MemoryDurable:
 
     def send_event(self, message: Message, keep: float) -> int:
         """Deliver an event to every wait listening for it; keep it ``keep`` seconds."""
-        with self._state._lock:
+        with self._state.lock:
             now = self._state.now()
             message = replace(message, sent_at=now)  # the store's clock stamps it
             self._drop_expired(now)
@@ -142,7 +142,7 @@ class MemoryDurable:
                 self._rows.kept.append((message, now + keep))
             reached = 0
             for job_id in list(self._rows.listeners.get((message.name, message.key), {})):
-                entry = self._state._jobs.get(job_id)
+                entry = self._state.jobs.get(job_id)
                 if entry is None:
                     self._rows.unwait(job_id)
                     continue
@@ -164,7 +164,7 @@ class MemoryDurable:
         """Apply a SUSPENDED ack: ``scheduled`` until ``resume_at``."""
         rec = entry.rec
         rec.run_at = now if ack.resume_at is None else ack.resume_at
-        self._state._move(entry, JobState.SCHEDULED, EventKind.SUSPENDED, now,
+        self._state.move(entry, JobState.SCHEDULED, EventKind.SUSPENDED, now,
                           worker=rec.worker, message=message, data={"until": rec.run_at})
         self.suspended(entry)
 
@@ -174,7 +174,7 @@ class MemoryDurable:
         worker)."""
         if entry.rec.state is JobState.SCHEDULED and self._rows.answers(entry.rec.id):
             entry.rec.message = WOKEN_MESSAGE
-            self._state._move(entry, JobState.PENDING, EventKind.WOKEN, self._state.now(),
+            self._state.move(entry, JobState.PENDING, EventKind.WOKEN, self._state.now(),
                               message=WOKEN_MESSAGE)
 
     def _drop_expired(self, now: float) -> None:

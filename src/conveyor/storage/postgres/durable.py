@@ -4,9 +4,10 @@ lease where the running job calls it; the reads are plain statements."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from conveyor.core.steps import DurableHistory, Message, Received, Step, Wait, step_event
+from conveyor.storage.postgres.clock import ServerClock
 from conveyor.storage.postgres.connection import Database
 
 __all__ = ["PostgresDurable"]
@@ -29,10 +30,10 @@ _READ = (
 
 
 class PostgresDurable:
-    """``DurableStore`` over one schema. ``clock`` is the storage's ``p_now`` argument (a
-    test clock's time, or None for the server's)."""
+    """``DurableStore`` over one schema; ``clock.arg()`` is the functions' ``p_now`` (a test
+    clock's time, or None for the server's)."""
 
-    def __init__(self, db: Database, clock: Callable[[], float | None]) -> None:
+    def __init__(self, db: Database, clock: ServerClock) -> None:
         self._db = db
         self._clock = clock
 
@@ -59,7 +60,7 @@ class PostgresDurable:
         """Register the wait and take what answers it (``durable_receive``)."""
         with self._db.call() as cur:
             row = cur.execute(_RECEIVE, (
-                self._clock(), job_id, token, wait.kind, wait.step, wait.name, wait.key,
+                self._clock.arg(), job_id, token, wait.kind, wait.step, wait.name, wait.key,
                 wait.until, wait.window)).fetchone()
         if row is None:
             return None
@@ -68,7 +69,7 @@ class PostgresDurable:
     def send(self, job_id: str, message: Message) -> bool | None:
         """Put a message in a job's inbox, waking it if it waits for it (``durable_send``)."""
         with self._db.call() as cur:
-            row = cur.execute(_SEND, (self._clock(), job_id, message.id, message.kind,
+            row = cur.execute(_SEND, (self._clock.arg(), job_id, message.id, message.kind,
                                       message.name, message.key, message.data)).fetchone()
         code = int(row[0]) if row else -1
         return None if code < 0 else code > 0
@@ -76,6 +77,6 @@ class PostgresDurable:
     def send_event(self, message: Message, keep: float) -> int:
         """Deliver an event to every wait listening for it (``durable_event``)."""
         with self._db.call() as cur:
-            row = cur.execute(_EVENT, (self._clock(), message.id, message.name, message.key,
+            row = cur.execute(_EVENT, (self._clock.arg(), message.id, message.name, message.key,
                                        message.data, keep)).fetchone()
         return int(row[0]) if row else 0

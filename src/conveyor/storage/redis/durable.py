@@ -11,37 +11,17 @@ wait or read as kept: never missed by both.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
 from conveyor.core.steps import EVENT, DurableHistory, Message, Received, Step, Wait, step_event
 from conveyor.storage.durable import WOKEN_MESSAGE
-from conveyor.storage.redis.base import Move
-from conveyor.storage.redis.connection import Link
-from conveyor.storage.redis.keys import Keys
-from conveyor.storage.redis.scripts import Scripts
+from conveyor.storage.redis.context import RedisContext
+from conveyor.storage.redis.graph import RedisGraph
 
 __all__ = ["RedisDurable"]
 
 US, RS = "\x1f", "\x1e"  # lua/_durable.lua's separators
-
-
-class _Store(Protocol):
-    """What the durable records need of the Redis storage they belong to."""
-
-    link: Link
-    keys: Keys
-    scripts: Scripts
-
-    def now_arg(self) -> str: ...
-
-    def find_queue(self, job_id: str, token: str | None = None) -> str | None: ...
-
-    def known_queues(self) -> list[str]: ...
-
-    def sync_batches(self, moves: Iterable[Move]) -> None: ...
-
-    def ring(self, queue: str, ready: int) -> None: ...
 
 
 def _text(value: Any) -> str:
@@ -49,26 +29,27 @@ def _text(value: Any) -> str:
 
 
 class RedisDurable:
-    """``DurableStore`` over one Redis deployment (single server, Sentinel or Cluster)."""
+    """``DurableStore`` over one Redis deployment (single server, Sentinel or Cluster); a
+    delivery's moves (a woken batch job) are fed to ``graph.sync_batches``."""
 
-    def __init__(self, store: _Store) -> None:
-        self._store = store
+    def __init__(self, ctx: RedisContext, graph: RedisGraph) -> None:
+        self.ctx = ctx
+        self.link, self.keys, self.scripts = ctx.link, ctx.keys, ctx.scripts
+        self._graph = graph
 
     def read(self, job_id: str) -> DurableHistory:
         """The job's steps, wait and inbox size."""
-        store = self._store
-        queue = store.find_queue(job_id)
+        queue = self.ctx.find_queue(job_id)
         if queue is None:
             return DurableHistory()
-        qk = store.keys.queue(queue)
-        names, wait, inbox = store.link.call_many(
+        qk = self.keys.queue(queue)
+        names, wait, inbox = self.link.call_many(
             ("HGET", qk.steps, job_id), ("HGET", qk.waits, job_id), ("HGET", qk.inbox, job_id))
         steps: list[Step] = []
         if names:
             wanted = [n for n in _text(names).split("\n") if n]
             if wanted:
-                bodies = store.link.call("HMGET", qk.steps,
-                                         *[job_id + US + n for n in wanted])
+                bodies = self.link.call("HMGET", qk.steps, *[job_id + US + n for n in wanted])
                 steps = [Step.from_json(b, n) for n, b in zip(wanted, bodies, strict=True)
                          if b is not None]
         return DurableHistory(steps, None if wait is None else _wait(_text(wait)),
@@ -76,25 +57,25 @@ class RedisDurable:
 
     def save_steps(self, job_id: str, token: str, steps: Sequence[Step]) -> bool:
         """Record steps of the running job, fenced by its lease (``steps.lua``)."""
-        queue = self._store.find_queue(job_id, token)
+        queue = self.ctx.find_queue(job_id, token)
         if queue is None:
             return False
-        args: list[Any] = [self._store.now_arg(), queue, job_id, token]
+        args: list[Any] = [self.ctx.now_arg(), queue, job_id, token]
         for step in steps:
             event = "" if step.status == "cursor" else step_event(step).to_json() + "\n"
             args += [step.name, step.to_json(), step.origin or "", event]
-        return bool(self._store.scripts.run("steps", self._store.keys.queue(queue), args))
+        return bool(self.scripts.run("steps", self.keys.queue(queue), args))
 
     def receive(self, job_id: str, token: str, wait: Wait) -> Received | None:
         """Register the wait and take what answers it (``receive.lua``; a second call with
         the kept events of an event wait that found nothing)."""
-        queue = self._store.find_queue(job_id, token)
+        queue = self.ctx.find_queue(job_id, token)
         if queue is None:
             return None
         reply = self._receive(queue, job_id, token, wait, [])
         if reply[0] == 0 and wait.kind == EVENT and wait.window > 0:
-            kept = self._store.scripts.run("kept", self._store.keys.events, [
-                self._store.now_arg(), "read", wait.name + US + wait.key])
+            kept = self.scripts.run("kept", self.keys.events, [
+                self.ctx.now_arg(), "read", wait.name + US + wait.key])
             if kept:
                 reply = self._receive(queue, job_id, token, wait, list(kept))
         if reply[0] < 0:
@@ -104,14 +85,14 @@ class RedisDurable:
 
     def _receive(self, queue: str, job_id: str, token: str, wait: Wait,
                  kept: list[Any]) -> list[Any]:
-        reply: list[Any] = self._store.scripts.run("receive", self._store.keys.queue(queue), [
-            self._store.now_arg(), queue, job_id, token, wait.kind, wait.step, wait.name,
+        reply: list[Any] = self.scripts.run("receive", self.keys.queue(queue), [
+            self.ctx.now_arg(), queue, job_id, token, wait.kind, wait.step, wait.name,
             wait.key, repr(wait.until), repr(wait.window), *kept])
         return [int(reply[0]), *reply[1:]]
 
     def send(self, job_id: str, message: Message) -> bool | None:
         """Put a message in a job's inbox, waking it if it waits for it (``deliver.lua``)."""
-        queue = self._store.find_queue(job_id)
+        queue = self.ctx.find_queue(job_id)
         if queue is None:
             return None
         reached = self._deliver(queue, job_id, message)
@@ -120,23 +101,22 @@ class RedisDurable:
     def send_event(self, message: Message, keep: float) -> int:
         """Keep the event (``kept.lua``), then deliver it in every queue (``deliver.lua``)."""
         if keep > 0:
-            self._store.scripts.run("kept", self._store.keys.events, [
-                self._store.now_arg(), "add", message.name + US + message.key, message.id,
+            self.scripts.run("kept", self.keys.events, [
+                self.ctx.now_arg(), "add", message.name + US + message.key, message.id,
                 message.data, repr(keep)])
-        return sum(self._deliver(queue, "", message) for queue in self._store.known_queues())
+        return sum(self._deliver(queue, "", message) for queue in self.ctx.known_queues())
 
     def _deliver(self, queue: str, job_id: str, message: Message) -> int:
-        reached, woken, moves = self._store.scripts.run("deliver", self._store.keys.queue(queue), [
-            self._store.now_arg(), queue, job_id, message.id, message.kind, message.name,
+        reached, woken, moves = self.scripts.run("deliver", self.keys.queue(queue), [
+            self.ctx.now_arg(), queue, job_id, message.id, message.kind, message.name,
             message.key, message.data, WOKEN_MESSAGE])
-        self._store.sync_batches(moves)
-        self._store.ring(queue, int(woken))
+        self._graph.sync_batches(moves)
+        self.ctx.ring(queue, int(woken))
         return int(reached)
 
     def sweep(self) -> None:
         """Drop kept events past their time (the janitor's trim)."""
-        self._store.scripts.run("kept", self._store.keys.events, [self._store.now_arg(),
-                                                                   "sweep"])
+        self.scripts.run("kept", self.keys.events, [self.ctx.now_arg(), "sweep"])
 
 
 def _wait(line: str) -> Wait | None:

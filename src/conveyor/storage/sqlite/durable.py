@@ -4,9 +4,10 @@ one ``BEGIN IMMEDIATE`` transaction, fenced by the lease where the running job c
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from conveyor.core.clock import Clock
 from conveyor.core.job import EventKind, JobState
 from conveyor.core.steps import EVENT, DurableHistory, Message, Received, Step, Wait
 from conveyor.storage.durable import (
@@ -59,9 +60,9 @@ def wake_answered(cur: sqlite3.Cursor, now: float,
 class SqliteDurable:
     """``DurableStore`` over one SQLite database."""
 
-    def __init__(self, db: Database, now: Callable[[], float], wakeup: Wakeup) -> None:
+    def __init__(self, db: Database, clock: Clock, wakeup: Wakeup) -> None:
         self._db = db
-        self._now = now
+        self._clock = clock
         self._wakeup = wakeup
 
     def read(self, job_id: str) -> DurableHistory:
@@ -103,7 +104,7 @@ class SqliteDurable:
             holder = cur.execute(_HOLDER, (job_id, token)).fetchone()
             if holder is None:
                 return None
-            now = self._now()
+            now = self._clock.now()
             done = cur.execute("SELECT body FROM durable_steps WHERE job_id = ? AND name = ? "
                                "AND final = 1", (job_id, wait.step)).fetchone()
             if done is not None:
@@ -152,7 +153,7 @@ class SqliteDurable:
                 return None
             if JobState(row[0]).terminal:
                 return False
-            woken = self._deliver(cur, self._now(), [job_id], message)
+            woken = self._deliver(cur, self._clock.now(), [job_id], message)
         if woken:
             self._wakeup.notify()
         return True
@@ -160,7 +161,7 @@ class SqliteDurable:
     def send_event(self, message: Message, keep: float) -> int:
         """Deliver an event to every wait listening for it; keep it ``keep`` seconds."""
         with self._db.write() as cur:
-            now = self._now()
+            now = self._clock.now()
             cur.execute("DELETE FROM durable_kept WHERE until <= ?", (now,))
             if keep > 0:
                 cur.execute("INSERT INTO durable_kept (id, name, ekey, data, sent_at, until) "
