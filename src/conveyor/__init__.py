@@ -10,7 +10,7 @@ from conveyor.client.refs import JobRef
 from conveyor.core.clock import FakeClock
 from conveyor.core.encryption import Keys
 from conveyor.core.job import Event, JobRecord, JobState
-from conveyor.errors import Fail, Retry
+from conveyor.errors import Fail, Retry, StepFailed
 from conveyor.workflow.canvas import chain, chord, chunks, group
 from conveyor.workflow.graph import Workflow
 from conveyor.workflow.running import RunningWorkflow
@@ -31,6 +31,7 @@ __all__ = [
     "Offload",
     "Retry",
     "RunningWorkflow",
+    "StepFailed",
     "Throttle",
     "Workflow",
     "chain",

@@ -30,6 +30,7 @@ from conveyor.client.batch import Batch, Callback, await_batch, batch_status, wa
 from conveyor.client.client import Client
 from conveyor.client.context import JobRuntime
 from conveyor.client.draft import build_flow
+from conveyor.client.messaging import Messaging
 from conveyor.client.middleware import ClientChain, ServerChain
 from conveyor.client.opener import StorageOpener
 from conveyor.client.options import Aggregate, Debounce, KeyOption, Throttle, make_options
@@ -105,7 +106,10 @@ worker runs jobs with, and the storage.
         #: ``JobContext`` the worker builds, so nothing below the app reaches into it.
         self.runtime = JobRuntime(clock=self.client.clock, function=self.registry.get,
                                   record=self.get_job,
-                                  workflow=lambda ctx: RunningWorkflow(ctx, self.client))
+                                  workflow=lambda ctx: RunningWorkflow(ctx, self.client),
+                                  durable=self.client)
+        #: ``send`` and ``send_event``: messages and events to durable jobs (docs/durable.md)
+        self.messaging = Messaging(self.client)
         #: Declared in code (iterate it), and the store's, changed at run time (its methods)
         self.schedules = Schedules(lambda: self.storage, self.registry.options)
         self.server_middleware = ServerChain()
@@ -185,6 +189,7 @@ worker runs jobs with, and the storage.
         rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
         debounce: Debounce | None = None, throttle: Throttle | None = None,
         aggregate: Aggregate | None = None, executor: str | None = None,
+        event_window: float = 0.0,
     ) -> Callable[[Callable[..., Any]], JobFunction]: ...
 
     def job(
@@ -197,6 +202,7 @@ worker runs jobs with, and the storage.
         rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
         debounce: Debounce | None = None, throttle: Throttle | None = None,
         aggregate: Aggregate | None = None, executor: str | None = None,
+        event_window: float = 0.0,
     ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
         """Register a job function; use as ``@app.job`` or ``@app.job(queue=..., ...)``.
 
@@ -217,6 +223,8 @@ worker runs jobs with, and the storage.
         together per key and the job's aggregator (``@app.aggregate``) runs once with their
         aggregation (docs/aggregation.md). ``executor="process"``: a ``def`` job runs in a job
         process the worker kills at its timeout (docs/worker.md; default: ``--executor``).
+        ``event_window``: seconds before a ``wait_for`` began that an event still reaches it
+        (docs/durable.md; 0: only events sent after).
         """
         opts = make_options(
             queue=queue, retry=retry, timeout=timeout, expires_in=expires_in, retry_in=retry_in,
@@ -224,6 +232,7 @@ worker runs jobs with, and the storage.
             concurrency=concurrency, rate_key=rate_key, rate_limit=rate_limit,
             rate_period=rate_period, order_key=order_key, debounce=debounce,
             throttle=throttle, aggregate=aggregate, executor=executor,
+            event_window=event_window,
         )
 
         def register(f: Callable[..., Any]) -> JobFunction:
@@ -380,18 +389,25 @@ worker runs jobs with, and the storage.
         """``cancel`` for asyncio code."""
         return await asyncio.to_thread(self.storage.cancel, job_id)
 
+    # -- durable jobs: messages and events (docs/durable.md) ------------------------------
+
+    def send(self, job_id: str, topic: str = "", data: Any = None, *,
+             message_id: str | None = None) -> bool:
+        """Send ``data`` to job ``job_id``'s inbox under ``topic`` (``Messaging.send``);
+        False when the job has finished, ``JobNotFound`` when there is none."""
+        return self.messaging.send(job_id, topic, data, message_id=message_id)
+
+    def send_event(self, name: str, key: str = "", data: Any = None, *,
+                   keep: float | None = None, event_id: str | None = None) -> int:
+        """Deliver the event ``name``/``key`` to every job waiting for it, each once; how
+        many it reached (``Messaging.send_event``)."""
+        return self.messaging.send_event(name, key, data, keep=keep, event_id=event_id)
+
     # -- batches ----------------------------------------------------------------------------
 
-    def batch(
-        self,
-        batch_id: str | None = None,
-        *,
-        description: str | None = None,
-        on_complete: Callback = None,
-        on_success: Callback = None,
-        on_death: Callback = None,
-        meta: Mapping[str, Any] | None = None,
-    ) -> Batch:
+    def batch(self, batch_id: str | None = None, *, description: str | None = None,
+              on_complete: Callback = None, on_success: Callback = None,
+              on_death: Callback = None, meta: Mapping[str, Any] | None = None) -> Batch:
         """A batch to fill in a ``with`` block (see ``conveyor.client.batch``); given ``batch_id``,
         re-opens that existing batch to add jobs."""
         return Batch(
@@ -399,15 +415,9 @@ worker runs jobs with, and the storage.
             on_success=on_success, on_death=on_death, meta=meta,
         )
 
-    def workflow(
-        self,
-        *,
-        description: str | None = None,
-        on_complete: Callback = None,
-        on_success: Callback = None,
-        on_death: Callback = None,
-        meta: Mapping[str, Any] | None = None,
-    ) -> Workflow:
+    def workflow(self, *, description: str | None = None, on_complete: Callback = None,
+                 on_success: Callback = None, on_death: Callback = None,
+                 meta: Mapping[str, Any] | None = None) -> Workflow:
         """A workflow to build with ``add`` and store with ``enqueue``
         (``conveyor.workflow.graph``)."""
         return Workflow(self.client, description=description, on_complete=on_complete,

@@ -192,3 +192,33 @@ class JobFailed(ConveyorError):
 
 class ResultTimeout(ConveyorError, TimeoutError):
     """``JobRef.result(timeout=...)`` gave up waiting."""
+
+
+class Suspend(BaseException):
+    """A durable job leaves its worker until ``until`` (the storage's clock): a sleep, a
+    wait, a step's retry (docs/durable.md). Raised by the durable calls, never an error:
+    a ``BaseException``, so ``except Exception`` in job code lets it through; the worker
+    acknowledges the attempt ``SUSPENDED``."""
+
+    def __init__(self, until: float, reason: str) -> None:
+        super().__init__(reason)
+        self.until = until
+        self.reason = reason
+
+
+class Handback(BaseException):
+    """A resumable loop (``ctx.iterate``) stopped between items at its checkpoint: the
+    worker is stopping (the job goes back to pending, not an error attempt) or the job was
+    cancelled (it ends ``cancelled``)."""
+
+
+class StepFailed(Fail):
+    """A step failed past its own retries. Its error is recorded, so every replay raises it
+    again without running the step: the job ends ``failed`` (job code may catch it and
+    compensate, the same way on every replay)."""
+
+    def __init__(self, step: str, error: dict[str, str]) -> None:
+        super().__init__(f"step {step} failed: {error.get('type', 'Error')}: "
+                         f"{error.get('message', '')}")
+        self.step = step
+        self.error = error

@@ -102,6 +102,9 @@ class JobOptions:
     #: Where a ``def`` job runs (docs/worker.md, "Executors"): ``"thread"``, ``"process"`` (a
     #: job process the worker kills at the timeout), or None: the worker's ``--executor``.
     executor: str | None = None
+    #: A durable job's ``wait_for``: events sent up to this many seconds before the wait
+    #: began still count (docs/durable.md, "Events"); 0: only events sent after.
+    event_window: float = 0.0
 
     @property
     def has_flow(self) -> bool:
@@ -155,6 +158,8 @@ def _check(opts: JobOptions) -> None:
     check_name("queue", opts.queue)
     if opts.max_retries < 0:
         raise ValueError("max_retries must be >= 0")
+    if not (isinstance(opts.event_window, int | float) and opts.event_window >= 0):
+        raise ValueError(f"event_window must be seconds >= 0, not {opts.event_window!r}")
     for field in ("timeout", "expires_in", "unique_for"):
         value = getattr(opts, field)
         if value is not None and value <= 0:

@@ -47,9 +47,8 @@ class JobState(str, Enum):
         return self in TERMINAL_STATES
 
 
-TERMINAL_STATES = frozenset(
-    {JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, JobState.CANCELLED}
-)
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD,
+                             JobState.CANCELLED})
 ALL_STATES: tuple[JobState, ...] = tuple(JobState)
 #: The states in the order a job passes through them, for display (CLI, web, metrics).
 SHOWN_STATES: tuple[JobState, ...] = (
@@ -82,6 +81,8 @@ class EventKind:
     RELEASED = "released"  # a workflow node's parents all settled: it is pending now
     REOPENED = "reopened"  # a parent was retried by hand: the node waits for it again
     FLUSHED = "flushed"  # its aggregation was due: it leads the aggregation's run
+    # Durable jobs (docs/durable.md): a step recorded, left to sleep or wait, woken at once.
+    STEP, SUSPENDED, WOKEN = "step", "suspended", "woken"
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +230,7 @@ class Outcome(str, Enum):
     DEAD = "dead"
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"
+    SUSPENDED = "suspended"  # a durable job sleeps or waits: scheduled until ``resume_at``
 
     def __str__(self) -> str:
         return self.value
@@ -270,6 +272,7 @@ class Ack:
     events: tuple[Event, ...] = ()
     progress: tuple[int, int] | None = None
     bundle: tuple[Ack, ...] = ()  # the other members' acks of an aggregated run it leads
+    resume_at: float | None = None  # SUSPENDED: when it runs again (the storage's clock)
 
     def flatten(self) -> list[Ack]:
         """This ack and its bundle, each to be written as an ack of its own."""
@@ -328,10 +331,8 @@ class JobRecord:
     def as_dict(self, *, with_events: bool = True) -> dict[str, Any]:
         """JSON-ready view for the CLI's ``--json`` and the web API."""
         out: dict[str, Any] = {
-            "id": self.id,
-            "name": self.name,
-            "queue": self.queue,
-            "state": self.state.value,
+            "id": self.id, "name": self.name,
+            "queue": self.queue, "state": self.state.value,
             "args": self.args,
             "kwargs": self.kwargs,
             "attempt": self.attempt,

@@ -35,7 +35,8 @@ __all__ = [
 #: Outcomes that do not end a job by themselves: after a cancel request they end it
 #: ``cancelled`` instead (a cancelled job must never run again). SUCCEEDED and FAILED are
 #: answers the job gave; they stand.
-CANCELS_ON_REQUEST = frozenset({Outcome.RETRY, Outcome.DEAD, Outcome.INTERRUPTED})
+CANCELS_ON_REQUEST = frozenset({Outcome.RETRY, Outcome.DEAD, Outcome.INTERRUPTED,
+                                Outcome.SUSPENDED})
 
 #: ``message`` of a job cancelled before (or between) its attempts.
 CANCELLED_WHILE_WAITING = "cancelled while waiting"
@@ -85,6 +86,9 @@ OUTCOMES: dict[Outcome, tuple[str, str, bool, str | None]] = {
     Outcome.DEAD: ("dead", EventKind.DEAD, True, "dead"),
     Outcome.CANCELLED: ("cancelled", EventKind.CANCELLED, True, None),
     Outcome.INTERRUPTED: ("pending", EventKind.INTERRUPTED, False, None),
+    # A durable job sleeping or waiting (docs/durable.md): ``scheduled`` until ``resume_at``
+    # (sooner when what it waits for arrives), not an error attempt, counted nowhere.
+    Outcome.SUSPENDED: ("scheduled", EventKind.SUSPENDED, False, None),
 }
 
 
@@ -119,6 +123,8 @@ def ack_effect(ack: Ack, outcome: Outcome) -> AckEffect:
         message, data = cancelled_message(message), error
     elif outcome is Outcome.FAILED or outcome is Outcome.CANCELLED:
         data = error
+    elif outcome is Outcome.SUSPENDED:
+        data = {"until": ack.resume_at}
     return AckEffect(outcome, state, kind, terminal, counted, message, data)
 
 

@@ -18,8 +18,7 @@ from conveyor.views.failures import (
 from conveyor.views.history import history_view
 from conveyor.views.records import (
     batch_view,
-    get_job,
-    job_view,
+    job_detail,
     stats_view,
     workers_view,
 )
@@ -53,8 +52,7 @@ async def workers(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]
 
 async def job(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
     """One job in full as JSON."""
-    return json_response(await dash.call(lambda insp: job_view(get_job(insp, m["id"]),
-                                                               dash.data)))
+    return json_response(await dash.call(lambda insp: job_detail(insp, m["id"], dash.data)))
 
 
 async def batch(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:

@@ -23,10 +23,12 @@ from conveyor.core.serializer import oversize
 from conveyor.errors import (
     BlobUnavailable,
     Fail,
+    Handback,
     JobTimeout,
     NotAJob,
     PayloadError,
     Retry,
+    Suspend,
     TypedDataError,
     UnknownJobError,
 )
@@ -89,6 +91,7 @@ class Processor:
             args=stored, kwargs=named, runtime=self.app.runtime, app=self.app,
             token=job.token,
         )
+        ctx.event_window = fn.opts.event_window
         if data.seals(job.name):
             ctx.seal = Sealer(data, job.id, job.name).event
         now = self.clock.now()
@@ -200,7 +203,15 @@ class Processor:
         return ack
 
     def failure(self, entry: Entry, exc: BaseException) -> Ack:
-        """Map an exception to FAILED, RETRY, DEAD or CANCELLED; log it, call error hooks."""
+        """Map an exception to FAILED, RETRY, DEAD or CANCELLED; log it, call error hooks.
+        A durable job's control flow is no error: a sleep or wait leaves the worker
+        (SUSPENDED), a loop stopped at its checkpoint goes back (INTERRUPTED) or ends
+        cancelled (docs/durable.md)."""
+        if isinstance(exc, Suspend):
+            return self.ack(entry, Outcome.SUSPENDED, resume_at=exc.until, message=exc.reason)
+        if isinstance(exc, Handback):
+            outcome = Outcome.CANCELLED if entry.ctx.cancelled else Outcome.INTERRUPTED
+            return self.ack(entry, outcome, message=str(exc))
         ack = self._failure(entry, exc)
         report_outcome(self.app, entry.job, exc, ack, entry.args, entry.kwargs)
         return ack

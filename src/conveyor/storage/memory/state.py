@@ -12,7 +12,7 @@ import heapq
 import secrets
 import threading
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -82,6 +82,7 @@ class MemoryState:
         self.groups: dict[GroupId, Group] = {}  # aggregation groups (storage/aggregation.py)
         # their aggregating members, oldest first -> when each arrived
         self.members: dict[GroupId, dict[str, float]] = defaultdict(dict)
+        self.forgets: list[Callable[[str], None]] = []  # called with a deleted job's id
 
     def now(self) -> float:
         """The storage's clock."""
@@ -290,6 +291,8 @@ class MemoryState:
         """Delete a job from every index (``touch_batch``: and from its batch's counters)."""
         rec = entry.rec
         del self.jobs[rec.id]
+        for forget in self.forgets:
+            forget(rec.id)
         if rec.state is JobState.PENDING:
             self.pending[rec.queue].pop(rec.id, None)
         elif rec.state is JobState.AGGREGATING:

@@ -13,7 +13,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Sequence
 
-from conveyor.core.job import Ack
+from conveyor.core.job import Ack, Outcome
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.context import Move, RedisContext
 from conveyor.storage.redis.graph import RedisGraph
@@ -79,7 +79,10 @@ class RedisAcks:
                   mode: str) -> list[list[object]]:
         args = [self.ctx.now_arg(), queue, mode]
         for i in idxs:
-            args.extend(codec.ack_args(acks[i]))
+            fields = codec.ack_args(acks[i])
+            if acks[i].outcome is Outcome.SUSPENDED and acks[i].resume_at is not None:
+                fields[6] = repr(acks[i].resume_at)  # the wake time, in retry_in's place
+            args.extend(fields)
         reply: list[list[object]] = self.scripts.run("ack", self.keys.queue(queue), args,
                                                      patience=ACK_PATIENCE)
         return reply

@@ -48,6 +48,7 @@ from conveyor.storage.redis.connection import (
     parse_url,
 )
 from conveyor.storage.redis.context import RedisContext
+from conveyor.storage.redis.durable import RedisDurable
 from conveyor.storage.redis.enqueue import RedisEnqueue
 from conveyor.storage.redis.flow import RedisFlow
 from conveyor.storage.redis.graph import RedisGraph
@@ -176,7 +177,8 @@ class RedisStorage:
         self._acks = RedisAcks(ctx, self._graph)
         self._admin = RedisAdmin(ctx, self._graph)
         self.repair = PendingRepair(ctx)
-        self._upkeep = RedisUpkeep(ctx, self._graph, self._admin, self.repair)
+        self.durable = RedisDurable(ctx, self._graph)
+        self._upkeep = RedisUpkeep(ctx, self._graph, self._admin, self.repair, self.durable)
         self._pages = RedisBatchPages(ctx, self._batches)
         self._inspector = RedisInspector(ctx, self._batches, self._pages, self._admin)
         self._flow = RedisFlow(ctx)

@@ -6,6 +6,9 @@
 -- Rows are locked in id order (no deadlock between ackers). Of the acks naming one job only
 -- the first whose token is its live lease applies; every other ack of a stored job is
 -- refused with an `ack_refused` event. Returns applied-or-refused per ack, in order.
+-- A durable job's suspension (state `scheduled`, docs/durable.md) carries its wake time, the
+-- storage clock's, in `p_retry_in`; one whose wait was answered while it left its worker is
+-- made pending at once (durable_wake).
 --
 -- Each ack finds its job by one primary-key probe: a join testing `state = 'active'` matched
 -- the partial index jobs_active, whose generic plan walked every entry leased since the last
@@ -28,6 +31,7 @@ DECLARE
     won_ords integer[];
     b_ids text[];
     b_to text[];
+    s_ids text[];
 BEGIN
     IF coalesce(cardinality(p_ids), 0) = 0 THEN
         RETURN '{}';
@@ -56,6 +60,7 @@ BEGIN
             message = CASE WHEN w.cx THEN w.cmessage ELSE w.message END,
             progress = coalesce(w.progress, jobs.progress),
             run_at = CASE WHEN NOT w.cx AND w.state = 'retrying' THEN v_now + w.retry_in
+                          WHEN NOT w.cx AND w.state = 'scheduled' THEN w.retry_in
                           ELSE jobs.run_at END,
             ready_at = CASE WHEN NOT w.cx AND w.state = 'pending' THEN v_now
                             ELSE jobs.ready_at END,
@@ -94,8 +99,9 @@ BEGIN
     )
     SELECT array_agg(u.id), array_agg(u.ord::integer),
            array_agg(u.batch_id) FILTER (WHERE u.batch_id IS NOT NULL),
-           array_agg(u.state) FILTER (WHERE u.batch_id IS NOT NULL)
-    INTO won_ids, won_ords, b_ids, b_to FROM u;
+           array_agg(u.state) FILTER (WHERE u.batch_id IS NOT NULL),
+           array_agg(u.id) FILTER (WHERE u.state = 'scheduled')
+    INTO won_ids, won_ords, b_ids, b_to, s_ids FROM u;
     -- Refusals, after the applied acks (as on every backend): the state the job was in when
     -- the ack came, none when an earlier ack of this call had just ended the attempt. When
     -- every ack applied there is none, and no statement to run.
@@ -123,6 +129,9 @@ BEGIN
     IF b_ids IS NOT NULL THEN
         PERFORM batch_moves(v_now, b_ids, array_fill('active'::text, ARRAY[cardinality(b_ids)]),
                             b_to);
+    END IF;
+    IF s_ids IS NOT NULL THEN
+        PERFORM durable_wake(v_now, s_ids);
     END IF;
     RETURN ok;
 END

@@ -4,6 +4,7 @@
 --- @include "_moves"
 --- @include "_flow"
 --- @include "_unindex"
+--- @include "_durable"
 --- @key jobs
 --- @key state
 --- @key parked
@@ -24,6 +25,10 @@
 --- @key results
 --- @key messages
 --- @key flow
+--- @key steps
+--- @key waits
+--- @key inbox
+--- @key listeners
 -- ARGV: 1 now|'', 2 queue, then job ids
 -- Returns: {how many deleted, batch moves with state "deleted"}
 local deleted, moves = 0, {}
@@ -38,6 +43,7 @@ for i = 3, #ARGV do
     redis.call('HDEL', K_STATE, id)
     redis.call('HDEL', K_RESULTS, id)
     redis.call('HDEL', K_MESSAGES, id)
+    durable_forget(id)
     note_batch(moves, f, id, 'deleted')
     deleted = deleted + 1
   end
