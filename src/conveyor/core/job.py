@@ -82,6 +82,9 @@ class EventKind:
     RELEASED = "released"  # a workflow node's parents all settled: it is pending now
     REOPENED = "reopened"  # a parent was retried by hand: the node waits for it again
     FLUSHED = "flushed"  # its aggregation was due: it leads the aggregation's run
+    #: ``raise RetryAfter(s)``: scheduled again in ``s`` seconds; not an error attempt (its
+    #: data: ``{"retry_after": s}``; it runs again at the event's time plus that)
+    SNOOZED = "snoozed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +232,9 @@ class Outcome(str, Enum):
     DEAD = "dead"
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"
+    #: Run again after ``retry_in`` seconds (``RetryAfter``): stored ``scheduled``, the
+    #: retry budget (``errors``) untouched, as Oban's snooze and Sidekiq's reschedule.
+    SNOOZE = "snooze"
 
     def __str__(self) -> str:
         return self.value

@@ -55,7 +55,8 @@ BEGIN
             result = coalesce(w.result, jobs.result),
             message = CASE WHEN w.cx THEN w.cmessage ELSE w.message END,
             progress = coalesce(w.progress, jobs.progress),
-            run_at = CASE WHEN NOT w.cx AND w.state = 'retrying' THEN v_now + w.retry_in
+            run_at = CASE WHEN NOT w.cx AND w.state IN ('retrying', 'scheduled')
+                          THEN v_now + w.retry_in
                           ELSE jobs.run_at END,
             ready_at = CASE WHEN NOT w.cx AND w.state = 'pending' THEN v_now
                             ELSE jobs.ready_at END,

@@ -10,6 +10,7 @@
 --- @key active
 --- @key pending
 --- @key retrying
+--- @key scheduled
 --- @key succeeded
 --- @key failed
 --- @key dead
@@ -32,10 +33,11 @@
 --          ack_refused event is recorded), 2 valid but its batch must be updated first.
 local mode = ARGV[3]
 local TARGET = {retry = 'retrying', interrupted = 'pending', succeeded = 'succeeded',
-                failed = 'failed', dead = 'dead', cancelled = 'cancelled'}
+                failed = 'failed', dead = 'dead', cancelled = 'cancelled', snooze = 'scheduled'}
 local FINAL = {succeeded = {}, failed = {}, dead = {}, cancelled = {}}
-local CANCELS = {retrying = true, dead = true, pending = true}
+local CANCELS = {retrying = true, dead = true, pending = true, scheduled = true}
 local cur, touched, unleased, retrying, requeued, results, messages = {}, {}, {}, {}, {}, {}, {}
+local snoozed = {}
 local cleared = {}
 
 local function get(id, raw)
@@ -63,6 +65,8 @@ local function outcome_event(f, state, msg, err, delay)
     if err ~= '' and err ~= '{}' then data = data .. ',' .. string.sub(err, 2) else
       data = data .. '}' end
     return event_line('error', state, f, msg, data)
+  elseif state == 'scheduled' then  -- RetryAfter (storage/rules.py): not an error
+    return event_line('snoozed', state, f, msg, '{"retry_after":' .. delay .. '}')
   elseif state == 'pending' then
     if msg == '' then msg = 'interrupted by worker shutdown' end
     return event_line('interrupted', state, f, msg)
@@ -104,6 +108,12 @@ local function apply(i, id, job, state)
     retrying[#retrying + 1] = NOW + seconds
     retrying[#retrying + 1] = id
     count('r', f[F_NAME])
+  elseif state == 'scheduled' then  -- a snooze: due again later, the retry budget untouched
+    local seconds = math.max(tonumber(ARGV[i + 6]) or 0, 0)
+    delay = tostring(seconds)
+    f[F_RUN_AT] = string.format('%.6f', NOW + seconds)
+    snoozed[#snoozed + 1] = NOW + seconds
+    snoozed[#snoozed + 1] = id
   elseif state == 'pending' then
     f[F_PENDING_SINCE] = NOWS
     requeued[#requeued + 1] = id
@@ -168,6 +178,7 @@ end
 bulk('HSET', K_STATE, states)
 bulk('ZREM', K_ACTIVE, unleased)
 bulk('ZADD', K_RETRYING, retrying)
+bulk('ZADD', K_SCHEDULED, snoozed)
 bulk('ZADD', K_SUCCEEDED, FINAL.succeeded)
 bulk('ZADD', K_FAILED, FINAL.failed)
 bulk('ZADD', K_DEAD, FINAL.dead)
