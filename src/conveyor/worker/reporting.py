@@ -38,7 +38,7 @@ def report_outcome(
     if level is None:  # succeeded, cancelled, interrupted: not a failure
         return
     # A job that asked for a retry (``raise Retry``) is rescheduled on purpose: no error.
-    requested = (isinstance(exc, Retry) and ack.outcome is Outcome.RETRY
+    requested = ((isinstance(exc, Retry) and ack.outcome is Outcome.RETRY)
                  or ack.outcome is Outcome.SNOOZE)
     if requested:
         level = logging.INFO
