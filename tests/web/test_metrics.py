@@ -39,6 +39,8 @@ def test_scrape_time_metrics_from_the_inspector(tmp_path: Path) -> None:
     assert samples['conveyor_worker_slots{state="busy"}'] == 1
     assert samples["conveyor_workers"] == 1
     assert samples["conveyor_batches_active"] == 1
+    # 4 ready exports, the live worker's 5 slots: one worker (views/scaling.py)
+    assert samples['conveyor_desired_workers{queue="exports"}'] == 1
     app.storage.cancel_batch(app.storage.list_batches()[0].id)
     assert _samples(render_inspector(app.storage))["conveyor_batches_active"] == 0
     app.close()
