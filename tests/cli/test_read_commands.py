@@ -119,7 +119,7 @@ def test_scale_hint_text_json_and_a_bad_flag(env: Env,
     view = env.json("scale-hint", "--queue", "exports", "-c", "2", "--latency-target", "0")
     assert view["total"] == 2
     assert [(q["queue"], q["workers"], q["slots"], q["ready"], q["reason"])
-            for q in view["queues"]] == [("exports", 2, 4, 4, "backlog")]
+            for q in view["queues"].values()] == [("exports", 2, 4, 4, "backlog")]
     code, out, _ = env.run("scale-hint", "-c", "2")
     assert code == 0 and out.splitlines()[0].split() == [
         "QUEUE", "WORKERS", "SLOTS", "READY", "RUNNING", "WHY"]

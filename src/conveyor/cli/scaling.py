@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from conveyor.cli.common import add_source_args, emit, open_backend, table
-from conveyor.views.scaling import DEFAULT_LATENCY_TARGET, scale_hints
+from conveyor.views.scaling import DEFAULT_LATENCY_TARGET, scale_view
 
 
 def register(sub: Any) -> None:
@@ -49,15 +49,14 @@ def _seconds(text: str) -> float:
 def cmd_scale_hint(args: argparse.Namespace) -> int:
     """Print one row per queue: the workers and slots its work can use, and why."""
     with open_backend(args) as backend:
-        hints = scale_hints(backend, args.slots_per_worker, args.latency_target, args.queue)
-    view = {"total": sum(h.workers for h in hints), "queues": [h.as_dict() for h in hints]}
+        view = scale_view(backend, args.slots_per_worker, args.latency_target, args.queue)
     return emit(args, view, format_hints)
 
 
 def format_hints(view: dict[str, Any]) -> str:
     """The text form: a table, then the sum (what a fleet serving every queue would use)."""
     rows = [(q["queue"], q["workers"], q["slots"], q["ready"], q["running"], q["reason"])
-            for q in view["queues"]]
+            for q in view["queues"].values()]
     if not rows:
         return "no queue"
     return (table(("QUEUE", "WORKERS", "SLOTS", "READY", "RUNNING", "WHY"), rows)

@@ -82,9 +82,7 @@ class EventKind:
     RELEASED = "released"  # a workflow node's parents all settled: it is pending now
     REOPENED = "reopened"  # a parent was retried by hand: the node waits for it again
     FLUSHED = "flushed"  # its aggregation was due: it leads the aggregation's run
-    #: ``raise RetryAfter(s)``: scheduled again in ``s`` seconds; not an error attempt (its
-    #: data: ``{"retry_after": s}``; it runs again at the event's time plus that)
-    SNOOZED = "snoozed"
+    SNOOZED = "snoozed"  # RetryAfter: due again at ts + data["retry_after"]; not an error
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,9 +230,7 @@ class Outcome(str, Enum):
     DEAD = "dead"
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"
-    #: Run again after ``retry_in`` seconds (``RetryAfter``): stored ``scheduled``, the
-    #: retry budget (``errors``) untouched, as Oban's snooze and Sidekiq's reschedule.
-    SNOOZE = "snooze"
+    SNOOZE = "snooze"  # RetryAfter: scheduled again in retry_in s, the errors untouched
 
     def __str__(self) -> str:
         return self.value
@@ -316,9 +312,8 @@ class JobRecord:
     flow: FlowControl | None = None
     events: list[Event] | None = None
     #: Why the stored record could not be read whole (truncated, not UTF-8, a field missing),
-    #: or ``None`` for a sound record. An unreadable record is still listed, with the fields
-    #: that could be read and the rest defaulted, so that operators can see and delete it;
-    #: the worker never runs it (it ends ``dead`` with this reason).
+    #: or ``None`` for a sound record. It is still listed (what could be read, the rest
+    #: defaulted) for operators to delete; no worker runs it (it ends ``dead``, this reason).
     unreadable: str | None = None
 
     @property

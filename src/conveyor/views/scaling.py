@@ -18,7 +18,7 @@ from conveyor.core.job import FlowControl, JobState
 from conveyor.storage.base import Inspector
 
 __all__ = ["DEFAULT_LATENCY_TARGET", "DEFAULT_SLOTS", "SAMPLE", "KeyLoad", "QueueFacts",
-           "ScaleHint", "desired_workers", "read_facts", "scale_hints"]
+           "ScaleHint", "desired_workers", "read_facts", "scale_hints", "scale_view"]
 
 #: Seconds a ready job may wait before it starts (``--latency-target``).
 DEFAULT_LATENCY_TARGET = 30.0
@@ -194,6 +194,16 @@ def scale_hints(inspector: Inspector, slots_per_worker: int | None = None,
         facts = read_facts(inspector, q.name, q.paused, q.pending, q.active)
         hints.append(desired_workers(facts, slots_per_worker, latency_target))
     return hints
+
+
+def scale_view(inspector: Inspector, slots_per_worker: int | None = None,
+               latency_target: float = DEFAULT_LATENCY_TARGET,
+               queues: Iterable[str] | None = None) -> dict[str, Any]:
+    """``scale_hints`` as JSON (``conveyor scale-hint --json``, ``/api/scale-hint``): the
+    sum of the queues' workers, and each queue's hint by name."""
+    hints = scale_hints(inspector, slots_per_worker, latency_target, queues)
+    return {"total": sum(h.workers for h in hints),
+            "queues": {h.queue: h.as_dict() for h in hints}}
 
 
 def live_slots(inspector: Inspector) -> int:
