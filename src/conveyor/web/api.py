@@ -16,7 +16,6 @@ from conveyor.views.failures import (
     failures_json,
 )
 from conveyor.views.history import history_view
-from conveyor.views.scaling import DEFAULT_LATENCY_TARGET, scale_view
 from conveyor.views.records import (
     batch_view,
     get_job,
@@ -24,6 +23,7 @@ from conveyor.views.records import (
     stats_view,
     workers_view,
 )
+from conveyor.views.scaling import DEFAULT_LATENCY_TARGET, scale_view
 from conveyor.web.http import Request, Response, StorageCaller, json_response
 from conveyor.web.pages import error_page
 
