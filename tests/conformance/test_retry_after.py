@@ -10,7 +10,7 @@ against its ``retry`` count).
 from __future__ import annotations
 
 from conveyor.core.clock import FakeClock
-from conveyor.core.job import FlowControl, JobState, Outcome
+from conveyor.core.job import BatchSpec, FlowControl, JobState, Outcome
 from conveyor.storage import Backend
 from tests.conformance.helpers import ack, boom, last_event, put, state_of, take, take_one
 
@@ -88,3 +88,21 @@ def test_a_snooze_is_not_counted_as_a_retry_in_the_totals(backend: Backend) -> N
     ack(backend, take_one(backend), Outcome.RETRY, error=boom(), retry_in=1.0)
     [totals] = backend.job_totals()
     assert (totals.retried, totals.processed, totals.failed, totals.dead) == (1, 0, 0, 0)
+
+
+def test_a_snoozed_job_of_a_batch_is_counted_scheduled_until_it_ends(
+        backend: Backend, clock: FakeClock) -> None:
+    """The batch waits for a snoozed job: counted ``scheduled``, then done when it ends
+    (Sidekiq's batches count a rescheduled job as still pending)."""
+    backend.create_batch(BatchSpec(id="b-snooze"))
+    job_id = put(backend, batch_id="b-snooze")
+    backend.close_batch("b-snooze")
+    assert ack(backend, take_one(backend), Outcome.SNOOZE, retry_in=5.0)
+    status = backend.get_batch("b-snooze")
+    assert status is not None and not status.complete
+    assert {k: v for k, v in status.counts.items() if v} == {"scheduled": 1}
+    clock.advance(5.0)
+    assert backend.promote_due() == 1
+    assert ack(backend, take_one(backend))
+    status = backend.get_batch("b-snooze")
+    assert status is not None and status.complete and state_of(backend, job_id).terminal

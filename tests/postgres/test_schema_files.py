@@ -142,7 +142,25 @@ def test_the_function_files_define_what_the_shipped_migrations_left(
                 with db.transaction():
                     db.execute(f'SET LOCAL search_path TO "{settings.schema}"')
                     db.execute(text.encode())  # several statements: the simple protocol
-    assert catalog(url) == {k: v for k, v in fresh.items() if "function_version" not in k}
+    shipped = catalog(url)
+    # A function changed on purpose since the move (below) differs, and only in its body.
+    changed = {k for k in fresh if k.startswith("function ") and _name(k) in CHANGED_SINCE}
+    assert {_name(k) for k in changed} == set(CHANGED_SINCE)
+    assert all(shipped[k] != fresh[k] for k in changed)
+    assert {k: v for k, v in shipped.items() if k not in changed} == {
+        k: v for k, v in fresh.items() if "function_version" not in k and k not in changed}
+
+
+#: Function files changed on purpose after the move out of the migrations, and why: the
+#: move was behaviour-neutral, these changes are not (each pinned by its own tests).
+CHANGED_SINCE = {
+    "ack": "issue 56: a RetryAfter's snooze (state 'scheduled') gets its run_at, as a retry's",
+}
+
+
+def _name(key: str) -> str:
+    """The function's name in a catalog key ``function <schema>.ack(...)``."""
+    return key.split(".", 1)[1].split("(", 1)[0]
 
 
 def _member(key: str) -> JobSpec:
