@@ -36,6 +36,25 @@ class Retry(Exception):
         self.in_seconds = in_seconds
 
 
+class RetryAfter(Exception):
+    """Raised by job code to run again after ``seconds`` WITHOUT spending an attempt: the
+    job is stored ``scheduled``, its retry budget (``errors``) untouched, with a ``snoozed``
+    event saying why (``message``) and for how long (Oban's ``{:snooze, seconds}``, Sidekiq
+    Enterprise's reschedule on ``OverLimit``). For a throttling downstream service:
+    ``conveyor.raise_for_retry_after(response)`` makes one from a 429/503 ``Retry-After``.
+
+    ``seconds`` is a finite number at least 0; anything else raises ``ValueError`` here. A
+    job that snoozes for ever waits for ever: bound it with ``expires_in`` (its deadline)."""
+
+    def __init__(self, seconds: float, message: str = "") -> None:
+        super().__init__(message or f"retry after {seconds!r:.40}s")
+        if not _seconds(seconds):
+            raise ValueError(f"seconds must be a finite number of seconds >= 0, not "
+                             f"{seconds!r:.40}")
+        self.seconds = float(seconds)
+        self.message = message
+
+
 def _seconds(value: object) -> bool:
     return (isinstance(value, (int, float)) and not isinstance(value, bool)
             and math.isfinite(value) and value >= 0)

@@ -129,7 +129,8 @@ def test_a_schema_upgraded_from_a_shipped_version_is_a_fresh_one(
 
 #: Functions whose file a later release changed on purpose (their new body is what a fresh
 #: schema and an upgraded one share, checked above): ``ack`` schedules a durable job's
-#: suspension and wakes one answered meanwhile (issue 55, docs/durable.md).
+#: suspension and wakes one answered meanwhile (issue 55, docs/durable.md), and schedules a
+#: ``RetryAfter``'s snooze (issue 56).
 CHANGED_SINCE_FILES = ("function <schema>.ack(",)
 #: Functions and triggers whose file came after the last shipped release: a durable job's
 #: records (issue 55, docs/durable.md).

@@ -30,6 +30,7 @@ from conveyor.storage import DEFAULT_URL, redact, url_secrets, without_secrets
 COMMANDS = (
     "conveyor.cli.worker",
     "conveyor.cli.stats",
+    "conveyor.cli.scaling",
     "conveyor.cli.jobs",
     "conveyor.cli.workers",
     "conveyor.cli.batches",

@@ -83,6 +83,7 @@ class EventKind:
     FLUSHED = "flushed"  # its aggregation was due: it leads the aggregation's run
     # Durable jobs (docs/durable.md): a step recorded, left to sleep or wait, woken at once.
     STEP, SUSPENDED, WOKEN = "step", "suspended", "woken"
+    SNOOZED = "snoozed"  # RetryAfter: due again at ts + data["retry_after"]; not an error
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +232,7 @@ class Outcome(str, Enum):
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"
     SUSPENDED = "suspended"  # a durable job sleeps or waits: scheduled until ``resume_at``
+    SNOOZE = "snooze"  # RetryAfter: scheduled again in retry_in s, the errors untouched
 
     def __str__(self) -> str:
         return self.value
@@ -313,9 +315,8 @@ class JobRecord:
     flow: FlowControl | None = None
     events: list[Event] | None = None
     #: Why the stored record could not be read whole (truncated, not UTF-8, a field missing),
-    #: or ``None`` for a sound record. An unreadable record is still listed, with the fields
-    #: that could be read and the rest defaulted, so that operators can see and delete it;
-    #: the worker never runs it (it ends ``dead`` with this reason).
+    #: or ``None`` for a sound record. It is still listed (what could be read, the rest
+    #: defaulted) for operators to delete; no worker runs it (it ends ``dead``, this reason).
     unreadable: str | None = None
 
     @property

@@ -22,6 +22,7 @@ from conveyor.views.records import (
     stats_view,
     workers_view,
 )
+from conveyor.views.scaling import DEFAULT_LATENCY_TARGET, scale_view
 from conveyor.web.http import Request, Response, StorageCaller, json_response
 from conveyor.web.pages import error_page
 
@@ -43,6 +44,18 @@ async def history(dash: Dashboard, request: Request, csrf: str,
     minutes = request.int_arg("minutes", HISTORY_MINUTES, 1, HISTORY_MINUTES)
     queue = request.arg("queue") or None
     return json_response(await dash.call(lambda insp: history_view(insp, queue, minutes)))
+
+
+async def scale_hint(dash: Dashboard, request: Request, csrf: str,
+                     m: re.Match[str]) -> Response:
+    """``scale_view`` as JSON, for KEDA's metrics-api scaler: ``?queue=`` one queue (else
+    all), ``?slots=`` slots per worker (else the live workers' mean), ``?latency_target=``
+    whole seconds (30 by default)."""
+    queue = request.arg("queue") or None
+    slots = request.int_arg("slots", 0, 0) or None
+    target = request.int_arg("latency_target", int(DEFAULT_LATENCY_TARGET), 0, 86_400)
+    return json_response(await dash.call(lambda insp: scale_view(
+        insp, slots, float(target), None if queue is None else [queue])))
 
 
 async def workers(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:

@@ -28,6 +28,7 @@ from conveyor.errors import (
     NotAJob,
     PayloadError,
     Retry,
+    RetryAfter,
     Suspend,
     TypedDataError,
     UnknownJobError,
@@ -238,6 +239,9 @@ class Processor:
         if isinstance(exc, NotAJob):  # a stored name that is not a job: never retried
             info = error_info(exc)
             return self.ack(entry, Outcome.DEAD, message=info.message, error=info)
+        if isinstance(exc, RetryAfter):  # a wait, not an error: the retry budget is untouched
+            message = exc.message or f"retry after {exc.seconds:g}s"
+            return self.ack(entry, Outcome.SNOOZE, message=message, retry_in=exc.seconds)
         if isinstance(exc, Retry):  # counts as an attempt, so it ends too
             message = exc.message or "retry requested"
             if job.errors >= job.max_retries:

@@ -68,6 +68,11 @@ def _finish(state: MemoryState, durable: MemoryDurable, entry: Entry, ack: Ack,
         rec.errors += 1 if ack.error else 0
         state.move(entry, JobState.DEAD, EventKind.DEAD, now, worker=worker,
                    message=message, data=error)
+    elif outcome is Outcome.SNOOZE:  # RetryAfter: due again later; not an error attempt
+        delay = max(ack.retry_in or 0.0, 0.0)
+        rec.run_at = now + delay
+        state.move(entry, JobState.SCHEDULED, EventKind.SNOOZED, now, worker=worker,
+                   message=message, data={"retry_after": delay})
     elif outcome is Outcome.CANCELLED:
         state.move(entry, JobState.CANCELLED, EventKind.CANCELLED, now, worker=worker,
                    message=message, data=error)

@@ -33,6 +33,8 @@ _APPLY = (
     "WHERE rowid = ? AND state = 'active'"
 )
 _REFUSE = "UPDATE jobs SET events = events || ? WHERE rowid = ?"
+# The states an ack leaves a job in to run again later (a retry; a RetryAfter's snooze)
+_DUE_LATER = ("retrying", "scheduled")
 
 def _params(ack: Ack, effect: AckEffect, now: float, row: Sequence[Any]) -> tuple[Any, ...]:
     """The ``_APPLY`` parameters of one ack with its effect, for the row it matched."""
@@ -42,8 +44,8 @@ def _params(ack: Ack, effect: AckEffect, now: float, row: Sequence[Any]) -> tupl
     return (
         effect.state, 1 if counts_as_error(ack) else 0, ack.result,
         effect.message, json.dumps(list(ack.progress)) if ack.progress else None,
-        now + (ack.retry_in or 0.0) if effect.state == "retrying" else
-        (now if ack.resume_at is None else ack.resume_at) if effect.state == "scheduled" else None,
+        ack.resume_at if ack.resume_at is not None else
+        now + (ack.retry_in or 0.0) if effect.state in _DUE_LATER else None,
         now if effect.state == "pending" else None, now if effect.terminal else None, events,
         row[1],
     )

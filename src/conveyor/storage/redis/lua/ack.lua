@@ -23,7 +23,7 @@
 --- @key jobs       static JSON, read for flow control
 --- @key flow       hash
 --- @key waiters    set: ids of jobs a caller waits on (JobRef.aresult)
---- @key scheduled  zset run_at: suspended durable jobs (docs/durable.md)
+--- @key scheduled  zset run_at: suspended durable jobs (docs/durable.md), snoozed jobs
 --- @key steps
 --- @key waits
 --- @key inbox
@@ -34,19 +34,20 @@
 -- A job whose cancellation was requested ends cancelled when its attempt did not finish by
 -- itself (retry, dead, interrupted, suspended): see storage/rules.py, the same rule in Python.
 -- A suspended durable job is scheduled until retry_in (its wake time, absolute), or pending
--- at once when its wait was answered while it left its worker (_durable.lua).
+-- at once when its wait was answered while it left its worker (_durable.lua). A snoozed job
+-- (RetryAfter) is scheduled retry_in seconds from now (relative), its errors untouched.
 -- Returns: per ack {code, batch id|'', "state:queue"|''}: 1 applied (or the same outcome was
 --          applied before with this token: a retried call), 0 refused (stale lease; an
 --          ack_refused event is recorded), 2 valid but its batch must be updated first.
 local mode = ARGV[3]
 local TARGET = {retry = 'retrying', interrupted = 'pending', succeeded = 'succeeded',
                 failed = 'failed', dead = 'dead', cancelled = 'cancelled',
-                suspended = 'scheduled'}
+                suspended = 'scheduled', snooze = 'scheduled'}
 local FINAL = {succeeded = {}, failed = {}, dead = {}, cancelled = {}}
 local CANCELS = {retrying = true, dead = true, pending = true, scheduled = true}
 local WOKEN = 'woken: what it waited for arrived'  -- storage/durable.py's WOKEN_MESSAGE
 local cur, touched, unleased, retrying, requeued, results, messages = {}, {}, {}, {}, {}, {}, {}
-local suspended = {}
+local scheduled = {}  -- suspended and snoozed jobs: score their run_at
 local cleared = {}
 
 local function get(id, raw)
@@ -68,12 +69,14 @@ local function put(id, job)
 end
 
 -- The worker owns the retry policy: it sends "dead" once attempts are exhausted.
-local function outcome_event(f, state, msg, err, delay)
+local function outcome_event(f, state, msg, err, delay, outcome)
   if state == 'retrying' then
     local data = '{"retry":true,"retry_in":' .. delay
     if err ~= '' and err ~= '{}' then data = data .. ',' .. string.sub(err, 2) else
       data = data .. '}' end
     return event_line('error', state, f, msg, data)
+  elseif state == 'scheduled' and outcome == 'snooze' then  -- RetryAfter: not an error
+    return event_line('snoozed', state, f, msg, '{"retry_after":' .. delay .. '}')
   elseif state == 'scheduled' or delay == 'woken' then
     local line = event_line('suspended', 'scheduled', f, msg, '{"until":' .. f[F_RUN_AT] .. '}')
     if delay ~= 'woken' then return line end
@@ -128,8 +131,13 @@ local function apply(i, id, job, state)
     f[F_PENDING_SINCE] = NOWS
     requeued[#requeued + 1] = id
   elseif state == 'scheduled' then
-    suspended[#suspended + 1] = tonumber(f[F_RUN_AT])
-    suspended[#suspended + 1] = id
+    if outcome == 'snooze' then  -- due again later, the retry budget untouched
+      local seconds = math.max(tonumber(ARGV[i + 6]) or 0, 0)
+      delay = tostring(seconds)
+      f[F_RUN_AT] = string.format('%.6f', NOW + seconds)
+    end
+    scheduled[#scheduled + 1] = tonumber(f[F_RUN_AT])
+    scheduled[#scheduled + 1] = id
   else
     f[F_FINISHED_AT] = NOWS
     local index = FINAL[state]
@@ -144,7 +152,8 @@ local function apply(i, id, job, state)
   end
   local fl = flow_of(K_JOBS, id, f)
   if fl then flow_release(K_FLOW, id, fl, true, TERMINAL[state]) end
-  local line = outcome_event(f, state, delay == 'woken' and ARGV[i + 4] or msg, err, delay)
+  local line = outcome_event(f, state, delay == 'woken' and ARGV[i + 4] or msg, err, delay,
+                             outcome)
   f[F_LAST_TOKEN], f[F_LAST_OUTCOME], f[F_TOKEN], f[F_LEASE_EXPIRES], f[F_STATE] = f[F_TOKEN], ARGV[i + 2], '', '', state
   if state == 'pending' then f[F_WORKER] = '' end
   job.events = job.events .. ARGV[i + 7] .. line
@@ -174,7 +183,9 @@ for k = 1, #ids do
   else
     local state = TARGET[outcome] or 'failed'
     if job.f[F_CANCEL_REQUESTED] ~= '' and CANCELS[state] then state = 'cancelled' end
-    if state == 'scheduled' and durable_answered(id) then state = 'pending' end
+    if outcome == 'suspended' and state == 'scheduled' and durable_answered(id) then
+      state = 'pending'
+    end
     if job.f[F_BATCH] ~= '' and mode == 'plan' then
       out[#out + 1] = {2, job.f[F_BATCH], state .. ':' .. ARGV[2]}
     else
@@ -192,7 +203,7 @@ end
 bulk('HSET', K_STATE, states)
 bulk('ZREM', K_ACTIVE, unleased)
 bulk('ZADD', K_RETRYING, retrying)
-bulk('ZADD', K_SCHEDULED, suspended)
+bulk('ZADD', K_SCHEDULED, scheduled)
 bulk('ZADD', K_SUCCEEDED, FINAL.succeeded)
 bulk('ZADD', K_FAILED, FINAL.failed)
 bulk('ZADD', K_DEAD, FINAL.dead)
