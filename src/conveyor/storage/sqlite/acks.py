@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.core.job import Ack, Event, EventKind
+from conveyor.core.job import Ack, Event, EventKind, Outcome
 from conveyor.storage.rules import AckEffect, ack_effect, counts_as_error, effective_outcome
 from conveyor.storage.sqlite import batches, jobs
 from conveyor.storage.sqlite.durable import wake_answered
@@ -75,8 +75,8 @@ def apply(
         rows[ack.job_id] = (*row[:3], "done", *row[4:])  # a second ack in this call is refused
         effect = ack_effect(ack, effective_outcome(ack.outcome, bool(row[9])))
         updates.append(_params(ack, effect, now, row))
-        if effect.state == "scheduled":
-            suspended.append(ack.job_id)
+        if effect.state == "scheduled" and ack.outcome is Outcome.SUSPENDED:
+            suspended.append(ack.job_id)  # a snoozed job (RetryAfter) waits for nothing
         if row[6]:
             moves.append((row[6], "active", effect.state))
         if effect.counted:
