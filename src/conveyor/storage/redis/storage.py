@@ -231,7 +231,7 @@ class RedisStorage:
     def _leased(self, queue: str, reply: Any) -> list[LeasedJob]:
         """Decode a dequeue.lua reply and feed its batch moves to the batch counters."""
         rows, moves = reply
-        self._graph.sync_batches(moves)
+        self._graph.sync_batches(moves, confirm=False)  # its own leases, not run yet
         return [codec.leased(row, queue) for row in rows]
 
     def wait(self, queues: Sequence[str], timeout: float) -> bool:
@@ -341,7 +341,7 @@ class RedisStorage:
         if not reply:
             return None
         rows, moves = reply
-        self._graph.sync_batches(moves)
+        self._graph.sync_batches(moves, confirm=False)  # its own leases, not run yet
         return [codec.leased(row, queue) for row in rows]
 
     def batch_finished(self, batch_id: str) -> AbstractContextManager[BatchWaiter]:
