@@ -224,8 +224,7 @@ worker runs jobs with, and the storage.
         aggregation (docs/aggregation.md). ``executor="process"``: a ``def`` job runs in a job
         process the worker kills at its timeout (docs/worker.md; default: ``--executor``).
         ``event_window``: seconds before a ``wait_for`` began that an event still reaches it
-        (docs/durable.md; 0: only events sent after). ``version=V``, ``accepts=`` (versions
-        of stored jobs it runs; default V): docs/durable.md, "Safe deploys".
+        (docs/durable.md; 0: only events sent after). ``version``, ``accepts``: safe deploys.
         """
         opts = make_options(
             queue=queue, retry=retry, timeout=timeout, expires_in=expires_in, retry_in=retry_in,
