@@ -175,3 +175,22 @@ def test_the_options_are_checked_when_declared(mem: Conveyor) -> None:
     drain(mem)
     record = _record(mem, ref.id)
     assert record.state is JobState.DEAD and "reserved" in (record.message or "")
+
+
+def test_every_enqueue_path_stamps_the_version(mem: Conveyor) -> None:
+    """DBOS stamps every workflow with the application version that enqueued it; here a
+    single enqueue, the bulk path (whose fast encoding carries no meta) and a periodic tick
+    all carry it, and an unversioned type's jobs carry nothing."""
+    fn = mem.job(name="t.v", version=4)(lambda n: None)
+    plain = mem.job(name="t.plain")(lambda n: None)
+    one = fn.enqueue(1)
+    assert one is not None
+    many = fn.enqueue_many([[2], [3]])
+    bare = plain.enqueue_many([[4]])
+    mem.periodic("* * * * *", name="t.tick", args=[5])(fn)
+    declared = mem.schedules.declared  # the code's schedules, as the worker's scheduler has
+    spec = next(s for s in declared if s.name == "t.tick").spec(0.0, unique_for=60)
+    metas = [json.loads(_record(mem, r.id).payload).get("m", {}) for r in (one, *many)]
+    assert metas == [{VERSION_META: 4}] * 3
+    assert "m" not in json.loads(_record(mem, bare[0].id).payload)
+    assert json.loads(spec.payload)["m"][VERSION_META] == 4
