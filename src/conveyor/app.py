@@ -33,7 +33,7 @@ from conveyor.client.draft import build_flow
 from conveyor.client.messaging import Messaging
 from conveyor.client.middleware import ClientChain, ServerChain
 from conveyor.client.opener import StorageOpener
-from conveyor.client.options import Aggregate, Debounce, KeyOption, Throttle, make_options
+from conveyor.client.options import Accepts, Aggregate, Debounce, KeyOption, Throttle, make_options
 from conveyor.client.payloads import JobData, Offload, app_data
 from conveyor.client.periodic import Schedule, validate_cron, validate_tz
 from conveyor.client.refs import JobRef
@@ -189,7 +189,7 @@ worker runs jobs with, and the storage.
         rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
         debounce: Debounce | None = None, throttle: Throttle | None = None,
         aggregate: Aggregate | None = None, executor: str | None = None,
-        event_window: float = 0.0,
+        event_window: float = 0.0, version: int | None = None, accepts: Accepts = None,
     ) -> Callable[[Callable[..., Any]], JobFunction]: ...
 
     def job(
@@ -202,7 +202,7 @@ worker runs jobs with, and the storage.
         rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
         debounce: Debounce | None = None, throttle: Throttle | None = None,
         aggregate: Aggregate | None = None, executor: str | None = None,
-        event_window: float = 0.0,
+        event_window: float = 0.0, version: int | None = None, accepts: Accepts = None,
     ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
         """Register a job function; use as ``@app.job`` or ``@app.job(queue=..., ...)``.
 
@@ -224,7 +224,7 @@ worker runs jobs with, and the storage.
         aggregation (docs/aggregation.md). ``executor="process"``: a ``def`` job runs in a job
         process the worker kills at its timeout (docs/worker.md; default: ``--executor``).
         ``event_window``: seconds before a ``wait_for`` began that an event still reaches it
-        (docs/durable.md; 0: only events sent after).
+        (docs/durable.md; 0: only events sent after). ``version``, ``accepts``: safe deploys.
         """
         opts = make_options(
             queue=queue, retry=retry, timeout=timeout, expires_in=expires_in, retry_in=retry_in,
@@ -232,7 +232,7 @@ worker runs jobs with, and the storage.
             concurrency=concurrency, rate_key=rate_key, rate_limit=rate_limit,
             rate_period=rate_period, order_key=order_key, debounce=debounce,
             throttle=throttle, aggregate=aggregate, executor=executor,
-            event_window=event_window,
+            event_window=event_window, version=version, accepts=accepts,
         )
 
         def register(f: Callable[..., Any]) -> JobFunction:
@@ -306,7 +306,7 @@ worker runs jobs with, and the storage.
                 name=name or fn.name, cron=cron, job_name=fn.name,
                 queue=queue or fn.opts.queue, args=arguments, kwargs=keywords, tz=tz,
                 max_retries=fn.opts.max_retries, timeout=fn.opts.timeout,
-                expires_in=fn.opts.expires_in,
+                expires_in=fn.opts.expires_in, version=fn.opts.version,
                 # args are fixed per schedule, so key callables can run once, here
                 flow=build_flow(fn.name, fn.opts, list(arguments), keywords))
             check_name("schedule name", schedule.name)

@@ -40,6 +40,7 @@ COMMANDS = (
     "conveyor.cli.serve",
     "conveyor.cli.migrate",
     "conveyor.cli.dev",
+    "conveyor.cli.compat",
 )
 
 EXIT_ERROR = 2  # an error conveyor understands: bad input, storage unreachable, unknown id

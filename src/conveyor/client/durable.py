@@ -28,6 +28,7 @@ from conveyor.core.envelope import literal, parse_result
 from conveyor.core.serializer import dumps, oversize
 from conveyor.core.steps import EVENT, FOREVER, MESSAGE, Step, StepStatus, Wait
 from conveyor.core.text import check_name, key_fault
+from conveyor.core.versions import VERSION_STEP
 from conveyor.errors import (
     BlobMissing,
     InvalidKeyError,
@@ -125,6 +126,9 @@ class DurableCalls:
     #: How long before a wait began an event still counts (the job type's option; the
     #: worker sets it).
     event_window: float = 0.0
+    #: The version of the code running the job (its type's ``version=``): recorded as the
+    #: job's starting version at its first durable call (core/versions.py).
+    version: int | None = None
     _stopping: bool = False
     _records: dict[str, Step] | None = None
     _names: Counter[str] | None = None
@@ -160,17 +164,34 @@ class DurableCalls:
             raise RuntimeError(f"{base}: durable calls cannot be made inside a step; make "
                                "them from the job's own code")
         check_name("step name", base)
+        if base.startswith("@"):  # conveyor's own records (core/versions.py)
+            raise ValueError(f"step name {base!r}: names beginning with @ are reserved")
         if self._names is None:
             self._names = Counter()
         self._names[base] += 1
         count = self._names[base]
         return base if count == 1 else f"{base}#{count}"
 
-    def _save(self, step: Step) -> None:
-        if not self._host().storage.durable.save_steps(self.job_id, self.token, [step]):
-            raise LeaseLost(f"job {self.job_id} lost its lease: step {step.name} not recorded")
+    def _save(self, step: Step | None) -> None:
+        """Record ``step`` (None: only the job's starting version, when not yet recorded),
+        with that version in the same write at the job's first."""
+        steps = [s for s in (self._unversioned(), step) if s is not None]
+        if not steps:
+            return
+        if not self._host().storage.durable.save_steps(self.job_id, self.token, steps):
+            raise LeaseLost(f"job {self.job_id} lost its lease: step {steps[-1].name} not "
+                            "recorded")
         assert self._records is not None
-        self._records[step.name] = step
+        self._records.update((s.name, s) for s in steps)
+
+    def _unversioned(self) -> Step | None:
+        """The record of the version starting this job, when its type has one and no
+        version is recorded yet (a replay finds the first one: it is final)."""
+        if self.version is None or self._known(VERSION_STEP) is not None:
+            return None
+        now = self._now()
+        return Step(VERSION_STEP, StepStatus.OK, result=str(self.version), started=now,
+                    ended=now, attempt=self.attempt)
 
     def _now(self) -> float:
         return self._host().storage.now()
@@ -341,6 +362,7 @@ class DurableCalls:
                              f"not {timeout!r}")
         until = FOREVER if timeout is None else self._now() + timeout
         asked = Wait(wait.kind, wait.step, wait.name, wait.key, until, wait.window)
+        self._save(None)  # a wait records no step: its version goes first
         got = self._host().storage.durable.receive(self.job_id, self.token, asked)
         if got is None:
             raise LeaseLost(f"job {self.job_id} lost its lease while waiting")

@@ -37,6 +37,7 @@ from conveyor.worker.aggregation import AggregatorRuns
 from conveyor.worker.inflight import Entry
 from conveyor.worker.reporting import report_outcome
 from conveyor.worker.sealing import Sealer, Unrunnable, open_call
+from conveyor.worker.versions import Incompatible, VersionGate, leave_delay
 
 __all__ = ["Processor", "error_info"]
 
@@ -80,12 +81,19 @@ class Processor:
         if aggregator is not None:
             fn = aggregator
         data = self.app.client.data
+        gate = None if fn.opts.version is None or aggregator is not None \
+            else VersionGate(self.app.storage, job, fn)
         try:
-            args, kwargs, meta, stored, named = open_call(data, job, fn)
+            args, kwargs, meta, stored, named = open_call(
+                data, job, fn, None if gate is None else gate.migrate)
         except Unrunnable as bad:  # a key not held, a blob gone, a typed argument wrong
             return self._dead(job, bad)
         except BlobUnavailable as down:  # the blob store does not answer: try again later
             return self._later(job, down)
+        except Incompatible as other:  # another version's job: left, no attempt spent
+            log.info("%s", other)
+            return Ack(job.id, job.token, Outcome.SNOOZE, message=str(other),
+                       retry_in=leave_delay(job.attempt))
         ctx = JobContext(
             job_id=job.id, name=job.name, queue=job.queue, attempt=job.attempt,
             errors=job.errors, batch_id=job.batch_id, meta=meta, worker_id=self.worker_id,
@@ -93,6 +101,8 @@ class Processor:
             token=job.token,
         )
         ctx.event_window = fn.opts.event_window
+        if gate is not None:
+            ctx.version, ctx._records = fn.opts.version, gate.records
         if data.seals(job.name):
             ctx.seal = Sealer(data, job.id, job.name).event
         now = self.clock.now()
