@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["ManagedServer", "demote", "free_port", "wait_ready"]
+__all__ = ["ManagedServer", "demote", "free_port", "listening", "log_tail", "wait_ready"]
 
 S = TypeVar("S", bound="ManagedServer")
 
@@ -49,11 +49,34 @@ def wait_ready(process: subprocess.Popen[bytes] | None, answers: Callable[[], bo
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
-            raise RuntimeError(f"{what} exited at start; see {log}")
+            raise RuntimeError(f"{what} exited at start; {log_tail(log)}")
         if answers():
             return
         time.sleep(interval)
-    raise RuntimeError(f"{what} did not answer in {timeout:.0f}s; see {log}")
+    raise RuntimeError(f"{what} did not answer in {timeout:.0f}s; {log_tail(log)}")
+
+
+def log_tail(log: str, lines: int = 12) -> str:
+    """The end of a server's log, quoted into its start error: the log's folder is removed
+    when the failed start is cleaned up, so "see <path>" alone leaves nothing to read."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return f"no log at {log}"
+    tail = [line for line in text.splitlines() if line.strip()][-lines:]
+    return f"the end of {log}:\n" + "\n".join(tail) if tail else f"{log} is empty"
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:``port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 def free_port() -> int:

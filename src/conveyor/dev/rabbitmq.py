@@ -20,7 +20,7 @@ import socket
 import subprocess
 import tempfile
 
-from conveyor.dev.process import ManagedServer, demote, free_port, wait_ready
+from conveyor.dev.process import ManagedServer, demote, free_port, listening, wait_ready
 
 __all__ = ["RabbitServer", "rabbitmq_installed"]
 
@@ -106,6 +106,10 @@ class RabbitServer(ManagedServer):
                 ["epmd", "-port", str(self.epmd_port)], env=self.env,
                 preexec_fn=self._preexec, start_new_session=True,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            # The node must find its epmd listening: one it cannot reach, it starts itself on
+            # the same port, and of the two racing for it, the loser (or the node) exits.
+            wait_ready(self.epmd, lambda: listening(self.epmd_port), _START_TIMEOUT,
+                       f"epmd of {self.node} on port {self.epmd_port}", self.log_path)
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         try:
             self.process = subprocess.Popen(
