@@ -30,6 +30,7 @@ from conveyor.client.batch import Batch, Callback, await_batch, batch_status, wa
 from conveyor.client.client import Client
 from conveyor.client.context import JobRuntime
 from conveyor.client.draft import build_flow
+from conveyor.client.explain import Explanation, explain
 from conveyor.client.middleware import ClientChain, ServerChain
 from conveyor.client.opener import StorageOpener
 from conveyor.client.options import Aggregate, Debounce, KeyOption, Throttle, make_options
@@ -184,7 +185,8 @@ worker runs jobs with, and the storage.
         concurrency_key: KeyOption = None, concurrency: int = 0, rate_key: KeyOption = None,
         rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
         debounce: Debounce | None = None, throttle: Throttle | None = None,
-        aggregate: Aggregate | None = None, executor: str | None = None,
+        aggregate: Aggregate | None = None, executor: str | None = None, priority: int = 0,
+        aging: float | None = None, fair_by: KeyOption = None, cost: int = 1,
     ) -> Callable[[Callable[..., Any]], JobFunction]: ...
 
     def job(
@@ -196,7 +198,8 @@ worker runs jobs with, and the storage.
         concurrency_key: KeyOption = None, concurrency: int = 0, rate_key: KeyOption = None,
         rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
         debounce: Debounce | None = None, throttle: Throttle | None = None,
-        aggregate: Aggregate | None = None, executor: str | None = None,
+        aggregate: Aggregate | None = None, executor: str | None = None, priority: int = 0,
+        aging: float | None = None, fair_by: KeyOption = None, cost: int = 1,
     ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
         """Register a job function; use as ``@app.job`` or ``@app.job(queue=..., ...)``.
 
@@ -217,13 +220,18 @@ worker runs jobs with, and the storage.
         together per key and the job's aggregator (``@app.aggregate``) runs once with their
         aggregation (docs/aggregation.md). ``executor="process"``: a ``def`` job runs in a job
         process the worker kills at its timeout (docs/worker.md; default: ``--executor``).
+        Within its queue (docs/scheduling.md): ``priority`` -100..100, higher first (``aging``
+        seconds: a waiting job gains one point each); ``fair_by``: a key (string or callable
+        like the others) whose jobs take turns with the other keys'; ``cost``: the worker
+        slots a run takes (and of its concurrency key's limit).
         """
         opts = make_options(
             queue=queue, retry=retry, timeout=timeout, expires_in=expires_in, retry_in=retry_in,
             unique_for=unique_for, unique_key=unique_key, concurrency_key=concurrency_key,
             concurrency=concurrency, rate_key=rate_key, rate_limit=rate_limit,
             rate_period=rate_period, order_key=order_key, debounce=debounce,
-            throttle=throttle, aggregate=aggregate, executor=executor,
+            throttle=throttle, aggregate=aggregate, executor=executor, priority=priority,
+            aging=aging, fair_by=fair_by, cost=cost,
         )
 
         def register(f: Callable[..., Any]) -> JobFunction:
@@ -371,6 +379,12 @@ worker runs jobs with, and the storage.
     def afinished(self, job_id: str, queue: str) -> AbstractAsyncContextManager[Waiter]:
         """The storage's wake-ups when a job ends (what ``JobRef.aresult`` waits on)."""
         return self.client.afinished(job_id, queue)
+
+    def explain(self, job_id: str) -> Explanation | None:
+        """Why the job waits: each gate holding it back, in the order the fetch meets them,
+        naming its holder or its time (``Explanation.lines()``); None for an unknown id
+        (docs/scheduling.md)."""
+        return explain(self.storage, job_id, broker=self.broker_url is not None)
 
     def cancel(self, job_id: str) -> JobState | None:
         """Cancel a waiting job, or ask a running one to stop; None if no such job."""

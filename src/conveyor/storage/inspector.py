@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from conveyor.core.job import JobRecord, JobState
+from conveyor.storage.gates import GateFacts
 from conveyor.storage.records import (
     HEAD_CHARS,
     BatchStatus,
@@ -63,6 +64,13 @@ class Inspector(Protocol):
         batch_id: str | None = None,
     ) -> int:
         """How many jobs ``list_jobs`` would page through."""
+        ...
+
+    def gate_facts(self, job_id: str, place: bool = True) -> GateFacts | None:
+        """What the fetch would weigh for the job now (its queue paused, the holders of its
+        limits, its place in its queue's lineup, its parents, its aggregation), read from the
+        state the fetch itself decides by; None for an unknown id (``client/explain.py``).
+        ``place=False`` leaves out its place in the lineup (what a list of jobs shows)."""
         ...
 
     def job_heads(

@@ -48,6 +48,8 @@ class Entry:
     token: str | None = None
     version: int = 0  # bumped on every move; stale schedule-heap entries are skipped by it
     pending_since: float = 0.0
+    band: int = 0  # its priority now: the declared one, raised by aging (storage/lineup.py)
+    age_next: float = 0.0  # when aging raises it next (with ``flow.aging``)
 
 
 @dataclass(slots=True)
@@ -91,6 +93,10 @@ class MemoryState:
         self._groups: dict[GroupId, Group] = {}  # aggregation groups (storage/aggregation.py)
         # their aggregating members, oldest first -> when each arrived
         self._members: dict[GroupId, dict[str, float]] = defaultdict(dict)
+        # queue -> its pending jobs placed by the lineup walk (storage/lineup.py), and the
+        # fair key served last there
+        self._lined: dict[str, dict[str, None]] = defaultdict(dict)
+        self._pointers: dict[str, str] = {}
 
     def now(self) -> float:
         """The storage's clock."""
@@ -123,6 +129,10 @@ class MemoryState:
         )
         self._seq += 1
         entry = Entry(rec, self._seq, pending_since=now)
+        if spec.flow is not None:
+            entry.band = spec.flow.priority
+            # aging counts from when the job was first due
+            entry.age_next = max(now, spec.run_at or now) + spec.flow.aging
         self._jobs[spec.id] = entry
         self._queues.setdefault(spec.queue)
         self._counts[(spec.queue, state)] += 1
@@ -138,6 +148,8 @@ class MemoryState:
             pass
         else:
             self._pending[spec.queue][spec.id] = None
+            if spec.flow is not None and spec.flow.in_lineup:
+                self._lined[spec.queue][spec.id] = None
             if wake:
                 self._wake()
         return EnqueueResult(spec.id)
@@ -162,6 +174,7 @@ class MemoryState:
             id=rec.id, name=rec.name, queue=rec.queue, payload=rec.payload, token=entry.token,
             attempt=rec.attempt, errors=rec.errors, max_retries=rec.max_retries,
             timeout=rec.timeout, batch_id=rec.batch_id, recoveries=rec.recoveries,
+            cost=rec.flow.cost if rec.flow is not None else 1,
         )
 
     def _joins(self, members: list[aggregation.Arrival], now: float) -> set[str]:
@@ -212,6 +225,7 @@ class MemoryState:
         rec, old = entry.rec, entry.rec.state
         if old is JobState.PENDING:
             self._pending[rec.queue].pop(rec.id, None)
+            self._lined[rec.queue].pop(rec.id, None)
         elif old is JobState.AGGREGATING:
             self._members[_group_of(rec)].pop(rec.id, None)
         elif old is JobState.ACTIVE:
@@ -230,6 +244,8 @@ class MemoryState:
             rec.worker = None
             entry.pending_since = now
             self._pending[rec.queue][rec.id] = None
+            if rec.flow is not None and rec.flow.in_lineup:
+                self._lined[rec.queue][rec.id] = None
             self._wake()
         elif new is JobState.ACTIVE:
             self._active[rec.id] = None
@@ -283,6 +299,7 @@ class MemoryState:
         del self._jobs[rec.id]
         if rec.state is JobState.PENDING:
             self._pending[rec.queue].pop(rec.id, None)
+            self._lined[rec.queue].pop(rec.id, None)
         elif rec.state is JobState.AGGREGATING:
             self._members[_group_of(rec)].pop(rec.id, None)
         self._counts[(rec.queue, rec.state)] -= 1

@@ -33,8 +33,8 @@ from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
 from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.memory.flow import ScanBudget
+from conveyor.storage.memory.gates import MemoryGates
 from conveyor.storage.memory.groups import MemoryGroups
-from conveyor.storage.memory.inspect import MemoryInspector
 from conveyor.storage.memory.outbox import MemoryOutbox
 from conveyor.storage.memory.schedules import MemorySchedules
 from conveyor.storage.memory.state import Entry
@@ -52,11 +52,11 @@ from conveyor.storage.rules import (
 
 
 class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, MemoryGroups,
-                    MemoryInspector, MemorySchedules, ThreadedAsync):
+                    MemoryGates, MemorySchedules, ThreadedAsync):
     """A ``Storage`` and ``Inspector`` held in process memory; thread-safe."""
 
     def __init__(self, url: str, clock: Clock) -> None:
-        MemoryInspector.__init__(self, url, clock)
+        MemoryGates.__init__(self, url, clock)
         MemorySchedules.__init__(self)
 
     # -- enqueue -----------------------------------------------------------------------------
@@ -78,30 +78,37 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, Memory
     # -- dequeue -----------------------------------------------------------------------------
 
     def dequeue(
-        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float
+        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float,
+        capacity: int = 0,
     ) -> list[LeasedJob]:
-        """Lease up to ``count`` pending jobs; see ``Storage.dequeue``."""
+        """Lease pending jobs up to ``count`` slots; see ``Storage.dequeue``."""
         with self._lock:
             now = self.now()
             picked: list[Entry] = []
             ended: list[tuple[Entry, str, str]] = []
             budget = ScanBudget()
             self._flow.forget_idle_rates(now)
+            room = count
             for queue in dict.fromkeys(queues):
-                if len(picked) >= count:
+                if room <= 0:
                     break
-                if queue not in self._paused:
-                    self._scan(queue, now, count - len(picked), budget, picked, ended)
+                if queue in self._paused:
+                    continue
+                if self._lined.get(queue):
+                    room = self._walk(queue, now, room, capacity, budget, picked, ended)
+                else:
+                    room -= self._scan(queue, now, room, budget, picked, ended)
             for entry, kind, message in ended:
                 self._end_unstarted(entry, kind, message, now)
             return [self._lease(entry, worker_id, now, lease_seconds) for entry in picked]
 
     def _scan(self, queue: str, now: float, wanted: int, budget: ScanBudget,
-              picked: list[Entry], ended: list[tuple[Entry, str, str]]) -> None:
+              picked: list[Entry], ended: list[tuple[Entry, str, str]]) -> int:
+        """Arrival order (no job of the queue is placed by the lineup: each costs 1)."""
         taken = 0
         for job_id in self._pending.get(queue, ()):
             if taken >= wanted:
-                return
+                return taken
             entry = self._jobs[job_id]
             rec = entry.rec
             if rec.deadline is not None and now > rec.deadline:
@@ -113,6 +120,7 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, Memory
                 self._flow.reserve(rec, budget)
                 picked.append(entry)
                 taken += 1
+        return taken
 
     def wait(self, queues: Sequence[str], timeout: float) -> bool:
         """Block until new work is stored (any queue: spurious wake-ups are allowed). Work
@@ -265,6 +273,7 @@ class MemoryStorage(RefusesTransactions, WaitsThenDequeues, MemoryOutbox, Memory
                 if entry is not None and entry.version == version:
                     self._promote(entry, now)
                     moved += 1
+            self._age(now)
             return moved + self._flush(now, limit)
 
     def reclaim_expired(self, max_recoveries: int = 5, limit: int = 1000) -> int:

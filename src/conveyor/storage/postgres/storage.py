@@ -136,7 +136,8 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
         return results
 
     def dequeue(
-        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float
+        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float,
+        capacity: int = 0,
     ) -> list[LeasedJob]:
         """Lease up to ``count`` pending jobs, queue by queue in the order given: one call
         of the server-side ``dequeue`` (pause, deadlines, flow control, batch counters)."""

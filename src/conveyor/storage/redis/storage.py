@@ -105,7 +105,8 @@ class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks, RedisAsync, ThreadedA
         return self.enqueue_specs(specs)
 
     def dequeue(
-        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float
+        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float,
+        capacity: int = 0,
     ) -> list[LeasedJob]:
         """Lease up to ``count`` jobs, one script call per queue until filled."""
         out: list[LeasedJob] = []
@@ -152,7 +153,7 @@ class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks, RedisAsync, ThreadedA
 
     def wait_dequeue(
         self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,
-        lease_seconds: float, timeout: float,
+        lease_seconds: float, timeout: float, capacity: int = 0,
     ) -> list[LeasedJob]:
         """BLPOP with the first queue's dequeue.lua pipelined behind it: the lease runs the
         moment the pop returns, with no round trip between. Other queues (and more than

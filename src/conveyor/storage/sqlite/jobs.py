@@ -103,6 +103,8 @@ def insert(cur: sqlite3.Cursor, now: float, specs: Sequence[JobSpec]) -> list[En
             moves.append((spec.batch_id, None, state))
         results.append(EnqueueResult(spec.id, created=True))
     cur.executemany(_INSERT, rows)
+    line(cur, now, [s for s, r in zip(specs, results, strict=True)
+                    if r.created and r.id == s.id and s.flow is not None])
     joiner.write()
     graph.insert(cur, nodes)
     cur.executemany(
@@ -110,6 +112,24 @@ def insert(cur: sqlite3.Cursor, now: float, specs: Sequence[JobSpec]) -> list[En
     )
     batches.apply(cur, now, moves, insert)
     return results
+
+
+# A job the lineup places (storage/sqlite/lineup.py) is "lined", and gated too: the one
+# probe dequeue makes per queue (``jobs_ready_gated``) finds it.
+_LINE = ("UPDATE jobs SET lined = 1, gated = 1, priority = :priority, fair_key = :fair_key, "
+         "cost = :cost, aging = :aging, age_next = :age_next WHERE id = :id")
+
+
+
+def line(cur: sqlite3.Cursor, now: float, specs: Sequence[JobSpec]) -> None:
+    """Mark the newly inserted jobs that the lineup places (``FlowControl.in_lineup``)."""
+    rows = [{"id": s.id, "priority": s.flow.priority, "fair_key": s.flow.fair_key,
+             "cost": s.flow.cost, "aging": s.flow.aging or None,
+             # aging counts from when the job was first due
+             "age_next": max(now, s.run_at or now) + s.flow.aging if s.flow.aging else None}
+            for s in specs if s.flow is not None and s.flow.in_lineup]
+    if rows:
+        cur.executemany(_LINE, rows)
 
 
 def insert_block(cur: sqlite3.Cursor, now: float, block: JobBlock) -> list[EnqueueResult]:

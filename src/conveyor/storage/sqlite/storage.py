@@ -34,7 +34,7 @@ from conveyor.storage.graph import check_added
 from conveyor.storage.records import JobBlock, Retention, WorkerInfo, history_start
 from conveyor.storage.rules import DEADLINE_PASSED, LEASE_EXPIRED, WORKER_DIED
 from conveyor.storage.sqlite import acks as ack_sql
-from conveyor.storage.sqlite import batches, flow, graph, groups, jobs
+from conveyor.storage.sqlite import batches, flow, graph, groups, jobs, lineup
 from conveyor.storage.sqlite import leases as lease_sql
 from conveyor.storage.sqlite.connection import (
     Database,
@@ -44,6 +44,7 @@ from conveyor.storage.sqlite.connection import (
     parse_sqlite_url,
     reads,
 )
+from conveyor.storage.sqlite.gates import SqliteGates
 from conveyor.storage.sqlite.inspect import SqliteInspector
 from conveyor.storage.sqlite.migrate import migrate
 from conveyor.storage.sqlite.outbox import SqliteOutbox
@@ -86,8 +87,8 @@ def open_sqlite(url: str, clock: Clock | None = None, *, create: bool = True,
     return SqliteStorage(url, db, clock or SYSTEM_CLOCK)
 
 
-class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, SqliteInspector,
-                    SqliteSchedules, ThreadedAsync):
+class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, SqliteGates,
+                    SqliteInspector, SqliteSchedules, ThreadedAsync):
     """``Storage`` and ``Inspector`` over one SQLite file, safe across threads and processes."""
 
     def __init__(self, url: str, db: Database, clock: Clock) -> None:
@@ -120,9 +121,10 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
 
     @reads
     def dequeue(
-        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float
+        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float,
+        capacity: int = 0,
     ) -> list[LeasedJob]:
-        """Lease up to ``count`` pending jobs, queue by queue in the order given."""
+        """Lease pending jobs up to ``count`` slots, queue by queue in the order given."""
         if count <= 0 or not queues:
             return []
         leased: list[LeasedJob] = []
@@ -135,30 +137,33 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
             moves: list[batches.Move] = []
             params: dict[str, Any] = {"worker": worker_id, "now": now,
                                       "expires": now + lease_seconds}
+            room = count
             for queue in dict.fromkeys(queues):
-                need = count - len(leased)
-                if need <= 0:
+                if room <= 0:
                     break
                 if queue in paused:
                     continue
                 expired = cur.execute(_EXPIRE, (queue, now)).fetchall()
                 moves += jobs.move(cur, now, expired, JobState.DEAD, EventKind.EXPIRED,
                                    _EXPIRED_MESSAGE, f"message = :msg, {jobs.FINISH}")
-                for row in self._lease(cur, now, queue, need, params, moves):
+                for row in self._lease(cur, now, queue, room, capacity, params, moves):
                     job = lease_sql.leased(row)
                     leased.append(job)
+                    room -= job.cost
                     if job.batch_id:
                         moves.append((job.batch_id, "pending", "active"))
             batches.apply(cur, now, moves, jobs.insert)
-        if len(leased) < count:  # the queues ran dry: the next call is a wait
+        if room > 0:  # the queues ran dry: the next call is a wait
             self._seen.version = before
         return leased
 
     def _lease(
-        self, cur: Any, now: float, queue: str, need: int, params: dict[str, Any],
-        moves: list[batches.Move],
+        self, cur: Any, now: float, queue: str, need: int, capacity: int,
+        params: dict[str, Any], moves: list[batches.Move],
     ) -> list[Any]:
         gated = cur.execute(_GATED, (queue,)).fetchone()
+        if gated and cur.execute(lineup.LINED, (queue,)).fetchone():
+            return lineup.lease(cur, now, queue, need, capacity, params, moves)
         if gated:
             ids, gates = flow.pick(cur, now, queue, need)
             moves += flow.end_broken(cur, now, gates)
@@ -290,6 +295,7 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
                                sets="ready_at = :now")
             batches.apply(cur, now, moves, jobs.insert)
             leads = groups.flush(cur, now, limit)
+            lineup.age(cur, now, limit)
         if ready or leads:
             self._wakeup.notify()
         return len(rows) + leads
