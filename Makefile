@@ -2,20 +2,34 @@
 #   make demo   installs conveyor alone (no extra, no dev toolchain) and runs the
 #               spreadsheet-import batch on embedded SQLite, saying what it does
 #   make test   installs what the tests need (a real redis-server included) and runs them all
+# and a contributor's:
+#   make check  the short loop (under 3 minutes on 2 cores): lint, then every in-process test
+#               and the conformance suite on memory, SQLite and one real redis-server
+#   make lint   ruff and mypy --strict, installing only the lint extra (no browser driver)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
+LINT_STAMP := $(VENV)/.installed-lint
 
-.PHONY: install constraints audit system-deps demo test lint typecheck unit bench bench-io bench-pg clean
+.PHONY: install constraints audit system-deps demo test check lint typecheck unit bench bench-io bench-pg clean
 
+# Everything make test and make check need: the dev extra is the lint and test extras, which
+# hold every user extra (pyproject.toml). It has what make lint needs, so its stamp too.
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,web]' -c constraints.txt
-	touch $(STAMP)
+	$(PY) -m pip install -q -e '.[dev]' -c constraints.txt
+	touch $(STAMP) $(LINT_STAMP)
+
+# Only what ruff and mypy read: no test runner, browser driver or test broker.
+$(LINT_STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[lint]' -c constraints.txt
+	touch $(LINT_STAMP)
 
 install: $(STAMP)
 
@@ -25,7 +39,7 @@ constraints:
 	rm -rf .venv-constraints
 	$(PYTHON) -m venv .venv-constraints
 	.venv-constraints/bin/python -m pip install -q --upgrade pip
-	.venv-constraints/bin/python -m pip install -q -e '.[dev,web]'
+	.venv-constraints/bin/python -m pip install -q -e '.[dev]'
 	{ sed -n '/^#/p' constraints.txt; \
 	  .venv-constraints/bin/python -m pip freeze --exclude-editable; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
@@ -72,15 +86,34 @@ demo: $(DEMO_STAMP)
 	@echo "make demo: running examples/import_products/demo.py"
 	$(PY) examples/import_products/demo.py
 
-lint: install
+lint: $(LINT_STAMP) typecheck
 	$(VENV)/bin/ruff check src tests examples benchmarks
+
+typecheck: $(LINT_STAMP)
 	$(VENV)/bin/mypy
 
+# The whole suite, every store, broker and scenario (under 25 minutes on 2 cores).
 test: system-deps install lint
 	$(PY) -m pytest -q --durations=20
 
-unit: install
-	$(PY) -m pytest -q tests/unit tests/conformance -k "memory or sqlite"
+# The short loop (under 3 minutes on 2 cores): lint, then the tests below; install first, so
+# that one pip run serves both. The benchmark smoke (python -m benchmarks --smoke) is to join
+# as the last prerequisite, after unit: a red test says more than a slow number.
+check: install lint unit
+
+# make check's tests: every folder but those below (so a new folder of in-process tests joins
+# it by itself), each test on memory, SQLite or the session's redis-server only (--stores,
+# tests/support/store_choice.py: a test of another store is deselected, so no PostgreSQL,
+# Cluster or Sentinel is started), the conformance suite included. Left to make test: the
+# fault scenarios, the real-process runs, the lifecycle model, the brokers and the
+# broker-fed worker, the folders of the server stores (their Cluster, Sentinel and outage
+# tests), the web UI, the docs pages, and every `slow` (multi-process) test.
+CHECK_SKIPS := tests/faults tests/integration tests/model tests/kafka tests/rabbitmq \
+	tests/postgres tests/redis tests/web tests/docs tests/worker/test_broker_worker.py
+unit: system-deps install
+	$(PY) -m pytest -q -p no:cacheprovider --stores=memory,sqlite,redis \
+	  -m "not slow and not rabbitmq and not kafka" \
+	  $(addprefix --ignore=,$(CHECK_SKIPS)) tests
 
 bench: install system-deps
 	$(PY) -m benchmarks

@@ -62,9 +62,9 @@ def _join(store: RedisStorage, batch: str, n: int, per_job: bool) -> None:
     for start in range(0, n, CHUNK):
         ids = new_ids(min(CHUNK, n - start))
         if per_job:
-            store.batch_call(batch, "join", ["pending:q", "\n".join(ids)])
+            store._batches.batch_call(batch, "join", ["pending:q", "\n".join(ids)])
         else:
-            store._join_batch(batch, "pending:q", ids)
+            store._batches.join_batch(batch, "pending:q", ids)
 
 
 def main() -> None:
@@ -91,31 +91,32 @@ def main() -> None:
         client.slowlog_reset()
         half = args.jobs // 2
         _timed("page 1 of all jobs (50)", client,
-               lambda: store.batch_page(batch, None, None, 0, 50))
+               lambda: store._pages.batch_page(batch, None, None, 0, 50))
         _timed(f"pending jobs at offset {half:,} (50)", client,
-               lambda: store.batch_page(batch, JobState.PENDING, None, half, 50))
+               lambda: store._pages.batch_page(batch, JobState.PENDING, None, half, 50))
         _timed("the same page again", client,
-               lambda: store.batch_page(batch, JobState.PENDING, None, half, 50))
+               lambda: store._pages.batch_page(batch, JobState.PENDING, None, half, 50))
         _timed("count of pending jobs", client,
-               lambda: store.batch_count(batch, JobState.PENDING, None))
+               lambda: store._pages.batch_count(batch, JobState.PENDING, None))
         _longest(client, "reading")
         # A worker's part: the first tenth of the jobs succeed, 500 moves per call (as
         # acknowledgements feed batch.lua), then the same reads on the running batch.
         done = args.jobs // 10
-        firsts = [job_id for job_id, _ in store.batch_page(batch, None, None, 0, done)]
+        firsts = [job_id for job_id, _ in store._pages.batch_page(batch, None, None, 0, done)]
         cpu, start = _cpu(client), time.perf_counter()
         for at in range(0, done, 500):
-            store.sync_batches([(batch, job_id, "succeeded:q") for job_id in firsts[at:at + 500]])
+            store._graph.sync_batches([(batch, job_id, "succeeded:q")
+                                       for job_id in firsts[at:at + 500]])
         cpu = _cpu(client) - cpu
         print(f"moves: {done:,} jobs succeed: wall {time.perf_counter() - start:.2f} s, "
               f"redis-server cpu {cpu / done * 1e6:.2f} µs/job", flush=True)
         _longest(client, "moving")
         _timed("page 1 of pending jobs (50)", client,
-               lambda: store.batch_page(batch, JobState.PENDING, None, 0, 50))
+               lambda: store._pages.batch_page(batch, JobState.PENDING, None, 0, 50))
         _timed(f"all jobs at offset {half:,} (50)", client,
-               lambda: store.batch_page(batch, None, None, half, 50))
+               lambda: store._pages.batch_page(batch, None, None, half, 50))
         _timed("page 1 of succeeded jobs (50)", client,
-               lambda: store.batch_page(batch, JobState.SUCCEEDED, None, 0, 50))
+               lambda: store._pages.batch_page(batch, JobState.SUCCEEDED, None, 0, 50))
         _longest(client, "reading")
         store.close()
     finally:

@@ -127,7 +127,7 @@ def breakdown(url: str, n: int) -> None:
     fn = probe.job(name="probe.noop", queue=QUEUE, retry=0)(lambda: None)
     store = probe.storage
     assert isinstance(store, RedisStorage)
-    qk = store.register_queue(QUEUE)
+    qk = store.ctx.register_queue(QUEUE)
 
     def spec() -> JobSpec:
         return JobSpec(id=new_id(), name="probe.noop", queue=QUEUE, payload="[]")
@@ -135,7 +135,7 @@ def breakdown(url: str, n: int) -> None:
     def script() -> object:
         s = spec()
         from conveyor.storage.redis import codec
-        return store.scripts.run("enqueue", qk, [store.now_arg(), QUEUE,
+        return store.scripts.run("enqueue", qk, [store.ctx.now_arg(), QUEUE,
                                                   *codec.enqueue_args(s)])
 
     client = store.link.client
@@ -149,7 +149,7 @@ def breakdown(url: str, n: int) -> None:
         ("fn.enqueue() (the whole call)", fn.enqueue),
         ("storage.enqueue([spec])", lambda: store.enqueue([spec()])),
         ("enqueue.lua alone (Scripts.run)", script),
-        ("ring alone (Scripts.run ring.lua)", lambda: store.ring(QUEUE, 1)),
+        ("ring alone (Scripts.run ring.lua)", lambda: store.ctx.ring(QUEUE, 1)),
         ("PING via the Link", lambda: store.link.call("PING")),
         ("GET key via the Link", lambda: store.link.call("GET", qk.meta)),
         ("GET key via a plain redis.Redis", lambda: direct.get(qk.meta)),

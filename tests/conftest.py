@@ -25,7 +25,10 @@ from tests.support.s3 import S3Server
 SENTINEL_DATA_SECRET = "DataNodeSecret42"  # test-only passwords of the session group
 SENTINEL_SECRET = "SentinelSecret42"
 
-pytest_plugins = ["tests.support.ci_skips"]  # CI=true: unexpected skips fail
+# CI=true: unexpected skips fail; --stores: the short loop's choice of stores (make check);
+# the commands the tests start get Ctrl-C even when the suite was started ignoring it
+pytest_plugins = ["tests.support.ci_skips", "tests.support.store_choice",
+                  "tests.support.interrupts"]
 
 # CI runs every property test derandomized: the same examples each run, so a red build is
 # reproducible and never flaky; locally hypothesis keeps exploring new examples.

@@ -105,9 +105,10 @@ def test_the_store_wakes_the_waiter_when_the_batch_finishes(
     assert app.wait_batch(other_id, timeout=60)["complete"] is True
 
 
-def test_a_sentinel_waiter_says_it_does_not_notify(request: pytest.FixtureRequest,
+@pytest.mark.parametrize("store", ["redis_sentinel"])  # named, so --stores sees the store
+def test_a_sentinel_waiter_says_it_does_not_notify(store: str, request: pytest.FixtureRequest,
                                                    tmp_path: Path) -> None:
-    url = backend_url("redis_sentinel", tmp_path, request.getfixturevalue)
+    url = backend_url(store, tmp_path, request.getfixturevalue)
     app = Conveyor(url)
     try:
         with app.storage.batch_finished("any") as waiter:
@@ -180,11 +181,12 @@ def test_a_workflow_waits_the_same_way(app: Conveyor, job: JobFunction) -> None:
     assert status["complete"] is True and status["counts"]["succeeded"] == 2
 
 
-def test_without_listen_postgres_waits_by_reading(request: pytest.FixtureRequest,
+@pytest.mark.parametrize("store", ["postgres"])  # named, so --stores sees the store
+def test_without_listen_postgres_waits_by_reading(store: str, request: pytest.FixtureRequest,
                                                   tmp_path: Path) -> None:
     """``?listen=0`` (PgBouncer in transaction mode): no LISTEN, so the waiter only sleeps
     and ``wait_batch`` reads with a backoff, and still sees the end."""
-    url = backend_url("postgres", tmp_path, request.getfixturevalue) + "&listen=0"
+    url = backend_url(store, tmp_path, request.getfixturevalue) + "&listen=0"
     app = Conveyor(url)
     try:
         @app.job(name="t.step")

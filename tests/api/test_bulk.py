@@ -24,7 +24,7 @@ from conveyor.core.job import EnqueueResult, JobSpec
 from conveyor.errors import PayloadError, StorageUnavailable
 from conveyor.storage import Backend
 from conveyor.storage.base import SendsBlocks
-from conveyor.storage.records import JobBlock
+from conveyor.storage.blocks import JobBlock
 
 
 def _pass(draft: EnqueueDraft, call_next: Callable[[], JobRef | None]) -> JobRef | None:

@@ -19,7 +19,7 @@ from conveyor import Conveyor, Offload
 from conveyor.blobs import open_blob_store
 from conveyor.core.clock import FakeClock
 from conveyor.errors import ConveyorError
-from conveyor.storage.records import Retention
+from conveyor.storage.retention import Retention
 from conveyor.testing import drain
 from conveyor.worker.blob_sweep import sweep
 from conveyor.worker.config import WorkerConfig

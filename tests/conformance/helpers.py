@@ -22,7 +22,7 @@ from conveyor.core.job import (
     Outcome,
 )
 from conveyor.storage import Backend, open_storage
-from conveyor.storage.records import WorkerInfo
+from conveyor.storage.workers import WorkerInfo
 
 _ids = itertools.count(1)
 

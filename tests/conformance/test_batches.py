@@ -10,7 +10,7 @@ from conveyor.core.clock import FakeClock
 from conveyor.core.job import Ack, BatchSpec, EventKind, JobState, Outcome
 from conveyor.errors import BatchClosedError, BatchNotFound
 from conveyor.storage import Backend, Retention
-from conveyor.storage.records import BatchStatus
+from conveyor.storage.batch_records import BatchStatus
 from tests.conformance.helpers import (
     ack,
     boom,

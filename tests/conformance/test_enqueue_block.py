@@ -17,7 +17,7 @@ from conveyor.core.clock import FakeClock
 from conveyor.core.job import BatchSpec, EnqueueResult, FlowControl, JobRecord, JobSpec
 from conveyor.errors import BatchClosedError, BatchNotFound
 from conveyor.storage import Backend
-from conveyor.storage.records import JobBlock
+from conveyor.storage.blocks import JobBlock
 from tests.conformance.helpers import new_job_id, take
 
 

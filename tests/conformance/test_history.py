@@ -6,7 +6,7 @@ from __future__ import annotations
 from conveyor.core.clock import FakeClock
 from conveyor.core.job import Outcome
 from conveyor.storage import Backend, Retention
-from conveyor.storage.records import HISTORY_MINUTES, MinuteTotals, minute_of
+from conveyor.storage.totals import HISTORY_MINUTES, MinuteTotals, minute_of
 from tests.conformance.helpers import ack, boom, put, take, take_one
 
 

@@ -24,7 +24,7 @@ from conveyor.client.context import current_job
 from conveyor.core.clock import FakeClock
 from conveyor.errors import PayloadError, UnsealError
 from conveyor.storage import Backend
-from conveyor.storage.records import StoredData
+from conveyor.storage.stored_data import StoredData
 from conveyor.testing import drain
 from conveyor.views.reseal import reseal_jobs
 from conveyor.worker.blob_sweep import sweep

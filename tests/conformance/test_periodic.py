@@ -12,7 +12,7 @@ from conveyor.client.periodic import CronConfig, CronScheduler, Schedule
 from conveyor.core.clock import FakeClock
 from conveyor.core.job import JobState
 from conveyor.storage import Backend
-from conveyor.storage.records import ScheduleInfo
+from conveyor.storage.schedule_records import ScheduleInfo
 from tests.conformance.helpers import (
     connections,
     periodic_ticks,

@@ -20,8 +20,8 @@ from conveyor.client.periodic import CronConfig, CronScheduler, Schedule, check_
 from conveyor.core.clock import FakeClock
 from conveyor.errors import ScheduleExists, ScheduleNotFound
 from conveyor.storage import Backend
-from conveyor.storage.records import ScheduleInfo
 from conveyor.storage.schedule_edits import CHANGES_KEPT
+from conveyor.storage.schedule_records import ScheduleInfo
 from tests.conformance.helpers import (
     connections,
     periodic_ticks,

@@ -39,7 +39,8 @@ from conveyor.core.job import (
 )
 from conveyor.errors import BatchClosedError
 from conveyor.storage import Backend
-from conveyor.storage.records import JobBlock, WorkerInfo
+from conveyor.storage.blocks import JobBlock
+from conveyor.storage.workers import WorkerInfo
 from tests.conformance.backends import BACKENDS
 from tests.conformance.helpers import new_job_id, spec
 from tests.faults.fuzzing import run_machine

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from conveyor.storage.delegate import Delegate
 from conveyor.storage.memory.storage import MemoryStorage
 from conveyor.storage.postgres.storage import PostgresStorage
 from conveyor.storage.redis.storage import RedisStorage
@@ -32,9 +33,12 @@ STORAGE = SRC / "storage"
 BACKENDS = sorted(p.name for p in STORAGE.iterdir() if (p / "__init__.py").exists())
 CLIENTS = ("sqlite3", "redis", "valkey", "psycopg", "psycopg2", "asyncpg", "aiosqlite")
 WORDS = ("sqlite", "redis", "valkey", "postgres")
-# What a backend object can be asked for: the public methods of every backend class.
+# What a backend object can be asked for: the public methods of every backend class, its own
+# or a part's (``storage/delegate.py``).
 METHODS = {name for cls in (MemoryStorage, SqliteStorage, RedisStorage, PostgresStorage)
-           for name, member in inspect.getmembers(cls, callable) if not name.startswith("_")}
+           for name, member in inspect.getmembers(
+               cls, lambda m: callable(m) or isinstance(m, Delegate))
+           if not name.startswith("_")}
 
 
 def _modules() -> Iterator[Path]:

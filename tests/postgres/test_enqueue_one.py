@@ -13,8 +13,8 @@ import pytest
 from conveyor.core.clock import FakeClock
 from conveyor.core.job import BatchSpec, JobSpec
 from conveyor.errors import BatchClosedError, BatchNotFound
+from conveyor.storage.blocks import JobBlock
 from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
-from conveyor.storage.records import JobBlock
 from tests.postgres import schema_conn
 
 # every column but the identity, with the event log's lines

@@ -9,7 +9,7 @@ from typing import Any
 from conveyor.core.clock import FakeClock
 from conveyor.storage import Retention, open_storage
 from conveyor.storage.postgres.storage import PostgresStorage
-from conveyor.storage.records import minute_of
+from conveyor.storage.totals import minute_of
 from tests.conformance.helpers import outcome_a_day
 from tests.postgres import schema_conn
 

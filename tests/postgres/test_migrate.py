@@ -19,7 +19,7 @@ from conveyor.storage.postgres import acks, jobs
 from conveyor.storage.postgres import graph as graph_sql
 from conveyor.storage.postgres.connection import parse_postgres_url
 from conveyor.storage.postgres.migrate import functions, latest_version, migrations
-from conveyor.storage.records import WorkerInfo
+from conveyor.storage.workers import WorkerInfo
 from tests.conformance.helpers import ack, put, take_one
 from tests.postgres.old_schema import old_release, store_workflow
 

@@ -18,7 +18,7 @@ import pytest
 
 from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
 from conveyor.storage.postgres.upkeep import _TRIM_STATE
-from conveyor.storage.records import Retention
+from conveyor.storage.retention import Retention
 from tests.postgres import schema_conn
 
 DAY = 24 * 3600.0
@@ -28,8 +28,8 @@ NOW = "extract(epoch from clock_timestamp())"
 @pytest.fixture
 def store(postgres_server: Any) -> Iterator[PostgresStorage]:
     storage = open_postgres(f"{postgres_server.url}?schema=r{uuid.uuid4().hex[:10]}")
-    storage.trim_chunk = 3  # a bound of 3 x 2 = 6 rows per kind and call
-    storage.trim_rounds = 2
+    storage._upkeep.trim_chunk = 3  # a bound of 3 x 2 = 6 rows per kind and call
+    storage._upkeep.trim_rounds = 2
     yield storage
     storage.close()
 

@@ -17,7 +17,7 @@ import pytest
 
 from conveyor.core.job import Ack, BatchSpec, JobSpec, Outcome
 from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
-from conveyor.storage.records import WorkerInfo
+from conveyor.storage.workers import WorkerInfo
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from conveyor.errors import StorageError
 from conveyor.storage import open_storage
 from conveyor.storage.postgres.connection import parse_postgres_url
 from conveyor.storage.postgres.migrate import functions, migrate, migrations
-from conveyor.storage.records import WorkerInfo
+from conveyor.storage.workers import WorkerInfo
 from tests.conformance.helpers import ack, put, spec, state_of, take, take_one
 from tests.postgres.old_schema import (
     NEWEST,

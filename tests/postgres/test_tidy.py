@@ -44,7 +44,7 @@ class Ticks:
 @pytest.fixture
 def store(postgres_server: Any) -> Iterator[PostgresStorage]:
     storage = open_postgres(f"{postgres_server.url}?schema=t{uuid.uuid4().hex[:10]}")
-    storage.tidy_dead = BOUND
+    storage._vacuum.tidy_dead = BOUND
     yield storage
     storage.close()
 
@@ -89,7 +89,7 @@ def test_dead_rows_past_the_bound_are_vacuumed(store: PostgresStorage) -> None:
 
 def test_vacuum_0_in_the_url_leaves_vacuum_to_autovacuum(postgres_server: Any) -> None:
     other = open_postgres(f"{postgres_server.url}?schema=t{uuid.uuid4().hex[:10]}&vacuum=0")
-    other.tidy_dead = BOUND
+    other._vacuum.tidy_dead = BOUND
     try:
         with schema_conn(other) as conn:
             _churn(conn, BOUND)
@@ -106,7 +106,7 @@ def test_a_vacuum_an_old_snapshot_holds_back_is_not_repeated_at_once(
     second would scan the table and its indexes for nothing. The next try waits, longer
     each time it finds them still there, and comes once the snapshot is gone."""
     ticks = Ticks()
-    store._tidy_clock = ticks
+    store._vacuum._tidy_clock = ticks
     with schema_conn(store) as conn, schema_conn(store) as holder:
         holder.autocommit = False
         holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -139,7 +139,7 @@ def test_a_role_that_does_not_own_the_table_leaves_vacuum_to_autovacuum(
                                              f"postgresql://{role}@", 1)
         assert role in url
         other = open_postgres(url)
-        other.tidy_dead = BOUND
+        other._vacuum.tidy_dead = BOUND
         try:
             _churn(conn, BOUND)
             assert other.tidy() is False and other.tidy() is False
@@ -158,7 +158,7 @@ def test_a_worker_tidies_as_it_drains(postgres_server: Any) -> None:
     def noop() -> None: ...
 
     assert isinstance(app.storage, PostgresStorage)
-    app.storage.tidy_dead = BOUND
+    app.storage._vacuum.tidy_dead = BOUND
     refs = noop.enqueue_many([()] * (2 * BOUND))
     launcher = Launcher(app, WorkerConfig(concurrency=4))
     launcher.start()

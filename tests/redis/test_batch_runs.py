@@ -12,10 +12,11 @@ import pytest
 
 from conveyor.core.ids import new_id, new_ids
 from conveyor.core.job import ALL_STATES, Ack, BatchSpec, JobSpec, JobState, Outcome
-from conveyor.storage.records import JobBlock, Retention
+from conveyor.storage.blocks import JobBlock
 from conveyor.storage.redis import batches
 from conveyor.storage.redis.batches import id_runs
 from conveyor.storage.redis.storage import RedisStorage, open_redis
+from conveyor.storage.retention import Retention
 from tests.redis.conftest import prefixed
 
 pytestmark = pytest.mark.redis
@@ -87,7 +88,7 @@ def _check_pages(store: RedisStorage, batch: str, truth: dict[str, tuple[str, st
 
 
 def _members(store: RedisStorage, batch: str) -> list[str]:
-    return sorted(job_id for step in store.batch_members(batch) for job_id, _, _ in step)
+    return sorted(job_id for step in store._pages.batch_members(batch) for job_id, _, _ in step)
 
 
 def test_a_bulk_join_keeps_one_entry_per_run(runs_store: RedisStorage) -> None:
@@ -151,9 +152,9 @@ def test_pages_of_runs_no_job_has_left_are_counted_not_indexed(
 def test_a_walk_sees_every_job_while_a_reader_indexes_runs(runs_store: RedisStorage) -> None:
     store = runs_store
     batch, block = _one_run(store, batches.STEP * 2 + 100)
-    walk = store.batch_members(batch)
+    walk = store._pages.batch_members(batch)
     seen = {job_id for job_id, _, _ in next(walk)}
-    assert store.index_step(batch)  # the run is cut under the walk
+    assert store._pages.index_step(batch)  # the run is cut under the walk
     seen |= {job_id for step in walk for job_id, _, _ in step}
     assert seen == set(block.ids)
 
@@ -163,14 +164,14 @@ def test_a_replayed_join_counts_nothing(runs_store: RedisStorage) -> None:
     batch, block = _one_run(store, 60)
     value = f"pending:{block.queue}"
     # A join is retried through an outage before its jobs are stored, so before they move.
-    store._join_batch(batch, value, block.ids)  # an exact replay: the same runs
-    store._join_batch(batch, value, block.ids[10:30])  # overlaps: sent one by one
-    assert store.index_step(batch)
-    store._join_batch(batch, value, block.ids)  # its run was cut by the step
+    store._batches.join_batch(batch, value, block.ids)  # an exact replay: the same runs
+    store._batches.join_batch(batch, value, block.ids[10:30])  # overlaps: sent one by one
+    assert store._pages.index_step(batch)
+    store._batches.join_batch(batch, value, block.ids)  # its run was cut by the step
     status = store.get_batch(batch)
     assert status is not None and status.total == 60 and status.counts == {"pending": 60}
     (job,) = store.dequeue(["q1"], "w", 1, 60.0)
-    store.sync_batches([(batch, job.id, "active:q1")] * 2)
+    store._graph.sync_batches([(batch, job.id, "active:q1")] * 2)
     assert _members(store, batch) == sorted(block.ids)
     status = store.get_batch(batch)
     assert status is not None and status.counts == {"pending": 59, "active": 1}
@@ -181,14 +182,14 @@ def test_a_job_deleted_and_enqueued_again_counts_once(runs_store: RedisStorage) 
     batch, block = _one_run(store, 20)
     gone = block.ids[4]
     assert store.delete_jobs([gone]) == 1
-    store.sync_batches([(batch, gone, "deleted:q1")])  # a replay of the delete
+    store._graph.sync_batches([(batch, gone, "deleted:q1")])  # a replay of the delete
     status = store.get_batch(batch)
     assert status is not None and status.total == 19 and status.counts == {"pending": 19}
     store.enqueue([spec for spec in block.specs() if spec.id == gone])
     status = store.get_batch(batch)
     assert status is not None and status.total == 20 and status.counts == {"pending": 20}
     # In id order (list_jobs would put it last: it sorts by creation time first)
-    assert [i for i, _ in store.batch_page(batch, None, None, 0, 50)] == list(block.ids)
+    assert [i for i, _ in store._pages.batch_page(batch, None, None, 0, 50)] == list(block.ids)
 
 
 def test_callbacks_fire_once_when_the_runs_finish(runs_store: RedisStorage) -> None:

@@ -30,7 +30,7 @@ def test_crash_between_batch_update_and_ack_reruns_the_job_and_counts_once(
     batch_with_callback(faked, 1)
     (job,) = faked.dequeue(["q"], "w1", 1, 10)
     # The first half of an ack: the batch hears "succeeded"; then the worker dies.
-    faked.sync_batches([("b", job.id, "succeeded:q")])
+    faked._graph.sync_batches([("b", job.id, "succeeded:q")])
     clock.advance(11)
     assert faked.reclaim_expired() == 1
     status = faked.get_batch("b")
@@ -51,7 +51,8 @@ def test_callback_whose_fired_mark_was_lost_is_not_enqueued_twice(
     # As if the process died after enqueueing the callback but before marking it fired.
     client.hdel(store.keys.batch("b").batch, "f:complete")
     client.close()
-    store.sync_batches([("b", ids[0], "succeeded:q")])  # any later update re-checks callbacks
+    # any later update re-checks callbacks
+    store._graph.sync_batches([("b", ids[0], "succeeded:q")])
     status = store.get_batch("b")
     assert status is not None and status.callbacks_fired == ("complete",)
     assert store.count_jobs(queue="callbacks") == 1
@@ -61,7 +62,7 @@ def test_callback_whose_fired_mark_was_lost_is_not_enqueued_twice(
 def test_replayed_batch_updates_never_double_count(store: RedisStorage) -> None:
     ids = batch_with_callback(store, 3)
     for _ in range(3):
-        store.sync_batches([("b", ids[0], "failed:q"), ("b", ids[1], "active:q")])
+        store._graph.sync_batches([("b", ids[0], "failed:q"), ("b", ids[1], "active:q")])
     status = store.get_batch("b")
     assert status is not None and status.total == 3
     assert status.counts == {"failed": 1, "active": 1, "pending": 1}

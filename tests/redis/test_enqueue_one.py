@@ -73,8 +73,8 @@ def test_a_plain_job_alone_is_stored_by_enqueue_one_as_enqueue_lua_stores_it(
     assert names == ["enqueue_one"] and result.created
     # the same job through enqueue.lua ("each"), in a queue of its own
     by_each = job("each", "b", **fields)
-    reply = timed.scripts.run("enqueue", timed.register_queue("b"),
-                              [timed.now_arg(), "b", "each", *codec.enqueue_args(by_each)])
+    reply = timed.scripts.run("enqueue", timed.ctx.register_queue("b"),
+                              [timed.ctx.now_arg(), "b", "each", *codec.enqueue_args(by_each)])
     assert reply == ["1"]
     fast, each = stored(timed, "a", "fast"), stored(timed, "b", "each")
     assert fast["static"] == each["static"].replace('"q":"b"', '"q":"a"')

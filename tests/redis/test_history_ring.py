@@ -7,8 +7,8 @@ from typing import Any
 
 from conveyor.core.clock import FakeClock
 from conveyor.storage import open_storage
-from conveyor.storage.records import minute_of
 from conveyor.storage.redis.storage import RedisStorage
+from conveyor.storage.totals import minute_of
 from tests.conformance.helpers import ack, outcome_a_day, put, take_one
 from tests.redis.conftest import prefixed
 

@@ -177,7 +177,7 @@ def test_pending_pages_cover_parked_and_listed_jobs_oldest_first(store: RedisSto
 
 def test_the_system_clock_does_not_replace_the_server_clock(redis_server: Any) -> None:
     store = open_redis(prefixed(redis_server.url), SystemClock())
-    assert store.now_arg() == ""  # scripts read the server's TIME
+    assert store.ctx.now_arg() == ""  # scripts read the server's TIME
     store.close()
 
 

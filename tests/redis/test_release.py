@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conveyor.core.job import JobSpec, JobState
-from conveyor.storage.redis import release
+from conveyor.storage.redis import upkeep
 from conveyor.storage.redis.storage import RedisStorage
 
 
@@ -15,7 +15,7 @@ from conveyor.storage.redis.storage import RedisStorage
 def test_every_job_of_the_dead_worker_is_found_across_pages(
     faked: RedisStorage, monkeypatch: pytest.MonkeyPatch, page: int
 ) -> None:
-    monkeypatch.setattr(release, "RELEASE_PAGE", page)
+    monkeypatch.setattr(upkeep, "RELEASE_PAGE", page)
     faked.enqueue([JobSpec(id=f"j{n:03d}", name="t", queue="q", payload="{}")
                    for n in range(40)])
     dead: set[str] = set()

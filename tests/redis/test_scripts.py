@@ -12,7 +12,6 @@ import pytest
 
 import redis
 from conveyor.core.job import ALL_STATES, Ack, JobSpec, Outcome
-from conveyor.storage.records import HISTORY_MINUTES
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.batches import state_code
 from conveyor.storage.redis.keys import QueueKeys
@@ -27,6 +26,7 @@ from conveyor.storage.redis.scripts import (
     script_text,
 )
 from conveyor.storage.redis.storage import RedisStorage
+from conveyor.storage.totals import HISTORY_MINUTES
 
 # Commands whose first argument is not a key.
 KEYLESS = {"TIME"}

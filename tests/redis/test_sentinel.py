@@ -21,7 +21,7 @@ from conveyor.core.ids import new_ids
 from conveyor.core.job import JobSpec
 from conveyor.errors import StorageUnavailable
 from conveyor.storage import open_storage
-from conveyor.storage.records import JobBlock
+from conveyor.storage.blocks import JobBlock
 from conveyor.storage.redis.scripts import SCRIPTS
 from conveyor.storage.redis.storage import RedisStorage
 from conveyor.worker.config import WorkerConfig

@@ -159,7 +159,7 @@ def test_the_put_back_rechecks_atomically(store: RedisStorage) -> None:
 
     def repair(job_id: str, seen: str) -> int:
         return int(store.scripts.run("repair", qk,
-                                     [store.now_arg(), Q, job_id, seen]))
+                                     [store.ctx.now_arg(), Q, job_id, seen]))
 
     _strand(store, ids[0])
     seen = stamp(ids[0])

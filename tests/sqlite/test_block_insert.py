@@ -14,7 +14,7 @@ import pytest
 
 from conveyor.core.clock import FakeClock
 from conveyor.core.job import EnqueueResult
-from conveyor.storage.records import JobBlock
+from conveyor.storage.blocks import JobBlock
 from conveyor.storage.sqlite import jobs
 from conveyor.storage.sqlite.storage import SqliteStorage, open_sqlite
 from tests.conformance.helpers import take

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.storage.records import JobBlock
+from conveyor.storage.blocks import JobBlock
 from conveyor.storage.sqlite.checkpoint import SAFETY_PAGES, WAL_BYTES
 from conveyor.storage.sqlite.storage import SqliteStorage, open_sqlite
 from tests.faults.harness import wait_until

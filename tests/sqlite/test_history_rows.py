@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conveyor.core.clock import FakeClock
 from conveyor.storage import Retention, open_storage
-from conveyor.storage.records import minute_of
+from conveyor.storage.totals import minute_of
 from tests.conformance.helpers import outcome_a_day
 
 

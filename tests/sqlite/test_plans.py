@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from conveyor.core.clock import FakeClock
-from conveyor.storage.sqlite import acks, leases, storage
+from conveyor.storage.sqlite import acks, leases, storage, upkeep
 from conveyor.storage.sqlite.storage import open_sqlite
 
 PLANS: dict[str, tuple[str, Any, str]] = {
@@ -21,9 +21,9 @@ PLANS: dict[str, tuple[str, Any, str]] = {
                                        "queue": "q", "count": 10}, "jobs_ready"),
     "expire": (storage._EXPIRE, ("q", 1.0), "jobs_ready_deadline"),
     "gated": (storage._GATED, ("q",), "jobs_ready_gated"),
-    "promote": (storage._PROMOTE, (1.0, 10), "jobs_due"),
+    "promote": (upkeep._PROMOTE, (1.0, 10), "jobs_due"),
     "reclaim": (leases.RECLAIM, {"now": 1.0, "limit": 10}, "jobs_lease"),
-    "trim": (storage._TRIM, (1.0, "succeeded"), "jobs_finished"),
+    "trim": (upkeep._TRIM, (1.0, "succeeded"), "jobs_finished"),
     "ack": (acks._SELECT, ('["a"]',), "sqlite_autoindex_jobs_1"),
 }
 

@@ -6,7 +6,7 @@ import pytest
 
 from conveyor.client.bulk import refs_of
 from conveyor.core.job import EnqueueResult
-from conveyor.storage.records import BlockResults
+from conveyor.storage.blocks import BlockResults
 
 
 def test_block_results_read_as_the_results_they_stand_for() -> None:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from conveyor.client.bulk import stored
 from conveyor.core.job import EnqueueResult
-from conveyor.storage.records import JobBlock
+from conveyor.storage.blocks import JobBlock
 
 Log = list[str]
 

@@ -20,7 +20,8 @@ from conveyor.core.job import (
     Outcome,
     decode_events,
 )
-from conveyor.storage.records import BatchStatus, BusySlot, WorkerInfo
+from conveyor.storage.batch_records import BatchStatus
+from conveyor.storage.workers import BusySlot, WorkerInfo
 
 
 def test_terminal_states() -> None:

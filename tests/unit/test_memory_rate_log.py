@@ -16,7 +16,7 @@ def test_idle_rate_keys_are_forgotten() -> None:
         store.enqueue([JobSpec(id=f"{key}{i}", name="t", queue="q", payload="{}", flow=flow)
                        for i in range(3)])
     assert len(store.dequeue(["q"], "w", 10, 30)) == 4
-    gate = store._flow  # the bookkeeping itself: what this test is about
+    gate = store.state.flow  # the bookkeeping itself: what this test is about
     assert sorted(gate._starts) == ["a", "b"]
     clock.advance(10)
     assert len(store.dequeue(["q"], "w", 10, 30)) == 2  # the windows let a2 and b2 start

@@ -12,7 +12,7 @@ from conveyor import Conveyor
 from conveyor.client.periodic import Schedule
 from conveyor.core.job import Ack, ErrorInfo, Outcome
 from conveyor.storage import Backend
-from conveyor.storage.records import BusySlot, WorkerInfo
+from conveyor.storage.workers import BusySlot, WorkerInfo
 
 XSS = "<script>alert('pwned')</script>"
 TRACEBACK = 'Traceback (most recent call last):\n  File "shop.py", line 9\nConnectionError: down'

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from conveyor.core.job import Outcome
-from conveyor.storage.records import HISTORY_MINUTES
+from conveyor.storage.totals import HISTORY_MINUTES
 from tests.web.conftest import TOKEN, Site, serve_site
 from tests.web.seed import run_one
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conveyor.core.job import JobState
-from conveyor.storage.records import GraphNode
+from conveyor.storage.graph import GraphNode
 from conveyor.web.graph import BY_NAME, WIDE_LAYER, depths, layout, svg
 
 

@@ -9,7 +9,7 @@ import json
 import re
 
 from conveyor.core.job import Outcome
-from conveyor.storage.records import HISTORY_MINUTES
+from conveyor.storage.totals import HISTORY_MINUTES
 from tests.web.conftest import Site
 from tests.web.seed import run_one
 

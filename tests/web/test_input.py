@@ -94,7 +94,7 @@ def test_cookies_are_secure_when_served_over_https(site: Site) -> None:
 def _damage_memory_record(site: Site, key: str) -> str:
     """Damage a stored record the way a broken store returns it: the storage's own object."""
     job_id = site.seeded.ids[key]
-    record = site.app.storage._jobs[job_id].rec  # type: ignore[attr-defined]
+    record = site.app.storage.state.jobs[job_id].rec  # type: ignore[attr-defined]
     record.unreadable = "truncated"
     record.payload = '{"a": [1, "<b>tru'
     record.result = '{"ok": tr'

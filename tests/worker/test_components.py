@@ -11,7 +11,7 @@ import pytest
 from conveyor import Conveyor, FakeClock, JobState
 from conveyor.client.periodic import Schedule
 from conveyor.core.job import Ack, Outcome
-from conveyor.storage.records import Retention
+from conveyor.storage.retention import Retention
 from conveyor.worker.acker import Acker
 from conveyor.worker.config import QueueWeight, WorkerConfig, parse_queue, queue_order
 from conveyor.worker.heartbeat import Heartbeater

@@ -14,7 +14,7 @@ import pytest
 import redis
 from conveyor import Conveyor, FakeClock, JobState, current_job
 from conveyor.core.ids import new_id
-from conveyor.storage.records import WorkerInfo
+from conveyor.storage.workers import WorkerInfo
 from conveyor.testing import drain
 from conveyor.worker.config import QueueWeight, WorkerConfig
 from conveyor.worker.executors import ThreadExecutor

@@ -26,7 +26,7 @@ from conveyor.client.periodic import check_definition
 from conveyor.client.schedules import who
 from conveyor.core.text import check_name
 from conveyor.errors import ConveyorError, ScheduleNotFound
-from conveyor.storage.records import ScheduleInfo
+from conveyor.storage.schedule_records import ScheduleInfo
 from conveyor.views.records import fmt_time, get_schedule, periodic_view, schedule_changes_view
 
 

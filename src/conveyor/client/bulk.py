@@ -37,7 +37,7 @@ from conveyor.core.job import EnqueueResult, FlowControl
 from conveyor.core.serializer import encode_arg_lists, encode_args
 from conveyor.core.text import check_name
 from conveyor.storage.base import Ready, Sent
-from conveyor.storage.records import BlockResults, JobBlock
+from conveyor.storage.blocks import BlockResults, JobBlock
 
 __all__ = ["BLOCK_SIZE", "Threaded", "Writers", "blocks", "refs_of", "stored"]
 

@@ -18,7 +18,7 @@ from conveyor.core.job import JobState
 from conveyor.core.text import shown
 from conveyor.storage.base import Inspector
 from conveyor.storage.gates import GateFacts, Holder
-from conveyor.storage.records import WorkerInfo
+from conveyor.storage.workers import WorkerInfo
 
 __all__ = ["GATES", "Explanation", "Reason", "Seen", "explain", "explain_facts"]
 

@@ -37,8 +37,7 @@ from conveyor.core.serializer import dumps, encode_payload
 from conveyor.core.text import check_name
 from conveyor.errors import StorageUnavailable
 from conveyor.storage import Backend
-from conveyor.storage.records import ScheduleInfo
-from conveyor.storage.schedule_records import CODE
+from conveyor.storage.schedule_records import CODE, ScheduleInfo
 
 log = logging.getLogger("conveyor.periodic")
 

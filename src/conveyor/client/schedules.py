@@ -26,7 +26,7 @@ from conveyor.client.periodic import Schedule, check_definition
 from conveyor.core.text import check_name
 from conveyor.errors import ScheduleNotFound
 from conveyor.storage import Backend
-from conveyor.storage.records import ScheduleChange, ScheduleInfo
+from conveyor.storage.schedule_records import ScheduleChange, ScheduleInfo
 
 __all__ = ["Schedules", "who"]
 

@@ -2,8 +2,8 @@
 
 These are plain data: no I/O, no backend types. Storage backends receive ``JobSpec`` and
 ``Ack`` values and hand back ``LeasedJob`` and ``JobRecord`` values. What the storage reports
-beside a job's lifecycle (batches, workers, schedules, queues) is in ``storage/records.py``;
-ids are made by ``ids.py``.
+beside a job's lifecycle (batches, workers, schedules, queues) is in the storage package, a
+module per record (``storage/batch_records.py``, ``workers.py``, …); ids are made by ``ids.py``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from conveyor.core.clock import Clock
 from conveyor.errors import StorageURLError
 from conveyor.storage.base import Inspector, Storage
 from conveyor.storage.blobs import BlobStore
-from conveyor.storage.records import Retention
+from conveyor.storage.retention import Retention
 
 __all__ = ["DEFAULT_URL", "Backend", "Inspector", "Retention", "Storage", "default_blobs",
            "open_blobs", "open_storage", "redact", "shown_url", "url_secrets", "without_secrets"]

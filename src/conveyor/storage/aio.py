@@ -1,11 +1,12 @@
 """The storage's asyncio face: ``aenqueue`` and ``aget_job``, what an ``async`` client needs
 (docs/api.md, "asyncio").
 
-``ThreadedAsync`` runs the blocking call in a thread (``asyncio.to_thread``), so the event
-loop never waits on the storage: the embedded SQLite and memory stores use it as it is.
-Redis and PostgreSQL override ``aenqueue`` with their native asyncio clients (redis.asyncio,
-psycopg's ``AsyncConnection``) for the jobs that make up nearly every enqueue, and hand the
-rest (batches on Redis, workflows, debounce, aggregation) to the thread.
+``ThreadedAsync``, a part of every storage, runs the blocking call in a thread
+(``asyncio.to_thread``), so the event loop never waits on the storage: the embedded SQLite
+and memory stores use it as it is. Redis and PostgreSQL have their own ``aenqueue`` on their
+native asyncio clients (redis.asyncio, psycopg's ``AsyncConnection``) for the jobs that make up
+nearly every enqueue, and hand the rest (batches on Redis, workflows, debounce, aggregation)
+to this part.
 """
 
 from __future__ import annotations
@@ -38,11 +39,13 @@ async def _sleep(seconds: float) -> bool:
 
 
 class ThreadedAsync:
-    """``aenqueue`` / ``aget_job`` / ``aclose`` over the blocking methods, in a thread (a
-    mixin listed last among a storage's bases)."""
+    """``aenqueue`` / ``aget_job`` / ``afinished`` / ``aclose`` over a storage's blocking
+    ``enqueue`` and ``get_job``, each run in a thread."""
 
-    enqueue: Callable[[Sequence[JobSpec]], list[EnqueueResult]]
-    get_job: Callable[[str], JobRecord | None]
+    def __init__(self, enqueue: Callable[[Sequence[JobSpec]], list[EnqueueResult]],
+                 get_job: Callable[[str], JobRecord | None]) -> None:
+        self.enqueue = enqueue
+        self.get_job = get_job
 
     async def aenqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
         """``enqueue`` for asyncio code."""

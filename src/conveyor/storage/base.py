@@ -37,13 +37,11 @@ from conveyor.core.job import (
 from conveyor.errors import TransactionUnsupported
 from conveyor.storage.aio import Waiter
 from conveyor.storage.batch_wait import BatchWaiter
+from conveyor.storage.blocks import JobBlock
 from conveyor.storage.inspector import Inspector as Inspector
-from conveyor.storage.records import (
-    JobBlock,
-    Retention,
-    ScheduleInfo,
-    WorkerInfo,
-)
+from conveyor.storage.retention import Retention
+from conveyor.storage.schedule_records import ScheduleInfo
+from conveyor.storage.workers import WorkerInfo
 
 
 @runtime_checkable
@@ -302,29 +300,24 @@ class SendsBlocks(Protocol):
         ...
 
 
-class RefusesTransactions:
-    """``Storage.bind`` for backends that are not the application's database (memory,
-    SQLite, Redis): a job cannot be part of a transaction on another server."""
-
-    url: str
-
-    def bind(self, connection: object) -> Storage:
-        """Refuse: this storage cannot write inside someone else's transaction."""
-        scheme = self.url.partition("://")[0] or "this"
-        raise TransactionUnsupported(
-            f"a {scheme}:// storage cannot enqueue in your database transaction "
-            f"(got {type(connection).__name__}); only a postgresql:// storage on the same "
-            "database as the connection can")
+def transactions_refused(url: str, connection: object) -> TransactionUnsupported:
+    """What ``Storage.bind`` raises on a backend that is not the application's database
+    (memory, SQLite, Redis): a job cannot be part of a transaction on another server."""
+    scheme = url.partition("://")[0] or "this"
+    return TransactionUnsupported(
+        f"a {scheme}:// storage cannot enqueue in your database transaction "
+        f"(got {type(connection).__name__}); only a postgresql:// storage on the same "
+        "database as the connection can")
 
 
 class WaitsThenDequeues:
-    """``Storage.wait_dequeue`` for backends whose lease costs no extra round trip (SQLite,
-    memory, Redis Cluster): their own ``wait``, then ``dequeue``."""
+    """``Storage.wait_dequeue`` for a backend whose lease costs no extra round trip (memory,
+    SQLite, PostgreSQL): its own ``wait``, then ``dequeue``. A part of those storages."""
 
-    # Declared, not defined: a stub here would shadow the backend's own methods whenever the
-    # mixin comes first in the bases.
-    wait: Callable[[Sequence[str], float], bool]
-    dequeue: Callable[[Sequence[str], str, int, float, int], list[LeasedJob]]
+    def __init__(self, wait: Callable[[Sequence[str], float], bool],
+                 dequeue: Callable[[Sequence[str], str, int, float, int], list[LeasedJob]]) -> None:
+        self.wait = wait
+        self.dequeue = dequeue
 
     def wait_dequeue(
         self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,

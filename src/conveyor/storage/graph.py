@@ -32,8 +32,19 @@ from conveyor.core.job import TERMINAL_STATES, JobSpec, JobState, Node
 from conveyor.core.serializer import oversize
 from conveyor.errors import WorkflowError
 
-__all__ = ["ENDED_BY", "FAILED", "GraphReads", "GraphTxn", "JobView", "NodeRow", "attach",
-           "check_added", "decide", "inject", "judge", "parents_of", "settle"]
+__all__ = ["ENDED_BY", "FAILED", "GraphNode", "GraphReads", "GraphTxn", "JobView", "NodeRow",
+           "attach", "check_added", "decide", "inject", "judge", "parents_of", "settle"]
+
+
+@dataclass(frozen=True, slots=True)
+class GraphNode:
+    """One node of a workflow's graph as the dashboard draws it (``Inspector.workflow_graph``)."""
+
+    id: str
+    name: str
+    state: JobState
+    parents: tuple[str, ...] = ()
+
 
 #: A parent in one of these states did not succeed: its children's policy applies.
 FAILED = frozenset({JobState.FAILED.value, JobState.DEAD.value, JobState.CANCELLED.value})

@@ -7,20 +7,15 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from conveyor.core.job import JobRecord, JobState
+from conveyor.storage.batch_records import BatchStatus
 from conveyor.storage.gates import GateFacts
-from conveyor.storage.records import (
-    HEAD_CHARS,
-    BatchStatus,
-    GraphNode,
-    JobHead,
-    JobTotals,
-    MinuteTotals,
-    QueueStats,
-    ScheduleChange,
-    ScheduleInfo,
-    StoredData,
-    WorkerInfo,
-)
+from conveyor.storage.graph import GraphNode
+from conveyor.storage.job_heads import HEAD_CHARS, JobHead
+from conveyor.storage.queue_stats import QueueStats
+from conveyor.storage.schedule_records import ScheduleChange, ScheduleInfo
+from conveyor.storage.stored_data import StoredData
+from conveyor.storage.totals import JobTotals, MinuteTotals
+from conveyor.storage.workers import WorkerInfo
 
 
 @runtime_checkable

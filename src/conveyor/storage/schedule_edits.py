@@ -1,9 +1,10 @@
 """What each change does to a stored schedule, written once for every backend.
 
-A backend gives these rules one atomic step over one schedule (``ScheduleTxn``: memory's
-lock, a SQLite or PostgreSQL transaction, a compare-and-set script on Redis) and the rules do
-the rest: the new record and the audit entry are written in that same step, so the trail
-never misses a change and never shows one that did not happen.
+A backend's schedules part gives these rules one atomic step over one schedule
+(``ScheduleSteps.apply`` over a ``ScheduleTxn``: memory's lock, a SQLite or PostgreSQL
+transaction, a compare-and-set script on Redis) and the rules do the rest (``ScheduleEdits``,
+a part each storage makes over it): the new record and the audit entry are written in that
+same step, so the trail never misses a change and never shows one that did not happen.
 
 **The latest deliberate change wins.** A schedule declared in code (``@app.periodic``) is
 written by every worker at start (``save_schedules``). An operator may change it at run time;
@@ -33,7 +34,8 @@ from conveyor.storage.schedule_records import (
     ScheduleInfo,
 )
 
-__all__ = ["CHANGES_KEPT", "ScheduleEdits", "ScheduleTxn", "describe", "difference", "newest"]
+__all__ = ["CHANGES_KEPT", "ScheduleEdits", "ScheduleSteps", "ScheduleTxn", "describe",
+           "difference", "newest"]
 
 T = TypeVar("T")
 
@@ -112,36 +114,43 @@ def declare(txn: ScheduleTxn, *, code: ScheduleInfo, now: float, by: str) -> Non
                             difference(current, want) + overridden))
 
 
-class _Host(Protocol):
-    """What ``ScheduleEdits`` needs of the backend it is mixed into."""
+class ScheduleSteps(Protocol):
+    """What ``ScheduleEdits`` needs of a backend's schedules part."""
 
-    def now(self) -> float: ...
-    def schedules(self) -> list[ScheduleInfo]: ...
-    def _schedule_apply(self, name: str, rule: Callable[[ScheduleTxn], T]) -> T: ...
+    def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule, by name."""
+        ...
+
+    def apply(self, name: str, rule: Callable[[ScheduleTxn], T]) -> T:
+        """Run ``rule`` over a ``ScheduleTxn`` of schedule ``name`` as one atomic step (again,
+        on a store that may find the schedule changed under it, as Redis's compare-and-set
+        does) and return what it returned."""
+        ...
 
 
 class ScheduleEdits:
-    """The schedule members of ``Storage`` and ``Inspector`` written once: a backend's
-    schedules part lists it among its bases and gives ``now``, ``schedules`` and
-    ``_schedule_apply(name, rule)``, which runs ``rule`` over a ``ScheduleTxn`` of one
-    schedule as one atomic step (again, on a store that may find the schedule changed under
-    it, as Redis's compare-and-set does) and returns what it returned."""
+    """The schedule members of ``Storage`` and ``Inspector`` written once: a part each
+    backend's storage makes over its clock (``now``) and its schedules part (``steps``), and
+    delegates those members to."""
 
-    def save_schedules(self: _Host, schedules: Sequence[ScheduleInfo], by: str = "") -> None:
+    def __init__(self, now: Callable[[], float], steps: ScheduleSteps) -> None:
+        self._now = now
+        self._steps = steps
+
+    def save_schedules(self, schedules: Sequence[ScheduleInfo], by: str = "") -> None:
         """Write the schedules a worker's code declares (``declare``)."""
-        now = self.now()
+        now = self._now()
         for info in schedules:
-            self._schedule_apply(info.name, functools.partial(declare, code=info, now=now,
-                                                              by=by))
+            self._steps.apply(info.name, functools.partial(declare, code=info, now=now, by=by))
 
-    def schedule_pauses(self: _Host) -> dict[str, float | None]:
+    def schedule_pauses(self) -> dict[str, float | None]:
         """Paused schedules (None) and resumed ones (when)."""
-        return {s.name: None if s.paused else s.resumed_at for s in self.schedules()
+        return {s.name: None if s.paused else s.resumed_at for s in self._steps.schedules()
                 if s.paused or s.resumed_at is not None}
 
-    def add_schedule(self: _Host, info: ScheduleInfo, by: str) -> ScheduleInfo:
+    def add_schedule(self, info: ScheduleInfo, by: str) -> ScheduleInfo:
         """Store a schedule added at run time; ``ScheduleExists`` if the name is taken."""
-        now = self.now()
+        now = self._now()
 
         def rule(txn: ScheduleTxn) -> ScheduleInfo:
             if txn.read() is not None:
@@ -154,16 +163,15 @@ class ScheduleEdits:
                                     + (" (paused)" if added.paused else "")))
             return added
 
-        return self._schedule_apply(info.name, rule)
+        return self._steps.apply(info.name, rule)
 
-    def change_schedule(self: _Host, name: str, changes: Mapping[str, str],
-                        by: str) -> ScheduleInfo:
+    def change_schedule(self, name: str, changes: Mapping[str, str], by: str) -> ScheduleInfo:
         """Change fields of a schedule's definition (an edit of a declared one stands until
         ``reset_schedule``); ``ScheduleNotFound`` for an unknown name."""
         unknown = set(changes) - set(DEFINITION_FIELDS)
         if unknown:
             raise ValueError(f"not a field of a schedule: {', '.join(sorted(unknown))}")
-        now = self.now()
+        now = self._now()
 
         def rule(txn: ScheduleTxn) -> ScheduleInfo:
             old = _found(txn, name)
@@ -180,12 +188,12 @@ class ScheduleEdits:
             txn.note(ScheduleChange(now, name, "changed", by, difference(before, after)))
             return new
 
-        return self._schedule_apply(name, rule)
+        return self._steps.apply(name, rule)
 
-    def reset_schedule(self: _Host, name: str, by: str) -> ScheduleInfo:
+    def reset_schedule(self, name: str, by: str) -> ScheduleInfo:
         """Drop an operator's edit of a declared schedule: the code's definition is in force
         again. ``ScheduleNotFound`` for an unknown name, ``ValueError`` when not edited."""
-        now = self.now()
+        now = self._now()
 
         def rule(txn: ScheduleTxn) -> ScheduleInfo:
             old = _found(txn, name)
@@ -199,12 +207,12 @@ class ScheduleEdits:
             txn.note(ScheduleChange(now, name, "reset", by, difference(old.definition(), code)))
             return new
 
-        return self._schedule_apply(name, rule)
+        return self._steps.apply(name, rule)
 
-    def remove_schedule(self: _Host, name: str, by: str) -> ScheduleInfo | None:
+    def remove_schedule(self, name: str, by: str) -> ScheduleInfo | None:
         """Remove a schedule; returns what it was (None for an unknown name). One the code
         still declares comes back at the next worker start."""
-        now = self.now()
+        now = self._now()
 
         def rule(txn: ScheduleTxn) -> ScheduleInfo | None:
             old = txn.read()
@@ -214,32 +222,31 @@ class ScheduleEdits:
             txn.note(ScheduleChange(now, name, "removed", by, describe(old.definition())))
             return old
 
-        return self._schedule_apply(name, rule)
+        return self._steps.apply(name, rule)
 
-    def pause_schedule(self: _Host, name: str, by: str = "") -> bool:
+    def pause_schedule(self, name: str, by: str = "") -> bool:
         """Pause a schedule; False if unknown. Ticks that fall while paused are skipped."""
-        return _set_paused(self, name, True, by)
+        return self._set_paused(name, True, by)
 
-    def resume_schedule(self: _Host, name: str, by: str = "") -> bool:
+    def resume_schedule(self, name: str, by: str = "") -> bool:
         """Resume a schedule, noting when (ticks of the paused period are never caught up);
         False if unknown. Resuming one that is not paused changes nothing."""
-        return _set_paused(self, name, False, by)
+        return self._set_paused(name, False, by)
 
+    def _set_paused(self, name: str, paused: bool, by: str) -> bool:
+        now = self._now()
 
-def _set_paused(host: _Host, name: str, paused: bool, by: str) -> bool:
-    now = host.now()
+        def rule(txn: ScheduleTxn) -> bool:
+            old = txn.read()
+            if old is None:
+                return False
+            if old.paused != paused:  # resuming a running schedule must not move resumed_at
+                txn.write(dataclasses.replace(
+                    old, paused=paused, resumed_at=old.resumed_at if paused else now))
+                txn.note(ScheduleChange(now, name, "paused" if paused else "resumed", by))
+            return True
 
-    def rule(txn: ScheduleTxn) -> bool:
-        old = txn.read()
-        if old is None:
-            return False
-        if old.paused != paused:  # resuming a running schedule must not move resumed_at
-            txn.write(dataclasses.replace(
-                old, paused=paused, resumed_at=old.resumed_at if paused else now))
-            txn.note(ScheduleChange(now, name, "paused" if paused else "resumed", by))
-        return True
-
-    return host._schedule_apply(name, rule)
+        return self._steps.apply(name, rule)
 
 
 def _found(txn: ScheduleTxn, name: str) -> ScheduleInfo:

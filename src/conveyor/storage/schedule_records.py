@@ -1,6 +1,6 @@
 """Periodic schedules as the storage keeps them, and the audit trail of their changes.
 
-Plain data (no I/O, no backend types), re-exported by ``storage/records.py``. A schedule is
+Plain data (no I/O, no backend types). A schedule is
 *declared* in code (``@app.periodic``: ``origin="code"``, written by every worker at start)
 or *added* at run time (the CLI, ``app.schedules.add``, the dashboard: ``origin="runtime"``).
 The definition fields are the ones in force; while an operator's edit overrides what the

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from conveyor.storage.base import Inspector
-from conveyor.storage.records import HISTORY_MINUTES, MinuteTotals, history_start, minute_of
+from conveyor.storage.totals import HISTORY_MINUTES, MinuteTotals, history_start, minute_of
 
 KINDS = ("processed", "failed", "dead", "retried")
 HOUR = 60  # minutes summed into each queue's "last hour"

@@ -18,7 +18,8 @@ from conveyor.client.reveal import reveal
 from conveyor.core.job import Event, EventKind, JobRecord, JobState
 from conveyor.errors import BatchNotFound, JobNotFound, ScheduleNotFound
 from conveyor.storage.base import Inspector
-from conveyor.storage.records import BatchStatus, WorkerInfo
+from conveyor.storage.batch_records import BatchStatus
+from conveyor.storage.workers import WorkerInfo
 
 FAILURE_STATES = (JobState.FAILED, JobState.DEAD)
 

@@ -20,7 +20,7 @@ from conveyor.client.payloads import JobData
 from conveyor.core.envelope import RESULT_TAG, parse_result
 from conveyor.core.job import JobRecord, JobState
 from conveyor.storage.base import Inspector
-from conveyor.storage.records import StoredData
+from conveyor.storage.stored_data import StoredData
 
 __all__ = ["Resealed", "reseal_jobs", "resealed"]
 

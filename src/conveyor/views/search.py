@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from conveyor.core.job import JobRecord, JobState
 from conveyor.storage.base import Inspector
-from conveyor.storage.records import HEAD_CHARS, JobHead
+from conveyor.storage.job_heads import HEAD_CHARS, JobHead
 
 __all__ = ["BUDGET", "SCAN", "Found", "sealed_note", "search_jobs"]
 

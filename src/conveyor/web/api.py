@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from conveyor.http.metrics import CONTENT_TYPE, render_inspector
-from conveyor.storage.records import HISTORY_MINUTES
+from conveyor.storage.totals import HISTORY_MINUTES
 from conveyor.views.failures import (
     check_batch,
     failure_states,

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conveyor.core.job import JobState
-from conveyor.storage.records import GraphNode
+from conveyor.storage.graph import GraphNode
 from conveyor.web.render import BAR_ORDER, e
 
 __all__ = ["BY_NAME", "WIDE_LAYER", "Box", "crossings", "layout", "relatives", "summary", "svg"]

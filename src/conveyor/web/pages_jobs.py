@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from conveyor.client.explain import Explanation, explain
 from conveyor.core.job import SHOWN_STATES, JobState
 from conveyor.storage.base import Inspector
-from conveyor.storage.records import GraphNode
+from conveyor.storage.graph import GraphNode
 from conveyor.views.records import (
     batch_jobs_view,
     batch_state,

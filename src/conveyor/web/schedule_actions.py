@@ -12,7 +12,7 @@ from conveyor.client.periodic import check_definition
 from conveyor.core.text import check_name
 from conveyor.errors import ConveyorError, ScheduleNotFound
 from conveyor.storage.base import Inspector
-from conveyor.storage.records import ScheduleInfo
+from conveyor.storage.schedule_records import ScheduleInfo
 
 Form = dict[str, list[str]]
 #: The form fields of a definition, and the stored field each one sets.

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from conveyor.core.clock import Clock
 from conveyor.core.job import Ack, HeartbeatReply, Outcome
 from conveyor.storage.base import Storage
-from conveyor.storage.records import WorkerInfo
+from conveyor.storage.workers import WorkerInfo
 from conveyor.worker.acker import Acker
 from conveyor.worker.component import PeriodicComponent
 from conveyor.worker.config import WorkerConfig

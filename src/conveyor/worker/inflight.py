@@ -21,7 +21,7 @@ from typing import Any
 from conveyor.client.context import JobContext
 from conveyor.client.registry import JobFunction
 from conveyor.core.job import LeasedJob
-from conveyor.storage.records import BusySlot
+from conveyor.storage.workers import BusySlot
 
 __all__ = ["Entry", "InFlight"]
 

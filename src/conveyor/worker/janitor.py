@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from conveyor.core.clock import Clock
 from conveyor.storage.base import Storage
-from conveyor.storage.records import Retention
+from conveyor.storage.retention import Retention
 from conveyor.worker.component import PeriodicComponent
 from conveyor.worker.config import WorkerConfig
 

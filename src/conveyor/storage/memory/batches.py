@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from conveyor.core.job import TERMINAL_STATES, BatchSpec, JobSpec, JobState
 from conveyor.errors import BatchClosedError, BatchNotFound
+from conveyor.storage.batch_records import BatchStatus
 from conveyor.storage.batch_wait import BatchWaiter
-from conveyor.storage.records import BatchStatus
 
 
 @dataclass(slots=True, eq=False)

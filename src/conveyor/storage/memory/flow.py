@@ -1,6 +1,8 @@
-"""Flow control for the memory backend: unique locks, concurrency limits, ordered keys, rates.
+"""Flow control for the memory backend: paused queues, unique locks, concurrency limits,
+ordered keys, rates.
 
-``FlowGate`` holds only bookkeeping; the storage calls it under its own lock, so nothing here
+``MemoryFlow`` pauses and resumes queues (``dequeue`` skips a paused one). ``FlowGate`` holds
+only bookkeeping; the storage calls it under its own lock, so nothing here
 locks. Rules (the same every backend enforces):
 
 * ``unique_key``: held while the holder is not terminal, and at least ``unique_for`` seconds
@@ -23,9 +25,33 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict, deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Any
 
 from conveyor.core.job import FlowControl, JobRecord, JobState
+
+
+class MemoryFlow:
+    """``pause_queue`` and ``resume_queue`` over the store's set of paused queues, under its
+    lock (``wake``: wake idle workers)."""
+
+    def __init__(self, lock: AbstractContextManager[Any], paused: set[str],
+                 wake: Callable[[], None]) -> None:
+        self._lock = lock
+        self._paused = paused
+        self._wake = wake
+
+    def pause_queue(self, queue: str) -> None:
+        """Stop every worker from taking jobs from ``queue``."""
+        with self._lock:
+            self._paused.add(queue)
+
+    def resume_queue(self, queue: str) -> None:
+        """Undo ``pause_queue``."""
+        with self._lock:
+            self._paused.discard(queue)
+            self._wake()
 
 
 @dataclass(slots=True)

@@ -8,77 +8,75 @@ from collections.abc import Sequence
 from conveyor.core.job import EventKind, JobState, LeasedJob
 from conveyor.storage import aggregation
 from conveyor.storage.aggregation import Group, Rest
-from conveyor.storage.memory.state import Entry, MemoryState, _group_of
+from conveyor.storage.memory.state import Entry, MemoryState, group_of
 
 _ALIVE = frozenset({JobState.PENDING, JobState.SCHEDULED, JobState.RETRYING, JobState.ACTIVE})
 
 
-class MemoryGroups(MemoryState):
-    """Aggregation steps over ``MemoryState``."""
+class MemoryGroups:
+    """Aggregation steps over ``MemoryState`` (the caller holds its lock)."""
 
-    def _promote(self, entry: Entry, now: float) -> None:
+    def __init__(self, state: MemoryState) -> None:
+        self.state = state
+
+    def promote(self, entry: Entry, now: float) -> None:
         """A due scheduled or retrying job: pending, or back into its group."""
         rec = entry.rec
         member = aggregation.arrival(rec.id, rec.queue, rec.name, rec.flow)
-        lead = member is None or bool(self._joins([member], now))
-        self._move(entry, JobState.PENDING if lead else JobState.AGGREGATING,
-                   EventKind.ENQUEUED, now)
+        lead = member is None or bool(self.state.joins([member], now))
+        self.state.move(entry, JobState.PENDING if lead else JobState.AGGREGATING,
+                        EventKind.ENQUEUED, now)
 
-    def _flush(self, now: float, limit: int) -> int:
+    def flush(self, now: float, limit: int) -> int:
         """Send a lead for each due group; returns how many were sent."""
-        due = sorted((g for g in self._groups.values() if g.flush_at <= now),
+        due = sorted((g for g in self.state.groups.values() if g.flush_at <= now),
                      key=lambda g: g.flush_at)[:limit]
-        txn = _Flush(self, now)
+        txn = _Flush(self.state, now)
         _, drop = aggregation.flush(txn, due, now)  # groups are the stored objects
         for g in drop:
-            del self._groups[g.id]
+            del self.state.groups[g.id]
         return txn.sent
 
-    def _gather(self, lead: Entry, now: float) -> list[LeasedJob]:
+    def gather(self, lead: Entry, now: float) -> list[LeasedJob]:
+        """Lease the members of the group ``lead`` leads, for its run."""
         rec = lead.rec
         if rec.flow is None or not rec.flow.group_key:
             return []
-        gid = _group_of(rec)
-        group = self._groups.get(gid)
+        gid = group_of(rec)
+        group = self.state.groups.get(gid)
         if group is None:
             return []
-        members = self._members[gid]
-        taken = [self._jobs[i] for i in list(members)[:max(group.max_size - 1, 0)]]
+        members = self.state.members[gid]
+        taken = [self.state.jobs[i] for i in list(members)[:max(group.max_size - 1, 0)]]
         leased = [self._take(e, lead, now) for e in taken]
         rest = Rest(min(len(members), group.max_size), next(iter(members.values()), None))
         if not aggregation.gather(group, rec.id, rest, now):
-            del self._groups[gid]
+            del self.state.groups[gid]
         return leased
-
-    def gather(self, lead: str, token: str) -> list[LeasedJob] | None:
-        """Lease the members of ``lead``'s group for its run; see ``Storage.gather``."""
-        with self._lock:
-            entry = self._holder(lead, token)
-            return None if entry is None else self._gather(entry, self.now())
 
     def _take(self, entry: Entry, lead: Entry, now: float) -> LeasedJob:
         expires = lead.rec.lease_expires_at or now
-        return self._lease(entry, lead.rec.worker or "", now, expires - now,
-                           token=lead.token, lead=lead.rec.id)
+        return self.state.lease(entry, lead.rec.worker or "", now, expires - now,
+                                token=lead.token, lead=lead.rec.id)
 
 
 class _Flush:
     """``aggregation.FlushTxn`` over the memory backend."""
 
-    def __init__(self, state: MemoryGroups, now: float) -> None:
+    def __init__(self, state: MemoryState, now: float) -> None:
         self._state = state
         self._now = now
         self.sent = 0
 
     def alive(self, leads: Sequence[str]) -> set[str]:
-        jobs = self._state._jobs
+        jobs = self._state.jobs
         return {i for i in leads if (e := jobs.get(i)) is not None and e.rec.state in _ALIVE}
 
     def oldest(self, group: Group) -> str | None:
-        return next(iter(self._state._members.get(group.id, {})), None)
+        return next(iter(self._state.members.get(group.id, {})), None)
 
     def lead(self, job_id: str) -> None:
-        entry = self._state._jobs[job_id]
-        self._state._move(entry, JobState.PENDING, EventKind.FLUSHED, self._now,
-                          message="its group is due: it leads the group's run")
+        entry = self._state.jobs[job_id]
+        self._state.move(entry, JobState.PENDING, EventKind.FLUSHED, self._now,
+                         message="its group is due: it leads the group's run")
         self.sent += 1

@@ -38,7 +38,7 @@ class MemoryLineup:
     """``LineupTxn`` over one queue's pending entries (``(record, band)`` in arrival order)."""
 
     pending: list[tuple[JobRecord, int]]
-    now: float
+    at: float  # the dequeue's now
     flow: FlowGate
     budget: ScanBudget
     pointer_of: Callable[[], str | None]
@@ -83,14 +83,14 @@ class MemoryLineup:
     def judge(self, job: Candidate) -> str:
         """The gates' verdict; a job past its deadline or with a broken key is ended."""
         rec = self._record(job.id)
-        if rec.deadline is not None and self.now > rec.deadline:
+        if rec.deadline is not None and self.at > rec.deadline:
             self._end(rec, EventKind.EXPIRED, DEADLINE_PASSED)
             return Verdict.ENDED
         broken = broken_key(rec.flow)
         if broken is not None:
             self._end(rec, EventKind.DEAD, broken)
             return Verdict.ENDED
-        return Verdict.START if self.flow.allows(rec, self.now, self.budget) else Verdict.HELD
+        return Verdict.START if self.flow.allows(rec, self.at, self.budget) else Verdict.HELD
 
     def take(self, job: Candidate) -> None:
         """Count the job against its limits and hand it to the caller's lease."""
@@ -115,32 +115,39 @@ class MemoryLineup:
         return self._index[job_id]
 
 
-class MemoryLineups(MemoryState):
-    """The lineup steps over ``MemoryState``: a queue's walk, and aging."""
+class MemoryLineups:
+    """The lineup steps over ``MemoryState``: a queue's walk, and aging (a part of
+    ``MemoryStorage``; the caller holds the state's lock)."""
 
-    def _lineup(self, queue: str, now: float, budget: ScanBudget) -> MemoryLineup:
-        """The queue's pending jobs as the walk reads them (the caller holds the lock)."""
-        entries = [self._jobs[i] for i in self._pending.get(queue, ())]
+    def __init__(self, state: MemoryState) -> None:
+        self.state = state
+
+    def lineup(self, queue: str, now: float, budget: ScanBudget) -> MemoryLineup:
+        """The queue's pending jobs as the walk reads them."""
+        state = self.state
+        entries = [state.jobs[i] for i in state.pending.get(queue, ())]
         return MemoryLineup([(e.rec, band_of(e.rec, e.band)) for e in entries], now,
-                            self._flow, budget, lambda: self._pointers.get(queue),
-                            lambda key: self._pointers.__setitem__(queue, key))
+                            state.flow, budget, lambda: state.pointers.get(queue),
+                            lambda key: state.pointers.__setitem__(queue, key))
 
-    def _walk(self, queue: str, now: float, room: int, capacity: int, budget: ScanBudget,
-              picked: list[Entry], ended: list[tuple[Entry, str, str]]) -> int:
+    def walk(self, queue: str, now: float, room: int, capacity: int, budget: ScanBudget,
+             picked: list[Entry], ended: list[tuple[Entry, str, str]]) -> int:
         """A queue holding jobs placed by its lineup: ``lineup.walk`` over its pending jobs;
         returns the room left."""
-        txn = self._lineup(queue, now, budget)
+        txn = self.lineup(queue, now, budget)
         room = walk(txn, room, capacity)
-        picked.extend(self._jobs[i] for i in txn.taken)
-        ended.extend((self._jobs[i], kind, message) for i, kind, message in txn.ended)
+        jobs = self.state.jobs
+        picked.extend(jobs[i] for i in txn.taken)
+        ended.extend((jobs[i], kind, message) for i, kind, message in txn.ended)
         return room
 
-    def _age(self, now: float) -> None:
+    def age(self, now: float) -> None:
         """Raise the priority of pending jobs with ``aging`` whose time came
         (``lineup.aged``), as every store's promotion step does."""
-        for ids in self._lined.values():
+        jobs = self.state.jobs
+        for ids in self.state.lined.values():
             for job_id in ids:
-                entry = self._jobs[job_id]
+                entry = jobs[job_id]
                 flow = entry.rec.flow
                 if flow is not None and flow.aging > 0:
                     entry.band, entry.age_next = aged(entry.band, entry.age_next, flow.aging,

@@ -8,9 +8,8 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from conveyor.core.clock import Clock
-from conveyor.storage.records import ScheduleChange, ScheduleInfo
-from conveyor.storage.schedule_edits import CHANGES_KEPT, ScheduleEdits, ScheduleTxn, T, newest
+from conveyor.storage.schedule_edits import CHANGES_KEPT, ScheduleTxn, T, newest
+from conveyor.storage.schedule_records import ScheduleChange, ScheduleInfo
 
 
 class _Step:
@@ -35,17 +34,17 @@ class _Step:
         self.owner._changes.appendleft(change)
 
 
-class MemorySchedules(ScheduleEdits):
-    """The schedule part of ``Storage`` and ``Inspector``, under its own lock."""
-
-    _clock: Clock
+class MemorySchedules:
+    """The schedules themselves, under their own lock: the steps ``ScheduleEdits`` runs its
+    rules in, the ticks and the audit trail."""
 
     def __init__(self) -> None:
         self._schedule_lock = threading.Lock()
         self._schedules: dict[str, ScheduleInfo] = {}
         self._changes: deque[ScheduleChange] = deque(maxlen=CHANGES_KEPT)
 
-    def _schedule_apply(self, name: str, rule: Callable[[ScheduleTxn], T]) -> T:
+    def apply(self, name: str, rule: Callable[[ScheduleTxn], T]) -> T:
+        """Run ``rule`` over schedule ``name`` under the lock (``ScheduleSteps``)."""
         with self._schedule_lock:
             return rule(_Step(self, name))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -18,9 +18,10 @@ import psycopg
 
 from conveyor.core.job import EnqueueResult, JobRecord, JobSpec
 from conveyor.errors import StorageError
-from conveyor.storage.aio import Waiter, per_loop
+from conveyor.storage.aio import ThreadedAsync, Waiter, per_loop
 from conveyor.storage.postgres import jobs
-from conveyor.storage.postgres.connection import Database, translate
+from conveyor.storage.postgres.clock import ServerClock
+from conveyor.storage.postgres.connection import Connections, Database, translate
 from conveyor.storage.postgres.notices import Notices
 
 __all__ = ["PostgresAsync"]
@@ -34,25 +35,28 @@ def _native(spec: JobSpec) -> bool:
 
 
 class PostgresAsync:
-    """``aenqueue`` on an ``AsyncConnection``; a mixin of ``PostgresStorage``."""
+    """``aenqueue``, ``aget_job`` and ``afinished`` on an ``AsyncConnection``: a part of
+    ``PostgresStorage``, handing what it cannot do natively to ``threaded`` (the blocking
+    calls in a thread)."""
 
-    _db: Database
-    _schema: str | None
-    _clock_arg: Callable[[], float | None]
-    _notices: Notices
-    enqueue: Callable[[Sequence[JobSpec]], list[EnqueueResult]]
-    get_job: Callable[[str], JobRecord | None]
+    def __init__(self, db: Database, clock: ServerClock, notices: Notices, schema: str | None,
+                 threaded: ThreadedAsync) -> None:
+        self._db = db
+        self._clock = clock
+        self._notices = notices
+        self._schema = schema
+        self._threaded = threaded
 
     async def aenqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
         """``enqueue`` for asyncio code: natively, one statement per chunk."""
-        if type(self._db) is not Database or not all(_native(s) for s in specs):
-            return await asyncio.to_thread(self.enqueue, specs)
+        if not isinstance(self._db, Connections) or not all(_native(s) for s in specs):
+            return await self._threaded.aenqueue(specs)
         conn = await self._aconn()
         results: list[EnqueueResult] = []
         try:
             for start in range(0, len(specs), _CHUNK):
                 chunk = specs[start:start + _CHUNK]
-                statement, params = jobs.insert_call(self._clock_arg(), chunk, self._schema)
+                statement, params = jobs.insert_call(self._clock.arg(), chunk, self._schema)
                 async with conn.cursor() as cur:
                     await cur.execute(statement, params)
                     results += jobs.results(await cur.fetchall())
@@ -63,8 +67,8 @@ class PostgresAsync:
 
     async def aget_job(self, job_id: str) -> JobRecord | None:
         """``get_job`` for asyncio code: natively, one statement."""
-        if type(self._db) is not Database:
-            return await asyncio.to_thread(self.get_job, job_id)
+        if not isinstance(self._db, Connections):
+            return await self._threaded.aget_job(job_id)
         conn = await self._aconn()
         try:
             async with conn.cursor() as cur:

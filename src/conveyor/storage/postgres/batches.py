@@ -17,8 +17,8 @@ import psycopg
 
 from conveyor.core.job import ALL_STATES, BatchSpec
 from conveyor.errors import BatchNotFound
+from conveyor.storage.batch_records import BatchStatus, spec_to_wire
 from conveyor.storage.postgres.text import dec, enc_opt
-from conveyor.storage.records import BatchStatus, spec_to_wire
 
 Cursor = psycopg.Cursor[Any]
 # (batch_id, from_state or None for a new job, to_state or None for a deleted job)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from conveyor.errors import BlobUnavailable, StorageError
-from conveyor.storage.postgres.connection import Database, parse_postgres_url
+from conveyor.storage.postgres.connection import Connections, Database, parse_postgres_url
 from conveyor.storage.postgres.migrate import migrate
 
 __all__ = ["PostgresBlobs", "in_store", "open_blobs"]
@@ -27,7 +27,7 @@ def in_store(url: str) -> str:
 def open_blobs(url: str) -> PostgresBlobs:
     """The ``blobs`` table of the schema ``url`` names (migrating the schema if needed)."""
     settings = parse_postgres_url(url)
-    db = Database(settings)
+    db = Connections(settings)
     with db.outages():
         migrate(db.conn(), settings, create=True)
     return PostgresBlobs(db)

@@ -91,7 +91,7 @@ def _previous(enter: psycopg.Cursor[Any]) -> str:
     return str(row[0]) if row else ""
 
 
-class BoundDatabase(Database):
+class BoundDatabase:
     """A ``Database`` whose every write runs on one application connection, inside whatever
     transaction it has open. Never closes or resets that connection: it is not conveyor's.
 
@@ -100,8 +100,8 @@ class BoundDatabase(Database):
     """
 
     def __init__(self, settings: Settings, where: str, conn: psycopg.Connection[Any]) -> None:
-        # Database.__init__ is not called: it registers a fork hook and keeps per-thread
-        # connections, none of which a borrowed connection needs.
+        # Unlike ``Connections``: no fork hook and no per-thread connections, which a
+        # borrowed connection does not need.
         self.settings = settings
         self.where = where
         self._conn = conn

@@ -15,7 +15,7 @@ import re
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 from urllib.parse import parse_qsl, quote, urlencode
@@ -177,8 +177,41 @@ def connect(settings: Settings, where: str) -> psycopg.Connection[Any]:
     return conn
 
 
-class Database:
-    """Per-thread, per-process connections to one PostgreSQL schema."""
+class Database(Protocol):
+    """What every part of the storage reads and writes through: this process's own
+    connections (``Connections``), or one application connection in its open transaction
+    (``bound.BoundDatabase``, ``Storage.bind``)."""
+
+    settings: Settings
+    where: str
+
+    def conn(self) -> psycopg.Connection[Any]:
+        """The connection to use now."""
+        ...
+
+    def outages(self) -> AbstractContextManager[None]:
+        """Turn a driver error into ``StorageUnavailable`` or ``StorageError``."""
+        ...
+
+    def write(self) -> AbstractContextManager[psycopg.Cursor[Any]]:
+        """A cursor in one transaction."""
+        ...
+
+    def call(self) -> AbstractContextManager[psycopg.Cursor[Any]]:
+        """A cursor for one statement that is its own transaction."""
+        ...
+
+    def read(self) -> psycopg.Connection[Any]:
+        """The connection for plain reads."""
+        ...
+
+    def close(self) -> None:
+        """Release the connections. Idempotent."""
+        ...
+
+
+class Connections:
+    """Per-thread, per-process connections to one PostgreSQL schema (a ``Database``)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -18,7 +18,8 @@ class PostgresFlow:
     """Pause and resume queues (a paused queue is skipped by ``dequeue``; resuming one
     notifies its idle workers through the ``queues_resumed`` trigger)."""
 
-    _db: Database
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     def pause_queue(self, queue: str) -> None:
         """Stop every worker from taking jobs from ``queue``."""

@@ -1,6 +1,7 @@
 """The PostgreSQL ``Inspector``: reads and operator actions for the CLI, web UI and metrics.
 
-It is the base class of ``PostgresStorage``; both share one ``Database`` and clock.
+A part of ``PostgresStorage``, made over the same ``Database`` and clock (pausing a queue is
+``flow.py``'s, schedules ``schedules.py``'s).
 """
 
 from __future__ import annotations
@@ -11,30 +12,21 @@ from typing import Any
 
 import psycopg
 
-from conveyor.core.clock import Clock
 from conveyor.core.job import ALL_STATES, EventKind, JobRecord, JobState
-from conveyor.storage.graph import parents_of
+from conveyor.storage.batch_records import BatchStatus
+from conveyor.storage.graph import GraphNode, parents_of
+from conveyor.storage.job_heads import HEAD_CHARS, JobHead
 from conveyor.storage.postgres import batches, graph, jobs
+from conveyor.storage.postgres.cancel import WAITING, cancel_rows
+from conveyor.storage.postgres.clock import ServerClock
 from conveyor.storage.postgres.connection import Database, reads
-from conveyor.storage.postgres.flow import PostgresFlow
 from conveyor.storage.postgres.text import dec, enc
-from conveyor.storage.records import (
-    HEAD_CHARS,
-    BatchStatus,
-    GraphNode,
-    JobHead,
-    JobTotals,
-    MinuteTotals,
-    QueueStats,
-    StoredData,
-    WorkerInfo,
-    history_start,
-    today_start,
-)
-from conveyor.storage.rules import CANCELLED_WHILE_WAITING
+from conveyor.storage.queue_stats import QueueStats
+from conveyor.storage.stored_data import StoredData
+from conveyor.storage.totals import JobTotals, MinuteTotals, history_start, today_start
+from conveyor.storage.workers import WorkerInfo
 
 WORKER_TTL = 60.0
-_SERVER_NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"
 # One count per state, each over the partial index that holds that state's jobs (a single
 # `state IN (...)` would read the whole table, finished jobs included).
 _SIZES = " UNION ALL ".join(
@@ -44,7 +36,6 @@ _SIZES = " UNION ALL ".join(
 CANCEL_CHUNK = 500  # jobs per cancel_batch transaction: row locks held briefly
 _KNOWN_SET = frozenset(s.value for s in ALL_STATES)
 _KNOWN = ", ".join(f"'{s.value}'" for s in ALL_STATES)
-_WAITING = ("scheduled", "pending", "retrying", "waiting", "aggregating")
 _RETRYABLE = ("dead", "failed", "cancelled", "retrying")
 # Back to waiting by hand (a workflow node never released): unfinished, no lease, not ready.
 _REWAIT = ("ready_at = NULL, finished_at = NULL, token = NULL, lease_expires_at = NULL, "
@@ -52,33 +43,16 @@ _REWAIT = ("ready_at = NULL, finished_at = NULL, token = NULL, lease_expires_at 
 Cursor = psycopg.Cursor[Any]
 
 
-class PostgresInspector(PostgresFlow):
+class PostgresInspector:
     """Reads and operator actions over one PostgreSQL schema."""
 
-    def __init__(self, db: Database, clock: Clock | None) -> None:
+    def __init__(self, db: Database, clock: ServerClock) -> None:
         self._db = db
         self._clock = clock
 
-    @reads
     def now(self) -> float:
-        """The storage's clock: the server's ``clock_timestamp()``, or the explicit clock
-        given at open (tests)."""
-        if self._clock is not None:
-            return self._clock.now()
-        row = self._db.read().execute(_SERVER_NOW).fetchone()
-        return float(row[0]) if row else 0.0
-
-    def _clock_arg(self) -> float | None:
-        """The ``p_now`` of the server-side functions: the test clock's time, or None (the
-        server's ``clock_timestamp()``, read inside the function: no round trip of its own)."""
-        return None if self._clock is None else self._clock.now()
-
-    def _now(self, cur: Cursor) -> float:
-        """``now`` read inside a transaction (on its own connection)."""
-        if self._clock is not None:
-            return self._clock.now()
-        row = cur.execute(_SERVER_NOW).fetchone()
-        return float(row[0]) if row else 0.0
+        """The storage's clock (``ServerClock``)."""
+        return self._clock.now()
 
     @reads
     def queues(self) -> list[QueueStats]:
@@ -200,7 +174,7 @@ class PostgresInspector(PostgresFlow):
         """Dead, failed, cancelled or retrying jobs → pending now; a workflow node never
         released → waiting, or left as it is (``storage/graph_retry.py``)."""
         with self._db.write() as cur:
-            now = self._now(cur)
+            now = self._clock.at(cur)
             rows = self._select(cur, job_ids, _RETRYABLE)
             plan = graph.plan_retries(cur, [r[0] for r in rows if r[2]])
             waits = [r for r in rows if r[0] in plan.waiting]
@@ -224,7 +198,7 @@ class PostgresInspector(PostgresFlow):
     def delete_jobs(self, job_ids: Sequence[str]) -> int:
         """Delete jobs that are not active."""
         with self._db.write() as cur:
-            now = self._now(cur)
+            now = self._clock.at(cur)
             states = [s.value for s in ALL_STATES if s is not JobState.ACTIVE]
             rows = self._select(cur, job_ids, states, unknown=True)
             cur.execute("DELETE FROM jobs WHERE id = ANY(%s)", ([r[0] for r in rows],))
@@ -243,8 +217,8 @@ class PostgresInspector(PostgresFlow):
     def kill_jobs(self, job_ids: Sequence[str]) -> int:
         """Waiting jobs → dead (``killed``)."""
         with self._db.write() as cur:
-            now = self._now(cur)
-            rows = self._select(cur, job_ids, _WAITING)
+            now = self._clock.at(cur)
+            rows = self._select(cur, job_ids, WAITING)
             moves = jobs.move(cur, now, rows, JobState.DEAD, EventKind.KILLED,
                               "killed by hand", f"message = %(msg)s, {jobs.FINISH}")
             batches.apply(cur, now, moves)
@@ -336,40 +310,9 @@ class PostgresInspector(PostgresFlow):
                     if not found:
                         break
                     after = found[-1][0]
-                    self._cancel_rows(cur, self._now(cur), [r[1:] for r in found])
+                    cancel_rows(cur, self._clock.at(cur), [r[1:] for r in found])
                     done += len(found)
         return done
-
-    def _cancel(self, cur: Cursor, now: float, job_id: str) -> JobState | None:
-        """Cancel one job inside the caller's transaction; returns its resulting state."""
-        row = cur.execute(
-            "SELECT id, state, batch_id, cancel_requested FROM jobs WHERE id = %s FOR UPDATE",
-            (job_id,)
-        ).fetchone()
-        if row is None:
-            return None
-        self._cancel_rows(cur, now, [row])
-        state = JobState(row[1])
-        return JobState.CANCELLED if state.value in _WAITING else state
-
-    @staticmethod
-    def _cancel_rows(cur: Cursor, now: float, rows: Sequence[Any]) -> None:
-        """Rows ``(id, state, batch_id, cancel_requested)``: waiting ones become cancelled,
-        active ones get a cancellation request their worker sees at the next heartbeat."""
-        waiting = [r[:3] for r in rows if r[1] in _WAITING]
-        moves = jobs.move(cur, now, waiting, JobState.CANCELLED, EventKind.CANCELLED,
-                          CANCELLED_WHILE_WAITING, f"message = %(msg)s, {jobs.FINISH}")
-        batches.apply(cur, now, moves)
-        graph.settle(cur, now)
-        # The event names the worker and the attempt, as on every backend.
-        asked = [r[0] for r in rows if r[1] == "active" and not r[3]]
-        if asked:
-            cur.execute(
-                "UPDATE jobs SET cancel_requested = true, events = events || json_build_object("
-                "'t', %s::float8, 'k', %s::text, 's', 'active', 'w', worker, 'a', attempt)::text "
-                "|| E'\\n' WHERE id = ANY(%s)",
-                (now, EventKind.CANCEL_REQUESTED, asked),
-            )
 
     @reads
     def history(self, since: int = 0, queue: str | None = None) -> list[MinuteTotals]:

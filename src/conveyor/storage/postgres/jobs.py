@@ -22,10 +22,11 @@ from conveyor.core.job import (
     decode_events,
 )
 from conveyor.errors import BatchClosedError, BatchNotFound
+from conveyor.storage.blocks import JobBlock
 from conveyor.storage.postgres import arrays, batches
 from conveyor.storage.postgres.text import dec, enc_opt
-from conveyor.storage.records import JobBlock, StoredData
 from conveyor.storage.rules import validate_flow
+from conveyor.storage.stored_data import StoredData
 
 Cursor = psycopg.Cursor[Any]
 

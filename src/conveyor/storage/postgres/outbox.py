@@ -10,12 +10,13 @@ transaction commits: until then no relay can see the job.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from conveyor.core.job import LeasedJob
 from conveyor.storage.outbox import Delivered, StartKind, StartReply, arrivals
 from conveyor.storage.postgres import arrays
+from conveyor.storage.postgres.clock import ServerClock
 from conveyor.storage.postgres.connection import Database
 from conveyor.storage.postgres.text import enc, enc_opt
 from conveyor.storage.rules import REDELIVERED, cancelled_message
@@ -35,16 +36,16 @@ _BURY = "SELECT bury(%s::float8, %s::text[], %s::text)"
 class PostgresOutbox:
     """``publish_due``, ``publish_failed``, ``start`` and ``bury``; one call each."""
 
-    # Declared, not defined: PostgresStorage provides them.
-    _db: Database
-    _clock_arg: Callable[[], float | None]
+    def __init__(self, db: Database, clock: ServerClock) -> None:
+        self._db = db
+        self._clock = clock
 
     def publish_due(self, queue: str, count: int, republish_after: float) -> list[str]:
         """Pending jobs of ``queue`` due to be published, stamped; see ``Outbox``."""
         if count <= 0:
             return []
         with self._db.call() as cur:
-            row = cur.execute(_PUBLISH_DUE, (self._clock_arg(), enc(queue), count,
+            row = cur.execute(_PUBLISH_DUE, (self._clock.arg(), enc(queue), count,
                                              republish_after)).fetchone()
         return list(row[0]) if row and row[0] else []
 
@@ -62,7 +63,7 @@ class PostgresOutbox:
             return []
         with self._db.call() as cur:
             rows = cur.execute(_START, (
-                self._clock_arg(), enc(queue), arrays.texts(d.job_id for d in given),
+                self._clock.arg(), enc(queue), arrays.texts(d.job_id for d in given),
                 arrays.bools(d.redelivered for d in given),
                 arrays.texts(enc_opt(d.message) for d in given),
                 enc(worker_id), lease_seconds, max_recoveries, REDELIVERED,
@@ -83,7 +84,7 @@ class PostgresOutbox:
         if not job_ids:
             return 0
         with self._db.call() as cur:
-            row = cur.execute(_BURY, (self._clock_arg(), arrays.texts(job_ids),
+            row = cur.execute(_BURY, (self._clock.arg(), arrays.texts(job_ids),
                                       enc(reason))).fetchone()
         return int(row[0]) if row else 0
 

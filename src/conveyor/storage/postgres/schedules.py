@@ -10,12 +10,16 @@ from typing import Any
 
 import psycopg
 
-from conveyor.core.clock import Clock
 from conveyor.storage.postgres.connection import Database, reads
 from conveyor.storage.postgres.text import dec, enc, enc_opt
-from conveyor.storage.records import ScheduleChange, ScheduleInfo
-from conveyor.storage.schedule_edits import CHANGES_KEPT, ScheduleEdits, ScheduleTxn, T
-from conveyor.storage.schedule_records import COLUMNS, WRITTEN, written
+from conveyor.storage.schedule_edits import CHANGES_KEPT, ScheduleTxn, T
+from conveyor.storage.schedule_records import (
+    COLUMNS,
+    WRITTEN,
+    ScheduleChange,
+    ScheduleInfo,
+    written,
+)
 
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM schedules"
 _UPSERT = (f"INSERT INTO schedules ({', '.join(WRITTEN)}) "
@@ -55,13 +59,16 @@ class _Step:
                          "(SELECT max(seq) FROM schedule_changes) - %s", (CHANGES_KEPT,))
 
 
-class PostgresSchedules(ScheduleEdits):
-    """The schedule part of ``Storage`` and ``Inspector`` over one database."""
+class PostgresSchedules:
+    """The schedules over one database: the steps ``ScheduleEdits`` runs its rules in, the
+    ticks and the audit trail."""
 
-    _db: Database
-    _clock: Clock | None
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
-    def _schedule_apply(self, name: str, rule: Callable[[ScheduleTxn], T]) -> T:
+    def apply(self, name: str, rule: Callable[[ScheduleTxn], T]) -> T:
+        """Run ``rule`` over schedule ``name`` in one transaction holding the name's lock
+        (``ScheduleSteps``)."""
         with self._db.write() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(hashtext('conveyor-schedule:' || %s))",
                         (enc(name),))

@@ -28,12 +28,23 @@ from conveyor.core.job import (
 from conveyor.errors import StorageReadOnly
 from conveyor.storage.aio import ThreadedAsync
 from conveyor.storage.base import WaitsThenDequeues
+from conveyor.storage.blocks import JobBlock
+from conveyor.storage.delegate import delegate
 from conveyor.storage.graph import check_added
 from conveyor.storage.postgres import acks as ack_sql
 from conveyor.storage.postgres import arrays, fold, graph, groups, jobs
 from conveyor.storage.postgres.aio import PostgresAsync
 from conveyor.storage.postgres.bound import Binder
-from conveyor.storage.postgres.connection import Database, Settings, parse_postgres_url, reads
+from conveyor.storage.postgres.clock import ServerClock
+from conveyor.storage.postgres.connection import (
+    Connections,
+    Database,
+    Settings,
+    parse_postgres_url,
+    reads,
+)
+from conveyor.storage.postgres.flow import PostgresFlow
+from conveyor.storage.postgres.inspect import PostgresInspector
 from conveyor.storage.postgres.migrate import migrate
 from conveyor.storage.postgres.notices import Notices
 from conveyor.storage.postgres.outbox import PostgresOutbox
@@ -42,7 +53,8 @@ from conveyor.storage.postgres.text import enc
 from conveyor.storage.postgres.upkeep import PostgresUpkeep
 from conveyor.storage.postgres.vacuum import PostgresVacuum
 from conveyor.storage.postgres.wakeup import Listener
-from conveyor.storage.records import JobBlock, WorkerInfo
+from conveyor.storage.schedule_edits import ScheduleEdits
+from conveyor.storage.workers import WorkerInfo
 
 ENQUEUE_CHUNK = 5000
 
@@ -70,21 +82,81 @@ def open_postgres(url: str, clock: Clock | None = None, *, create: bool = True,
     system clock (a test's ``FakeClock``) replaces it: a worker's own wall clock never decides.
     """
     settings = parse_postgres_url(url)
-    db = Database(settings)
+    db = Connections(settings)
     with db.outages():
         migrate(db.conn(), settings, create=create, applied=applied)
     return PostgresStorage(settings, db, None if isinstance(clock, SystemClock) else clock)
 
 
-class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, PostgresSchedules,
-                      PostgresVacuum, PostgresAsync, ThreadedAsync):
+class PostgresStorage:
     """``Storage`` and ``Inspector`` over one PostgreSQL schema, safe across threads and
-    processes."""
+    processes: the hot path here, the rest in parts made over the same ``Database`` and
+    clock (``storage/delegate.py``)."""
+
+    now = delegate("_clock", ServerClock.now)
+    wait_dequeue = delegate("_waits", WaitsThenDequeues.wait_dequeue)
+    # the Inspector
+    queues = delegate("_inspector", PostgresInspector.queues)
+    get_job = delegate("_inspector", PostgresInspector.get_job)
+    list_jobs = delegate("_inspector", PostgresInspector.list_jobs)
+    count_jobs = delegate("_inspector", PostgresInspector.count_jobs)
+    job_heads = delegate("_inspector", PostgresInspector.job_heads)
+    retry_jobs = delegate("_inspector", PostgresInspector.retry_jobs)
+    retry_refusals = delegate("_inspector", PostgresInspector.retry_refusals)
+    delete_jobs = delegate("_inspector", PostgresInspector.delete_jobs)
+    kill_jobs = delegate("_inspector", PostgresInspector.kill_jobs)
+    reseal = delegate("_inspector", PostgresInspector.reseal)
+    retry_all = delegate("_inspector", PostgresInspector.retry_all)
+    clear = delegate("_inspector", PostgresInspector.clear)
+    workers = delegate("_inspector", PostgresInspector.workers)
+    command_worker = delegate("_inspector", PostgresInspector.command_worker)
+    get_batch = delegate("_inspector", PostgresInspector.get_batch)
+    list_batches = delegate("_inspector", PostgresInspector.list_batches)
+    cancel_batch = delegate("_inspector", PostgresInspector.cancel_batch)
+    workflow_graph = delegate("_inspector", PostgresInspector.workflow_graph)
+    history = delegate("_inspector", PostgresInspector.history)
+    job_totals = delegate("_inspector", PostgresInspector.job_totals)
+    pause_queue = delegate("_flow", PostgresFlow.pause_queue)
+    resume_queue = delegate("_flow", PostgresFlow.resume_queue)
+    # upkeep: promotion, recovery, cancel, batches, retention; vacuum
+    promote_due = delegate("_upkeep", PostgresUpkeep.promote_due)
+    reclaim_expired = delegate("_upkeep", PostgresUpkeep.reclaim_expired)
+    release_worker = delegate("_upkeep", PostgresUpkeep.release_worker)
+    cancel = delegate("_upkeep", PostgresUpkeep.cancel)
+    create_batch = delegate("_upkeep", PostgresUpkeep.create_batch)
+    close_batch = delegate("_upkeep", PostgresUpkeep.close_batch)
+    batch_finished = delegate("_upkeep", PostgresUpkeep.batch_finished)
+    trim = delegate("_upkeep", PostgresUpkeep.trim)
+    tidy = delegate("_vacuum", PostgresVacuum.tidy)
+    # schedules (Storage and Inspector)
+    schedule_ticked = delegate("_schedules", PostgresSchedules.schedule_ticked)
+    schedules = delegate("_schedules", PostgresSchedules.schedules)
+    schedule_changes = delegate("_schedules", PostgresSchedules.schedule_changes)
+    save_schedules = delegate("_edits", ScheduleEdits.save_schedules)
+    schedule_pauses = delegate("_edits", ScheduleEdits.schedule_pauses)
+    pause_schedule = delegate("_edits", ScheduleEdits.pause_schedule)
+    resume_schedule = delegate("_edits", ScheduleEdits.resume_schedule)
+    add_schedule = delegate("_edits", ScheduleEdits.add_schedule)
+    change_schedule = delegate("_edits", ScheduleEdits.change_schedule)
+    reset_schedule = delegate("_edits", ScheduleEdits.reset_schedule)
+    remove_schedule = delegate("_edits", ScheduleEdits.remove_schedule)
+    # the Outbox
+    publish_due = delegate("_outbox", PostgresOutbox.publish_due)
+    publish_failed = delegate("_outbox", PostgresOutbox.publish_failed)
+    start = delegate("_outbox", PostgresOutbox.start)
+    order_keys = delegate("_outbox", PostgresOutbox.order_keys)
+    bury = delegate("_outbox", PostgresOutbox.bury)
+    # asyncio: natively where it can, else the blocking calls in a thread
+    aenqueue = delegate("_async", PostgresAsync.aenqueue)
+    aget_job = delegate("_async", PostgresAsync.aget_job)
+    afinished = delegate("_async", PostgresAsync.afinished)
+    aclose = delegate("_async", PostgresAsync.aclose)
 
     def __init__(self, settings: Settings, db: Database, clock: Clock | None,
                  notices: Notices | None = None) -> None:
-        super().__init__(db, clock)
         self.url = settings.url
+        self._db = db
+        self._clock = ServerClock(db, clock)
         # Enqueues name the schema: on a bound storage (``bind``) they run on the
         # application's connection, whose search_path is its own.
         self._schema = settings.schema
@@ -92,6 +164,16 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
         # waiting calls (Batch.wait, aresult) share one LISTEN connection per process
         self._notices = notices or Notices(settings, db.where)
         self._binder = Binder(db)
+        self._inspector = PostgresInspector(db, self._clock)
+        self._flow = PostgresFlow(db)
+        self._upkeep = PostgresUpkeep(db, self._clock, self._notices)
+        self._vacuum = PostgresVacuum(db)
+        self._schedules = PostgresSchedules(db)
+        self._edits = ScheduleEdits(self.now, self._schedules)
+        self._outbox = PostgresOutbox(db, self._clock)
+        self._waits = WaitsThenDequeues(self.wait, self.dequeue)
+        self._async = PostgresAsync(db, self._clock, self._notices, self._schema,
+                                    ThreadedAsync(self.enqueue, self._inspector.get_job))
 
     def __repr__(self) -> str:
         return f"<PostgresStorage {self._db.where}>"
@@ -103,22 +185,22 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
             chunk = specs[start:start + ENQUEUE_CHUNK]
             if any(s.flow is not None and s.flow.fold_key for s in chunk):  # debounce
                 with self._db.write() as cur:
-                    results.extend(fold.enqueue(cur, self._clock_arg(), chunk, self._schema))
+                    results.extend(fold.enqueue(cur, self._clock.arg(), chunk, self._schema))
                 continue
             members = any(s.flow is not None and s.flow.group_key for s in chunk)
             if members or any(s.node for s in chunk):
                 # a workflow's waiting nodes, aggregation members in their groups: in the
                 # commit that stores them
                 with self._db.write() as cur:
-                    stored = jobs.insert(cur, self._clock_arg(), chunk, self._schema)
-                    now = self._now(cur)
+                    stored = jobs.insert(cur, self._clock.arg(), chunk, self._schema)
+                    now = self._clock.at(cur)
                     graph.store(cur, now, chunk, stored)
                     if members:
                         groups.stored(cur, now, chunk, stored)
                 results.extend(stored)
                 continue
             with self._db.call() as cur:
-                results.extend(jobs.insert(cur, self._clock_arg(), chunk, self._schema))
+                results.extend(jobs.insert(cur, self._clock.arg(), chunk, self._schema))
         return results
 
     def enqueue_block(self, block: JobBlock) -> list[EnqueueResult]:
@@ -132,7 +214,7 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
             chunk = replace(block, ids=block.ids[start:end], payloads=block.payloads[start:end],
                             flows=None if block.flows is None else block.flows[start:end])
             with self._db.call() as cur:
-                results.extend(jobs.insert_block(cur, self._clock_arg(), chunk, self._schema))
+                results.extend(jobs.insert_block(cur, self._clock.arg(), chunk, self._schema))
         return results
 
     def dequeue(
@@ -144,7 +226,7 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
         if count <= 0 or not queues:
             return []
         with self._db.call() as cur:
-            rows = cur.execute(_DEQUEUE, (self._clock_arg(), arrays.texts(dict.fromkeys(queues)),
+            rows = cur.execute(_DEQUEUE, (self._clock.arg(), arrays.texts(dict.fromkeys(queues)),
                                           enc(worker_id), count, lease_seconds)).fetchall()
         return [_leased(row) for row in rows]
 
@@ -163,9 +245,9 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
         if not acks:
             return []
         with self._db.call() as cur:
-            applied, marked = ack_sql.apply(cur, self._clock_arg(), acks)
+            applied, marked = ack_sql.apply(cur, self._clock.arg(), acks)
         if marked:  # a workflow node settled: its children move in the next transaction
-            self.settle_marks(marked=True)
+            self._upkeep.settle_marks(marked=True)
         return applied
 
     def log(self, job_id: str, token: str, events: Sequence[Event],
@@ -191,8 +273,8 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
             parents = {p for s in specs if s.node for p in s.node.parents}
             check_added(workflow_id, specs, graph.known(cur, workflow_id, parents),
                         graph.taken(cur, workflow_id, [s.id for s in specs]))
-            now = self._now(cur)
-            stored = jobs.insert(cur, self._clock_arg(), specs, self._schema)
+            now = self._clock.at(cur)
+            stored = jobs.insert(cur, self._clock.arg(), specs, self._schema)
             graph.store(cur, now, specs, stored)
             groups.stored(cur, now, specs, stored)
             graph.attach(cur, now, [r.id for r in stored if r.created])
@@ -201,7 +283,7 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
     def gather(self, lead: str, token: str) -> list[LeasedJob] | None:
         """Lease the members of ``lead``'s group for its run; see ``Storage.gather``."""
         with self._db.write() as cur:
-            return groups.gather(cur, self._now(cur), lead, token)
+            return groups.gather(cur, self._clock.at(cur), lead, token)
 
     def heartbeat(
         self, info: WorkerInfo, leases: Mapping[str, str], lease_seconds: float
@@ -211,7 +293,7 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
         ids = sorted(leases)
         with self._db.call() as cur:
             rows = cur.execute(_HEARTBEAT, (
-                self._clock_arg(), enc(info.id), json.dumps(info.to_wire()), arrays.texts(ids),
+                self._clock.arg(), enc(info.id), json.dumps(info.to_wire()), arrays.texts(ids),
                 arrays.texts(leases[i] for i in ids), lease_seconds)).fetchall()
         held = [(job_id, cancel) for _, job_id, cancel in rows if job_id is not None]
         return HeartbeatReply(
@@ -245,8 +327,8 @@ class PostgresStorage(WaitsThenDequeues, PostgresOutbox, PostgresUpkeep, Postgre
 
     def bind(self, connection: object) -> PostgresStorage:
         """This storage writing in the open transaction of your own connection (``bound.py``)."""
-        return PostgresStorage(self._db.settings, self._binder.database(connection), self._clock,
-                               self._notices)
+        return PostgresStorage(self._db.settings, self._binder.database(connection),
+                               self._clock.clock, self._notices)
 
     def close(self) -> None:
         """Release this process's connections. Idempotent."""

@@ -1,7 +1,7 @@
 """The transitions workers make on the side: promotion of due jobs, recovery of lost leases
 (expired, or a dead worker's), cancel, batch creation and closing, and retention trimming.
 
-A mixin of ``PostgresStorage``; each method is one transaction, but trimming, which is several
+A part of ``PostgresStorage``; each method is one transaction, but trimming, which is several
 short ones of bounded size. Promotion and recovery are one call of a server-side function each
 (functions/promote.sql, reclaim.sql), picking rows ``FOR UPDATE SKIP LOCKED``, so two workers'
 pollers and recoverers never wait on each other.
@@ -14,11 +14,14 @@ from contextlib import AbstractContextManager
 from conveyor.core.job import BatchSpec, JobState
 from conveyor.storage.batch_wait import BatchWaiter, sleeping
 from conveyor.storage.postgres import batches, graph, groups
-from conveyor.storage.postgres.inspect import PostgresInspector
+from conveyor.storage.postgres.cancel import cancel
+from conveyor.storage.postgres.clock import ServerClock
+from conveyor.storage.postgres.connection import Database
 from conveyor.storage.postgres.notices import Notices
 from conveyor.storage.postgres.text import enc
-from conveyor.storage.records import Retention, history_start
+from conveyor.storage.retention import Retention
 from conveyor.storage.rules import LEASE_EXPIRED, WORKER_DIED, cancelled_message
+from conveyor.storage.totals import history_start
 
 # Retention deletes, each bounded by its last parameter (rows per statement). Rows another
 # transaction holds are skipped, not waited for: the next call takes them. The state is
@@ -60,23 +63,27 @@ TRIM_CHUNK = 1000  # rows per DELETE statement (one short transaction)
 TRIM_ROUNDS = 20  # DELETE statements per kind of row and trim() call
 
 
-class PostgresUpkeep(PostgresInspector):
+class PostgresUpkeep:
     """Promotion, recovery, cancel, batches and trimming over one schema."""
 
     trim_chunk = TRIM_CHUNK
     trim_rounds = TRIM_ROUNDS
-    _notices: Notices
+
+    def __init__(self, db: Database, clock: ServerClock, notices: Notices) -> None:
+        self._db = db
+        self._clock = clock
+        self._notices = notices
 
     def promote_due(self, limit: int = 1000) -> int:
         """Scheduled and retrying jobs whose time has come → pending (server-side
         ``promote``: one round trip)."""
         with self._db.call() as cur:
-            row = cur.execute(_PROMOTE, (self._clock_arg(), limit, self._clock_arg(),
-                                         self._clock_arg())).fetchone()
+            row = cur.execute(_PROMOTE, (self._clock.arg(), limit, self._clock.arg(),
+                                         self._clock.arg())).fetchone()
         moved = int(row[0]) if row else 0
         if row is not None and (row[1] or row[2]):  # members due, or groups: one more step
             with self._db.write() as cur:
-                now = self._now(cur)
+                now = self._clock.at(cur)
                 moved += groups.promote(cur, now, limit) + groups.flush(cur, now, limit)
         self.settle_marks()  # the sweep: marks a crash or a server-side move left behind
         return moved
@@ -89,14 +96,14 @@ class PostgresUpkeep(PostgresInspector):
                 "SELECT 1 FROM wf_marks LIMIT 1").fetchone() is None:
             return 0
         with self._db.write() as cur:
-            return graph.settle(cur, self._now(cur))
+            return graph.settle(cur, self._clock.at(cur))
 
     def reclaim_expired(self, max_recoveries: int = 5, limit: int = 1000) -> int:
         """Active jobs with an expired or missing lease → pending (or dead: a poison job)."""
         with self._db.call() as cur:
             row = cur.execute(
                 "SELECT reclaim(%s::float8, %s::int4, %s::int4, %s::text, %s::text)",
-                (self._clock_arg(), max_recoveries, limit, LEASE_EXPIRED,
+                (self._clock.arg(), max_recoveries, limit, LEASE_EXPIRED,
                  cancelled_message(LEASE_EXPIRED))).fetchone()
         self.settle_marks()
         return int(row[0]) if row else 0
@@ -106,7 +113,7 @@ class PostgresUpkeep(PostgresInspector):
         with self._db.call() as cur:
             row = cur.execute(
                 "SELECT release_worker(%s::float8, %s::text, %s::int4, %s::text, %s::text)",
-                (self._clock_arg(), enc(worker_id), max_recoveries, WORKER_DIED,
+                (self._clock.arg(), enc(worker_id), max_recoveries, WORKER_DIED,
                  cancelled_message(WORKER_DIED))).fetchone()
         self.settle_marks()
         return int(row[0]) if row else 0
@@ -114,17 +121,17 @@ class PostgresUpkeep(PostgresInspector):
     def cancel(self, job_id: str) -> JobState | None:
         """Cancel a waiting job, or request cancellation of an active one."""
         with self._db.write() as cur:
-            return self._cancel(cur, self._now(cur), job_id)
+            return cancel(cur, self._clock.at(cur), job_id)
 
     def create_batch(self, spec: BatchSpec) -> None:
         """Create an open batch."""
         with self._db.write() as cur:
-            batches.create(cur, self._now(cur), spec)
+            batches.create(cur, self._clock.at(cur), spec)
 
     def close_batch(self, batch_id: str) -> None:
         """Mark a batch fully enqueued; complete it now if every job is already terminal."""
         with self._db.write() as cur:
-            batches.close(cur, self._clock_arg(), batch_id)
+            batches.close(cur, self._clock.arg(), batch_id)
 
     def batch_finished(self, batch_id: str) -> AbstractContextManager[BatchWaiter]:
         """Wake-ups as the batch finishes (the process's shared LISTEN connection,
@@ -140,7 +147,7 @@ class PostgresUpkeep(PostgresInspector):
         transaction, and each kind of row gets at most ``trim_rounds`` of them per call, so a
         backlog past retention is worked off over several calls (docs/postgres.md)."""
         with self._db.read().cursor() as cur:
-            now = self._now(cur)
+            now = self._clock.at(cur)
         removed = 0
         for state, keep in (("succeeded", retention.succeeded_seconds),
                             ("failed", retention.failed_seconds),

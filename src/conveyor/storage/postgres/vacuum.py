@@ -26,7 +26,7 @@ from typing import Any
 
 import psycopg
 
-from conveyor.storage.postgres.connection import HasDatabase, reads
+from conveyor.storage.postgres.connection import Database, reads
 
 __all__ = ["HELD_MAX", "TIDY_DEAD", "PostgresVacuum"]
 
@@ -48,14 +48,17 @@ _REFUSED = (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTran
             psycopg.errors.FeatureNotSupported)
 
 
-class PostgresVacuum(HasDatabase):
-    """``tidy``: a mixin of ``PostgresStorage``; its state is this process's."""
+class PostgresVacuum:
+    """``tidy``: a part of ``PostgresStorage``; its state is this process's."""
 
     tidy_dead = TIDY_DEAD
-    _tidy_clock: Callable[[], float] = staticmethod(time.monotonic)
-    _tidy_next = 0.0
-    _tidy_held = 0.0
-    _tidy_owner: bool | None = None
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._tidy_clock: Callable[[], float] = time.monotonic
+        self._tidy_next = 0.0
+        self._tidy_held = 0.0
+        self._tidy_owner: bool | None = None
 
     @reads
     def tidy(self) -> bool:

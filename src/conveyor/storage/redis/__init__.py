@@ -18,4 +18,10 @@ libraries it includes, ``lua/_<concern>.lua``, and its KEYS, ARGV and returns: s
 acknowledgement is applied. Times come from the server's ``TIME`` unless a test clock was
 given. Flow-control limits (concurrency, order, rate keys) apply per queue, since a script
 can only touch its queue's slot.
+
+``RedisStorage`` (``storage.py``: the hot path) is made of parts that share one
+``RedisContext`` (``context.py``) and inherit nothing: ``enqueue``, ``acks``, ``upkeep``
+(promote, recover, cancel, trim), ``batches`` (counters), ``graph`` (settling workflows: its
+``sync_batches`` is where every part sends the moves its scripts report), ``admin`` (retry,
+kill, delete), ``batch_pages``, ``inspect``, ``flow``, ``schedules``, ``outbox``, ``aio``.
 """

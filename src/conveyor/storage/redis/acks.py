@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 from conveyor.core.job import Ack
 from conveyor.storage.redis import codec
-from conveyor.storage.redis.base import Move
-from conveyor.storage.redis.release import RedisRelease
+from conveyor.storage.redis.context import Move, RedisContext
+from conveyor.storage.redis.graph import RedisGraph
 
 __all__ = ["ACK_CHUNK", "ACK_PATIENCE", "RedisAcks"]
 
@@ -26,15 +26,21 @@ ACK_PATIENCE = 60.0  # an acknowledgement is retried through outages this long, 
 ACK_CHUNK = 1000  # acks per ack.lua call
 
 
-class RedisAcks(RedisRelease):
-    """The acknowledgement part of ``Storage`` on one Redis deployment."""
+class RedisAcks:
+    """The acknowledgement part of ``Storage`` on one Redis deployment; the moves are fed
+    to ``graph.sync_batches`` (counters, then workflows)."""
+
+    def __init__(self, ctx: RedisContext, graph: RedisGraph) -> None:
+        self.ctx = ctx
+        self.link, self.keys, self.scripts = ctx.link, ctx.keys, ctx.scripts
+        self._graph = graph
 
     def ack(self, acks: Sequence[Ack]) -> list[bool]:
         """Apply outcomes; a batch job's batch is updated before the job is acknowledged."""
         results = [False] * len(acks)
         groups: dict[str, list[int]] = defaultdict(list)
         for i, ack in enumerate(acks):
-            queue = self.find_queue(ack.job_id, ack.token)
+            queue = self.ctx.find_queue(ack.job_id, ack.token)
             if queue is not None:
                 groups[queue].append(i)
         for queue, idxs in groups.items():
@@ -55,23 +61,23 @@ class RedisAcks(RedisRelease):
                 self._ack_result(acks[i], code, batch, value, results, i, moves)
         # Counted before the jobs leave active; a workflow's marks are settled only once the
         # outcomes stand (below): a refused one releases nothing.
-        self.sync_batches(moves, settle=False)
+        self._graph.sync_batches(moves, settle=False)
         applied: list[list[object]] = []
         if later:
             moves = []
             applied = self._ack_call(queue, acks, later, "apply")
             for i, (code, batch, value) in zip(later, applied, strict=True):
                 self._ack_result(acks[i], code, batch, value, results, i, moves)
-            self.sync_batches(moves)
+            self._graph.sync_batches(moves)
         # A job put back in the queue (a stopping worker's "interrupted") is ready at once:
         # on Cluster the idle workers wait on the doorbell, which ack.lua cannot reach.
         back = sum(1 for code, _, value in [*planned, *applied]
                    if code == 1 and str(value).startswith("pending:"))
-        self.ring(queue, back)
+        self.ctx.ring(queue, back)
 
     def _ack_call(self, queue: str, acks: Sequence[Ack], idxs: list[int],
                   mode: str) -> list[list[object]]:
-        args = [self.now_arg(), queue, mode]
+        args = [self.ctx.now_arg(), queue, mode]
         for i in idxs:
             args.extend(codec.ack_args(acks[i]))
         reply: list[list[object]] = self.scripts.run("ack", self.keys.queue(queue), args,

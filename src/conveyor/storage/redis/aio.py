@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -19,11 +19,12 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 import redis
 from conveyor.core.job import EnqueueResult, JobSpec
 from conveyor.errors import StorageUnavailable
-from conveyor.storage.aio import Waiter, per_loop
+from conveyor.storage.aio import ThreadedAsync, Waiter, per_loop
 from conveyor.storage.redis import codec
-from conveyor.storage.redis.batches import ENQUEUE_CHUNK, result_of
 from conveyor.storage.redis.connection import CONNECT_TIMEOUT, SOCKET_TIMEOUT, Link
-from conveyor.storage.redis.keys import DoorbellKeys, Keys, QueueKeys
+from conveyor.storage.redis.context import RedisContext
+from conveyor.storage.redis.enqueue import ENQUEUE_CHUNK, result_of
+from conveyor.storage.redis.keys import DoorbellKeys, QueueKeys
 from conveyor.storage.redis.scripts import SCRIPTS
 from conveyor.storage.redis.waiters import Subscriptions
 
@@ -37,20 +38,20 @@ _HEADROOM = 4  # connections of the pool left to the result waiters' subscriptio
 
 
 class RedisAsync:
-    """``aenqueue`` on a redis.asyncio client; a mixin of ``RedisStorage``."""
+    """``aenqueue`` and ``afinished`` on a redis.asyncio client: a part of ``RedisStorage``,
+    handing what it cannot do natively to ``threaded`` (the blocking calls in a thread)."""
 
-    link: Link
-    keys: Keys
-    _queues: set[str]
-    now_arg: Callable[[], str]
-    enqueue: Callable[[Sequence[JobSpec]], list[EnqueueResult]]
+    def __init__(self, ctx: RedisContext, threaded: ThreadedAsync) -> None:
+        self.ctx = ctx
+        self.link, self.keys = ctx.link, ctx.keys
+        self._threaded = threaded
 
     async def aenqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
         """``enqueue`` for asyncio code: natively, one script call per queue and chunk."""
         settings = self.link.settings
         if (settings.sentinel or settings.wait_replicas
                 or any(s.batch_id or s.node is not None for s in specs)):
-            return await asyncio.to_thread(self.enqueue, specs)
+            return await self._threaded.aenqueue(specs)
         client = self._aclient()
         out: list[EnqueueResult | None] = [None] * len(specs)
         by_queue: dict[str, list[int]] = {}
@@ -73,13 +74,13 @@ class RedisAsync:
         qk = await self._aregister(client, queue)
         if len(specs) == 1 and codec.plain(specs[0]):  # the one-by-one fast path
             code = await _run(client, "enqueue_one", qk,
-                              [self.now_arg(), *codec.enqueue_one_args(specs[0])])
+                              [self.ctx.now_arg(), *codec.enqueue_one_args(specs[0])])
             out[idxs[0]] = result_of(specs[0].id, code)
             await self._aring(client, queue, int(code == "1"))
             return
         for start in range(0, len(idxs), ENQUEUE_CHUNK):
             chunk = range(start, min(start + ENQUEUE_CHUNK, len(idxs)))
-            args: list[Any] = [self.now_arg(), queue, "each"]
+            args: list[Any] = [self.ctx.now_arg(), queue, "each"]
             for k in chunk:
                 args.extend(codec.enqueue_args(specs[k]))
             reply = await _run(client, "enqueue", qk, args)
@@ -91,7 +92,7 @@ class RedisAsync:
         """``ring`` on this loop's client: on Cluster, wake workers waiting on ``queue``."""
         if self.link.settings.cluster and ready > 0:
             await _run(client, "ring", DoorbellKeys(self.keys.doorbell(queue)),
-                       [self.now_arg(), ready])
+                       [self.ctx.now_arg(), ready])
 
     def _aslots(self) -> asyncio.Semaphore:
         """This loop's cap on calls in flight: one connection each, and redis-py's Cluster
@@ -108,7 +109,7 @@ class RedisAsync:
         """Wake-ups when ``job_id`` ends: ack.lua publishes the ids of the queue's waiters
         set that end on the channel of that name, which this subscribes to."""
         if self.link.settings.sentinel:
-            async with super().afinished(job_id, queue) as waiter:  # type: ignore[misc]
+            async with self._threaded.afinished(job_id, queue) as waiter:
                 yield waiter
             return
         client = self._aclient()
@@ -125,10 +126,10 @@ class RedisAsync:
                         await client.srem(channel, job_id)
 
     async def _aregister(self, client: AsyncClient, queue: str) -> QueueKeys:
-        if queue not in self._queues:
+        if queue not in self.ctx.registered:
             codec.check_text("queue name", queue)
             await client.sadd(self.keys.queues, queue)
-            self._queues.add(queue)
+            self.ctx.registered.add(queue)
         return self.keys.queue(queue)
 
     def _aclient(self) -> AsyncClient:

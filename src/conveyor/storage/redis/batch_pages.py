@@ -29,10 +29,17 @@ from conveyor.storage.redis.batches import (
     scan_reply,
     state_code,
 )
+from conveyor.storage.redis.context import RedisContext
 
 
-class RedisBatchPages(RedisBatches):
-    """Pages, counts and walks over one batch's jobs, runs included."""
+class RedisBatchPages:
+    """Pages, counts and walks over one batch's jobs, runs included (indexing runs through
+    ``batches``' ``batch.lua`` calls)."""
+
+    def __init__(self, ctx: RedisContext, batches: RedisBatches) -> None:
+        self.ctx = ctx
+        self.link, self.keys, self.scripts = ctx.link, ctx.keys, ctx.scripts
+        self._batches = batches
 
     def batch_members(self, batch_id: str) -> Iterator[list[tuple[str, str, str]]]:
         """Every job of a batch as (job id, state, queue), in steps of about ``STEP``: the
@@ -67,7 +74,7 @@ class RedisBatchPages(RedisBatches):
     def index_step(self, batch_id: str) -> bool:
         """Index up to ``STEP`` jobs of the batch's oldest run into its sets; False when no
         run was left."""
-        return self.batch_call(batch_id, "index", [str(STEP)]) == "ok"
+        return self._batches.batch_call(batch_id, "index", [str(STEP)]) == "ok"
 
     def _indexed(self, batch_id: str) -> bool:
         bk = self.keys.batch(batch_id)

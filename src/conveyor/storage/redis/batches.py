@@ -1,8 +1,9 @@
 """Batches on Redis: membership, counters and callbacks (reading a batch: ``batch_pages``).
 
-Jobs join their batch before they are stored (``enqueue_specs``), so a batch never completes
-without them. Every script reports the batch jobs it moved, and ``sync_batches`` feeds those
-moves to ``batch.lua``: idempotent per job, so a replay never counts a job twice, and the
+Jobs join their batch before they are stored (``enqueue.py``), so a batch never completes
+without them. Every script reports the batch jobs it moved, and ``sync_counts`` feeds those
+moves to ``batch.lua`` (called by ``RedisGraph.sync_batches``, which then settles the
+workflows they marked): idempotent per job, so a replay never counts a job twice, and the
 callbacks that became due are enqueued (each with an id fixed at creation) before they are
 marked fired.
 
@@ -16,21 +17,17 @@ import json
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from conveyor.core.job import ALL_STATES, EnqueueResult, JobSpec, JobState
+from conveyor.core.job import ALL_STATES, BatchSpec, EnqueueResult, JobSpec, JobState
 from conveyor.core.text import printable
-from conveyor.errors import BatchClosedError, BatchNotFound, WorkflowError
-from conveyor.storage.records import JobBlock
+from conveyor.errors import BatchClosedError, BatchNotFound
 from conveyor.storage.redis import codec
-from conveyor.storage.redis.base import Move, RedisBase
-from conveyor.storage.redis.codec import check_text
-from conveyor.storage.redis.pipeline import Ready
+from conveyor.storage.redis.context import Move, RedisContext
 
 log = logging.getLogger("conveyor.storage.redis")
 
-ENQUEUE_CHUNK = 2000  # jobs per enqueue.lua call; scripts unpack at most 2,000 values
 KIND_CACHE = 10_000  # batch kinds remembered per storage
 STEP = 500  # jobs read per command when walking a batch, or indexed per batch.lua call
 RUN_DIGITS = 12  # the counting part of an id in a run: its last 12 characters
@@ -55,70 +52,48 @@ def scan_reply(reply: Any) -> tuple[str, list[tuple[str, str]]]:
     return str(cursor), pairs
 
 
-class RedisBatches(RedisBase):
-    """Batch membership at enqueue, counters fed by every transition, and pages, counts and
-    walks over one batch's jobs."""
+class RedisBatches:
+    """Batches on one Redis deployment: creating and closing one, joining jobs to it, and
+    its counters, fed the moves every script reports (``sync_counts``; the moves of a
+    workflow's jobs also settle it: ``RedisGraph.sync_batches``). A callback that becomes due
+    is enqueued with ``fire``, the storage's own enqueue."""
+
+    def __init__(self, ctx: RedisContext,
+                 fire: Callable[[Sequence[JobSpec]], list[EnqueueResult]]) -> None:
+        self.ctx = ctx
+        self.link, self.keys, self.scripts = ctx.link, ctx.keys, ctx.scripts
+        self._fire_with = fire
+        self._kinds: dict[str, str] = {}  # batch id -> kind ("batch" / "workflow")
+
+    def create_batch(self, spec: BatchSpec) -> None:
+        """Create an open batch with its callbacks stored for later."""
+        if self.link.call("EXISTS", self.keys.batch(spec.id).batch):
+            return  # creating an existing batch again changes nothing
+        now = self.ctx.now()
+        fields: list[object] = ["id", spec.id, "c", repr(now), "total", 0,
+                                "meta", json.dumps(dict(spec.meta)), "kind", spec.kind]
+        if spec.description is not None:
+            fields += ["desc", spec.description]
+        for event, cb in spec.callbacks.items():
+            fields += [f"cb:{event}", codec.spec_to_json(cb)]
+        self.link.call("HSET", self.keys.batch(spec.id).batch, *fields)
+        self.link.call("ZADD", self.keys.batches, now, spec.id)
+
+    def close_batch(self, batch_id: str) -> None:
+        """Mark a batch fully enqueued; it completes when every job is terminal."""
+        if self.batch_call(batch_id, "close", []) == "missing":
+            raise BatchNotFound(f"no batch {batch_id!r}")
 
     # -- enqueue: jobs join their batch first ---------------------------------------------
 
-    def enqueue_specs(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
-        """Store jobs: batch membership first (so a batch never completes without them),
-        then one enqueue.lua call per queue and chunk."""
-        nodes = [s for s in specs if s.node is not None]
-        if nodes:  # a workflow's graph is stored before any of its jobs can move
-            self._store_nodes(nodes)
-        if len(specs) == 1 and not specs[0].batch_id:  # the one-by-one fast path
-            spec = specs[0]
-            qk = self.register_queue(spec.queue)
-            if codec.plain(spec):
-                code = self.scripts.run("enqueue_one", qk,
-                                        [self.now_arg(), *codec.enqueue_one_args(spec)])
-            else:
-                code = self.scripts.run("enqueue", qk, [self.now_arg(), spec.queue, "each",
-                                                        *codec.enqueue_args(spec)])[0]
-            self.ring(spec.queue, int(code == "1"))
-            return [result_of(spec.id, code)]
-        batched = [s for s in specs if s.batch_id]
-        if batched:
-            self._join_batches(batched)
-        results: list[EnqueueResult | None] = [None] * len(specs)
-        groups: dict[str, list[int]] = defaultdict(list)
-        for i, spec in enumerate(specs):
-            groups[spec.queue].append(i)
-        for queue, idxs in groups.items():
-            qk = self.register_queue(queue)
-            for start in range(0, len(idxs), ENQUEUE_CHUNK):
-                chunk = idxs[start:start + ENQUEUE_CHUNK]
-                args: list[str] = [self.now_arg(), queue, "each"]
-                for i in chunk:
-                    args.extend(codec.enqueue_args(specs[i]))
-                reply = self.scripts.run("enqueue", qk, args)
-                for i, code in zip(chunk, reply, strict=True):
-                    results[i] = result_of(specs[i].id, code)
-                self.ring(queue, reply.count("1"))
-                # Members stored aggregating joined their batch as pending: move them there.
-                self.sync_batches([(str(specs[i].batch_id), specs[i].id, f"aggregating:{queue}")
-                                   for i, code in zip(chunk, reply, strict=True)
-                                   if code == "a" and specs[i].batch_id])
-        done = [r for r in results if r is not None]
-        self._leave_batches(
-            [s for s, r in zip(specs, done, strict=True) if s.batch_id and r.id != s.id])
-        return done
-
-    def enqueue_block(self, block: JobBlock) -> list[EnqueueResult]:
-        """Store a block: per chunk, batch membership first, then one enqueue.lua call in
-        its "block" layout (the ids, then the static JSONs); see ``pipeline.Ready``."""
-        return list(self.prepare_block(block).send().result())
-
-    def prepare_block(self, block: JobBlock) -> Ready:
-        """A block made ready to store (``SendsBlocks``): its call built, nothing written."""
-        return Ready(self, block, ENQUEUE_CHUNK)
-
-    def _state_at(self, run_at: float | None, queue: str) -> str:
+    def state_at(self, run_at: float | None, queue: str) -> str:
         """The batch value of a job joining now: "pending:<queue>" or "scheduled:<queue>"."""
-        return f"{'scheduled' if run_at is not None and run_at > self.now() else 'pending'}:{queue}"
+        scheduled = run_at is not None and run_at > self.ctx.now()
+        return f"{'scheduled' if scheduled else 'pending'}:{queue}"
 
-    def _join_batch(self, batch_id: str, value: str, ids: Sequence[str]) -> None:
+    def join_batch(self, batch_id: str, value: str, ids: Sequence[str]) -> None:
+        """Join ``ids`` (all ``value``: their state and queue) to a batch, as runs when they
+        count up (``id_runs``), else one by one."""
         found = id_runs(ids)
         if found is not None:
             flat = [value]
@@ -130,24 +105,10 @@ class RedisBatches(RedisBase):
                 return
         _check_joined(batch_id, self.batch_call(batch_id, "join", [value, "\n".join(ids)]))
 
-    def _store_nodes(self, specs: Sequence[JobSpec]) -> None:
-        """Write the graph entries of a workflow's jobs: "n:<id>" its node, "u:<id>" its
-        parents not settled yet (``graph.lua``)."""
-        by_workflow: dict[str, list[str]] = defaultdict(list)
-        for spec in specs:
-            if not spec.batch_id or spec.node is None:
-                raise WorkflowError(f"workflow node {spec.id} names no workflow (batch id)")
-            node = json.dumps(spec.node.to_wire(), separators=(",", ":"))
-            by_workflow[spec.batch_id] += [f"n:{spec.id}", node,
-                                           f"u:{spec.id}", str(len(spec.node.parents))]
-        for workflow_id, flat in by_workflow.items():
-            check_text("workflow id", workflow_id)
-            key = self.keys.batch(workflow_id).graph
-            for start in range(0, len(flat), 2000):
-                self.link.call("HSET", key, *flat[start:start + 2000])
-
-    def _join_batches(self, specs: Sequence[JobSpec]) -> None:
-        now = self.now()
+    def join_batches(self, specs: Sequence[JobSpec]) -> None:
+        """Join jobs to their batches before they are stored, so that a batch never
+        completes without them."""
+        now = self.ctx.now()
         pairs: dict[str, list[str]] = defaultdict(list)
         for spec in specs:
             state = ("waiting" if spec.waits else
@@ -155,17 +116,6 @@ class RedisBatches(RedisBase):
             pairs[str(spec.batch_id)] += [spec.id, f"{state}:{spec.queue}"]
         for batch_id, flat in pairs.items():
             _check_joined(batch_id, self.batch_call(batch_id, "add", flat))
-
-    def _leave_batches(self, specs: Sequence[JobSpec]) -> None:
-        """A unique job that was not created (its lock is held) does not join the batch."""
-        self.sync_batches([(str(s.batch_id), s.id, f"deleted:{s.queue}") for s in specs])
-
-    # -- counters: every transition's moves, fed to batch.lua ---------------------------
-
-    def sync_batches(self, moves: Iterable[Move]) -> None:
-        """Feed job state changes reported by a script to their batches' counters (and
-        settle the workflows they marked: ``graph.py`` overrides this)."""
-        self.sync_counts(moves)
 
     def sync_counts(self, moves: Iterable[Move]) -> set[str]:
         """Feed job state changes to their batches' counters; returns the workflows among
@@ -182,7 +132,7 @@ class RedisBatches(RedisBase):
         marked: set[str] = set()
         for batch_id, flat in pairs.items():
             if self.is_workflow(batch_id):
-                self.link.call("ZADD", self.keys.workflows_marked, "NX", self.now(), batch_id)
+                self.link.call("ZADD", self.keys.workflows_marked, "NX", self.ctx.now(), batch_id)
             if self.batch_run(batch_id, "set", flat)[1]:
                 marked.add(batch_id)
         return marked
@@ -204,7 +154,7 @@ class RedisBatches(RedisBase):
     def batch_run(self, batch_id: str, mode: str, flat: list[str]) -> tuple[str, int]:
         """``batch_call``, also returning how many marks the workflow holds (0 for a batch)."""
         bk = self.keys.batch(batch_id)
-        reply = self.scripts.run("batch", bk, [self.now_arg(), mode, *flat])
+        reply = self.scripts.run("batch", bk, [self.ctx.now_arg(), mode, *flat])
         status, due, notes = reply[:3]
         for note in notes:
             log.warning("batch %s: %s", printable(batch_id), printable(str(note)))
@@ -216,7 +166,7 @@ class RedisBatches(RedisBase):
         # The callback's id is fixed when the batch is created, so a second enqueue after a
         # crash is a no-op; it is marked fired only once it is safely stored.
         spec = codec.spec_from_json(spec_json)
-        self.enqueue_specs([spec])
+        self._fire_with([spec])
         self.link.call("HSET", self.keys.batch(batch_id).batch, f"f:{event}", 1)
         log.info("batch %s: %s callback %s enqueued", batch_id, event, spec.id)
 
@@ -272,12 +222,3 @@ def _encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def result_of(job_id: str, code: str) -> EnqueueResult:
-    """The ``EnqueueResult`` of one job from enqueue.lua's code for it."""
-    if code in ("1", "a"):
-        return EnqueueResult(job_id, True)
-    if code.startswith("="):
-        return EnqueueResult(code[1:], False)
-    return EnqueueResult(job_id, False)

@@ -26,7 +26,8 @@ from conveyor.core.job import (
     decode_events,
 )
 from conveyor.core.text import key_fault
-from conveyor.storage.records import JobBlock, spec_from_wire, spec_to_wire
+from conveyor.storage.batch_records import spec_from_wire, spec_to_wire
+from conveyor.storage.blocks import JobBlock
 
 # The fields of a state line, in order: the one definition. lua/_fields.lua spells each as
 # F_<NAME> = its position, and scripts.py refuses to load the scripts when the two disagree.

@@ -19,21 +19,25 @@ Limits apply per queue, since a script touches its queue's slot only.
 
 from __future__ import annotations
 
-from conveyor.storage.redis.base import RedisBase
+from conveyor.storage.redis.context import RedisContext
 
 PAUSED = "paused"  # the meta hash field dequeue.lua checks
 
 
-class RedisFlow(RedisBase):
+class RedisFlow:
     """Pausing and resuming queues."""
+
+    def __init__(self, ctx: RedisContext) -> None:
+        self.ctx = ctx
+        self.link, self.keys, self.scripts = ctx.link, ctx.keys, ctx.scripts
 
     def pause_queue(self, queue: str) -> None:
         """Stop every worker from taking jobs from ``queue``."""
-        self.link.call("HSET", self.register_queue(queue).meta, PAUSED, 1)
+        self.link.call("HSET", self.ctx.register_queue(queue).meta, PAUSED, 1)
 
     def resume_queue(self, queue: str) -> None:
         """Undo ``pause_queue`` and wake idle workers."""
-        qk = self.register_queue(queue)
+        qk = self.ctx.register_queue(queue)
         self.link.call("HDEL", qk.meta, PAUSED)
         self.link.call("LPUSH", qk.notify, "1")
-        self.ring(queue, 1)
+        self.ctx.ring(queue, 1)

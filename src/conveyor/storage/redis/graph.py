@@ -29,14 +29,15 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from conveyor.core.job import TERMINAL_STATES, EnqueueResult, JobSpec, Node
+from conveyor.core.job import TERMINAL_STATES, JobSpec, Node
 from conveyor.core.text import printable
 from conveyor.errors import WorkflowError
 from conveyor.storage import graph
 from conveyor.storage.graph import JobView, NodeRow
 from conveyor.storage.redis import codec
-from conveyor.storage.redis.base import Move
 from conveyor.storage.redis.batches import RedisBatches, scan_reply
+from conveyor.storage.redis.codec import check_text
+from conveyor.storage.redis.context import Move, RedisContext
 from conveyor.storage.redis.keys import BatchKeys
 
 log = logging.getLogger("conveyor.storage.redis")
@@ -50,50 +51,46 @@ _LIVE = ("waiting", "pending", "active", "scheduled", "retrying", "aggregating")
 ENDED = frozenset({*(s.value for s in TERMINAL_STATES), "deleted"})  # member states
 
 
-class RedisGraph(RedisBatches):
-    """Settling the workflows a script's moves marked."""
+class RedisGraph:
+    """Settling the workflows a script's moves marked, and writing a workflow's graph.
+
+    ``sync_batches`` is what every part hands a script's moves to (the hot path's dequeue and
+    ack, the operator's retry, kill and delete, the outbox, the upkeep): the batches'
+    counters first (``RedisBatches.sync_counts``), then the workflows those moves marked."""
+
+    def __init__(self, ctx: RedisContext, batches: RedisBatches) -> None:
+        self.ctx = ctx
+        self.link, self.keys, self.scripts = ctx.link, ctx.keys, ctx.scripts
+        self._batches = batches
 
     def sync_batches(self, moves: Iterable[Move], *, settle: bool = True) -> None:
         """Feed moves to their batches' counters, then settle the workflows they marked
         (``settle=False``: the caller settles later, after the moves stand)."""
-        marked = self.sync_counts(moves)
+        marked = self._batches.sync_counts(moves)
         if settle:
             self.settle_graphs(marked)
 
-    def add_nodes(self, adder: str, token: str,
-                  specs: Sequence[JobSpec]) -> list[EnqueueResult] | None:
-        """Store nodes a running job adds to its workflow; see ``Storage.add_nodes``.
+    def store_nodes(self, specs: Sequence[JobSpec]) -> None:
+        """Write the graph entries of a workflow's jobs, before any of them is stored:
+        "n:<id>" its node, "u:<id>" its parents not settled yet (``graph.lua``)."""
+        by_workflow: dict[str, list[str]] = defaultdict(list)
+        for spec in specs:
+            if not spec.batch_id or spec.node is None:
+                raise WorkflowError(f"workflow node {spec.id} names no workflow (batch id)")
+            node = json.dumps(spec.node.to_wire(), separators=(",", ":"))
+            by_workflow[spec.batch_id] += [f"n:{spec.id}", node,
+                                           f"u:{spec.id}", str(len(spec.node.parents))]
+        for workflow_id, flat in by_workflow.items():
+            check_text("workflow id", workflow_id)
+            key = self.keys.batch(workflow_id).graph
+            for start in range(0, len(flat), 2000):
+                self.link.call("HSET", key, *flat[start:start + 2000])
 
-        The lease is checked first, then the nodes are stored as any workflow's (graph
-        entries, batch, queues: ``enqueue_specs``) and linked by one ``graph.lua`` call in
-        the workflow's slot. The check and the write are not one step (the job and its
-        workflow live in different slots): a worker that loses its lease in between adds
-        what its job's next run adds again, under the same ids, so nothing is doubled."""
-        queue = self.find_queue(adder, token)
-        if queue is None or not self.scripts.run(
-                "log", self.keys.queue(queue), [self.now_arg(), queue, adder, token, "", ""]):
-            return None
-        found = self.records(queue, [adder], with_events=False)
-        workflow_id = found[0].batch_id if found else None
-        bk = self.keys.batch(workflow_id) if workflow_id else None
-        if bk is None or workflow_id is None or not self.link.call("HEXISTS", bk.graph,
-                                                                     f"n:{adder}"):
-            raise WorkflowError(f"job {adder} is not a node of a workflow")
-        ids = list(dict.fromkeys([s.id for s in specs]
-                                 + [p for s in specs if s.node for p in s.node.parents]))
-        present = self.link.call("HMGET", bk.graph, *[f"n:{i}" for i in ids])
-        stored = {i for i, raw in zip(ids, present, strict=True) if raw is not None}
-        # An id of another job (any queue's: each queue is its own slot) is no node of it.
-        others = self.group_by_queue([s.id for s in specs if s.id not in stored])
-        graph.check_added(workflow_id, specs, stored,
-                          {job_id for found in others.values() for job_id in found})
-        new = [s for s in specs if s.id not in stored]  # a node stored already keeps its links
-        results = {r.id: r for r in self.enqueue_specs(new)} if new else {}
-        created = [s.id for s in new if results[s.id].created]
-        if created:
-            ready = self.scripts.run("graph", bk, ["attach", *created])
-            self.sync_batches(self._decide(bk, [str(i) for i in ready]))
-        return [results.get(s.id, EnqueueResult(s.id, created=False)) for s in specs]
+    def attach(self, bk: BatchKeys, created: Sequence[str]) -> None:
+        """Link nodes a running job added (stored already) into their workflow's graph, and
+        move the ones that can run now (``Storage.add_nodes``)."""
+        ready = self.scripts.run("graph", bk, ["attach", *created])
+        self.sync_batches(self._decide(bk, [str(i) for i in ready]))
 
     def settle_graphs(self, workflow_ids: Collection[str]) -> None:
         """Settle every mark of these workflows."""
@@ -103,7 +100,7 @@ class RedisGraph(RedisBatches):
     def settle_marked(self, limit: int = SWEEP_PER_CALL) -> int:
         """The sweep: settle the registered workflows that are due, and heal the stuck ones;
         returns how many it looked at."""
-        ids = self.link.call("ZRANGEBYSCORE", self.keys.workflows_marked, "-inf", self.now(),
+        ids = self.link.call("ZRANGEBYSCORE", self.keys.workflows_marked, "-inf", self.ctx.now(),
                              "LIMIT", 0, limit)
         for workflow_id in sorted(ids):
             self._settle(workflow_id)
@@ -131,9 +128,9 @@ class RedisGraph(RedisBatches):
             waiting += [key[2:] for key, left in pairs if int(left or 0) > 0]
             if cursor == "0":
                 break
-        rows = self._rows(bk, waiting)
+        rows = self.rows(bk, waiting)
         parents = sorted({p for row in rows.values() for p in row.node.parents})
-        settled = self._rows(bk, parents)
+        settled = self.rows(bk, parents)
         loose = [p for p in parents if p in settled and not settled[p].settled]
         states = self.link.call("HMGET", bk.jobs, *loose) if loose else []
         ended = [p for p, value in zip(loose, states, strict=True)
@@ -154,7 +151,7 @@ class RedisGraph(RedisBatches):
                 break
             marks = dict(pairs)
             members: dict[str, str] = {}
-            views = self._views(bk, marks, members)
+            views = self.views(bk, marks, members)
             # Only what was read consistently is settled: the job gone, or its record in the
             # state its batch last heard of. An acknowledgement counts its batch (and marks)
             # before it applies, so a record read as active whose batch says it finished is
@@ -185,13 +182,13 @@ class RedisGraph(RedisBatches):
         if not left and status[0] == "1" and status[1]:
             self.link.call("ZREM", self.keys.workflows_marked, workflow_id)
             return
-        due = self.now() + (SWEEP_AFTER if not left else 1.0)
+        due = self.ctx.now() + (SWEEP_AFTER if not left else 1.0)
         self.link.call("ZADD", self.keys.workflows_marked, "XX", due, workflow_id)
 
     # -- reads --------------------------------------------------------------------------------
 
-    def _views(self, bk: BatchKeys, ids: Iterable[str],
-               members: dict[str, str] | None = None) -> dict[str, JobView]:
+    def views(self, bk: BatchKeys, ids: Iterable[str],
+              members: dict[str, str] | None = None) -> dict[str, JobView]:
         """The jobs of ``ids`` that exist, read from their queues (found through the batch's
         member entries, ``"state:queue"``; their states are put in ``members`` if given)."""
         wanted = list(dict.fromkeys(ids))
@@ -209,12 +206,12 @@ class RedisGraph(RedisBatches):
                     members[job_id] = state
         out: dict[str, JobView] = {}
         for queue, held in queues.items():
-            for rec in self.records(queue, held, with_events=False):
+            for rec in self.ctx.records(queue, held, with_events=False):
                 out[rec.id] = JobView(rec.state.value, rec.name, rec.message, rec.result,
                                       rec.payload, halted, rec.attempt)
         return out
 
-    def _rows(self, bk: BatchKeys, ids: Sequence[str]) -> dict[str, NodeRow]:
+    def rows(self, bk: BatchKeys, ids: Sequence[str]) -> dict[str, NodeRow]:
         """Node rows of ``ids`` from the graph hash (their node, unsettled parents, settled
         state, ended_by, released)."""
         if not ids:
@@ -249,15 +246,15 @@ class RedisGraph(RedisBatches):
         for queue, flat in queues.items():
             for start in range(0, len(flat), 2000):
                 _, found = self.scripts.run("node", self.keys.queue(queue),
-                                            [self.now_arg(), queue, *flat[start:start + 2000]])
+                                            [self.ctx.now_arg(), queue, *flat[start:start + 2000]])
                 moves += [(str(b), str(j), str(v)) for b, j, v in found]
-            self.ring(queue, flat[1::4].count("release"))
+            self.ctx.ring(queue, flat[1::4].count("release"))
         return moves
 
     def _reopen(self, bk: BatchKeys, ids: list[str]) -> list[Move]:
         if not ids:
             return []
-        views = self._views(bk, ids)
+        views = self.views(bk, ids)
         quads = [(i, "reopen", "", "a parent was retried: waiting for it again") for i in ids
                  if i in views and views[i].state in graph.FAILED]
         moves = self._move(bk, quads)
@@ -265,14 +262,14 @@ class RedisGraph(RedisBatches):
         return moves
 
     def _decide(self, bk: BatchKeys, ids: list[str]) -> list[Move]:
-        views = self._views(bk, ids)
+        views = self.views(bk, ids)
         waiting = [i for i in dict.fromkeys(ids) if i in views and views[i].state == "waiting"]
         if not waiting:
             return []
-        rows = self._rows(bk, waiting)
+        rows = self.rows(bk, waiting)
         parent_ids = sorted({p for i in waiting if i in rows for p in rows[i].node.parents})
-        parents = self._rows(bk, parent_ids)
-        parent_views = self._views(bk, parent_ids)
+        parents = self.rows(bk, parent_ids)
+        parent_views = self.views(bk, parent_ids)
         quads: list[tuple[str, str, str, str]] = []
         decided: list[Any] = []
         for job_id in waiting:

@@ -14,7 +14,7 @@ import json
 import re
 
 from conveyor.core.job import JobState
-from conveyor.storage.records import JobHead
+from conveyor.storage.job_heads import JobHead
 from conveyor.storage.redis.codec import STATE_FIELDS
 
 __all__ = ["WIDTH", "head_of"]

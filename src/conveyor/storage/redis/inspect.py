@@ -8,25 +8,19 @@ from collections.abc import Callable
 from typing import Any
 
 from conveyor.core.job import ALL_STATES, TERMINAL_STATES, JobRecord, JobState
-from conveyor.storage.graph import parents_of
-from conveyor.storage.records import (
-    HEAD_CHARS,
-    BatchStatus,
-    GraphNode,
-    JobHead,
-    JobTotals,
-    MinuteTotals,
-    QueueStats,
-    Retention,
-    WorkerInfo,
-    history_start,
-    today_start,
-)
+from conveyor.storage.batch_records import BatchStatus
+from conveyor.storage.graph import GraphNode, parents_of
+from conveyor.storage.job_heads import HEAD_CHARS, JobHead
+from conveyor.storage.queue_stats import QueueStats
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.admin import ADMIN_CHUNK, RedisAdmin
 from conveyor.storage.redis.batch_pages import RedisBatchPages
-from conveyor.storage.redis.batches import scan_reply
-from conveyor.storage.redis.flow import PAUSED, RedisFlow
+from conveyor.storage.redis.batches import RedisBatches, scan_reply
+from conveyor.storage.redis.context import RedisContext
+from conveyor.storage.redis.flow import PAUSED
+from conveyor.storage.retention import Retention
+from conveyor.storage.totals import JobTotals, MinuteTotals, history_start, today_start
+from conveyor.storage.workers import WorkerInfo
 
 WORKER_COMMANDS = ("quiet", "stop")
 TERMINAL = frozenset(s.value for s in TERMINAL_STATES)
@@ -34,13 +28,23 @@ TERMINAL = frozenset(s.value for s in TERMINAL_STATES)
 # time each, so that workers and pings are served between the calls of a big operation.
 
 
-class RedisInspector(RedisBatchPages, RedisAdmin, RedisFlow):
-    """Reads and operator actions; every write goes through a Lua script."""
+class RedisInspector:
+    """Reads and operator actions; every write goes through a Lua script (a job's retry,
+    kill and delete: ``admin.py``, pausing a queue: ``flow.py``, schedules:
+    ``schedules.py``)."""
+
+    def __init__(self, ctx: RedisContext, batches: RedisBatches, pages: RedisBatchPages,
+                 admin: RedisAdmin) -> None:
+        self.ctx = ctx
+        self.link, self.keys, self.scripts = ctx.link, ctx.keys, ctx.scripts
+        self._batches = batches
+        self._pages = pages
+        self._admin = admin
 
     def queues(self) -> list[QueueStats]:
         """Every known queue with sizes, latency, paused flag and outcome totals."""
-        now = self.now()
-        return [self._queue_stats(name, now) for name in self.known_queues()]
+        now = self.ctx.now()
+        return [self._queue_stats(name, now) for name in self.ctx.known_queues()]
 
     def _queue_stats(self, name: str, now: float) -> QueueStats:
         qk = self.keys.queue(name)
@@ -70,10 +74,10 @@ class RedisInspector(RedisBatchPages, RedisAdmin, RedisFlow):
 
     def get_job(self, job_id: str) -> JobRecord | None:
         """A job with its full event log, or None."""
-        queue = self.find_queue(job_id)
+        queue = self.ctx.find_queue(job_id)
         if queue is None:
             return None
-        records = self.records(queue, [job_id], with_events=True)
+        records = self.ctx.records(queue, [job_id], with_events=True)
         return records[0] if records else None
 
     def _index_ids(self, queue: str, state: JobState, start: int, stop: int) -> list[str]:
@@ -123,21 +127,21 @@ class RedisInspector(RedisBatchPages, RedisAdmin, RedisFlow):
             # twice until dequeue drops its old entry (admin scripts leave it there, counted
             # as stale); it is listed once, where a worker will take it, at the older entry.
             ids = list(dict.fromkeys(self._index_ids(queue, state, offset, offset + limit - 1)))
-            return [r for r in self.records(queue, ids, with_events)
+            return [r for r in self.ctx.records(queue, ids, with_events)
                     if r.state is state or r.unreadable]
         groups: dict[str, list[str]] = defaultdict(list)
         if batch_id is not None:
             # The batch knows each job's state and queue: page on that by rank (ids are
             # time-ordered) and read only the page's records, so a page of a 1,000,000-job
             # batch does not load the whole batch. Records are checked again below.
-            for job_id, q in self.batch_page(batch_id, state, queue, offset, limit):
+            for job_id, q in self._pages.batch_page(batch_id, state, queue, offset, limit):
                 groups[q].append(job_id)
             offset = 0
         else:
-            for q in [queue] if queue is not None else self.known_queues():
+            for q in [queue] if queue is not None else self.ctx.known_queues():
                 for s in [state] if state is not None else ALL_STATES:
                     groups[q] += self._index_ids(q, s, 0, offset + limit - 1)
-        records = [r for q, ids in groups.items() for r in self.records(q, ids, with_events)
+        records = [r for q, ids in groups.items() for r in self.ctx.records(q, ids, with_events)
                    if state is None or r.state is state or r.unreadable]
         records.sort(key=lambda r: (r.created_at, r.id))  # ids break ties: enqueue order
         return records[offset:offset + limit]
@@ -148,7 +152,7 @@ class RedisInspector(RedisBatchPages, RedisAdmin, RedisFlow):
         counted back from each index's size), then ordered newest first."""
         groups, cut = self._newest_ids(state, queue, batch_id, offset, limit)
         records = [r for q, ids in groups.items()
-                   for r in self.records(q, ids, with_events)
+                   for r in self.ctx.records(q, ids, with_events)
                    if state is None or r.state is state or r.unreadable]
         records.sort(key=lambda r: (r.created_at, r.id), reverse=True)
         return records[:limit] if cut else records[offset:offset + limit]
@@ -160,7 +164,7 @@ class RedisInspector(RedisBatchPages, RedisAdmin, RedisFlow):
         if limit <= 0:
             return []
         groups, cut = self._newest_ids(state, queue, None, offset, limit)
-        heads = [h for q, ids in groups.items() for h in self.heads(q, ids, chars)
+        heads = [h for q, ids in groups.items() for h in self.ctx.heads(q, ids, chars)
                  if state is None or h.state is state or h.state is None]
         heads.sort(key=lambda h: (h.created_at, h.id), reverse=True)
         return heads[:limit] if cut else heads[offset:offset + limit]
@@ -171,14 +175,14 @@ class RedisInspector(RedisBatchPages, RedisAdmin, RedisFlow):
         page already (one index, or a batch) rather than to ``offset + limit`` per index."""
         groups: dict[str, list[str]] = defaultdict(list)
         if batch_id is not None:
-            size = self.batch_count(batch_id, state, queue)
+            size = self._pages.batch_count(batch_id, state, queue)
             start = max(size - offset - limit, 0)
-            for job_id, q in self.batch_page(batch_id, state, queue, start,
-                                             max(size - offset - start, 0)):
+            for job_id, q in self._pages.batch_page(batch_id, state, queue, start,
+                                                    max(size - offset - start, 0)):
                 groups[q].append(job_id)
             return {q: list(dict.fromkeys(ids)) for q, ids in groups.items()}, True
         one = queue is not None and state is not None  # one index: cut the page itself
-        for q in [queue] if queue is not None else self.known_queues():
+        for q in [queue] if queue is not None else self.ctx.known_queues():
             for s in [state] if state is not None else ALL_STATES:
                 size = self._index_size(q, s)
                 stop = size - 1 - (offset if one else 0)
@@ -190,8 +194,8 @@ class RedisInspector(RedisBatchPages, RedisAdmin, RedisFlow):
                    batch_id: str | None = None) -> int:
         """How many jobs ``list_jobs`` would page through."""
         if batch_id is not None:
-            return self.batch_count(batch_id, state, queue)
-        queues = [queue] if queue is not None else self.known_queues()
+            return self._pages.batch_count(batch_id, state, queue)
+        queues = [queue] if queue is not None else self.ctx.known_queues()
         if state is None:
             # Either half of a damaged job may be missing; count the job once all the same.
             return sum(max(int(self.link.call("HLEN", self.keys.queue(q).jobs)),
@@ -207,7 +211,7 @@ class RedisInspector(RedisBatchPages, RedisAdmin, RedisFlow):
         past such jobs is followed by another: a move may take one of them out of the index
         meanwhile (a retried parent re-opens its child), shifting the rest under the step."""
         total = 0
-        for q in [queue] if queue is not None else self.known_queues():
+        for q in [queue] if queue is not None else self.ctx.known_queues():
             while True:
                 moved, skip = 0, 0
                 while ids := self._index_ids(q, state, skip, skip + ADMIN_CHUNK - 1):
@@ -221,18 +225,19 @@ class RedisInspector(RedisBatchPages, RedisAdmin, RedisFlow):
 
     def retry_all(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
         """Retry every job in ``state``."""
-        return self._each_in(self._retry, state, queue)
+        return self._each_in(self._admin.retry_in, state, queue)
 
     def clear(self, state: JobState = JobState.DEAD, queue: str | None = None) -> int:
         """Delete every job in a terminal ``state``."""
         if not state.terminal:
             raise ValueError(f"clear() deletes terminal jobs only, not {state.value!r} ones")
         return self._each_in(
-            lambda q, ids: sum(int(n) for n in self.run_each("delete", {q: ids})), state, queue)
+            lambda q, ids: sum(int(n) for n in self._admin.run_each("delete", {q: ids})),
+            state, queue)
 
     def workers(self) -> list[WorkerInfo]:
         """Workers seen within the registry's time-to-live."""
-        since = self.now() - Retention().worker_ttl
+        since = self.ctx.now() - Retention().worker_ttl
         alive = set(self.link.call("ZRANGEBYSCORE", self.keys.workers, since, "+inf"))
         infos: dict[str, str] = self.link.call("HGETALL", self.keys.worker_info)
         out = [WorkerInfo.from_wire(json.loads(raw)) for wid, raw in infos.items()
@@ -275,7 +280,7 @@ class RedisInspector(RedisBatchPages, RedisAdmin, RedisFlow):
             if value:
                 by_queue[str(value).partition(":")[2]].append(job_id)
         found = {rec.id: rec for queue, held in by_queue.items()
-                 for rec in self.records(queue, held, with_events=False)}
+                 for rec in self.ctx.records(queue, held, with_events=False)}
         return [GraphNode(i, found[i].name, found[i].state, nodes[i]) for i in ids if i in found]
 
     def list_batches(self, offset: int = 0, limit: int = 50,
@@ -307,23 +312,23 @@ class RedisInspector(RedisBatchPages, RedisAdmin, RedisFlow):
     def cancel_batch(self, batch_id: str) -> int:
         """Cancel every waiting job of a batch, request cancellation of its active ones;
         returns how many jobs were cancelled or asked to stop."""
-        if self.batch_call(batch_id, "cancel", []) == "missing":
+        if self._batches.batch_call(batch_id, "cancel", []) == "missing":
             return 0
         done = 0
-        for step in self.batch_members(batch_id):  # in steps: Redis serves others between
+        for step in self._pages.batch_members(batch_id):  # in steps: Redis serves others between
             groups: dict[str, list[str]] = defaultdict(list)
             for job_id, state, queue in step:
                 if state not in TERMINAL:
                     groups[queue].append(job_id)
             done += sum(sum(1 for s in states if s in ("cancelled", "active"))
-                        for states in self.run_each("cancel", groups))
+                        for states in self._admin.run_each("cancel", groups))
         return done
 
     def history(self, since: int = 0, queue: str | None = None) -> list[MinuteTotals]:
         """Outcomes per queue and minute of the last day, oldest first: each queue's ring
         (lua/_counts.lua) read whole, its fields of minutes older than a day left out."""
-        start = history_start(self.now(), since)
-        queues = [queue] if queue is not None else self.known_queues()
+        start = history_start(self.ctx.now(), since)
+        queues = [queue] if queue is not None else self.ctx.known_queues()
         return sorted((r for name in queues for r in self._ring(name) if r.minute >= start),
                       key=lambda r: (r.minute, r.queue))
 
@@ -342,7 +347,7 @@ class RedisInspector(RedisBatchPages, RedisAdmin, RedisFlow):
     def job_totals(self) -> list[JobTotals]:
         """All-time outcome counters per (queue, job name)."""
         out = []
-        for queue in self.known_queues():
+        for queue in self.ctx.known_queues():
             meta: dict[str, str] = self.link.call("HGETALL", self.keys.queue(queue).meta)
             counts: dict[str, dict[str, int]] = defaultdict(dict)
             for field, value in meta.items():

@@ -15,26 +15,33 @@ from collections.abc import Sequence
 
 from conveyor.storage.outbox import Delivered, StartKind, StartReply, arrivals
 from conveyor.storage.redis import codec
-from conveyor.storage.redis.inspect import RedisInspector
+from conveyor.storage.redis.context import RedisContext
+from conveyor.storage.redis.graph import RedisGraph
 from conveyor.storage.rules import REDELIVERED
 
 __all__ = ["RedisOutbox"]
 
 
-class RedisOutbox(RedisInspector):
-    """``publish_due``, ``publish_failed``, ``start`` and ``bury`` on Redis."""
+class RedisOutbox:
+    """``publish_due``, ``publish_failed``, ``start`` and ``bury`` on Redis; the moves are
+    fed to ``graph.sync_batches``."""
+
+    def __init__(self, ctx: RedisContext, graph: RedisGraph) -> None:
+        self.ctx = ctx
+        self.link, self.keys, self.scripts = ctx.link, ctx.keys, ctx.scripts
+        self._graph = graph
 
     def publish_due(self, queue: str, count: int, republish_after: float) -> list[str]:
         """Pending jobs of ``queue`` due to be published, stamped; see ``Outbox``."""
         if count <= 0:
             return []
         return [str(job_id) for job_id in self.scripts.run(
-            "publish", self.register_queue(queue),
-            [self.now_arg(), queue, count, repr(float(republish_after))])]
+            "publish", self.ctx.register_queue(queue),
+            [self.ctx.now_arg(), queue, count, repr(float(republish_after))])]
 
     def publish_failed(self, job_ids: Sequence[str]) -> None:
         """Unconfirmed publishes: due again at once (only those still stamped)."""
-        for queue, ids in self.group_by_queue(job_ids).items():
+        for queue, ids in self.ctx.group_by_queue(job_ids).items():
             self.link.call("ZADD", self.keys.queue(queue).published, "XX",
                            *[x for job_id in ids for x in (0, job_id)])
 
@@ -46,12 +53,12 @@ class RedisOutbox(RedisInspector):
             return []
         codec.check_text("worker id", worker_id)
         prefix = os.urandom(8).hex() + "."
-        args = [self.now_arg(), queue, worker_id, max_recoveries, repr(float(lease_seconds)),
+        args = [self.ctx.now_arg(), queue, worker_id, max_recoveries, repr(float(lease_seconds)),
                 prefix, REDELIVERED,
                 *[x for job_id, again, message in given
                   for x in (job_id, "1" if again else "0", message or "")]]
-        kinds, rows, moves = self.scripts.run("start", self.register_queue(queue), args)
-        self.sync_batches(moves)
+        kinds, rows, moves = self.scripts.run("start", self.ctx.register_queue(queue), args)
+        self._graph.sync_batches(moves)
         leased = iter(codec.leased(row, queue) for row in rows)
         return [StartReply(job_id, StartKind(kind),
                            next(leased) if kind == "started" else None)
@@ -67,9 +74,9 @@ class RedisOutbox(RedisInspector):
     def bury(self, job_ids: Sequence[str], reason: str) -> int:
         """Pending or active jobs the broker gave up on → dead; see ``Outbox.bury``."""
         buried = 0
-        for queue, ids in self.group_by_queue(job_ids).items():
+        for queue, ids in self.ctx.group_by_queue(job_ids).items():
             moved, moves = self.scripts.run(
-                "bury", self.keys.queue(queue), [self.now_arg(), queue, reason, *ids])
-            self.sync_batches(moves)
+                "bury", self.keys.queue(queue), [self.ctx.now_arg(), queue, reason, *ids])
+            self._graph.sync_batches(moves)
             buried += int(moved)
         return buried

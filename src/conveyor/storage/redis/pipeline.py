@@ -19,30 +19,16 @@ redirected); enqueue.lua is safe to run again, a job that exists already is left
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import redis
 from conveyor.core.job import EnqueueResult, JobSpec
-from conveyor.storage.records import BlockResults, JobBlock
+from conveyor.storage.blocks import BlockResults, JobBlock
 from conveyor.storage.redis import codec
-from conveyor.storage.redis.connection import REDIRECTS, TRANSIENT, Link, _hiredis_pack
+from conveyor.storage.redis.batches import RedisBatches
+from conveyor.storage.redis.connection import REDIRECTS, TRANSIENT, _hiredis_pack
+from conveyor.storage.redis.context import RedisContext
 from conveyor.storage.redis.keys import QueueKeys
-from conveyor.storage.redis.scripts import Scripts
-
-
-class BlockStore(Protocol):
-    """What a block's calls need of the storage (``RedisBatches``, which imports this
-    module: named here by its shape, not its class)."""
-
-    link: Link
-    scripts: Scripts
-
-    def register_queue(self, name: str) -> QueueKeys: ...
-    def now_arg(self) -> str: ...
-    def ring(self, queue: str, ready: int) -> None: ...
-    def enqueue_specs(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]: ...
-    def _state_at(self, run_at: float | None, queue: str) -> str: ...
-    def _join_batch(self, batch_id: str, value: str, ids: Sequence[str]) -> None: ...
 
 # A reply worth one more attempt the ordinary way: nothing was stored, or it is unknown.
 AGAIN = (redis.exceptions.NoScriptError, *REDIRECTS, *TRANSIENT)
@@ -56,23 +42,26 @@ class Ready:
     newlines is stored spec by spec instead, at ``send``.
     """
 
-    def __init__(self, storage: BlockStore, block: JobBlock, chunk: int) -> None:
-        self.storage, self.block, self.chunk = storage, block, chunk
+    def __init__(self, ctx: RedisContext, batches: RedisBatches,
+                 enqueue: Callable[[Sequence[JobSpec]], list[EnqueueResult]], block: JobBlock,
+                 chunk: int) -> None:
+        self.ctx, self.batches, self.enqueue = ctx, batches, enqueue
+        self.block, self.chunk = block, chunk
         self.by_spec = bool((block.flows is not None and any(block.flows))
                             or not codec.distinct(block.ids)
                             or (block.batch_id and not codec.joinable(block.ids)))
         self.first: tuple[list[Any], tuple[Any, ...], list[bytes] | None] | None = None
         self.joined = False  # the whole block joined its batch already (``ahead``)
         if not self.by_spec and len(block):
-            self.keys = storage.register_queue(block.queue)
+            self.keys = ctx.register_queue(block.queue)
             self.shared = codec.block_args(block)
             args = self._args(0)
-            command = storage.scripts.command("enqueue", self.keys, args)
+            command = ctx.scripts.command("enqueue", self.keys, args)
             self.first = args, command, _packed(command)
 
     def _args(self, start: int) -> list[Any]:
         block, end = self.block, start + self.chunk
-        return [self.storage.now_arg(), block.queue, "block", *self.shared,
+        return [self.ctx.now_arg(), block.queue, "block", *self.shared,
                 *block.ids[start:end], *codec.block_statics(block, start, end)]
 
     def ahead(self) -> None:
@@ -82,18 +71,18 @@ class Ready:
             self.joined = True
 
     def _join(self, start: int, end: int) -> None:
-        storage, block = self.storage, self.block
-        joins = storage._state_at(block.run_at, block.queue)
+        batches, block = self.batches, self.block
+        joins = batches.state_at(block.run_at, block.queue)
         for first in range(start, end, self.chunk):
-            storage._join_batch(str(block.batch_id), joins,
-                                block.ids[first:min(first + self.chunk, end)])
+            batches.join_batch(str(block.batch_id), joins,
+                               block.ids[first:min(first + self.chunk, end)])
 
     def send(self) -> Sent | Done:
         """Store the block: every chunk but the last one by one, the last one's call left
         in flight (``Sent.result`` reads it)."""
-        storage, block = self.storage, self.block
+        ctx, block = self.ctx, self.block
         if self.by_spec:
-            return Done(storage.enqueue_specs(block.specs()))
+            return Done(self.enqueue(block.specs()))
         done: list[BlockResults] = []
         last: Call | None = None
         for start in range(0, len(block), self.chunk):
@@ -106,8 +95,8 @@ class Ready:
                 args, command, packed = self.first
             else:
                 args = self._args(start)
-                command, packed = storage.scripts.command("enqueue", self.keys, args), None
-            last = Call(storage, self.keys, block.queue, ids, args, command, packed)
+                command, packed = ctx.scripts.command("enqueue", self.keys, args), None
+            last = Call(ctx, self.keys, block.queue, ids, args, command, packed)
         return Sent(done, last)
 
 
@@ -125,11 +114,11 @@ def _packed(command: tuple[Any, ...]) -> list[bytes] | None:
 class Call:
     """One enqueue.lua call in "block" layout for ``ids``, written when made."""
 
-    def __init__(self, storage: BlockStore, keys: QueueKeys, queue: str, ids: Sequence[str],
+    def __init__(self, ctx: RedisContext, keys: QueueKeys, queue: str, ids: Sequence[str],
                  args: list[Any], command: tuple[Any, ...], packed: list[bytes] | None) -> None:
-        self.storage, self.keys, self.queue, self.ids, self.args = storage, keys, queue, ids, args
+        self.ctx, self.keys, self.queue, self.ids, self.args = ctx, keys, queue, ids, args
         self.read: Callable[[], list[Any]] | None = None
-        link = storage.link
+        link = ctx.link
         # With wait_replicas the call goes the ordinary way, which waits for the replicas
         # (Link.raw_durable) before the block counts as stored.
         if link.same_node(command) and not link.settings.wait_replicas:
@@ -149,12 +138,12 @@ class Call:
             except AGAIN:
                 reply = None
             except redis.ResponseError as exc:  # what Scripts.run would have raised
-                located = self.storage.scripts.scripts["enqueue"].located(exc)
-                raise self.storage.link.refused(located) from None
+                located = self.ctx.scripts.scripts["enqueue"].located(exc)
+                raise self.ctx.link.refused(located) from None
         if reply is None:
-            reply = self.storage.scripts.run("enqueue", self.keys, self.args)
+            reply = self.ctx.scripts.run("enqueue", self.keys, self.args)
         codes = str(reply)  # one character per job
-        self.storage.ring(self.queue, codes.count("1"))
+        self.ctx.ring(self.queue, codes.count("1"))
         return BlockResults(self.ids, codes)
 
 

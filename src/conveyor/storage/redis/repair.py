@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass, field
 
 from conveyor.storage.redis import codec
-from conveyor.storage.redis.base import RedisBase
 from conveyor.storage.redis.batches import scan_reply
+from conveyor.storage.redis.context import RedisContext
 
 log = logging.getLogger("conveyor.storage.redis")
 
@@ -52,8 +52,8 @@ class _Pass:
 class PendingRepair:
     """The repair passes of one storage, a state machine per queue."""
 
-    def __init__(self, store: RedisBase) -> None:
-        self.store = store
+    def __init__(self, ctx: RedisContext) -> None:
+        self.ctx = ctx
         self.every = REPAIR_EVERY
         self.grace = REPAIR_GRACE
         self._passes: dict[str, _Pass] = {}
@@ -79,15 +79,15 @@ class PendingRepair:
             return False
         self._next[queue] = now + self.every
         ttl = max(1, int(self.every * 1000))
-        if not self.store.link.call("SET", self.store.keys.queue(queue).repair, "1", "NX",
-                                   "PX", ttl):
+        if not self.ctx.link.call("SET", self.ctx.keys.queue(queue).repair, "1", "NX",
+                                  "PX", ttl):
             return False
         self.start(queue)
         return True
 
     def start(self, queue: str) -> None:
         """Begin a pass over ``queue`` now (``advance`` does when one is due)."""
-        self._passes[queue] = _Pass(since=self.store.now() - self.grace)
+        self._passes[queue] = _Pass(since=self.ctx.now() - self.grace)
 
     def running(self, queue: str) -> bool:
         """Whether a pass over ``queue`` is under way."""
@@ -97,16 +97,16 @@ class PendingRepair:
         """One bounded step of the pass (one ``LRANGE``, or one ``HSCAN`` and at most one
         ``repair.lua`` call); returns how many jobs it put back."""
         run = self._passes[queue]
-        qk = self.store.keys.queue(queue)
+        qk = self.ctx.keys.queue(queue)
         if run.cursor is None:
-            ids = self.store.link.call("LRANGE", qk.pending, run.index,
-                                      run.index + LIST_CHUNK - 1)
+            ids = self.ctx.link.call("LRANGE", qk.pending, run.index,
+                                     run.index + LIST_CHUNK - 1)
             run.listed.update(ids)
             run.index += len(ids)
             if len(ids) < LIST_CHUNK:
                 run.cursor = "0"
             return 0
-        cursor, entries = scan_reply(self.store.link.call(
+        cursor, entries = scan_reply(self.ctx.link.call(
             "HSCAN", qk.state, run.cursor, "COUNT", SCAN_COUNT))
         missing: list[str] = []
         for job_id, raw in entries:
@@ -119,10 +119,10 @@ class PendingRepair:
             run.cursor = cursor
         if not missing:
             return 0
-        put_back = int(self.store.scripts.run(
-            "repair", qk, [self.store.now_arg(), queue, *missing]))
+        put_back = int(self.ctx.scripts.run(
+            "repair", qk, [self.ctx.now_arg(), queue, *missing]))
         if put_back:
-            self.store.ring(queue, put_back)
+            self.ctx.ring(queue, put_back)
             log.warning("queue %s: put back %d pending job(s) missing from its list",
                         queue, put_back)
         return put_back

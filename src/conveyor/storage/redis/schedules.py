@@ -16,10 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from conveyor.errors import StorageError
-from conveyor.storage.records import ScheduleChange, ScheduleInfo
-from conveyor.storage.redis.base import RedisBase
-from conveyor.storage.schedule_edits import CHANGES_KEPT, ScheduleEdits, ScheduleTxn, T
-from conveyor.storage.schedule_records import WRITTEN, written
+from conveyor.storage.redis.context import RedisContext
+from conveyor.storage.schedule_edits import CHANGES_KEPT, ScheduleTxn, T
+from conveyor.storage.schedule_records import WRITTEN, ScheduleChange, ScheduleInfo, written
 
 #: Changes decided again at most this often when other writers keep changing the schedule.
 ROUNDS = 50
@@ -57,10 +56,17 @@ class _Step:
         self.change = json.dumps(change.to_wire())
 
 
-class RedisSchedules(RedisBase, ScheduleEdits):
-    """The schedule part of ``Storage`` and ``Inspector`` on one Redis deployment."""
+class RedisSchedules:
+    """The schedules on one Redis deployment: the steps ``ScheduleEdits`` runs its rules in,
+    the ticks and the audit trail."""
 
-    def _schedule_apply(self, name: str, rule: Callable[[ScheduleTxn], T]) -> T:
+    def __init__(self, ctx: RedisContext) -> None:
+        self.ctx = ctx
+        self.link, self.keys, self.scripts = ctx.link, ctx.keys, ctx.scripts
+
+    def apply(self, name: str, rule: Callable[[ScheduleTxn], T]) -> T:
+        """Run ``rule`` over schedule ``name`` as one compare-and-set, decided again while
+        another writer changed it first (``ScheduleSteps``)."""
         keys = self.keys.schedules
         for _ in range(ROUNDS):
             raw, tick = self.link.call_many(("HGET", keys.records, name),
@@ -69,7 +75,7 @@ class RedisSchedules(RedisBase, ScheduleEdits):
             result = rule(step)
             if step.new == step.raw and not step.change:
                 return result  # nothing to write
-            if self.scripts.run("schedule", keys, [self.now_arg(), name, step.raw, step.new,
+            if self.scripts.run("schedule", keys, [self.ctx.now_arg(), name, step.raw, step.new,
                                                    step.change, CHANGES_KEPT]):
                 return result
         raise StorageError(f"periodic schedule {name!r} kept changing under this change; "

@@ -22,23 +22,23 @@ from redis.cluster import RedisCluster
 import redis
 from conveyor.core.clock import Clock, SystemClock
 from conveyor.core.job import (
-    BatchSpec,
-    EnqueueResult,
     Event,
     HeartbeatReply,
-    JobSpec,
-    JobState,
     LeasedJob,
 )
-from conveyor.errors import BatchNotFound, StorageUnavailable, StorageURLError
+from conveyor.errors import StorageUnavailable, StorageURLError
 from conveyor.storage import redact, without_secrets
 from conveyor.storage.aio import ThreadedAsync
+from conveyor.storage.base import Storage, transactions_refused
 from conveyor.storage.batch_wait import BatchWaiter, sleeping
-from conveyor.storage.records import Retention, WorkerInfo
+from conveyor.storage.delegate import delegate
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.acks import RedisAcks
+from conveyor.storage.redis.admin import RedisAdmin
 from conveyor.storage.redis.aio import RedisAsync
+from conveyor.storage.redis.batch_pages import RedisBatchPages
 from conveyor.storage.redis.batch_wait import BatchSubscriptions
+from conveyor.storage.redis.batches import RedisBatches
 from conveyor.storage.redis.connection import (
     REDIRECTS,
     TRANSIENT,
@@ -47,16 +47,21 @@ from conveyor.storage.redis.connection import (
     make_client,
     parse_url,
 )
+from conveyor.storage.redis.context import RedisContext
+from conveyor.storage.redis.enqueue import RedisEnqueue
+from conveyor.storage.redis.flow import RedisFlow
+from conveyor.storage.redis.graph import RedisGraph
+from conveyor.storage.redis.inspect import RedisInspector
 from conveyor.storage.redis.outbox import RedisOutbox
 from conveyor.storage.redis.repair import PendingRepair
 from conveyor.storage.redis.schedules import RedisSchedules
+from conveyor.storage.redis.upkeep import RedisUpkeep
+from conveyor.storage.schedule_edits import ScheduleEdits
+from conveyor.storage.workers import WorkerInfo
 
 log = logging.getLogger("conveyor.storage.redis")
 
 MAX_DEQUEUE = 1000  # jobs per dequeue.lua call
-TRIM_CHUNK = 500  # finished jobs deleted per trim.lua call
-TRIM_MAX = 10_000  # per queue and trim() call
-SCAN_COUNT = 200  # job records checked per queue and reclaim call for lost lease entries
 MAX_BLOCK = 25.0  # seconds; below the socket timeout
 
 
@@ -90,19 +95,107 @@ def open_redis(url: str, clock: Clock | None = None, *, create: bool = True,
     return storage
 
 
-class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks, RedisAsync, ThreadedAsync):
-    """``Storage`` and ``Inspector`` on Redis."""
+class RedisStorage:
+    """``Storage`` and ``Inspector`` on Redis: the hot path here, the rest in parts that share
+    one ``RedisContext`` (``storage/delegate.py``). Every part feeds the moves its scripts
+    report to the one ``RedisGraph`` (batch counters, then workflows), whichever part it is."""
+
+    now = delegate("ctx", RedisContext.now)
+    enqueue = delegate("_enqueue", RedisEnqueue.enqueue)
+    enqueue_block = delegate("_enqueue", RedisEnqueue.enqueue_block)
+    prepare_block = delegate("_enqueue", RedisEnqueue.prepare_block)
+    add_nodes = delegate("_enqueue", RedisEnqueue.add_nodes)
+    ack = delegate("_acks", RedisAcks.ack)
+    create_batch = delegate("_batches", RedisBatches.create_batch)
+    close_batch = delegate("_batches", RedisBatches.close_batch)
+    # upkeep: promotion, recovery, cancel, the worker registry, retention
+    unregister_worker = delegate("_upkeep", RedisUpkeep.unregister_worker)
+    promote_due = delegate("_upkeep", RedisUpkeep.promote_due)
+    reclaim_expired = delegate("_upkeep", RedisUpkeep.reclaim_expired)
+    release_worker = delegate("_upkeep", RedisUpkeep.release_worker)
+    cancel = delegate("_upkeep", RedisUpkeep.cancel)
+    trim = delegate("_upkeep", RedisUpkeep.trim)
+    # the Inspector
+    queues = delegate("_inspector", RedisInspector.queues)
+    get_job = delegate("_inspector", RedisInspector.get_job)
+    list_jobs = delegate("_inspector", RedisInspector.list_jobs)
+    count_jobs = delegate("_inspector", RedisInspector.count_jobs)
+    job_heads = delegate("_inspector", RedisInspector.job_heads)
+    retry_all = delegate("_inspector", RedisInspector.retry_all)
+    clear = delegate("_inspector", RedisInspector.clear)
+    workers = delegate("_inspector", RedisInspector.workers)
+    command_worker = delegate("_inspector", RedisInspector.command_worker)
+    get_batch = delegate("_inspector", RedisInspector.get_batch)
+    list_batches = delegate("_inspector", RedisInspector.list_batches)
+    cancel_batch = delegate("_inspector", RedisInspector.cancel_batch)
+    workflow_graph = delegate("_inspector", RedisInspector.workflow_graph)
+    history = delegate("_inspector", RedisInspector.history)
+    job_totals = delegate("_inspector", RedisInspector.job_totals)
+    retry_jobs = delegate("_admin", RedisAdmin.retry_jobs)
+    retry_refusals = delegate("_admin", RedisAdmin.retry_refusals)
+    delete_jobs = delegate("_admin", RedisAdmin.delete_jobs)
+    kill_jobs = delegate("_admin", RedisAdmin.kill_jobs)
+    reseal = delegate("_admin", RedisAdmin.reseal)
+    pause_queue = delegate("_flow", RedisFlow.pause_queue)
+    resume_queue = delegate("_flow", RedisFlow.resume_queue)
+    # schedules (Storage and Inspector)
+    schedule_ticked = delegate("_schedules", RedisSchedules.schedule_ticked)
+    schedules = delegate("_schedules", RedisSchedules.schedules)
+    schedule_changes = delegate("_schedules", RedisSchedules.schedule_changes)
+    save_schedules = delegate("_edits", ScheduleEdits.save_schedules)
+    schedule_pauses = delegate("_edits", ScheduleEdits.schedule_pauses)
+    pause_schedule = delegate("_edits", ScheduleEdits.pause_schedule)
+    resume_schedule = delegate("_edits", ScheduleEdits.resume_schedule)
+    add_schedule = delegate("_edits", ScheduleEdits.add_schedule)
+    change_schedule = delegate("_edits", ScheduleEdits.change_schedule)
+    reset_schedule = delegate("_edits", ScheduleEdits.reset_schedule)
+    remove_schedule = delegate("_edits", ScheduleEdits.remove_schedule)
+    # the Outbox
+    publish_due = delegate("_outbox", RedisOutbox.publish_due)
+    publish_failed = delegate("_outbox", RedisOutbox.publish_failed)
+    start = delegate("_outbox", RedisOutbox.start)
+    order_keys = delegate("_outbox", RedisOutbox.order_keys)
+    bury = delegate("_outbox", RedisOutbox.bury)
+    # asyncio: natively where it can, else the blocking calls in a thread
+    aenqueue = delegate("_async", RedisAsync.aenqueue)
+    aget_job = delegate("_threaded", ThreadedAsync.aget_job)
+    afinished = delegate("_async", RedisAsync.afinished)
+    aclose = delegate("_async", RedisAsync.aclose)
 
     def __init__(self, settings: Settings, link: Link, clock: Clock | None) -> None:
-        super().__init__(settings, link, clock)
-        self.repair = PendingRepair(self)
+        self.url = settings.url
+        self.settings = settings
+        self.ctx = ctx = RedisContext(settings, link, clock)
+        self.link, self.keys, self.scripts = ctx.link, ctx.keys, ctx.scripts
+        # A batch's callback is enqueued as any job: the one cycle between parts (enqueue
+        # joins batches, a batch fires callbacks), so the batches, made first, reach the
+        # enqueue part through this call, bound when it runs.
+        self._batches = RedisBatches(ctx, lambda specs: self._enqueue.enqueue(specs))
+        self._graph = RedisGraph(ctx, self._batches)
+        self._enqueue = RedisEnqueue(ctx, self._batches, self._graph)
+        self._acks = RedisAcks(ctx, self._graph)
+        self._admin = RedisAdmin(ctx, self._graph)
+        self.repair = PendingRepair(ctx)
+        self._upkeep = RedisUpkeep(ctx, self._graph, self._admin, self.repair)
+        self._pages = RedisBatchPages(ctx, self._batches)
+        self._inspector = RedisInspector(ctx, self._batches, self._pages, self._admin)
+        self._flow = RedisFlow(ctx)
+        self._schedules = RedisSchedules(ctx)
+        self._edits = ScheduleEdits(self.now, self._schedules)
+        self._outbox = RedisOutbox(ctx, self._graph)
+        self._threaded = ThreadedAsync(self._enqueue.enqueue, self._inspector.get_job)
+        self._async = RedisAsync(ctx, self._threaded)
         self._batch_waits = BatchSubscriptions(link)  # one subscription for every wait
 
-    # -- hot path -----------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return f"<RedisStorage {self.link.where} prefix={self.settings.prefix!r}>"
 
-    def enqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
-        """Store jobs; one script call per queue and chunk of 2,000."""
-        return self.enqueue_specs(specs)
+    def bind(self, connection: object) -> Storage:
+        """Refuse: this storage cannot write inside someone else's transaction (Redis is not
+        the application's database)."""
+        raise transactions_refused(self.url, connection)
+
+    # -- hot path -----------------------------------------------------------------------
 
     def dequeue(
         self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float,
@@ -132,12 +225,12 @@ class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks, RedisAsync, ThreadedA
     def _dequeue_args(self, queue: str, worker_id: str, want: int, lease_seconds: float
                       ) -> list[Any]:
         prefix = os.urandom(8).hex() + "."  # tokens: prefix, sequence, "/queue"
-        return [self.now_arg(), queue, worker_id, want, repr(float(lease_seconds)), prefix]
+        return [self.ctx.now_arg(), queue, worker_id, want, repr(float(lease_seconds)), prefix]
 
     def _leased(self, queue: str, reply: Any) -> list[LeasedJob]:
         """Decode a dequeue.lua reply and feed its batch moves to the batch counters."""
         rows, moves = reply
-        self.sync_batches(moves)
+        self._graph.sync_batches(moves)
         return [codec.leased(row, queue) for row in rows]
 
     def wait(self, queues: Sequence[str], timeout: float) -> bool:
@@ -203,12 +296,12 @@ class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks, RedisAsync, ThreadedA
     def log(self, job_id: str, token: str, events: Sequence[Event],
             progress: tuple[int, int] | None = None) -> bool:
         """Append a running job's messages and progress, fenced by its token."""
-        queue = self.find_queue(job_id, token)
+        queue = self.ctx.find_queue(job_id, token)
         if queue is None:
             return False
         return bool(self.scripts.run(
             "log", self.keys.queue(queue),
-            [self.now_arg(), queue, job_id, token, codec.ndjson(events),
+            [self.ctx.now_arg(), queue, job_id, token, codec.ndjson(events),
              codec.progress_arg(progress)]))
 
     def heartbeat(
@@ -219,7 +312,7 @@ class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks, RedisAsync, ThreadedA
         cancel: set[str] = set()
         by_queue: dict[str, list[str]] = defaultdict(list)
         for job_id, token in leases.items():
-            queue = self.find_queue(job_id, token)
+            queue = self.ctx.find_queue(job_id, token)
             if queue is None:
                 lost.add(job_id)
             else:
@@ -227,7 +320,7 @@ class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks, RedisAsync, ThreadedA
         for queue, flat in by_queue.items():
             gone, cancelled = self.scripts.run(
                 "extend", self.keys.queue(queue),
-                [self.now_arg(), queue, repr(float(lease_seconds)), *flat])
+                [self.ctx.now_arg(), queue, repr(float(lease_seconds)), *flat])
             lost.update(gone)
             cancel.update(cancelled)
         now = self.now()
@@ -237,109 +330,18 @@ class RedisStorage(RedisOutbox, RedisSchedules, RedisAcks, RedisAsync, ThreadedA
         command = self.link.call("GETDEL", self.keys.worker_command(info.id))
         return HeartbeatReply(lost=frozenset(lost), cancel=frozenset(cancel), command=command)
 
-    def unregister_worker(self, worker_id: str) -> None:
-        """Remove a worker from the registry."""
-        self.link.call("ZREM", self.keys.workers, worker_id)
-        self.link.call("HDEL", self.keys.worker_info, worker_id)
-        self.link.call("DEL", self.keys.worker_command(worker_id))
-
     # -- background ---------------------------------------------------------------------
-
-    def promote_due(self, limit: int = 1000) -> int:
-        """Scheduled and retrying jobs whose time has come → pending."""
-        total = 0
-        for queue in self.known_queues():
-            moved, moves, ready = self.scripts.run(
-                "promote", self.keys.queue(queue), [self.now_arg(), queue, limit])
-            self.sync_batches(moves)
-            self.ring(queue, int(ready))
-            total += int(moved)
-        self.settle_marked()  # the sweep: workflows whose marks a crash left unsettled
-        return total
 
     def gather(self, lead: str, token: str) -> list[LeasedJob] | None:
         """Lease the members of ``lead``'s group for its run; see ``Storage.gather``."""
         queue = token.rpartition("/")[2]  # a lease token ends with its queue (_lease.lua)
         reply = self.scripts.run("gather", self.keys.queue(queue),
-                                 [self.now_arg(), queue, lead, token])
+                                 [self.ctx.now_arg(), queue, lead, token])
         if not reply:
             return None
         rows, moves = reply
-        self.sync_batches(moves)
+        self._graph.sync_batches(moves)
         return [codec.leased(row, queue) for row in rows]
-
-    def reclaim_expired(self, max_recoveries: int = 5, limit: int = 1000) -> int:
-        """Expired leases → pending (or dead past ``max_recoveries``); also finds active jobs
-        whose lease entry is missing, a slice of the records per call, and advances the
-        queue's pass that puts back pending jobs missing from their list (``repair.py``)."""
-        total = 0
-        for queue in self.known_queues():
-            cursor = self._scan.get(queue, "0")
-            done, moves, next_cursor = self.scripts.run(
-                "reclaim", self.keys.queue(queue),
-                [self.now_arg(), queue, max_recoveries, limit, cursor, SCAN_COUNT])
-            self._scan[queue] = next_cursor or "0"
-            self.sync_batches(moves)
-            self.ring(queue, int(done))
-            total += int(done)
-            self.repair.advance(queue)
-        return total
-
-    def cancel(self, job_id: str) -> JobState | None:
-        """Cancel a waiting job, or request cancellation of an active one."""
-        queue = self.find_queue(job_id)
-        if queue is None:
-            return None
-        (states,) = self.run_each("cancel", {queue: [job_id]})
-        return JobState(states[0]) if states and states[0] else None
-
-    def create_batch(self, spec: BatchSpec) -> None:
-        """Create an open batch with its callbacks stored for later."""
-        if self.link.call("EXISTS", self.keys.batch(spec.id).batch):
-            return  # creating an existing batch again changes nothing
-        now = self.now()
-        fields: list[object] = ["id", spec.id, "c", repr(now), "total", 0,
-                                "meta", json.dumps(dict(spec.meta)), "kind", spec.kind]
-        if spec.description is not None:
-            fields += ["desc", spec.description]
-        for event, cb in spec.callbacks.items():
-            fields += [f"cb:{event}", codec.spec_to_json(cb)]
-        self.link.call("HSET", self.keys.batch(spec.id).batch, *fields)
-        self.link.call("ZADD", self.keys.batches, now, spec.id)
-
-    def close_batch(self, batch_id: str) -> None:
-        """Mark a batch fully enqueued; it completes when every job is terminal."""
-        if self.batch_call(batch_id, "close", []) == "missing":
-            raise BatchNotFound(f"no batch {batch_id!r}")
-
-    def trim(self, retention: Retention) -> int:
-        """Delete finished jobs, finished batches and silent workers past retention."""
-        removed = 0
-        for queue in self.known_queues():
-            for _ in range(TRIM_MAX // TRIM_CHUNK):  # short calls: others are served between
-                deleted = int(self.scripts.run(
-                    "trim", self.keys.queue(queue),
-                    [self.now_arg(), queue, retention.succeeded_seconds,
-                     retention.failed_seconds, retention.dead_seconds, retention.dead_max,
-                     TRIM_CHUNK]))
-                removed += deleted
-                if deleted < TRIM_CHUNK:
-                    break
-        now = self.now()
-        self._trim_batches(now - retention.batch_seconds)
-        for worker_id in self.link.call("ZRANGEBYSCORE", self.keys.workers, "-inf",
-                                        now - retention.worker_ttl):
-            self.unregister_worker(worker_id)
-        return removed
-
-    def _trim_batches(self, before: float) -> None:
-        for batch_id in self.link.call("ZRANGEBYSCORE", self.keys.batches, "-inf", before):
-            bk = self.keys.batch(batch_id)
-            if self.link.call("HEXISTS", bk.batch, "fa") or not self.link.call(
-                    "EXISTS", bk.batch):
-                # UNLINK frees a big batch's keys in the background, DEL would block Redis.
-                self.link.call("UNLINK", *dataclasses.astuple(bk))
-                self.link.call("ZREM", self.keys.batches, batch_id)
 
     def batch_finished(self, batch_id: str) -> AbstractContextManager[BatchWaiter]:
         """Wake-ups as the batch finishes (``redis/batch_wait.py``: the process's shared

@@ -17,8 +17,8 @@ from typing import Any
 
 from conveyor.core.job import ALL_STATES, BatchSpec, JobSpec
 from conveyor.errors import BatchClosedError, BatchNotFound
+from conveyor.storage.batch_records import BatchStatus, spec_from_wire, spec_to_wire
 from conveyor.storage.batch_wait import BatchWaiter
-from conveyor.storage.records import BatchStatus, spec_from_wire, spec_to_wire
 from conveyor.storage.sqlite import graph
 from conveyor.storage.sqlite.wakeup import Wakeup, data_version
 

@@ -1,5 +1,7 @@
-"""Flow control inside the dequeue/enqueue transaction: unique locks, concurrency, order, rate.
+"""Flow control on SQLite: pausing queues (``SqliteFlow``), and unique locks, concurrency,
+order and rate inside the dequeue/enqueue transaction.
 
+A paused queue has ``paused = 1`` in the ``queues`` table; ``dequeue`` leases nothing from it.
 Jobs with a concurrency, order or rate key are "gated": a queue holding any pending gated job
 is dequeued by walking its pending jobs in order and admitting each one that its limits allow.
 Jobs over a limit stay pending (no attempt is spent); queues without gated jobs take the fast
@@ -15,11 +17,39 @@ from typing import Any
 
 from conveyor.core.job import TERMINAL_STATES, EventKind, JobSpec, JobState
 from conveyor.storage.rules import FOLD_PREFIX, broken_gate
+from conveyor.storage.sqlite.connection import Database
 from conveyor.storage.sqlite.moves import FINISH, Move, ids_param, move
+from conveyor.storage.sqlite.wakeup import Wakeup
 
 _TERMINAL = frozenset(s.value for s in TERMINAL_STATES)
 _PAGE = 256
 _MAX_SCAN = 4096  # bound the work of one dequeue when many pending jobs are held back
+
+
+class SqliteFlow:
+    """Pause and resume queues (resuming one wakes this process's idle workers; others see
+    the commit)."""
+
+    def __init__(self, db: Database, wakeup: Wakeup) -> None:
+        self._db = db
+        self._wakeup = wakeup
+
+    def pause_queue(self, queue: str) -> None:
+        """Stop every worker from taking jobs from ``queue``."""
+        self._set_paused(queue, 1)
+
+    def resume_queue(self, queue: str) -> None:
+        """Undo ``pause_queue``."""
+        self._set_paused(queue, 0)
+        self._wakeup.notify()
+
+    def _set_paused(self, queue: str, paused: int) -> None:
+        with self._db.write() as cur:
+            cur.execute(
+                "INSERT INTO queues (name, paused) VALUES (?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET paused = excluded.paused",
+                (queue, paused),
+            )
 
 
 def unique_holder(cur: sqlite3.Cursor, now: float, key: str) -> str | None:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
 from typing import Any
 
-from conveyor.core.job import JobRecord, JobState, Node
+from conveyor.core.clock import Clock
+from conveyor.core.job import JobState, Node
 from conveyor.storage.gates import FAIR_KEYS_SHOWN, GateFacts, Holder
 from conveyor.storage.lineup import keys_before
 from conveyor.storage.sqlite import flow
 from conveyor.storage.sqlite.connection import Database, reads
+from conveyor.storage.sqlite.inspect import SqliteInspector
 from conveyor.storage.sqlite.lineup import LINED, SqliteLineup
 
 __all__ = ["SqliteGates"]
@@ -31,23 +32,23 @@ _PLAIN_COUNT = ("SELECT count(*) FROM jobs INDEXED BY jobs_ready WHERE state = '
 
 
 class SqliteGates:
-    """``gate_facts`` over one SQLite database (a mixin of ``SqliteStorage``)."""
+    """``gate_facts`` over one SQLite database (a part of ``SqliteStorage``)."""
 
-    # Declared, not defined: SqliteStorage provides them (a stub would shadow its own).
-    _db: Database
-    now: Callable[[], float]
-    get_job: Callable[[str], JobRecord | None]
+    def __init__(self, db: Database, clock: Clock, inspector: SqliteInspector) -> None:
+        self._db = db
+        self._clock = clock
+        self._inspector = inspector
 
     @reads
     def gate_facts(self, job_id: str, place: bool = True) -> GateFacts | None:
         """What the fetch would weigh for ``job_id`` now; None for an unknown id."""
-        record = self.get_job(job_id)
+        record = self._inspector.get_job(job_id)
         cur = self._db.read().cursor()
         row = cur.execute(_JOB, (job_id,)).fetchone()
         if record is None or row is None:
             return None
         lined, priority, fair_key, age_next, ready_at, rowid, publish_at = row[:7]
-        facts = GateFacts(job=record, now=self.now(), band=priority if lined else 0,
+        facts = GateFacts(job=record, now=self._clock.now(), band=priority if lined else 0,
                           age_next=age_next)
         facts.paused = cur.execute("SELECT 1 FROM queues WHERE name = ? AND paused = 1",
                                    (record.queue,)).fetchone() is not None

@@ -1,6 +1,7 @@
 """The SQLite ``Inspector``: reads and operator actions for the CLI, web UI and metrics.
 
-It is the base class of ``SqliteStorage``; both share one ``Database`` and clock.
+A part of ``SqliteStorage``, made over the same ``Database``, clock and wake-ups (pausing a
+queue is ``flow.py``'s, schedules ``schedules.py``'s).
 """
 
 from __future__ import annotations
@@ -13,31 +14,22 @@ from typing import Any
 
 from conveyor.core.clock import Clock
 from conveyor.core.job import ALL_STATES, EventKind, JobRecord, JobState
-from conveyor.storage.graph import parents_of
-from conveyor.storage.records import (
-    HEAD_CHARS,
-    BatchStatus,
-    GraphNode,
-    JobHead,
-    JobTotals,
-    MinuteTotals,
-    QueueStats,
-    StoredData,
-    WorkerInfo,
-    history_start,
-    today_start,
-)
-from conveyor.storage.rules import CANCELLED_WHILE_WAITING
+from conveyor.storage.batch_records import BatchStatus
+from conveyor.storage.graph import GraphNode, parents_of
+from conveyor.storage.job_heads import HEAD_CHARS, JobHead
+from conveyor.storage.queue_stats import QueueStats
 from conveyor.storage.sqlite import batches, graph, jobs, readable
 from conveyor.storage.sqlite.connection import Database, reads
 from conveyor.storage.sqlite.graph import text_of
 from conveyor.storage.sqlite.wakeup import Wakeup
+from conveyor.storage.stored_data import StoredData
+from conveyor.storage.totals import JobTotals, MinuteTotals, history_start, today_start
+from conveyor.storage.workers import WorkerInfo
 
 WORKER_TTL = 60.0
 CANCEL_CHUNK = 500  # jobs per cancel_batch transaction (~10 ms of write lock)
 _KNOWN_SET = frozenset(s.value for s in ALL_STATES)
 _KNOWN = ", ".join(f"'{s.value}'" for s in ALL_STATES)
-_WAITING = ("scheduled", "pending", "retrying", "waiting", "aggregating")
 _RETRYABLE = ("dead", "failed", "cancelled", "retrying")
 # Back to waiting by hand (a workflow node never released): unfinished, no lease, not ready.
 _REWAIT = ("ready_at = NULL, finished_at = NULL, token = NULL, lease_expires_at = NULL, "
@@ -47,10 +39,10 @@ _REWAIT = ("ready_at = NULL, finished_at = NULL, token = NULL, lease_expires_at 
 class SqliteInspector:
     """Reads and operator actions over one SQLite database."""
 
-    def __init__(self, db: Database, clock: Clock) -> None:
+    def __init__(self, db: Database, clock: Clock, wakeup: Wakeup) -> None:
         self._db = db
         self._clock = clock
-        self._wakeup = Wakeup()
+        self._wakeup = wakeup
 
     def now(self) -> float:
         """The storage's clock."""
@@ -228,7 +220,7 @@ class SqliteInspector:
         """Waiting jobs → dead (``killed``)."""
         with self._db.write() as cur:
             now = self.now()
-            rows = self._select(cur, job_ids, _WAITING)
+            rows = self._select(cur, job_ids, jobs.WAITING)
             moves = jobs.move(cur, now, rows, JobState.DEAD, EventKind.KILLED,
                               "killed by hand", f"message = :msg, {jobs.FINISH}")
             batches.apply(cur, now, moves, jobs.insert)
@@ -255,23 +247,6 @@ class SqliteInspector:
         if not JobState(state).terminal:
             raise ValueError(f"clear() deletes finished jobs only, not {JobState(state).value!r}")
         return self.delete_jobs(self._ids_in(state, queue))
-
-    def pause_queue(self, queue: str) -> None:
-        """Stop every worker from taking jobs from ``queue``."""
-        self._set_paused(queue, 1)
-
-    def resume_queue(self, queue: str) -> None:
-        """Undo ``pause_queue``."""
-        self._set_paused(queue, 0)
-        self._wakeup.notify()
-
-    def _set_paused(self, queue: str, paused: int) -> None:
-        with self._db.write() as cur:
-            cur.execute(
-                "INSERT INTO queues (name, paused) VALUES (?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET paused = excluded.paused",
-                (queue, paused),
-            )
 
     @reads
     def workers(self) -> list[WorkerInfo]:
@@ -343,37 +318,9 @@ class SqliteInspector:
                     if not found:
                         break
                     after = found[-1][0]
-                    self._cancel_rows(cur, self.now(), [r[1:] for r in found])
+                    jobs.cancel_rows(cur, self.now(), [r[1:] for r in found])
                     done += len(found)
         return done
-
-    def _cancel(self, cur: sqlite3.Cursor, now: float, job_id: str) -> JobState | None:
-        """Cancel one job inside the caller's transaction; returns its resulting state."""
-        row = cur.execute(
-            "SELECT id, state, batch_id, cancel_requested FROM jobs WHERE id = ?", (job_id,)
-        ).fetchone()
-        if row is None:
-            return None
-        self._cancel_rows(cur, now, [row])
-        state = JobState(row[1])
-        return JobState.CANCELLED if state.value in _WAITING else state
-
-    @staticmethod
-    def _cancel_rows(cur: sqlite3.Cursor, now: float, rows: Sequence[Any]) -> None:
-        """Rows ``(id, state, batch_id, cancel_requested)``: waiting ones become cancelled,
-        active ones get a cancellation request their worker sees at the next heartbeat."""
-        waiting = [r[:3] for r in rows if r[1] in _WAITING]
-        moves = jobs.move(cur, now, waiting, JobState.CANCELLED, EventKind.CANCELLED,
-                          CANCELLED_WHILE_WAITING, f"message = :msg, {jobs.FINISH}")
-        batches.apply(cur, now, moves, jobs.insert)
-        # The event names the worker and the attempt, as on every backend.
-        cur.execute(
-            "UPDATE jobs SET cancel_requested = 1, events = events || json_object("
-            "'t', ?, 'k', ?, 's', 'active', 'w', worker, 'a', attempt) || char(10) "
-            "WHERE id IN (SELECT value FROM json_each(?))",
-            (now, EventKind.CANCEL_REQUESTED,
-             jobs.ids_param(r[0] for r in rows if r[1] == "active" and not r[3])),
-        )
 
     @reads
     def history(self, since: int = 0, queue: str | None = None) -> list[MinuteTotals]:

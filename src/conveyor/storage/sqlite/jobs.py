@@ -15,6 +15,7 @@ from typing import Any
 
 from conveyor.core.job import (
     EnqueueResult,
+    EventKind,
     FlowControl,
     JobRecord,
     JobSpec,
@@ -22,8 +23,8 @@ from conveyor.core.job import (
     decode_events,
 )
 from conveyor.storage import aggregation
-from conveyor.storage.records import JobBlock, StoredData, minute_of
-from conveyor.storage.rules import is_gated, validate_flow
+from conveyor.storage.blocks import JobBlock
+from conveyor.storage.rules import CANCELLED_WHILE_WAITING, is_gated, validate_flow
 from conveyor.storage.sqlite import batches, flow, graph
 from conveyor.storage.sqlite.group_rows import Joiner
 
@@ -33,6 +34,8 @@ from conveyor.storage.sqlite.moves import REQUEUE as REQUEUE
 from conveyor.storage.sqlite.moves import event_line as event_line
 from conveyor.storage.sqlite.moves import ids_param as ids_param
 from conveyor.storage.sqlite.moves import move as move
+from conveyor.storage.stored_data import StoredData
+from conveyor.storage.totals import minute_of
 
 JOB_COLUMNS = (
     "id, name, queue, payload, state, attempt, errors, recoveries, max_retries, timeout, "
@@ -326,6 +329,40 @@ def decode_text(
             values.append(bytes(raw).decode("utf-8", "replace"))
             reasons.append(f"column {column} is not UTF-8 ({exc.reason} at byte {exc.start})")
     return values, "; ".join(reasons) or None
+
+
+# States a job waits in before it runs: a cancel request cancels it at once.
+WAITING = ("scheduled", "pending", "retrying", "waiting", "aggregating")
+
+
+def cancel(cur: sqlite3.Cursor, now: float, job_id: str) -> JobState | None:
+    """Cancel one job inside the caller's transaction (``Storage.cancel``); returns its
+    resulting state."""
+    row = cur.execute(
+        "SELECT id, state, batch_id, cancel_requested FROM jobs WHERE id = ?", (job_id,)
+    ).fetchone()
+    if row is None:
+        return None
+    cancel_rows(cur, now, [row])
+    state = JobState(row[1])
+    return JobState.CANCELLED if state.value in WAITING else state
+
+
+def cancel_rows(cur: sqlite3.Cursor, now: float, rows: Sequence[Any]) -> None:
+    """Rows ``(id, state, batch_id, cancel_requested)``: waiting ones become cancelled,
+    active ones get a cancellation request their worker sees at the next heartbeat."""
+    waiting = [r[:3] for r in rows if r[1] in WAITING]
+    moves = move(cur, now, waiting, JobState.CANCELLED, EventKind.CANCELLED,
+                 CANCELLED_WHILE_WAITING, f"message = :msg, {FINISH}")
+    batches.apply(cur, now, moves, insert)
+    # The event names the worker and the attempt, as on every backend.
+    cur.execute(
+        "UPDATE jobs SET cancel_requested = 1, events = events || json_object("
+        "'t', ?, 'k', ?, 's', 'active', 'w', worker, 'a', attempt) || char(10) "
+        "WHERE id IN (SELECT value FROM json_each(?))",
+        (now, EventKind.CANCEL_REQUESTED,
+         ids_param(r[0] for r in rows if r[1] == "active" and not r[3])),
+    )
 
 
 def reseal(cur: sqlite3.Cursor, job_id: str, old: StoredData, new: StoredData) -> bool:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from conveyor.core.clock import Clock
 from conveyor.core.job import EventKind, JobState, LeasedJob
 from conveyor.storage.outbox import (
     Arrival,
@@ -68,9 +69,9 @@ def _rows(cur: Any, job_ids: Sequence[str]) -> list[tuple[Any, ...]]:
 class SqliteOutbox:
     """``publish_due``, ``publish_failed`` and ``start``; one ``BEGIN IMMEDIATE`` each."""
 
-    # Declared, not defined: SqliteStorage provides them (a stub would shadow its own).
-    _db: Database
-    now: Callable[[], float]
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self._db = db
+        self._clock = clock
 
     def publish_due(self, queue: str, count: int, republish_after: float) -> list[str]:
         """Pending jobs of ``queue`` due to be published, stamped; see ``Outbox``."""
@@ -80,7 +81,7 @@ class SqliteOutbox:
             if cur.execute("SELECT 1 FROM queues WHERE name = ? AND paused = 1",
                            (queue,)).fetchone():
                 return []
-            now = self.now()
+            now = self._clock.now()
             due = _walk(cur, now, queue, count)
             cur.execute("UPDATE jobs SET publish_at = ? WHERE id IN "
                         "(SELECT value FROM json_each(?))",
@@ -106,7 +107,7 @@ class SqliteOutbox:
         if not job_ids:
             return 0
         with self._db.write() as cur:
-            now = self.now()
+            now = self._clock.now()
             rows = cur.execute(
                 "SELECT id, state, batch_id, queue, name FROM jobs WHERE id IN "
                 "(SELECT value FROM json_each(?)) AND state IN ('pending', 'active')",
@@ -124,7 +125,7 @@ class SqliteOutbox:
         if not deliveries:
             return []
         with self._db.write() as cur:
-            now = self.now()
+            now = self._clock.now()
             return _Start(cur, now, queue, worker_id, lease_seconds, max_recoveries).run(
                 arrivals(deliveries))
 

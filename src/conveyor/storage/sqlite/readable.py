@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from conveyor.core.job import JobRecord, JobState, decode_events
-from conveyor.storage.records import JobHead
+from conveyor.storage.job_heads import JobHead
 from conveyor.storage.sqlite import jobs
 
 _NAMES = [c.strip() for c in jobs.JOB_COLUMNS.split(",")]

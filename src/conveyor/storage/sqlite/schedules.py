@@ -8,10 +8,14 @@ import dataclasses
 import sqlite3
 from collections.abc import Callable
 
-from conveyor.core.clock import Clock
-from conveyor.storage.records import ScheduleChange, ScheduleInfo
-from conveyor.storage.schedule_edits import CHANGES_KEPT, ScheduleEdits, ScheduleTxn, T
-from conveyor.storage.schedule_records import COLUMNS, WRITTEN, written
+from conveyor.storage.schedule_edits import CHANGES_KEPT, ScheduleTxn, T
+from conveyor.storage.schedule_records import (
+    COLUMNS,
+    WRITTEN,
+    ScheduleChange,
+    ScheduleInfo,
+    written,
+)
 from conveyor.storage.sqlite.connection import Database, reads
 
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM schedules"
@@ -50,13 +54,15 @@ class _Step:
                          "(SELECT max(seq) FROM schedule_changes) - ?", (CHANGES_KEPT,))
 
 
-class SqliteSchedules(ScheduleEdits):
-    """The schedule part of ``Storage`` and ``Inspector`` over one database."""
+class SqliteSchedules:
+    """The schedules over one database: the steps ``ScheduleEdits`` runs its rules in, the
+    ticks and the audit trail."""
 
-    _db: Database
-    _clock: Clock
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
-    def _schedule_apply(self, name: str, rule: Callable[[ScheduleTxn], T]) -> T:
+    def apply(self, name: str, rule: Callable[[ScheduleTxn], T]) -> T:
+        """Run ``rule`` over schedule ``name`` in one write transaction (``ScheduleSteps``)."""
         with self._db.write() as cur:
             return rule(_Step(cur, name))
 

@@ -10,14 +10,12 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
 from conveyor.core.clock import SYSTEM_CLOCK, Clock
 from conveyor.core.job import (
     Ack,
-    BatchSpec,
     EnqueueResult,
     Event,
     EventKind,
@@ -28,11 +26,12 @@ from conveyor.core.job import (
 )
 from conveyor.errors import StorageMissing, WorkflowError
 from conveyor.storage.aio import ThreadedAsync
-from conveyor.storage.base import RefusesTransactions, WaitsThenDequeues
-from conveyor.storage.batch_wait import BatchWaiter
+from conveyor.storage.base import Storage, WaitsThenDequeues, transactions_refused
+from conveyor.storage.blocks import JobBlock
+from conveyor.storage.delegate import delegate
 from conveyor.storage.graph import check_added
-from conveyor.storage.records import JobBlock, Retention, WorkerInfo, history_start
-from conveyor.storage.rules import DEADLINE_PASSED, LEASE_EXPIRED, WORKER_DIED
+from conveyor.storage.rules import DEADLINE_PASSED
+from conveyor.storage.schedule_edits import ScheduleEdits
 from conveyor.storage.sqlite import acks as ack_sql
 from conveyor.storage.sqlite import batches, flow, graph, groups, jobs, lineup
 from conveyor.storage.sqlite import leases as lease_sql
@@ -44,12 +43,15 @@ from conveyor.storage.sqlite.connection import (
     parse_sqlite_url,
     reads,
 )
+from conveyor.storage.sqlite.flow import SqliteFlow
 from conveyor.storage.sqlite.gates import SqliteGates
 from conveyor.storage.sqlite.inspect import SqliteInspector
 from conveyor.storage.sqlite.migrate import migrate
 from conveyor.storage.sqlite.outbox import SqliteOutbox
 from conveyor.storage.sqlite.schedules import SqliteSchedules
-from conveyor.storage.sqlite.wakeup import data_version
+from conveyor.storage.sqlite.upkeep import SqliteUpkeep
+from conveyor.storage.sqlite.wakeup import Wakeup, data_version
+from conveyor.storage.workers import WorkerInfo
 
 ENQUEUE_CHUNK = 5000
 
@@ -57,13 +59,6 @@ _EXPIRE = (
     "SELECT id, state, batch_id FROM jobs WHERE state = 'pending' AND queue = ? "
     "AND deadline IS NOT NULL AND deadline < ?"
 )
-# Hinted: the planner otherwise sorts every scheduled job by run_at.
-_PROMOTE = (
-    "SELECT id, state, batch_id FROM jobs INDEXED BY jobs_due "
-    "WHERE state IN ('scheduled', 'retrying') AND run_at <= ? ORDER BY run_at LIMIT ?"
-)
-# Hinted: the planner otherwise walks every finished job of the state.
-_TRIM = "DELETE FROM jobs INDEXED BY jobs_finished WHERE finished_at < ? AND state = ?"
 _GATED = (
     # Hinted: the planner prefers (state, queue) and scans every pending job.
     "SELECT 1 FROM jobs INDEXED BY jobs_ready_gated "
@@ -87,15 +82,93 @@ def open_sqlite(url: str, clock: Clock | None = None, *, create: bool = True,
     return SqliteStorage(url, db, clock or SYSTEM_CLOCK)
 
 
-class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, SqliteGates,
-                    SqliteInspector, SqliteSchedules, ThreadedAsync):
-    """``Storage`` and ``Inspector`` over one SQLite file, safe across threads and processes."""
+class SqliteStorage:
+    """``Storage`` and ``Inspector`` over one SQLite file, safe across threads and processes:
+    the hot path here, the rest in parts made over the same ``Database``, clock and wake-ups
+    (``storage/delegate.py``)."""
+
+    wait_dequeue = delegate("_waits", WaitsThenDequeues.wait_dequeue)
+    # the Inspector
+    queues = delegate("_inspector", SqliteInspector.queues)
+    get_job = delegate("_inspector", SqliteInspector.get_job)
+    list_jobs = delegate("_inspector", SqliteInspector.list_jobs)
+    count_jobs = delegate("_inspector", SqliteInspector.count_jobs)
+    job_heads = delegate("_inspector", SqliteInspector.job_heads)
+    retry_jobs = delegate("_inspector", SqliteInspector.retry_jobs)
+    retry_refusals = delegate("_inspector", SqliteInspector.retry_refusals)
+    delete_jobs = delegate("_inspector", SqliteInspector.delete_jobs)
+    kill_jobs = delegate("_inspector", SqliteInspector.kill_jobs)
+    reseal = delegate("_inspector", SqliteInspector.reseal)
+    retry_all = delegate("_inspector", SqliteInspector.retry_all)
+    clear = delegate("_inspector", SqliteInspector.clear)
+    workers = delegate("_inspector", SqliteInspector.workers)
+    command_worker = delegate("_inspector", SqliteInspector.command_worker)
+    get_batch = delegate("_inspector", SqliteInspector.get_batch)
+    list_batches = delegate("_inspector", SqliteInspector.list_batches)
+    cancel_batch = delegate("_inspector", SqliteInspector.cancel_batch)
+    workflow_graph = delegate("_inspector", SqliteInspector.workflow_graph)
+    history = delegate("_inspector", SqliteInspector.history)
+    job_totals = delegate("_inspector", SqliteInspector.job_totals)
+    gate_facts = delegate("_gates", SqliteGates.gate_facts)
+    pause_queue = delegate("_flow", SqliteFlow.pause_queue)
+    resume_queue = delegate("_flow", SqliteFlow.resume_queue)
+    # upkeep: promotion, recovery, cancel, batches, retention
+    promote_due = delegate("_upkeep", SqliteUpkeep.promote_due)
+    reclaim_expired = delegate("_upkeep", SqliteUpkeep.reclaim_expired)
+    release_worker = delegate("_upkeep", SqliteUpkeep.release_worker)
+    cancel = delegate("_upkeep", SqliteUpkeep.cancel)
+    create_batch = delegate("_upkeep", SqliteUpkeep.create_batch)
+    close_batch = delegate("_upkeep", SqliteUpkeep.close_batch)
+    batch_finished = delegate("_upkeep", SqliteUpkeep.batch_finished)
+    trim = delegate("_upkeep", SqliteUpkeep.trim)
+    # schedules (Storage and Inspector)
+    schedule_ticked = delegate("_schedules", SqliteSchedules.schedule_ticked)
+    schedules = delegate("_schedules", SqliteSchedules.schedules)
+    schedule_changes = delegate("_schedules", SqliteSchedules.schedule_changes)
+    save_schedules = delegate("_edits", ScheduleEdits.save_schedules)
+    schedule_pauses = delegate("_edits", ScheduleEdits.schedule_pauses)
+    pause_schedule = delegate("_edits", ScheduleEdits.pause_schedule)
+    resume_schedule = delegate("_edits", ScheduleEdits.resume_schedule)
+    add_schedule = delegate("_edits", ScheduleEdits.add_schedule)
+    change_schedule = delegate("_edits", ScheduleEdits.change_schedule)
+    reset_schedule = delegate("_edits", ScheduleEdits.reset_schedule)
+    remove_schedule = delegate("_edits", ScheduleEdits.remove_schedule)
+    # the Outbox
+    publish_due = delegate("_outbox", SqliteOutbox.publish_due)
+    publish_failed = delegate("_outbox", SqliteOutbox.publish_failed)
+    start = delegate("_outbox", SqliteOutbox.start)
+    order_keys = delegate("_outbox", SqliteOutbox.order_keys)
+    bury = delegate("_outbox", SqliteOutbox.bury)
+    # asyncio: the blocking calls in a thread
+    aenqueue = delegate("_async", ThreadedAsync.aenqueue)
+    aget_job = delegate("_async", ThreadedAsync.aget_job)
+    afinished = delegate("_async", ThreadedAsync.afinished)
+    aclose = delegate("_async", ThreadedAsync.aclose)
 
     def __init__(self, url: str, db: Database, clock: Clock) -> None:
-        super().__init__(db, clock)
         self.url = url
+        self._db = db
+        self._clock = clock
+        self._wakeup = Wakeup()
         # (data_version, wake-ups) as this thread's last empty dequeue began
         self._seen = threading.local()
+        self._inspector = SqliteInspector(db, clock, self._wakeup)
+        self._gates = SqliteGates(db, clock, self._inspector)
+        self._flow = SqliteFlow(db, self._wakeup)
+        self._upkeep = SqliteUpkeep(db, clock, self._wakeup)
+        self._schedules = SqliteSchedules(db)
+        self._edits = ScheduleEdits(self.now, self._schedules)
+        self._outbox = SqliteOutbox(db, clock)
+        self._waits = WaitsThenDequeues(self.wait, self.dequeue)
+        self._async = ThreadedAsync(self.enqueue, self._inspector.get_job)
+
+    def now(self) -> float:
+        """The storage's clock (the SQLite host's)."""
+        return self._clock.now()
+
+    def bind(self, connection: object) -> Storage:
+        """Refuse: this storage cannot write inside someone else's transaction."""
+        raise transactions_refused(self.url, connection)
 
     def enqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
         """Store jobs, one transaction per chunk of ``ENQUEUE_CHUNK``."""
@@ -283,102 +356,11 @@ class SqliteStorage(RefusesTransactions, WaitsThenDequeues, SqliteOutbox, Sqlite
         with self._db.write() as cur:
             cur.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
 
-    def promote_due(self, limit: int = 1000) -> int:
-        """Scheduled and retrying jobs whose time has come → pending."""
-        with self._db.write() as cur:
-            now = self.now()
-            rows = cur.execute(_PROMOTE, (now, limit)).fetchall()
-            ready, back = groups.promote(cur, now, rows) if rows else (rows, [])
-            moves = jobs.move(cur, now, ready, JobState.PENDING, EventKind.ENQUEUED,
-                              sets="ready_at = :now")
-            moves += jobs.move(cur, now, back, JobState.AGGREGATING, EventKind.ENQUEUED,
-                               sets="ready_at = :now")
-            batches.apply(cur, now, moves, jobs.insert)
-            leads = groups.flush(cur, now, limit)
-            lineup.age(cur, now, limit)
-        if ready or leads:
-            self._wakeup.notify()
-        return len(rows) + leads
-
     @reads
     def gather(self, lead: str, token: str) -> list[LeasedJob] | None:
         """Lease the members of ``lead``'s group for its run; see ``Storage.gather``."""
         with self._db.write() as cur:
             return groups.gather(cur, self.now(), lead, token)
-
-    def reclaim_expired(self, max_recoveries: int = 5, limit: int = 1000) -> int:
-        """Active jobs with an expired or missing lease → pending (or dead: a poison job)."""
-        with self._db.write() as cur:
-            now = self.now()
-            rows = lease_sql.decoded_rows(cur, lease_sql.RECLAIM, {"now": now, "limit": limit})
-            back = lease_sql.recover(cur, now, rows, max_recoveries, LEASE_EXPIRED)
-        if back:
-            self._wakeup.notify()
-        return len(rows)
-
-    def release_worker(self, worker_id: str, max_recoveries: int = 5) -> int:
-        """Recover every job ``worker_id`` holds now, and unregister it."""
-        with self._db.write() as cur:
-            now = self.now()
-            rows = lease_sql.decoded_rows(cur, lease_sql.HELD, (worker_id,))
-            back = lease_sql.recover(cur, now, rows, max_recoveries, WORKER_DIED)
-            cur.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
-        if back:
-            self._wakeup.notify()
-        return len(rows)
-
-    def cancel(self, job_id: str) -> JobState | None:
-        """Cancel a waiting job, or request cancellation of an active one."""
-        with self._db.write() as cur:
-            now = self.now()
-            return self._cancel(cur, now, job_id)
-
-    def create_batch(self, spec: BatchSpec) -> None:
-        """Create an open batch."""
-        with self._db.write() as cur:
-            batches.create(cur, self.now(), spec)
-
-    def close_batch(self, batch_id: str) -> None:
-        """Mark a batch fully enqueued; complete it now if every job is already terminal."""
-        with self._db.write() as cur:
-            batches.close(cur, self.now(), batch_id, jobs.insert)
-        self._wakeup.notify()
-
-    def batch_finished(self, batch_id: str) -> AbstractContextManager[BatchWaiter]:
-        """Wake-ups when the batch may have finished (``batches.finished_waiter``)."""
-        return batches.finished_waiter(self._db.read, self._wakeup, batch_id)
-
-    def trim(self, retention: Retention) -> int:
-        """Delete finished jobs, batches and silent workers past retention."""
-        removed = 0
-        with self._db.write() as cur:
-            now = self.now()
-            for state, keep in (("succeeded", retention.succeeded_seconds),
-                                ("failed", retention.failed_seconds),
-                                ("dead", retention.dead_seconds),
-                                ("cancelled", retention.failed_seconds)):
-                removed += cur.execute(_TRIM, (now - keep, state)).rowcount
-            removed += cur.execute(
-                "DELETE FROM jobs WHERE state = 'dead' AND id IN (SELECT id FROM jobs "
-                "WHERE state = 'dead' ORDER BY finished_at DESC LIMIT -1 OFFSET ?)",
-                (retention.dead_max,),
-            ).rowcount
-            cur.execute(
-                f"DELETE FROM batches WHERE finished_at < ? AND {batches.TERMINAL_SUM} >= total",
-                (now - retention.batch_seconds,),
-            )
-            cur.execute("DELETE FROM workers WHERE last_seen < ?", (now - retention.worker_ttl,))
-            cur.execute("DELETE FROM minute_totals WHERE minute < ?", (history_start(now),))
-            graph.trim(cur)
-            # Hits of keys still in use are pruned at dequeue; this drops abandoned keys.
-            cur.execute("DELETE FROM rate_hits WHERE ts < ?", (now - retention.succeeded_seconds,))
-            cur.execute(
-                "DELETE FROM unique_locks WHERE until < ? AND NOT EXISTS (SELECT 1 FROM jobs "
-                "WHERE jobs.id = unique_locks.job_id AND state NOT IN "
-                "('succeeded', 'failed', 'dead', 'cancelled'))",
-                (now,),
-            )
-        return removed
 
     def tidy(self) -> bool:
         """Nothing to do: no old row versions pile up here (``Storage.tidy``)."""

@@ -1,5 +1,7 @@
-"""The base every part of the Redis backend extends: connection, scripts, clock and the
-queue registry (shared helpers, not the hot path, which is ``storage.py``)."""
+"""What every part of the Redis backend shares: the connection, the scripts, the key names,
+the clock and the queue registry, with the reads several parts make (a job's queue, its
+records and heads). ``RedisStorage`` makes one ``RedisContext`` and hands it to each part
+it is made of (``storage.py``)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,7 @@ from collections.abc import Iterable, Sequence
 
 from conveyor.core.clock import Clock
 from conveyor.core.job import JobRecord
-from conveyor.storage.base import RefusesTransactions
-from conveyor.storage.records import JobHead
+from conveyor.storage.job_heads import JobHead
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.connection import Link, Settings
 from conveyor.storage.redis.heads import WIDTH, head_of
@@ -21,24 +22,17 @@ HEADS_CHUNK = 50
 Move = Sequence[str]  # (batch id, job id, "state:queue") as the scripts report them
 
 
-class RedisBase(RefusesTransactions):
-    """Connection, scripts and helpers (and ``bind``, which Redis refuses: it is not the
-    application's database); batches, flow, the inspector, schedules and ``RedisStorage`` add
-    the protocol methods."""
+class RedisContext:
+    """One Redis deployment as a storage's parts use it: ``link`` (connections), ``scripts``
+    (the Lua scripts), ``keys`` (every key name), the clock, and the queues seen."""
 
     def __init__(self, settings: Settings, link: Link, clock: Clock | None) -> None:
-        self.url = settings.url
         self.settings = settings
         self.link = link
         self.keys = Keys(settings.prefix)
         self.scripts = Scripts(link)
         self._clock = clock
-        self._queues: set[str] = set()
-        self._scan: dict[str, str] = {}  # reclaim's HSCAN cursor per queue
-        self._kinds: dict[str, str] = {}  # batch id -> kind ("batch" / "workflow")
-
-    def __repr__(self) -> str:
-        return f"<RedisStorage {self.link.where} prefix={self.settings.prefix!r}>"
+        self.registered: set[str] = set()  # the queues this process registered or read
 
     # -- time ---------------------------------------------------------------------------
 
@@ -57,10 +51,10 @@ class RedisBase(RefusesTransactions):
 
     def register_queue(self, name: str) -> QueueKeys:
         """The queue's keys, recording the queue in the registry the first time we see it."""
-        if name not in self._queues:
+        if name not in self.registered:
             codec.check_text("queue name", name)
             self.link.call("SADD", self.keys.queues, name)
-            self._queues.add(name)
+            self.registered.add(name)
         return self.keys.queue(name)
 
     def ring(self, queue: str, ready: int) -> None:
@@ -73,7 +67,7 @@ class RedisBase(RefusesTransactions):
     def known_queues(self) -> list[str]:
         """Every queue any client has enqueued to, sorted."""
         names = set(self.link.call("SMEMBERS", self.keys.queues))
-        self._queues |= names
+        self.registered |= names
         return sorted(names)
 
     def find_queue(self, job_id: str, token: str | None = None) -> str | None:
