@@ -93,6 +93,7 @@ HOMES: dict[str, dict[str, str]] = {
                **dict.fromkeys(UPKEEP, "sqlite/upkeep.py"),
                **dict.fromkeys(ASYNC, "aio.py")},
     "postgres": {"now": "postgres/clock.py", "tidy": "postgres/vacuum.py",
+                 "gate_facts": "postgres/gates.py",
                  "wait_dequeue": "base.py", **dict.fromkeys(UPKEEP, "postgres/upkeep.py")},
     "redis": {
         "now": "redis/context.py", "ack": "redis/acks.py",
@@ -193,8 +194,7 @@ def test_a_class_inherits_only_a_listed_shared_base() -> None:
 
 @pytest.mark.parametrize("backend", [
     "memory", "sqlite",
-    pytest.param("postgres", marks=pytest.mark.xfail(
-        strict=True, reason="Inspector.gate_facts (issue 54) not yet on postgres")),
+    "postgres",
     pytest.param("redis", marks=pytest.mark.xfail(
         strict=True, reason="Inspector.gate_facts (issue 54) not yet on redis")),
 ])

@@ -2,7 +2,7 @@
 
 Jobs without a priority, aging or fair key start in arrival order, each store's fast path as
 before. A queue holding any other job is walked here, inside the store's atomic step that
-leases (memory's lock, SQLite's ``BEGIN IMMEDIATE``; ``functions/lineup_pick.sql`` and
+leases (memory's lock, SQLite's ``BEGIN IMMEDIATE``; ``postgres/functions/lineup_pick.sql`` and
 ``lua/_lineup.lua`` spell the same walk on PostgreSQL and Redis):
 
 1. **Priority**: the highest priority with a pending job goes first (``priority`` -100..100;
@@ -30,8 +30,8 @@ from typing import Protocol
 
 from conveyor.core.flow_control import PRIORITY_MAX
 
-__all__ = ["KEY_SCAN", "Candidate", "LineupTxn", "Verdict", "aged", "keys_before", "rounds",
-           "walk"]
+__all__ = ["KEY_SCAN", "Candidate", "FairKeys", "LineupTxn", "Verdict", "aged", "keys_before",
+           "rounds", "walk"]
 
 #: Jobs of one key looked at per turn, when those before are held back by their gates.
 KEY_SCAN = 64
@@ -53,16 +53,24 @@ class Verdict:
     ENDED = "ended"  # it can never start (deadline, key rule): the store ended it
 
 
-class LineupTxn(Protocol):
-    """One queue's pending jobs, read and leased inside the store's atomic step."""
-
-    def top_band(self, below: int | None) -> int | None:
-        """The highest priority below ``below`` (None: any) holding a pending job."""
-        ...
+class FairKeys(Protocol):
+    """A queue's fair keys and its pointer: what the turn order (``rounds``) reads."""
 
     def next_key(self, band: int, after: str | None) -> str | None:
         """The first key in byte order after ``after`` (None: from the start; ``""`` is the
         jobs without a fair key) with a pending job at ``band``."""
+        ...
+
+    def pointer(self) -> str | None:
+        """The key served last in this queue (None: none yet)."""
+        ...
+
+
+class LineupTxn(FairKeys, Protocol):
+    """One queue's pending jobs, read and leased inside the store's atomic step."""
+
+    def top_band(self, below: int | None) -> int | None:
+        """The highest priority below ``below`` (None: any) holding a pending job."""
         ...
 
     def jobs(self, band: int, key: str) -> Iterable[Candidate]:
@@ -78,16 +86,12 @@ class LineupTxn(Protocol):
         """Lease ``job`` and count it against its limits for the rest of the call."""
         ...
 
-    def pointer(self) -> str | None:
-        """The key served last in this queue (None: none yet)."""
-        ...
-
     def set_pointer(self, key: str) -> None:
         """Remember ``key`` as served last."""
         ...
 
 
-def rounds(txn: LineupTxn, band: int, pointer: str | None) -> Iterator[str]:
+def rounds(txn: FairKeys, band: int, pointer: str | None) -> Iterator[str]:
     """The keys at ``band`` in turn order: those after ``pointer``, then from the first key
     up to ``pointer`` itself; each once. Read lazily, so a key emptied meanwhile is skipped."""
     key = txn.next_key(band, pointer)
@@ -145,7 +149,7 @@ def _first(txn: LineupTxn, band: int, key: str, capacity: int) -> Candidate | No
     return None
 
 
-def keys_before(txn: LineupTxn, band: int, key: str, shown: int) -> tuple[list[str], int]:
+def keys_before(txn: FairKeys, band: int, key: str, shown: int) -> tuple[list[str], int]:
     """The keys whose turn comes before ``key``'s at ``band`` now (the first ``shown`` of
     them) and how many there are: what ``GateFacts.keys_before`` reports."""
     before: list[str] = []
