@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import cast
 
+import pytest
+
 from conveyor.client.explain import Explanation, Reason, explain
 from conveyor.core.clock import FakeClock
 from conveyor.core.job import BatchSpec, FlowControl, JobState, Node, Outcome
@@ -24,6 +26,10 @@ from tests.conformance.helpers import (
     take_one,
     worker_info,
 )
+
+# Issue 54 on Redis (and so Cluster and Sentinel) is not built yet: docs/scheduling.md.
+pytestmark = pytest.mark.not_yet("redis", "redis_cluster", "redis_sentinel",
+                                 reason="Inspector.gate_facts not yet on redis (issue 54)")
 
 
 def _live(backend: Backend, clock: FakeClock, queues: tuple[str, ...] = ("default",)) -> None:
