@@ -96,7 +96,7 @@ HOMES: dict[str, dict[str, str]] = {
                  "gate_facts": "postgres/gates.py",
                  "wait_dequeue": "base.py", **dict.fromkeys(UPKEEP, "postgres/upkeep.py")},
     "redis": {
-        "now": "redis/context.py", "ack": "redis/acks.py",
+        "now": "redis/context.py", "ack": "redis/acks.py", "gate_facts": "redis/gates.py",
         **dict.fromkeys(("enqueue", "enqueue_block", "prepare_block", "add_nodes"),
                         "redis/enqueue.py"),
         **dict.fromkeys(("create_batch", "close_batch"), "redis/batches.py"),
@@ -195,8 +195,7 @@ def test_a_class_inherits_only_a_listed_shared_base() -> None:
 @pytest.mark.parametrize("backend", [
     "memory", "sqlite",
     "postgres",
-    pytest.param("redis", marks=pytest.mark.xfail(
-        strict=True, reason="Inspector.gate_facts (issue 54) not yet on redis")),
+    "redis",
 ])
 def test_every_protocol_member_is_defined_where_the_design_says(backend: str) -> None:
     """Each member of ``Storage``, ``Inspector`` and ``Outbox`` (and ``SendsBlocks`` where a

@@ -50,6 +50,7 @@ from conveyor.storage.redis.connection import (
 from conveyor.storage.redis.context import RedisContext
 from conveyor.storage.redis.enqueue import RedisEnqueue
 from conveyor.storage.redis.flow import RedisFlow
+from conveyor.storage.redis.gates import RedisGates
 from conveyor.storage.redis.graph import RedisGraph
 from conveyor.storage.redis.inspect import RedisInspector
 from conveyor.storage.redis.outbox import RedisOutbox
@@ -131,6 +132,7 @@ class RedisStorage:
     workflow_graph = delegate("_inspector", RedisInspector.workflow_graph)
     history = delegate("_inspector", RedisInspector.history)
     job_totals = delegate("_inspector", RedisInspector.job_totals)
+    gate_facts = delegate("_gates", RedisGates.gate_facts)
     retry_jobs = delegate("_admin", RedisAdmin.retry_jobs)
     retry_refusals = delegate("_admin", RedisAdmin.retry_refusals)
     delete_jobs = delegate("_admin", RedisAdmin.delete_jobs)
@@ -179,6 +181,7 @@ class RedisStorage:
         self._upkeep = RedisUpkeep(ctx, self._graph, self._admin, self.repair)
         self._pages = RedisBatchPages(ctx, self._batches)
         self._inspector = RedisInspector(ctx, self._batches, self._pages, self._admin)
+        self._gates = RedisGates(ctx, self._inspector)
         self._flow = RedisFlow(ctx)
         self._schedules = RedisSchedules(ctx)
         self._edits = ScheduleEdits(self.now, self._schedules)
