@@ -16,17 +16,6 @@ from conveyor.storage import Backend
 from tests.conformance.backends import BACKENDS, backend_url, open_backend
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """``@pytest.mark.not_yet("redis", ..., reason=...)``: a rule not yet built on those
-    stores is an expected failure there, strictly (a pass fails the run, so the mark goes
-    when the work is done), and the gap shows in every run instead of passing unseen."""
-    for item in items:
-        mark = item.get_closest_marker("not_yet")
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        if mark is not None and params.get("backend") in mark.args:
-            item.add_marker(pytest.mark.xfail(strict=True, reason=mark.kwargs["reason"]))
-
-
 @pytest.fixture
 def clock() -> FakeClock:
     """The clock every backend is opened with; tests move it with ``clock.advance``."""

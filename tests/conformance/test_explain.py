@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import cast
 
-import pytest
-
 from conveyor.client.explain import Explanation, Reason, explain
 from conveyor.core.clock import FakeClock
 from conveyor.core.job import BatchSpec, FlowControl, JobState, Node, Outcome
@@ -26,11 +24,6 @@ from tests.conformance.helpers import (
     take_one,
     worker_info,
 )
-
-# The lineup (priority, fair turns, cost) is not built on Redis (docs/scheduling.md): the
-# explanations of its place there are not either; every other gate is.
-NOT_ON_REDIS = pytest.mark.not_yet("redis", "redis_cluster", "redis_sentinel",
-                                   reason="priority, fair turns and cost not yet on redis")
 
 
 def _live(backend: Backend, clock: FakeClock, queues: tuple[str, ...] = ("default",)) -> None:
@@ -199,7 +192,6 @@ def test_a_running_job_names_its_lease(backend: Backend, clock: FakeClock) -> No
     assert _why(backend, job_id).status == "finished"
 
 
-@NOT_ON_REDIS
 def test_jobs_of_higher_priority_ahead(backend: Backend, clock: FakeClock) -> None:
     _live(backend, clock)
     ahead = [put(backend, flow=FlowControl(priority=5)) for _ in range(2)]
@@ -210,7 +202,6 @@ def test_jobs_of_higher_priority_ahead(backend: Backend, clock: FakeClock) -> No
     _runs(backend, low)
 
 
-@NOT_ON_REDIS
 def test_fair_share_names_the_keys_served_first(backend: Backend, clock: FakeClock) -> None:
     _live(backend, clock)
     for key in ("a", "b", "c"):
@@ -231,7 +222,6 @@ def test_jobs_ahead_in_arrival_order(backend: Backend, clock: FakeClock) -> None
     _runs(backend, last)
 
 
-@NOT_ON_REDIS
 def test_a_job_costlier_than_every_live_worker(backend: Backend, clock: FakeClock) -> None:
     _live(backend, clock)  # five slots
     job_id = put(backend, flow=FlowControl(cost=8))

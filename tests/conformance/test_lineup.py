@@ -4,8 +4,6 @@ key's concurrency limit; every choice made in the same atomic step that leases."
 
 from __future__ import annotations
 
-import pytest
-
 from conveyor.core.clock import FakeClock
 from conveyor.core.job import FlowControl, JobState, Outcome
 from conveyor.storage import Backend
@@ -19,11 +17,6 @@ from tests.conformance.helpers import (
     take,
     take_one,
 )
-
-# Issue 54 on Redis (and so Cluster and Sentinel) is not built yet (docs/scheduling.md): each
-# test its arrival order does not happen to satisfy is marked.
-NOT_ON_REDIS = pytest.mark.not_yet("redis", "redis_cluster", "redis_sentinel",
-                                   reason="priority, fair turns and cost not yet on redis")
 
 
 def _p(priority: int, **more: object) -> FlowControl:
@@ -47,7 +40,6 @@ def _order(backend: Backend, count: int = 1, rounds: int = 100) -> list[str]:
 
 # -- priority -----------------------------------------------------------------------------
 
-@NOT_ON_REDIS
 def test_higher_priority_first_then_arrival(backend: Backend) -> None:
     """pg-boss's "descending priority order" and Django's tasks API (-100..100, higher
     first): within a priority, arrival order; jobs without one are priority 0."""
@@ -58,14 +50,12 @@ def test_higher_priority_first_then_arrival(backend: Backend) -> None:
     assert _order(backend) == [top, *high, *plain, low]
 
 
-@NOT_ON_REDIS
 def test_priority_holds_within_one_fetch_of_many(backend: Backend) -> None:
     """The lease itself picks by priority: one fetch of three takes the three highest."""
     ids = {p: put(backend, flow=_p(p)) for p in (-1, 3, 0, 7, 5)}
     assert [j.id for j in take(backend, count=3)] == [ids[7], ids[5], ids[3]]
 
 
-@NOT_ON_REDIS
 def test_workers_racing_take_the_highest_first(backend: Backend, clock: FakeClock) -> None:
     """Several workers on their own connections lease at once: each job once, and the jobs
     taken are the highest priorities whoever took them."""
@@ -87,7 +77,6 @@ def test_a_held_job_of_higher_priority_lets_lower_ones_start(backend: Backend) -
     assert state_of(backend, second) is JobState.PENDING
 
 
-@NOT_ON_REDIS
 def test_a_retried_job_keeps_its_priority(backend: Backend, clock: FakeClock) -> None:
     job_id = put(backend, flow=_p(4))
     assert ack(backend, take_one(backend), Outcome.RETRY, error=boom(), retry_in=5)
@@ -97,7 +86,6 @@ def test_a_retried_job_keeps_its_priority(backend: Backend, clock: FakeClock) ->
     assert _order(backend) == [job_id, plain]
 
 
-@NOT_ON_REDIS
 def test_aging_raises_a_waiting_jobs_priority(backend: Backend, clock: FakeClock) -> None:
     """A low job with aging gains a point per ``aging`` seconds waiting (at the poller's
     promotion step), so a later stream of higher jobs does not starve it."""
@@ -119,7 +107,6 @@ def _keys(backend: Backend, ids: dict[str, str], count: int = 1) -> list[str]:
     return [ids[i] for i in _order(backend, count)]
 
 
-@NOT_ON_REDIS
 def test_fair_keys_take_turns(backend: Backend) -> None:
     """Hatchet's GROUP_ROUND_ROBIN, issue 54's case: a key with many jobs waiting and keys
     that came after it are served alternately, not one after the other."""
@@ -131,7 +118,6 @@ def test_fair_keys_take_turns(backend: Backend) -> None:
                                    "a", "a"]
 
 
-@NOT_ON_REDIS
 def test_turns_hold_within_one_fetch_and_across_fetches(backend: Backend) -> None:
     ids: dict[str, str] = {}
     for key in ("x", "y"):
@@ -142,7 +128,6 @@ def test_turns_hold_within_one_fetch_and_across_fetches(backend: Backend) -> Non
     assert first + second == ["x", "y", "x", "y", "x", "y"]
 
 
-@NOT_ON_REDIS
 def test_jobs_without_a_key_take_one_turn_together(backend: Backend) -> None:
     ids: dict[str, str] = {}
     for _ in range(3):
@@ -170,7 +155,6 @@ def test_a_held_key_passes_its_turn(backend: Backend) -> None:
     assert all(state_of(backend, i) is JobState.PENDING for i in blocked)
 
 
-@NOT_ON_REDIS
 def test_priority_comes_before_fair_turns(backend: Backend) -> None:
     """Temporal's order: priority first, fair turns within a priority."""
     low = [put(backend, flow=_fair("a")) for _ in range(2)]
@@ -190,7 +174,6 @@ def test_ordered_keys_keep_their_order_under_fair_turns(backend: Backend) -> Non
     assert take_one(backend).id == ordered[1]
 
 
-@NOT_ON_REDIS
 def test_a_key_arriving_later_gets_its_turn_at_once(backend: Backend) -> None:
     """A key that comes while another has a backlog is served at the next turn, not after
     the backlog."""
@@ -202,7 +185,6 @@ def test_a_key_arriving_later_gets_its_turn_at_once(backend: Backend) -> None:
 
 # -- cost ---------------------------------------------------------------------------------
 
-@NOT_ON_REDIS
 def test_cost_counts_against_the_room_of_a_fetch(backend: Backend) -> None:
     heavy = put(backend, flow=FlowControl(cost=4))
     light = [put(backend) for _ in range(3)]
@@ -210,7 +192,6 @@ def test_cost_counts_against_the_room_of_a_fetch(backend: Backend) -> None:
     assert [(j.id, j.cost) for j in jobs] == [(heavy, 4), (light[0], 1)]
 
 
-@NOT_ON_REDIS
 def test_a_job_that_does_not_fit_is_not_jumped(backend: Backend) -> None:
     """Nothing behind a job waiting for room starts before it, so cheap jobs cannot starve
     a costly one; with room it starts."""
@@ -221,7 +202,6 @@ def test_a_job_that_does_not_fit_is_not_jumped(backend: Backend) -> None:
     assert take_one(backend).id == light
 
 
-@NOT_ON_REDIS
 def test_a_job_costlier_than_the_worker_is_left_for_a_larger_one(backend: Backend) -> None:
     heavy = put(backend, flow=FlowControl(cost=8))
     light = put(backend)
@@ -229,7 +209,6 @@ def test_a_job_costlier_than_the_worker_is_left_for_a_larger_one(backend: Backen
     assert [j.id for j in backend.dequeue(["default"], "big", 8, 30.0, 8)] == [heavy]
 
 
-@NOT_ON_REDIS
 def test_cost_counts_against_a_concurrency_limit(backend: Backend) -> None:
     flow = FlowControl(concurrency_key="gpu", concurrency_limit=4)
     three = put(backend, flow=FlowControl(concurrency_key="gpu", concurrency_limit=4, cost=3))

@@ -3,7 +3,8 @@
 Jobs without a priority, aging or fair key start in arrival order, each store's fast path as
 before. A queue holding any other job is walked here, inside the store's atomic step that
 leases (memory's lock, SQLite's ``BEGIN IMMEDIATE``; ``postgres/functions/lineup_pick.sql`` and
-``lua/_lineup.lua`` spell the same walk on PostgreSQL and Redis):
+``redis/lua/dequeue.lua`` over ``lua/_lineup.lua`` spell the same walk on PostgreSQL and
+Redis):
 
 1. **Priority**: the highest priority with a pending job goes first (``priority`` -100..100;
    ``aging`` raises a waiting job's priority by one per ``aging`` seconds, ``age``).

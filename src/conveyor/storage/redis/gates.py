@@ -2,24 +2,29 @@
 ``dequeue.lua`` decides by (``storage/gates.py``): the queue's meta (paused), active zset and
 flow hash (concurrency holders, order holders), rate log (``lua/_rates.lua``), parked zset and
 pending list (the order jobs are popped in), the published zset (with a broker), a workflow's
-graph hash and an aggregation group's record.
+graph hash and an aggregation group's record; its place in its queue's lineup from the lineup
+zset (``lua/_lineup.lua``), its turn order through the same reads ``dequeue.lua`` makes.
 
-Not yet here: a place in a lineup (priority, fair turns, cost: issue 54 is not built on
-Redis, whose queues start jobs in arrival order), so ``band`` stays 0 and ``higher`` and
-``keys_before`` empty."""
+One approximation: in the turn of the jobs without a fair key at priority 0, the walk
+interleaves plain jobs and lined ones by when each became pending; ``earlier`` counts the
+jobs of the job's own kind ahead of it (list and parked, or lineup)."""
 
 from __future__ import annotations
 
 import struct
 
 from conveyor.core.job import JobRecord, JobState
-from conveyor.storage.gates import GateFacts, Holder
+from conveyor.storage.gates import FAIR_KEYS_SHOWN, GateFacts, Holder
 from conveyor.storage.graph import parents_of
+from conveyor.storage.lineup import keys_before
+from conveyor.storage.redis.connection import Link
 from conveyor.storage.redis.context import RedisContext
 from conveyor.storage.redis.inspect import RedisInspector
 from conveyor.storage.redis.keys import QueueKeys
 
 __all__ = ["RedisGates"]
+
+PLAIN = b"100"  # the lineup's band of priority 0 (lua/_lineup.lua)
 
 _UNSETTLED = frozenset({"pending", "active", "scheduled", "retrying", "waiting",
                         "aggregating"})
@@ -41,11 +46,16 @@ class RedisGates:
         qk = self.ctx.keys.queue(record.queue)
         facts = GateFacts(job=record, now=self.ctx.now())
         facts.paused = bool(self.link.call("HEXISTS", qk.meta, "paused"))
+        member = self.link.call("HGET", qk.lined, job_id)
+        line = str(member).encode("utf-8", "surrogateescape") if member else None
+        if line is not None:
+            facts.band = 100 - int(line[:3])
+            facts.age_next = self.link.call("ZSCORE", qk.aging, job_id)
         if record.state is JobState.PENDING:
             self._limits(qk, facts)
             facts.published = self.link.call("ZSCORE", qk.published, job_id) is not None
             if place:
-                facts.earlier = self._earlier(qk, job_id)
+                self._place(qk, facts, line)
         elif record.state is JobState.WAITING and record.batch_id:
             facts.parents = self._parents(record)
         elif record.state is JobState.AGGREGATING and record.flow is not None:
@@ -88,6 +98,26 @@ class RedisGates:
                 starts.append(at)
         return starts
 
+    def _place(self, qk: QueueKeys, facts: GateFacts, line: bytes | None) -> None:
+        """Where the job stands: higher priorities, keys before its own, jobs before it."""
+        if not self.link.call("EXISTS", qk.lined):
+            facts.earlier = self._earlier(qk, facts.job.id)
+            return
+        band = b"%03d" % (100 - facts.band)
+        facts.higher = int(self.link.call("ZLEXCOUNT", qk.lineup, "-", b"(" + band))
+        if band > PLAIN:
+            facts.higher += sum(self.link.call_many(("LLEN", qk.pending), ("ZCARD", qk.parked)))
+        key = b""
+        if line is None:
+            facts.earlier = self._earlier(qk, facts.job.id)
+        else:
+            key = line[3:line.index(b"\0", 3)]
+            facts.earlier = int(self.link.call("ZLEXCOUNT", qk.lineup,
+                                               b"[" + line[:line.index(b"\0", 3)] + b"\0",
+                                               b"(" + line))
+        facts.keys_before, facts.keys_before_count = keys_before(
+            _FairKeys(self.link, qk), facts.band, key.decode(), FAIR_KEYS_SHOWN)
+
     def _earlier(self, qk: QueueKeys, job_id: str) -> int:
         """Jobs the fetch pops before this one: the parked ones first (held back before),
         then the list from its tail (oldest first). An entry dequeue would drop as stale (a
@@ -112,6 +142,37 @@ class RedisGates:
         states = self.link.call("HMGET", bk.jobs, *parents)
         return [Holder(p, str(s).partition(":")[0]) for p, s in zip(parents, states, strict=True)
                 if s and str(s).partition(":")[0] in _UNSETTLED]
+
+
+class _FairKeys:
+    """``lineup.FairKeys`` over one queue's lineup zset: dequeue.lua's ``next_key``."""
+
+    def __init__(self, link: Link, qk: QueueKeys) -> None:
+        self.link, self.qk = link, qk
+
+    def next_key(self, band: int, after: str | None) -> str | None:
+        """The first key after ``after`` with a pending job at ``band``."""
+        at = b"%03d" % (100 - band)
+        start = b"[" + at + b"\1"
+        if after is None:
+            if self.link.call("ZRANGEBYLEX", self.qk.lineup, b"[" + at + b"\0",
+                              b"(" + at + b"\1", "LIMIT", 0, 1) or (
+                    at == PLAIN and sum(self.link.call_many(("LLEN", self.qk.pending),
+                                                            ("ZCARD", self.qk.parked)))):
+                return ""
+        elif after:
+            start = b"[" + at + after.encode() + b"\1"
+        found = self.link.call("ZRANGEBYLEX", self.qk.lineup, start, b"(" + at + b"\xff",
+                               "LIMIT", 0, 1)
+        if not found:
+            return None
+        member = str(found[0]).encode("utf-8", "surrogateescape")
+        return member[3:member.index(b"\0", 3)].decode()
+
+    def pointer(self) -> str | None:
+        """The fair key served last in the queue."""
+        found = self.link.call("HGET", self.qk.meta, "fair")
+        return None if found is None else str(found)
 
 
 def _holder(rec: JobRecord) -> Holder:

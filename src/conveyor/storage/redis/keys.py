@@ -54,6 +54,13 @@ class QueueKeys:
     waiters: str
     # hash: the last day's outcomes per minute, a ring of 1,440 fields (lua/_counts.lua)
     history: str
+    # A queue's lineup (lua/_lineup.lua, docs/scheduling.md): the pending jobs with a
+    # priority, aging, a fair key or a cost (zset, all scores 0: "<100 - priority><fair
+    # key>\0<arrival>\0<id>"), each one's entry there (hash id -> member), and when aging
+    # raises each next (zset id -> time)
+    lineup: str
+    lined: str
+    aging: str
 
     def by_state(self, state: str) -> str:
         """The index key holding jobs in ``state``."""

@@ -6,6 +6,7 @@
 --- @include "_events"
 --- @include "_counts"
 --- @include "_flow"
+--- @include "_lineup"
 --- @key state
 --- @key active
 --- @key pending
@@ -22,6 +23,9 @@
 --- @key jobs       static JSON, read for flow control
 --- @key flow       hash
 --- @key waiters    set: ids of jobs a caller waits on (JobRef.aresult)
+--- @key lineup     zset: lined pending jobs (_lineup.lua)
+--- @key lined      hash id -> its lineup entry
+--- @key aging      zset id -> when aging raises it next
 -- ARGV: 1 now|'', 2 queue, 3 mode: "plan" (apply jobs without a batch, report batch jobs)
 --       or "apply" (apply everything), then 9 per ack: id, token, outcome, result|'',
 --       message|'', error data JSON|'', retry_in|'', own events NDJSON|'', progress "d/t"|''
@@ -36,6 +40,7 @@ local TARGET = {retry = 'retrying', interrupted = 'pending', succeeded = 'succee
 local FINAL = {succeeded = {}, failed = {}, dead = {}, cancelled = {}}
 local CANCELS = {retrying = true, dead = true, pending = true}
 local cur, touched, unleased, retrying, requeued, results, messages = {}, {}, {}, {}, {}, {}, {}
+local relined = 0  -- jobs back to pending in their lineup (_lineup.lua), not the list
 local cleared = {}
 
 local function get(id, raw)
@@ -106,7 +111,12 @@ local function apply(i, id, job, state)
     count('r', f[F_NAME])
   elseif state == 'pending' then
     f[F_PENDING_SINCE] = NOWS
-    requeued[#requeued + 1] = id
+    if lined(f) then
+      line_push(id)
+      relined = relined + 1
+    else
+      requeued[#requeued + 1] = id
+    end
   else
     f[F_FINISHED_AT] = NOWS
     local index = FINAL[state]
@@ -177,7 +187,7 @@ bulk('HSET', K_RESULTS, results)
 bulk('HSET', K_MESSAGES, messages)
 bulk('HDEL', K_MESSAGES, cleared)
 flush_counts(K_META)
-notify(K_NOTIFY, #requeued)
+notify(K_NOTIFY, #requeued + relined)
 -- Wake callers waiting on a job that just ended: one SCARD per call when nobody waits; the
 -- ids are published on the channel named as the waiters set (a channel is not a key: on
 -- Cluster a PUBLISH reaches subscribers on every node).

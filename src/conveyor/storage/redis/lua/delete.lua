@@ -24,6 +24,9 @@
 --- @key results
 --- @key messages
 --- @key flow
+--- @key lineup     zset: lined pending jobs (_lineup.lua)
+--- @key lined      hash id -> its lineup entry
+--- @key aging      zset id -> when aging raises it next
 -- ARGV: 1 now|'', 2 queue, then job ids
 -- Returns: {how many deleted, batch moves with state "deleted"}
 local deleted, moves = 0, {}
