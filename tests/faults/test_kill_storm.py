@@ -100,3 +100,41 @@ def test_kill9_default_settings_recover_within_lease(backend: Backend, faults: F
         "1 kill -9 at default settings", backend.name, lost=0, extra_runs=runs.extra_runs,
         recovery_s=max(delays), done_after_kill_s=done_at - killed_at,
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis"], indirect=True)
+def test_kill9_storm_with_priority_and_fair_turns_loses_nothing(backend: Backend,
+                                                                faults: Faults) -> None:
+    """Issue 54's proof: the storm above with every job placed by its queue's lineup (six
+    fair keys, three priorities, aging): nothing is lost, every key's jobs all run, a job
+    runs twice only when its worker was killed. A smoke size on each store whose lineup is
+    its own code (the walk in Python, PL/pgSQL and Lua)."""
+    rng = random.Random(54)
+    app, jobs = faults.client(backend.url)
+    with app.batch(description="lineup storm") as batch:
+        refs = []
+        for key in range(6):
+            lined = jobs["faults.work"].options(priority=(key % 3) * 10 - 10,
+                                                fair_by=f"acct:{key}", aging=2.0)
+            refs += lined.enqueue_many([(rng.randint(20, 50),) for _ in range(100)])
+    ids = [ref.id for ref in refs]
+    opts = {"concurrency": 4, "lease": STORM_LEASE}
+    workers = [faults.worker(backend.url, name=f"lined{i}", **opts) for i in range(2)]
+    wait_until(lambda: faults.log.starts() > 50, 30, what="the workers to start working")
+    kills: dict[int, float] = {}
+    storm_end = time.time() + 5.0
+    while time.time() < storm_end:
+        time.sleep(rng.uniform(1.2, 1.8))
+        i = rng.randrange(2)
+        pid = workers[i].pid
+        kills[pid] = workers[i].kill9()
+        workers[i] = faults.worker(backend.url, name=f"lined{len(faults.workers)}", **opts)
+
+    wait_batch(app, batch.id, timeout=STORM_LEASE + SLACK + 60)
+    assert states(app, ids) == {"succeeded": len(ids)}
+    assert_batch_exact(app, batch.id, {"succeeded": len(ids)})
+    runs = extra_runs(faults.log, ids, set(kills))
+    assert runs.unexplained == [], "jobs ran twice although their worker was not killed"
+    report("1 kill -9 storm, lineup (priority, fair turns, aging)", backend.name,
+           jobs=len(ids), kills=len(kills), lost=0, extra_runs=runs.extra_runs)
