@@ -31,6 +31,24 @@ STORM_LEASE = 3.0
 SLACK = 6.0
 
 
+def _storm(backend: Backend, faults: Faults, rng: random.Random, seconds: float,
+           name: str) -> dict[int, float]:
+    """Two workers (4 slots, the storm's lease); once they work, a random one SIGKILLed every
+    ~1.5 s for ``seconds`` and restarted at once. Returns pid -> when it was killed."""
+    opts = {"concurrency": 4, "lease": STORM_LEASE}
+    workers = [faults.worker(backend.url, name=f"{name}{i}", **opts) for i in range(2)]
+    wait_until(lambda: faults.log.starts() > 50, 30, what="the workers to start working")
+    kills: dict[int, float] = {}
+    storm_end = time.time() + seconds
+    while time.time() < storm_end:
+        time.sleep(rng.uniform(1.2, 1.8))
+        i = rng.randrange(2)
+        pid = workers[i].pid
+        kills[pid] = workers[i].kill9()
+        workers[i] = faults.worker(backend.url, name=f"{name}{len(faults.workers)}", **opts)
+    return kills
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 def test_kill9_storm_loses_nothing(backend: Backend, faults: Faults) -> None:
@@ -41,18 +59,7 @@ def test_kill9_storm_loses_nothing(backend: Backend, faults: Faults) -> None:
     app, jobs = faults.client(backend.url)
     items = [(rng.randint(20, 50),) for _ in range(count)]
     batch_id, ids = enqueue_batch(app, jobs["faults.work"], items, "kill -9 storm")
-    opts = {"concurrency": 4, "lease": STORM_LEASE}
-    workers = [faults.worker(backend.url, name=f"storm{i}", **opts) for i in range(2)]
-    wait_until(lambda: faults.log.starts() > 50, 30, what="the workers to start working")
-
-    kills: dict[int, float] = {}
-    storm_end = time.time() + storm_seconds
-    while time.time() < storm_end:
-        time.sleep(rng.uniform(1.2, 1.8))
-        i = rng.randrange(2)
-        pid = workers[i].pid
-        kills[pid] = workers[i].kill9()
-        workers[i] = faults.worker(backend.url, name=f"storm{len(faults.workers)}", **opts)
+    kills = _storm(backend, faults, rng, storm_seconds, "storm")
     last_kill = max(kills.values())
 
     _, done_at = wait_batch(app, batch_id, timeout=STORM_LEASE + SLACK + 60)
@@ -119,17 +126,7 @@ def test_kill9_storm_with_priority_and_fair_turns_loses_nothing(backend: Backend
                                                 fair_by=f"acct:{key}", aging=2.0)
             refs += lined.enqueue_many([(rng.randint(20, 50),) for _ in range(100)])
     ids = [ref.id for ref in refs]
-    opts = {"concurrency": 4, "lease": STORM_LEASE}
-    workers = [faults.worker(backend.url, name=f"lined{i}", **opts) for i in range(2)]
-    wait_until(lambda: faults.log.starts() > 50, 30, what="the workers to start working")
-    kills: dict[int, float] = {}
-    storm_end = time.time() + 5.0
-    while time.time() < storm_end:
-        time.sleep(rng.uniform(1.2, 1.8))
-        i = rng.randrange(2)
-        pid = workers[i].pid
-        kills[pid] = workers[i].kill9()
-        workers[i] = faults.worker(backend.url, name=f"lined{len(faults.workers)}", **opts)
+    kills = _storm(backend, faults, rng, 5.0, "lined")
 
     wait_batch(app, batch.id, timeout=STORM_LEASE + SLACK + 60)
     assert states(app, ids) == {"succeeded": len(ids)}
