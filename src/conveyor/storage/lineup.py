@@ -31,8 +31,8 @@ from typing import Protocol
 
 from conveyor.core.flow_control import PRIORITY_MAX
 
-__all__ = ["KEY_SCAN", "Candidate", "FairKeys", "LineupTxn", "Verdict", "aged", "keys_before",
-           "rounds", "walk"]
+__all__ = ["KEY_SCAN", "Candidate", "FairKeys", "LineupTxn", "Verdict", "aged", "first_aging",
+           "keys_before", "rounds", "walk"]
 
 #: Jobs of one key looked at per turn, when those before are held back by their gates.
 KEY_SCAN = 64
@@ -162,6 +162,12 @@ def keys_before(txn: FairKeys, band: int, key: str, shown: int) -> tuple[list[st
         if len(before) < shown:
             before.append(other)
     return before, count
+
+
+def first_aging(aging: float, run_at: float | None, now: float) -> float | None:
+    """When aging first raises a new job's priority: ``aging`` seconds after it is first due
+    (None: it does not age)."""
+    return max(now, run_at or now) + aging if aging else None
 
 
 def aged(priority: int, age_next: float, aging: float, now: float) -> tuple[int, float]:

@@ -130,6 +130,28 @@ class MemoryLineups:
                             state.flow, budget, lambda: state.pointers.get(queue),
                             lambda key: state.pointers.__setitem__(queue, key))
 
+    def scan(self, queue: str, now: float, wanted: int, budget: ScanBudget,
+             picked: list[Entry], ended: list[tuple[Entry, str, str]]) -> int:
+        """A queue no job of which the lineup places: arrival order, each job costing 1;
+        returns how many were picked."""
+        taken = 0
+        jobs, flow = self.state.jobs, self.state.flow
+        for job_id in self.state.pending.get(queue, ()):
+            if taken >= wanted:
+                return taken
+            entry = jobs[job_id]
+            rec = entry.rec
+            if rec.deadline is not None and now > rec.deadline:
+                ended.append((entry, EventKind.EXPIRED, DEADLINE_PASSED))
+            elif (broken := broken_key(rec.flow)) is not None:
+                ended.append((entry, EventKind.DEAD, broken))
+            elif flow.allows(rec, now, budget):
+                # Over-limit jobs are skipped, not retried: they keep their place and attempts.
+                flow.reserve(rec, budget)
+                picked.append(entry)
+                taken += 1
+        return taken
+
     def walk(self, queue: str, now: float, room: int, capacity: int, budget: ScanBudget,
              picked: list[Entry], ended: list[tuple[Entry, str, str]]) -> int:
         """A queue holding jobs placed by its lineup: ``lineup.walk`` over its pending jobs;

@@ -30,6 +30,7 @@ from conveyor.errors import ConveyorError
 from conveyor.storage import aggregation, graph
 from conveyor.storage.aggregation import Group, GroupId
 from conveyor.storage.graph import JobView, NodeRow
+from conveyor.storage.lineup import first_aging
 from conveyor.storage.memory.batches import BatchBook
 from conveyor.storage.memory.flow import FlowGate
 from conveyor.storage.memory.totals import Totals
@@ -84,8 +85,7 @@ class MemoryState:
         self.groups: dict[GroupId, Group] = {}  # aggregation groups (storage/aggregation.py)
         # their aggregating members, oldest first -> when each arrived
         self.members: dict[GroupId, dict[str, float]] = defaultdict(dict)
-        # queue -> its pending jobs placed by the lineup walk (storage/lineup.py), and the
-        # fair key served last there
+        # queue -> its pending jobs the lineup places (storage/lineup.py); its last fair key
         self.lined: dict[str, dict[str, None]] = defaultdict(dict)
         self.pointers: dict[str, str] = {}
 
@@ -123,8 +123,7 @@ class MemoryState:
         entry = Entry(rec, self.seq, pending_since=now)
         if spec.flow is not None:
             entry.band = spec.flow.priority
-            # aging counts from when the job was first due
-            entry.age_next = max(now, spec.run_at or now) + spec.flow.aging
+            entry.age_next = first_aging(spec.flow.aging, spec.run_at, now) or 0.0
         self.jobs[spec.id] = entry
         self.queues.setdefault(spec.queue)
         self.counts[(spec.queue, state)] += 1

@@ -21,7 +21,6 @@ from conveyor.core.job import (
     BatchSpec,
     EnqueueResult,
     Event,
-    EventKind,
     HeartbeatReply,
     JobSpec,
     JobState,
@@ -45,10 +44,8 @@ from conveyor.storage.memory.schedules import MemorySchedules
 from conveyor.storage.memory.state import Entry, MemoryState
 from conveyor.storage.retention import Retention
 from conveyor.storage.rules import (
-    DEADLINE_PASSED,
     LEASE_EXPIRED,
     WORKER_DIED,
-    broken_key,
 )
 from conveyor.storage.schedule_edits import ScheduleEdits
 from conveyor.storage.workers import WorkerInfo
@@ -165,31 +162,10 @@ class MemoryStorage:
                 if state.lined.get(queue):
                     room = self._lineups.walk(queue, now, room, capacity, budget, picked, ended)
                 else:
-                    room -= self._scan(queue, now, room, budget, picked, ended)
+                    room -= self._lineups.scan(queue, now, room, budget, picked, ended)
             for entry, kind, message in ended:
                 state.end_unstarted(entry, kind, message, now)
             return [state.lease(entry, worker_id, now, lease_seconds) for entry in picked]
-
-    def _scan(self, queue: str, now: float, wanted: int, budget: ScanBudget,
-              picked: list[Entry], ended: list[tuple[Entry, str, str]]) -> int:
-        """Arrival order (no job of the queue is placed by the lineup: each costs 1)."""
-        taken = 0
-        jobs, flow = self.state.jobs, self.state.flow
-        for job_id in self.state.pending.get(queue, ()):
-            if taken >= wanted:
-                return taken
-            entry = jobs[job_id]
-            rec = entry.rec
-            if rec.deadline is not None and now > rec.deadline:
-                ended.append((entry, EventKind.EXPIRED, DEADLINE_PASSED))
-            elif (broken := broken_key(rec.flow)) is not None:
-                ended.append((entry, EventKind.DEAD, broken))
-            elif flow.allows(rec, now, budget):
-                # Over-limit jobs are skipped, not retried: they keep their place and attempts.
-                flow.reserve(rec, budget)
-                picked.append(entry)
-                taken += 1
-        return taken
 
     def wait(self, queues: Sequence[str], timeout: float) -> bool:
         """Block until new work is stored (any queue: spurious wake-ups are allowed). Work

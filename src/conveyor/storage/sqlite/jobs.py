@@ -24,6 +24,7 @@ from conveyor.core.job import (
 )
 from conveyor.storage import aggregation
 from conveyor.storage.blocks import JobBlock
+from conveyor.storage.lineup import first_aging
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING, is_gated, validate_flow
 from conveyor.storage.sqlite import batches, flow, graph
 from conveyor.storage.sqlite.group_rows import Joiner
@@ -128,8 +129,7 @@ def line(cur: sqlite3.Cursor, now: float, specs: Sequence[JobSpec]) -> None:
     """Mark the newly inserted jobs that the lineup places (``FlowControl.in_lineup``)."""
     rows = [{"id": s.id, "priority": s.flow.priority, "fair_key": s.flow.fair_key,
              "cost": s.flow.cost, "aging": s.flow.aging or None,
-             # aging counts from when the job was first due
-             "age_next": max(now, s.run_at or now) + s.flow.aging if s.flow.aging else None}
+             "age_next": first_aging(s.flow.aging, s.run_at, now)}
             for s in specs if s.flow is not None and s.flow.in_lineup]
     if rows:
         cur.executemany(_LINE, rows)
