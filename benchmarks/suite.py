@@ -34,6 +34,8 @@ VENV_REQS: dict[str, list[str]] = {
     # 1.6.0); redis for the completion counter, psycopg for the W0d body
     "procrastinate": ["procrastinate", "psycopg[binary]", "redis", "hiredis"],
     "pgqueuer": ["pgqueuer", "asyncpg", "psycopg[binary]", "redis", "hiredis"],
+    # durable execution beside conveyor's durable jobs (benchmarks/durable_probe.py)
+    "dbos": ["dbos", "psycopg[binary]"],
 }
 
 

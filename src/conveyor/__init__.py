@@ -10,7 +10,8 @@ from conveyor.client.refs import JobRef
 from conveyor.core.clock import FakeClock
 from conveyor.core.encryption import Keys
 from conveyor.core.job import Event, JobRecord, JobState
-from conveyor.errors import Fail, Retry
+from conveyor.core.retry_after import raise_for_retry_after
+from conveyor.errors import Fail, Retry, RetryAfter, StepFailed
 from conveyor.workflow.canvas import chain, chord, chunks, group
 from conveyor.workflow.graph import Workflow
 from conveyor.workflow.running import RunningWorkflow
@@ -30,7 +31,9 @@ __all__ = [
     "Member",
     "Offload",
     "Retry",
+    "RetryAfter",
     "RunningWorkflow",
+    "StepFailed",
     "Throttle",
     "Workflow",
     "chain",
@@ -38,5 +41,6 @@ __all__ = [
     "chunks",
     "current_job",
     "group",
+    "raise_for_retry_after",
 ]
 __version__ = "0.1.0"

@@ -31,9 +31,10 @@ from conveyor.client.client import Client
 from conveyor.client.context import JobRuntime
 from conveyor.client.draft import build_flow
 from conveyor.client.explain import Explanation, explain
+from conveyor.client.messaging import Messaging
 from conveyor.client.middleware import ClientChain, ServerChain
 from conveyor.client.opener import StorageOpener
-from conveyor.client.options import Aggregate, Debounce, KeyOption, Throttle, make_options
+from conveyor.client.options import Accepts, Aggregate, Debounce, KeyOption, Throttle, make_options
 from conveyor.client.payloads import JobData, Offload, app_data
 from conveyor.client.periodic import Schedule, validate_cron, validate_tz
 from conveyor.client.refs import JobRef
@@ -106,7 +107,10 @@ worker runs jobs with, and the storage.
         #: ``JobContext`` the worker builds, so nothing below the app reaches into it.
         self.runtime = JobRuntime(clock=self.client.clock, function=self.registry.get,
                                   record=self.get_job,
-                                  workflow=lambda ctx: RunningWorkflow(ctx, self.client))
+                                  workflow=lambda ctx: RunningWorkflow(ctx, self.client),
+                                  durable=self.client)
+        #: ``send`` and ``send_event``: messages and events to durable jobs (docs/durable.md)
+        self.messaging = Messaging(self.client)
         #: Declared in code (iterate it), and the store's, changed at run time (its methods)
         self.schedules = Schedules(lambda: self.storage, self.registry.options)
         self.server_middleware = ServerChain()
@@ -187,6 +191,7 @@ worker runs jobs with, and the storage.
         debounce: Debounce | None = None, throttle: Throttle | None = None,
         aggregate: Aggregate | None = None, executor: str | None = None, priority: int = 0,
         aging: float | None = None, fair_by: KeyOption = None, cost: int = 1,
+        event_window: float = 0.0, version: int | None = None, accepts: Accepts = None,
     ) -> Callable[[Callable[..., Any]], JobFunction]: ...
 
     def job(
@@ -200,30 +205,18 @@ worker runs jobs with, and the storage.
         debounce: Debounce | None = None, throttle: Throttle | None = None,
         aggregate: Aggregate | None = None, executor: str | None = None, priority: int = 0,
         aging: float | None = None, fair_by: KeyOption = None, cost: int = 1,
+        event_window: float = 0.0, version: int | None = None, accepts: Accepts = None,
     ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
         """Register a job function; use as ``@app.job`` or ``@app.job(queue=..., ...)``.
 
-        Options: ``queue`` ("default"); ``retry``: retries after an error (25; True = 25,
-        False = 0: an error goes straight to dead); ``timeout`` seconds per run;
-        ``expires_in``: seconds the job may wait to start before it is dropped as expired;
-        ``retry_in(attempt, exc) -> seconds`` to replace the default backoff;
-        ``unique_for`` seconds (+ ``unique_key``, default a hash of name and arguments):
-        an equal job enqueued meanwhile is not stored again; ``concurrency=N`` (+
-        ``concurrency_key``): at most N running at once; ``rate_limit=N`` per
-        ``rate_period`` seconds (+ ``rate_key``); ``order_key``: one at a time, in order.
-        Keys are strings or callables given the job's arguments, e.g.
-        ``concurrency_key=lambda seller_id, **_: f"seller:{seller_id}"``; without a key the
-        limit applies to the job name. ``debounce=Debounce(key, wait=5)``: a burst of calls
-        with one key becomes one run, ``wait`` s after the last, with the newest arguments;
-        ``throttle=Throttle(key, every=60)``: at most one run per window (docs/api.md).
-        ``aggregate=Aggregate(key, grace=5, max_delay=60, max_size=1000)``: jobs wait
-        together per key and the job's aggregator (``@app.aggregate``) runs once with their
-        aggregation (docs/aggregation.md). ``executor="process"``: a ``def`` job runs in a job
-        process the worker kills at its timeout (docs/worker.md; default: ``--executor``).
-        Within its queue (docs/scheduling.md): ``priority`` -100..100, higher first (``aging``
-        seconds: a waiting job gains one point each); ``fair_by``: a key (string or callable
-        like the others) whose jobs take turns with the other keys'; ``cost``: the worker
-        slots a run takes (and of its concurrency key's limit).
+        Each option is in docs/api.md, "Options": ``queue``; ``retry`` (25; False: an error
+        goes straight to dead); ``timeout``; ``expires_in``; ``retry_in(attempt, exc)``; the
+        limits ``unique_for``/``unique_key``, ``concurrency``/``concurrency_key``,
+        ``rate_limit``/``rate_period``/``rate_key``, ``order_key``, ``debounce``,
+        ``throttle`` (keys: strings, or callables given the job's arguments); ``aggregate``
+        (docs/aggregation.md); ``executor``; ``priority``, ``aging``, ``fair_by``, ``cost``
+        (docs/scheduling.md); ``event_window`` (docs/durable.md); ``version``, ``accepts``
+        (safe deploys).
         """
         opts = make_options(
             queue=queue, retry=retry, timeout=timeout, expires_in=expires_in, retry_in=retry_in,
@@ -232,6 +225,7 @@ worker runs jobs with, and the storage.
             rate_period=rate_period, order_key=order_key, debounce=debounce,
             throttle=throttle, aggregate=aggregate, executor=executor, priority=priority,
             aging=aging, fair_by=fair_by, cost=cost,
+            event_window=event_window, version=version, accepts=accepts,
         )
 
         def register(f: Callable[..., Any]) -> JobFunction:
@@ -305,7 +299,7 @@ worker runs jobs with, and the storage.
                 name=name or fn.name, cron=cron, job_name=fn.name,
                 queue=queue or fn.opts.queue, args=arguments, kwargs=keywords, tz=tz,
                 max_retries=fn.opts.max_retries, timeout=fn.opts.timeout,
-                expires_in=fn.opts.expires_in,
+                expires_in=fn.opts.expires_in, version=fn.opts.version,
                 # args are fixed per schedule, so key callables can run once, here
                 flow=build_flow(fn.name, fn.opts, list(arguments), keywords))
             check_name("schedule name", schedule.name)
@@ -394,18 +388,25 @@ worker runs jobs with, and the storage.
         """``cancel`` for asyncio code."""
         return await asyncio.to_thread(self.storage.cancel, job_id)
 
+    # -- durable jobs: messages and events (docs/durable.md) ------------------------------
+
+    def send(self, job_id: str, topic: str = "", data: Any = None, *,
+             message_id: str | None = None) -> bool:
+        """Send ``data`` to job ``job_id``'s inbox under ``topic`` (``Messaging.send``);
+        False when the job has finished, ``JobNotFound`` when there is none."""
+        return self.messaging.send(job_id, topic, data, message_id=message_id)
+
+    def send_event(self, name: str, key: str = "", data: Any = None, *,
+                   keep: float | None = None, event_id: str | None = None) -> int:
+        """Deliver the event ``name``/``key`` to every job waiting for it, each once; how
+        many it reached (``Messaging.send_event``)."""
+        return self.messaging.send_event(name, key, data, keep=keep, event_id=event_id)
+
     # -- batches ----------------------------------------------------------------------------
 
-    def batch(
-        self,
-        batch_id: str | None = None,
-        *,
-        description: str | None = None,
-        on_complete: Callback = None,
-        on_success: Callback = None,
-        on_death: Callback = None,
-        meta: Mapping[str, Any] | None = None,
-    ) -> Batch:
+    def batch(self, batch_id: str | None = None, *, description: str | None = None,
+              on_complete: Callback = None, on_success: Callback = None,
+              on_death: Callback = None, meta: Mapping[str, Any] | None = None) -> Batch:
         """A batch to fill in a ``with`` block (see ``conveyor.client.batch``); given ``batch_id``,
         re-opens that existing batch to add jobs."""
         return Batch(
@@ -413,15 +414,9 @@ worker runs jobs with, and the storage.
             on_success=on_success, on_death=on_death, meta=meta,
         )
 
-    def workflow(
-        self,
-        *,
-        description: str | None = None,
-        on_complete: Callback = None,
-        on_success: Callback = None,
-        on_death: Callback = None,
-        meta: Mapping[str, Any] | None = None,
-    ) -> Workflow:
+    def workflow(self, *, description: str | None = None, on_complete: Callback = None,
+                 on_success: Callback = None, on_death: Callback = None,
+                 meta: Mapping[str, Any] | None = None) -> Workflow:
         """A workflow to build with ``add`` and store with ``enqueue``
         (``conveyor.workflow.graph``)."""
         return Workflow(self.client, description=description, on_complete=on_complete,

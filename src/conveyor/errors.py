@@ -36,6 +36,25 @@ class Retry(Exception):
         self.in_seconds = in_seconds
 
 
+class RetryAfter(Exception):
+    """Raised by job code to run again after ``seconds`` WITHOUT spending an attempt: the
+    job is stored ``scheduled``, its retry budget (``errors``) untouched, with a ``snoozed``
+    event saying why (``message``) and for how long (Oban's ``{:snooze, seconds}``, Sidekiq
+    Enterprise's reschedule on ``OverLimit``). For a throttling downstream service:
+    ``conveyor.raise_for_retry_after(response)`` makes one from a 429/503 ``Retry-After``.
+
+    ``seconds`` is a finite number at least 0; anything else raises ``ValueError`` here. A
+    job that snoozes for ever waits for ever: bound it with ``expires_in`` (its deadline)."""
+
+    def __init__(self, seconds: float, message: str = "") -> None:
+        super().__init__(message or f"retry after {seconds!r:.40}s")
+        if not _seconds(seconds):
+            raise ValueError(f"seconds must be a finite number of seconds >= 0, not "
+                             f"{seconds!r:.40}")
+        self.seconds = float(seconds)
+        self.message = message
+
+
 def _seconds(value: object) -> bool:
     return (isinstance(value, (int, float)) and not isinstance(value, bool)
             and math.isfinite(value) and value >= 0)
@@ -192,3 +211,33 @@ class JobFailed(ConveyorError):
 
 class ResultTimeout(ConveyorError, TimeoutError):
     """``JobRef.result(timeout=...)`` gave up waiting."""
+
+
+class Suspend(BaseException):
+    """A durable job leaves its worker until ``until`` (the storage's clock): a sleep, a
+    wait, a step's retry (docs/durable.md). Raised by the durable calls, never an error:
+    a ``BaseException``, so ``except Exception`` in job code lets it through; the worker
+    acknowledges the attempt ``SUSPENDED``."""
+
+    def __init__(self, until: float, reason: str) -> None:
+        super().__init__(reason)
+        self.until = until
+        self.reason = reason
+
+
+class Handback(BaseException):
+    """A resumable loop (``ctx.iterate``) stopped between items at its checkpoint: the
+    worker is stopping (the job goes back to pending, not an error attempt) or the job was
+    cancelled (it ends ``cancelled``)."""
+
+
+class StepFailed(Fail):
+    """A step failed past its own retries. Its error is recorded, so every replay raises it
+    again without running the step: the job ends ``failed`` (job code may catch it and
+    compensate, the same way on every replay)."""
+
+    def __init__(self, step: str, error: dict[str, str]) -> None:
+        super().__init__(f"step {step} failed: {error.get('type', 'Error')}: "
+                         f"{error.get('message', '')}")
+        self.step = step
+        self.error = error

@@ -29,3 +29,14 @@ def app(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Ite
         yield conveyor
     finally:
         conveyor.close()
+
+
+@pytest.fixture
+def mem(clock: FakeClock) -> Iterator[Conveyor]:
+    """An app on ``memory://`` alone: for rules of the client, whose storage side is held to
+    one contract on every store elsewhere (tests/conformance)."""
+    app = Conveyor("memory://", clock=clock)
+    try:
+        yield app
+    finally:
+        app.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.cli.conftest import Env, without_store
 from tests.web.seed import XSS
 
@@ -109,3 +111,20 @@ def test_jobs_show_running_job_progress(env: Env) -> None:
     assert st.log(job.id, job.token, [], progress=(3, 8))
     code, out, _ = env.run("jobs", "show", job.id)
     assert code == 0 and "progress    3/8" in out and "[active]" in out
+
+
+def test_scale_hint_text_json_and_a_bad_flag(env: Env,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``conveyor scale-hint``: the seed's 4 ready exports on workers of 2 slots want 2."""
+    view = env.json("scale-hint", "--queue", "exports", "-c", "2", "--latency-target", "0")
+    assert view["total"] == 2
+    assert [(q["queue"], q["workers"], q["slots"], q["ready"], q["reason"])
+            for q in view["queues"].values()] == [("exports", 2, 4, 4, "backlog")]
+    code, out, _ = env.run("scale-hint", "-c", "2")
+    assert code == 0 and out.splitlines()[0].split() == [
+        "QUEUE", "WORKERS", "SLOTS", "READY", "RUNNING", "WHY"]
+    assert "workers for every queue listed:" in out
+    with pytest.raises(SystemExit) as usage:  # argparse's usage error: exit 2
+        env.run("scale-hint", "-c", "0")
+    assert usage.value.code == 2
+    assert "must be a whole number >= 1, not '0'" in capsys.readouterr().err

@@ -17,6 +17,9 @@ RUN_AS_PASTED = {
 FRAGMENTS = {
     "api.md": "a reference: each block shows calls on names it does not define (conn, rid)",
     "brokers.md": "needs a RabbitMQ node or a Kafka broker, and names no job it runs",
+    "durable.md": "the payment, mail, warehouse and database calls are the reader's, and two "
+                  "blocks are a job's body shown alone (tests/api/test_durable*.py run the same "
+                  "calls)",
     "job-data.md": "needs a PostgreSQL server, keys in the environment and the reader's "
                    "models (each part is run by tests/api/test_typed_jobs.py and "
                    "tests/conformance/test_job_data.py)",

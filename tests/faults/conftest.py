@@ -16,6 +16,8 @@ from conveyor.client.registry import JobFunction
 from tests.faults.apps import chaos
 from tests.faults.harness import FIGURES, LOG_ENV, ExecLog, WorkerProc, summary_lines
 from tests.support.meet import MEET_ENV
+from tests.support.postgres_server import PostgresServer
+from tests.support.redis_server import RedisServer
 
 BACKENDS = ("sqlite", "postgres", "redis", "redis_cluster")
 
@@ -44,6 +46,30 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if name == "redis_sentinel":
         return Backend(name, request.getfixturevalue("redis_sentinel").url(f"prefix={prefix}"))
     raise ValueError(name)
+
+
+@pytest.fixture
+def aof_server(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
+    """A private redis-server with AOF on, to crash and restart; ``appendfsync`` from the
+    test parameter (default ``always``)."""
+    server = RedisServer(appendonly=True, appendfsync=getattr(request, "param", "always"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def private_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of the test's own that commits durably (``synchronous_commit=on``):
+    an acknowledged write must survive its crash."""
+    server = PostgresServer(settings={"synchronous_commit": "on"})
+    server.start()
+    try:
+        yield server
+    finally:
+        server.cleanup()
 
 
 @dataclass

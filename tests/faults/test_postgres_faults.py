@@ -14,7 +14,6 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,18 +37,6 @@ from tests.support.postgres_server import PostgresServer, postgres_bin_dir
 pytestmark = pytest.mark.skipif(postgres_bin_dir() is None, reason="needs PostgreSQL")
 
 LEASE = 3.0
-
-
-@pytest.fixture
-def private_server() -> Iterator[PostgresServer]:
-    """A server of this test's own that commits durably (``synchronous_commit=on``): an
-    acknowledged enqueue must survive the crash."""
-    server = PostgresServer(settings={"synchronous_commit": "on"})
-    server.start()
-    try:
-        yield server
-    finally:
-        server.cleanup()
 
 
 def _group(pgid: int) -> list[int]:

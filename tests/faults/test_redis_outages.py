@@ -8,7 +8,6 @@ redis-server so it can crash, stop or pause it.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -34,17 +33,6 @@ pytestmark = pytest.mark.skipif(redis_server_binary() is None, reason="needs red
 LEASE = 3.0
 OUTAGE = 10.0
 RESUME_BOUND = 2.0 + 2.0  # the 2 s promise plus slack for a loaded machine
-
-
-@pytest.fixture
-def aof_server(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
-    """A private redis-server with AOF on; ``appendfsync`` from the test parameter."""
-    server = RedisServer(appendonly=True, appendfsync=getattr(request, "param", "always"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.cleanup()
 
 
 @pytest.mark.slow

@@ -224,6 +224,26 @@ def test_the_storage_delegates_to_its_own_parts(backend: str) -> None:
     assert parts and parts <= assigned
 
 
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres", "redis"])
+def test_the_durable_member_is_a_part_of_the_backends_durable_file(backend: str) -> None:
+    """``Storage.durable`` / ``Inspector.durable`` (a ``DurableStore``, not a method) is a part
+    like the others: the storage's ``__init__`` makes it, from the class of the backend's
+    ``durable.py`` (docs/internals/backends.md), over the shared state."""
+    cls = _storage_class(backend)
+    init = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__)))
+    made = [node.value for node in ast.walk(init) if isinstance(node, ast.Assign)
+            for t in node.targets if isinstance(t, ast.Attribute) and t.attr == "durable"
+            and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)]
+    assert len(made) == 1, "self.durable = XDurable(...) once in __init__"
+    (call,) = made
+    # handed the storage itself, a part would borrow its ``self`` (what a mixin does)
+    assert not [a for a in call.args if isinstance(a, ast.Name) and a.id == "self"]
+    assert isinstance(call.func, ast.Name)
+    part = vars(importlib.import_module(cls.__module__))[call.func.id]
+    path = Path(inspect.getfile(part)).relative_to(STORAGE).as_posix()
+    assert path == f"{backend}/durable.py"
+
+
 def _annotated(cls: type) -> set[str]:
     return set(getattr(cls, "__annotations__", {}))
 

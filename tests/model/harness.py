@@ -26,6 +26,7 @@ from conveyor.storage.outbox import StartReply
 from conveyor.worker.config import QueueWeight, WorkerConfig
 from conveyor.worker.inflight import Entry
 from conveyor.worker.launcher import Launcher
+from tests.model.durable_promise import DURABLE, EVENT, FLAKY, SLEEP, WAIT
 from tests.model.promise import BOOM, DECLINED, RETRY_IN
 
 QUEUES = ("a", "b")
@@ -53,6 +54,8 @@ class Bodies:
         self.gates: dict[tuple[str, int], Gate] = {}
         self.parked: set[tuple[str, int]] = set()  # bodies waiting at their gate now
         self.exits: Counter[str] = Counter()  # bodies that returned or raised, per worker
+        self.ran: Counter[tuple[str, int]] = Counter()  # durable steps run: (job id, index)
+        self.waited: dict[tuple[str, int], Any] = {}  # what a durable wait returned
         self._lock = threading.Lock()
 
     def gate(self, key: tuple[str, int]) -> Gate:
@@ -116,6 +119,28 @@ class Bodies:
                 step = gate.then
             return self._finish(step)
 
+    def run_durable(self, plan: Sequence[str]) -> str:
+        """The ``durable`` job: its actions from the top (tests/model/durable_promise.py)."""
+        with self._attempt(["ok"]):
+            ctx = current_job()
+            for index, action in enumerate(plan):
+                if action in ("step", "flaky"):
+                    ctx.step(f"s{index}", self._durable_step, ctx.job_id, index, action)
+                elif action == "sleep":
+                    ctx.sleep(SLEEP, name=f"z{index}")
+                else:
+                    self.waited[(ctx.job_id, index)] = ctx.wait_for(
+                        EVENT, key=ctx.job_id, timeout=WAIT, name=f"w{index}")
+            return "done"
+
+    def _durable_step(self, job_id: str, index: int, action: str) -> int:
+        with self._lock:
+            self.ran[(job_id, index)] += 1
+            first = self.ran[(job_id, index)] == 1
+        if action == "flaky" and first:
+            raise RuntimeError(FLAKY)
+        return index
+
     async def run_async(self, plan: Sequence[str]) -> str:
         """The ``async`` job: a hold polls its gate, so a cancel reaches it at an ``await``."""
         with self._attempt(plan) as (step, gate):
@@ -147,6 +172,7 @@ def register(app: Conveyor, bodies: Bodies, *, new_code: bool) -> Conveyor:
         return bodies.run_sync(*member.args, **member.kwargs)
 
     app.job(name="async", retry=MAX_RETRIES, retry_in=_retry_in)(bodies.run_async)
+    app.job(name=DURABLE, retry=MAX_RETRIES, retry_in=_retry_in)(bodies.run_durable)
     if new_code:
         app.job(name=NEW_JOB, retry=MAX_RETRIES, retry_in=_retry_in)(bodies.run_sync)
     return app

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tests.model.durable_promise import Progress
+
 #: States a job waits in: a cancel ends it at once.
 WAITING = frozenset({"pending", "scheduled", "retrying", "waiting"})
 #: States a retry by hand takes a job from.
@@ -65,6 +67,7 @@ class Expected:
     deadline: float | None = None
     ctx_cancelled: bool = False  # the worker passed the cancel request to the job
     due: tuple[float, float] | None = None  # retrying: when it becomes pending (a window)
+    durable: Progress = field(default_factory=Progress)  # a durable job's steps and waits
 
     @property
     def terminal(self) -> bool:

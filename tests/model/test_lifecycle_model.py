@@ -42,6 +42,8 @@ from conveyor import Conveyor, FakeClock
 from conveyor.core.job import JobRecord, LeasedJob
 from conveyor.core.node import PARENT_FAILURE_POLICIES
 from conveyor.storage.rules import REDELIVERED
+from tests.model.durable_promise import DURABLE, EVENT, event_sent
+from tests.model.durable_promise import run as run_durable
 from tests.model.harness import (
     LEASE,
     MAX_RETRIES,
@@ -78,8 +80,12 @@ PHASES = tuple(p for p in Phase if not (os.environ.get("MODEL_NO_SHRINK") and p 
 
 STEP = st.sampled_from(["ok", "log", "fail", "raise", "hold", "hold"])
 PLAN = st.lists(STEP, min_size=1, max_size=3).map(tuple)
-JOB = st.tuples(st.sampled_from(["sync", "sync", "async", NEW_JOB, SOLO]),
-                st.sampled_from(QUEUES), PLAN)
+# A durable job's plan: actions run from the top on every attempt (durable_promise.py).
+DURABLE_PLAN = st.lists(st.sampled_from(["step", "flaky", "sleep", "wait"]), min_size=1,
+                        max_size=4).map(tuple)
+JOB = st.one_of(st.tuples(st.sampled_from(["sync", "sync", "async", NEW_JOB, SOLO]),
+                          st.sampled_from(QUEUES), PLAN),
+                st.tuples(st.just(DURABLE), st.sampled_from(QUEUES), DURABLE_PLAN))
 FINISH = st.sampled_from(["ok", "log", "fail", "raise"])
 
 
@@ -212,6 +218,9 @@ def make_machine(open_store: StoreFactory,
                     job.errored(unknown_message(job.name), self.now(),
                                 backoff_window(job.errors + 1))
                     continue
+                if job.name == DURABLE:
+                    run_durable(job, self.now())
+                    continue
                 step = job.step()
                 if step == "hold":
                     self.held[(job.id, job.attempt)] = worker.id
@@ -239,6 +248,10 @@ def make_machine(open_store: StoreFactory,
                 self.storage.promote_due()
             now = self.now()
             for job in self.jobs.values():
+                if job.state == "scheduled" and job.due is not None and job.due[1] <= now:
+                    job.promoted()  # a durable job's sleep or wait timed out
+                    job.durable.suspended_for = None
+                    continue
                 if job.state != "retrying" or job.due is None:
                     continue
                 low, high = job.due
@@ -444,6 +457,15 @@ def make_machine(open_store: StoreFactory,
             job.state = "waiting"
             return True
 
+        @rule(data=st.data())
+        def send_event(self, data: st.DataObject) -> None:
+            """An event for one durable job (its id is the key): delivered to its wait when
+            it listens, waking it when it is suspended there (docs/durable.md)."""
+            job = self.pick(data, lambda j: j.name == DURABLE and j.durable.wait is not None)
+            if job is None:
+                return
+            assert self.client.send_event(EVENT, key=job.id, data=job.id) == event_sent(job)
+
         @rule(queue=st.sampled_from(QUEUES), pause=st.booleans())
         def pause_or_resume(self, queue: str, pause: bool) -> None:
             if pause:
@@ -505,6 +527,15 @@ def make_machine(open_store: StoreFactory,
                 want["cancel_requested"] = job.cancel_requested
             if job.state == "succeeded":
                 got["result"], want["result"] = record.result, job.result
+            if job.name == DURABLE:  # every recorded step ran once (a flaky one: twice)
+                got["ran"] = [self.bodies.ran[(job.id, i)] for i in range(len(job.plan))]
+                want["ran"] = [(2 if a == "flaky" and i < job.durable.done else
+                                int(i in job.durable.raised or i < job.durable.done))
+                               if a in ("step", "flaky") else 0
+                               for i, a in enumerate(job.plan)]
+                got["waited"] = {i: self.bodies.waited.get((job.id, i))
+                                 for i in job.durable.results}
+                want["waited"] = dict(job.durable.results)
             for ignored in os.environ.get("MODEL_IGNORE", "").split(","):
                 got.pop(ignored, None)
                 want.pop(ignored, None)

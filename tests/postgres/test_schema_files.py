@@ -107,7 +107,8 @@ def fresh(postgres_server: Any) -> dict[str, str]:
     assert {k for k in found if k.startswith("trigger ")} == {
         "trigger batches_finished", "trigger jobs_inserted", "trigger jobs_lined",
         "trigger jobs_pending",
-        "trigger queues_resumed", "trigger wf_mark_delete", "trigger wf_mark_move"}
+        "trigger queues_resumed", "trigger wf_mark_delete", "trigger wf_mark_move",
+        "trigger durable_forget"}
     return found
 
 
@@ -128,16 +129,21 @@ def test_a_schema_upgraded_from_a_shipped_version_is_a_fresh_one(
 
 
 #: Functions whose file a later release changed on purpose, their argument list kept (their
-#: new body is what a fresh schema and an upgraded one share, checked above): a queue's
-#: lineup (issue 54, docs/scheduling.md) counts costs against concurrency limits
-#: (flow_admits, flow_pick through gate_check), leaves lined jobs to lineup_pick (flow_pick)
-#: and ages priorities (promote); a broker's relay publishes lined jobs too (publish_due).
-CHANGED_SINCE_FILES = ("function <schema>.flow_admits(", "function <schema>.flow_pick(",
-                       "function <schema>.promote(", "function <schema>.publish_due(")
+#: new body is what a fresh schema and an upgraded one share, checked above): ``ack``
+#: schedules a durable job's suspension and wakes one answered meanwhile (issue 55,
+#: docs/durable.md), and schedules a ``RetryAfter``'s snooze (issue 56); a queue's lineup
+#: (issue 54, docs/scheduling.md) counts costs against concurrency limits (flow_admits,
+#: flow_pick through gate_check), leaves lined jobs to lineup_pick (flow_pick) and ages
+#: priorities (promote); a broker's relay publishes lined jobs too (publish_due).
+CHANGED_SINCE_FILES = ("function <schema>.ack(", "function <schema>.flow_admits(",
+                       "function <schema>.flow_pick(", "function <schema>.promote(",
+                       "function <schema>.publish_due(")
 #: Functions and triggers whose file came after the last shipped release, or whose argument
-#: list changed (migration 022 drops the old one): the lineup's walk, gates and trigger, and
-#: dequeue with the worker's capacity (issue 54).
-ADDED_SINCE_FILES = ("function <schema>.gate_", "function <schema>.lineup_",
+#: list changed (migration 022 drops the old one): a durable job's records (issue 55,
+#: docs/durable.md); the lineup's walk, gates and trigger, and dequeue with the worker's
+#: capacity (issue 54).
+ADDED_SINCE_FILES = ("function <schema>.durable_", "trigger durable_forget",
+                     "function <schema>.gate_", "function <schema>.lineup_",
                      "function <schema>.line_job(", "trigger jobs_lined",
                      "function <schema>.dequeue(", "function <schema>.dequeue_each(")
 
@@ -154,12 +160,13 @@ def test_the_function_files_define_what_the_shipped_migrations_left(
     url = _url(postgres_server)
     build(url, NEWEST)
     settings = parse_postgres_url(url)
+    later = [(number, text) for number, _, text in migrations() if number > NEWEST]
+    assert [number for number, _ in later] == list(range(NEWEST + 1, NEWEST + 1 + len(later)))
     with psycopg.connect(settings.conninfo, autocommit=True) as db:
-        for number, _, text in migrations():
-            if number > NEWEST:
-                with db.transaction():
-                    db.execute(f'SET LOCAL search_path TO "{settings.schema}"')
-                    db.execute(text.encode())  # several statements: the simple protocol
+        for _, text in later:
+            with db.transaction():
+                db.execute(f'SET LOCAL search_path TO "{settings.schema}"')
+                db.execute(text.encode())  # several statements: the simple protocol
     shipped = catalog(url)
     kept = {k: v for k, v in shipped.items() if not k.startswith(CHANGED_SINCE_FILES)}
     assert kept == {k: v for k, v in fresh.items() if k in kept}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import urllib.request
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 from conveyor import Conveyor, Fail
 from conveyor.http.metrics import Histogram, MetricsMiddleware, render, render_inspector
 from conveyor.testing import drain
+from tests.web.conftest import Site
 from tests.web.seed import make_app, seed
 
 LINE = re.compile(r'^[a-z_]+(\{([a-z_]+="([^"\\]|\\.)*",?)*\})? -?[0-9.e+\-Inf]+$')
@@ -39,6 +41,8 @@ def test_scrape_time_metrics_from_the_inspector(tmp_path: Path) -> None:
     assert samples['conveyor_worker_slots{state="busy"}'] == 1
     assert samples["conveyor_workers"] == 1
     assert samples["conveyor_batches_active"] == 1
+    # 4 ready exports, the live worker's 5 slots: one worker (views/scaling.py)
+    assert samples['conveyor_desired_workers{queue="exports"}'] == 1
     app.storage.cancel_batch(app.storage.list_batches()[0].id)
     assert _samples(render_inspector(app.storage))["conveyor_batches_active"] == 0
     app.close()
@@ -92,3 +96,16 @@ def test_middleware_histogram_counts_outcomes_through_real_jobs(tmp_path: Path) 
     finally:
         server.stop()
     app.close()
+
+
+def test_api_scale_hint_is_what_keda_s_metrics_api_scaler_reads(site: Site) -> None:
+    """KEDA's metrics-api scaler reads one number from JSON (``valueLocation``): the seed's 4
+    ready exports on workers of 2 slots want 2 workers; a bad query value is the default."""
+    client = site.client()
+    view = json.loads(client.get("/api/scale-hint?queue=exports&slots=2&latency_target=0").body)
+    assert view["total"] == view["queues"]["exports"]["workers"] == 2
+    assert view["queues"]["exports"]["slots"] == 4
+    every = json.loads(client.get("/api/scale-hint?slots=abc").body)
+    assert set(every["queues"]) == {"default", "exports"}
+    # slots from the live worker (5): the 4 exports fit in one
+    assert every["queues"]["exports"]["workers"] == 1

@@ -39,6 +39,8 @@ class Held:
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.inner, name)
+        if not callable(method):  # a member that is no method (``durable``): as it is
+            return method
 
         def called(*args: Any, **kwargs: Any) -> Any:
             long_read = name == "job_heads" or (name == "list_jobs" and kwargs.get("batch_id"))

@@ -118,3 +118,13 @@ def in_thread() -> int:
 def overrun_in_thread() -> None:
     """Runs past its timeout in a pool thread, which is abandoned and exits when it returns."""
     time.sleep(1.5)
+
+
+@app.job(name="proc.durable", executor="process")
+def durable(order: int) -> int:
+    """A durable job in a job process: a step recorded through that process's own store
+    connection, then a sleep that hands the job back to the store (docs/durable.md)."""
+    ctx = current_job()
+    pid_then = ctx.step("pid", os.getpid)
+    ctx.sleep(3600)
+    return int(pid_then)

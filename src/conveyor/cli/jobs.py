@@ -21,7 +21,13 @@ from conveyor.client.explain import explain
 from conveyor.client.payloads import JobData
 from conveyor.core.job import JobRecord, JobState
 from conveyor.errors import ConveyorError
-from conveyor.views.records import fmt_time, get_job, job_row, job_view, parse_state
+from conveyor.views.records import (
+    fmt_duration,
+    fmt_time,
+    job_detail,
+    job_row,
+    parse_state,
+)
 from conveyor.views.reseal import reseal_jobs
 from conveyor.views.search import BUDGET, SCAN, sealed_note, search_jobs
 
@@ -160,7 +166,7 @@ def _unreadable_prefix(view: dict[str, Any]) -> str:
 def cmd_show(args: argparse.Namespace) -> int:
     """Print a job in full."""
     with open_backend(args) as backend:
-        view = job_view(get_job(backend, args.job_id), job_data(args))
+        view = job_detail(backend, args.job_id, job_data(args))
     return emit(args, view, format_job)
 
 
@@ -184,6 +190,7 @@ def format_job(view: dict[str, Any]) -> str:
     lines.append(f"  {'options':<11} {short(opts, 400)}")
     if view.get("result") is not None:
         lines.append(f"  {'result':<11} {short(view['result'], 400)}")
+    lines.extend(format_steps(view.get("durable")))
     lines.append("events:")
     for e in view.get("events") or []:
         text = safe(e["message"] or "")
@@ -208,6 +215,30 @@ def cmd_explain(args: argparse.Namespace) -> int:
     else:
         say("\n".join(safe(line) for line in found.lines()))
     return 0
+
+
+def format_steps(durable: dict[str, Any] | None) -> list[str]:
+    """A durable job's lines (docs/durable.md): what it waits for, then each step: name,
+    status, when it ended, how long it took, its result in short."""
+    if not durable:
+        return []
+    lines: list[str] = []
+    waiting = durable.get("waiting_for")
+    if waiting:
+        what = ("sleep" if waiting["kind"] == "sleep" else
+                f"{waiting['kind']} {safe(waiting['name'])}"
+                + (f" key {safe(waiting['key'])}" if waiting.get("key") else ""))
+        until = f" until {fmt_time(waiting['until'])}" if waiting.get("until") else ""
+        lines.append(f"  {'waits for':<11} {what}{until}")
+    if durable.get("inbox"):
+        lines.append(f"  {'inbox':<11} {durable['inbox']} message(s) not yet received")
+    if durable.get("steps"):
+        lines.append("steps:")
+    for step in durable.get("steps") or []:
+        lines.append(f"  {fmt_time(step['ended'])}  {safe(step['name']):<24} "
+                     f"{safe(step['status']):<8} {fmt_duration(step['duration']):>8}  "
+                     f"{safe(step['summary'])}".rstrip())
+    return lines
 
 
 def cmd_action(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ from conveyor.storage import DEFAULT_URL, redact, url_secrets, without_secrets
 COMMANDS = (
     "conveyor.cli.worker",
     "conveyor.cli.stats",
+    "conveyor.cli.scaling",
     "conveyor.cli.jobs",
     "conveyor.cli.workers",
     "conveyor.cli.batches",
@@ -39,6 +40,7 @@ COMMANDS = (
     "conveyor.cli.serve",
     "conveyor.cli.migrate",
     "conveyor.cli.dev",
+    "conveyor.cli.compat",
 )
 
 EXIT_ERROR = 2  # an error conveyor understands: bad input, storage unreachable, unknown id

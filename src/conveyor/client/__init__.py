@@ -5,7 +5,9 @@
 specs to the storage), ``bulk`` (millions of jobs in blocks), ``batch``, ``refs`` (a stored
 job's handle), ``signature`` (a call to enqueue later), ``context`` (``current_job()``),
 ``builtin_jobs`` (conveyor's own jobs), ``periodic`` (schedules), ``payloads`` (``JobData``:
-job data sealed, offloaded and opened) and ``reveal`` (stored job data as readers see it).
+job data sealed, offloaded and opened), ``reveal`` (stored job data as readers see it), and
+durable jobs (docs/durable.md): ``durable`` (a running job's steps, sleeps and waits),
+``iteration`` (its resumable loops) and ``messaging`` (messages and events sent to jobs).
 """
 
 from conveyor.client.client import Client

@@ -34,8 +34,9 @@ from conveyor.client.registry import check_importable
 from conveyor.core.calls import CallShape, split_item
 from conveyor.core.ids import new_id, new_ids
 from conveyor.core.job import EnqueueResult, FlowControl
-from conveyor.core.serializer import encode_arg_lists, encode_args
+from conveyor.core.serializer import encode_arg_lists, encode_args, encode_payload
 from conveyor.core.text import check_name
+from conveyor.core.versions import stamped
 from conveyor.storage.base import Ready, Sent
 from conveyor.storage.blocks import BlockResults, JobBlock
 
@@ -61,6 +62,7 @@ def blocks(
     for it (``conveyor.client.payloads``).
     """
     flows_wanted = opts.has_flow
+    meta = stamped(None, opts.version)  # a versioned type's stamp (core/versions.py)
     queue = opts.queue
     index = 0
     checked = False
@@ -78,7 +80,7 @@ def blocks(
             error = exc
         try:
             typed = shape is not None and shape.typed
-            fast = None if flows_wanted or typed or data is not None \
+            fast = None if flows_wanted or typed or data is not None or meta \
                 else encode_arg_lists(chunk, max_payload)
             if fast is not None:  # every item a list or tuple of scalars: one encoding
                 if not checked:
@@ -97,11 +99,12 @@ def blocks(
                     _check_names(name, queue)
                     checked = True
                 if data is None:
-                    payloads.append(encode_args(args, kwargs, max_payload))
+                    payloads.append(encode_payload(args, kwargs, meta, max_payload) if meta
+                                    else encode_args(args, kwargs, max_payload))
                 else:
                     job_id = new_id()
                     text = encode_args(args, kwargs, data.encoding_limit(max_payload))
-                    payloads.append(data.wrap(job_id, name, text, None, max_payload,
+                    payloads.append(data.wrap(job_id, name, text, meta, max_payload,
                                               movable=opts.fold is not None))
                     ids.append(job_id)
                 if flows is not None:

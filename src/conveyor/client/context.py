@@ -18,6 +18,7 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from conveyor.client.durable import DurableCalls, DurableReach
 from conveyor.core.clock import SYSTEM_CLOCK, Clock
 from conveyor.core.job import Event, EventKind, JobRecord, JobSpec, LeasedJob
 from conveyor.core.serializer import decode_payload
@@ -72,18 +73,22 @@ class Callee(Protocol):
 class JobRuntime:
     """What a running job reaches through its context, handed over by the app that runs it
     (``Conveyor.runtime``): its clock, a job function by name (what conveyor's own jobs call,
-    ``builtin_jobs``), a stored job by id (what an errback reads) and the workflow it is a
-    node of (``current_job().workflow``). Explicit, so that no module below the app reaches
-    into the app for them."""
+    ``builtin_jobs``), a stored job by id (what an errback reads), the workflow it is a
+    node of (``current_job().workflow``) and what its durable calls reach (``durable``: the
+    store's records, the app's job data rules; docs/durable.md). Explicit, so that no module
+    below the app reaches into the app for them."""
 
     clock: Clock
     function: Callable[[str], Callee | None]
     record: Callable[[str], JobRecord | None]
     workflow: Callable[[JobContext], WorkflowScope]
+    durable: DurableReach | None = None
 
 
-class JobContext:
-    """What a running job knows about itself, and its channel back to the job's event log.
+class JobContext(DurableCalls):
+    """What a running job knows about itself, and its channel back to the job's event log;
+    its durable calls (``step``, ``sleep``, ``wait_for``, ``receive``, ``iterate``) come
+    from ``DurableCalls`` (docs/durable.md).
 
     ``runtime`` is what it reaches beyond itself (``JobRuntime``); its events are stamped with
     ``clock``, or else the runtime's. ``ctx.app`` is the app the worker runs, for job code
@@ -109,6 +114,7 @@ class JobContext:
         token: str = "",
     ) -> None:
         self.runtime = runtime
+        self._reach = runtime.durable if runtime is not None else None
         self.clock: Clock = clock or (runtime.clock if runtime is not None else SYSTEM_CLOCK)
         self.app: Any = app  # the user's: typed Any so that this module needs no app type
         self.job_id = job_id

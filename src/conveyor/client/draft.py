@@ -17,6 +17,7 @@ from conveyor.core.ids import new_id
 from conveyor.core.job import FlowControl, JobSpec
 from conveyor.core.serializer import encode_payload
 from conveyor.core.text import check_name, key_fault, shown
+from conveyor.core.versions import stamped
 from conveyor.errors import InvalidKeyError
 
 __all__ = ["EnqueueDraft", "build_flow", "build_spec", "run_at_from"]
@@ -75,11 +76,12 @@ def build_spec(draft: EnqueueDraft, now: float, max_payload: int,
     # Checked here, after client middleware ran, so every backend gives the same answer.
     check_name("job name", draft.name)
     check_name("queue", opts.queue)
+    meta = stamped(draft.meta, opts.version)
     if data is not None and data.active:
         payload = data.encode_payload(draft.id, draft.name, draft.args, draft.kwargs,
-                                      draft.meta, max_payload, movable=opts.fold is not None)
+                                      meta, max_payload, movable=opts.fold is not None)
     else:
-        payload = encode_payload(draft.args, draft.kwargs, draft.meta, max_payload)
+        payload = encode_payload(draft.args, draft.kwargs, meta, max_payload)
     run_at = draft.run_at
     if run_at is None and opts.fold is not None:  # a debounce or throttle window
         run_at = now + opts.fold.seconds

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from conveyor.core.flow_control import PRIORITY_MAX, PRIORITY_MIN
 from conveyor.core.text import check_name
+from conveyor.core.versions import accepted
 
-__all__ = ["EXECUTORS", "Aggregate", "Debounce", "JobOptions", "KeyOption", "Throttle",
+__all__ = ["EXECUTORS", "Accepts", "Aggregate", "Debounce", "JobOptions", "KeyOption", "Throttle",
            "by_name_keys", "make_options"]
 
 KeyOption = str | Callable[..., str] | None
@@ -81,6 +82,10 @@ class Aggregate:
     max_size: int = 1000
 
 
+#: ``accepts=`` of a job type: a version, a range or any iterable of them, or None.
+Accepts = int | Iterable[int] | None
+
+
 @dataclass(frozen=True, slots=True)
 class JobOptions:
     """The options a ``JobFunction`` enqueues with (see ``Conveyor.job`` for each meaning)."""
@@ -110,6 +115,15 @@ class JobOptions:
     aging: float | None = None
     fair_by: KeyOption = None
     cost: int = 1
+    #: A durable job's ``wait_for``: events sent up to this many seconds before the wait
+    #: began still count (docs/durable.md, "Events"); 0: only events sent after.
+    event_window: float = 0.0
+    #: The version of this code (docs/durable.md, "Safe deploys"); None: unversioned, runs
+    #: every job as before versions existed.
+    version: int | None = None
+    #: The versions of stored jobs this code runs (its own among them; ``accepts=`` given as
+    #: an int, a range or any iterable of ints).
+    accepts: frozenset[int] | None = None
 
     @property
     def has_flow(self) -> bool:
@@ -144,6 +158,8 @@ def make_options(base: JobOptions | None = None, /, **changes: Any) -> JobOption
     if debounce is not None or throttle is not None:
         changes["fold"] = debounce if debounce is not None else throttle
     opts = dataclasses.replace(base or JobOptions(), **changes)
+    if opts.version is not None or opts.accepts is not None:
+        opts = dataclasses.replace(opts, accepts=accepted(opts.version, opts.accepts))
     _check(opts)
     return opts
 
@@ -164,6 +180,8 @@ def _check(opts: JobOptions) -> None:
     check_name("queue", opts.queue)
     if opts.max_retries < 0:
         raise ValueError("max_retries must be >= 0")
+    if not (isinstance(opts.event_window, int | float) and opts.event_window >= 0):
+        raise ValueError(f"event_window must be seconds >= 0, not {opts.event_window!r}")
     for field in ("timeout", "expires_in", "unique_for"):
         value = getattr(opts, field)
         if value is not None and value <= 0:

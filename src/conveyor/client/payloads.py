@@ -181,17 +181,34 @@ class JobData:
         """The stored result of one run; ``PayloadError`` for a value that is not JSON or,
         by reference, over the offload's limit (the worker holds what stays inline to
         ``max_payload``)."""
-        text = dumps(literal(value))
-        offload = self.offload
-        if not self.seals(name) and (offload is None or not oversize(text, offload.threshold)):
+        return self.encode_value(dumps(literal(value)), job_id, ("result", job_id),
+                                 seal=self.seals(name), offload=True, head={"j": job_id})
+
+    def encode_value(self, text: str, job_id: str, bound: tuple[str, ...], *, seal: bool,
+                     offload: bool, head: Mapping[str, Any] | None = None) -> str:
+        """``text`` (a value's JSON, ``literal`` already) as stored: as it is, or else a
+        ``{"$conveyor": ENV}`` envelope — sealed when ``seal`` (bound to ``bound``: the
+        kind of value and whose it is), and when ``offload`` kept by reference (a blob of
+        ``job_id``'s) past the offload's threshold. ``head``: the envelope's clear fields."""
+        place = self.offload if offload else None
+        if not seal and (place is None or not oversize(text, place.threshold)):
             return text
         data = text.encode("utf-8", "surrogatepass")
-        env: dict[str, Any] = {"j": job_id}
-        if self.seals(name):
+        env: dict[str, Any] = {}
+        if seal:
             assert self.keys is not None
-            env["e"], data = self.keys.seal(data, aad("result", job_id))
-        self._place(env, data, job_id, "r", offload)
+            env["e"], data = self.keys.seal(data, aad(*bound))
+        env.update(head or {})
+        self._place(env, data, job_id, _BLOB_KINDS.get(bound[0], ""), place)
         return dumps({RESULT_TAG: env})
+
+    def open_value(self, text: str, bound: tuple[str, ...]) -> Any:
+        """The value of ``encode_value``'s text: opened (``bound`` as sealed) and fetched.
+        ``UnsealError``, ``BlobMissing`` or ``BlobUnavailable`` when it cannot be read."""
+        value, env = parse_result(text)
+        if env is None:
+            return value
+        return json.loads(self._bytes(env, bound[0], "\0".join(bound[1:])).decode())
 
     def result_value(self, job_id: str, text: str) -> Any:
         """The value of a job's stored result (its own: bound to ``job_id``)."""
@@ -281,7 +298,7 @@ class JobData:
                offload: Offload | None) -> None:
         if offload is not None and len(data) > offload.threshold:
             if len(data) > offload.limit:
-                raise PayloadError(f"{'arguments' if kind == 'p' else 'result'} of "
+                raise PayloadError(f"{_PLACED[kind]} of "
                                    f"{len(data):,} bytes, over the offload limit of "
                                    f"{offload.limit:,} bytes")
             key = f"{job_id}.{kind}.{secrets.token_hex(6)}"
@@ -320,7 +337,11 @@ class JobData:
                                "(or Conveyor(offload=Offload()))")
 
 
-_KINDS = {"payload": "arguments'", "result": "result's"}
+_KINDS = {"payload": "arguments'", "result": "result's", "step": "step result's"}
+#: The letter of a blob's key (``<job id>.<letter>.<hex>``: worker.blob_sweep) by the kind
+#: of value it holds, and what a refusal calls it.
+_BLOB_KINDS = {"payload": "p", "result": "r", "step": "s"}
+_PLACED = {"p": "arguments", "r": "result", "s": "step result"}
 
 
 def result_value(text: str, data: JobData | None, job_id: str) -> Any:

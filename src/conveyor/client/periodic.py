@@ -35,6 +35,7 @@ from conveyor.core.ids import new_id
 from conveyor.core.job import FlowControl, JobSpec
 from conveyor.core.serializer import dumps, encode_payload
 from conveyor.core.text import check_name
+from conveyor.core.versions import stamped
 from conveyor.errors import StorageUnavailable
 from conveyor.storage import Backend
 from conveyor.storage.schedule_records import CODE, ScheduleInfo
@@ -72,6 +73,7 @@ class Schedule:
     timeout: float | None = None
     expires_in: float | None = None
     flow: FlowControl | None = None
+    version: int | None = None  # the job type's: stamped on each tick (core/versions.py)
 
     def info(self) -> ScheduleInfo:
         """The definition the storage keeps (for listing, pausing and editing)."""
@@ -89,7 +91,7 @@ class Schedule:
         args, kwargs = info.arguments()
         return cls(name=info.name, cron=info.cron, job_name=info.job_name, queue=info.queue,
                    args=tuple(args), kwargs=kwargs, tz=info.tz, max_retries=opts.max_retries,
-                   timeout=opts.timeout, expires_in=opts.expires_in,
+                   timeout=opts.timeout, expires_in=opts.expires_in, version=opts.version,
                    flow=build_flow(info.job_name, opts, args, kwargs))
 
     def zone(self) -> tzinfo:
@@ -112,7 +114,8 @@ class Schedule:
             id=new_id(),
             name=self.job_name,
             queue=self.queue,
-            payload=encode_payload(self.args, self.kwargs, {"periodic": self.name, "tick": tick}),
+            payload=encode_payload(self.args, self.kwargs, stamped(
+                {"periodic": self.name, "tick": tick}, self.version)),
             max_retries=self.max_retries,
             timeout=self.timeout,
             deadline=None if self.expires_in is None else tick + self.expires_in,

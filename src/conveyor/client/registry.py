@@ -34,6 +34,7 @@ from conveyor.core.naming import (
     importable_module,
 )
 from conveyor.core.text import check_name
+from conveyor.core.versions import Upcaster, accepted
 from conveyor.errors import UnknownJobError, WorkflowError
 
 # JobOptions, KeyOption and make_options lived here before options.py, the names before
@@ -96,6 +97,8 @@ class JobFunction:
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
         self._shape: CallShape | None = None
+        #: ``from_version -> upcaster`` (``upcaster``); a copy by ``options`` shares them.
+        self.upcasters: dict[int, Upcaster] = {}
 
     def __repr__(self) -> str:
         return f"<JobFunction {self.name} queue={self.opts.queue}>"
@@ -267,8 +270,22 @@ class JobFunction:
         Takes the keywords of ``Conveyor.job`` (not ``name``); the copy is not registered,
         the worker runs it under the same name.
         """
-        opts = make_options(self.opts, **overrides)
-        return JobFunction(self.enqueuer, self.func, self.name, opts)
+        copy = JobFunction(self.enqueuer, self.func, self.name,
+                           make_options(self.opts, **overrides))
+        copy.upcasters = self.upcasters
+        return copy
+
+    def upcaster(self, from_version: int) -> Callable[[Upcaster], Upcaster]:
+        """Register ``f(args, kwargs) -> (args, kwargs)`` migrating the stored arguments of
+        a job of version ``from_version`` to ``from_version + 1``; the worker chains them up
+        to this code's version before typed arguments are made (docs/durable.md)."""
+        accepted(from_version, None)  # an int >= 1
+
+        def register(f: Upcaster) -> Upcaster:
+            self.upcasters[from_version] = f
+            return f
+
+        return register
 
 
 class Registry:

@@ -14,8 +14,9 @@ import json
 from typing import Any
 
 from conveyor.client.payloads import JobData
-from conveyor.core.envelope import RESULT_TAG, parse_result
+from conveyor.core.envelope import ENCRYPTED, RESULT_TAG, SEALED_PREFIX, literal, parse_result
 from conveyor.core.job import Event, JobRecord
+from conveyor.core.steps import DurableHistory
 from conveyor.errors import (
     BlobMissing,
     BlobUnavailable,
@@ -24,10 +25,8 @@ from conveyor.errors import (
     UnsealError,
 )
 
-__all__ = ["ENCRYPTED", "is_sealed", "reveal", "texts_opened"]
+__all__ = ["ENCRYPTED", "is_sealed", "reveal", "reveal_steps", "texts_opened"]
 
-#: What a reader that holds no key to open a value shows in its place.
-ENCRYPTED = "encrypted"
 _PLAIN = JobData()
 
 
@@ -153,3 +152,27 @@ def _result(record: JobRecord, opener: JobData, fetch: bool) -> str | None:
     except (BlobMissing, BlobUnavailable, ConveyorError, ValueError) as exc:
         return json.dumps(f"unreadable: {exc}")
 
+
+
+def reveal_steps(history: DurableHistory, data: JobData | None = None) -> DurableHistory:
+    """A durable job's records as a reader sees them (docs/durable.md): a sealed step's
+    result opened with ``data``'s keys (its summary says ``encrypted`` without one that
+    opens it), a sealed error message opened or ``encrypted``. Data by reference stays
+    named by its size, never fetched."""
+    opener = data or _PLAIN
+    steps = []
+    for step in history.steps:
+        changes: dict[str, Any] = {}
+        if step.error and any("$enc$" in v for v in step.error.values()):
+            changes["error"] = {k: opener.open_text(v) or "" for k, v in step.error.items()}
+        if opener.keys is not None and step.result \
+                and step.result.startswith(SEALED_PREFIX):
+            try:
+                _, env = parse_result(step.result)
+                if env is not None and "r" not in env:
+                    value = opener.open_value(step.result, tuple(env["a"]))
+                    changes["result"] = json.dumps(literal(value))
+            except (UnsealError, ValueError, KeyError, TypeError):
+                pass  # a key not held here: it stays encrypted
+        steps.append(dataclasses.replace(step, **changes) if changes else step)
+    return dataclasses.replace(history, steps=steps)

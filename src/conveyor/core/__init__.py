@@ -2,5 +2,6 @@
 flow-control settings (``node``, ``flow_control``), ids, clocks, the text rule, JSON payloads,
 retry backoff, call checks, stored names and a failed job's exception rebuilt; job data's
 rules (docs/job-data.md): typed arguments (``typed``), keys and sealing (``encryption``) and
-the stored forms of sealed and referenced data (``envelope``). Every other package builds on
-these."""
+the stored forms of sealed and referenced data (``envelope``); a durable job's records
+(``steps``: its steps, what it waits for, the messages sent to it; docs/durable.md). Every
+other package builds on these."""

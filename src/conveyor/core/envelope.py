@@ -28,11 +28,17 @@ import json
 import re
 from typing import Any
 
-__all__ = ["INJECTED", "RESULT_TAG", "TEXT_TOKEN", "aad", "b64", "is_envelope", "literal",
-           "parse_result", "unb64"]
+__all__ = ["ENCRYPTED", "INJECTED", "RESULT_TAG", "SEALED_PREFIX", "TEXT_TOKEN", "aad", "b64",
+           "is_envelope", "literal", "parse_result", "unb64"]
 
 RESULT_TAG = "$conveyor"
 _PREFIX = '{"$conveyor":'
+#: How the stored text of a sealed durable value begins (a step's result, a message's or an
+#: event's data: the key id first). A store that summarises one in the job's event log (Redis'
+#: receive.lua, PostgreSQL's durable_receive) writes ``encrypted`` instead.
+SEALED_PREFIX = '{"$conveyor":{"e":'
+#: What a reader that holds no key to open a value shows in its place.
+ENCRYPTED = "encrypted"
 #: The key of a payload object that says its first argument holds injected results.
 INJECTED = "i"
 TEXT_TOKEN = re.compile(

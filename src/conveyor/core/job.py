@@ -47,9 +47,8 @@ class JobState(str, Enum):
         return self in TERMINAL_STATES
 
 
-TERMINAL_STATES = frozenset(
-    {JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, JobState.CANCELLED}
-)
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD,
+                             JobState.CANCELLED})
 ALL_STATES: tuple[JobState, ...] = tuple(JobState)
 #: The states in the order a job passes through them, for display (CLI, web, metrics).
 SHOWN_STATES: tuple[JobState, ...] = (
@@ -82,6 +81,9 @@ class EventKind:
     RELEASED = "released"  # a workflow node's parents all settled: it is pending now
     REOPENED = "reopened"  # a parent was retried by hand: the node waits for it again
     FLUSHED = "flushed"  # its aggregation was due: it leads the aggregation's run
+    # Durable jobs (docs/durable.md): a step recorded, left to sleep or wait, woken at once.
+    STEP, SUSPENDED, WOKEN = "step", "suspended", "woken"
+    SNOOZED = "snoozed"  # RetryAfter: due again at ts + data["retry_after"]; not an error
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +232,8 @@ class Outcome(str, Enum):
     DEAD = "dead"
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"
+    SUSPENDED = "suspended"  # a durable job sleeps or waits: scheduled until ``resume_at``
+    SNOOZE = "snooze"  # RetryAfter: scheduled again in retry_in s, the errors untouched
 
     def __str__(self) -> str:
         return self.value
@@ -271,6 +275,7 @@ class Ack:
     events: tuple[Event, ...] = ()
     progress: tuple[int, int] | None = None
     bundle: tuple[Ack, ...] = ()  # the other members' acks of an aggregated run it leads
+    resume_at: float | None = None  # SUSPENDED: when it runs again (the storage's clock)
 
     def flatten(self) -> list[Ack]:
         """This ack and its bundle, each to be written as an ack of its own."""
@@ -311,9 +316,8 @@ class JobRecord:
     flow: FlowControl | None = None
     events: list[Event] | None = None
     #: Why the stored record could not be read whole (truncated, not UTF-8, a field missing),
-    #: or ``None`` for a sound record. An unreadable record is still listed, with the fields
-    #: that could be read and the rest defaulted, so that operators can see and delete it;
-    #: the worker never runs it (it ends ``dead`` with this reason).
+    #: or ``None`` for a sound record. It is still listed (what could be read, the rest
+    #: defaulted) for operators to delete; no worker runs it (it ends ``dead``, this reason).
     unreadable: str | None = None
 
     @property
@@ -329,10 +333,8 @@ class JobRecord:
     def as_dict(self, *, with_events: bool = True) -> dict[str, Any]:
         """JSON-ready view for the CLI's ``--json`` and the web API."""
         out: dict[str, Any] = {
-            "id": self.id,
-            "name": self.name,
-            "queue": self.queue,
-            "state": self.state.value,
+            "id": self.id, "name": self.name,
+            "queue": self.queue, "state": self.state.value,
             "args": self.args,
             "kwargs": self.kwargs,
             "attempt": self.attempt,

@@ -24,6 +24,7 @@ from conveyor.errors import Fail
 from conveyor.http import asgi
 from conveyor.http.server import RunningServer, check_exposure
 from conveyor.storage.base import Inspector
+from conveyor.views.scaling import scale_hints
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -73,7 +74,7 @@ def render(families: Iterable[Family]) -> str:
 def collect(inspector: Inspector) -> list[Family]:
     """Read every storage-wide metric through the ``Inspector``."""
     return [*_queue_families(inspector), *_total_families(inspector),
-            *_worker_families(inspector), _batch_family(inspector)]
+            *_worker_families(inspector), _batch_family(inspector), _scale_family(inspector)]
 
 
 def render_inspector(inspector: Inspector) -> str:
@@ -125,6 +126,15 @@ def _batch_family(inspector: Inspector) -> Family:
         if len(batches) < 500:
             break
     family.add(active)
+    return family
+
+
+def _scale_family(inspector: Inspector) -> Family:
+    family = Family("conveyor_desired_workers", "gauge",
+                    "Workers a queue can use now: its backlog within the latency target, "
+                    "capped by flow-control limits (docs/operations.md).")
+    for hint in scale_hints(inspector):
+        family.add(hint.workers, queue=hint.queue)
     return family
 
 

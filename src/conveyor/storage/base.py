@@ -38,6 +38,7 @@ from conveyor.errors import TransactionUnsupported
 from conveyor.storage.aio import Waiter
 from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.blocks import JobBlock
+from conveyor.storage.durable import DurableStore
 from conveyor.storage.inspector import Inspector as Inspector
 from conveyor.storage.retention import Retention
 from conveyor.storage.schedule_records import ScheduleInfo
@@ -49,6 +50,8 @@ class Storage(Protocol):
     """The hot path. Each method is atomic per job; bulk methods take many jobs per call."""
 
     url: str
+    #: A durable job's steps, waits and messages (``storage/durable.py``, docs/durable.md).
+    durable: DurableStore
 
     def now(self) -> float:
         """The storage's clock, in epoch seconds: the only clock leases are compared with."""

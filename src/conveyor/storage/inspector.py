@@ -8,6 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from conveyor.core.job import JobRecord, JobState
 from conveyor.storage.batch_records import BatchStatus
+from conveyor.storage.durable import DurableStore
 from conveyor.storage.gates import GateFacts
 from conveyor.storage.graph import GraphNode
 from conveyor.storage.job_heads import HEAD_CHARS, JobHead
@@ -26,6 +27,9 @@ class Inspector(Protocol):
     timeout, not a database) raises ``StorageUnavailable`` on every backend, so a caller
     reports it without knowing which backend failed.
     """
+
+    #: A durable job's steps and wait, read with ``durable.read(job_id)`` (docs/durable.md).
+    durable: DurableStore
 
     def now(self) -> float:
         """The storage's clock (as ``Storage.now``): ages and ETAs are measured against it."""

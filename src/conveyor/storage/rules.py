@@ -35,7 +35,8 @@ __all__ = [
 #: Outcomes that do not end a job by themselves: after a cancel request they end it
 #: ``cancelled`` instead (a cancelled job must never run again). SUCCEEDED and FAILED are
 #: answers the job gave; they stand.
-CANCELS_ON_REQUEST = frozenset({Outcome.RETRY, Outcome.DEAD, Outcome.INTERRUPTED})
+CANCELS_ON_REQUEST = frozenset({Outcome.RETRY, Outcome.DEAD, Outcome.INTERRUPTED,
+                                Outcome.SUSPENDED, Outcome.SNOOZE})
 
 #: ``message`` of a job cancelled before (or between) its attempts.
 CANCELLED_WHILE_WAITING = "cancelled while waiting"
@@ -85,6 +86,11 @@ OUTCOMES: dict[Outcome, tuple[str, str, bool, str | None]] = {
     Outcome.DEAD: ("dead", EventKind.DEAD, True, "dead"),
     Outcome.CANCELLED: ("cancelled", EventKind.CANCELLED, True, None),
     Outcome.INTERRUPTED: ("pending", EventKind.INTERRUPTED, False, None),
+    # A durable job sleeping or waiting (docs/durable.md): ``scheduled`` until ``resume_at``
+    # (sooner when what it waits for arrives), not an error attempt, counted nowhere.
+    Outcome.SUSPENDED: ("scheduled", EventKind.SUSPENDED, False, None),
+    # ``RetryAfter``: due again at now + ``retry_in``, not an error, not counted
+    Outcome.SNOOZE: ("scheduled", EventKind.SNOOZED, False, None),
 }
 
 
@@ -115,10 +121,14 @@ def ack_effect(ack: Ack, outcome: Outcome) -> AckEffect:
         data = {**error, "retry": True, "retry_in": ack.retry_in or 0.0}
     elif error is not None and outcome is Outcome.DEAD:
         data = error
+    elif outcome is Outcome.SNOOZE:  # until when: the event's time plus this
+        data = {"retry_after": ack.retry_in or 0.0}
     elif outcome is not ack.outcome:  # a cancel request ended it: keep what ended the attempt
         message, data = cancelled_message(message), error
     elif outcome is Outcome.FAILED or outcome is Outcome.CANCELLED:
         data = error
+    elif outcome is Outcome.SUSPENDED:
+        data = {"until": ack.resume_at}
     return AckEffect(outcome, state, kind, terminal, counted, message, data)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from conveyor.client.payloads import JobData
 from conveyor.client.periodic import next_tick, unlistened
-from conveyor.client.reveal import reveal
+from conveyor.client.reveal import reveal, reveal_steps
 from conveyor.core.job import Event, EventKind, JobRecord, JobState
 from conveyor.errors import BatchNotFound, JobNotFound, ScheduleNotFound
 from conveyor.storage.base import Inspector
@@ -156,6 +156,32 @@ def job_view(record: JobRecord, data: JobData | None = None) -> dict[str, Any]:
     out["errors_detail"] = error_events(record.events)
     out["message"] = last_message(record)
     return out
+
+
+def job_detail(inspector: Inspector, job_id: str,
+               data: JobData | None = None) -> dict[str, Any]:
+    """``job_view`` of a job with its durable records (docs/durable.md): ``durable`` holds its
+    steps (name, status, started, ended, duration, result summary), its inbox size and what
+    it waits for (``waiting_for``: a sleep until a time, an event, a message; None unless
+    it is scheduled by a suspension), for ``jobs show``, the job page and ``explain``."""
+    record = get_job(inspector, job_id)
+    view = job_view(record, data)
+    durable = reveal_steps(inspector.durable.read(job_id), data).as_dict()
+    durable["waiting_for"] = waiting_for(record, durable["wait"])
+    view["durable"] = durable
+    return view
+
+
+def waiting_for(record: JobRecord, wait: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What a suspended durable job waits for: its registered wait, or else a sleep until its
+    run time; None for a job that is not scheduled by a suspension."""
+    if record.state is not JobState.SCHEDULED or not record.events:
+        return None
+    last = next((ev for ev in reversed(record.events)
+                 if ev.state == JobState.SCHEDULED.value), None)
+    if last is None or last.kind != EventKind.SUSPENDED:
+        return None
+    return wait if wait is not None else {"kind": "sleep", "until": record.run_at}
 
 
 def get_job(inspector: Inspector, job_id: str) -> JobRecord:

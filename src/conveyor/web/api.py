@@ -18,11 +18,11 @@ from conveyor.views.failures import (
 from conveyor.views.history import history_view
 from conveyor.views.records import (
     batch_view,
-    get_job,
-    job_view,
+    job_detail,
     stats_view,
     workers_view,
 )
+from conveyor.views.scaling import DEFAULT_LATENCY_TARGET, scale_view
 from conveyor.web.http import Request, Response, StorageCaller, json_response
 from conveyor.web.pages import error_page
 
@@ -46,6 +46,18 @@ async def history(dash: Dashboard, request: Request, csrf: str,
     return json_response(await dash.call(lambda insp: history_view(insp, queue, minutes)))
 
 
+async def scale_hint(dash: Dashboard, request: Request, csrf: str,
+                     m: re.Match[str]) -> Response:
+    """``scale_view`` as JSON, for KEDA's metrics-api scaler: ``?queue=`` one queue (else
+    all), ``?slots=`` slots per worker (else the live workers' mean), ``?latency_target=``
+    whole seconds (30 by default)."""
+    queue = request.arg("queue") or None
+    slots = request.int_arg("slots", 0, 0) or None
+    target = request.int_arg("latency_target", int(DEFAULT_LATENCY_TARGET), 0, 86_400)
+    return json_response(await dash.call(lambda insp: scale_view(
+        insp, slots, float(target), None if queue is None else [queue])))
+
+
 async def workers(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
     """``workers_view`` as JSON."""
     return json_response(await dash.call(workers_view))
@@ -53,8 +65,7 @@ async def workers(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]
 
 async def job(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
     """One job in full as JSON."""
-    return json_response(await dash.call(lambda insp: job_view(get_job(insp, m["id"]),
-                                                               dash.data)))
+    return json_response(await dash.call(lambda insp: job_detail(insp, m["id"], dash.data)))
 
 
 async def batch(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:

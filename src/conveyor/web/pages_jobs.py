@@ -15,9 +15,8 @@ from conveyor.views.records import (
     batch_state,
     batch_view,
     fmt_duration,
-    get_job,
+    job_detail,
     job_row,
-    job_view,
     parse_state,
 )
 from conveyor.views.search import BUDGET, sealed_note, search_jobs
@@ -36,6 +35,7 @@ from conveyor.web.render import (
     table,
     when,
 )
+from conveyor.web.steps import steps_section, waits_field
 from conveyor.web.why import reasons, why_field
 
 PAGE = 50
@@ -70,9 +70,7 @@ async def jobs(dash: StorageCaller, request: Request, csrf: str, fixed: JobState
     def listed(insp: Inspector) -> tuple[list[dict[str, Any]], int, dict[str, int]]:
         rows = [job_row(j, dash.data) for j in insp.list_jobs(
             state=state, queue=queue, offset=offset, limit=PAGE, newest_first=not oldest)]
-        why = reasons(insp, rows, dash.brokered)
-        for row in rows:
-            row["why"] = why.get(row["id"], "")
+        reasons(insp, rows, dash.brokered)  # each row's "why"
         return rows, insp.count_jobs(state=state, queue=queue), counts_of(insp)
 
     note = ""
@@ -176,13 +174,13 @@ async def job(dash: StorageCaller, request: Request, csrf: str, m: re.Match[str]
     """One job: fields, args, options, actions, event timeline and errors with tracebacks."""
     def read(insp: Inspector) -> tuple[dict[str, Any], str | None, list[GraphNode],
                                        Explanation | None]:
-        record = get_job(insp, m["id"])
-        status = insp.get_batch(record.batch_id) if record.batch_id else None
+        view = job_detail(insp, m["id"], dash.data)
+        status = insp.get_batch(view["batch_id"]) if view["batch_id"] else None
         kind = status.kind if status is not None else None
-        graph = insp.workflow_graph(record.batch_id, GRAPH_LIMIT) \
-            if record.batch_id and kind == "workflow" else []
-        found = explain(insp, record.id, broker=dash.brokered)
-        return job_view(record, dash.data), kind, graph, found
+        graph = insp.workflow_graph(view["batch_id"], GRAPH_LIMIT) \
+            if view["batch_id"] and kind == "workflow" else []
+        found = explain(insp, view["id"], broker=dash.brokered)
+        return view, kind, graph, found
 
     view, kind, graph, found = await dash.call(read)
     here = f"/jobs/{view['id']}"
@@ -199,7 +197,8 @@ async def job(dash: StorageCaller, request: Request, csrf: str, m: re.Match[str]
               group, *_family(graph, view["id"]),
               ("Worker", e(view["worker"] or "-")), ("Created", when(view["created_at"])),
               ("Run at", when(view["run_at"])), ("Started", when(view["started_at"])),
-              ("Finished", when(view["finished_at"])), ("Message", e(view["message"] or "-"))]
+              ("Finished", when(view["finished_at"])), ("Message", e(view["message"] or "-")),
+              *waits_field(view)]
     if view["progress"]:
         done, total = view["progress"]
         bar = f'<progress max="{e(total)}" value="{e(done)}"></progress> ' if total else ""
@@ -216,7 +215,8 @@ async def job(dash: StorageCaller, request: Request, csrf: str, m: re.Match[str]
             f"<h3>Args</h3><pre>{js(view['args'])}</pre><h3>Kwargs</h3>"
             f"<pre>{js(view['kwargs'])}</pre><h3>Options</h3><pre>{js(view['options'])}</pre>"
             + (f"<h3>Result</h3><pre>{js(view['result'])}</pre>" if view["result"] else "")
-            + f"</div></div><h2>Timeline</h2>{_timeline(view['events'] or [])}"
+            + f"</div></div>{steps_section(view)}<h2>Timeline</h2>"
+            f"{_timeline(view['events'] or [])}"
             + _errors(view["errors_detail"]))
     return page(f"Job {view['name']}", "/jobs", live, request, csrf)
 

@@ -40,7 +40,7 @@ ROUTES: list[tuple[re.Pattern[str], Page]] = [
         (r"/batches/(?P<id>[^/]+)/failures\.(?P<format>csv|json)", api.batch_failures),
         (r"/metrics", api.metrics),
         (r"/api/stats", api.stats), (r"/api/workers", api.workers),
-        (r"/api/history", api.history),
+        (r"/api/history", api.history), (r"/api/scale-hint", api.scale_hint),
         (r"/api/jobs/(?P<id>[^/]+)", api.job), (r"/api/batches/(?P<id>[^/]+)", api.batch),
     )
 ]

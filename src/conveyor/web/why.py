@@ -22,19 +22,17 @@ def why_field(found: Explanation | None) -> tuple[str, str]:
     return ("Why", badge(found.status) + " " + "<br>".join(lines))
 
 
-def reasons(insp: Inspector, rows: Sequence[dict[str, Any]], brokered: bool) -> dict[str, str]:
-    """Job id -> the first gate holding it back, for the listed jobs still waiting (read
-    without their place in line: a list stays a handful of reads per job)."""
-    waiting = [r["id"] for r in rows if r["state"] not in _NOT_WAITING]
-    if not waiting:
-        return {}
-    workers = insp.workers()
-    out: dict[str, str] = {}
-    for job_id in waiting:
-        found = explain(insp, job_id, broker=brokered, workers=workers, place=False)
+def reasons(insp: Inspector, rows: Sequence[dict[str, Any]], brokered: bool) -> None:
+    """Set each listed row's "why": the first gate holding it back for a job still waiting,
+    else "" (read without its place in line: a list stays a handful of reads per job)."""
+    waiting = [r for r in rows if r["state"] not in _NOT_WAITING]
+    workers = insp.workers() if waiting else []
+    for row in rows:
+        row["why"] = ""
+    for row in waiting:
+        found = explain(insp, row["id"], broker=brokered, workers=workers, place=False)
         if found is not None:
-            out[job_id] = found.sentence
-    return out
+            row["why"] = found.sentence
 
 
 _NOT_WAITING = frozenset({"succeeded", "failed", "dead", "cancelled", "active"})

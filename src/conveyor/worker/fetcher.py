@@ -228,6 +228,12 @@ class Fetcher:
         with self._fetch_lock, self._start_lock:
             self._hand_back(self.reserve.take_all(), "worker quieted before the job started")
 
+    def hold(self) -> None:
+        """Start no more jobs, from any thread and without waiting for a fetch in flight
+        (whose jobs still start); ``quiet`` later hands the reserve back."""
+        self._quiet.set()
+        self.inflight.wake()
+
     @property
     def quieted(self) -> bool:
         """True once ``quiet`` was called."""

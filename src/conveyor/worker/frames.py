@@ -99,7 +99,8 @@ def ack_to_wire(ack: Ack) -> dict[str, Any]:
             "result": ack.result, "message": ack.message, "retry_in": ack.retry_in,
             "error": None if error is None else [error.type, error.message, error.traceback],
             "events": [e.to_wire() for e in ack.events],
-            "progress": None if ack.progress is None else list(ack.progress)}
+            "progress": None if ack.progress is None else list(ack.progress),
+            "resume_at": ack.resume_at}
 
 
 def ack_from_wire(raw: dict[str, Any]) -> Ack:
@@ -111,4 +112,5 @@ def ack_from_wire(raw: dict[str, Any]) -> Ack:
                retry_in=raw.get("retry_in"),
                error=None if error is None else ErrorInfo(*error),
                events=tuple(event_from_wire(e) for e in raw.get("events", ())),
-               progress=None if progress is None else (int(progress[0]), int(progress[1])))
+               progress=None if progress is None else (int(progress[0]), int(progress[1])),
+               resume_at=raw.get("resume_at"))

@@ -95,9 +95,9 @@ class Launcher:
                                      on_command=self.command)
         self.recoverer = Recoverer(storage, self.clock, config)
         self.poller = Poller(storage, self.clock, config)
+        collect = partial(sweep, app.data, storage.get_job, steps=storage.durable.read)
         self.janitor = Janitor(storage, self.clock, config, retention=app.retention,
-                               sweep=partial(sweep, app.data, storage.get_job)
-                               if app.data.offload is not None else None)
+                               sweep=collect if app.data.offload is not None else None)
         self.cron = CronScheduler(storage, self.clock, CronConfig(), app.schedules.declared,
                                   jobs=app.registry.options, by=f"worker {config.worker_id}")
         self.watchdog = Watchdog(storage, self.clock, config, inflight=self.inflight,
@@ -126,9 +126,14 @@ class Launcher:
         if self.inflight.claim(entry):
             if not entry.lost:
                 self.acker.add(ack)
-            self.fetcher.start_reserved()
+                if ack.resume_at is not None:  # a durable job suspended: promote it on time
+                    self.poller.expect(ack.resume_at)
+            # Counted before the freed slot takes the next job: a limit reached here stops
+            # that start (``retire``), so a process runs its N jobs, not N and what the
+            # reserve held while the main thread got round to stopping.
             if entry.executor != "process":  # a job process counts its own jobs
                 self.recycling.job_ended()
+            self.fetcher.start_reserved()
 
     def retire(self, reason: str) -> None:
         """Replace this process (a recycling limit, ``reason``): stop taking jobs, let the
@@ -139,6 +144,7 @@ class Launcher:
                         "(--processes 1)", reason)
             return
         self.retiring = True
+        self.fetcher.hold()  # no job starts from here on; ``run()`` hands the reserve back
         self.request_stop()
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -246,6 +252,8 @@ class Launcher:
         self.quiet()
         self.heartbeat.status = "stopping"
         self.fetcher.stop(5.0)  # no dispatch may race the wait below
+        for entry in list(self.inflight):  # a resumable loop hands its job back at once
+            entry.ctx.request_stop()
         if not self._wait_for_jobs(timeout):
             self.hard_shutdown()
         self.processes.close()  # after the hard shutdown: killed jobs were put back first

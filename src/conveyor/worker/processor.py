@@ -23,10 +23,13 @@ from conveyor.core.serializer import oversize
 from conveyor.errors import (
     BlobUnavailable,
     Fail,
+    Handback,
     JobTimeout,
     NotAJob,
     PayloadError,
     Retry,
+    RetryAfter,
+    Suspend,
     TypedDataError,
     UnknownJobError,
 )
@@ -34,6 +37,7 @@ from conveyor.worker.aggregation import AggregatorRuns
 from conveyor.worker.inflight import Entry
 from conveyor.worker.reporting import report_outcome
 from conveyor.worker.sealing import Sealer, Unrunnable, open_call
+from conveyor.worker.versions import Incompatible, VersionGate, leave_delay
 
 __all__ = ["Processor", "error_info"]
 
@@ -77,18 +81,28 @@ class Processor:
         if aggregator is not None:
             fn = aggregator
         data = self.app.client.data
+        gate = None if fn.opts.version is None or aggregator is not None \
+            else VersionGate(self.app.storage, job, fn)
         try:
-            args, kwargs, meta, stored, named = open_call(data, job, fn)
+            args, kwargs, meta, stored, named = open_call(
+                data, job, fn, None if gate is None else gate.migrate)
         except Unrunnable as bad:  # a key not held, a blob gone, a typed argument wrong
             return self._dead(job, bad)
         except BlobUnavailable as down:  # the blob store does not answer: try again later
             return self._later(job, down)
+        except Incompatible as other:  # another version's job: left, no attempt spent
+            log.info("%s", other)
+            return Ack(job.id, job.token, Outcome.SNOOZE, message=str(other),
+                       retry_in=leave_delay(job.attempt))
         ctx = JobContext(
             job_id=job.id, name=job.name, queue=job.queue, attempt=job.attempt,
             errors=job.errors, batch_id=job.batch_id, meta=meta, worker_id=self.worker_id,
             args=stored, kwargs=named, runtime=self.app.runtime, app=self.app,
             token=job.token,
         )
+        ctx.event_window = fn.opts.event_window
+        if gate is not None:
+            ctx.version, ctx._records = fn.opts.version, gate.records
         if data.seals(job.name):
             ctx.seal = Sealer(data, job.id, job.name).event
         now = self.clock.now()
@@ -200,7 +214,15 @@ class Processor:
         return ack
 
     def failure(self, entry: Entry, exc: BaseException) -> Ack:
-        """Map an exception to FAILED, RETRY, DEAD or CANCELLED; log it, call error hooks."""
+        """Map an exception to FAILED, RETRY, DEAD or CANCELLED; log it, call error hooks.
+        A durable job's control flow is no error: a sleep or wait leaves the worker
+        (SUSPENDED), a loop stopped at its checkpoint goes back (INTERRUPTED) or ends
+        cancelled (docs/durable.md)."""
+        if isinstance(exc, Suspend):
+            return self.ack(entry, Outcome.SUSPENDED, resume_at=exc.until, message=exc.reason)
+        if isinstance(exc, Handback):
+            outcome = Outcome.CANCELLED if entry.ctx.cancelled else Outcome.INTERRUPTED
+            return self.ack(entry, outcome, message=str(exc))
         ack = self._failure(entry, exc)
         report_outcome(self.app, entry.job, exc, ack, entry.args, entry.kwargs)
         return ack
@@ -227,6 +249,9 @@ class Processor:
         if isinstance(exc, NotAJob):  # a stored name that is not a job: never retried
             info = error_info(exc)
             return self.ack(entry, Outcome.DEAD, message=info.message, error=info)
+        if isinstance(exc, RetryAfter):  # a wait, not an error: the retry budget is untouched
+            message = exc.message or f"retry after {exc.seconds:g}s"
+            return self.ack(entry, Outcome.SNOOZE, message=message, retry_in=exc.seconds)
         if isinstance(exc, Retry):  # counts as an attempt, so it ends too
             message = exc.message or "retry requested"
             if job.errors >= job.max_retries:

@@ -26,7 +26,7 @@ __all__ = ["report_outcome"]
 log = logging.getLogger("conveyor.worker")
 
 _LEVELS = {Outcome.RETRY: logging.WARNING, Outcome.DEAD: logging.ERROR,
-           Outcome.FAILED: logging.INFO}
+           Outcome.FAILED: logging.INFO, Outcome.SNOOZE: logging.INFO}
 
 
 def report_outcome(
@@ -38,12 +38,14 @@ def report_outcome(
     if level is None:  # succeeded, cancelled, interrupted: not a failure
         return
     # A job that asked for a retry (``raise Retry``) is rescheduled on purpose: no error.
-    requested = isinstance(exc, Retry) and ack.outcome is Outcome.RETRY
+    requested = ((isinstance(exc, Retry) and ack.outcome is Outcome.RETRY)
+                 or ack.outcome is Outcome.SNOOZE)
     if requested:
         level = logging.INFO
     reason = (ack.message or "") if isinstance(exc, Fail) else f"{type(exc).__name__}: {exc}"
     verb = {Outcome.RETRY: f"error, retrying in {ack.retry_in or 0:.1f}s",
-            Outcome.DEAD: "dead", Outcome.FAILED: "failed"}[ack.outcome]
+            Outcome.DEAD: "dead", Outcome.FAILED: "failed",
+            Outcome.SNOOZE: f"snoozed for {ack.retry_in or 0:.1f}s"}[ack.outcome]
     log.log(level, "job %s %s attempt %d %s: %s", printable(job.id), printable(job.name),
             job.attempt, verb, printable(reason),
             extra={"job_id": job.id, "job_name": job.name, "attempt": job.attempt,

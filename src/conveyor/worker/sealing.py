@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from conveyor.client.payloads import JobData
@@ -16,7 +17,11 @@ from conveyor.core.envelope import TEXT_TOKEN
 from conveyor.core.job import ErrorInfo, Event, EventKind, LeasedJob
 from conveyor.errors import BlobMissing, PayloadError, TypedDataError, UnsealError
 
-__all__ = ["Sealer", "Unrunnable", "open_call"]
+__all__ = ["Migrate", "Sealer", "Unrunnable", "open_call"]
+
+#: ``(args, kwargs, meta) -> (args, kwargs)``: stored arguments brought to this code's version.
+Migrate = Callable[[list[Any], dict[str, Any], Mapping[str, Any]],
+                   tuple[list[Any], dict[str, Any]]]
 
 
 class Unrunnable(Exception):
@@ -24,13 +29,16 @@ class Unrunnable(Exception):
     a typed argument does not validate. It ends dead with this one line."""
 
 
-def open_call(data: JobData, job: LeasedJob,
-              fn: JobFunction) -> tuple[list[Any], dict[str, Any], dict[str, Any], list[Any],
-                                        dict[str, Any]]:
+def open_call(data: JobData, job: LeasedJob, fn: JobFunction,
+              migrate: Migrate | None = None) -> tuple[list[Any], dict[str, Any],
+                                                       dict[str, Any], list[Any],
+                                                       dict[str, Any]]:
     """``(args, kwargs, meta, stored args, stored kwargs)`` of a leased job: the call's
     arguments (typed ones made their type) and the JSON ones the context keeps.
     ``Unrunnable`` names the job (and its workflow) and the problem; ``BlobUnavailable``
-    (a blob store that does not answer) is raised as it is: the job is retried."""
+    (a blob store that does not answer) is raised as it is: the job is retried.
+    ``migrate`` (a versioned type's, worker/versions.py) brings the JSON arguments to this
+    code's version first; what it raises but ``ValueError`` goes through."""
     who = f"job {job.name} {job.id}" + (f" (of batch {job.batch_id})" if job.batch_id else "")
     try:
         args, kwargs, meta = data.open_payload(job.id, job.name, job.payload)
@@ -38,6 +46,11 @@ def open_call(data: JobData, job: LeasedJob,
         raise Unrunnable(f"{who}: {exc}") from None
     except (ValueError, RecursionError) as exc:  # an envelope damaged in the store
         raise Unrunnable(f"{who}: its stored arguments cannot be read: {exc}") from None
+    if migrate is not None:
+        try:
+            args, kwargs = migrate(args, kwargs, meta)
+        except ValueError as exc:
+            raise Unrunnable(f"{who}: {exc}") from None
     if fn.opts.aggregate is not None or not fn.shape.typed:
         return args, kwargs, meta, args, kwargs
     try:

@@ -206,6 +206,48 @@ def poison_text(where: str) -> Any:
     return {"text": POISON_TEXT} if where == "result" else None
 
 
+def steps(count: int, low: int, high: int) -> int:
+    """A durable job of ``count`` steps of ``low``-``high`` ms (docs/durable.md). Each run of a
+    step logs ``step`` before its work and ``stepped`` after it, with its index, so a test
+    counts every step's runs across workers killed half-way."""
+    ctx = current_job()
+    rng = random.Random(ctx.job_id)
+    for i in range(count):
+        ctx.step(f"s{i}", _step, i, rng.randint(low, high))
+    return count
+
+
+def _step(i: int, ms: int) -> int:
+    record("step", i=i, sid=current_job().step_id)
+    time.sleep(ms / 1000.0)
+    record("stepped", i=i)
+    return i
+
+
+def waiter(key: str) -> Any:
+    """A durable job that waits for the event ``faults.event`` of ``key`` (its job type keeps
+    events ten minutes, so one sent before the wait began still reaches it), then records
+    what it got in a step."""
+    ctx = current_job()
+    got = ctx.wait_for("faults.event", key=key, timeout=600)
+    ctx.step("after", _after, got)
+    return got
+
+
+def _after(got: Any) -> Any:
+    record("after", got=got)
+    return got
+
+
+def sleeper(seconds: float) -> str:
+    """A durable job: a step, a sleep of ``seconds``, a step."""
+    ctx = current_job()
+    ctx.step("before", _after, "before")
+    ctx.sleep(seconds)
+    ctx.step("after", _after, "after")
+    return "woke"
+
+
 JOBS: dict[str, Callable[..., Any]] = {
     "faults.work": work,
     "faults.crash": crash,
@@ -218,6 +260,9 @@ JOBS: dict[str, Callable[..., Any]] = {
     "faults.expand": expand,
     "faults.grow": grow,
     "faults.member": member,
+    "faults.steps": steps,
+    "faults.waiter": waiter,
+    "faults.sleeper": sleeper,
 }
 
 
@@ -234,6 +279,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "faults.ordered": {"order_key": _account_key},
     "faults.member": {"aggregate": Aggregate(_group_key, grace=0.1, max_delay=0.5,
                                              max_size=25)},
+    "faults.waiter": {"event_window": 600.0},
 }
 
 

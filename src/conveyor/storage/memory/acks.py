@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from conveyor.core.job import Ack, Event, EventKind, JobState, Outcome
-from conveyor.storage.memory.state import Entry, MemoryState
+from conveyor.storage.memory.durable import MemoryDurable
+from conveyor.storage.memory.entry import Entry
+from conveyor.storage.memory.state import MemoryState
 from conveyor.storage.rules import (
     ack_message,
     cancelled_message,
@@ -15,8 +17,9 @@ from conveyor.storage.rules import (
 )
 
 
-def apply(state: MemoryState, ack: Ack, now: float) -> bool:
-    """Apply one outcome if ``ack.token`` is the job's lease; else record the refusal."""
+def apply(state: MemoryState, durable: MemoryDurable, ack: Ack, now: float) -> bool:
+    """Apply one outcome if ``ack.token`` is the job's lease; else record the refusal
+    (``durable``: the part a SUSPENDED outcome goes to)."""
     entry = state.holder(ack.job_id, ack.token)
     if entry is None:
         stale = state.jobs.get(ack.job_id)
@@ -39,12 +42,13 @@ def apply(state: MemoryState, ack: Ack, now: float) -> bool:
         rec.errors += 1 if counts_as_error(ack) else 0
         message = cancelled_message(message)
     rec.message = message
-    _finish(state, entry, ack, outcome, now, message, error)
+    _finish(state, durable, entry, ack, outcome, now, message, error)
     return True
 
 
-def _finish(state: MemoryState, entry: Entry, ack: Ack, outcome: Outcome, now: float,
-            message: str | None, error: dict[str, Any] | None) -> None:
+def _finish(state: MemoryState, durable: MemoryDurable, entry: Entry, ack: Ack,
+            outcome: Outcome, now: float, message: str | None,
+            error: dict[str, Any] | None) -> None:
     rec, worker = entry.rec, entry.rec.worker
     if outcome is Outcome.SUCCEEDED:
         rec.result = ack.result
@@ -65,9 +69,16 @@ def _finish(state: MemoryState, entry: Entry, ack: Ack, outcome: Outcome, now: f
         rec.errors += 1 if ack.error else 0
         state.move(entry, JobState.DEAD, EventKind.DEAD, now, worker=worker,
                    message=message, data=error)
+    elif outcome is Outcome.SNOOZE:  # RetryAfter: due again later; not an error attempt
+        delay = max(ack.retry_in or 0.0, 0.0)
+        rec.run_at = now + delay
+        state.move(entry, JobState.SCHEDULED, EventKind.SNOOZED, now, worker=worker,
+                   message=message, data={"retry_after": delay})
     elif outcome is Outcome.CANCELLED:
         state.move(entry, JobState.CANCELLED, EventKind.CANCELLED, now, worker=worker,
                    message=message, data=error)
+    elif outcome is Outcome.SUSPENDED:  # a durable job sleeps or waits (docs/durable.md)
+        durable.suspend(entry, ack, now, message)
     else:  # INTERRUPTED: put back untouched; a shutdown is not an error attempt
         state.move(entry, JobState.PENDING, EventKind.INTERRUPTED, now, worker=worker,
                    message=message or "interrupted by worker shutdown")

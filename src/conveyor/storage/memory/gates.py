@@ -6,11 +6,12 @@ from __future__ import annotations
 from conveyor.core.job import JobState
 from conveyor.storage.gates import FAIR_KEYS_SHOWN, GateFacts, Holder
 from conveyor.storage.lineup import keys_before
+from conveyor.storage.memory.entry import Entry, group_of
 from conveyor.storage.memory.flow import ScanBudget
 from conveyor.storage.memory.inspect import MemoryInspector
 from conveyor.storage.memory.lineup import MemoryLineups, band_of, cost_of, key_of
 from conveyor.storage.memory.outbox import MemoryOutbox
-from conveyor.storage.memory.state import Entry, MemoryState, group_of
+from conveyor.storage.memory.state import MemoryState
 
 __all__ = ["MemoryGates"]
 

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 
 from conveyor.core.job import EventKind, JobRecord
 from conveyor.storage.lineup import Candidate, Verdict, aged, walk
+from conveyor.storage.memory.entry import Entry
 from conveyor.storage.memory.flow import FlowGate, ScanBudget
-from conveyor.storage.memory.state import Entry, MemoryState
+from conveyor.storage.memory.state import MemoryState
 from conveyor.storage.rules import DEADLINE_PASSED, broken_key
 
 __all__ = ["MemoryLineup", "MemoryLineups", "band_of", "cost_of", "key_of"]

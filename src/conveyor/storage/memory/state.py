@@ -12,8 +12,8 @@ import heapq
 import secrets
 import threading
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from conveyor.core.clock import Clock
@@ -32,28 +32,11 @@ from conveyor.storage.aggregation import Group, GroupId
 from conveyor.storage.graph import JobView, NodeRow
 from conveyor.storage.lineup import first_aging
 from conveyor.storage.memory.batches import BatchBook
+from conveyor.storage.memory.entry import DUE_STATES, WAITING_STATES, Entry, group_of
 from conveyor.storage.memory.flow import FlowGate
 from conveyor.storage.memory.totals import Totals
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING, cancelled_message
 from conveyor.storage.workers import WorkerInfo
-
-#: States a job waits in before it runs (cancelled at once by a cancel request).
-WAITING_STATES = frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.RETRYING,
-                            JobState.WAITING, JobState.AGGREGATING})
-_DUE_STATES = (JobState.SCHEDULED, JobState.RETRYING)
-
-
-@dataclass(slots=True, eq=False)
-class Entry:
-    """One stored job: its record plus what only the storage sees."""
-
-    rec: JobRecord
-    seq: int  # enqueue order, the tie-breaker of "oldest first"
-    token: str | None = None
-    version: int = 0  # bumped on every move; stale schedule-heap entries are skipped by it
-    pending_since: float = 0.0
-    band: int = 0  # its priority now: the declared one, raised by aging (storage/lineup.py)
-    age_next: float = 0.0  # when aging raises it next (with ``flow.aging``)
 
 
 class MemoryState:
@@ -88,6 +71,7 @@ class MemoryState:
         # queue -> its pending jobs the lineup places (storage/lineup.py); its last fair key
         self.lined: dict[str, dict[str, None]] = defaultdict(dict)
         self.pointers: dict[str, str] = {}
+        self.forgets: list[Callable[[str], None]] = []  # called with a deleted job's id
 
     def now(self) -> float:
         """The storage's clock."""
@@ -248,7 +232,7 @@ class MemoryState:
         elif new is JobState.AGGREGATING:
             entry.pending_since = now
             self.members[group_of(rec)][rec.id] = now
-        elif new in _DUE_STATES:
+        elif new in DUE_STATES:
             run_at = now if rec.run_at is None else rec.run_at
             heapq.heappush(self.due, (run_at, entry.seq, entry.version, rec.id))
         self.totals.moved(rec, new, now)
@@ -305,6 +289,8 @@ class MemoryState:
         """Delete a job from every index (``touch_batch``: and from its batch's counters)."""
         rec = entry.rec
         del self.jobs[rec.id]
+        for forget in self.forgets:
+            forget(rec.id)
         if rec.state is JobState.PENDING:
             self.pending[rec.queue].pop(rec.id, None)
             self.lined[rec.queue].pop(rec.id, None)
@@ -347,11 +333,6 @@ class MemoryState:
         """A job's record and enqueue order (the flow gate's view of the store)."""
         entry = self.jobs.get(job_id)
         return None if entry is None else (entry.rec, entry.seq)
-
-
-def group_of(rec: JobRecord) -> GroupId:
-    """The aggregation group a member job belongs to."""
-    return (rec.queue, rec.name, rec.flow.group_key if rec.flow and rec.flow.group_key else "")
 
 
 class _Graph:

@@ -34,6 +34,8 @@ from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.blocks import JobBlock
 from conveyor.storage.delegate import delegate
 from conveyor.storage.memory import acks as acks_of
+from conveyor.storage.memory.durable import MemoryDurable
+from conveyor.storage.memory.entry import Entry
 from conveyor.storage.memory.flow import MemoryFlow, ScanBudget
 from conveyor.storage.memory.gates import MemoryGates
 from conveyor.storage.memory.groups import MemoryGroups
@@ -41,7 +43,7 @@ from conveyor.storage.memory.inspect import MemoryInspector
 from conveyor.storage.memory.lineup import MemoryLineups
 from conveyor.storage.memory.outbox import MemoryOutbox
 from conveyor.storage.memory.schedules import MemorySchedules
-from conveyor.storage.memory.state import Entry, MemoryState
+from conveyor.storage.memory.state import MemoryState
 from conveyor.storage.retention import Retention
 from conveyor.storage.rules import (
     LEASE_EXPIRED,
@@ -108,6 +110,7 @@ class MemoryStorage:
         self.url = url
         self.state = MemoryState(url, clock)
         self._groups = MemoryGroups(self.state)
+        self.durable = MemoryDurable(self.state)
         self._inspector = MemoryInspector(self.state)
         self._flow = MemoryFlow(self.state.lock, self.state.paused, self.state.wake)
         self._schedules = MemorySchedules()
@@ -184,7 +187,7 @@ class MemoryStorage:
         """Apply outcomes, each fenced by its lease token; see ``Storage.ack``."""
         with self.state.lock:
             now = self.state.now()
-            return [acks_of.apply(self.state, ack, now) for ack in acks]
+            return [acks_of.apply(self.state, self.durable, ack, now) for ack in acks]
 
     def log(self, job_id: str, token: str, events: Sequence[Event],
             progress: tuple[int, int] | None = None) -> bool:

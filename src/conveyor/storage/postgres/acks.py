@@ -55,7 +55,9 @@ def _row(ack: Ack) -> tuple[Any, ...]:
         ack.job_id, ack.token, ack.outcome.value, given.state, given.kind, *_effect(given),
         given.counted, cancels, *_effect(cancelled), 1 if counts_as_error(ack) else 0,
         ack.result, json.dumps(list(ack.progress)) if ack.progress else None,
-        ack.retry_in or 0.0, events,
+        # a suspension's wake time travels where a retry's delay does (functions/ack.sql)
+        ack.resume_at if ack.outcome is Outcome.SUSPENDED and ack.resume_at is not None
+        else ack.retry_in or 0.0, events,
     )
 
 

@@ -43,6 +43,7 @@ from conveyor.storage.postgres.connection import (
     parse_postgres_url,
     reads,
 )
+from conveyor.storage.postgres.durable import PostgresDurable
 from conveyor.storage.postgres.flow import PostgresFlow
 from conveyor.storage.postgres.gates import PostgresGates
 from conveyor.storage.postgres.inspect import PostgresInspector
@@ -172,6 +173,7 @@ class PostgresStorage:
         self._flow = PostgresFlow(db)
         self._upkeep = PostgresUpkeep(db, self._clock, self._notices)
         self._vacuum = PostgresVacuum(db)
+        self.durable = PostgresDurable(db, self._clock)
         self._schedules = PostgresSchedules(db)
         self._edits = ScheduleEdits(self.now, self._schedules)
         self._outbox = PostgresOutbox(db, self._clock)

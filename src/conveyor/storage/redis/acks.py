@@ -13,7 +13,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Sequence
 
-from conveyor.core.job import Ack
+from conveyor.core.job import Ack, Outcome
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.context import Move, RedisContext
 from conveyor.storage.redis.graph import RedisGraph
@@ -51,16 +51,20 @@ class RedisAcks:
     def _ack_chunk(self, queue: str, acks: Sequence[Ack], idxs: list[int],
                    results: list[bool]) -> None:
         later: list[int] = []
-        moves: list[Move] = []
+        intents: list[Move] = []  # outcomes about to be applied: the jobs are still ours
+        moves: list[Move] = []  # what the store answered: applied before, or refused
         planned = self._ack_call(queue, acks, idxs, "plan")
         for i, (code, batch, value) in zip(idxs, planned, strict=True):
             if code == 2:
                 later.append(i)
-                moves.append((str(batch), acks[i].job_id, str(value)))
+                intents.append((str(batch), acks[i].job_id, str(value)))
             else:
                 self._ack_result(acks[i], code, batch, value, results, i, moves)
         # Counted before the jobs leave active; a workflow's marks are settled only once the
-        # outcomes stand (below): a refused one releases nothing.
+        # outcomes stand (below): a refused one releases nothing. A refused ack reports the
+        # job as its new holder has it, who may finish it before the report lands: that
+        # report is confirmed (RedisBatches.confirm), an intent is not (it is ours).
+        self._graph.sync_batches(intents, settle=False, confirm=False)
         self._graph.sync_batches(moves, settle=False)
         applied: list[list[object]] = []
         if later:
@@ -79,7 +83,10 @@ class RedisAcks:
                   mode: str) -> list[list[object]]:
         args = [self.ctx.now_arg(), queue, mode]
         for i in idxs:
-            args.extend(codec.ack_args(acks[i]))
+            fields = codec.ack_args(acks[i])
+            if acks[i].outcome is Outcome.SUSPENDED and acks[i].resume_at is not None:
+                fields[6] = repr(acks[i].resume_at)  # the wake time, in retry_in's place
+            args.extend(fields)
         reply: list[list[object]] = self.scripts.run("ack", self.keys.queue(queue), args,
                                                      patience=ACK_PATIENCE)
         return reply

@@ -20,7 +20,14 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from conveyor.core.job import ALL_STATES, BatchSpec, EnqueueResult, JobSpec, JobState
+from conveyor.core.job import (
+    ALL_STATES,
+    TERMINAL_STATES,
+    BatchSpec,
+    EnqueueResult,
+    JobSpec,
+    JobState,
+)
 from conveyor.core.text import printable
 from conveyor.errors import BatchClosedError, BatchNotFound
 from conveyor.storage.redis import codec
@@ -35,6 +42,8 @@ RUN_MAX = 16**RUN_DIGITS - 1
 MAX_RUNS = 8  # ids of a join that make more runs than this are sent one by one
 JOIN_STATES = (JobState.PENDING, JobState.SCHEDULED)  # the only states runs hold
 LOWER_HEX = re.compile(r"[0-9a-f]+")
+CONFIRM_ROUNDS = 10  # reads back of a report (``confirm``); each one ends a job's race
+_SETTLED = frozenset({*(s.value for s in TERMINAL_STATES), "deleted"})  # reports final
 _LOW = [f"{i:03x}" for i in range(4096)]
 
 
@@ -135,6 +144,36 @@ class RedisBatches:
                 self.link.call("ZADD", self.keys.workflows_marked, "NX", self.ctx.now(), batch_id)
             if self.batch_run(batch_id, "set", flat)[1]:
                 marked.add(batch_id)
+        return marked
+
+    def confirm(self, moves: Iterable[Move]) -> set[str]:
+        """Report again each reported job whose state has moved on since its report was
+        read, until the batch holds what the job holds; returns the workflows marked.
+
+        A report is written after the script that read it, from whichever process ran it:
+        the recoverer's "pending" or a refused ack's "active" can land after a worker that
+        took the job since has reported it finished, and would stand for good (a batch that
+        never completes). Reading the job back after writing, and writing again when it
+        moved, ends with the batch at the job's state: whoever moves the job after our
+        last read reports after that move. A terminal state never moves, so reports of one
+        need no read; the hot path (a worker's own lease and outcome) reports nothing else.
+        """
+        marked: set[str] = set()
+        due = [m for m in moves if m[2].partition(":")[0] not in _SETTLED]
+        for _ in range(CONFIRM_ROUNDS):
+            if not due:
+                break
+            by_queue: dict[str, list[Move]] = defaultdict(list)
+            for move in due:
+                by_queue[move[2].partition(":")[2]].append(move)
+            moved: list[Move] = []
+            for queue, reported in by_queue.items():
+                now = {r.id: f"{r.state.value}:{r.queue}" for r in
+                       self.ctx.records(queue, [job for _, job, _ in reported], False)}
+                moved += [(batch, job, now[job]) for batch, job, value in reported
+                          if job in now and now[job] != value]
+            marked |= self.sync_counts(moved)
+            due = [m for m in moved if m[2].partition(":")[0] not in _SETTLED]
         return marked
 
     def is_workflow(self, batch_id: str) -> bool:

@@ -63,10 +63,19 @@ class RedisGraph:
         self.link, self.keys, self.scripts = ctx.link, ctx.keys, ctx.scripts
         self._batches = batches
 
-    def sync_batches(self, moves: Iterable[Move], *, settle: bool = True) -> None:
+    def sync_batches(self, moves: Iterable[Move], *, settle: bool = True,
+                     confirm: bool = True) -> None:
         """Feed moves to their batches' counters, then settle the workflows they marked
-        (``settle=False``: the caller settles later, after the moves stand)."""
+        (``settle=False``: the caller settles later, after the moves stand).
+
+        ``confirm``: read each job reported in a state it can leave back, and report it
+        again if it moved meanwhile (``RedisBatches.confirm``); off only for what a worker
+        reports of its own lease (the job cannot move before that report: it has not run)
+        and for an ack's plan (the job is still leased to the worker that reports it)."""
+        moves = list(moves)
         marked = self._batches.sync_counts(moves)
+        if confirm:
+            marked |= self._batches.confirm(moves)
         if settle:
             self.settle_graphs(marked)
 

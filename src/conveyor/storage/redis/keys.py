@@ -61,6 +61,14 @@ class QueueKeys:
     lineup: str
     lined: str
     aging: str
+    # Durable jobs (docs/durable.md, lua/_durable.lua): a job's steps (hash: id -> step names,
+    # id US name -> record JSON, id RS -> ids of the messages it took), its wait (hash: id ->
+    # TAB fields), its inbox (hash: id -> one message a line), the event waits still
+    # listening (zset, scores 0: "name US key US id")
+    steps: str
+    waits: str
+    inbox: str
+    listeners: str
 
     def by_state(self, state: str) -> str:
         """The index key holding jobs in ``state``."""
@@ -106,6 +114,14 @@ class ScheduleKeys:
     changes: str  # list: the audit trail, change JSON, newest first
 
 
+@dataclass(frozen=True, slots=True)
+class EventKeys:
+    """The key of kept.lua: events kept for waits that begin later (docs/durable.md), in the
+    shared ``{events}`` slot (hash: "name US key" -> one event a line)."""
+
+    kept: str
+
+
 class Keys:
     """Key names under one prefix (``?prefix=`` in the storage URL)."""
 
@@ -120,6 +136,7 @@ class Keys:
         # Periodic schedules, all in the slot of the tag {schedules} (schedule.lua)
         self.schedules = ScheduleKeys(*(f"{prefix}:{{schedules}}:{field}"
                                         for field in ScheduleKeys.__slots__))
+        self.events = EventKeys(f"{prefix}:{{events}}:kept")
         self.queue = lru_cache(maxsize=4096)(self._queue)
         self.batch = lru_cache(maxsize=4096)(self._batch)
 

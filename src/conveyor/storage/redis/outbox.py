@@ -58,7 +58,7 @@ class RedisOutbox:
                 *[x for job_id, again, message in given
                   for x in (job_id, "1" if again else "0", message or "")]]
         kinds, rows, moves = self.scripts.run("start", self.ctx.register_queue(queue), args)
-        self._graph.sync_batches(moves)
+        self._graph.sync_batches(moves, confirm=False)  # its own leases, not run yet
         leased = iter(codec.leased(row, queue) for row in rows)
         return [StartReply(job_id, StartKind(kind),
                            next(leased) if kind == "started" else None)

@@ -41,7 +41,13 @@ import redis
 from conveyor.storage.redis import codec
 from conveyor.storage.redis.connection import Link
 from conveyor.storage.redis.constants import inline_constants
-from conveyor.storage.redis.keys import BatchKeys, DoorbellKeys, QueueKeys, ScheduleKeys
+from conveyor.storage.redis.keys import (
+    BatchKeys,
+    DoorbellKeys,
+    EventKeys,
+    QueueKeys,
+    ScheduleKeys,
+)
 
 # Each script, and the key holder its caller passes.
 HOLDERS: dict[str, type] = {
@@ -53,11 +59,14 @@ HOLDERS: dict[str, type] = {
     "node": QueueKeys, "gather": QueueKeys, "heads": QueueKeys, "schedule": ScheduleKeys,
     "enqueue_one": QueueKeys,  # one plain job: the one-by-one enqueue (enqueue_one.lua)
     "reseal": QueueKeys,  # job data sealed again with the newest key (conveyor jobs reencrypt)
+    # durable jobs (docs/durable.md, redis/durable.py)
+    "steps": QueueKeys, "receive": QueueKeys, "deliver": QueueKeys, "kept": EventKeys,
 }
 SCRIPT_NAMES = tuple(HOLDERS)
 # The writes a ``wait_replicas`` URL makes wait for replicas: new jobs, outcomes, and the
 # batch counters an outcome moves (applied before the outcome itself).
-DURABLE = frozenset({"enqueue", "enqueue_one", "ack", "batch", "graph", "node"})
+DURABLE = frozenset({"enqueue", "enqueue_one", "ack", "batch", "graph", "node", "steps",
+                     "receive", "deliver", "kept"})
 
 INCLUDE = re.compile(r'^--- @include "(_[a-z_]+)"\s*$')
 KEY = re.compile(r"^--- @key ([a-z_]+)\b")

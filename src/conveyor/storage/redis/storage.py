@@ -48,6 +48,7 @@ from conveyor.storage.redis.connection import (
     parse_url,
 )
 from conveyor.storage.redis.context import RedisContext
+from conveyor.storage.redis.durable import RedisDurable
 from conveyor.storage.redis.enqueue import RedisEnqueue
 from conveyor.storage.redis.flow import RedisFlow
 from conveyor.storage.redis.gates import RedisGates
@@ -178,7 +179,8 @@ class RedisStorage:
         self._acks = RedisAcks(ctx, self._graph)
         self._admin = RedisAdmin(ctx, self._graph)
         self.repair = PendingRepair(ctx)
-        self._upkeep = RedisUpkeep(ctx, self._graph, self._admin, self.repair)
+        self.durable = RedisDurable(ctx, self._graph)
+        self._upkeep = RedisUpkeep(ctx, self._graph, self._admin, self.repair, self.durable)
         self._pages = RedisBatchPages(ctx, self._batches)
         self._inspector = RedisInspector(ctx, self._batches, self._pages, self._admin)
         self._gates = RedisGates(ctx, self._inspector)
@@ -238,7 +240,7 @@ class RedisStorage:
     def _leased(self, queue: str, reply: Any) -> list[LeasedJob]:
         """Decode a dequeue.lua reply and feed its batch moves to the batch counters."""
         rows, moves = reply
-        self._graph.sync_batches(moves)
+        self._graph.sync_batches(moves, confirm=False)  # its own leases, not run yet
         return [codec.leased(row, queue) for row in rows]
 
     def wait(self, queues: Sequence[str], timeout: float) -> bool:
@@ -349,7 +351,7 @@ class RedisStorage:
         if not reply:
             return None
         rows, moves = reply
-        self._graph.sync_batches(moves)
+        self._graph.sync_batches(moves, confirm=False)  # its own leases, not run yet
         return [codec.leased(row, queue) for row in rows]
 
     def batch_finished(self, batch_id: str) -> AbstractContextManager[BatchWaiter]:

@@ -13,6 +13,7 @@ import dataclasses
 from conveyor.core.job import JobState
 from conveyor.storage.redis.admin import RedisAdmin
 from conveyor.storage.redis.context import RedisContext
+from conveyor.storage.redis.durable import RedisDurable
 from conveyor.storage.redis.graph import RedisGraph
 from conveyor.storage.redis.repair import PendingRepair
 from conveyor.storage.retention import Retention
@@ -28,12 +29,13 @@ class RedisUpkeep:
     deployment."""
 
     def __init__(self, ctx: RedisContext, graph: RedisGraph, admin: RedisAdmin,
-                 repair: PendingRepair) -> None:
+                 repair: PendingRepair, durable: RedisDurable) -> None:
         self.ctx = ctx
         self.link, self.keys, self.scripts = ctx.link, ctx.keys, ctx.scripts
         self._graph = graph
         self._admin = admin
         self._repair = repair
+        self._durable = durable  # its kept events are swept at trim
         self._scan: dict[str, str] = {}  # reclaim's HSCAN cursor per queue
 
     def unregister_worker(self, worker_id: str) -> None:
@@ -108,6 +110,7 @@ class RedisUpkeep:
                 if deleted < TRIM_CHUNK:
                     break
         now = self.ctx.now()
+        self._durable.sweep()
         self._trim_batches(now - retention.batch_seconds)
         for worker_id in self.link.call("ZRANGEBYSCORE", self.keys.workers, "-inf",
                                         now - retention.worker_ttl):

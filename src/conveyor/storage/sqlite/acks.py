@@ -13,9 +13,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.core.job import Ack, Event, EventKind
+from conveyor.core.job import Ack, Event, EventKind, Outcome
 from conveyor.storage.rules import AckEffect, ack_effect, counts_as_error, effective_outcome
 from conveyor.storage.sqlite import batches, jobs
+from conveyor.storage.sqlite.durable import wake_answered
 
 # Name and batch id as bytes: a row another program wrote may not be UTF-8, and its (dead)
 # outcome must still be written (see jobs.decode_text).
@@ -32,6 +33,8 @@ _APPLY = (
     "WHERE rowid = ? AND state = 'active'"
 )
 _REFUSE = "UPDATE jobs SET events = events || ? WHERE rowid = ?"
+# The states an ack leaves a job in to run again later (a retry; a RetryAfter's snooze)
+_DUE_LATER = ("retrying", "scheduled")
 
 def _params(ack: Ack, effect: AckEffect, now: float, row: Sequence[Any]) -> tuple[Any, ...]:
     """The ``_APPLY`` parameters of one ack with its effect, for the row it matched."""
@@ -41,7 +44,8 @@ def _params(ack: Ack, effect: AckEffect, now: float, row: Sequence[Any]) -> tupl
     return (
         effect.state, 1 if counts_as_error(ack) else 0, ack.result,
         effect.message, json.dumps(list(ack.progress)) if ack.progress else None,
-        now + (ack.retry_in or 0.0) if effect.state == "retrying" else None,
+        ack.resume_at if ack.resume_at is not None else
+        now + (ack.retry_in or 0.0) if effect.state in _DUE_LATER else None,
         now if effect.state == "pending" else None, now if effect.terminal else None, events,
         row[1],
     )
@@ -58,6 +62,7 @@ def apply(
     refusals: list[tuple[str, int]] = []
     moves: list[batches.Move] = []
     totals: Counter[tuple[str, str, str]] = Counter()
+    suspended: list[str] = []
     for ack in acks:
         row = rows.get(ack.job_id)
         ok = row is not None and row[3] == "active" and row[2] == ack.token
@@ -70,6 +75,8 @@ def apply(
         rows[ack.job_id] = (*row[:3], "done", *row[4:])  # a second ack in this call is refused
         effect = ack_effect(ack, effective_outcome(ack.outcome, bool(row[9])))
         updates.append(_params(ack, effect, now, row))
+        if effect.state == "scheduled" and ack.outcome is Outcome.SUSPENDED:
+            suspended.append(ack.job_id)  # a snoozed job (RetryAfter) waits for nothing
         if row[6]:
             moves.append((row[6], "active", effect.state))
         if effect.counted:
@@ -78,6 +85,8 @@ def apply(
     cur.executemany(_REFUSE, refusals)
     if totals:
         jobs.add_totals(cur, now, totals)
+    if suspended:  # answered while it left its worker: pending at once (docs/durable.md)
+        moves += wake_answered(cur, now, suspended)[1]
     return applied, moves
 
 

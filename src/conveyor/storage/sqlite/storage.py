@@ -43,6 +43,7 @@ from conveyor.storage.sqlite.connection import (
     parse_sqlite_url,
     reads,
 )
+from conveyor.storage.sqlite.durable import SqliteDurable
 from conveyor.storage.sqlite.flow import SqliteFlow
 from conveyor.storage.sqlite.gates import SqliteGates
 from conveyor.storage.sqlite.inspect import SqliteInspector
@@ -156,6 +157,7 @@ class SqliteStorage:
         self._gates = SqliteGates(db, clock, self._inspector)
         self._flow = SqliteFlow(db, self._wakeup)
         self._upkeep = SqliteUpkeep(db, clock, self._wakeup)
+        self.durable = SqliteDurable(db, clock, self._wakeup)
         self._schedules = SqliteSchedules(db)
         self._edits = ScheduleEdits(self.now, self._schedules)
         self._outbox = SqliteOutbox(db, clock)

@@ -6,6 +6,10 @@
 -- Rows are locked in id order (no deadlock between ackers). Of the acks naming one job only
 -- the first whose token is its live lease applies; every other ack of a stored job is
 -- refused with an `ack_refused` event. Returns applied-or-refused per ack, in order.
+-- A durable job's suspension (state `scheduled`, docs/durable.md) carries its wake time, the
+-- storage clock's, in `p_retry_in`; one whose wait was answered while it left its worker is
+-- made pending at once (durable_wake). A snoozed job (RetryAfter, also `scheduled`, event
+-- `snoozed`) carries its delay in seconds there, as a retry does.
 --
 -- Each ack finds its job by one primary-key probe: a join testing `state = 'active'` matched
 -- the partial index jobs_active, whose generic plan walked every entry leased since the last
@@ -28,6 +32,7 @@ DECLARE
     won_ords integer[];
     b_ids text[];
     b_to text[];
+    s_ids text[];
 BEGIN
     IF coalesce(cardinality(p_ids), 0) = 0 THEN
         RETURN '{}';
@@ -55,7 +60,9 @@ BEGIN
             result = coalesce(w.result, jobs.result),
             message = CASE WHEN w.cx THEN w.cmessage ELSE w.message END,
             progress = coalesce(w.progress, jobs.progress),
-            run_at = CASE WHEN NOT w.cx AND w.state = 'retrying' THEN v_now + w.retry_in
+            run_at = CASE WHEN NOT w.cx AND (w.state = 'retrying' OR w.kind = 'snoozed')
+                          THEN v_now + w.retry_in
+                          WHEN NOT w.cx AND w.state = 'scheduled' THEN w.retry_in
                           ELSE jobs.run_at END,
             ready_at = CASE WHEN NOT w.cx AND w.state = 'pending' THEN v_now
                             ELSE jobs.ready_at END,
@@ -68,7 +75,7 @@ BEGIN
                 ELSE event_line(v_now, w.kind, w.state, w.mjson, jobs.worker, jobs.attempt,
                                 w.data) END
         FROM w WHERE jobs.id = w.id
-        RETURNING jobs.id, w.ord, jobs.queue, jobs.name, jobs.batch_id, jobs.state,
+        RETURNING jobs.id, w.ord, jobs.queue, jobs.name, jobs.batch_id, jobs.state, w.kind,
                   CASE WHEN w.cx THEN NULL ELSE w.counted END AS counted
     ), all_time AS (  -- outcome totals, as add_totals adds them (rows in key order)
         INSERT INTO job_totals AS t (queue, name, processed, failed, dead, retried)
@@ -94,8 +101,9 @@ BEGIN
     )
     SELECT array_agg(u.id), array_agg(u.ord::integer),
            array_agg(u.batch_id) FILTER (WHERE u.batch_id IS NOT NULL),
-           array_agg(u.state) FILTER (WHERE u.batch_id IS NOT NULL)
-    INTO won_ids, won_ords, b_ids, b_to FROM u;
+           array_agg(u.state) FILTER (WHERE u.batch_id IS NOT NULL),
+           array_agg(u.id) FILTER (WHERE u.state = 'scheduled' AND u.kind = 'suspended')
+    INTO won_ids, won_ords, b_ids, b_to, s_ids FROM u;
     -- Refusals, after the applied acks (as on every backend): the state the job was in when
     -- the ack came, none when an earlier ack of this call had just ended the attempt. When
     -- every ack applied there is none, and no statement to run.
@@ -123,6 +131,9 @@ BEGIN
     IF b_ids IS NOT NULL THEN
         PERFORM batch_moves(v_now, b_ids, array_fill('active'::text, ARRAY[cardinality(b_ids)]),
                             b_to);
+    END IF;
+    IF s_ids IS NOT NULL THEN
+        PERFORM durable_wake(v_now, s_ids);
     END IF;
     RETURN ok;
 END

@@ -7,6 +7,7 @@
 --- @include "_counts"
 --- @include "_flow"
 --- @include "_lineup"
+--- @include "_durable"
 --- @key state
 --- @key active
 --- @key pending
@@ -26,21 +27,32 @@
 --- @key lineup     zset: lined pending jobs (_lineup.lua)
 --- @key lined      hash id -> its lineup entry
 --- @key aging      zset id -> when aging raises it next
+--- @key scheduled  zset run_at: suspended durable jobs (docs/durable.md), snoozed jobs
+--- @key steps
+--- @key waits
+--- @key inbox
+--- @key listeners
 -- ARGV: 1 now|'', 2 queue, 3 mode: "plan" (apply jobs without a batch, report batch jobs)
 --       or "apply" (apply everything), then 9 per ack: id, token, outcome, result|'',
 --       message|'', error data JSON|'', retry_in|'', own events NDJSON|'', progress "d/t"|''
 -- A job whose cancellation was requested ends cancelled when its attempt did not finish by
--- itself (retry, dead, interrupted): see storage/rules.py, the same rule in Python.
+-- itself (retry, dead, interrupted, suspended): see storage/rules.py, the same rule in Python.
+-- A suspended durable job is scheduled until retry_in (its wake time, absolute), or pending
+-- at once when its wait was answered while it left its worker (_durable.lua). A snoozed job
+-- (RetryAfter) is scheduled retry_in seconds from now (relative), its errors untouched.
 -- Returns: per ack {code, batch id|'', "state:queue"|''}: 1 applied (or the same outcome was
 --          applied before with this token: a retried call), 0 refused (stale lease; an
 --          ack_refused event is recorded), 2 valid but its batch must be updated first.
 local mode = ARGV[3]
 local TARGET = {retry = 'retrying', interrupted = 'pending', succeeded = 'succeeded',
-                failed = 'failed', dead = 'dead', cancelled = 'cancelled'}
+                failed = 'failed', dead = 'dead', cancelled = 'cancelled',
+                suspended = 'scheduled', snooze = 'scheduled'}
 local FINAL = {succeeded = {}, failed = {}, dead = {}, cancelled = {}}
-local CANCELS = {retrying = true, dead = true, pending = true}
+local CANCELS = {retrying = true, dead = true, pending = true, scheduled = true}
+local WOKEN = 'woken: what it waited for arrived'  -- storage/durable.py's WOKEN_MESSAGE
 local cur, touched, unleased, retrying, requeued, results, messages = {}, {}, {}, {}, {}, {}, {}
 local relined = 0  -- jobs back to pending in their lineup (_lineup.lua), not the list
+local scheduled = {}  -- suspended and snoozed jobs: score their run_at
 local cleared = {}
 
 local function get(id, raw)
@@ -62,12 +74,18 @@ local function put(id, job)
 end
 
 -- The worker owns the retry policy: it sends "dead" once attempts are exhausted.
-local function outcome_event(f, state, msg, err, delay)
+local function outcome_event(f, state, msg, err, delay, outcome)
   if state == 'retrying' then
     local data = '{"retry":true,"retry_in":' .. delay
     if err ~= '' and err ~= '{}' then data = data .. ',' .. string.sub(err, 2) else
       data = data .. '}' end
     return event_line('error', state, f, msg, data)
+  elseif state == 'scheduled' and outcome == 'snooze' then  -- RetryAfter: not an error
+    return event_line('snoozed', state, f, msg, '{"retry_after":' .. delay .. '}')
+  elseif state == 'scheduled' or delay == 'woken' then
+    local line = event_line('suspended', 'scheduled', f, msg, '{"until":' .. f[F_RUN_AT] .. '}')
+    if delay ~= 'woken' then return line end
+    return line .. event_line('woken', 'pending', f, WOKEN)
   elseif state == 'pending' then
     if msg == '' then msg = 'interrupted by worker shutdown' end
     return event_line('interrupted', state, f, msg)
@@ -81,6 +99,11 @@ local function apply(i, id, job, state)
   local f = job.f
   local msg, err = ARGV[i + 4], ARGV[i + 5]
   local outcome = ARGV[i + 2]
+  local delay = ''
+  if outcome == 'suspended' and state ~= 'cancelled' then
+    f[F_RUN_AT] = string.format('%.6f', tonumber(ARGV[i + 6]) or NOW)
+    if state == 'pending' then delay = 'woken' end  -- its wait was answered meanwhile
+  end
   if state == 'cancelled' and TARGET[outcome] ~= 'cancelled' then
     -- a cancel request ended it; the attempt still counts as an error when it was one
     if msg ~= '' then msg = 'cancelled: ' .. msg else msg = 'cancelled while running' end
@@ -94,13 +117,13 @@ local function apply(i, id, job, state)
     results[#results + 1] = id
     results[#results + 1] = ARGV[i + 3]
   end
+  if delay == 'woken' then msg = WOKEN end
   if msg ~= '' then
     messages[#messages + 1] = id
     messages[#messages + 1] = msg
   else  -- message is the text of the last outcome: none (a success) clears it
     cleared[#cleared + 1] = id
   end
-  local delay = ''
   if state == 'retrying' then
     f[F_ERRORS] = tostring(num(f[F_ERRORS]) + 1)
     local seconds = math.max(tonumber(ARGV[i + 6]) or 0, 0)
@@ -117,6 +140,14 @@ local function apply(i, id, job, state)
     else
       requeued[#requeued + 1] = id
     end
+  elseif state == 'scheduled' then
+    if outcome == 'snooze' then  -- due again later, the retry budget untouched
+      local seconds = math.max(tonumber(ARGV[i + 6]) or 0, 0)
+      delay = tostring(seconds)
+      f[F_RUN_AT] = string.format('%.6f', NOW + seconds)
+    end
+    scheduled[#scheduled + 1] = tonumber(f[F_RUN_AT])
+    scheduled[#scheduled + 1] = id
   else
     f[F_FINISHED_AT] = NOWS
     local index = FINAL[state]
@@ -131,7 +162,8 @@ local function apply(i, id, job, state)
   end
   local fl = flow_of(K_JOBS, id, f)
   if fl then flow_release(K_FLOW, id, fl, true, TERMINAL[state]) end
-  local line = outcome_event(f, state, msg, err, delay)
+  local line = outcome_event(f, state, delay == 'woken' and ARGV[i + 4] or msg, err, delay,
+                             outcome)
   f[F_LAST_TOKEN], f[F_LAST_OUTCOME], f[F_TOKEN], f[F_LEASE_EXPIRES], f[F_STATE] = f[F_TOKEN], ARGV[i + 2], '', '', state
   if state == 'pending' then f[F_WORKER] = '' end
   job.events = job.events .. ARGV[i + 7] .. line
@@ -161,6 +193,9 @@ for k = 1, #ids do
   else
     local state = TARGET[outcome] or 'failed'
     if job.f[F_CANCEL_REQUESTED] ~= '' and CANCELS[state] then state = 'cancelled' end
+    if outcome == 'suspended' and state == 'scheduled' and durable_answered(id) then
+      state = 'pending'
+    end
     if job.f[F_BATCH] ~= '' and mode == 'plan' then
       out[#out + 1] = {2, job.f[F_BATCH], state .. ':' .. ARGV[2]}
     else
@@ -178,6 +213,7 @@ end
 bulk('HSET', K_STATE, states)
 bulk('ZREM', K_ACTIVE, unleased)
 bulk('ZADD', K_RETRYING, retrying)
+bulk('ZADD', K_SCHEDULED, scheduled)
 bulk('ZADD', K_SUCCEEDED, FINAL.succeeded)
 bulk('ZADD', K_FAILED, FINAL.failed)
 bulk('ZADD', K_DEAD, FINAL.dead)

@@ -4,6 +4,7 @@
 --- @include "_moves"
 --- @include "_flow"
 --- @include "_unindex"
+--- @include "_durable"
 --- @key jobs
 --- @key state
 --- @key parked
@@ -27,6 +28,10 @@
 --- @key lineup     zset: lined pending jobs (_lineup.lua)
 --- @key lined      hash id -> its lineup entry
 --- @key aging      zset id -> when aging raises it next
+--- @key steps
+--- @key waits
+--- @key inbox
+--- @key listeners
 -- ARGV: 1 now|'', 2 queue, then job ids
 -- Returns: {how many deleted, batch moves with state "deleted"}
 local deleted, moves = 0, {}
@@ -41,6 +46,7 @@ for i = 3, #ARGV do
     redis.call('HDEL', K_STATE, id)
     redis.call('HDEL', K_RESULTS, id)
     redis.call('HDEL', K_MESSAGES, id)
+    durable_forget(id)
     note_batch(moves, f, id, 'deleted')
     deleted = deleted + 1
   end

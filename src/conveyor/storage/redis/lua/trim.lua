@@ -2,6 +2,7 @@
 -- the dead set's size limit.
 --- @include "_clock"
 --- @include "_util"
+--- @include "_durable"
 --- @key jobs
 --- @key state
 --- @key succeeded
@@ -11,6 +12,10 @@
 --- @key results
 --- @key messages
 --- @key unique     hash unique key -> "expiry|job id"
+--- @key steps
+--- @key waits
+--- @key inbox
+--- @key listeners
 -- ARGV: 1 now|'', 2 queue, 3 succeeded seconds, 4 failed seconds, 5 dead seconds,
 --       6 dead max, 7 limit
 -- Returns: how many jobs were deleted
@@ -42,6 +47,7 @@ local function drop(K_INDEX, ids)
     redis.call('HDEL', K_STATE, id)
     redis.call('HDEL', K_RESULTS, id)
     redis.call('HDEL', K_MESSAGES, id)
+    durable_forget(id)
     deleted = deleted + 1
   end
 end
