@@ -30,6 +30,7 @@ from conveyor.client.batch import Batch, Callback, await_batch, batch_status, wa
 from conveyor.client.client import Client
 from conveyor.client.context import JobRuntime
 from conveyor.client.draft import build_flow
+from conveyor.client.explain import Explanation, explain
 from conveyor.client.messaging import Messaging
 from conveyor.client.middleware import ClientChain, ServerChain
 from conveyor.client.opener import StorageOpener
@@ -188,7 +189,8 @@ worker runs jobs with, and the storage.
         concurrency_key: KeyOption = None, concurrency: int = 0, rate_key: KeyOption = None,
         rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
         debounce: Debounce | None = None, throttle: Throttle | None = None,
-        aggregate: Aggregate | None = None, executor: str | None = None,
+        aggregate: Aggregate | None = None, executor: str | None = None, priority: int = 0,
+        aging: float | None = None, fair_by: KeyOption = None, cost: int = 1,
         event_window: float = 0.0, version: int | None = None, accepts: Accepts = None,
     ) -> Callable[[Callable[..., Any]], JobFunction]: ...
 
@@ -201,37 +203,28 @@ worker runs jobs with, and the storage.
         concurrency_key: KeyOption = None, concurrency: int = 0, rate_key: KeyOption = None,
         rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
         debounce: Debounce | None = None, throttle: Throttle | None = None,
-        aggregate: Aggregate | None = None, executor: str | None = None,
+        aggregate: Aggregate | None = None, executor: str | None = None, priority: int = 0,
+        aging: float | None = None, fair_by: KeyOption = None, cost: int = 1,
         event_window: float = 0.0, version: int | None = None, accepts: Accepts = None,
     ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
         """Register a job function; use as ``@app.job`` or ``@app.job(queue=..., ...)``.
 
-        Options: ``queue`` ("default"); ``retry``: retries after an error (25; True = 25,
-        False = 0: an error goes straight to dead); ``timeout`` seconds per run;
-        ``expires_in``: seconds the job may wait to start before it is dropped as expired;
-        ``retry_in(attempt, exc) -> seconds`` to replace the default backoff;
-        ``unique_for`` seconds (+ ``unique_key``, default a hash of name and arguments):
-        an equal job enqueued meanwhile is not stored again; ``concurrency=N`` (+
-        ``concurrency_key``): at most N running at once; ``rate_limit=N`` per
-        ``rate_period`` seconds (+ ``rate_key``); ``order_key``: one at a time, in order.
-        Keys are strings or callables given the job's arguments, e.g.
-        ``concurrency_key=lambda seller_id, **_: f"seller:{seller_id}"``; without a key the
-        limit applies to the job name. ``debounce=Debounce(key, wait=5)``: a burst of calls
-        with one key becomes one run, ``wait`` s after the last, with the newest arguments;
-        ``throttle=Throttle(key, every=60)``: at most one run per window (docs/api.md).
-        ``aggregate=Aggregate(key, grace=5, max_delay=60, max_size=1000)``: jobs wait
-        together per key and the job's aggregator (``@app.aggregate``) runs once with their
-        aggregation (docs/aggregation.md). ``executor="process"``: a ``def`` job runs in a job
-        process the worker kills at its timeout (docs/worker.md; default: ``--executor``).
-        ``event_window``: seconds before a ``wait_for`` began that an event still reaches it
-        (docs/durable.md; 0: only events sent after). ``version``, ``accepts``: safe deploys.
+        Each option is in docs/api.md, "Options": ``queue``; ``retry`` (25; False: an error
+        goes straight to dead); ``timeout``; ``expires_in``; ``retry_in(attempt, exc)``; the
+        limits ``unique_for``/``unique_key``, ``concurrency``/``concurrency_key``,
+        ``rate_limit``/``rate_period``/``rate_key``, ``order_key``, ``debounce``,
+        ``throttle`` (keys: strings, or callables given the job's arguments); ``aggregate``
+        (docs/aggregation.md); ``executor``; ``priority``, ``aging``, ``fair_by``, ``cost``
+        (docs/scheduling.md); ``event_window`` (docs/durable.md); ``version``, ``accepts``
+        (safe deploys).
         """
         opts = make_options(
             queue=queue, retry=retry, timeout=timeout, expires_in=expires_in, retry_in=retry_in,
             unique_for=unique_for, unique_key=unique_key, concurrency_key=concurrency_key,
             concurrency=concurrency, rate_key=rate_key, rate_limit=rate_limit,
             rate_period=rate_period, order_key=order_key, debounce=debounce,
-            throttle=throttle, aggregate=aggregate, executor=executor,
+            throttle=throttle, aggregate=aggregate, executor=executor, priority=priority,
+            aging=aging, fair_by=fair_by, cost=cost,
             event_window=event_window, version=version, accepts=accepts,
         )
 
@@ -380,6 +373,12 @@ worker runs jobs with, and the storage.
     def afinished(self, job_id: str, queue: str) -> AbstractAsyncContextManager[Waiter]:
         """The storage's wake-ups when a job ends (what ``JobRef.aresult`` waits on)."""
         return self.client.afinished(job_id, queue)
+
+    def explain(self, job_id: str) -> Explanation | None:
+        """Why the job waits: each gate holding it back, in the order the fetch meets them,
+        naming its holder or its time (``Explanation.lines()``); None for an unknown id
+        (docs/scheduling.md)."""
+        return explain(self.storage, job_id, broker=self.broker_url is not None)
 
     def cancel(self, job_id: str) -> JobState | None:
         """Cancel a waiting job, or ask a running one to stop; None if no such job."""

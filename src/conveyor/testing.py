@@ -17,7 +17,8 @@ import asyncio
 from collections.abc import Sequence
 
 from conveyor.app import Conveyor
-from conveyor.core.job import Ack
+from conveyor.core.job import Ack, LeasedJob, Outcome
+from conveyor.storage import Backend
 from conveyor.worker.processor import Processor
 
 __all__ = ["drain"]
@@ -40,7 +41,8 @@ def drain(app: Conveyor, queues: Sequence[str] | None = None, max_jobs: int | No
     ran = 0
     while max_jobs is None or ran < max_jobs:
         storage.promote_due()
-        jobs = storage.dequeue(names, _WORKER_ID, 1, 60.0)
+        # one job at a time, of any cost a registered job declares (docs/scheduling.md)
+        jobs = storage.dequeue(names, _WORKER_ID, _largest_cost(app), 60.0)
         if not jobs and queues is None:
             fresh = _queues(app)  # a job may have enqueued into a queue not seen before
             if set(fresh) != set(names):
@@ -48,13 +50,26 @@ def drain(app: Conveyor, queues: Sequence[str] | None = None, max_jobs: int | No
                 continue
         if not jobs:
             break
-        prepared = processor.prepare(jobs[0])
-        if isinstance(prepared, Ack):
-            ack = prepared
-        elif prepared.fn.is_async:
-            ack = asyncio.run(processor.run_async(prepared))
-        else:
-            ack = processor.run(prepared)
-        storage.ack(ack.flatten())
-        ran += 1
+        for job in jobs:  # a lease of several cheap jobs: each runs in turn
+            if max_jobs is not None and ran >= max_jobs:  # handed back, not run
+                storage.ack([Ack(job.id, job.token, Outcome.INTERRUPTED)])
+                continue
+            _run(processor, storage, job)
+            ran += 1
     return ran
+
+
+def _largest_cost(app: Conveyor) -> int:
+    costs = [fn.opts.cost for fn in (app.registry.get(n) for n in app.registry.names()) if fn]
+    return max([1, *costs])
+
+
+def _run(processor: Processor, storage: Backend, job: LeasedJob) -> None:
+    prepared = processor.prepare(job)
+    if isinstance(prepared, Ack):
+        ack = prepared
+    elif prepared.fn.is_async:
+        ack = asyncio.run(processor.run_async(prepared))
+    else:
+        ack = processor.run(prepared)
+    storage.ack(ack.flatten())

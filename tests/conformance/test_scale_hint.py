@@ -69,3 +69,16 @@ def test_a_paused_or_empty_queue_wants_no_worker(backend: Backend) -> None:
     backend.pause_queue("default")
     [hint] = scale_hints(backend, 1, 0.0, ["default"])
     assert (hint.workers, hint.reason) == (0, "paused")
+
+
+def test_a_costly_job_asks_for_the_slots_it_takes(backend: Backend) -> None:
+    """A job of ``cost=4`` takes four worker slots while it runs (docs/scheduling.md, the
+    slot "weight" of Hatchet's and asynq's weighted workers), so a backlog of them wants four
+    slots each, running or ready."""
+    for _ in range(3):
+        put(backend, flow=FlowControl(cost=4))
+    put(backend)
+    assert _hint(backend, slots=4) == (4, 13, 0)
+    [running] = take(backend, count=4)  # room for one of them
+    assert running.cost == 4
+    assert _hint(backend, slots=4) == (4, 13, 0)

@@ -75,7 +75,8 @@ def test_what_django_refuses_at_enqueue_stores_nothing(seen: dict[str, Any]) -> 
     "Unsupported type" for what is not JSON, ``bytes`` read as UTF-8, ``ValueError`` when they
     are not); issue 50 found ``PayloadError`` (a ``ValueError``) and ``bytes`` refused, and no
     check of the call itself. ``validate_task`` refuses a queue not configured
-    (test_immediate_backend.py::test_validate_on_enqueue) and priority (ours)."""
+    (test_immediate_backend.py::test_validate_on_enqueue) and a priority out of Django's
+    range (-100..100: django-tasks' ::test_invalid_priority)."""
     refused = seen["refused"]
     assert refused["set"][0] == "TypeError" and "Unsupported type" in refused["set"][1]
     assert refused["object"][0] == "TypeError"
@@ -85,6 +86,17 @@ def test_what_django_refuses_at_enqueue_stores_nothing(seen: dict[str, Any]) -> 
     assert refused["priority"][0] == "InvalidTaskError"
     assert refused["queue"] == ["InvalidTaskError", "Queue 'nowhere' is not valid for backend."]
     assert seen["stored_after_refusals"] == 0
+
+
+def test_priority_reaches_the_queue_s_lineup(seen: dict[str, Any]) -> None:
+    """Django's ``priority`` (``supports_priority``, issue 54: it was refused): stored with
+    the task, read back by ``get_result``, and the fetch of its queue weighs it (the
+    explanation of the low one names the jobs of higher priority ahead of it; nothing of
+    higher priority is ahead of the high one)."""
+    priority = seen["priority"]
+    assert priority["task"] == [-5, 50]
+    assert "priority" in priority["low_gates"]
+    assert "priority" not in priority["high_gates"]
 
 
 def test_a_raising_task_fails_after_one_attempt(seen: dict[str, Any]) -> None:

@@ -87,13 +87,16 @@ def _default_home(backend: str, member: str) -> str:
 # (storage/base.py) and ``ScheduleEdits`` (storage/schedule_edits.py).
 HOMES: dict[str, dict[str, str]] = {
     "memory": {"now": "memory/state.py", "wait_dequeue": "base.py",
+               "gate_facts": "memory/gates.py",
                **dict.fromkeys(ASYNC, "aio.py")},
-    "sqlite": {"wait_dequeue": "base.py", **dict.fromkeys(UPKEEP, "sqlite/upkeep.py"),
+    "sqlite": {"wait_dequeue": "base.py", "gate_facts": "sqlite/gates.py",
+               **dict.fromkeys(UPKEEP, "sqlite/upkeep.py"),
                **dict.fromkeys(ASYNC, "aio.py")},
     "postgres": {"now": "postgres/clock.py", "tidy": "postgres/vacuum.py",
+                 "gate_facts": "postgres/gates.py",
                  "wait_dequeue": "base.py", **dict.fromkeys(UPKEEP, "postgres/upkeep.py")},
     "redis": {
-        "now": "redis/context.py", "ack": "redis/acks.py",
+        "now": "redis/context.py", "ack": "redis/acks.py", "gate_facts": "redis/gates.py",
         **dict.fromkeys(("enqueue", "enqueue_block", "prepare_block", "add_nodes"),
                         "redis/enqueue.py"),
         **dict.fromkeys(("create_batch", "close_batch"), "redis/batches.py"),
@@ -189,7 +192,11 @@ def test_a_class_inherits_only_a_listed_shared_base() -> None:
     assert borrowed == {}
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres", "redis"])
+@pytest.mark.parametrize("backend", [
+    "memory", "sqlite",
+    "postgres",
+    "redis",
+])
 def test_every_protocol_member_is_defined_where_the_design_says(backend: str) -> None:
     """Each member of ``Storage``, ``Inspector`` and ``Outbox`` (and ``SendsBlocks`` where a
     backend has it) is defined on a class of the file docs/internals/backends.md names for it: the

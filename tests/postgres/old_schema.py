@@ -49,6 +49,13 @@ def old_release(monkeypatch: pytest.MonkeyPatch, url: str, version: int) -> None
     release of that version did, until ``monkeypatch.undo()``."""
     build(url, version)
     monkeypatch.setattr("conveyor.storage.postgres.storage.migrate", _leave_as_is)
+    monkeypatch.setattr("conveyor.storage.postgres.storage._DEQUEUE", _OLD_DEQUEUE)
+
+
+# Those releases' dequeue took no capacity and every job cost 1 (migration 022 changed its
+# arguments): today's call, the capacity it passes last read and left unused.
+_OLD_DEQUEUE = ("SELECT d.*, c.cost FROM dequeue(%s::float8, %s::text[], %s::text, %s::int4, "
+                "%s::float8) AS d CROSS JOIN (SELECT 1 + 0 * %s::int4) AS c(cost)")
 
 
 def _leave_as_is(*_args: Any, **_kwargs: Any) -> int:

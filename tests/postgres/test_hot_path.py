@@ -62,7 +62,7 @@ def test_a_lease_walks_the_ready_index_on_a_table_never_analyzed(
     with schema_conn(store) as conn:
         assert conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass"
                             ).fetchone() == (-1,)  # never analyzed
-        plans = _plans(conn, "SELECT * FROM dequeue(NULL, ARRAY['default'], 'w1', 8, 30)")
+        plans = _plans(conn, "SELECT * FROM dequeue(NULL, ARRAY['default'], 'w1', 8, 30, 0)")
     lease = [p for p in plans if "SKIP LOCKED" in p and "ready_at" in p]
     assert lease, plans
     assert "jobs_ready" in lease[0] and "Sort" not in lease[0], lease[0]

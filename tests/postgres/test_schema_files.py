@@ -105,7 +105,8 @@ def fresh(postgres_server: Any) -> dict[str, str]:
     found = catalog(url)
     assert sum(key.startswith("function ") for key in found) > 30
     assert {k for k in found if k.startswith("trigger ")} == {
-        "trigger batches_finished", "trigger jobs_inserted", "trigger jobs_pending",
+        "trigger batches_finished", "trigger jobs_inserted", "trigger jobs_lined",
+        "trigger jobs_pending",
         "trigger queues_resumed", "trigger wf_mark_delete", "trigger wf_mark_move",
         "trigger durable_forget"}
     return found
@@ -127,14 +128,24 @@ def test_a_schema_upgraded_from_a_shipped_version_is_a_fresh_one(
     assert catalog(url) == fresh
 
 
-#: Functions whose file a later release changed on purpose (their new body is what a fresh
-#: schema and an upgraded one share, checked above): ``ack`` schedules a durable job's
-#: suspension and wakes one answered meanwhile (issue 55, docs/durable.md), and schedules a
-#: ``RetryAfter``'s snooze (issue 56).
-CHANGED_SINCE_FILES = ("function <schema>.ack(",)
-#: Functions and triggers whose file came after the last shipped release: a durable job's
-#: records (issue 55, docs/durable.md).
-ADDED_SINCE_FILES = ("function <schema>.durable_", "trigger durable_forget")
+#: Functions whose file a later release changed on purpose, their argument list kept (their
+#: new body is what a fresh schema and an upgraded one share, checked above): ``ack``
+#: schedules a durable job's suspension and wakes one answered meanwhile (issue 55,
+#: docs/durable.md), and schedules a ``RetryAfter``'s snooze (issue 56); a queue's lineup
+#: (issue 54, docs/scheduling.md) counts costs against concurrency limits (flow_admits,
+#: flow_pick through gate_check), leaves lined jobs to lineup_pick (flow_pick) and ages
+#: priorities (promote); a broker's relay publishes lined jobs too (publish_due).
+CHANGED_SINCE_FILES = ("function <schema>.ack(", "function <schema>.flow_admits(",
+                       "function <schema>.flow_pick(", "function <schema>.promote(",
+                       "function <schema>.publish_due(")
+#: Functions and triggers whose file came after the last shipped release, or whose argument
+#: list changed (migration 022 drops the old one): a durable job's records (issue 55,
+#: docs/durable.md); the lineup's walk, gates and trigger, and dequeue with the worker's
+#: capacity (issue 54).
+ADDED_SINCE_FILES = ("function <schema>.durable_", "trigger durable_forget",
+                     "function <schema>.gate_", "function <schema>.lineup_",
+                     "function <schema>.line_job(", "trigger jobs_lined",
+                     "function <schema>.dequeue(", "function <schema>.dequeue_each(")
 
 
 def test_the_function_files_define_what_the_shipped_migrations_left(

@@ -114,9 +114,10 @@ def test_a_busy_worker_leases_ahead_and_runs_every_job_once(app: Conveyor) -> No
     sizes: list[int] = []
     dequeue = app.storage.dequeue
 
-    def counting(queues: Any, worker_id: str, count: int, lease: float) -> Any:
+    def counting(queues: Any, worker_id: str, count: int, lease: float,
+                 capacity: int = 0) -> Any:
         sizes.append(count)
-        return dequeue(queues, worker_id, count, lease)
+        return dequeue(queues, worker_id, count, lease, capacity)
 
     app.storage.dequeue = counting  # type: ignore[method-assign]
     launcher = Launcher(app, WorkerConfig(concurrency=4, worker_id="w1"))
@@ -303,13 +304,14 @@ def test_a_freed_slot_starts_a_reserved_job_while_the_fetcher_is_in_a_storage_ca
     in_top_up, release = threading.Event(), threading.Event()
     dequeue = app.storage.dequeue
 
-    def slow_second_call(queues: Any, worker_id: str, count: int, lease: float) -> Any:
+    def slow_second_call(queues: Any, worker_id: str, count: int, lease: float,
+                         capacity: int = 0) -> Any:
         nonlocal calls
         calls += 1
         if calls == 2:  # the first top-up: held in the storage until the test lets it go
             in_top_up.set()
             release.wait(60)
-        return dequeue(queues, worker_id, count, lease)
+        return dequeue(queues, worker_id, count, lease, capacity)
 
     app.storage.dequeue = slow_second_call  # type: ignore[method-assign]
     launcher = Launcher(app, WorkerConfig(concurrency=1, reserve=4, reserve_window=100.0,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -87,6 +88,14 @@ def job_data(args: argparse.Namespace) -> JobData | None:
         return source.app.data
     keys = Keys.from_env()
     return JobData(keys) if keys is not None else None
+
+
+def brokered(args: argparse.Namespace) -> bool:
+    """Whether a broker delivers the jobs: the app's ``broker``, else ``$CONVEYOR_BROKER``."""
+    source = source_of(args)
+    if source.app is not None:
+        return source.app.broker_url is not None
+    return bool(os.environ.get("CONVEYOR_BROKER"))
 
 
 def open_source(source: Source, *, create: bool = False) -> Backend:

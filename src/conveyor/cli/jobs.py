@@ -8,6 +8,7 @@ from typing import Any
 
 from conveyor.cli.common import (
     add_source_args,
+    brokered,
     emit,
     job_data,
     open_backend,
@@ -16,6 +17,7 @@ from conveyor.cli.common import (
     table,
 )
 from conveyor.cli.terminal import safe, say
+from conveyor.client.explain import explain
 from conveyor.client.payloads import JobData
 from conveyor.core.job import JobRecord, JobState
 from conveyor.errors import ConveyorError
@@ -44,6 +46,11 @@ def register(sub: Any) -> None:
     show.add_argument("job_id")
     add_source_args(show)
     show.set_defaults(func=cmd_show)
+    why = jsub.add_parser("explain", help="why a job waits: each gate holding it back, "
+                          "naming its holder or its time (docs/scheduling.md)")
+    why.add_argument("job_id")
+    add_source_args(why)
+    why.set_defaults(func=cmd_explain)
     for action, helptext in (("retry", "dead/failed/cancelled/retrying jobs → pending now"),
                              ("delete", "delete jobs that are not active"),
                              ("kill", "waiting jobs → dead")):
@@ -195,6 +202,19 @@ def format_job(view: dict[str, Any]) -> str:
         lines.extend("    " + safe(line)
                      for line in (err["traceback"] or "").rstrip().split("\n"))
     return "\n".join(lines)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Print why a job waits, one gate a line; exit 1 for an unknown id."""
+    with open_backend(args) as backend:
+        found = explain(backend, args.job_id, broker=brokered(args))
+    if found is None:
+        raise ConveyorError(f"no job with id {args.job_id}")
+    if args.json:
+        print_json(found.as_dict())
+    else:
+        say("\n".join(safe(line) for line in found.lines()))
+    return 0
 
 
 def format_steps(durable: dict[str, Any] | None) -> list[str]:

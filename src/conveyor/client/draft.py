@@ -129,6 +129,10 @@ def build_flow(
         fold_key=(_key(opts.fold.key, args, kwargs) or name) if opts.fold else None,
         fold=opts.fold.mode if opts.fold else "",
         **_group(name, opts, args, kwargs),
+        priority=opts.priority,
+        aging=float(opts.aging or 0.0),
+        fair_key=_key(opts.fair_by, args, kwargs),
+        cost=opts.cost,
     )
     check_keys(name, flow)
     return flow

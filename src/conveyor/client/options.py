@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from conveyor.core.flow_control import PRIORITY_MAX, PRIORITY_MIN
 from conveyor.core.text import check_name
 from conveyor.core.versions import accepted
 
@@ -107,6 +108,13 @@ class JobOptions:
     #: Where a ``def`` job runs (docs/worker.md, "Executors"): ``"thread"``, ``"process"`` (a
     #: job process the worker kills at the timeout), or None: the worker's ``--executor``.
     executor: str | None = None
+    #: Scheduling within the queue (docs/scheduling.md): higher ``priority`` first (-100..100),
+    #: ``aging`` seconds per priority point a waiting job gains, ``fair_by`` the key the queue
+    #: is shared between round robin, ``cost`` the worker slots a run takes.
+    priority: int = 0
+    aging: float | None = None
+    fair_by: KeyOption = None
+    cost: int = 1
     #: A durable job's ``wait_for``: events sent up to this many seconds before the wait
     #: began still count (docs/durable.md, "Events"); 0: only events sent after.
     event_window: float = 0.0
@@ -121,7 +129,8 @@ class JobOptions:
     def has_flow(self) -> bool:
         """True when jobs of these options carry flow control for the storage to enforce."""
         return bool(self.unique_for or self.concurrency or self.rate_limit or self.order_key
-                    or self.fold or self.aggregate)
+                    or self.fold or self.aggregate or self.priority or self.aging
+                    or self.fair_by is not None or self.cost != 1)
 
 
 #: The values of ``JobOptions.executor`` (None: the worker's own choice).
@@ -188,6 +197,7 @@ def _check(opts: JobOptions) -> None:
     fold = opts.fold
     if opts.executor not in EXECUTORS:
         raise ValueError(f"executor must be 'thread' or 'process', not {opts.executor!r}")
+    _check_scheduling(opts)
     if opts.aggregate is not None:
         _check_aggregate(opts)
     if fold is not None:
@@ -201,6 +211,30 @@ def _check(opts: JobOptions) -> None:
         if opts.unique_for is not None:
             raise ValueError("a debounced or throttled job is already one per key: drop "
                              "unique_for")
+
+
+def _check_scheduling(opts: JobOptions) -> None:
+    if not _whole(opts.priority) or not PRIORITY_MIN <= opts.priority <= PRIORITY_MAX:
+        raise ValueError(f"priority must be a whole number from {PRIORITY_MIN} to "
+                         f"{PRIORITY_MAX}, not {opts.priority!r}")
+    if opts.aging is not None and not (isinstance(opts.aging, int | float)
+                                       and not isinstance(opts.aging, bool) and opts.aging > 0):
+        raise ValueError(f"aging must be a positive number of seconds, not {opts.aging!r}")
+    if not _whole(opts.cost) or opts.cost < 1:
+        raise ValueError(f"cost must be a whole number of slots >= 1, not {opts.cost!r}")
+    if opts.concurrency and opts.cost > opts.concurrency:
+        raise ValueError(f"cost {opts.cost} is more than concurrency={opts.concurrency}: "
+                         "the job could never start")
+    if opts.fair_by is not None and not (isinstance(opts.fair_by, str) or callable(opts.fair_by)):
+        raise ValueError(f"fair_by must be a string or a callable, not {opts.fair_by!r}")
+    if opts.aggregate is not None and (opts.priority or opts.aging or opts.fair_by is not None
+                                       or opts.cost != 1):
+        raise ValueError("an aggregated job runs with its aggregation: priority, aging, "
+                         "fair_by and cost do not apply to it")
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_aggregate(opts: JobOptions) -> None:
@@ -223,7 +257,7 @@ def _check_aggregate(opts: JobOptions) -> None:
                          "concurrency, rate_limit and order_key do not apply to it")
 
 
-_KEY_FIELDS = ("unique_key", "concurrency_key", "rate_key", "order_key")
+_KEY_FIELDS = ("unique_key", "concurrency_key", "rate_key", "order_key", "fair_by")
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 

@@ -132,10 +132,9 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
-    # Django's priority orders every task of a queue strictly; conveyor orders a queue by
-    # arrival and shares workers between queues by weight. Refusing priority says so at
-    # enqueue (InvalidTask) instead of ignoring it: put urgent tasks on their own queue.
-    supports_priority = False
+    # Django's priority (-100..100, higher first) is conveyor's, applied by the store's
+    # fetch within the task's queue (docs/scheduling.md); 0 is a plain job.
+    supports_priority = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
@@ -160,9 +159,11 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         args, kwargs = fn.check_call(list(args), dict(kwargs))
         args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         after = task.run_after.isoformat() if task.run_after is not None else None
+        # 0, the default priority, stays a plain job (get_result reads it from its flow)
+        options: dict[str, Any] = {"priority": task.priority} if task.priority else {}
         ref = self.app.enqueue(fn.name, args, kwargs, at=task.run_after,
                                meta={META: {"backend": self.alias, "run_after": after}},
-                               queue=task.queue_name)
+                               queue=task.queue_name, **options)
         if ref is None:
             raise _errors.InvalidTaskError("a conveyor client middleware stopped the enqueue")
         record = self.app.get_job(ref.id)
@@ -194,8 +195,9 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         if record is None or stored is None or task is None:
             raise _errors.TaskResultDoesNotExist(result_id)
         _, alias, run_after = stored
-        return _result(_as_enqueued(task, record.queue, alias, run_after), record, alias,
-                       self.app)
+        priority = record.flow.priority if record.flow is not None else 0
+        return _result(_as_enqueued(task, record.queue, alias, run_after, priority), record,
+                       alias, self.app)
 
 
 def _stored(record: JobRecord) -> tuple[str, str, str | None] | None:
@@ -213,10 +215,11 @@ def _stored(record: JobRecord) -> tuple[str, str, str | None] | None:
     return record.name, django["backend"], after if isinstance(after, str) else None
 
 
-def _as_enqueued(task: Any, queue: str, alias: str, run_after: str | None) -> Any:
+def _as_enqueued(task: Any, queue: str, alias: str, run_after: str | None,
+                 priority: int = 0) -> Any:
     """``task`` with the options a job was enqueued with (as it was when enqueued)."""
     try:
-        return task.using(queue_name=queue, backend=alias,
+        return task.using(queue_name=queue, backend=alias, priority=priority,
                           run_after=datetime.fromisoformat(run_after) if run_after else None)
     except Exception:  # settings changed since (a queue or alias gone): the task as it is
         return task

@@ -1,5 +1,6 @@
 """A job's flow-control settings (``JobSpec.flow``): unique, concurrency, rate, order and
-debounce/throttle keys."""
+debounce/throttle keys, and how it is scheduled within its queue: priority, fair key, cost
+(docs/scheduling.md)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ KEY_KINDS = {
     "order_key": "order key",
     "fold_key": "debounce/throttle key",
     "group_key": "aggregation key",
+    "fair_key": "fair key",
 }
 #: The keys a store consults when a job starts (dequeue, a broker's start), in the order it
 #: checks them: a stored one that breaks the rule ends its job dead there (docs/flow-control.md).
 GATE_KEYS = ("concurrency_key", "order_key", "rate_key")
+#: The range of ``priority`` (Django's tasks API's): higher runs first within a queue.
+PRIORITY_MIN, PRIORITY_MAX = -100, 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +49,14 @@ class FlowControl:
     grace: float = 0.0
     max_delay: float = 0.0
     max_size: int = 0
+    #: Scheduling within the queue (docs/scheduling.md): ``priority`` -100..100, higher first;
+    #: ``aging`` seconds after which a waiting job's priority rises by one (0: never);
+    #: ``fair_key``: the queue is shared round robin between keys; ``cost``: the slots of a
+    #: worker's ``-c`` the job takes while it runs (and of its concurrency key's limit).
+    priority: int = 0
+    aging: float = 0.0
+    fair_key: str | None = None
+    cost: int = 1
 
     def named_keys(self) -> list[tuple[str, str]]:
         """``(kind, key)`` of every key set, kinds as ``KEY_KINDS`` names them."""
@@ -54,7 +66,19 @@ class FlowControl:
     def to_wire(self) -> dict[str, Any]:
         """Dict with only the settings in use."""
         values = {k: getattr(self, k) for k in self.__slots__}
-        return {k: v for k, v in values.items() if v not in (None, 0, 0.0, "")}
+        return {k: v for k, v in values.items()
+                if v not in (None, 0, 0.0, "") and not (k == "cost" and v == 1)}
+
+    @property
+    def in_lineup(self) -> bool:
+        """The job starts by its queue's lineup walk (a priority, aging, a fair key or a cost
+        above one: docs/scheduling.md), not by the stores' arrival-order fast path."""
+        return bool(self.priority or self.aging or self.fair_key or self.cost != 1)
+
+    @property
+    def limited(self) -> bool:
+        """The job waits on a concurrency, order or rate limit."""
+        return bool(self.concurrency_key or self.order_key or self.rate_key)
 
     @property
     def fold_moves(self) -> bool:

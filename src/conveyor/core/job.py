@@ -220,6 +220,7 @@ class LeasedJob:
     #: still leases such a job, alone, so that the worker acknowledges it ``dead`` with this
     #: reason under the lease's fence; the jobs fetched with it are unaffected.
     unreadable: str | None = None
+    cost: int = 1  #: the worker slots it takes while it runs (``FlowControl.cost``)
 
 
 class Outcome(str, Enum):

@@ -93,9 +93,13 @@ class Storage(Protocol):
         ...
 
     def dequeue(
-        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float
+        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float,
+        capacity: int = 0,
     ) -> list[LeasedJob]:
-        """Lease up to ``count`` pending jobs, taking from ``queues`` in the order given.
+        """Lease pending jobs whose costs add up to at most ``count`` (a job costs 1 unless
+        it says more), taking from ``queues`` in the order given, each queue in its lineup's
+        order (``storage/lineup.py``); a job costing more than ``capacity`` (the worker's
+        slots; 0: no bound) is left for a larger worker.
 
         Paused queues are skipped, and flow-control limits are honoured. Each job becomes
         ``active`` with a ``started`` event, ``attempt`` + 1, and a fresh lease token.
@@ -111,11 +115,11 @@ class Storage(Protocol):
 
     def wait_dequeue(
         self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,
-        lease_seconds: float, timeout: float,
+        lease_seconds: float, timeout: float, capacity: int = 0,
     ) -> list[LeasedJob]:
         """Block until a job may be ready on ``watch`` or ``timeout`` passes, then lease up to
-        ``count`` jobs from ``queues`` as ``dequeue`` does; returns the leased jobs (maybe
-        none). The lease is taken whether the wait was woken or timed out.
+        ``count`` slots' worth of jobs from ``queues`` as ``dequeue`` does; returns the leased
+        jobs (maybe none). The lease is taken whether the wait was woken or timed out.
 
         This is how an idle worker waits for work: it must not busy-poll the server (a
         spurious wake-up is allowed, a missed one only delays by ``timeout``). A backend that
@@ -314,14 +318,14 @@ class WaitsThenDequeues:
     SQLite, PostgreSQL): its own ``wait``, then ``dequeue``. A part of those storages."""
 
     def __init__(self, wait: Callable[[Sequence[str], float], bool],
-                 dequeue: Callable[[Sequence[str], str, int, float], list[LeasedJob]]) -> None:
+                 dequeue: Callable[[Sequence[str], str, int, float, int], list[LeasedJob]]) -> None:
         self.wait = wait
         self.dequeue = dequeue
 
     def wait_dequeue(
         self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,
-        lease_seconds: float, timeout: float,
+        lease_seconds: float, timeout: float, capacity: int = 0,
     ) -> list[LeasedJob]:
         """Wait on ``watch``, then lease from ``queues``."""
         self.wait(watch, timeout)
-        return self.dequeue(queues, worker_id, count, lease_seconds)
+        return self.dequeue(queues, worker_id, count, lease_seconds, capacity)

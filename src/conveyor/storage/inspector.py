@@ -9,6 +9,7 @@ from typing import Protocol, runtime_checkable
 from conveyor.core.job import JobRecord, JobState
 from conveyor.storage.batch_records import BatchStatus
 from conveyor.storage.durable import DurableStore
+from conveyor.storage.gates import GateFacts
 from conveyor.storage.graph import GraphNode
 from conveyor.storage.job_heads import HEAD_CHARS, JobHead
 from conveyor.storage.queue_stats import QueueStats
@@ -62,6 +63,13 @@ class Inspector(Protocol):
         batch_id: str | None = None,
     ) -> int:
         """How many jobs ``list_jobs`` would page through."""
+        ...
+
+    def gate_facts(self, job_id: str, place: bool = True) -> GateFacts | None:
+        """What the fetch would weigh for the job now (its queue paused, the holders of its
+        limits, its place in its queue's lineup, its parents, its aggregation), read from the
+        state the fetch itself decides by; None for an unknown id (``client/explain.py``).
+        ``place=False`` leaves out its place in the lineup (what a list of jobs shows)."""
         ...
 
     def job_heads(

@@ -80,7 +80,8 @@ def desired_workers(facts: QueueFacts, slots_per_worker: int,
     """How many workers of ``slots_per_worker`` slots the queue can use now.
 
     Per limit group g (the jobs of one concurrency, order or rate key, and the jobs under
-    none), with R_g ready and A_g running jobs, d the mean run time and T the latency target:
+    none), with R_g ready and A_g running jobs (each counted by its cost), d the mean run time
+    and T the latency target:
 
         wanted_g = A_g + min(R_g, ceil(R_g * d / T))     (d unknown or T = 0: A_g + R_g)
         slots    = sum over g of min(wanted_g, cap_g)
@@ -125,7 +126,8 @@ def _for_ready(ready: int, run_time: float | None, target: float) -> int:
 def read_facts(inspector: Inspector, queue: str, paused: bool, ready: int, running: int,
                sample: int = SAMPLE) -> QueueFacts:
     """The facts of one queue: its ready and running jobs grouped by limit (from up to
-    ``sample`` of each, scaled to the counts), and its mean run time."""
+    ``sample`` of each, scaled to the counts), each counted by the worker slots it takes
+    (its ``cost``, docs/scheduling.md), and its mean run time."""
     groups: dict[tuple[str, str], list[int]] = {}  # (kind, key) -> [ready, running, cap]
     for state, count, slot in ((JobState.PENDING, ready, 0), (JobState.ACTIVE, running, 1)):
         seen = _jobs(inspector, queue, state, min(count, sample))
@@ -133,7 +135,7 @@ def read_facts(inspector: Inspector, queue: str, paused: bool, ready: int, runni
         tally: dict[tuple[str, str], int] = {}
         for flow in seen:
             kind, key, cap = _group(flow)
-            tally[(kind, key)] = tally.get((kind, key), 0) + 1
+            tally[(kind, key)] = tally.get((kind, key), 0) + (flow.cost if flow else 1)
             entry = groups.setdefault((kind, key), [0, 0, cap])
             if cap >= 0:  # jobs of one key giving different limits: the smallest binds
                 entry[2] = min(entry[2], cap)

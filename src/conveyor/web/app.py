@@ -82,6 +82,11 @@ class Dashboard:
             return self._source.data
         return None
 
+    @property
+    def brokered(self) -> bool:
+        """Whether the app's jobs are delivered by a broker."""
+        return isinstance(self._source, Conveyor) and self._source.broker_url is not None
+
     async def call(self, func: Callable[[Inspector], T]) -> T:
         """Run a page's blocking storage call on a page thread (``web/lanes.py``)."""
         return await self._lanes.call(func)

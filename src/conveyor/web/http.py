@@ -238,6 +238,11 @@ class StorageCaller(Protocol):
         dashboard was given one; None shows sealed data as ``encrypted``."""
         ...
 
+    @property
+    def brokered(self) -> bool:
+        """Whether a broker delivers the jobs (the app's ``broker``), for explanations."""
+        ...
+
     async def call(self, func: Callable[[Inspector], T]) -> T:
         """Run ``func(inspector)`` on a page thread."""
         ...

@@ -6,6 +6,7 @@ import re
 from typing import Any
 from urllib.parse import urlencode
 
+from conveyor.client.explain import Explanation, explain
 from conveyor.core.job import SHOWN_STATES, JobState
 from conveyor.storage.base import Inspector
 from conveyor.storage.graph import GraphNode
@@ -35,6 +36,7 @@ from conveyor.web.render import (
     when,
 )
 from conveyor.web.steps import steps_section, waits_field
+from conveyor.web.why import reasons, why_field
 
 PAGE = 50
 GRAPH_LIMIT = 2000  # nodes read for a graph page
@@ -68,6 +70,7 @@ async def jobs(dash: StorageCaller, request: Request, csrf: str, fixed: JobState
     def listed(insp: Inspector) -> tuple[list[dict[str, Any]], int, dict[str, int]]:
         rows = [job_row(j, dash.data) for j in insp.list_jobs(
             state=state, queue=queue, offset=offset, limit=PAGE, newest_first=not oldest)]
+        reasons(insp, rows, dash.brokered)  # each row's "why"
         return rows, insp.count_jobs(state=state, queue=queue), counts_of(insp)
 
     note = ""
@@ -140,11 +143,12 @@ def _bulk_form(rows: list[dict[str, Any]], csrf: str, here: str, state: JobState
     title, field = _WHEN.get(state, ("Created", "created_at")) if state else ("Created",
                                                                              "created_at")
     body = table(
-        ("", "Job", "State", "Queue", "Args", "Try", title, "Last message"),
+        ("", "Job", "State", "Queue", "Args", "Try", title, "Last message · why it waits"),
         ([f'<input type="checkbox" name="ids" value="{e(r["id"])}" aria-label="select">',
           link(f"/jobs/{r['id']}", r["name"]) + f"<br><small>{e(r['id'])}</small>",
           badge(r["state"]) + _unreadable(r), e(r["queue"]), f"<code>{e(short(r['args']))}</code>",
-          e(r["attempt"]), when(r[field]), e(short(r["message"] or "", 120))]
+          e(r["attempt"]), when(r[field]), e(short(r["message"] or "", 120))
+          + (f'<br><small class="why">{e(r["why"])}</small>' if r.get("why") else "")]
          for r in rows), "jobs")
     buttons = "".join(
         f'<button name="op" value="{op}" class="{cls}">{label} selected</button>'
@@ -168,15 +172,17 @@ def _bulk_form(rows: list[dict[str, Any]], csrf: str, here: str, state: JobState
 
 async def job(dash: StorageCaller, request: Request, csrf: str, m: re.Match[str]) -> Response:
     """One job: fields, args, options, actions, event timeline and errors with tracebacks."""
-    def read(insp: Inspector) -> tuple[dict[str, Any], str | None, list[GraphNode]]:
+    def read(insp: Inspector) -> tuple[dict[str, Any], str | None, list[GraphNode],
+                                       Explanation | None]:
         view = job_detail(insp, m["id"], dash.data)
         status = insp.get_batch(view["batch_id"]) if view["batch_id"] else None
         kind = status.kind if status is not None else None
         graph = insp.workflow_graph(view["batch_id"], GRAPH_LIMIT) \
             if view["batch_id"] and kind == "workflow" else []
-        return view, kind, graph
+        found = explain(insp, view["id"], broker=dash.brokered)
+        return view, kind, graph, found
 
-    view, kind, graph = await dash.call(read)
+    view, kind, graph, found = await dash.call(read)
     here = f"/jobs/{view['id']}"
     group: tuple[str, str] = ("Batch", "-")
     if view["batch_id"] and kind == "workflow":  # a node: its graph, one click away
@@ -185,7 +191,7 @@ async def job(dash: StorageCaller, request: Request, csrf: str, m: re.Match[str]
                  + " · " + link(f"/batches/{view['batch_id']}", "jobs"))
     elif view["batch_id"]:
         group = ("Batch", link(f"/batches/{view['batch_id']}", view["batch_id"]))
-    fields = [("State", badge(view["state"])), ("Queue", e(view["queue"])),
+    fields = [("State", badge(view["state"])), why_field(found), ("Queue", e(view["queue"])),
               ("Attempt", e(f"{view['attempt']} (errors {view['errors']}, recoveries "
                             f"{view['recoveries']}, max retries {view['max_retries']})")),
               group, *_family(graph, view["id"]),

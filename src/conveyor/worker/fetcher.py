@@ -25,7 +25,7 @@ from conveyor.worker.feed import BrokerFeed
 from conveyor.worker.inflight import Entry, InFlight
 from conveyor.worker.isolation import Isolation
 from conveyor.worker.processor import Processor
-from conveyor.worker.reserve import Reserve
+from conveyor.worker.reserve import Reserve, fitting
 
 __all__ = ["Fetcher"]
 
@@ -103,7 +103,7 @@ class Fetcher:
                 jobs = self.feed.take(order, free + ahead, 0.0)
             else:
                 jobs = self.storage.dequeue(order, self.config.worker_id, free + ahead,
-                                            self.config.lease)
+                                            self.config.lease, self.inflight.capacity)
             now = self._split(jobs, free)
         self._dispatch(now)
         return len(jobs)
@@ -125,7 +125,8 @@ class Fetcher:
         else:
             jobs = self.storage.wait_dequeue(self.config.queue_names, order,
                                              self.config.worker_id, free + ahead,
-                                             self.config.lease, self.config.idle_wait)
+                                             self.config.lease, self.config.idle_wait,
+                                             self.inflight.capacity)
         self.reserve.waited(time.monotonic() - waiting)  # before these jobs are counted
         with self._fetch_lock:
             if self._quiet.is_set():
@@ -144,10 +145,10 @@ class Fetcher:
         """The jobs of a fetch to start in the ``free`` slots now; the rest go to the reserve
         (called under the fetch lock, so that ``quiet`` finds them there). A recovered job
         taken from the reserve goes through isolation like any fetched one."""
-        if len(jobs) <= free:
-            return jobs
-        self.reserve.put(jobs[free:])
-        return jobs[:free]
+        fit = fitting(jobs, free)
+        if fit < len(jobs):
+            self.reserve.put(jobs[fit:])
+        return jobs[:fit]
 
     def ahead(self) -> int:
         """Jobs to lease ahead of the free slots now (``Reserve.wanted``); none while a job

@@ -57,10 +57,17 @@ class InFlight:
         self.capacity = capacity
         self._running: dict[str, Entry] = {}
         self._slot_freed = threading.Event()
+        # The slots running jobs take beyond one each (``LeasedJob.cost``): touched only
+        # for a job that costs more, so a plain job's path is as before.
+        self._extra = 0
+        self._extra_lock = threading.Lock()
 
     def add(self, entry: Entry) -> None:
         """Register a job that is about to run."""
         self._running[entry.job.token] = entry
+        if entry.job.cost > 1:
+            with self._extra_lock:
+                self._extra += entry.job.cost - 1
 
     def claim(self, entry: Entry) -> bool:
         """Take the right to acknowledge ``entry``; True only for the first caller.
@@ -69,14 +76,17 @@ class InFlight:
         """
         if self._running.pop(entry.job.token, None) is not entry:
             return False
+        if entry.job.cost > 1:
+            with self._extra_lock:
+                self._extra -= entry.job.cost - 1
         if not self._slot_freed.is_set():
             self._slot_freed.set()
         return True
 
     @property
     def free(self) -> int:
-        """Slots not taken by a running job."""
-        return self.capacity - len(self._running)
+        """Slots not taken by a running job (a job takes its ``cost`` of them)."""
+        return self.capacity - len(self._running) - self._extra
 
     def __len__(self) -> int:
         return len(self._running)

@@ -29,11 +29,11 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from conveyor.core.job import LeasedJob
 
-__all__ = ["Reserve"]
+__all__ = ["Reserve", "fitting"]
 
 # The pace is measured over spans of at least ``_MEASURE`` seconds of work (time spent
 # waiting for work does not count: ``waited``) and smoothed over about ``_SMOOTH`` seconds,
@@ -42,6 +42,20 @@ __all__ = ["Reserve"]
 # hour; a slow spell closes it within about a second.
 _MEASURE = 0.01
 _SMOOTH = 0.5
+
+
+def fitting(jobs: Sequence[LeasedJob], free: int) -> int:
+    """How many of ``jobs``, in order, fit in ``free`` slots (a job takes its ``cost``): the
+    first that does not fit stops the count, so no later job starts before it."""
+    if len(jobs) <= free and all(job.cost == 1 for job in jobs):
+        return len(jobs)
+    count = 0
+    for job in jobs:
+        if job.cost > free:
+            break
+        free -= job.cost
+        count += 1
+    return count
 
 
 class Reserve:
@@ -110,16 +124,17 @@ class Reserve:
             self.reserved += len(jobs)
 
     def take(self, count: int) -> list[LeasedJob]:
-        """Up to ``count`` held jobs, oldest first."""
+        """Held jobs, oldest first, that fit in ``count`` free slots (``fitting``)."""
         with self._lock:
-            return [self._jobs.popleft() for _ in range(min(count, len(self._jobs)))]
+            return [self._jobs.popleft() for _ in range(fitting(self._jobs, count))]
 
     def take_plain(self, count: int) -> list[LeasedJob]:
-        """Up to ``count`` held jobs, oldest first, stopping at the first one recovered from a
-        crashed worker (it goes through isolation: ``take``)."""
+        """Held jobs, oldest first, that fit in ``count`` free slots, stopping at the first
+        one recovered from a crashed worker (it goes through isolation: ``take``)."""
         with self._lock:
             out: list[LeasedJob] = []
-            while len(out) < count and self._jobs and not self._jobs[0].recoveries:
+            while self._jobs and not self._jobs[0].recoveries and self._jobs[0].cost <= count:
+                count -= self._jobs[0].cost
                 out.append(self._jobs.popleft())
             return out
 

@@ -65,10 +65,19 @@ def main() -> None:
         "bad_bytes": raises(lambda: tasks.echo.enqueue(b"\xff")),
         "arity": raises(lambda: tasks.add.enqueue(1, 2, 3)),
         "keyword": raises(lambda: tasks.add.enqueue(1, 2, c=3)),
-        "priority": raises(lambda: tasks.noop_task.using(priority=5).enqueue()),
+        "priority": raises(lambda: tasks.noop_task.using(priority=101).enqueue()),
         "queue": raises(lambda: tasks.noop_task.using(queue_name="nowhere").enqueue()),
     }
     out["stored_after_refusals"] = len(default.app.storage.list_jobs(limit=1000)) - before
+
+    # -- priority: Django's reaches the queue's lineup (docs/scheduling.md) --------------------
+    low = tasks.noop_task.using(queue_name="idle", priority=-5).enqueue()
+    high = tasks.noop_task.using(queue_name="idle", priority=50).enqueue()
+    out["priority"] = {
+        "task": [default.get_result(r.id).task.priority for r in (low, high)],
+        "low_gates": [r.gate for r in default.app.explain(low.id).reasons],
+        "high_gates": [r.gate for r in default.app.explain(high.id).reasons],
+    }
 
     # -- run by the worker ---------------------------------------------------------------------
     runs = {

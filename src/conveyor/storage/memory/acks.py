@@ -7,7 +7,8 @@ from typing import Any
 
 from conveyor.core.job import Ack, Event, EventKind, JobState, Outcome
 from conveyor.storage.memory.durable import MemoryDurable
-from conveyor.storage.memory.state import Entry, MemoryState
+from conveyor.storage.memory.entry import Entry
+from conveyor.storage.memory.state import MemoryState
 from conveyor.storage.rules import (
     ack_message,
     cancelled_message,

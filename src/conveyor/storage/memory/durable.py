@@ -17,7 +17,8 @@ from conveyor.storage.durable import (
     received,
     step_events,
 )
-from conveyor.storage.memory.state import Entry, MemoryState
+from conveyor.storage.memory.entry import Entry
+from conveyor.storage.memory.state import MemoryState
 
 __all__ = ["DurableRows", "MemoryDurable"]
 

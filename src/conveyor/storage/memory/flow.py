@@ -7,7 +7,8 @@ locks. Rules (the same every backend enforces):
 
 * ``unique_key``: held while the holder is not terminal, and at least ``unique_for`` seconds
   after it was enqueued.
-* ``concurrency_key``: never more active jobs of a key than the job's ``concurrency_limit``.
+* ``concurrency_key``: the costs of a key's active jobs never exceed the job's
+  ``concurrency_limit`` (a job costs 1 unless it says more).
 * ``order_key``: one job of a key at a time, in enqueue order: the oldest job of the key that is
   pending, active or retrying holds it (so a retrying job keeps its place; a job scheduled for
   later takes its place only once it is due).
@@ -129,8 +130,9 @@ class FlowGate:
         if flow is None:
             return True
         key = flow.concurrency_key
-        if key and 0 < flow.concurrency_limit <= self._active[key] + budget.concurrency[key]:
-            return False
+        if key and 0 < flow.concurrency_limit < (self._active[key] + budget.concurrency[key]
+                                                 + flow.cost):
+            return False  # the limit counts cost: a job takes ``cost`` of its key's slots
         key = flow.order_key
         if key and (
             key in budget.ordered or self._order_active[key] > 0 or self._order_head(key) != rec.id
@@ -147,7 +149,7 @@ class FlowGate:
         if flow is None:
             return
         if flow.concurrency_key:
-            budget.concurrency[flow.concurrency_key] += 1
+            budget.concurrency[flow.concurrency_key] += flow.cost
         if flow.order_key:
             budget.ordered.add(flow.order_key)
         if flow.rate_key:
@@ -159,7 +161,7 @@ class FlowGate:
         if flow is None:
             return
         if flow.concurrency_key:
-            self._active[flow.concurrency_key] += 1
+            self._active[flow.concurrency_key] += flow.cost
         if flow.order_key:
             self._order_active[flow.order_key] += 1
         key = flow.rate_key
@@ -189,9 +191,18 @@ class FlowGate:
         if flow is None:
             return
         if flow.concurrency_key:
-            self._active[flow.concurrency_key] -= 1
+            self._active[flow.concurrency_key] -= flow.cost
         if flow.order_key:
             self._order_active[flow.order_key] -= 1
+
+    def order_holder(self, key: str) -> str | None:
+        """The job holding ``key`` now: its oldest unfinished job that is due (explain)."""
+        return self._order_head(key)
+
+    def starts(self, key: str, period: float, now: float) -> list[float]:
+        """The start times of rate key ``key`` within its window (explain)."""
+        self._recent_starts(key, period, now)
+        return list(self._starts.get(key, ()))
 
     def _order_head(self, key: str) -> str | None:
         heap = self._order_heads.get(key, [])

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from conveyor.core.job import EventKind, JobState, LeasedJob
 from conveyor.storage import aggregation
 from conveyor.storage.aggregation import Group, Rest
-from conveyor.storage.memory.state import Entry, MemoryState, group_of
+from conveyor.storage.memory.entry import Entry, group_of
+from conveyor.storage.memory.state import MemoryState
 
 _ALIVE = frozenset({JobState.PENDING, JobState.SCHEDULED, JobState.RETRYING, JobState.ACTIVE})
 

@@ -10,7 +10,8 @@ from conveyor.storage import graph_retry
 from conveyor.storage.batch_records import BatchStatus
 from conveyor.storage.graph import GraphNode
 from conveyor.storage.job_heads import HEAD_CHARS, JobHead
-from conveyor.storage.memory.state import WAITING_STATES, Entry, MemoryState
+from conveyor.storage.memory.entry import WAITING_STATES, Entry
+from conveyor.storage.memory.state import MemoryState
 from conveyor.storage.queue_stats import QueueStats
 from conveyor.storage.retention import Retention
 from conveyor.storage.stored_data import StoredData

@@ -54,6 +54,12 @@ class MemoryOutbox:
                     break
             return out
 
+    def published(self, job_id: str, version: int) -> bool:
+        """Whether the job, at its move ``version``, was handed to the broker and is not due
+        again yet (explain's "in a broker, not yet delivered"; the caller holds the lock)."""
+        stamp = self._stamps.get(job_id)
+        return stamp is not None and stamp[1] == version
+
     def publish_failed(self, job_ids: Sequence[str]) -> None:
         """Unconfirmed publishes: due again at once."""
         with self.state.lock:

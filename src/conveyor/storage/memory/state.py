@@ -13,7 +13,7 @@ import secrets
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from conveyor.core.clock import Clock
@@ -30,27 +30,13 @@ from conveyor.errors import ConveyorError
 from conveyor.storage import aggregation, graph
 from conveyor.storage.aggregation import Group, GroupId
 from conveyor.storage.graph import JobView, NodeRow
+from conveyor.storage.lineup import first_aging
 from conveyor.storage.memory.batches import BatchBook
+from conveyor.storage.memory.entry import DUE_STATES, WAITING_STATES, Entry, group_of
 from conveyor.storage.memory.flow import FlowGate
 from conveyor.storage.memory.totals import Totals
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING, cancelled_message
 from conveyor.storage.workers import WorkerInfo
-
-#: States a job waits in before it runs (cancelled at once by a cancel request).
-WAITING_STATES = frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.RETRYING,
-                            JobState.WAITING, JobState.AGGREGATING})
-_DUE_STATES = (JobState.SCHEDULED, JobState.RETRYING)
-
-
-@dataclass(slots=True, eq=False)
-class Entry:
-    """One stored job: its record plus what only the storage sees."""
-
-    rec: JobRecord
-    seq: int  # enqueue order, the tie-breaker of "oldest first"
-    token: str | None = None
-    version: int = 0  # bumped on every move; stale schedule-heap entries are skipped by it
-    pending_since: float = 0.0
 
 
 class MemoryState:
@@ -82,6 +68,9 @@ class MemoryState:
         self.groups: dict[GroupId, Group] = {}  # aggregation groups (storage/aggregation.py)
         # their aggregating members, oldest first -> when each arrived
         self.members: dict[GroupId, dict[str, float]] = defaultdict(dict)
+        # queue -> its pending jobs the lineup places (storage/lineup.py); its last fair key
+        self.lined: dict[str, dict[str, None]] = defaultdict(dict)
+        self.pointers: dict[str, str] = {}
         self.forgets: list[Callable[[str], None]] = []  # called with a deleted job's id
 
     def now(self) -> float:
@@ -116,6 +105,9 @@ class MemoryState:
         )
         self.seq += 1
         entry = Entry(rec, self.seq, pending_since=now)
+        if spec.flow is not None:
+            entry.band = spec.flow.priority
+            entry.age_next = first_aging(spec.flow.aging, spec.run_at, now) or 0.0
         self.jobs[spec.id] = entry
         self.queues.setdefault(spec.queue)
         self.counts[(spec.queue, state)] += 1
@@ -131,6 +123,8 @@ class MemoryState:
             pass
         else:
             self.pending[spec.queue][spec.id] = None
+            if spec.flow is not None and spec.flow.in_lineup:
+                self.lined[spec.queue][spec.id] = None
             if wake:
                 self.wake()
         return EnqueueResult(spec.id)
@@ -156,6 +150,7 @@ class MemoryState:
             id=rec.id, name=rec.name, queue=rec.queue, payload=rec.payload, token=entry.token,
             attempt=rec.attempt, errors=rec.errors, max_retries=rec.max_retries,
             timeout=rec.timeout, batch_id=rec.batch_id, recoveries=rec.recoveries,
+            cost=rec.flow.cost if rec.flow is not None else 1,
         )
 
     def joins(self, members: list[aggregation.Arrival], now: float) -> set[str]:
@@ -209,6 +204,7 @@ class MemoryState:
         rec, old = entry.rec, entry.rec.state
         if old is JobState.PENDING:
             self.pending[rec.queue].pop(rec.id, None)
+            self.lined[rec.queue].pop(rec.id, None)
         elif old is JobState.AGGREGATING:
             self.members[group_of(rec)].pop(rec.id, None)
         elif old is JobState.ACTIVE:
@@ -227,6 +223,8 @@ class MemoryState:
             rec.worker = None
             entry.pending_since = now
             self.pending[rec.queue][rec.id] = None
+            if rec.flow is not None and rec.flow.in_lineup:
+                self.lined[rec.queue][rec.id] = None
             self.wake()
         elif new is JobState.ACTIVE:
             self.active[rec.id] = None
@@ -234,7 +232,7 @@ class MemoryState:
         elif new is JobState.AGGREGATING:
             entry.pending_since = now
             self.members[group_of(rec)][rec.id] = now
-        elif new in _DUE_STATES:
+        elif new in DUE_STATES:
             run_at = now if rec.run_at is None else rec.run_at
             heapq.heappush(self.due, (run_at, entry.seq, entry.version, rec.id))
         self.totals.moved(rec, new, now)
@@ -295,6 +293,7 @@ class MemoryState:
             forget(rec.id)
         if rec.state is JobState.PENDING:
             self.pending[rec.queue].pop(rec.id, None)
+            self.lined[rec.queue].pop(rec.id, None)
         elif rec.state is JobState.AGGREGATING:
             self.members[group_of(rec)].pop(rec.id, None)
         self.counts[(rec.queue, rec.state)] -= 1
@@ -334,11 +333,6 @@ class MemoryState:
         """A job's record and enqueue order (the flow gate's view of the store)."""
         entry = self.jobs.get(job_id)
         return None if entry is None else (entry.rec, entry.seq)
-
-
-def group_of(rec: JobRecord) -> GroupId:
-    """The aggregation group a member job belongs to."""
-    return (rec.queue, rec.name, rec.flow.group_key if rec.flow and rec.flow.group_key else "")
 
 
 class _Graph:

@@ -21,7 +21,6 @@ from conveyor.core.job import (
     BatchSpec,
     EnqueueResult,
     Event,
-    EventKind,
     HeartbeatReply,
     JobSpec,
     JobState,
@@ -36,18 +35,19 @@ from conveyor.storage.blocks import JobBlock
 from conveyor.storage.delegate import delegate
 from conveyor.storage.memory import acks as acks_of
 from conveyor.storage.memory.durable import MemoryDurable
+from conveyor.storage.memory.entry import Entry
 from conveyor.storage.memory.flow import MemoryFlow, ScanBudget
+from conveyor.storage.memory.gates import MemoryGates
 from conveyor.storage.memory.groups import MemoryGroups
 from conveyor.storage.memory.inspect import MemoryInspector
+from conveyor.storage.memory.lineup import MemoryLineups
 from conveyor.storage.memory.outbox import MemoryOutbox
 from conveyor.storage.memory.schedules import MemorySchedules
-from conveyor.storage.memory.state import Entry, MemoryState
+from conveyor.storage.memory.state import MemoryState
 from conveyor.storage.retention import Retention
 from conveyor.storage.rules import (
-    DEADLINE_PASSED,
     LEASE_EXPIRED,
     WORKER_DIED,
-    broken_key,
 )
 from conveyor.storage.schedule_edits import ScheduleEdits
 from conveyor.storage.workers import WorkerInfo
@@ -79,6 +79,7 @@ class MemoryStorage:
     workflow_graph = delegate("_inspector", MemoryInspector.workflow_graph)
     history = delegate("_inspector", MemoryInspector.history)
     job_totals = delegate("_inspector", MemoryInspector.job_totals)
+    gate_facts = delegate("_gates", MemoryGates.gate_facts)
     pause_queue = delegate("_flow", MemoryFlow.pause_queue)
     resume_queue = delegate("_flow", MemoryFlow.resume_queue)
     # schedules (Storage and Inspector)
@@ -115,6 +116,8 @@ class MemoryStorage:
         self._schedules = MemorySchedules()
         self._edits = ScheduleEdits(self.now, self._schedules)
         self._outbox = MemoryOutbox(self.state)
+        self._lineups = MemoryLineups(self.state)
+        self._gates = MemoryGates(self.state, self._inspector, self._lineups, self._outbox)
         self._waits = WaitsThenDequeues(self.wait, self.dequeue)
         self._async = ThreadedAsync(self.enqueue, self._inspector.get_job)
 
@@ -142,9 +145,10 @@ class MemoryStorage:
     # -- dequeue -----------------------------------------------------------------------------
 
     def dequeue(
-        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float
+        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float,
+        capacity: int = 0,
     ) -> list[LeasedJob]:
-        """Lease up to ``count`` pending jobs; see ``Storage.dequeue``."""
+        """Lease pending jobs up to ``count`` slots; see ``Storage.dequeue``."""
         state = self.state
         with state.lock:
             now = state.now()
@@ -152,33 +156,19 @@ class MemoryStorage:
             ended: list[tuple[Entry, str, str]] = []
             budget = ScanBudget()
             state.flow.forget_idle_rates(now)
+            room = count
             for queue in dict.fromkeys(queues):
-                if len(picked) >= count:
+                if room <= 0:
                     break
-                if queue not in state.paused:
-                    self._scan(queue, now, count - len(picked), budget, picked, ended)
+                if queue in state.paused:
+                    continue
+                if state.lined.get(queue):
+                    room = self._lineups.walk(queue, now, room, capacity, budget, picked, ended)
+                else:
+                    room -= self._lineups.scan(queue, now, room, budget, picked, ended)
             for entry, kind, message in ended:
                 state.end_unstarted(entry, kind, message, now)
             return [state.lease(entry, worker_id, now, lease_seconds) for entry in picked]
-
-    def _scan(self, queue: str, now: float, wanted: int, budget: ScanBudget,
-              picked: list[Entry], ended: list[tuple[Entry, str, str]]) -> None:
-        taken = 0
-        jobs, flow = self.state.jobs, self.state.flow
-        for job_id in self.state.pending.get(queue, ()):
-            if taken >= wanted:
-                return
-            entry = jobs[job_id]
-            rec = entry.rec
-            if rec.deadline is not None and now > rec.deadline:
-                ended.append((entry, EventKind.EXPIRED, DEADLINE_PASSED))
-            elif (broken := broken_key(rec.flow)) is not None:
-                ended.append((entry, EventKind.DEAD, broken))
-            elif flow.allows(rec, now, budget):
-                # Over-limit jobs are skipped, not retried: they keep their place and attempts.
-                flow.reserve(rec, budget)
-                picked.append(entry)
-                taken += 1
 
     def wait(self, queues: Sequence[str], timeout: float) -> bool:
         """Block until new work is stored (any queue: spurious wake-ups are allowed). Work
@@ -282,6 +272,7 @@ class MemoryStorage:
                 if entry is not None and entry.version == version:
                     self._groups.promote(entry, now)
                     moved += 1
+            self._lineups.age(now)
             return moved + self._groups.flush(now, limit)
 
     def reclaim_expired(self, max_recoveries: int = 5, limit: int = 1000) -> int:

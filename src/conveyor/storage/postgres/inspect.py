@@ -28,11 +28,18 @@ from conveyor.storage.workers import WorkerInfo
 
 WORKER_TTL = 60.0
 # One count per state, each over the partial index that holds that state's jobs (a single
-# `state IN (...)` would read the whole table, finished jobs included).
-_SIZES = " UNION ALL ".join(
-    f"SELECT queue, state, count(*) FROM jobs WHERE {where} GROUP BY queue, state"
-    for where in ("state = 'pending'", "state = 'active'", "state IN ('scheduled', 'retrying')",
-                  "state = 'dead'", "state = 'waiting'", "state = 'aggregating'"))
+# `state IN (...)` would read the whole table, finished jobs included); pending jobs on two,
+# jobs_ready and the lineup's jobs_lineup (migration 022).
+_SIZES = "SELECT queue, state, sum(n)::bigint FROM (" + " UNION ALL ".join(
+    f"SELECT queue, state, count(*) AS n FROM jobs WHERE {where} GROUP BY queue, state"
+    for where in ("state = 'pending' AND NOT lined", "state = 'pending' AND lined",
+                  "state = 'active'", "state IN ('scheduled', 'retrying')",
+                  "state = 'dead'", "state = 'waiting'", "state = 'aggregating'")
+) + ") AS s GROUP BY queue, state"
+# The oldest pending job of a queue: each index's oldest (the arrival order, the lineup's).
+_OLDEST = ("SELECT least((SELECT min(ready_at) FROM jobs WHERE state = 'pending' AND NOT lined "
+           "AND queue = %(q)s), (SELECT min(ready_at) FROM jobs WHERE state = 'pending' "
+           "AND lined AND queue = %(q)s))")
 CANCEL_CHUNK = 500  # jobs per cancel_batch transaction: row locks held briefly
 _KNOWN_SET = frozenset(s.value for s in ALL_STATES)
 _KNOWN = ", ".join(f"'{s.value}'" for s in ALL_STATES)
@@ -71,9 +78,7 @@ class PostgresInspector:
         )}
         out = []
         for name, paused in db.execute("SELECT name, paused FROM queues ORDER BY name"):
-            oldest = (db.execute(
-                "SELECT min(ready_at) FROM jobs WHERE state = 'pending' AND queue = %s", (name,)
-            ).fetchone() or (None,))[0]
+            oldest = (db.execute(_OLDEST, {"q": name}).fetchone() or (None,))[0]
             out.append(QueueStats(
                 name=name, pending=sizes.get((name, "pending"), 0),
                 scheduled=sizes.get((name, "scheduled"), 0),

@@ -45,6 +45,7 @@ from conveyor.storage.postgres.connection import (
 )
 from conveyor.storage.postgres.durable import PostgresDurable
 from conveyor.storage.postgres.flow import PostgresFlow
+from conveyor.storage.postgres.gates import PostgresGates
 from conveyor.storage.postgres.inspect import PostgresInspector
 from conveyor.storage.postgres.migrate import migrate
 from conveyor.storage.postgres.notices import Notices
@@ -59,7 +60,8 @@ from conveyor.storage.workers import WorkerInfo
 
 ENQUEUE_CHUNK = 5000
 
-_DEQUEUE = "SELECT * FROM dequeue(%s::float8, %s::text[], %s::text, %s::int4, %s::float8)"
+_DEQUEUE = ("SELECT * FROM dequeue(%s::float8, %s::text[], %s::text, %s::int4, %s::float8, "
+            "%s::int4)")
 _HEARTBEAT = ("SELECT * FROM heartbeat(%s::float8, %s::text, %s::text, %s::text[], %s::text[], "
               "%s::float8)")
 _HAS_WORK = (
@@ -117,6 +119,7 @@ class PostgresStorage:
     workflow_graph = delegate("_inspector", PostgresInspector.workflow_graph)
     history = delegate("_inspector", PostgresInspector.history)
     job_totals = delegate("_inspector", PostgresInspector.job_totals)
+    gate_facts = delegate("_gates", PostgresGates.gate_facts)
     pause_queue = delegate("_flow", PostgresFlow.pause_queue)
     resume_queue = delegate("_flow", PostgresFlow.resume_queue)
     # upkeep: promotion, recovery, cancel, batches, retention; vacuum
@@ -166,6 +169,7 @@ class PostgresStorage:
         self._notices = notices or Notices(settings, db.where)
         self._binder = Binder(db)
         self._inspector = PostgresInspector(db, self._clock)
+        self._gates = PostgresGates(db, self._clock, self._inspector)
         self._flow = PostgresFlow(db)
         self._upkeep = PostgresUpkeep(db, self._clock, self._notices)
         self._vacuum = PostgresVacuum(db)
@@ -220,15 +224,18 @@ class PostgresStorage:
         return results
 
     def dequeue(
-        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float
+        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float,
+        capacity: int = 0,
     ) -> list[LeasedJob]:
-        """Lease up to ``count`` pending jobs, queue by queue in the order given: one call
-        of the server-side ``dequeue`` (pause, deadlines, flow control, batch counters)."""
+        """Lease pending jobs up to ``count`` slots, queue by queue in the order given: one
+        call of the server-side ``dequeue`` (pause, deadlines, flow control, the lineup,
+        batch counters)."""
         if count <= 0 or not queues:
             return []
         with self._db.call() as cur:
             rows = cur.execute(_DEQUEUE, (self._clock.arg(), arrays.texts(dict.fromkeys(queues)),
-                                          enc(worker_id), count, lease_seconds)).fetchall()
+                                          enc(worker_id), count, lease_seconds, capacity)
+                               ).fetchall()
         return [_leased(row) for row in rows]
 
     def wait(self, queues: Sequence[str], timeout: float) -> bool:
@@ -342,5 +349,5 @@ def _leased(row: Sequence[Any]) -> LeasedJob:
     return LeasedJob(
         id=row[0], name=row[1], queue=row[2], payload=row[3], token=row[4],
         attempt=row[5], errors=row[6], max_retries=row[7], timeout=row[8], batch_id=row[9],
-        recoveries=row[10],
+        recoveries=row[10], cost=row[11],
     )

@@ -137,6 +137,8 @@ def enqueue_args(spec: JobSpec) -> tuple[str, ...]:
         ukey = flow.unique_key or ""
         ufor = repr(float(flow.unique_for)) if flow.unique_for else ""
         limited = "1" if flow.concurrency_key or flow.order_key or flow.rate_key else ""
+        if flow.in_lineup:  # "l": waits in its queue's lineup while pending (lua/_lineup.lua)
+            limited = "l"
         # a member: its group settings, read by lua/_groups.lua (a key that breaks the key
         # rule makes no member: it runs as a lead of its own, as on every store)
         if flow.group_key and key_fault(flow.group_key) is None:
@@ -223,11 +225,14 @@ def leased(row: Sequence[Any], queue: str) -> LeasedJob:
             raise Unreadable(str(row[6]))
         static = static_of(row[1])
         timeout = static.get("to")
+        flow = static.get("fl")
+        cost = flow.get("cost", 1) if isinstance(flow, dict) else 1
         return LeasedJob(
             id=row[0], name=static["n"], queue=queue, payload=static["p"], token=row[2],
             attempt=counts[0], errors=counts[1], max_retries=int(static.get("m", 25)),
             timeout=float(timeout) if timeout is not None else None,
             batch_id=_opt_text(static.get("b")), recoveries=counts[2],
+            cost=max(1, int(cost)),
         )
     except (Unreadable, ValueError, TypeError) as exc:
         return LeasedJob(id=row[0], name="", queue=queue, payload="", token=row[2],

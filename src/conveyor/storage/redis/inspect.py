@@ -85,16 +85,18 @@ class RedisInspector:
         qk = self.keys.queue(queue)
         if state is not JobState.PENDING:
             return list(self.link.call("ZRANGE", qk.by_state(state.value), start, stop))
-        # Parked jobs (held back by flow control), then jobs handed to a broker's relay, are
-        # older than the whole list, whose oldest job is at the tail (LPUSH): position
-        # p >= ahead is list index -(p-ahead)-1.
+        # Parked jobs (held back by flow control), then jobs handed to a broker's relay, then
+        # the lineup's (lua/_lineup.lua, in its order; a member ends "\0<id>") come before the
+        # whole list, whose oldest job is at the tail (LPUSH): position p >= ahead is list
+        # index -(p-ahead)-1.
         ids: list[str] = []
         ahead = 0
-        for zset in (qk.parked, qk.published):
+        for zset in (qk.parked, qk.published, qk.lineup):
             size = int(self.link.call("ZCARD", zset))
             lo, hi = start - ahead, (size - 1 if stop < 0 else min(stop - ahead, size - 1))
             if lo < size and hi >= max(lo, 0):
-                ids += self.link.call("ZRANGE", zset, max(lo, 0), hi)
+                found = self.link.call("ZRANGE", zset, max(lo, 0), hi)
+                ids += [str(m).rpartition("\0")[2] for m in found] if zset == qk.lineup else found
             ahead += size
         parked = ahead
         if stop < 0 or stop >= parked:
@@ -111,7 +113,8 @@ class RedisInspector:
             stale = int(self.link.call("HGET", qk.meta, "stale") or 0)
             return max(0, int(self.link.call("LLEN", qk.pending)) + int(
                 self.link.call("ZCARD", qk.parked)) + int(
-                self.link.call("ZCARD", qk.published)) - stale)
+                self.link.call("ZCARD", qk.published)) + int(
+                self.link.call("ZCARD", qk.lineup)) - stale)
         return int(self.link.call("ZCARD", qk.by_state(state.value)))
 
     def list_jobs(self, *, state: JobState | None = None, queue: str | None = None,

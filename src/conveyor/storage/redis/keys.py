@@ -54,6 +54,13 @@ class QueueKeys:
     waiters: str
     # hash: the last day's outcomes per minute, a ring of 1,440 fields (lua/_counts.lua)
     history: str
+    # A queue's lineup (lua/_lineup.lua, docs/scheduling.md): the pending jobs with a
+    # priority, aging, a fair key or a cost (zset, all scores 0: "<100 - priority><fair
+    # key>\0<arrival>\0<id>"), each one's entry there (hash id -> member), and when aging
+    # raises each next (zset id -> time)
+    lineup: str
+    lined: str
+    aging: str
     # Durable jobs (docs/durable.md, lua/_durable.lua): a job's steps (hash: id -> step names,
     # id US name -> record JSON, id RS -> ids of the messages it took), its wait (hash: id ->
     # TAB fields), its inbox (hash: id -> one message a line), the event waits still

@@ -51,6 +51,7 @@ from conveyor.storage.redis.context import RedisContext
 from conveyor.storage.redis.durable import RedisDurable
 from conveyor.storage.redis.enqueue import RedisEnqueue
 from conveyor.storage.redis.flow import RedisFlow
+from conveyor.storage.redis.gates import RedisGates
 from conveyor.storage.redis.graph import RedisGraph
 from conveyor.storage.redis.inspect import RedisInspector
 from conveyor.storage.redis.outbox import RedisOutbox
@@ -132,6 +133,7 @@ class RedisStorage:
     workflow_graph = delegate("_inspector", RedisInspector.workflow_graph)
     history = delegate("_inspector", RedisInspector.history)
     job_totals = delegate("_inspector", RedisInspector.job_totals)
+    gate_facts = delegate("_gates", RedisGates.gate_facts)
     retry_jobs = delegate("_admin", RedisAdmin.retry_jobs)
     retry_refusals = delegate("_admin", RedisAdmin.retry_refusals)
     delete_jobs = delegate("_admin", RedisAdmin.delete_jobs)
@@ -181,6 +183,7 @@ class RedisStorage:
         self._upkeep = RedisUpkeep(ctx, self._graph, self._admin, self.repair, self.durable)
         self._pages = RedisBatchPages(ctx, self._batches)
         self._inspector = RedisInspector(ctx, self._batches, self._pages, self._admin)
+        self._gates = RedisGates(ctx, self._inspector)
         self._flow = RedisFlow(ctx)
         self._schedules = RedisSchedules(ctx)
         self._edits = ScheduleEdits(self.now, self._schedules)
@@ -200,33 +203,39 @@ class RedisStorage:
     # -- hot path -----------------------------------------------------------------------
 
     def dequeue(
-        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float
+        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float,
+        capacity: int = 0,
     ) -> list[LeasedJob]:
-        """Lease up to ``count`` jobs, one script call per queue until filled."""
+        """Lease jobs up to ``count`` slots (a job takes its cost), one script call per
+        queue until filled."""
         out: list[LeasedJob] = []
         codec.check_text("worker id", worker_id)
+        used = 0
         for queue in queues:
-            while len(out) < count:
-                want = min(count - len(out), MAX_DEQUEUE)
+            while used < count:
+                want = min(count - used, MAX_DEQUEUE)
                 leased = self._leased(queue, self.scripts.run(
                     "dequeue", self.keys.queue(queue),
-                    self._dequeue_args(queue, worker_id, want, lease_seconds)))
+                    self._dequeue_args(queue, worker_id, want, lease_seconds, capacity)))
                 out += leased
-                if len(leased) < want:
+                took = sum(job.cost for job in leased)
+                used += took
+                if took < want:
                     break
         return out
 
-    def _dequeue_call(self, queue: str, worker_id: str, want: int, lease_seconds: float
-                      ) -> tuple[Any, ...]:
+    def _dequeue_call(self, queue: str, worker_id: str, want: int, lease_seconds: float,
+                      capacity: int) -> tuple[Any, ...]:
         """One dequeue.lua call as an EVALSHA command, for sending it by hand."""
         keys = self.scripts.keys("dequeue", self.keys.queue(queue))
         return ("EVALSHA", self.scripts.shas["dequeue"], len(keys), *keys,
-                *self._dequeue_args(queue, worker_id, want, lease_seconds))
+                *self._dequeue_args(queue, worker_id, want, lease_seconds, capacity))
 
-    def _dequeue_args(self, queue: str, worker_id: str, want: int, lease_seconds: float
-                      ) -> list[Any]:
+    def _dequeue_args(self, queue: str, worker_id: str, want: int, lease_seconds: float,
+                      capacity: int) -> list[Any]:
         prefix = os.urandom(8).hex() + "."  # tokens: prefix, sequence, "/queue"
-        return [self.ctx.now_arg(), queue, worker_id, want, repr(float(lease_seconds)), prefix]
+        return [self.ctx.now_arg(), queue, worker_id, want, repr(float(lease_seconds)), prefix,
+                capacity]
 
     def _leased(self, queue: str, reply: Any) -> list[LeasedJob]:
         """Decode a dequeue.lua reply and feed its batch moves to the batch counters."""
@@ -247,7 +256,7 @@ class RedisStorage:
 
     def wait_dequeue(
         self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,
-        lease_seconds: float, timeout: float,
+        lease_seconds: float, timeout: float, capacity: int = 0,
     ) -> list[LeasedJob]:
         """BLPOP with the first queue's dequeue.lua pipelined behind it: the lease runs the
         moment the pop returns, with no round trip between. Other queues (and more than
@@ -255,14 +264,14 @@ class RedisStorage:
         doorbells' node to own the first queue's slot too; otherwise it waits, then leases."""
         if not watch or not queues or timeout <= 0 or count <= 0:
             self.wait(watch, timeout)
-            return self.dequeue(queues, worker_id, count, lease_seconds)
+            return self.dequeue(queues, worker_id, count, lease_seconds, capacity)
         codec.check_text("worker id", worker_id)
         first, want = queues[0], min(count, MAX_DEQUEUE)
         blpop = self._blpop(watch, timeout)
-        lease = self._dequeue_call(first, worker_id, want, lease_seconds)
+        lease = self._dequeue_call(first, worker_id, want, lease_seconds, capacity)
         if not self.link.same_node(blpop, lease):
             self.wait(watch, timeout)
-            return self.dequeue(queues, worker_id, count, lease_seconds)
+            return self.dequeue(queues, worker_id, count, lease_seconds, capacity)
         try:
             _, reply = self.link.raw_many(blpop, lease)
         except TRANSIENT as exc:
@@ -273,11 +282,12 @@ class RedisStorage:
                 if isinstance(reply, redis.exceptions.ResponseError):
                     reply = self.scripts.scripts["dequeue"].located(reply)
                 raise self.link.refused(reply)
-            return self.dequeue(queues, worker_id, count, lease_seconds)
+            return self.dequeue(queues, worker_id, count, lease_seconds, capacity)
         out = self._leased(first, reply)
-        if len(out) < count:
-            rest = queues if len(out) == want else queues[1:]
-            out += self.dequeue(rest, worker_id, count - len(out), lease_seconds)
+        used = sum(job.cost for job in out)
+        if used < count:
+            rest = queues if used == want else queues[1:]
+            out += self.dequeue(rest, worker_id, count - used, lease_seconds, capacity)
         return out
 
     def _blpop(self, queues: Sequence[str], timeout: float) -> tuple[Any, ...]:

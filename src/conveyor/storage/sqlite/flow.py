@@ -122,9 +122,9 @@ def pick(cur: sqlite3.Cursor, now: float, queue: str, need: int) -> tuple[list[s
     chosen: list[str] = []
     offset = 0
     while len(chosen) < need and offset < _MAX_SCAN:
-        rows = cur.execute(
-            f"SELECT id, {FLOW_COLUMNS} FROM jobs WHERE state = 'pending' AND queue = ? "
-            "ORDER BY ready_at LIMIT ? OFFSET ?",
+        rows = cur.execute(  # a queue without lined jobs (storage/sqlite/lineup.py)
+            f"SELECT id, {FLOW_COLUMNS} FROM jobs WHERE state = 'pending' AND lined = 0 "
+            "AND queue = ? ORDER BY ready_at LIMIT ? OFFSET ?",
             (queue, _PAGE, offset),
         ).fetchall()
         if not rows:
@@ -178,35 +178,39 @@ def end_broken(cur: sqlite3.Cursor, now: float, gates: Gates) -> list[Move]:
     return moves
 
 
-def _admit(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates) -> bool:
+def _admit(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates,
+           cost: int = 1) -> bool:
     """Whether the limits admit this pending job now; if so, count it against them."""
-    if not allows(cur, now, row, gates):
+    if not allows(cur, now, row, gates, cost):
         return False
-    _take(cur, now, row, gates, start=True)
+    take(cur, now, row, gates, cost)
     return True
 
 
-def allows(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates) -> bool:
+def allows(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates,
+           cost: int = 1) -> bool:
     """Whether the limits would admit this pending job (``id, FLOW_COLUMNS``, keys as text)
-    now. A job whose key breaks the key rule is never admitted: it joins ``gates.broken``."""
+    now; it takes ``cost`` of its concurrency key's limit. A job whose key breaks the key
+    rule is never admitted: it joins ``gates.broken``."""
     job_id, ckey, climit, okey, rkey, rlimit, rperiod = row
     broken = broken_gate(ckey, okey, rkey)
     if broken is not None:
         gates.broken.append((job_id, broken))
         return False
-    if ckey is not None and _active(cur, ckey, gates) >= climit:
+    if ckey is not None and _active(cur, ckey, gates) + cost > climit:
         return False
     if okey is not None and not _first_in_order(cur, okey, job_id, gates):
         return False
     return rkey is None or _rate_used(cur, now, rkey, rperiod, gates) < rlimit
 
 
-def _take(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates,
-          start: bool) -> None:
-    """Count the job against its limits in this call; a start also logs its rate hit."""
+def take(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates, cost: int = 1,
+         start: bool = True) -> None:
+    """Count the job (``cost`` of its concurrency key) against its limits in this call; a
+    start also logs its rate hit."""
     _, ckey, _, okey, rkey, _, _ = row
     if ckey is not None:
-        gates.active[ckey] += 1
+        gates.active[ckey] += cost
     if okey is not None:
         gates.order_taken.add(okey)
     if rkey is not None:
@@ -215,29 +219,31 @@ def _take(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates,
             cur.execute("INSERT INTO rate_hits (key, ts) VALUES (?, ?)", (rkey, now))
 
 
-def admit_one(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates) -> bool:
+def admit_one(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates,
+              cost: int = 1) -> bool:
     """``_admit`` for one named job (the outbox's ``start``); ``gates`` spans one call."""
-    return _admit(cur, now, row, gates)
+    return _admit(cur, now, row, gates, cost)
 
 
-def would_admit(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates) -> bool:
+def would_admit(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates,
+                cost: int = 1) -> bool:
     """Whether a parked job may run now, counted against ``gates`` without starting it (the
     outbox's ``publish_due``: two waiters of a key freed by one ack are not both due). One
     whose key breaks the key rule is due: its ``start`` ends it."""
-    if not allows(cur, now, row, gates):
+    if not allows(cur, now, row, gates, cost):
         if gates.broken:
             gates.broken.clear()
             return True
         return False
-    _take(cur, now, row, gates, start=False)
+    take(cur, now, row, gates, cost, start=False)
     return True
 
 
 def _active(cur: sqlite3.Cursor, key: str, gates: Gates) -> int:
     if key not in gates.active:
-        gates.active[key] = int(cur.execute(
-            "SELECT count(*) FROM jobs WHERE state = 'active' AND concurrency_key = ?", (key,)
-        ).fetchone()[0])
+        gates.active[key] = int(cur.execute(  # a job takes its cost of the key's limit
+            "SELECT coalesce(sum(cost), 0) FROM jobs WHERE state = 'active' "
+            "AND concurrency_key = ?", (key,)).fetchone()[0])
     return gates.active[key]
 
 

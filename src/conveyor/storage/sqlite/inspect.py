@@ -70,8 +70,11 @@ class SqliteInspector:
         )}
         out = []
         for name, paused in db.execute("SELECT name, paused FROM queues ORDER BY name"):
-            oldest = db.execute(
-                "SELECT min(ready_at) FROM jobs WHERE state = 'pending' AND queue = ?", (name,)
+            oldest = db.execute(  # each index's oldest: the arrival order, the lineup's
+                "SELECT min(t) FROM (SELECT (SELECT min(ready_at) FROM jobs INDEXED BY "
+                "jobs_ready WHERE state = 'pending' AND lined = 0 AND queue = :q) AS t "
+                "UNION ALL SELECT min(ready_at) FROM jobs WHERE state = 'pending' AND lined = 1 "
+                "AND queue = :q)", {"q": name}
             ).fetchone()[0]
             out.append(QueueStats(
                 name=name, pending=sizes.get((name, "pending"), 0),

@@ -24,6 +24,7 @@ from conveyor.core.job import (
 )
 from conveyor.storage import aggregation
 from conveyor.storage.blocks import JobBlock
+from conveyor.storage.lineup import first_aging
 from conveyor.storage.rules import CANCELLED_WHILE_WAITING, is_gated, validate_flow
 from conveyor.storage.sqlite import batches, flow, graph
 from conveyor.storage.sqlite.group_rows import Joiner
@@ -106,6 +107,8 @@ def insert(cur: sqlite3.Cursor, now: float, specs: Sequence[JobSpec]) -> list[En
             moves.append((spec.batch_id, None, state))
         results.append(EnqueueResult(spec.id, created=True))
     cur.executemany(_INSERT, rows)
+    line(cur, now, [s for s, r in zip(specs, results, strict=True)
+                    if r.created and r.id == s.id and s.flow is not None])
     joiner.write()
     graph.insert(cur, nodes)
     cur.executemany(
@@ -113,6 +116,23 @@ def insert(cur: sqlite3.Cursor, now: float, specs: Sequence[JobSpec]) -> list[En
     )
     batches.apply(cur, now, moves, insert)
     return results
+
+
+# A job the lineup places (storage/sqlite/lineup.py) is "lined", and gated too: the one
+# probe dequeue makes per queue (``jobs_ready_gated``) finds it.
+_LINE = ("UPDATE jobs SET lined = 1, gated = 1, priority = :priority, fair_key = :fair_key, "
+         "cost = :cost, aging = :aging, age_next = :age_next WHERE id = :id")
+
+
+
+def line(cur: sqlite3.Cursor, now: float, specs: Sequence[JobSpec]) -> None:
+    """Mark the newly inserted jobs that the lineup places (``FlowControl.in_lineup``)."""
+    rows = [{"id": s.id, "priority": s.flow.priority, "fair_key": s.flow.fair_key,
+             "cost": s.flow.cost, "aging": s.flow.aging or None,
+             "age_next": first_aging(s.flow.aging, s.run_at, now)}
+            for s in specs if s.flow is not None and s.flow.in_lineup]
+    if rows:
+        cur.executemany(_LINE, rows)
 
 
 def insert_block(cur: sqlite3.Cursor, now: float, block: JobBlock) -> list[EnqueueResult]:

@@ -23,15 +23,15 @@ UPDATE jobs SET state = 'active', attempt = attempt + 1, worker = :worker,
                                    'a', attempt + 1) || char(10)
 WHERE {where}
 RETURNING CAST(id AS BLOB), CAST(name AS BLOB), queue, CAST(payload AS BLOB), token, attempt,
-    errors, max_retries, timeout, CAST(batch_id AS BLOB), recoveries, ready_at, rowid
+    errors, max_retries, timeout, CAST(batch_id AS BLOB), recoveries, ready_at, rowid, cost
 """
 # Text another program wrote is read as bytes and decoded row by row (``jobs.decode_text``):
 # one row that is not UTF-8 must not fail the whole fetch. The queue matched :queue, so it is
 # sound; the token is ours.
 # Matching on rowid, not the text id, measured about four times faster.
 LEASE_FIRST = LEASE.format(
-    where="rowid IN (SELECT rowid FROM jobs WHERE state = 'pending' AND queue = :queue "
-    "ORDER BY ready_at LIMIT :count)"
+    where="rowid IN (SELECT rowid FROM jobs WHERE state = 'pending' AND lined = 0 "
+    "AND queue = :queue ORDER BY ready_at LIMIT :count)"
 )
 LEASE_IDS = LEASE.format(
     where="rowid IN (SELECT rowid FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))) "
@@ -98,5 +98,5 @@ def leased(row: Sequence[Any]) -> LeasedJob:
     return LeasedJob(
         id=job_id or "", name=name or "", queue=row[2], payload=payload or "", token=row[4],
         attempt=row[5], errors=row[6], max_retries=row[7], timeout=row[8], batch_id=batch_id,
-        recoveries=row[10], unreadable=unreadable,
+        recoveries=row[10], unreadable=unreadable, cost=row[13] if len(row) > 13 else 1,
     )

@@ -33,10 +33,17 @@ _PARKED = -1.0
 _PAGE = 256
 _MAX_SCAN = 4096  # bound one call's walk past jobs already in the broker or still parked
 
-# Pending jobs of a queue in dequeue's order (the jobs_ready index), with their stamps.
+# Pending jobs of a queue in dequeue's order (the jobs_ready index), with their stamps; then
+# the lined ones (storage/sqlite/lineup.py) in their index's order (a sort would read them
+# all; with a broker the broker orders the deliveries), with their costs.
 _PENDING = (
-    f"SELECT id, {flow.FLOW_COLUMNS}, publish_at FROM jobs INDEXED BY jobs_ready "
-    "WHERE state = 'pending' AND queue = ? ORDER BY ready_at LIMIT ? OFFSET ?"
+    f"SELECT id, {flow.FLOW_COLUMNS}, publish_at, 1 FROM jobs INDEXED BY jobs_ready "
+    "WHERE state = 'pending' AND lined = 0 AND queue = ? ORDER BY ready_at LIMIT ? OFFSET ?"
+)
+_PENDING_LINED = (
+    f"SELECT id, {flow.FLOW_COLUMNS}, publish_at, cost FROM jobs INDEXED BY jobs_lineup "
+    "WHERE state = 'pending' AND lined = 1 AND queue = ? "
+    "ORDER BY priority, fair_key, ready_at LIMIT ? OFFSET ?"
 )
 # ``batch_id`` and ``name`` read as bytes: one that is not UTF-8 (a damaged row) made the
 # whole call raise, so every fetch of every broker-fed worker failed (the poison-data
@@ -44,7 +51,7 @@ _PENDING = (
 # ``lease_all`` reads the row as ``dequeue`` does: the job ends dead, the reason names it.
 _ROWS = (
     f"SELECT id, {flow.FLOW_COLUMNS}, state, CAST(batch_id AS BLOB), deadline, recoveries, "
-    "queue, CAST(name AS BLOB), cancel_requested, token FROM jobs "
+    "queue, CAST(name AS BLOB), cancel_requested, token, cost FROM jobs "
     "WHERE id IN (SELECT value FROM json_each(?))"
 )
 
@@ -127,19 +134,20 @@ def _walk(cur: Any, now: float, queue: str, count: int) -> list[str]:
     """Ids of up to ``count`` due jobs, oldest first (a parked one only if it may run)."""
     gates = flow.Gates()
     due: list[str] = []
-    offset = 0
-    while len(due) < count and offset < _MAX_SCAN:
-        rows = cur.execute(_PENDING, (queue, _PAGE, offset)).fetchall()
-        if not rows:
-            break
-        offset += len(rows)
-        for row in rows:
-            stamp = row[-1]
-            if stamp is None or 0 <= stamp <= now or (
-                    stamp < 0 and flow.would_admit(cur, now, flow.flow_row(row[:-1]), gates)):
-                due.append(row[0])
-                if len(due) >= count:
-                    break
+    for sql in (_PENDING, _PENDING_LINED):
+        offset = 0
+        while len(due) < count and offset < _MAX_SCAN:
+            rows = cur.execute(sql, (queue, _PAGE, offset)).fetchall()
+            if not rows:
+                break
+            offset += len(rows)
+            for row in rows:
+                stamp = row[-2]
+                if stamp is None or 0 <= stamp <= now or (stamp < 0 and flow.would_admit(
+                        cur, now, flow.flow_row(row[:-2]), gates, int(row[-1]))):
+                    due.append(row[0])
+                    if len(due) >= count:
+                        break
     return due
 
 
@@ -197,7 +205,8 @@ class _Start:
             batches.apply(cur, now, moves, jobs.insert)
             self.rows[job_id] = (*row[:7], "dead", *row[8:])
             return StartKind.SKIPPED
-        admitted = row[11] not in self.paused and flow.admit_one(cur, now, row[:7], self.gates)
+        admitted = row[11] not in self.paused and flow.admit_one(cur, now, row[:7], self.gates,
+                                                                 int(row[15]))
         if self.gates.broken:  # a key that breaks the key rule: it ends here, as in dequeue
             batches.apply(cur, now, flow.end_broken(cur, now, self.gates), jobs.insert)
             self.rows[job_id] = (*row[:7], "dead", *row[8:])

@@ -33,7 +33,7 @@ from conveyor.storage.graph import check_added
 from conveyor.storage.rules import DEADLINE_PASSED
 from conveyor.storage.schedule_edits import ScheduleEdits
 from conveyor.storage.sqlite import acks as ack_sql
-from conveyor.storage.sqlite import batches, flow, graph, groups, jobs
+from conveyor.storage.sqlite import batches, flow, graph, groups, jobs, lineup
 from conveyor.storage.sqlite import leases as lease_sql
 from conveyor.storage.sqlite.connection import (
     Database,
@@ -45,6 +45,7 @@ from conveyor.storage.sqlite.connection import (
 )
 from conveyor.storage.sqlite.durable import SqliteDurable
 from conveyor.storage.sqlite.flow import SqliteFlow
+from conveyor.storage.sqlite.gates import SqliteGates
 from conveyor.storage.sqlite.inspect import SqliteInspector
 from conveyor.storage.sqlite.migrate import migrate
 from conveyor.storage.sqlite.outbox import SqliteOutbox
@@ -109,6 +110,7 @@ class SqliteStorage:
     workflow_graph = delegate("_inspector", SqliteInspector.workflow_graph)
     history = delegate("_inspector", SqliteInspector.history)
     job_totals = delegate("_inspector", SqliteInspector.job_totals)
+    gate_facts = delegate("_gates", SqliteGates.gate_facts)
     pause_queue = delegate("_flow", SqliteFlow.pause_queue)
     resume_queue = delegate("_flow", SqliteFlow.resume_queue)
     # upkeep: promotion, recovery, cancel, batches, retention
@@ -152,6 +154,7 @@ class SqliteStorage:
         # (data_version, wake-ups) as this thread's last empty dequeue began
         self._seen = threading.local()
         self._inspector = SqliteInspector(db, clock, self._wakeup)
+        self._gates = SqliteGates(db, clock, self._inspector)
         self._flow = SqliteFlow(db, self._wakeup)
         self._upkeep = SqliteUpkeep(db, clock, self._wakeup)
         self.durable = SqliteDurable(db, clock, self._wakeup)
@@ -193,9 +196,10 @@ class SqliteStorage:
 
     @reads
     def dequeue(
-        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float
+        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float,
+        capacity: int = 0,
     ) -> list[LeasedJob]:
-        """Lease up to ``count`` pending jobs, queue by queue in the order given."""
+        """Lease pending jobs up to ``count`` slots, queue by queue in the order given."""
         if count <= 0 or not queues:
             return []
         leased: list[LeasedJob] = []
@@ -208,30 +212,33 @@ class SqliteStorage:
             moves: list[batches.Move] = []
             params: dict[str, Any] = {"worker": worker_id, "now": now,
                                       "expires": now + lease_seconds}
+            room = count
             for queue in dict.fromkeys(queues):
-                need = count - len(leased)
-                if need <= 0:
+                if room <= 0:
                     break
                 if queue in paused:
                     continue
                 expired = cur.execute(_EXPIRE, (queue, now)).fetchall()
                 moves += jobs.move(cur, now, expired, JobState.DEAD, EventKind.EXPIRED,
                                    _EXPIRED_MESSAGE, f"message = :msg, {jobs.FINISH}")
-                for row in self._lease(cur, now, queue, need, params, moves):
+                for row in self._lease(cur, now, queue, room, capacity, params, moves):
                     job = lease_sql.leased(row)
                     leased.append(job)
+                    room -= job.cost
                     if job.batch_id:
                         moves.append((job.batch_id, "pending", "active"))
             batches.apply(cur, now, moves, jobs.insert)
-        if len(leased) < count:  # the queues ran dry: the next call is a wait
+        if room > 0:  # the queues ran dry: the next call is a wait
             self._seen.version = before
         return leased
 
     def _lease(
-        self, cur: Any, now: float, queue: str, need: int, params: dict[str, Any],
-        moves: list[batches.Move],
+        self, cur: Any, now: float, queue: str, need: int, capacity: int,
+        params: dict[str, Any], moves: list[batches.Move],
     ) -> list[Any]:
         gated = cur.execute(_GATED, (queue,)).fetchone()
+        if gated and cur.execute(lineup.LINED, (queue,)).fetchone():
+            return lineup.lease(cur, now, queue, need, capacity, params, moves)
         if gated:
             ids, gates = flow.pick(cur, now, queue, need)
             moves += flow.end_broken(cur, now, gates)

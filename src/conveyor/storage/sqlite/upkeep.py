@@ -12,7 +12,7 @@ from conveyor.core.job import BatchSpec, EventKind, JobState
 from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.retention import Retention
 from conveyor.storage.rules import LEASE_EXPIRED, WORKER_DIED
-from conveyor.storage.sqlite import batches, graph, groups, jobs
+from conveyor.storage.sqlite import batches, graph, groups, jobs, lineup
 from conveyor.storage.sqlite import leases as lease_sql
 from conveyor.storage.sqlite.connection import Database
 from conveyor.storage.sqlite.wakeup import Wakeup
@@ -47,6 +47,7 @@ class SqliteUpkeep:
                                sets="ready_at = :now")
             batches.apply(cur, now, moves, jobs.insert)
             leads = groups.flush(cur, now, limit)
+            lineup.age(cur, now, limit)
         if ready or leads:
             self._wakeup.notify()
         return len(rows) + leads

@@ -4,12 +4,13 @@
 -- locks each queue's oldest jobs FOR UPDATE SKIP LOCKED (many workers lease from one queue
 -- without waiting on each other), skipping a paused queue and any gated or expired job stored
 -- since that look, then leases them all and marks the batches they start with one statement.
--- Any other call goes to dequeue_each.
+-- Any other call goes to dequeue_each (a lined job, line_job.sql, is gated too). A job taken
+-- here costs 1: p_count jobs fill p_count slots (p_capacity matters to lined jobs alone).
 CREATE OR REPLACE FUNCTION dequeue(p_now float8, p_queues text[], p_worker text, p_count integer,
-                                   p_lease float8)
+                                   p_lease float8, p_capacity integer)
 RETURNS TABLE (id text, name text, queue text, payload text, token text, attempt integer,
                errors integer, max_retries integer, timeout float8, batch_id text,
-               recoveries integer)
+               recoveries integer, cost integer)
 LANGUAGE plpgsql SET search_path FROM CURRENT
     SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
 #variable_conflict use_column
@@ -25,7 +26,8 @@ BEGIN
                AND deadline IS NOT NULL AND deadline < v_now)
        OR EXISTS (SELECT 1 FROM jobs WHERE state = 'pending' AND gated
                   AND queue = ANY(p_queues)) THEN
-        RETURN QUERY SELECT * FROM dequeue_each(v_now, p_queues, p_worker, p_count, p_lease);
+        RETURN QUERY SELECT * FROM dequeue_each(v_now, p_queues, p_worker, p_count, p_lease,
+                                                p_capacity);
         RETURN;
     END IF;
     FOREACH q IN ARRAY p_queues LOOP
@@ -34,7 +36,7 @@ BEGIN
         EXIT WHEN need <= 0;
         SELECT array_agg(s.id) INTO ids FROM (
             SELECT id FROM jobs
-            WHERE state = 'pending' AND queue = q AND NOT gated
+            WHERE state = 'pending' AND queue = q AND NOT gated AND NOT lined
               AND (deadline IS NULL OR deadline >= v_now)
               AND NOT coalesce((SELECT paused FROM queues WHERE name = q), false)
             ORDER BY ready_at, seq LIMIT need FOR UPDATE SKIP LOCKED) AS s;
@@ -65,7 +67,7 @@ BEGIN
         WHERE batches.id = starts.id AND batches.started_at IS NULL
     )
     SELECT l.id, l.name, l.queue, l.payload, l.token, l.attempt, l.errors, l.max_retries,
-           l.timeout, l.batch_id, l.recoveries
+           l.timeout, l.batch_id, l.recoveries, 1
     FROM leased l ORDER BY array_position(p_queues, l.queue), l.ready_at, l.seq;
 END
 $$;

@@ -29,7 +29,7 @@ end
 local function flow_would_admit(K_FLOW, K_RATES, id, fl)
   local climit = num(fl.concurrency_limit)
   if fl.concurrency_key and climit > 0 and
-      num(redis.call('HGET', K_FLOW, 'c:' .. fl.concurrency_key)) >= climit then
+      num(redis.call('HGET', K_FLOW, 'c:' .. fl.concurrency_key)) + flow_cost(fl) > climit then
     return false
   end
   if fl.order_key then
@@ -44,7 +44,7 @@ local function flow_would_admit(K_FLOW, K_RATES, id, fl)
   return true
 end
 
--- If so, it takes its concurrency slot, order key and a place in its rate log (`tag` makes
+-- If so, it takes its concurrency slots (its cost), order key and a place in its rate log (`tag` makes
 -- the log entry unique).
 local function flow_admit(K_FLOW, K_RATES, K_RATE_ENDS, id, fl, tag)
   if not flow_would_admit(K_FLOW, K_RATES, id, fl) then return false end
@@ -52,7 +52,7 @@ local function flow_admit(K_FLOW, K_RATES, K_RATE_ENDS, id, fl, tag)
   local rlimit, rperiod = num(fl.rate_limit), num(fl.rate_period)
   local rated = type(fl.rate_key) == 'string' and rlimit > 0
   if fl.concurrency_key and climit > 0 then
-    redis.call('HINCRBY', K_FLOW, 'c:' .. fl.concurrency_key, 1)
+    redis.call('HINCRBY', K_FLOW, 'c:' .. fl.concurrency_key, flow_cost(fl))
   end
   if fl.order_key then redis.call('HSET', K_FLOW, 'o:' .. fl.order_key, id) end
   if rated then rate_start(K_RATES, K_RATE_ENDS, fl.rate_key, rperiod, tag) end

@@ -12,7 +12,8 @@
 --- @include "_counts"
 --- @include "_moves"
 --- @include "_flow"
---- @needs-keys active pending state dead meta messages jobs flow cancelled
+--- @include "_lineup"
+--- @needs-keys active pending state dead meta messages jobs flow cancelled lineup lined aging
 local max_recoveries = tonumber(ARGV[3])
 local done, pushed, moves = 0, 0, {}
 
@@ -44,7 +45,7 @@ local function recover(id, f, events, why)
   else
     f[F_STATE] = 'pending'
     f[F_PENDING_SINCE] = NOWS
-    redis.call('RPUSH', K_PENDING, id)
+    if lined(f) then line_push(id) else redis.call('RPUSH', K_PENDING, id) end
     pushed = pushed + 1
     events = events .. event_line('recovered', 'pending', f, why .. '; put back to pending')
     f[F_WORKER] = ''

@@ -2,15 +2,16 @@
 -- scripts that stop or delete jobs in any state (cancel, kill, delete).
 --- @include "_fields"
 --- @include "_groups"
+--- @include "_lineup"
 --- @needs-keys parked published scheduled active retrying succeeded failed dead cancelled meta
---- @needs-keys waiting
+--- @needs-keys waiting lineup lined aging
 local INDEX = {scheduled = K_SCHEDULED, active = K_ACTIVE, retrying = K_RETRYING,
   succeeded = K_SUCCEEDED, failed = K_FAILED, dead = K_DEAD, cancelled = K_CANCELLED,
   waiting = K_WAITING, aggregating = K_AGGREGATING}
 
 -- Pending is a list, the other states are zsets, a pending job held back by flow control
--- waits in the parked zset instead of the list, and one handed to a broker's relay in the
--- published zset.
+-- waits in the parked zset instead of the list, one handed to a broker's relay in the
+-- published zset, and a lined one in its queue's lineup (_lineup.lua).
 -- A pending job's list entry is left in place: LREM walks the whole list, which made cancelling
 -- a big batch quadratic. dequeue.lua drops the entry when it pops it (the record is no longer
 -- pending) and the meta field "stale" counts such entries until then, so sizes stay exact:
@@ -22,7 +23,8 @@ local function unindex(state, id, f)
     remove_member(f, id)  -- and out of its group's entries
   end
   if state == 'pending' then
-    if redis.call('ZREM', K_PARKED, id) == 0 and redis.call('ZREM', K_PUBLISHED, id) == 0 then
+    if not unline(id) and redis.call('ZREM', K_PARKED, id) == 0
+        and redis.call('ZREM', K_PUBLISHED, id) == 0 then
       stale = stale + 1  -- left in the list
     end
   elseif INDEX[state] then
@@ -32,6 +34,7 @@ local function unindex(state, id, f)
     for _, K_INDEX in pairs(INDEX) do redis.call('ZREM', K_INDEX, id) end
     redis.call('ZREM', K_PARKED, id)
     redis.call('ZREM', K_PUBLISHED, id)
+    unline(id)
   end
 end
 

@@ -6,6 +6,7 @@
 --- @include "_events"
 --- @include "_counts"
 --- @include "_flow"
+--- @include "_lineup"
 --- @include "_durable"
 --- @key state
 --- @key active
@@ -23,6 +24,9 @@
 --- @key jobs       static JSON, read for flow control
 --- @key flow       hash
 --- @key waiters    set: ids of jobs a caller waits on (JobRef.aresult)
+--- @key lineup     zset: lined pending jobs (_lineup.lua)
+--- @key lined      hash id -> its lineup entry
+--- @key aging      zset id -> when aging raises it next
 --- @key scheduled  zset run_at: suspended durable jobs (docs/durable.md), snoozed jobs
 --- @key steps
 --- @key waits
@@ -47,6 +51,7 @@ local FINAL = {succeeded = {}, failed = {}, dead = {}, cancelled = {}}
 local CANCELS = {retrying = true, dead = true, pending = true, scheduled = true}
 local WOKEN = 'woken: what it waited for arrived'  -- storage/durable.py's WOKEN_MESSAGE
 local cur, touched, unleased, retrying, requeued, results, messages = {}, {}, {}, {}, {}, {}, {}
+local relined = 0  -- jobs back to pending in their lineup (_lineup.lua), not the list
 local scheduled = {}  -- suspended and snoozed jobs: score their run_at
 local cleared = {}
 
@@ -129,7 +134,12 @@ local function apply(i, id, job, state)
     count('r', f[F_NAME])
   elseif state == 'pending' then
     f[F_PENDING_SINCE] = NOWS
-    requeued[#requeued + 1] = id
+    if lined(f) then
+      line_push(id)
+      relined = relined + 1
+    else
+      requeued[#requeued + 1] = id
+    end
   elseif state == 'scheduled' then
     if outcome == 'snooze' then  -- due again later, the retry budget untouched
       local seconds = math.max(tonumber(ARGV[i + 6]) or 0, 0)
@@ -213,7 +223,7 @@ bulk('HSET', K_RESULTS, results)
 bulk('HSET', K_MESSAGES, messages)
 bulk('HDEL', K_MESSAGES, cleared)
 flush_counts(K_META)
-notify(K_NOTIFY, #requeued)
+notify(K_NOTIFY, #requeued + relined)
 -- Wake callers waiting on a job that just ended: one SCARD per call when nobody waits; the
 -- ids are published on the channel named as the waiters set (a channel is not a key: on
 -- Cluster a PUBLISH reaches subscribers on every node).

@@ -30,6 +30,9 @@
 --- @key history    hash: the ring of per-minute outcome counts (_counts.lua)
 --- @key messages
 --- @key flow
+--- @key lineup     zset: lined pending jobs (_lineup.lua)
+--- @key lined      hash id -> its lineup entry
+--- @key aging      zset id -> when aging raises it next
 -- ARGV: 1 now|'', 2 queue, 3 reason, then job ids
 -- Returns: {how many moved, batch moves}
 local moved, moves, reason = 0, {}, ARGV[3]

@@ -27,6 +27,9 @@
 --- @key meta
 --- @key messages
 --- @key flow
+--- @key lineup     zset: lined pending jobs (_lineup.lua)
+--- @key lined      hash id -> its lineup entry
+--- @key aging      zset id -> when aging raises it next
 -- ARGV: 1 now|'', 2 queue, then job ids
 -- Returns: {resulting state per id ('' when no such job), batch moves}
 -- Records are read with one HMGET and written with one HSET (and one ZADD, one HSET of

@@ -25,6 +25,9 @@
 --- @key results
 --- @key messages
 --- @key flow
+--- @key lineup     zset: lined pending jobs (_lineup.lua)
+--- @key lined      hash id -> its lineup entry
+--- @key aging      zset id -> when aging raises it next
 --- @key steps
 --- @key waits
 --- @key inbox

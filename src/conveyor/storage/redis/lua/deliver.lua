@@ -2,7 +2,7 @@
 -- DurableStore.send and send_event): to one job by id, or to every job of the queue whose
 -- event wait listens for its name and key (each stops listening: a wait takes one event).
 -- A message id a job holds or took already is not stored again; each suspended job it
--- answers is made pending in the same call.
+-- answers is made pending in the same call (a lined one into its queue's lineup).
 --- @include "_clock"
 --- @include "_util"
 --- @include "_fields"
@@ -10,6 +10,7 @@
 --- @include "_events"
 --- @include "_moves"
 --- @include "_durable_write"
+--- @include "_lineup"
 --- @key state
 --- @key scheduled
 --- @key pending
@@ -19,6 +20,11 @@
 --- @key waits
 --- @key inbox
 --- @key listeners
+--- @key jobs       static JSON: a lined job's priority and fair key (_lineup.lua)
+--- @key meta
+--- @key lineup     zset: lined pending jobs (_lineup.lua)
+--- @key lined      hash id -> its lineup entry
+--- @key aging      zset id -> when aging raises it next
 -- ARGV: 1 now|'', 2 queue, 3 job id ('' for an event: every listening wait), 4 message id,
 --       5 kind, 6 name, 7 key, 8 data, 9 the woken job's message
 -- Returns: {reached (a send: -1 no such job, 0 a finished one), woken, batch moves}
@@ -61,7 +67,7 @@ for _, id in ipairs(targets) do
       f[F_STATE], f[F_PENDING_SINCE], f[F_WORKER] = 'pending', NOWS, ''
       save(K_STATE, id, f, events .. event_line('woken', 'pending', f, ARGV[9]))
       redis.call('HSET', K_MESSAGES, id, ARGV[9])
-      redis.call('LPUSH', K_PENDING, id)
+      if lined(f) then line_push(id) else redis.call('LPUSH', K_PENDING, id) end
       note_batch(moves, f, id, 'pending')
       woken = woken + 1
     end

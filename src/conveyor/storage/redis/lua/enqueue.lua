@@ -4,6 +4,7 @@
 --- @include "_fields"
 --- @include "_record"
 --- @include "_groups"
+--- @include "_lineup"
 --- @key jobs       hash id -> static JSON
 --- @key state      hash id -> state line + events
 --- @key pending    list
@@ -15,10 +16,14 @@
 --- @key groups         hash group id -> record
 --- @key group_due      zset group id -> flush time
 --- @key group_members  zset lex entries of members by group and arrival
+--- @key meta           hash: the lineup's arrival counter
+--- @key lineup         zset: lined pending jobs (_lineup.lua)
+--- @key lined          hash id -> its lineup entry
+--- @key aging          zset id -> when aging raises it next
 -- ARGV: 1 now|'', 2 queue, 3 layout, then
 --   layout "each": 11 per job: id, run_at|''|'w' (a workflow node waiting for its parents),
 --       static JSON, name, batch|'', deadline|'',
---       unique_key|'', unique_for seconds|'', flow-controlled "1"|member "g..."|'',
+--       unique_key|'', unique_for seconds|'', flow-controlled "1"|lined "l"|member "g..."|'',
 --       fold_key|'' (debounce / throttle), fold mode|''
 --   layout "block" (jobs of one name sharing every field but id and payload, no flow
 --       control, no id twice): 4 name, 5 batch|'', 6 deadline|'', 7 run_at|'', then the n
@@ -184,6 +189,7 @@ if BLOCK then
 end
 
 local exists = existing(ids, 1, #ids)
+local lined_now = 0  -- jobs put in the lineup, not the pending list
 for j = 1, #ids do
   local id = ids[j]
   local run_at, name, batch, deadline, ukey, ufor, limited, fkey, fmode = job_fields(j)
@@ -226,6 +232,9 @@ for j = 1, #ids do
     elseif when then
       scheduled[#scheduled + 1] = when
       scheduled[#scheduled + 1] = id
+    elseif limited == 'l' then
+      line_push(id, statics[j])
+      lined_now = lined_now + 1
     else
       pending[#pending + 1] = id
     end
@@ -245,5 +254,5 @@ bulk('ZADD', K_SCHEDULED, scheduled)
 bulk('ZADD', K_WAITING, waiting)
 bulk('LPUSH', K_PENDING, pending)
 write_groups()
-notify(K_NOTIFY, #pending)
+notify(K_NOTIFY, #pending + lined_now)
 return out

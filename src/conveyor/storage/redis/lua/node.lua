@@ -7,6 +7,7 @@
 --- @include "_record"
 --- @include "_events"
 --- @include "_moves"
+--- @include "_lineup"
 --- @key jobs       static JSON
 --- @key state
 --- @key pending
@@ -15,6 +16,10 @@
 --- @key cancelled
 --- @key messages
 --- @key notify
+--- @key meta       hash: the lineup's arrival counter
+--- @key lineup     zset: lined pending jobs (_lineup.lua)
+--- @key lined      hash id -> its lineup entry
+--- @key aging      zset id -> when aging raises it next
 -- ARGV: 1 now|'', 2 queue, then quadruples: id, move, text, message:
 --   "release": waiting -> pending; text: the new static JSON (its parents' results put in
 --              its arguments) or ''; event "released"
@@ -31,7 +36,7 @@ for i = 3, #ARGV, 4 do
     redis.call('ZREM', K_WAITING, id)
     if text ~= '' then redis.call('HSET', K_JOBS, id, text) end
     f[F_STATE], f[F_PENDING_SINCE] = 'pending', NOWS
-    redis.call('LPUSH', K_PENDING, id)
+    if lined(f) then line_push(id) else redis.call('LPUSH', K_PENDING, id) end
     save(K_STATE, id, f, events .. event_line('released', 'pending', f, msg))
     note_batch(moves, f, id, 'pending')
     moved, released = moved + 1, released + 1

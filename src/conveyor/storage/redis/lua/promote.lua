@@ -8,6 +8,7 @@
 --- @include "_events"
 --- @include "_moves"
 --- @include "_groups"
+--- @include "_lineup"
 --- @key scheduled      zset run_at
 --- @key retrying       zset run_at
 --- @key pending        list
@@ -17,6 +18,11 @@
 --- @key groups         hash group id -> record
 --- @key group_due      zset group id -> flush time
 --- @key group_members  zset lex entries of members by group and arrival
+--- @key jobs           hash static JSON (a lined job's priority and key)
+--- @key meta           hash: the lineup's arrival counter
+--- @key lineup         zset: lined pending jobs (_lineup.lua)
+--- @key lined          hash id -> its lineup entry
+--- @key aging          zset id -> when aging raises it next
 -- ARGV: 1 now|'', 2 queue, 3 limit
 -- Returns: {how many moved, batch moves {batch id, job id, "state:queue"}, how many of them
 --          went pending}
@@ -37,7 +43,7 @@ for _, K_FROM in ipairs({K_SCHEDULED, K_RETRYING}) do
           add_member(f, id)
         else
           f[F_STATE] = 'pending'
-          redis.call('LPUSH', K_PENDING, id)
+          if lined(f) then line_push(id) else redis.call('LPUSH', K_PENDING, id) end
           ready = ready + 1
         end
         save(K_STATE, id, f, events .. event_line('enqueued', f[F_STATE], f))
@@ -86,5 +92,6 @@ for _, gid in ipairs(redis.call('ZRANGEBYSCORE', K_GROUP_DUE, '-inf', NOW, 'LIMI
   end
 end
 write_groups()
+line_age(limit)  -- then aging: lined jobs whose time came gain priority
 notify(K_NOTIFY, ready)
 return {moved, moves, ready}

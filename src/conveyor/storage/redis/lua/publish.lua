@@ -9,6 +9,7 @@
 --- @include "_flow"
 --- @include "_rates"
 --- @include "_admit"
+--- @include "_lineup"
 --- @key pending    list
 --- @key state      hash state line + events
 --- @key jobs       hash static JSON, read for flow control
@@ -17,9 +18,13 @@
 --- @key flow       hash: concurrency counts, order holders
 --- @key rates      zset: the sliding log of start times per rate key
 --- @key published  zset: job id -> when it is due to be published again
+--- @key lineup     zset: lined pending jobs (_lineup.lua)
+--- @key lined      hash id -> its lineup entry
+--- @key aging      zset id -> when aging raises it next
 -- ARGV: 1 now|'', 2 queue, 3 count, 4 republish after (seconds)
 -- Returns: job ids, oldest first: published ones due again, parked ones that may now run,
--- then the oldest of the pending list. An id whose record is gone or no longer pending is
+-- the oldest of the pending list, then lined ones in their lineup's order (the broker
+-- orders the deliveries: docs/scheduling.md). An id whose record is gone or no longer pending is
 -- dropped on the way (a damaged record is handed out: start.lua leases it with the damage).
 local PARKED_SCAN = 200
 if redis.call('HEXISTS', K_META, 'paused') == 1 then return {} end
@@ -74,6 +79,16 @@ while #out < want do
   local raws = redis.call('HMGET', K_STATE, unpack(ids))
   for k, id in ipairs(ids) do
     if seen[id] or not pending(raws[k]) then dropped = dropped + 1 else take(id) end
+  end
+end
+-- Then the lineup's, in its order: each leaves it for the published zset.
+while #out < want do
+  local members = redis.call('ZRANGE', K_LINEUP, 0, want - #out - 1)
+  if #members == 0 then break end
+  for _, m in ipairs(members) do
+    local id = member_id(m)
+    unline(id)
+    if not seen[id] and pending(redis.call('HGET', K_STATE, id)) then take(id) end
   end
 end
 bulk('ZADD', K_PUBLISHED, stamps)

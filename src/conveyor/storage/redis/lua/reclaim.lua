@@ -15,6 +15,9 @@
 --- @key jobs       static JSON, read for flow control
 --- @key flow       hash
 --- @key cancelled  zset
+--- @key lineup     zset: lined pending jobs (_lineup.lua)
+--- @key lined      hash id -> its lineup entry
+--- @key aging      zset id -> when aging raises it next
 -- ARGV: 1 now|'', 2 queue, 3 max_recoveries, 4 limit, 5 scan cursor|'' (no scan),
 --       6 scan count
 -- Returns: {how many recovered or buried, batch moves, next scan cursor|''}

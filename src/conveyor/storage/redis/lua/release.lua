@@ -15,6 +15,9 @@
 --- @key jobs       static JSON, read for flow control
 --- @key flow       hash
 --- @key cancelled  zset
+--- @key lineup     zset: lined pending jobs (_lineup.lua)
+--- @key lined      hash id -> its lineup entry
+--- @key aging      zset id -> when aging raises it next
 -- ARGV: 1 now|'', 2 queue, 3 max_recoveries, 4 worker id, 5 lowest expiry to look at
 --       ('-inf', or '(' .. a score: above it), 6 page size
 -- Returns: {how many recovered or buried, batch moves, next ARGV[5]|'' (walk done)}

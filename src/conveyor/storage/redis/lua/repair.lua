@@ -12,6 +12,7 @@
 --- @key parked   zset
 --- @key published  zset: handed to a broker's relay, not stranded
 --- @key notify   list
+--- @key lined    hash: lined pending jobs wait in their lineup (_lineup.lua), not stranded
 -- ARGV: 1 now|'', 2 queue, then pairs: job id, its pending-since field as the pass read it
 -- Returns: how many jobs were put back.
 -- The re-check is atomic and O(1) per job, no LPOS (a walk of the whole list: ~12 ms on a
@@ -25,7 +26,8 @@ for i = 3, #ARGV, 2 do
   local id = ARGV[i]
   local f, events = load(K_STATE, id)
   if f and f[F_STATE] == 'pending' and f[F_PENDING_SINCE] == ARGV[i + 1]
-      and not redis.call('ZSCORE', K_PARKED, id) and not redis.call('ZSCORE', K_PUBLISHED, id) then
+      and not redis.call('ZSCORE', K_PARKED, id) and not redis.call('ZSCORE', K_PUBLISHED, id)
+      and redis.call('HEXISTS', K_LINED, id) == 0 then
     -- RPUSH: the tail is where dequeue pops, and this job has waited longer than most.
     redis.call('RPUSH', K_PENDING, id)
     f[F_PENDING_SINCE] = NOWS

@@ -7,6 +7,7 @@
 --- @include "_record"
 --- @include "_events"
 --- @include "_moves"
+--- @include "_lineup"
 --- @key state
 --- @key pending    list
 --- @key waiting
@@ -16,6 +17,11 @@
 --- @key cancelled
 --- @key messages
 --- @key notify
+--- @key meta       hash: the lineup's arrival counter
+--- @key jobs       static JSON (a lined job's priority and key)
+--- @key lineup     zset: lined pending jobs (_lineup.lua)
+--- @key lined      hash id -> its lineup entry
+--- @key aging      zset id -> when aging raises it next
 -- ARGV: 1 now|'', 2 queue, 3 the state they go to ('pending' or 'waiting'), then job ids
 -- Returns: {how many moved, batch moves}
 -- The states a job is retried from, each kept in a zset index.
@@ -36,7 +42,7 @@ for i = 4, #ARGV do
       redis.call('ZADD', K_WAITING, NOW, id)
     else
       f[F_PENDING_SINCE] = NOWS
-      redis.call('LPUSH', K_PENDING, id)
+      if lined(f) then line_push(id) else redis.call('LPUSH', K_PENDING, id) end
     end
     redis.call('HDEL', K_MESSAGES, id)  -- a retry by hand starts the story over
     save(K_STATE, id, f, events .. event_line('retried', target, f))

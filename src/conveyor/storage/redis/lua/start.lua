@@ -19,6 +19,9 @@
 --- @key rate_ends  zset: rate key -> when its log runs out
 --- @key cancelled  zset
 --- @key published  zset: job id -> when it is due to be published again
+--- @key lineup     zset: lined pending jobs (_lineup.lua)
+--- @key lined      hash id -> its lineup entry
+--- @key aging      zset id -> when aging raises it next
 -- ARGV: 1 now|'', 2 queue, 3 worker id, 4 max recoveries, 5 lease seconds, 6 token prefix,
 --       7 why a redelivered job is recovered (rules.REDELIVERED), then triples: job id, "1" if
 --       the broker says it redelivered the message else "0", the message's id or ''.
@@ -55,7 +58,8 @@ local function start(id, redelivered, message)
     if mark and string.sub(head, -#mark) ~= mark then return 'running' end
     recover(id, f, events, ARGV[7])
     if f[F_STATE] ~= 'pending' then return 'skipped' end
-    redis.call('RPOP', K_PENDING)  -- the entry recover() just pushed: it starts here instead
+    -- the entry recover() just pushed: it starts here instead
+    if lined(f) then unline(id) else redis.call('RPOP', K_PENDING) end
     f, events, bad = load(K_STATE, id)
   end
   local static = redis.call('HGET', K_JOBS, id)
@@ -67,6 +71,7 @@ local function start(id, redelivered, message)
   if bad then  -- leased with the damage named: the worker acknowledges it dead with it
     redis.call('ZREM', K_PUBLISHED, id)
     redis.call('ZREM', K_PARKED, id)
+    unline(id)
     lease(id, static, f, events, bad, mark)
     return 'started'
   end
@@ -74,6 +79,7 @@ local function start(id, redelivered, message)
   if deadline and deadline < NOW then
     redis.call('ZREM', K_PUBLISHED, id)
     redis.call('ZREM', K_PARKED, id)
+    unline(id)
     expire(id, f, events)
     return 'skipped'
   end
@@ -83,6 +89,7 @@ local function start(id, redelivered, message)
   if broken then
     redis.call('ZREM', K_PUBLISHED, id)
     redis.call('ZREM', K_PARKED, id)
+    unline(id)
     expire(id, f, events, broken)
     return 'skipped'
   end
@@ -92,6 +99,7 @@ local function start(id, redelivered, message)
   end
   redis.call('ZREM', K_PUBLISHED, id)
   redis.call('ZREM', K_PARKED, id)
+  if lined(f) then unline(id) end  -- a plain job's start makes no extra call
   lease(id, static, f, events, nil, mark)
   return 'started'
 end
