@@ -225,14 +225,14 @@ def leased(row: Sequence[Any], queue: str) -> LeasedJob:
             raise Unreadable(str(row[6]))
         static = static_of(row[1])
         timeout = static.get("to")
-        flow = static.get("fl")
-        cost = flow.get("cost", 1) if isinstance(flow, dict) else 1
+        flow = static.get("fl")  # a plain job has none: no call beyond this look-up
+        cost = flow.get("cost") if flow.__class__ is dict else None
         return LeasedJob(
             id=row[0], name=static["n"], queue=queue, payload=static["p"], token=row[2],
             attempt=counts[0], errors=counts[1], max_retries=int(static.get("m", 25)),
             timeout=float(timeout) if timeout is not None else None,
             batch_id=_opt_text(static.get("b")), recoveries=counts[2],
-            cost=max(1, int(cost)),
+            cost=max(1, int(cost)) if cost else 1,
         )
     except (Unreadable, ValueError, TypeError) as exc:
         return LeasedJob(id=row[0], name="", queue=queue, payload="", token=row[2],
