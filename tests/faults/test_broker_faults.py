@@ -43,6 +43,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.rabbitmq]
 LEASE = 60.0  # far longer than the scenario: any recovery seen came from the broker
 # How long a relay waits before publishing again a job it published that never started.
 REPUBLISH_AFTER = WorkerConfig().republish_after
+# Past the relay calls' timeout and grace with ``?timeout=3`` (3 + 5 s): scenario 26.
+FREEZE = 10.0
 
 
 @pytest.fixture
@@ -160,22 +162,24 @@ def test_rabbitmq_restarted_during_a_batch_loses_nothing(
            drained_after_node_answers_s=done_at - back_at)
 
 
-def test_rabbitmq_unreachable_for_20s_loses_nothing(
+def test_rabbitmq_unreachable_past_its_timeouts_loses_nothing(
         faults: Faults, node: RabbitServer, tmp_path: Path) -> None:
-    """2 workers mid-batch; the node is frozen (SIGSTOP) for 20 s — connections neither answer
-    nor close, as behind a partition — and a second batch is enqueued while it is. The relays'
+    """2 workers mid-batch; the node is frozen (SIGSTOP) for 10 s — connections neither answer
+    nor close, as behind a partition — and a second batch is enqueued while it is. With the
+    broker's call timeout at 3 s (``?timeout=3``; 10 s by default) the freeze outlasts every
+    call's timeout and its grace (3 + 5 s), as a 20 s freeze does the default's. The relays'
     calls time out (a publish in flight goes unconfirmed and is due again; the others fail at
     the queue's depth and publish nothing), each worker says so in one line. After the thaw
     both batches finish, long before the relays' 300 s sweep for publishes never started
     could have sent anything again."""
-    url, broker = f"sqlite:///{tmp_path / 'jobs.db'}", f"{node.url}?prefix=frozen"
+    url, broker = f"sqlite:///{tmp_path / 'jobs.db'}", f"{node.url}?prefix=frozen&timeout=3"
     app, jobs = faults.client(url)
     first, first_ids = enqueue_batch(app, jobs["faults.work"], [(20,)] * 300, "before")
     _two_workers_at_work(faults, url, broker, "u")
     node.freeze()
     frozen_at = time.time()
     second, second_ids = enqueue_batch(app, jobs["faults.work"], [(20,)] * 300, "during")
-    time.sleep(max(0.0, 20.0 - (time.time() - frozen_at)))  # the outage itself
+    time.sleep(max(0.0, FREEZE - (time.time() - frozen_at)))  # the outage itself
     node.thaw()
     back_at = time.time()
     _, first_done = wait_batch(app, first, timeout=REPUBLISH_AFTER / 2)
@@ -188,7 +192,7 @@ def test_rabbitmq_unreachable_for_20s_loses_nothing(
     runs = extra_runs(faults.log, ids, set())
     unconfirmed = sum(w.output.count("did not confirm") for w in faults.workers)
     assert not any("Traceback" in w.output for w in faults.workers)  # an outage is one line
-    report("26 RabbitMQ unreachable 20 s (frozen) mid-batch", "sqlite+rabbitmq",
+    report(f"26 RabbitMQ unreachable {FREEZE:.0f} s (frozen) mid-batch", "sqlite+rabbitmq",
            jobs=len(ids), lost=0, extra_runs=runs.extra_runs,
            relay_rounds_unconfirmed=unconfirmed,
            drained_after_thaw_s=max(first_done, second_done) - back_at)

@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 
 LEASE = 3.0  # Kafka cannot say a holder died: a killed worker's jobs come back by the lease
 ACCOUNTS = 40
-PER_ACCOUNT = 30
+PER_ACCOUNT = 15
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def order_violations(log: ExecLog) -> list[str]:
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_kill9_storm_of_ordered_keys_through_kafka(faults: Faults, tansu: TansuServer,
                                                    backend: Backend) -> None:
-    """2 workers, 40 accounts x 30 jobs of 20-40 ms enqueued round-robin (so each partition
+    """2 workers, 40 accounts x 15 jobs of 20-40 ms enqueued round-robin (so each partition
     holds many keys), a random worker SIGKILLed every ~1.5 s for ~8 s while it runs a job."""
     rng = random.Random(21)
     app, jobs = faults.client(backend.url)

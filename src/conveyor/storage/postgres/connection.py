@@ -12,6 +12,8 @@ import contextlib
 import functools
 import os
 import re
+import select
+import socket
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -22,6 +24,7 @@ from urllib.parse import parse_qsl, quote, urlencode
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
 from conveyor.errors import StorageError, StorageUnavailable, StorageURLError
@@ -177,6 +180,35 @@ def connect(settings: Settings, where: str) -> psycopg.Connection[Any]:
     return conn
 
 
+def dropped(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the server ended this idle session (a restart, a failover,
+    ``pg_terminate_backend``): used as is, the next call would fail with the server's last
+    words, and a job's durable step with it. An idle session's socket is readable only when
+    the server sent something; its first byte, peeked and left for libpq, tells: an
+    ErrorResponse (``E``: the FATAL an idle session gets) or the end of the stream. Anything
+    else (a notice) keeps it. No round trip, unlike a ping before each use. (Over TLS only
+    the end of the stream can be told apart: the FATAL is encrypted.)"""
+    pgconn = conn.pgconn
+    if pgconn.transaction_status == pq.TransactionStatus.ACTIVE:
+        return False  # a call in flight on this thread owns what is on the socket
+    try:
+        fd = pgconn.socket
+        if not select.select([fd], [], [], 0)[0]:
+            return False
+        sock = socket.socket(fileno=fd)  # borrowed: detached below, never closed here
+    except (OSError, ValueError, psycopg.OperationalError):
+        return True
+    try:
+        first = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.detach()
+    return first in (b"", b"E")
+
+
 class Database(Protocol):
     """What every part of the storage reads and writes through: this process's own
     connections (``Connections``), or one application connection in its open transaction
@@ -241,7 +273,9 @@ class Connections:
         pid = os.getpid()
         conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
         if conn is not None and getattr(self._local, "pid", None) == pid and not conn.closed:
-            return conn
+            if not dropped(conn):
+                return conn
+            self._forget()  # the server ended it while it sat idle: a restart, a failover
         if self._closed:
             raise StorageUnavailable(f"PostgreSQL storage {self.where} is closed")
         with self._lock:
