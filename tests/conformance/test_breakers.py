@@ -32,7 +32,7 @@ from tests.conformance.helpers import (
 
 #: Stores whose breakers are not built yet (the engineers building them delete their entry;
 #: the coordinator makes sure none stays).
-_NOT_YET = {"sqlite", "postgres", "redis", "redis_cluster", "redis_sentinel"}
+_NOT_YET = {"postgres", "redis", "redis_cluster", "redis_sentinel"}
 
 
 @pytest.fixture(autouse=True)
@@ -279,3 +279,19 @@ def test_errors_of_jobs_leased_before_it_opened_count_without_changing_it(
     (after,) = backend.breakers()
     assert (after.state, after.probe_at, after.trips) == ("open", before.probe_at, 1)
     assert after.failures == 4
+
+
+def test_gate_facts_name_the_breaker_that_holds_a_job(backend: Backend,
+                                                     clock: FakeClock) -> None:
+    """Sidekiq's/Oban's UIs say why a job waits: the store's facts carry its open breaker
+    (what the fetch decided by), none for a closed key."""
+    flow = _flow()
+    _fail(backend, 3, flow)
+    free = put(backend, flow=_flow(key="paypal"))
+    held = put(backend, flow=flow)
+    facts = backend.gate_facts(held)
+    assert facts is not None and facts.breaker is not None
+    assert (facts.breaker.key, facts.breaker.state, facts.breaker.probe_at) == (
+        "stripe", "open", clock.now() + 30.0)
+    other = backend.gate_facts(free)
+    assert other is not None and other.breaker is None
