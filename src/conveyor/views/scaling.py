@@ -91,8 +91,8 @@ def desired_workers(facts: QueueFacts, slots_per_worker: int,
     free slots), 1 for an order key, the rate limit of a rate key (at most ``rate_limit`` of
     its jobs start per window; with a concurrency key too, the smaller), 0 for the key of an
     open or half-open breaker (its jobs wait for the cool-down or the probe: more workers
-    start none of them), and no cap for jobs without a limit. A slot runs T / d jobs within the target, so R_g * d / T slots clear
-    the backlog in time; more would idle.
+    start none of them), and no cap for jobs without a limit. A slot runs T / d jobs within
+    the target, so R_g * d / T slots clear the backlog in time; more would idle.
     """
     if slots_per_worker < 1:
         raise ValueError("slots per worker must be at least 1")
