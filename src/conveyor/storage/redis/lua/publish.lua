@@ -21,6 +21,8 @@
 --- @key lineup     zset: lined pending jobs (_lineup.lua)
 --- @key lined      hash id -> its lineup entry
 --- @key aging      zset id -> when aging raises it next
+--- @key active     zset lease expiry (a breaker's probe running: _breakers.lua)
+--- @key breakers   hash: breaker key -> its record
 -- ARGV: 1 now|'', 2 queue, 3 count, 4 republish after (seconds)
 -- Returns: job ids, oldest first: published ones due again, parked ones that may now run,
 -- the oldest of the pending list, then lined ones in their lineup's order (the broker
