@@ -30,7 +30,9 @@ end
 -- Whether it could start now, taking nothing (a broker's relay asks it of a parked job).
 local function flow_would_admit(K_FLOW, K_RATES, id, fl)
   -- the breaker first: it holds every job of its key, and costs one read per key and call
-  if type(fl.breaker_key) == 'string' and not brk_admits(fl.breaker_key) then return false end
+  if type(fl.breaker_key) == 'string' and not breakers().admits(fl.breaker_key) then
+    return false
+  end
   local climit = num(fl.concurrency_limit)
   if fl.concurrency_key and climit > 0 and
       num(redis.call('HGET', K_FLOW, 'c:' .. fl.concurrency_key)) + flow_cost(fl) > climit then
@@ -61,6 +63,8 @@ local function flow_admit(K_FLOW, K_RATES, K_RATE_ENDS, id, fl, tag)
   end
   if fl.order_key then redis.call('HSET', K_FLOW, 'o:' .. fl.order_key, id) end
   if rated then rate_start(K_RATES, K_RATE_ENDS, fl.rate_key, rperiod, tag) end
-  if type(fl.breaker_key) == 'string' then return true, brk_take(fl.breaker_key, id) end
+  if type(fl.breaker_key) == 'string' then
+    return true, breakers().take(fl.breaker_key, id)
+  end
   return true
 end

@@ -58,7 +58,7 @@ local cur, touched, unleased, retrying, requeued, results, messages = {}, {}, {}
 local relined = 0  -- jobs back to pending in their lineup (_lineup.lua), not the list
 local scheduled = {}  -- suspended and snoozed jobs: score their run_at
 local cleared = {}
-local breakers = false  -- whether a job with a breaker key was acknowledged
+local any_breaker = false  -- whether a job with a breaker key was acknowledged
 
 local function get(id, raw)
   local job = cur[id]
@@ -170,10 +170,10 @@ local function apply(i, id, job, state)
   local line = outcome_event(f, state, delay == 'woken' and ARGV[i + 4] or msg, err, delay,
                              outcome)
   if fl and type(fl.breaker_key) == 'string' and ARGV[i + 9] ~= '0' then
-    breakers = true  -- a cancel request that ended it leaves the breaker as it was (rules.py)
+    any_breaker = true  -- a cancel request that ended it leaves its breaker as it was
     local ended = (state == 'cancelled' and outcome ~= 'cancelled') and 'cancelled' or outcome
-    line = line .. brk_ack(fl.breaker_key, fl, id, f, ended, state, err, ARGV[i + 4],
-                           ARGV[i + 6])
+    line = line .. breaker_acks().ack(fl.breaker_key, fl, id, f, ended, state, err,
+                                      ARGV[i + 4], ARGV[i + 6])
   end
   f[F_LAST_TOKEN], f[F_LAST_OUTCOME], f[F_TOKEN], f[F_LEASE_EXPIRES], f[F_STATE] = f[F_TOKEN], ARGV[i + 2], '', '', state
   if state == 'pending' then f[F_WORKER] = '' end
@@ -234,7 +234,7 @@ bulk('HSET', K_RESULTS, results)
 bulk('HSET', K_MESSAGES, messages)
 bulk('HDEL', K_MESSAGES, cleared)
 flush_counts(K_META)
-if breakers then brk_forget() end
+if any_breaker then breaker_acks().forget() end
 notify(K_NOTIFY, #requeued + relined)
 -- Wake callers waiting on a job that just ended: one SCARD per call when nobody waits; the
 -- ids are published on the channel named as the waiters set (a channel is not a key: on
