@@ -14,7 +14,15 @@ from typing import Any
 
 import redis
 from conveyor.core.clock import FakeClock
-from conveyor.core.job import Ack, ErrorInfo, FlowControl, JobSpec, LeasedJob, Outcome
+from conveyor.core.job import (
+    Ack,
+    ErrorInfo,
+    FlowControl,
+    JobSpec,
+    JobState,
+    LeasedJob,
+    Outcome,
+)
 from conveyor.storage.outbox import StartKind
 from conveyor.storage.redis.storage import RedisStorage
 
@@ -44,6 +52,9 @@ def test_a_key_opens_in_its_own_queue_and_closing_it_closes_every_queue(
     assert faked.dequeue(["a"], "w", 10, 30) == []  # held: open in "a"
     [state] = faked.breakers()
     assert (state.key, state.state, state.queue, state.failures) == ("stripe", "open", "a", 2)
+    [held, _] = [r.id for r in faked.list_jobs(queue="a", state=JobState.PENDING)]
+    facts = faked.gate_facts(held)
+    assert facts is not None and facts.breaker == state  # what explain reads
     assert len(faked.dequeue(["b"], "w", 10, 30)) == 2
     assert faked.close_breaker("stripe") is True
     assert faked.breakers() == []
@@ -116,6 +127,23 @@ def test_with_a_broker_a_held_delivery_parks_until_its_probe_may_start(
     assert faked.publish_due("q", 10, 60.0) == [held]
     [reply] = faked.start("q", [(held, False)], "w", 30)
     assert reply.kind is StartKind.STARTED
+    [state] = faked.breakers()
+    assert (state.state, state.probe_id) == ("half_open", held)
+
+
+def test_a_lined_job_is_held_and_probes_as_a_listed_one(faked: RedisStorage,
+                                                       clock: FakeClock) -> None:
+    """A job with a priority waits in its queue's lineup, which ``dequeue.lua`` walks apart
+    from the list (``judge``/``take``): the breaker holds it there too, lets a job of
+    another key by, and makes it the probe after the cool-down (docs/scheduling.md)."""
+    _fail(faked, _leased(faked, 2))
+    lined = FlowControl(priority=5, breaker_key="stripe", breaker_open_after=2,
+                        breaker_within=60.0, breaker_cool_down=30.0)
+    [held] = _put(faked, "q", 1, lined)
+    [free] = _put(faked, "q", 1, FlowControl(priority=5))
+    assert [j.id for j in faked.dequeue(["q"], "w", 10, 30)] == [free]
+    clock.advance(30)
+    assert [j.id for j in faked.dequeue(["q"], "w", 10, 30)] == [held]
     [state] = faked.breakers()
     assert (state.state, state.probe_id) == ("half_open", held)
 
