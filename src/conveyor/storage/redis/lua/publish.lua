@@ -56,8 +56,10 @@ if #overdue > 0 then
   end
 end
 -- Parked by start.lua: due once its limits would let it run.
+local any_parked = false
 if #out < want then
   local parked = redis.call('ZRANGE', K_PARKED, 0, PARKED_SCAN - 1)
+  any_parked = #parked > 0
   local raws = #parked > 0 and redis.call('HMGET', K_STATE, unpack(parked)) or {}
   for k, id in ipairs(parked) do
     if #out >= want then break end
@@ -74,13 +76,18 @@ if #out < want then
     end
   end
 end
--- The oldest of the pending list.
+-- The oldest of the pending list. A delivery start.lua parked before its job was ever
+-- published left the job's entry here too: the parked one speaks for it (due once admitted).
 while #out < want do
   local ids = redis.call('RPOP', K_PENDING, want - #out)
   if not ids then break end
   local raws = redis.call('HMGET', K_STATE, unpack(ids))
   for k, id in ipairs(ids) do
-    if seen[id] or not pending(raws[k]) then dropped = dropped + 1 else take(id) end
+    if seen[id] or not pending(raws[k]) then
+      dropped = dropped + 1
+    elseif not (any_parked and redis.call('ZSCORE', K_PARKED, id)) then
+      take(id)
+    end
   end
 end
 -- Then the lineup's, in its order: each leaves it for the published zset.
