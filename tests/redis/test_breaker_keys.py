@@ -25,6 +25,7 @@ from conveyor.core.job import (
 )
 from conveyor.storage.outbox import StartKind
 from conveyor.storage.redis.storage import RedisStorage
+from conveyor.views.scaling import scale_hints
 
 FLOW = FlowControl(breaker_key="stripe", breaker_open_after=2, breaker_within=60.0,
                    breaker_cool_down=30.0)
@@ -45,7 +46,8 @@ def _fail(store: RedisStorage, jobs: list[LeasedJob]) -> None:
 def test_a_key_opens_in_its_own_queue_and_closing_it_closes_every_queue(
         faked: RedisStorage) -> None:
     """A script sees one queue's slot: errors in ``a`` open ``stripe`` there only, so ``b``'s
-    jobs of the same key still lease; ``close_breaker`` closes the key in every queue."""
+    jobs of the same key still lease (and the scale hint counts them as work);
+    ``close_breaker`` closes the key in every queue."""
     _put(faked, "a", 4)
     _put(faked, "b", 2)
     _fail(faked, faked.dequeue(["a"], "w", 2, 30))
@@ -55,6 +57,8 @@ def test_a_key_opens_in_its_own_queue_and_closing_it_closes_every_queue(
     [held, _] = [r.id for r in faked.list_jobs(queue="a", state=JobState.PENDING)]
     facts = faked.gate_facts(held)
     assert facts is not None and facts.breaker == state  # what explain reads
+    hints = {h.queue: h.workers for h in scale_hints(faked, 1, 0.0, ["a", "b"])}
+    assert hints == {"a": 0, "b": 2}  # "a"'s jobs are held, "b"'s are work for a worker
     assert len(faked.dequeue(["b"], "w", 10, 30)) == 2
     assert faked.close_breaker("stripe") is True
     assert faked.breakers() == []
