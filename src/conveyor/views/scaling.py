@@ -194,10 +194,12 @@ def scale_hints(inspector: Inspector, slots_per_worker: int | None = None,
     if slots_per_worker is None:
         slots_per_worker = live_slots(inspector)
     hints: list[ScaleHint] = []
-    held = frozenset(b.key for b in inspector.breakers() if b.holding)
+    # a store that keeps a breaker per queue (Redis) holds a key's jobs in that queue only
+    holding = [(b.key, b.queue) for b in inspector.breakers() if b.holding]
     for q in inspector.queues():
         if wanted is not None and q.name not in wanted:
             continue
+        held = frozenset(key for key, queue in holding if queue in (None, q.name))
         facts = read_facts(inspector, q.name, q.paused, q.pending, q.active, held=held)
         hints.append(desired_workers(facts, slots_per_worker, latency_target))
     return hints

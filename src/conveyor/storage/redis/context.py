@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from conveyor.core.clock import Clock
 from conveyor.core.job import JobRecord
 from conveyor.storage.job_heads import JobHead
-from conveyor.storage.redis import codec
+from conveyor.storage.redis import codec, records
 from conveyor.storage.redis.connection import Link, Settings
 from conveyor.storage.redis.heads import WIDTH, head_of
 from conveyor.storage.redis.keys import DoorbellKeys, Keys, QueueKeys
@@ -106,7 +106,7 @@ class RedisContext:
         statics, states, results, messages = self.link.call_many(  # one round trip
             ("HMGET", qk.jobs, *ids), ("HMGET", qk.state, *ids),
             ("HMGET", qk.results, *ids), ("HMGET", qk.messages, *ids))
-        return [codec.to_record(i, static, state, result, message, with_events)
+        return [records.to_record(i, static, state, result, message, with_events)
                 for i, static, state, result, message
                 in zip(ids, statics, states, results, messages, strict=True)
                 if static or state]

@@ -12,9 +12,11 @@ inside the scripts, atomically with the transition they gate, so their code is L
   ``parked`` zset, oldest first, and is considered again before the list.
 * ``lua/_flow.lua`` gives a slot and an order key back when a job stops (ack, reclaim, cancel,
   kill, delete).
+* ``lua/_breakers.lua`` holds the jobs of an open breaker key in the same gate (its probe
+  passes), ``lua/_breaker_acks.lua`` updates the key in ``ack.lua`` (``breakers.py``).
 
 Only jobs whose state line has ``flow_controlled`` set read their static JSON for limits.
-Limits apply per queue, since a script touches its queue's slot only.
+Limits and breakers apply per queue, since a script touches its queue's slot only.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Redis's ``Inspector.gate_facts``: what holds a job back, read from the keys its
 ``dequeue.lua`` decides by (``storage/gates.py``): the queue's meta (paused), active zset and
-flow hash (concurrency holders, order holders), rate log (``lua/_rates.lua``), parked zset and
-pending list (the order jobs are popped in), the published zset (with a broker), a workflow's
-graph hash and an aggregation group's record; its place in its queue's lineup from the lineup
-zset (``lua/_lineup.lua``), its turn order through the same reads ``dequeue.lua`` makes.
+flow hash (concurrency holders, order holders), rate log (``lua/_rates.lua``), breakers hash
+(``lua/_breakers.lua``), parked zset and pending list (the order jobs are popped in), the
+published zset (with a broker), a workflow's graph hash and an aggregation group's record; its
+place in its queue's lineup from the lineup zset (``lua/_lineup.lua``), its turn order through
+the same reads ``dequeue.lua`` makes.
 
 One approximation: in the turn of the jobs without a fair key at priority 0, the walk
 interleaves plain jobs and lined ones by when each became pending; ``earlier`` counts the
@@ -17,6 +18,7 @@ from conveyor.core.job import JobRecord, JobState
 from conveyor.storage.gates import FAIR_KEYS_SHOWN, GateFacts, Holder
 from conveyor.storage.graph import parents_of
 from conveyor.storage.lineup import keys_before
+from conveyor.storage.redis.breakers import RedisBreakers
 from conveyor.storage.redis.connection import Link
 from conveyor.storage.redis.context import RedisContext
 from conveyor.storage.redis.inspect import RedisInspector
@@ -33,10 +35,12 @@ _UNSETTLED = frozenset({"pending", "active", "scheduled", "retrying", "waiting",
 class RedisGates:
     """``gate_facts`` over one Redis deployment (a part of ``RedisStorage``)."""
 
-    def __init__(self, ctx: RedisContext, inspector: RedisInspector) -> None:
+    def __init__(self, ctx: RedisContext, inspector: RedisInspector,
+                 breakers: RedisBreakers) -> None:
         self.ctx = ctx
         self.link = ctx.link
         self._inspector = inspector
+        self._breakers = breakers
 
     def gate_facts(self, job_id: str, place: bool = True) -> GateFacts | None:
         """What the fetch would weigh for ``job_id`` now; None for an unknown id."""
@@ -85,6 +89,8 @@ class RedisGates:
                 facts.order_holder = _holder(held[0]) if held else Holder(holder, "unknown")
         if flow.rate_key and flow.rate_limit > 0:
             facts.rate_starts = self._starts(qk, flow.rate_key, flow.rate_period, facts.now)
+        if flow.breaker_key:  # its queue's breaker of the key (lua/_breakers.lua)
+            facts.breaker = self._breakers.breaker(facts.job.queue, flow.breaker_key)
 
     def _starts(self, qk: QueueKeys, key: str, period: float, now: float) -> list[float]:
         """Start times of rate key ``key`` within ``(now - period, now]``, from its log: the

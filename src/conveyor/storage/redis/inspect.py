@@ -12,7 +12,7 @@ from conveyor.storage.batch_records import BatchStatus
 from conveyor.storage.graph import GraphNode, parents_of
 from conveyor.storage.job_heads import HEAD_CHARS, JobHead
 from conveyor.storage.queue_stats import QueueStats
-from conveyor.storage.redis import codec
+from conveyor.storage.redis import records
 from conveyor.storage.redis.admin import ADMIN_CHUNK, RedisAdmin
 from conveyor.storage.redis.batch_pages import RedisBatchPages
 from conveyor.storage.redis.batches import RedisBatches, scan_reply
@@ -55,7 +55,7 @@ class RedisInspector:
                  or self.link.call("ZRANGE", qk.published, 0, 0))
         oldest = first[0] if first else self.link.call("LINDEX", qk.pending, -1)
         raw = self.link.call("HGET", qk.state, oldest) if oldest else None
-        since = codec.pending_since(raw) if raw else None
+        since = records.pending_since(raw) if raw else None
         if since is not None:
             latency = max(0.0, now - since)
         return QueueStats(

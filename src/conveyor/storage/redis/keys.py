@@ -69,6 +69,11 @@ class QueueKeys:
     waits: str
     inbox: str
     listeners: str
+    # Breakers (lua/_breakers.lua, docs/flow-control.md): hash breaker key -> its record
+    # (state, times, probe, failure log, reason), and zset closed key -> when its failure log
+    # runs out (so a key that stopped failing is forgotten: _breaker_acks.lua)
+    breakers: str
+    breaker_ends: str
 
     def by_state(self, state: str) -> str:
         """The index key holding jobs in ``state``."""

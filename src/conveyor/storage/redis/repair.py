@@ -25,7 +25,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from conveyor.storage.redis import codec
+from conveyor.storage.redis import codec, records
 from conveyor.storage.redis.batches import scan_reply
 from conveyor.storage.redis.context import RedisContext
 
@@ -136,7 +136,7 @@ def _stranded_stamp(raw: str, since: float) -> str | None:
         return None
     fields = raw.partition("\n")[0].split("\t")
     stamp = fields[PT] if len(fields) > PT else ""
-    when = codec.pending_since(raw)
+    when = records.pending_since(raw)
     if when is not None and when >= since:
         return None
     return stamp

@@ -61,6 +61,7 @@ HOLDERS: dict[str, type] = {
     "reseal": QueueKeys,  # job data sealed again with the newest key (conveyor jobs reencrypt)
     # durable jobs (docs/durable.md, redis/durable.py)
     "steps": QueueKeys, "receive": QueueKeys, "deliver": QueueKeys, "kept": EventKeys,
+    "breaker": QueueKeys,  # a breaker closed by hand (redis/breakers.py)
 }
 SCRIPT_NAMES = tuple(HOLDERS)
 # The writes a ``wait_replicas`` URL makes wait for replicas: new jobs, outcomes, and the

@@ -34,9 +34,11 @@ local function expire(id, f, events, why)
 end
 
 -- mark: start.lua's '#' and the id of the message that started the lease, put before the
--- "/queue" tail that acks read the queue from
-local function lease(id, static, f, events, damage, mark)
+-- "/queue" tail that acks read the queue from; probe: the message of the job's 'breaker'
+-- event when it starts as its breaker's probe (_admit.lua's flow_admit)
+local function lease(id, static, f, events, damage, mark, probe)
   seq = seq + 1
+  if probe then events = events .. event_line('breaker', 'pending', nil, probe) end
   local token = ARGV[6] .. seq .. (mark or '') .. token_tail
   f[F_STATE] = 'active'
   f[F_ATTEMPTS] = tostring(num(f[F_ATTEMPTS]) + 1)

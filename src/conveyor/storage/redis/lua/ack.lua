@@ -8,6 +8,7 @@
 --- @include "_flow"
 --- @include "_lineup"
 --- @include "_durable"
+--- @include "_breaker_acks"
 --- @key state
 --- @key active
 --- @key pending
@@ -32,9 +33,12 @@
 --- @key waits
 --- @key inbox
 --- @key listeners
+--- @key breakers   hash: breaker key -> its record (_breakers.lua)
+--- @key breaker_ends zset: closed breaker key -> when its failure log runs out
 -- ARGV: 1 now|'', 2 queue, 3 mode: "plan" (apply jobs without a batch, report batch jobs)
---       or "apply" (apply everything), then 9 per ack: id, token, outcome, result|'',
---       message|'', error data JSON|'', retry_in|'', own events NDJSON|'', progress "d/t"|''
+--       or "apply" (apply everything), then 10 per ack: id, token, outcome, result|'',
+--       message|'', error data JSON|'', retry_in|'', own events NDJSON|'', progress "d/t"|'',
+--       "0" if the job never ran (it could not be prepared: no breaker counts it) or ''
 -- A job whose cancellation was requested ends cancelled when its attempt did not finish by
 -- itself (retry, dead, interrupted, suspended): see storage/rules.py, the same rule in Python.
 -- A suspended durable job is scheduled until retry_in (its wake time, absolute), or pending
@@ -54,6 +58,7 @@ local cur, touched, unleased, retrying, requeued, results, messages = {}, {}, {}
 local relined = 0  -- jobs back to pending in their lineup (_lineup.lua), not the list
 local scheduled = {}  -- suspended and snoozed jobs: score their run_at
 local cleared = {}
+local any_breaker = false  -- whether a job with a breaker key was acknowledged
 
 local function get(id, raw)
   local job = cur[id]
@@ -164,6 +169,12 @@ local function apply(i, id, job, state)
   if fl then flow_release(K_FLOW, id, fl, true, TERMINAL[state]) end
   local line = outcome_event(f, state, delay == 'woken' and ARGV[i + 4] or msg, err, delay,
                              outcome)
+  if fl and type(fl.breaker_key) == 'string' and ARGV[i + 9] ~= '0' then
+    any_breaker = true  -- a cancel request that ended it leaves its breaker as it was
+    local ended = (state == 'cancelled' and outcome ~= 'cancelled') and 'cancelled' or outcome
+    line = line .. breaker_acks().ack(fl.breaker_key, fl, id, f, ended, state, err,
+                                      ARGV[i + 4], ARGV[i + 6])
+  end
   f[F_LAST_TOKEN], f[F_LAST_OUTCOME], f[F_TOKEN], f[F_LEASE_EXPIRES], f[F_STATE] = f[F_TOKEN], ARGV[i + 2], '', '', state
   if state == 'pending' then f[F_WORKER] = '' end
   job.events = job.events .. ARGV[i + 7] .. line
@@ -171,13 +182,13 @@ local function apply(i, id, job, state)
 end
 
 local ids = {}
-for i = 4, #ARGV, 9 do ids[#ids + 1] = ARGV[i] end
+for i = 4, #ARGV, 10 do ids[#ids + 1] = ARGV[i] end
 local raws = {}
 if #ids > 0 then raws = redis.call('HMGET', K_STATE, unpack(ids)) end
 
 local out = {}
 for k = 1, #ids do
-  local i = 4 + (k - 1) * 9
+  local i = 4 + (k - 1) * 10
   local id, token, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local job = get(id, raws[k])
   if not job then
@@ -223,6 +234,7 @@ bulk('HSET', K_RESULTS, results)
 bulk('HSET', K_MESSAGES, messages)
 bulk('HDEL', K_MESSAGES, cleared)
 flush_counts(K_META)
+if any_breaker then breaker_acks().forget() end
 notify(K_NOTIFY, #requeued + relined)
 -- Wake callers waiting on a job that just ended: one SCARD per call when nobody waits; the
 -- ids are published on the channel named as the waiters set (a channel is not a key: on

@@ -19,6 +19,7 @@
 --- @key lineup     zset: lined pending jobs (_lineup.lua)
 --- @key lined      hash id -> its lineup entry
 --- @key aging      zset id -> when aging raises it next
+--- @key breakers   hash: breaker key -> its record (_breakers.lua)
 -- ARGV: 1 now|'', 2 queue, 3 worker id, 4 count (at most 1000; slots: a job takes its cost),
 --       5 lease seconds, 6 token prefix, 7 capacity (the most a job may cost; 0: no bound)
 -- Returns: {leased, batch moves}; leased = {id, static JSON|'', token, attempt, errors,
@@ -65,14 +66,18 @@ local function consider(id, static, raw, parked)
     return expire(id, f, events, broken)
   end
   rate_seq = rate_seq + 1
-  if fl and not flow_admit(K_FLOW, K_RATES, K_RATE_ENDS, id, fl, ARGV[6] .. rate_seq) then
+  local admitted, probe = true, nil
+  if fl then
+    admitted, probe = flow_admit(K_FLOW, K_RATES, K_RATE_ENDS, id, fl, ARGV[6] .. rate_seq)
+  end
+  if not admitted then
     if not parked then
       redis.call('ZADD', K_PARKED, redis.call('HINCRBY', K_META, 'parkseq', 1), id)
     end
     return
   end
   if parked then redis.call('ZREM', K_PARKED, id) end
-  lease(id, static, f, events)
+  lease(id, static, f, events, nil, nil, probe)
 end
 
 local function consider_all(ids, parked)
@@ -166,9 +171,9 @@ end
 
 local function take(c)
   rate_seq = rate_seq + 1
-  flow_admit(K_FLOW, K_RATES, K_RATE_ENDS, c.id, c.fl, ARGV[6] .. rate_seq)
+  local _, probe = flow_admit(K_FLOW, K_RATES, K_RATE_ENDS, c.id, c.fl, ARGV[6] .. rate_seq)
   unline(c.id)
-  lease(c.id, c.static, c.f, c.events)
+  lease(c.id, c.static, c.f, c.events, nil, nil, probe)
 end
 
 local function since(id)

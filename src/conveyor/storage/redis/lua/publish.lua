@@ -21,6 +21,8 @@
 --- @key lineup     zset: lined pending jobs (_lineup.lua)
 --- @key lined      hash id -> its lineup entry
 --- @key aging      zset id -> when aging raises it next
+--- @key active     zset lease expiry (a breaker's probe running: _breakers.lua)
+--- @key breakers   hash: breaker key -> its record
 -- ARGV: 1 now|'', 2 queue, 3 count, 4 republish after (seconds)
 -- Returns: job ids, oldest first: published ones due again, parked ones that may now run,
 -- the oldest of the pending list, then lined ones in their lineup's order (the broker
@@ -54,8 +56,10 @@ if #overdue > 0 then
   end
 end
 -- Parked by start.lua: due once its limits would let it run.
+local any_parked = false
 if #out < want then
   local parked = redis.call('ZRANGE', K_PARKED, 0, PARKED_SCAN - 1)
+  any_parked = #parked > 0
   local raws = #parked > 0 and redis.call('HMGET', K_STATE, unpack(parked)) or {}
   for k, id in ipairs(parked) do
     if #out >= want then break end
@@ -72,13 +76,18 @@ if #out < want then
     end
   end
 end
--- The oldest of the pending list.
+-- The oldest of the pending list. A delivery start.lua parked before its job was ever
+-- published left the job's entry here too: the parked one speaks for it (due once admitted).
 while #out < want do
   local ids = redis.call('RPOP', K_PENDING, want - #out)
   if not ids then break end
   local raws = redis.call('HMGET', K_STATE, unpack(ids))
   for k, id in ipairs(ids) do
-    if seen[id] or not pending(raws[k]) then dropped = dropped + 1 else take(id) end
+    if seen[id] or not pending(raws[k]) then
+      dropped = dropped + 1
+    elseif not (any_parked and redis.call('ZSCORE', K_PARKED, id)) then
+      take(id)
+    end
   end
 end
 -- Then the lineup's, in its order: each leaves it for the published zset.

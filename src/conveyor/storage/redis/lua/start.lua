@@ -22,6 +22,7 @@
 --- @key lineup     zset: lined pending jobs (_lineup.lua)
 --- @key lined      hash id -> its lineup entry
 --- @key aging      zset id -> when aging raises it next
+--- @key breakers   hash: breaker key -> its record (_breakers.lua)
 -- ARGV: 1 now|'', 2 queue, 3 worker id, 4 max recoveries, 5 lease seconds, 6 token prefix,
 --       7 why a redelivered job is recovered (rules.REDELIVERED), then triples: job id, "1" if
 --       the broker says it redelivered the message else "0", the message's id or ''.
@@ -94,13 +95,15 @@ local function start(id, redelivered, message)
     return 'skipped'
   end
   rate_seq = rate_seq + 1
-  if fl and not flow_admit(K_FLOW, K_RATES, K_RATE_ENDS, id, fl, ARGV[6] .. 'r' .. rate_seq) then
-    return park(id)
+  local admitted, probe = true, nil
+  if fl then
+    admitted, probe = flow_admit(K_FLOW, K_RATES, K_RATE_ENDS, id, fl, ARGV[6] .. 'r' .. rate_seq)
   end
+  if not admitted then return park(id) end
   redis.call('ZREM', K_PUBLISHED, id)
   redis.call('ZREM', K_PARKED, id)
   if lined(f) then unline(id) end  -- a plain job's start makes no extra call
-  lease(id, static, f, events, nil, mark)
+  lease(id, static, f, events, nil, mark, probe)
   return 'started'
 end
 
