@@ -9,7 +9,8 @@
 -- A durable job's suspension (state `scheduled`, docs/durable.md) carries its wake time, the
 -- storage clock's, in `p_retry_in`; one whose wait was answered while it left its worker is
 -- made pending at once (durable_wake). A snoozed job (RetryAfter, also `scheduled`, event
--- `snoozed`) carries its delay in seconds there, as a retry does.
+-- `snoozed`) carries its delay in seconds there, as a retry does. The applied acks of jobs
+-- with a breaker key move their breakers (breaker_acks) in the same call; others pay nothing.
 --
 -- Each ack finds its job by one primary-key probe: a join testing `state = 'active'` matched
 -- the partial index jobs_active, whose generic plan walked every entry leased since the last
@@ -33,6 +34,9 @@ DECLARE
     b_ids text[];
     b_to text[];
     s_ids text[];
+    k_ords integer[];
+    k_ids text[];
+    k_effects text[];
 BEGIN
     IF coalesce(cardinality(p_ids), 0) = 0 THEN
         RETURN '{}';
@@ -76,7 +80,11 @@ BEGIN
                                 w.data) END
         FROM w WHERE jobs.id = w.id
         RETURNING jobs.id, w.ord, jobs.queue, jobs.name, jobs.batch_id, jobs.state, w.kind,
-                  CASE WHEN w.cx THEN NULL ELSE w.counted END AS counted
+                  CASE WHEN w.cx THEN NULL ELSE w.counted END AS counted, jobs.breaker_key,
+                  -- what the ack tells the job's breaker (breaker_acks); a cancel, nothing
+                  CASE WHEN w.cx THEN NULL WHEN w.errs > 0 THEN 'error'
+                       WHEN w.state IN ('succeeded', 'failed') THEN 'ok'
+                       WHEN w.kind = 'snoozed' THEN 'snooze' END AS to_breaker
     ), all_time AS (  -- outcome totals, as add_totals adds them (rows in key order)
         INSERT INTO job_totals AS t (queue, name, processed, failed, dead, retried)
         SELECT queue, name, count(*) FILTER (WHERE counted = 'processed'),
@@ -102,8 +110,11 @@ BEGIN
     SELECT array_agg(u.id), array_agg(u.ord::integer),
            array_agg(u.batch_id) FILTER (WHERE u.batch_id IS NOT NULL),
            array_agg(u.state) FILTER (WHERE u.batch_id IS NOT NULL),
-           array_agg(u.id) FILTER (WHERE u.state = 'scheduled' AND u.kind = 'suspended')
-    INTO won_ids, won_ords, b_ids, b_to, s_ids FROM u;
+           array_agg(u.id) FILTER (WHERE u.state = 'scheduled' AND u.kind = 'suspended'),
+           array_agg(u.ord::integer ORDER BY u.ord) FILTER (WHERE u.breaker_key IS NOT NULL),
+           array_agg(u.id ORDER BY u.ord) FILTER (WHERE u.breaker_key IS NOT NULL),
+           array_agg(u.to_breaker ORDER BY u.ord) FILTER (WHERE u.breaker_key IS NOT NULL)
+    INTO won_ids, won_ords, b_ids, b_to, s_ids, k_ords, k_ids, k_effects FROM u;
     -- Refusals, after the applied acks (as on every backend): the state the job was in when
     -- the ack came, none when an earlier ack of this call had just ended the attempt. When
     -- every ack applied there is none, and no statement to run.
@@ -134,6 +145,9 @@ BEGIN
     END IF;
     IF s_ids IS NOT NULL THEN
         PERFORM durable_wake(v_now, s_ids);
+    END IF;
+    IF k_ids IS NOT NULL THEN
+        PERFORM breaker_acks(v_now, k_ids, k_effects, k_ords, p_retry_in, p_data);
     END IF;
     RETURN ok;
 END
