@@ -7,6 +7,7 @@ from conveyor.client.context import JobContext, current_job
 from conveyor.client.options import Aggregate, Debounce, Throttle
 from conveyor.client.payloads import Offload
 from conveyor.client.refs import JobRef
+from conveyor.core.breaker import Breaker
 from conveyor.core.clock import FakeClock
 from conveyor.core.encryption import Keys
 from conveyor.core.job import Event, JobRecord, JobState
@@ -18,6 +19,7 @@ from conveyor.workflow.running import RunningWorkflow
 
 __all__ = [
     "Aggregate",
+    "Breaker",
     "Conveyor",
     "Debounce",
     "Event",

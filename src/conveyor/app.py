@@ -40,6 +40,7 @@ from conveyor.client.periodic import Schedule, validate_cron, validate_tz
 from conveyor.client.refs import JobRef
 from conveyor.client.registry import JobFunction, Registry, default_name
 from conveyor.client.schedules import Schedules
+from conveyor.core.breaker import Breaker
 from conveyor.core.clock import SYSTEM_CLOCK, Clock
 from conveyor.core.encryption import Keys
 from conveyor.core.job import JobRecord, JobState
@@ -192,6 +193,7 @@ worker runs jobs with, and the storage.
         aggregate: Aggregate | None = None, executor: str | None = None, priority: int = 0,
         aging: float | None = None, fair_by: KeyOption = None, cost: int = 1,
         event_window: float = 0.0, version: int | None = None, accepts: Accepts = None,
+        breaker: Breaker | None = None,
     ) -> Callable[[Callable[..., Any]], JobFunction]: ...
 
     def job(
@@ -206,6 +208,7 @@ worker runs jobs with, and the storage.
         aggregate: Aggregate | None = None, executor: str | None = None, priority: int = 0,
         aging: float | None = None, fair_by: KeyOption = None, cost: int = 1,
         event_window: float = 0.0, version: int | None = None, accepts: Accepts = None,
+        breaker: Breaker | None = None,
     ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
         """Register a job function; use as ``@app.job`` or ``@app.job(queue=..., ...)``.
 
@@ -216,7 +219,7 @@ worker runs jobs with, and the storage.
         ``throttle`` (keys: strings, or callables given the job's arguments); ``aggregate``
         (docs/aggregation.md); ``executor``; ``priority``, ``aging``, ``fair_by``, ``cost``
         (docs/scheduling.md); ``event_window`` (docs/durable.md); ``version``, ``accepts``
-        (safe deploys).
+        (safe deploys); ``breaker`` (docs/operations.md, "Breakers").
         """
         opts = make_options(
             queue=queue, retry=retry, timeout=timeout, expires_in=expires_in, retry_in=retry_in,
@@ -225,7 +228,7 @@ worker runs jobs with, and the storage.
             rate_period=rate_period, order_key=order_key, debounce=debounce,
             throttle=throttle, aggregate=aggregate, executor=executor, priority=priority,
             aging=aging, fair_by=fair_by, cost=cost,
-            event_window=event_window, version=version, accepts=accepts,
+            event_window=event_window, version=version, accepts=accepts, breaker=breaker,
         )
 
         def register(f: Callable[..., Any]) -> JobFunction:

@@ -72,6 +72,8 @@ def _default_home(backend: str, member: str) -> str:
         return "schedule_edits.py"
     if member in ("pause_queue", "resume_queue"):
         return f"{backend}/flow.py"
+    if member in ("breakers", "close_breaker"):
+        return f"{backend}/breakers.py"
     if member in _members(Outbox):
         return f"{backend}/outbox.py"
     if member in ASYNC:

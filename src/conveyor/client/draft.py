@@ -133,6 +133,7 @@ def build_flow(
         aging=float(opts.aging or 0.0),
         fair_key=_key(opts.fair_by, args, kwargs),
         cost=opts.cost,
+        **_breaker(name, opts, args, kwargs),
     )
     check_keys(name, flow)
     return flow
@@ -156,6 +157,16 @@ def _group(name: str, opts: JobOptions, args: list[Any],
     key = _key(agg.key, args, kwargs) or name
     return {"group_key": key, "grace": float(agg.grace), "max_delay": float(agg.max_delay),
             "max_size": agg.max_size}
+
+
+def _breaker(name: str, opts: JobOptions, args: list[Any],
+             kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    brk = opts.breaker
+    if brk is None:
+        return {}
+    return {"breaker_key": _key(brk.key, args, kwargs) or name,
+            "breaker_open_after": brk.open_after, "breaker_within": float(brk.within),
+            "breaker_cool_down": float(brk.cool_down)}
 
 
 def _key(option: KeyOption, args: list[Any], kwargs: Mapping[str, Any]) -> str | None:

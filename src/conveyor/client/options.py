@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from conveyor.core.breaker import Breaker
 from conveyor.core.flow_control import PRIORITY_MAX, PRIORITY_MIN
 from conveyor.core.text import check_name
 from conveyor.core.versions import accepted
@@ -124,13 +125,15 @@ class JobOptions:
     #: The versions of stored jobs this code runs (its own among them; ``accepts=`` given as
     #: an int, a range or any iterable of ints).
     accepts: frozenset[int] | None = None
+    #: A circuit breaker over the job's key (docs/operations.md, "Breakers").
+    breaker: Breaker | None = None
 
     @property
     def has_flow(self) -> bool:
         """True when jobs of these options carry flow control for the storage to enforce."""
         return bool(self.unique_for or self.concurrency or self.rate_limit or self.order_key
                     or self.fold or self.aggregate or self.priority or self.aging
-                    or self.fair_by is not None or self.cost != 1)
+                    or self.fair_by is not None or self.cost != 1 or self.breaker is not None)
 
 
 #: The values of ``JobOptions.executor`` (None: the worker's own choice).
@@ -198,6 +201,8 @@ def _check(opts: JobOptions) -> None:
     if opts.executor not in EXECUTORS:
         raise ValueError(f"executor must be 'thread' or 'process', not {opts.executor!r}")
     _check_scheduling(opts)
+    if opts.breaker is not None and not isinstance(opts.breaker, Breaker):
+        raise ValueError(f"breaker must be a Breaker, not {opts.breaker!r}")
     if opts.aggregate is not None:
         _check_aggregate(opts)
     if fold is not None:
@@ -252,9 +257,10 @@ def _check_aggregate(opts: JobOptions) -> None:
         raise ValueError("an aggregated job runs in the worker's threads, beside the leases "
                          "of its members: executor='process' does not apply to it")
     # A member runs with its aggregation, never alone: limits on single runs cannot hold for it.
-    if opts.fold is not None or opts.concurrency or opts.rate_limit or opts.order_key:
+    if (opts.fold is not None or opts.concurrency or opts.rate_limit or opts.order_key
+            or opts.breaker is not None):
         raise ValueError("an aggregated job runs with its aggregation: debounce, throttle, "
-                         "concurrency, rate_limit and order_key do not apply to it")
+                         "concurrency, rate_limit, order_key and breaker do not apply to it")
 
 
 _KEY_FIELDS = ("unique_key", "concurrency_key", "rate_key", "order_key", "fair_by")
@@ -282,6 +288,9 @@ def by_name_keys(opts: JobOptions, func: Callable[..., Any]) -> JobOptions:
     agg = opts.aggregate
     if agg is not None and callable(agg.key) and not hasattr(agg.key, "_by_name"):
         changes["aggregate"] = dataclasses.replace(agg, key=_named(agg.key, params))
+    brk = opts.breaker
+    if brk is not None and callable(brk.key) and not hasattr(brk.key, "_by_name"):
+        changes["breaker"] = dataclasses.replace(brk, key=_named(brk.key, params))
     return dataclasses.replace(opts, **changes) if changes else opts
 
 

@@ -18,10 +18,11 @@ KEY_KINDS = {
     "fold_key": "debounce/throttle key",
     "group_key": "aggregation key",
     "fair_key": "fair key",
+    "breaker_key": "breaker key",
 }
 #: The keys a store consults when a job starts (dequeue, a broker's start), in the order it
 #: checks them: a stored one that breaks the rule ends its job dead there (docs/flow-control.md).
-GATE_KEYS = ("concurrency_key", "order_key", "rate_key")
+GATE_KEYS = ("concurrency_key", "order_key", "rate_key", "breaker_key")
 #: The range of ``priority`` (Django's tasks API's): higher runs first within a queue.
 PRIORITY_MIN, PRIORITY_MAX = -100, 100
 
@@ -57,6 +58,13 @@ class FlowControl:
     aging: float = 0.0
     fair_key: str | None = None
     cost: int = 1
+    #: A circuit breaker (``Breaker``, docs/operations.md "Breakers"): after
+    #: ``breaker_open_after`` counted errors of ``breaker_key`` within ``breaker_within``
+    #: seconds, the key's jobs wait ``breaker_cool_down`` seconds, then one probe runs.
+    breaker_key: str | None = None
+    breaker_open_after: int = 0
+    breaker_within: float = 0.0
+    breaker_cool_down: float = 0.0
 
     def named_keys(self) -> list[tuple[str, str]]:
         """``(kind, key)`` of every key set, kinds as ``KEY_KINDS`` names them."""

@@ -84,6 +84,7 @@ class EventKind:
     # Durable jobs (docs/durable.md): a step recorded, left to sleep or wait, woken at once.
     STEP, SUSPENDED, WOKEN = "step", "suspended", "woken"
     SNOOZED = "snoozed"  # RetryAfter: due again at ts + data["retry_after"]; not an error
+    BREAKER = "breaker"  # its breaker opened, closed or paused, or it was leased as the probe
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +277,7 @@ class Ack:
     progress: tuple[int, int] | None = None
     bundle: tuple[Ack, ...] = ()  # the other members' acks of an aggregated run it leads
     resume_at: float | None = None  # SUSPENDED: when it runs again (the storage's clock)
+    ran: bool = True  # False: never ran (unreadable, unknown): no breaker counts it
 
     def flatten(self) -> list[Ack]:
         """This ack and its bundle, each to be written as an ack of its own."""

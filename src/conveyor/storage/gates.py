@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from conveyor.core.breaker import BreakerState
 from conveyor.core.job import JobRecord
 
 __all__ = ["FAIR_KEYS_SHOWN", "GateFacts", "Holder"]
@@ -64,3 +65,5 @@ class GateFacts:
     flush_at: float | None = None
     #: With a broker: the relay handed it to the broker, which has not delivered it yet.
     published: bool = False
+    #: Its breaker, when open or half-open (its jobs wait; one probe runs).
+    breaker: BreakerState | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+from conveyor.core.breaker import BreakerState
 from conveyor.core.job import JobRecord, JobState
 from conveyor.storage.batch_records import BatchStatus
 from conveyor.storage.durable import DurableStore
@@ -124,6 +125,16 @@ class Inspector(Protocol):
 
     def resume_queue(self, queue: str) -> None:
         """Undo ``pause_queue``."""
+        ...
+
+    def breakers(self) -> list[BreakerState]:
+        """The breakers that hold jobs back (open, half-open) first, then closed ones with
+        counted errors in their window (docs/operations.md, "Breakers")."""
+        ...
+
+    def close_breaker(self, key: str) -> bool:
+        """Close breaker ``key`` by hand (its error log cleared; on a store that keeps one
+        per queue, in every queue); True when it was open or half-open."""
         ...
 
     def schedules(self) -> list[ScheduleInfo]:

@@ -148,9 +148,10 @@ def validate_flow(flow: FlowControl) -> None:
 
 
 def is_gated(flow: FlowControl | None) -> bool:
-    """True when the job waits on a concurrency, order or rate limit (a "gated" job: the
-    SQL backends walk a queue holding one in order, admitting what the limits allow)."""
-    return flow is not None and bool(flow.concurrency_key or flow.order_key or flow.rate_key)
+    """True when the job waits on a concurrency, order or rate limit or a breaker (a "gated"
+    job: the SQL backends walk a queue holding one in order, admitting what the gates allow)."""
+    return flow is not None and bool(flow.concurrency_key or flow.order_key or flow.rate_key
+                                     or flow.breaker_key)
 
 
 def broken_key_message(kind: str) -> str:
@@ -163,17 +164,18 @@ def broken_key_message(kind: str) -> str:
 
 def broken_key(flow: FlowControl | None) -> str | None:
     """The ``message`` a job ends ``dead`` with when it would start (``dequeue``, a broker's
-    ``start``) and one of the keys consulted there (``GATE_KEYS``: concurrency, order, rate;
-    the first that breaks it) breaks the key rule: written before the rule, or by a client
+    ``start``) and one of the keys consulted there (``GATE_KEYS``: concurrency, order, rate,
+    breaker; the first that breaks it) breaks the key rule: written before the rule, or by a client
     that does not check it. None for a job that may be admitted by its limits."""
     if flow is None:
         return None
-    return broken_gate(flow.concurrency_key, flow.order_key, flow.rate_key)
+    return broken_gate(flow.concurrency_key, flow.order_key, flow.rate_key, flow.breaker_key)
 
 
-def broken_gate(concurrency: object, order: object, rate: object) -> str | None:
-    """``broken_key`` of a job's three keys as a store read them (None: not set)."""
-    for field, key in zip(GATE_KEYS, (concurrency, order, rate), strict=True):
+def broken_gate(concurrency: object, order: object, rate: object,
+                breaker: object = None) -> str | None:
+    """``broken_key`` of a job's gate keys as a store read them (None: not set)."""
+    for field, key in zip(GATE_KEYS, (concurrency, order, rate, breaker), strict=True):
         if key is not None and key != "" and key_fault(key) is not None:
             return broken_key_message(KEY_KINDS[field])
     return None

@@ -100,7 +100,7 @@ def ack_to_wire(ack: Ack) -> dict[str, Any]:
             "error": None if error is None else [error.type, error.message, error.traceback],
             "events": [e.to_wire() for e in ack.events],
             "progress": None if ack.progress is None else list(ack.progress),
-            "resume_at": ack.resume_at}
+            "resume_at": ack.resume_at, "ran": ack.ran}
 
 
 def ack_from_wire(raw: dict[str, Any]) -> Ack:
@@ -113,4 +113,4 @@ def ack_from_wire(raw: dict[str, Any]) -> Ack:
                error=None if error is None else ErrorInfo(*error),
                events=tuple(event_from_wire(e) for e in raw.get("events", ())),
                progress=None if progress is None else (int(progress[0]), int(progress[1])),
-               resume_at=raw.get("resume_at"))
+               resume_at=raw.get("resume_at"), ran=bool(raw.get("ran", True)))

@@ -128,10 +128,11 @@ class Processor:
             return self._dead(job, exc)
         log.warning("job %s: %s", job.id, exc)
         return Ack(job.id, job.token, Outcome.RETRY, message=str(exc), error=error_info(exc),
-                   retry_in=backoff(job.errors + 1))
+                   retry_in=backoff(job.errors + 1), ran=False)
 
     def _dead(self, job: LeasedJob, exc: Exception) -> Ack:
-        ack = Ack(job.id, job.token, Outcome.DEAD, message=str(exc), error=error_info(exc))
+        ack = Ack(job.id, job.token, Outcome.DEAD, message=str(exc), error=error_info(exc),
+                  ran=False)
         report_outcome(self.app, job, exc, ack)
         return ack
 

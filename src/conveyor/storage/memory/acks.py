@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from conveyor.core.job import Ack, Event, EventKind, JobState, Outcome
+from conveyor.core.job import Ack, Event, EventKind, FlowControl, JobRecord, JobState, Outcome
+from conveyor.storage.breakers import after_ack, breaker_touch
 from conveyor.storage.memory.durable import MemoryDurable
 from conveyor.storage.memory.entry import Entry
 from conveyor.storage.memory.state import MemoryState
@@ -43,7 +44,29 @@ def apply(state: MemoryState, durable: MemoryDurable, ack: Ack, now: float) -> b
         message = cancelled_message(message)
     rec.message = message
     _finish(state, durable, entry, ack, outcome, now, message, error)
+    flow = rec.flow
+    if flow is not None and flow.breaker_key:
+        _breaker(state, rec, flow, ack, outcome, now)
     return True
+
+
+def _breaker(state: MemoryState, rec: JobRecord, flow: FlowControl, ack: Ack,
+             outcome: Outcome, now: float) -> None:
+    """The acknowledgement's effect on the job's breaker (storage/breakers.py)."""
+    touch = breaker_touch(ack, outcome)
+    key = flow.breaker_key
+    if touch is None or key is None:
+        return
+    book = state.flow.breakers
+    row, message = after_ack(book.get(key), key, flow, touch, rec.id, now, ack)
+    if row is None:
+        book.pop(key, None)
+    else:
+        book[key] = row
+    if message is not None:
+        assert rec.events is not None
+        rec.events.append(Event(ts=now, kind=EventKind.BREAKER, state=rec.state.value,
+                                message=message, attempt=rec.attempt))
 
 
 def _finish(state: MemoryState, durable: MemoryDurable, entry: Entry, ack: Ack,

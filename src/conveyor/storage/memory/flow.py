@@ -18,6 +18,8 @@ locks. Rules (the same every backend enforces):
   forgotten once its newest start has left the window (``forget_idle_rates``).
 * ``fold_key`` (debounce, throttle): a call joins the job of its key while that job is still
   ``scheduled`` (``fold_holder``); once it started, the next call makes a new job.
+* ``breaker_key``: an open breaker holds its key's jobs pending until one is leased as the
+  probe (``storage/breakers.py``; the rows are ``breakers``, acks update them).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from conveyor.core.job import FlowControl, JobRecord, JobState
+from conveyor.core.job import Event, EventKind, FlowControl, JobRecord, JobState
+from conveyor.storage.breakers import HELD, PROBE, BreakerRow, lease_verdict, probe
 
 
 class MemoryFlow:
@@ -61,6 +64,8 @@ class ScanBudget:
     concurrency: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     ordered: set[str] = field(default_factory=set)
     rate: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    #: Breaker keys whose probe this call took (any other job of the key waits).
+    probed: set[str] = field(default_factory=set)
 
 
 class FlowGate:
@@ -78,6 +83,8 @@ class FlowGate:
         # entry per key (possibly older than the dict's value), to forget idle keys' logs.
         self._rate_ends: dict[str, float] = {}
         self._idle: list[tuple[float, str]] = []
+        #: Breaker key -> its row; a key without one is closed (storage/breakers.py).
+        self.breakers: dict[str, BreakerRow] = {}
 
     # -- unique ------------------------------------------------------------------------------
 
@@ -138,13 +145,25 @@ class FlowGate:
             key in budget.ordered or self._order_active[key] > 0 or self._order_head(key) != rec.id
         ):
             return False
+        if flow.breaker_key and self._breaker(flow.breaker_key, now, budget) == HELD:
+            return False
         key = flow.rate_key
         if not key or flow.rate_limit <= 0:
             return True
         return self._recent_starts(key, flow.rate_period, now) + budget.rate[key] < flow.rate_limit
 
-    def reserve(self, rec: JobRecord, budget: ScanBudget) -> None:
-        """Count ``rec`` as taken within the current dequeue call."""
+    def _breaker(self, key: str, now: float, budget: ScanBudget) -> str:
+        row = self.breakers.get(key)
+        if row is None:
+            return "start"
+        found = self._lookup(row.probe_id) if row.probe_id else None
+        running = key in budget.probed or (
+            found is not None and found[0].state is JobState.ACTIVE)
+        return lease_verdict(row, now, running)
+
+    def reserve(self, rec: JobRecord, budget: ScanBudget, now: float) -> None:
+        """Count ``rec`` as taken within the current dequeue call (a breaker's probe is made
+        here: it is the job this call leases)."""
         flow = rec.flow
         if flow is None:
             return
@@ -154,6 +173,14 @@ class FlowGate:
             budget.ordered.add(flow.order_key)
         if flow.rate_key:
             budget.rate[flow.rate_key] += 1
+        key = flow.breaker_key
+        if key and key not in budget.probed and key in self.breakers:
+            row = self.breakers[key]
+            if self._breaker(key, now, budget) == PROBE:
+                budget.probed.add(key)
+                assert rec.events is not None
+                rec.events.append(Event(ts=now, kind=EventKind.BREAKER, state="pending",
+                                        message=probe(row, rec.id)))
 
     def started(self, rec: JobRecord, now: float) -> None:
         """``rec`` became active."""

@@ -3,6 +3,7 @@ from the structures its dequeue decides by (``storage/gates.py``)."""
 
 from __future__ import annotations
 
+from conveyor.core.breaker import CLOSED
 from conveyor.core.job import JobState
 from conveyor.storage.gates import FAIR_KEYS_SHOWN, GateFacts, Holder
 from conveyor.storage.lineup import keys_before
@@ -75,6 +76,9 @@ class MemoryGates:
                                             else held.run_at)
         if flow.rate_key and flow.rate_limit > 0:
             facts.rate_starts = state.flow.starts(flow.rate_key, flow.rate_period, facts.now)
+        row = state.flow.breakers.get(flow.breaker_key) if flow.breaker_key else None
+        if row is not None and row.state != CLOSED:
+            facts.breaker = row.view(facts.now)
 
     def _place(self, entry: Entry, facts: GateFacts, now: float) -> None:
         """Where the job stands in its queue's lineup (or arrival order)."""

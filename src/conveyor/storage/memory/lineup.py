@@ -96,7 +96,7 @@ class MemoryLineup:
     def take(self, job: Candidate) -> None:
         """Count the job against its limits and hand it to the caller's lease."""
         rec = self._record(job.id)
-        self.flow.reserve(rec, self.budget)
+        self.flow.reserve(rec, self.budget, self.at)
         self._gone.add(rec.id)
         self.taken.append(rec.id)
 
@@ -148,7 +148,7 @@ class MemoryLineups:
                 ended.append((entry, EventKind.DEAD, broken))
             elif flow.allows(rec, now, budget):
                 # Over-limit jobs are skipped, not retried: they keep their place and attempts.
-                flow.reserve(rec, budget)
+                flow.reserve(rec, budget, now)
                 picked.append(entry)
                 taken += 1
         return taken

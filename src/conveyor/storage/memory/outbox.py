@@ -135,7 +135,7 @@ class MemoryOutbox:
         if rec.queue in self.state.paused or not self.state.flow.allows(rec, now, budget):
             parked.add(job_id)
             return StartReply(job_id, StartKind.PARKED)
-        self.state.flow.reserve(rec, budget)
+        self.state.flow.reserve(rec, budget, now)
         stamps.pop(job_id, None)  # back to pending later (retry, recovery): due at once
         parked.discard(job_id)
         job = self.state.lease(entry, worker_id, now, lease_seconds)

@@ -34,6 +34,7 @@ from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.blocks import JobBlock
 from conveyor.storage.delegate import delegate
 from conveyor.storage.memory import acks as acks_of
+from conveyor.storage.memory.breakers import MemoryBreakers
 from conveyor.storage.memory.durable import MemoryDurable
 from conveyor.storage.memory.entry import Entry
 from conveyor.storage.memory.flow import MemoryFlow, ScanBudget
@@ -80,6 +81,8 @@ class MemoryStorage:
     history = delegate("_inspector", MemoryInspector.history)
     job_totals = delegate("_inspector", MemoryInspector.job_totals)
     gate_facts = delegate("_gates", MemoryGates.gate_facts)
+    breakers = delegate("_breakers", MemoryBreakers.breakers)
+    close_breaker = delegate("_breakers", MemoryBreakers.close_breaker)
     pause_queue = delegate("_flow", MemoryFlow.pause_queue)
     resume_queue = delegate("_flow", MemoryFlow.resume_queue)
     # schedules (Storage and Inspector)
@@ -113,6 +116,7 @@ class MemoryStorage:
         self.durable = MemoryDurable(self.state)
         self._inspector = MemoryInspector(self.state)
         self._flow = MemoryFlow(self.state.lock, self.state.paused, self.state.wake)
+        self._breakers = MemoryBreakers(self.state)
         self._schedules = MemorySchedules()
         self._edits = ScheduleEdits(self.now, self._schedules)
         self._outbox = MemoryOutbox(self.state)

@@ -35,6 +35,7 @@ from conveyor.storage.postgres import acks as ack_sql
 from conveyor.storage.postgres import arrays, fold, graph, groups, jobs
 from conveyor.storage.postgres.aio import PostgresAsync
 from conveyor.storage.postgres.bound import Binder
+from conveyor.storage.postgres.breakers import PostgresBreakers
 from conveyor.storage.postgres.clock import ServerClock
 from conveyor.storage.postgres.connection import (
     Connections,
@@ -120,6 +121,8 @@ class PostgresStorage:
     history = delegate("_inspector", PostgresInspector.history)
     job_totals = delegate("_inspector", PostgresInspector.job_totals)
     gate_facts = delegate("_gates", PostgresGates.gate_facts)
+    breakers = delegate("_breakers", PostgresBreakers.breakers)
+    close_breaker = delegate("_breakers", PostgresBreakers.close_breaker)
     pause_queue = delegate("_flow", PostgresFlow.pause_queue)
     resume_queue = delegate("_flow", PostgresFlow.resume_queue)
     # upkeep: promotion, recovery, cancel, batches, retention; vacuum
@@ -171,6 +174,7 @@ class PostgresStorage:
         self._inspector = PostgresInspector(db, self._clock)
         self._gates = PostgresGates(db, self._clock, self._inspector)
         self._flow = PostgresFlow(db)
+        self._breakers = PostgresBreakers(db)
         self._upkeep = PostgresUpkeep(db, self._clock, self._notices)
         self._vacuum = PostgresVacuum(db)
         self.durable = PostgresDurable(db, self._clock)

@@ -21,11 +21,7 @@ from redis.cluster import RedisCluster
 
 import redis
 from conveyor.core.clock import Clock, SystemClock
-from conveyor.core.job import (
-    Event,
-    HeartbeatReply,
-    LeasedJob,
-)
+from conveyor.core.job import Event, HeartbeatReply, LeasedJob
 from conveyor.errors import StorageUnavailable, StorageURLError
 from conveyor.storage import redact, without_secrets
 from conveyor.storage.aio import ThreadedAsync
@@ -39,6 +35,7 @@ from conveyor.storage.redis.aio import RedisAsync
 from conveyor.storage.redis.batch_pages import RedisBatchPages
 from conveyor.storage.redis.batch_wait import BatchSubscriptions
 from conveyor.storage.redis.batches import RedisBatches
+from conveyor.storage.redis.breakers import RedisBreakers
 from conveyor.storage.redis.connection import (
     REDIRECTS,
     TRANSIENT,
@@ -139,6 +136,8 @@ class RedisStorage:
     delete_jobs = delegate("_admin", RedisAdmin.delete_jobs)
     kill_jobs = delegate("_admin", RedisAdmin.kill_jobs)
     reseal = delegate("_admin", RedisAdmin.reseal)
+    breakers = delegate("_breakers", RedisBreakers.breakers)
+    close_breaker = delegate("_breakers", RedisBreakers.close_breaker)
     pause_queue = delegate("_flow", RedisFlow.pause_queue)
     resume_queue = delegate("_flow", RedisFlow.resume_queue)
     # schedules (Storage and Inspector)
@@ -185,6 +184,7 @@ class RedisStorage:
         self._inspector = RedisInspector(ctx, self._batches, self._pages, self._admin)
         self._gates = RedisGates(ctx, self._inspector)
         self._flow = RedisFlow(ctx)
+        self._breakers = RedisBreakers(ctx)
         self._schedules = RedisSchedules(ctx)
         self._edits = ScheduleEdits(self.now, self._schedules)
         self._outbox = RedisOutbox(ctx, self._graph)

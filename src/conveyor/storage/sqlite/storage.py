@@ -35,6 +35,7 @@ from conveyor.storage.schedule_edits import ScheduleEdits
 from conveyor.storage.sqlite import acks as ack_sql
 from conveyor.storage.sqlite import batches, flow, graph, groups, jobs, lineup
 from conveyor.storage.sqlite import leases as lease_sql
+from conveyor.storage.sqlite.breakers import SqliteBreakers
 from conveyor.storage.sqlite.connection import (
     Database,
     check_path,
@@ -111,6 +112,8 @@ class SqliteStorage:
     history = delegate("_inspector", SqliteInspector.history)
     job_totals = delegate("_inspector", SqliteInspector.job_totals)
     gate_facts = delegate("_gates", SqliteGates.gate_facts)
+    breakers = delegate("_breakers", SqliteBreakers.breakers)
+    close_breaker = delegate("_breakers", SqliteBreakers.close_breaker)
     pause_queue = delegate("_flow", SqliteFlow.pause_queue)
     resume_queue = delegate("_flow", SqliteFlow.resume_queue)
     # upkeep: promotion, recovery, cancel, batches, retention
@@ -156,6 +159,7 @@ class SqliteStorage:
         self._inspector = SqliteInspector(db, clock, self._wakeup)
         self._gates = SqliteGates(db, clock, self._inspector)
         self._flow = SqliteFlow(db, self._wakeup)
+        self._breakers = SqliteBreakers(db)
         self._upkeep = SqliteUpkeep(db, clock, self._wakeup)
         self.durable = SqliteDurable(db, clock, self._wakeup)
         self._schedules = SqliteSchedules(db)
