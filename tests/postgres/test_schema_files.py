@@ -138,20 +138,24 @@ def test_a_schema_upgraded_from_a_shipped_version_is_a_fresh_one(
 #: priorities (promote); a broker's relay publishes lined jobs too (publish_due); a job's
 #: breaker (issue 56, docs/flow-control.md) holds it back (flow_admits, flow_pick), its probe
 #: is marked when a delivery starts it (start_each) and its acks move the breaker (ack).
-CHANGED_SINCE_FILES = ("function <schema>.ack(", "function <schema>.flow_admits(",
+_ACK_ARGS = ("double precision,text[],text[],text[],text[],text[],text[],text[],text[],text[],"
+             "boolean[],text[],text[],text[],integer[],text[],text[],double precision[],text[]")
+CHANGED_SINCE_FILES = (f"function <schema>.ack({_ACK_ARGS})", "function <schema>.flow_admits(",
                        "function <schema>.flow_pick(", "function <schema>.promote(",
                        "function <schema>.publish_due(", "function <schema>.start_each(")
 #: Functions and triggers whose file came after the last shipped release, or whose argument
 #: list changed (migration 022 drops the old one): a durable job's records (issue 55,
 #: docs/durable.md); the lineup's walk, gates and trigger, and dequeue with the worker's
 #: capacity (issue 54); breakers, and the key rule over a breaker key (migration 023 drops
-#: the gates' and broken_key's old argument lists; issue 56).
+#: the gates' and broken_key's old argument lists; ``ack`` takes the acks whose job never ran,
+#: its old argument list kept for the usual call; issue 56).
 ADDED_SINCE_FILES = ("function <schema>.durable_", "trigger durable_forget",
                      "function <schema>.gate_", "function <schema>.lineup_",
                      "function <schema>.line_job(", "trigger jobs_lined",
                      "function <schema>.dequeue(", "function <schema>.dequeue_each(",
                      "function <schema>.breaker_", "trigger jobs_breaker",
-                     "function <schema>.broken_key(")
+                     "function <schema>.broken_key(",
+                     f"function <schema>.ack({_ACK_ARGS},integer[])")
 
 
 def test_the_function_files_define_what_the_shipped_migrations_left(

@@ -104,8 +104,9 @@ BEGIN
                 token = replace(gen_random_uuid()::text, '-', ''),
                 lease_expires_at = v_now + p_lease, started_at = v_now,
                 cancel_requested = false,
-                events = events || event_line(v_now, 'started', 'active', NULL, p_worker,
-                                              attempt + 1)
+                events = events || CASE WHEN breaker_key IS NULL THEN ''
+                                        ELSE breaker_probe_line(v_now, breaker_key) END
+                    || event_line(v_now, 'started', 'active', NULL, p_worker, attempt + 1)
             WHERE id = ANY(ids)  -- locked above, still pending
             RETURNING id, name, queue, payload, token, attempt, errors, max_retries,
                       timeout, batch_id, recoveries, cost, breaker_key,

@@ -102,8 +102,9 @@ BEGIN
             token = replace(gen_random_uuid()::text, '-', '') || coalesce('#' || p_messages[i], ''),
             lease_expires_at = v_now + p_lease, started_at = v_now, publish_at = NULL,
             cancel_requested = false,
-            events = events || event_line(v_now, 'started', 'active', NULL, p_worker,
-                                          attempt + 1)
+            events = events || CASE WHEN breaker_key IS NULL THEN ''
+                                    ELSE breaker_probe_line(v_now, breaker_key) END
+                || event_line(v_now, 'started', 'active', NULL, p_worker, attempt + 1)
         WHERE jobs.id = j
         RETURNING jobs.id, jobs.name, jobs.queue, jobs.payload, jobs.token, jobs.attempt,
                   jobs.errors, jobs.max_retries, jobs.timeout, jobs.batch_id, jobs.recoveries
