@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import pytest
 
+from conveyor.client.explain import explain
 from conveyor.core.clock import FakeClock
 from conveyor.core.job import Ack, FlowControl, JobState, Outcome
 from conveyor.storage import Backend
+from conveyor.views.scaling import scale_hints
 from tests.conformance.helpers import (
     ack,
     boom,
@@ -32,7 +34,7 @@ from tests.conformance.helpers import (
 
 #: Stores whose breakers are not built yet (the engineers building them delete their entry;
 #: the coordinator makes sure none stays).
-_NOT_YET = {"sqlite", "redis", "redis_cluster", "redis_sentinel"}
+_NOT_YET = {"redis", "redis_cluster", "redis_sentinel"}
 
 
 @pytest.fixture(autouse=True)
@@ -279,3 +281,64 @@ def test_errors_of_jobs_leased_before_it_opened_count_without_changing_it(
     (after,) = backend.breakers()
     assert (after.state, after.probe_at, after.trips) == ("open", before.probe_at, 1)
     assert after.failures == 4
+
+
+def test_gate_facts_name_the_breaker_that_holds_a_job(backend: Backend,
+                                                     clock: FakeClock) -> None:
+    """Sidekiq's/Oban's UIs say why a job waits: the store's facts carry its open breaker
+    (what the fetch decided by), none for a closed key."""
+    flow = _flow()
+    _fail(backend, 3, flow)
+    free = put(backend, flow=_flow(key="paypal"))
+    held = put(backend, flow=flow)
+    facts = backend.gate_facts(held)
+    assert facts is not None and facts.breaker is not None
+    assert (facts.breaker.key, facts.breaker.state, facts.breaker.probe_at) == (
+        "stripe", "open", clock.now() + 30.0)
+    other = backend.gate_facts(free)
+    assert other is not None and other.breaker is None
+
+
+def test_explain_says_which_breaker_holds_a_job_and_until_when(backend: Backend,
+                                                                clock: FakeClock) -> None:
+    """Our own promise (client/explain.py): each gate names its holder or its time — an open
+    breaker its reason and next probe, a half-open one its running probe."""
+    flow = _flow()
+    _fail(backend, 3, flow)
+    first, second = put(backend, flow=flow), put(backend, flow=flow)
+    found = explain(backend, first)
+    assert found is not None and found.status == "waiting"
+    (reason,) = [r for r in found.reasons if r.gate == "breaker"]
+    assert reason.until == clock.now() + 30.0
+    assert reason.text.startswith("held by breaker 'stripe': open since ")
+    assert "(3 errors within 60s; last: ValueError: 503)" in reason.text
+    clock.advance(30.0)
+    probe = take_one(backend)
+    other = second if probe.id == first else first
+    later = explain(backend, other)
+    assert later is not None
+    (held,) = [r for r in later.reasons if r.gate == "breaker"]
+    assert held.text == f"breaker 'stripe' is half-open: probe job {probe.id} is running"
+    assert held.holders == (probe.id,)
+    assert ack(backend, probe)
+    after = explain(backend, other)
+    assert after is not None and not [r for r in after.reasons if r.gate == "breaker"]
+
+
+def test_jobs_behind_an_open_breaker_ask_for_no_worker(backend: Backend,
+                                                       clock: FakeClock) -> None:
+    """KEDA's Celery scaler concedes queue length misses held work: jobs an open breaker
+    holds start on no worker, so they ask for none; jobs beside them still do."""
+    flow = _flow()
+    _fail(backend, 3, flow)
+    for _ in range(20):
+        put(backend, flow=flow)
+    [hint] = scale_hints(backend, 1, 0.0, ["default"])
+    assert (hint.workers, hint.slots, hint.capped) == (0, 0, 20)
+    for _ in range(2):
+        put(backend)
+    [hint] = scale_hints(backend, 1, 0.0, ["default"])
+    assert (hint.workers, hint.capped) == (2, 20)
+    assert backend.close_breaker("stripe")
+    [hint] = scale_hints(backend, 1, 0.0, ["default"])
+    assert (hint.workers, hint.capped) == (22, 0)

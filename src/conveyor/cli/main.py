@@ -33,6 +33,7 @@ COMMANDS = (
     "conveyor.cli.scaling",
     "conveyor.cli.jobs",
     "conveyor.cli.workers",
+    "conveyor.cli.breakers",
     "conveyor.cli.batches",
     "conveyor.cli.workflows",
     "conveyor.cli.periodic",

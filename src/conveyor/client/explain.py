@@ -2,9 +2,9 @@
 
 ``explain(inspector, job_id)`` reads ``Inspector.gate_facts`` (what the store's own fetch
 decides by) and the live workers, and asks each gate of ``GATES`` in turn; each says, in one
-sentence naming its holder or its time, whether it holds the job back. Adding a gate (a
-circuit breaker, say) is one more function in ``GATES`` at its place in that order, and the
-facts it reads in ``GateFacts``.
+sentence naming its holder or its time, whether it holds the job back. Adding a gate is one
+more function in ``GATES`` at its place in that order, and the facts it reads in
+``GateFacts``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from conveyor.core.breaker import HALF_OPEN, OPEN
 from conveyor.core.job import JobState
 from conveyor.core.text import shown
 from conveyor.storage.base import Inspector
@@ -237,6 +238,22 @@ def _order(seen: Seen) -> Reason | None:
                   f"({holder.state}{when})", holders=(holder.id,))
 
 
+def _breaker(seen: Seen) -> Reason | None:
+    facts = seen.facts
+    brk = facts.breaker
+    if not _pending(seen) or brk is None:
+        return None
+    if brk.state == HALF_OPEN and brk.probe_id and brk.probe_id != facts.job.id:
+        return Reason("breaker", f"breaker {shown(brk.key)} is half-open: probe job "
+                      f"{brk.probe_id} is running", holders=(brk.probe_id,))
+    if brk.state != OPEN or brk.probe_at is None or facts.now >= brk.probe_at:
+        return None  # the next fetch takes a probe of the key
+    since = "" if brk.opened_at is None else f" since {_at(brk.opened_at)}"
+    why = f" ({brk.reason})" if brk.reason else ""
+    return Reason("breaker", f"held by breaker {shown(brk.key)}: open{since}{why}; next probe "
+                  f"at {_at(brk.probe_at)}", until=brk.probe_at)
+
+
 def _rate(seen: Seen) -> Reason | None:
     facts = seen.facts
     flow = facts.job.flow
@@ -285,12 +302,13 @@ def _arrival(seen: Seen) -> Reason | None:
     return Reason("arrival", f"{facts.earlier} job(s) {where} ahead of it, in arrival order")
 
 
-#: The gates in the order a job meets them; ``explain`` asks each. To add one (a breaker),
-#: write ``def _breaker(seen) -> Reason | None`` reading its facts from ``seen.facts`` and
-#: insert it where the fetch checks it.
+#: The gates in the order a job meets them; ``explain`` asks each. To add one, write
+#: ``def _gate(seen) -> Reason | None`` reading its facts from ``seen.facts`` and insert it
+#: where the fetch checks it.
 GATES: list[Gate] = [
     _finished, _lease, _parents, _aggregation, _scheduled, _retrying, _broker, _paused,
-    _no_worker, _too_costly, _concurrency, _order, _rate, _priority, _fair_share, _arrival,
+    _no_worker, _too_costly, _concurrency, _order, _breaker, _rate, _priority, _fair_share,
+    _arrival,
 ]
 
 

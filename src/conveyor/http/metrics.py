@@ -74,7 +74,8 @@ def render(families: Iterable[Family]) -> str:
 def collect(inspector: Inspector) -> list[Family]:
     """Read every storage-wide metric through the ``Inspector``."""
     return [*_queue_families(inspector), *_total_families(inspector),
-            *_worker_families(inspector), _batch_family(inspector), _scale_family(inspector)]
+            *_worker_families(inspector), _batch_family(inspector), _scale_family(inspector),
+            *_breaker_families(inspector)]
 
 
 def render_inspector(inspector: Inspector) -> str:
@@ -127,6 +128,24 @@ def _batch_family(inspector: Inspector) -> Family:
             break
     family.add(active)
     return family
+
+
+def _breaker_families(inspector: Inspector) -> list[Family]:
+    """Per breaker key: open (1: open or half-open, 0: closed with errors in its window) and
+    the times it opened. A store keeping one breaker per queue (Redis) is summed by key."""
+    opened = Family("conveyor_breaker_open", "gauge",
+                    "1 when the key's breaker is open or half-open (its jobs wait).")
+    trips = Family("conveyor_breaker_trips_total", "counter",
+                   "Times the key's breaker opened (reset when it is forgotten or closed "
+                   "by hand).")
+    by_key: dict[str, tuple[int, int]] = {}
+    for b in inspector.breakers():
+        was_open, was_trips = by_key.get(b.key, (0, 0))
+        by_key[b.key] = (max(was_open, int(b.holding)), was_trips + b.trips)
+    for key, (is_open, count) in sorted(by_key.items()):
+        opened.add(is_open, key=key)
+        trips.add(count, key=key)
+    return [opened, trips]
 
 
 def _scale_family(inspector: Inspector) -> Family:

@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from conveyor.core.breaker import CLOSED, BreakerState
 from conveyor.core.job import JobRecord, JobState, Node
+from conveyor.storage.breakers import BreakerRow
 from conveyor.storage.gates import FAIR_KEYS_SHOWN, GateFacts, Holder
 from conveyor.storage.lineup import FairKeys, keys_before
 
@@ -44,6 +46,9 @@ class GateSql:
     states: str  # (ids, as ``ids`` gives them)
     #: The ``states`` parameter for a list of ids (a JSON array, an array).
     ids: Callable[[list[str]], Any]
+    #: (breaker key): key, state, failures (a JSON array or an array), within, opened_at,
+    #: probe_at, probe_id, reason, trips; "": the store keeps no breakers here.
+    breaker: str = ""
 
 
 def read_gate_facts(cur: Any, sql: GateSql, record: JobRecord | None, now: float,
@@ -62,6 +67,9 @@ def read_gate_facts(cur: Any, sql: GateSql, record: JobRecord | None, now: float
         facts.published = publish_at is not None and publish_at > 0
         if place:
             _place(cur, sql, facts, fair_key, (ready_at, tie), fair_keys)
+        key = record.flow.breaker_key if record.flow is not None else None
+        if key is not None and sql.breaker:
+            facts.breaker = _breaker(cur.execute(sql.breaker, (key,)).fetchone(), now)
     elif record.state is JobState.WAITING:
         facts.parents = _parents(cur, sql, record.id)
     elif record.state is JobState.AGGREGATING and record.flow is not None:
@@ -103,6 +111,15 @@ def _place(cur: Any, sql: GateSql, facts: GateFacts, fair_key: str | None,
         facts.earlier += _count(cur, sql.before_plain, (queue, *at))
     facts.keys_before, facts.keys_before_count = keys_before(
         fair_keys(queue), band, fair_key or "", FAIR_KEYS_SHOWN)
+
+
+def _breaker(row: Any, now: float) -> BreakerState | None:
+    """The breaker of a ``breaker`` row when it holds jobs back."""
+    if row is None or row[1] == CLOSED:
+        return None
+    failures = json.loads(row[2]) if isinstance(row[2], str) else list(row[2] or ())
+    return BreakerRow(row[0], row[1], [float(t) for t in failures], float(row[3]), row[4],
+                      row[5], row[6], row[7], int(row[8])).view(now)
 
 
 def _count(cur: Any, statement: str, params: tuple[Any, ...]) -> int:

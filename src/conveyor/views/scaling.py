@@ -37,7 +37,7 @@ class KeyLoad:
     """The ready and running jobs of one limit (a concurrency, order or rate key), or of
     no limit (``kind`` "free"), and how many slots that limit lets them use (None: any)."""
 
-    kind: str  # "free", "concurrency", "order" or "rate"
+    kind: str  # "free", "concurrency", "order", "rate" or "breaker"
     key: str
     ready: int
     running: int
@@ -89,9 +89,10 @@ def desired_workers(facts: QueueFacts, slots_per_worker: int,
 
     ``cap_g`` is max(A_g, limit): the concurrency limit of a concurrency key (its used plus
     free slots), 1 for an order key, the rate limit of a rate key (at most ``rate_limit`` of
-    its jobs start per window; with a concurrency key too, the smaller), and no cap for jobs
-    without a limit. A slot runs T / d jobs within the target, so R_g * d / T slots clear
-    the backlog in time; more would idle.
+    its jobs start per window; with a concurrency key too, the smaller), 0 for the key of an
+    open or half-open breaker (its jobs wait for the cool-down or the probe: more workers
+    start none of them), and no cap for jobs without a limit. A slot runs T / d jobs within
+    the target, so R_g * d / T slots clear the backlog in time; more would idle.
     """
     if slots_per_worker < 1:
         raise ValueError("slots per worker must be at least 1")
@@ -124,17 +125,18 @@ def _for_ready(ready: int, run_time: float | None, target: float) -> int:
 
 
 def read_facts(inspector: Inspector, queue: str, paused: bool, ready: int, running: int,
-               sample: int = SAMPLE) -> QueueFacts:
+               sample: int = SAMPLE, held: frozenset[str] = frozenset()) -> QueueFacts:
     """The facts of one queue: its ready and running jobs grouped by limit (from up to
     ``sample`` of each, scaled to the counts), each counted by the worker slots it takes
-    (its ``cost``, docs/scheduling.md), and its mean run time."""
+    (its ``cost``, docs/scheduling.md), and its mean run time. ``held``: the keys of open
+    and half-open breakers."""
     groups: dict[tuple[str, str], list[int]] = {}  # (kind, key) -> [ready, running, cap]
     for state, count, slot in ((JobState.PENDING, ready, 0), (JobState.ACTIVE, running, 1)):
         seen = _jobs(inspector, queue, state, min(count, sample))
         scale = count / len(seen) if seen else 0.0
         tally: dict[tuple[str, str], int] = {}
         for flow in seen:
-            kind, key, cap = _group(flow)
+            kind, key, cap = _group(flow, held)
             tally[(kind, key)] = tally.get((kind, key), 0) + (flow.cost if flow else 1)
             entry = groups.setdefault((kind, key), [0, 0, cap])
             if cap >= 0:  # jobs of one key giving different limits: the smallest binds
@@ -146,9 +148,11 @@ def read_facts(inspector: Inspector, queue: str, paused: bool, ready: int, runni
     return QueueFacts(queue, paused, ready, running, _run_time(inspector, queue), loads)
 
 
-def _group(flow: FlowControl | None) -> tuple[str, str, int]:
+def _group(flow: FlowControl | None, held: frozenset[str]) -> tuple[str, str, int]:
     """(kind, key, cap; -1 for none) of the limit that bounds a job the most."""
     if flow is not None:
+        if flow.breaker_key is not None and flow.breaker_key in held:
+            return "breaker", flow.breaker_key, 0
         if flow.order_key:
             return "order", flow.order_key, 1
         if flow.concurrency_key:
@@ -190,10 +194,11 @@ def scale_hints(inspector: Inspector, slots_per_worker: int | None = None,
     if slots_per_worker is None:
         slots_per_worker = live_slots(inspector)
     hints: list[ScaleHint] = []
+    held = frozenset(b.key for b in inspector.breakers() if b.holding)
     for q in inspector.queues():
         if wanted is not None and q.name not in wanted:
             continue
-        facts = read_facts(inspector, q.name, q.paused, q.pending, q.active)
+        facts = read_facts(inspector, q.name, q.paused, q.pending, q.active, held=held)
         hints.append(desired_workers(facts, slots_per_worker, latency_target))
     return hints
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from conveyor.core.job import JobState
 from conveyor.errors import ConveyorError
 from conveyor.storage.base import Inspector
+from conveyor.views.breakers import close_breaker
 from conveyor.views.failures import failure_states, retry_failures
 from conveyor.views.records import parse_state
 from conveyor.web import schedule_actions
@@ -105,10 +106,18 @@ def _cancel_batch(insp: Inspector, form: Form) -> str:
     return f"cancelled batch {batch}: {insp.cancel_batch(batch)} job(s)"
 
 
+def _close_breaker(insp: Inspector, form: Form) -> str:
+    closed, message = close_breaker(insp, _one(form, "key"))
+    if not closed:
+        raise ConveyorError(message)
+    return message
+
+
 OPERATIONS: dict[str, Callable[[Inspector, Form], str]] = {
     "retry": _retry, "delete": _delete, "kill": _kill, "retry-all": _retry_all,
     "clear": _clear, "pause": _pause, "resume": _resume, "quiet": _command("quiet"),
     "stop": _command("stop"), "cancel-batch": _cancel_batch, "retry-batch": _retry_batch,
+    "close-breaker": _close_breaker,
 }
 
 

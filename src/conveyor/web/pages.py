@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from conveyor.views.breakers import breakers_view
 from conveyor.views.history import KINDS, history_view
 from conveyor.views.records import fmt_duration, stats_view, workers_view
 from conveyor.web.http import Request, Response, StorageCaller
@@ -102,10 +103,25 @@ def _queue_table(queues: list[dict[str, Any]], csrf: str, here: str, actions: bo
 
 
 async def queues(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:
-    """Every queue with pause/resume."""
-    view = await dash.call(stats_view)
-    return page("Queues", "/queues", _queue_table(view["queues"], csrf, "/queues", True),
-                request, csrf)
+    """Every queue with pause/resume, then the open breakers with a close button."""
+    view, held = await dash.call(lambda insp: (stats_view(insp), breakers_view(insp)))
+    return page("Queues", "/queues", _queue_table(view["queues"], csrf, "/queues", True)
+                + _breaker_table(held, csrf), request, csrf)
+
+
+def _breaker_table(view: list[dict[str, Any]], csrf: str) -> str:
+    """The open and half-open breakers (docs/operations.md, "Breakers"); none: nothing."""
+    rows = [[e(b["key"]) + (f' <small>{e(b["queue"])}</small>' if b["queue"] else ""),
+             badge(b["state"]), when(b["opened_at"]), when(b["probe_at"]),
+             link(f"/jobs/{b['probe_id']}", b["probe_id"]) if b["probe_id"] else "",
+             e(b["reason"] or ""),
+             button_form("close-breaker", "Close", csrf, "/queues", key=b["key"],
+                         confirm=f"Close breaker {b['key']}? Its jobs start at once.")]
+            for b in view if b["state"] != "closed"]
+    if not rows:
+        return ""
+    return "<h2>Open breakers</h2>" + table(
+        ["Key", "State", "Since", "Next probe", "Probe", "Reason", ""], rows, "breakers")
 
 
 async def workers(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:

@@ -15,14 +15,15 @@ from typing import Any
 
 from conveyor.core.job import Ack, Event, EventKind, Outcome
 from conveyor.storage.rules import AckEffect, ack_effect, counts_as_error, effective_outcome
-from conveyor.storage.sqlite import batches, jobs
+from conveyor.storage.sqlite import batches, breakers, jobs
 from conveyor.storage.sqlite.durable import wake_answered
 
 # Name and batch id as bytes: a row another program wrote may not be UTF-8, and its (dead)
 # outcome must still be written (see jobs.decode_text).
 _SELECT = (
     "SELECT id, rowid, token, state, queue, CAST(name AS BLOB), CAST(batch_id AS BLOB), "
-    "worker, attempt, cancel_requested FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
+    "worker, attempt, cancel_requested, breaker_key FROM jobs "
+    "WHERE id IN (SELECT value FROM json_each(?))"
 )
 # By rowid: measured several times faster than matching on the text id or UPDATE … FROM.
 _APPLY = (
@@ -63,6 +64,7 @@ def apply(
     moves: list[batches.Move] = []
     totals: Counter[tuple[str, str, str]] = Counter()
     suspended: list[str] = []
+    keyed: list[tuple[Ack, Outcome, str, int]] = []  # acks of jobs with a breaker key
     for ack in acks:
         row = rows.get(ack.job_id)
         ok = row is not None and row[3] == "active" and row[2] == ack.token
@@ -81,8 +83,12 @@ def apply(
             moves.append((row[6], "active", effect.state))
         if effect.counted:
             totals[(row[4], row[5], effect.counted)] += 1
+        if row[10] is not None:
+            keyed.append((ack, effect.outcome, row[10], row[8]))
     cur.executemany(_APPLY, updates)
     cur.executemany(_REFUSE, refusals)
+    if keyed:
+        breakers.acked(cur, now, keyed)
     if totals:
         jobs.add_totals(cur, now, totals)
     if suspended:  # answered while it left its worker: pending at once (docs/durable.md)

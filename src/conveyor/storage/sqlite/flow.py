@@ -5,7 +5,9 @@ A paused queue has ``paused = 1`` in the ``queues`` table; ``dequeue`` leases no
 Jobs with a concurrency, order or rate key are "gated": a queue holding any pending gated job
 is dequeued by walking its pending jobs in order and admitting each one that its limits allow.
 Jobs over a limit stay pending (no attempt is spent); queues without gated jobs take the fast
-single-statement path in ``storage.py``.
+single-statement path in ``storage.py``. A job with a breaker key is gated too: an open
+breaker holds it, and the first job of the key past the cool-down is leased as the probe
+(``storage/sqlite/breakers.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conveyor.core.job import TERMINAL_STATES, EventKind, JobSpec, JobState
+from conveyor.storage.breakers import HELD, PROBE, BreakerRow
 from conveyor.storage.rules import FOLD_PREFIX, broken_gate
+from conveyor.storage.sqlite import breakers
 from conveyor.storage.sqlite.connection import Database
 from conveyor.storage.sqlite.moves import FINISH, Move, ids_param, move
 from conveyor.storage.sqlite.wakeup import Wakeup
@@ -113,6 +117,9 @@ class Gates:
     rate_used: dict[str, int] = field(default_factory=dict)
     #: Jobs met whose stored key breaks the key rule: (id, message); ``end_broken`` ends them.
     broken: list[tuple[str, str]] = field(default_factory=list)
+    #: Breaker rows read in this call (None: closed), and the keys whose probe it took.
+    breaker_rows: dict[str, BreakerRow | None] = field(default_factory=dict)
+    probed: set[str] = field(default_factory=set)
 
 
 def pick(cur: sqlite3.Cursor, now: float, queue: str, need: int) -> tuple[list[str], Gates]:
@@ -143,17 +150,18 @@ def pick(cur: sqlite3.Cursor, now: float, queue: str, need: int) -> tuple[list[s
 #: failed the whole read (every fetch of the queue); now it ends its own job, as any key that
 #: breaks the key rule does.
 FLOW_COLUMNS = ("CAST(concurrency_key AS BLOB), concurrency_limit, CAST(order_key AS BLOB), "
-                "CAST(rate_key AS BLOB), rate_limit, rate_period")
+                "CAST(rate_key AS BLOB), rate_limit, rate_period, CAST(breaker_key AS BLOB)")
 
 
 #: Where the keys are in a row of ``id, FLOW_COLUMNS``.
-KEYS_AT = (1, 3, 4)
+KEYS_AT = (1, 3, 4, 7)
 
 
 def flow_row(row: Sequence[Any]) -> tuple[Any, ...]:
     """``(id, FLOW_COLUMNS...)`` (and whatever follows) with the keys as text: bytes that are
     not UTF-8 become lone surrogates, which the key rule refuses."""
-    return (row[0], _text(row[1]), row[2], _text(row[3]), _text(row[4]), *row[5:])
+    return (row[0], _text(row[1]), row[2], _text(row[3]), _text(row[4]), row[5], row[6],
+            _text(row[7]), *row[8:])
 
 
 def _text(value: Any) -> Any:
@@ -192,14 +200,16 @@ def allows(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates,
     """Whether the limits would admit this pending job (``id, FLOW_COLUMNS``, keys as text)
     now; it takes ``cost`` of its concurrency key's limit. A job whose key breaks the key
     rule is never admitted: it joins ``gates.broken``."""
-    job_id, ckey, climit, okey, rkey, rlimit, rperiod = row
-    broken = broken_gate(ckey, okey, rkey)
+    job_id, ckey, climit, okey, rkey, rlimit, rperiod, bkey = row
+    broken = broken_gate(ckey, okey, rkey, bkey)
     if broken is not None:
         gates.broken.append((job_id, broken))
         return False
     if ckey is not None and _active(cur, ckey, gates) + cost > climit:
         return False
     if okey is not None and not _first_in_order(cur, okey, job_id, gates):
+        return False
+    if bkey is not None and _breaker(cur, now, bkey, gates) == HELD:
         return False
     return rkey is None or _rate_used(cur, now, rkey, rperiod, gates) < rlimit
 
@@ -208,7 +218,7 @@ def take(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates, cost
          start: bool = True) -> None:
     """Count the job (``cost`` of its concurrency key) against its limits in this call; a
     start also logs its rate hit."""
-    _, ckey, _, okey, rkey, _, _ = row
+    job_id, ckey, _, okey, rkey, _, _, bkey = row
     if ckey is not None:
         gates.active[ckey] += cost
     if okey is not None:
@@ -217,6 +227,11 @@ def take(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates, cost
         gates.rate_used[rkey] += 1
         if start:
             cur.execute("INSERT INTO rate_hits (key, ts) VALUES (?, ?)", (rkey, now))
+    if bkey is not None and _breaker(cur, now, bkey, gates) == PROBE:
+        gates.probed.add(bkey)  # the key's other jobs wait for this one
+        row_of = gates.breaker_rows[bkey]
+        if start and row_of is not None:
+            breakers.make_probe(cur, now, row_of, job_id)
 
 
 def admit_one(cur: sqlite3.Cursor, now: float, row: Sequence[Any], gates: Gates,
@@ -259,6 +274,12 @@ def _first_in_order(cur: sqlite3.Cursor, key: str, job_id: str, gates: Gates) ->
         ).fetchone()
         gates.order_first[key] = row[0] if row else None
     return gates.order_first[key] == job_id
+
+
+def _breaker(cur: sqlite3.Cursor, now: float, key: str, gates: Gates) -> str:
+    if key not in gates.breaker_rows:
+        gates.breaker_rows[key] = breakers.read(cur, key)
+    return breakers.verdict(cur, now, gates.breaker_rows[key], key in gates.probed)
 
 
 def _rate_used(cur: sqlite3.Cursor, now: float, key: str, period: float, gates: Gates) -> int:

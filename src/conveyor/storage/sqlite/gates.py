@@ -39,6 +39,8 @@ _SQL = GateSql(
     node="SELECT node FROM wf_nodes WHERE id = ?",
     states="SELECT id, state FROM jobs WHERE id IN (SELECT value FROM json_each(?))",
     ids=json.dumps,
+    breaker="SELECT key, state, failures, within, opened_at, probe_at, probe_id, reason, trips "
+            "FROM breakers WHERE key = ?",
 )
 
 

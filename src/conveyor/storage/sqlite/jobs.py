@@ -48,7 +48,8 @@ _INSERT = (
     "INSERT INTO jobs (id, name, queue, payload, state, max_retries, timeout, deadline, "
     "created_at, run_at, ready_at, batch_id, flow, unique_key, concurrency_key, "
     "concurrency_limit, order_key, rate_key, rate_limit, rate_period, gated, events, "
-    "group_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "group_key, breaker_key) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -59,7 +60,7 @@ def _row(spec: JobSpec, now: float, state: str, event: str) -> tuple[Any, ...]:
         spec.deadline, now, spec.run_at, now if state in _READY else None, spec.batch_id,
         json.dumps(fc.to_wire()) if spec.flow else None, fc.unique_key, fc.concurrency_key,
         fc.concurrency_limit, fc.order_key, fc.rate_key, fc.rate_limit, fc.rate_period,
-        1 if is_gated(spec.flow) else 0, event, fc.group_key,
+        1 if is_gated(spec.flow) else 0, event, fc.group_key, fc.breaker_key,
     )
 
 
@@ -155,8 +156,8 @@ def insert_block(cur: sqlite3.Cursor, now: float, block: JobBlock) -> list[Enque
         (ids_param(block.ids),),
     )}
     # flow, unique_key, concurrency key/limit, order_key, rate key/limit/period, gated,
-    # group_key: none
-    tail = (None, None, None, 0, None, None, 0, 0.0, 0, event, None)
+    # group_key, breaker_key: none
+    tail = (None, None, None, 0, None, None, 0, 0.0, 0, event, None, None)
     rows: list[tuple[Any, ...]] = []
     results = []
     for job_id, payload in zip(block.ids, block.payloads, strict=True):

@@ -108,13 +108,13 @@ class SqliteLineup:
         for row in heapq.merge(*streams, key=lambda r: (r[-2], r[-1])):
             if row[0] not in self._gone:
                 self._rows[row[0]] = row
-                yield Candidate(row[0], int(row[7]))
+                yield Candidate(row[0], int(row[8]))
 
     def judge(self, job: Candidate) -> str:
         """The flow gates' verdict (a key that breaks the key rule ends the job, later)."""
         row = self._rows[job.id]
         broken = len(self.gates.broken)
-        if flow.allows(self.cur, self.now, flow.flow_row(row[:7]), self.gates, job.cost):
+        if flow.allows(self.cur, self.now, flow.flow_row(row[:8]), self.gates, job.cost):
             return Verdict.START
         if len(self.gates.broken) > broken:
             self._gone.add(job.id)
@@ -123,7 +123,7 @@ class SqliteLineup:
 
     def take(self, job: Candidate) -> None:
         """Count the job against its limits; it is leased with the others afterwards."""
-        flow.take(self.cur, self.now, flow.flow_row(self._rows[job.id][:7]), self.gates,
+        flow.take(self.cur, self.now, flow.flow_row(self._rows[job.id][:8]), self.gates,
                   job.cost)
         self._gone.add(job.id)
         self.taken.append(job.id)

@@ -181,40 +181,40 @@ class _Start:
     def one(self, job_id: str, redelivered: bool, message: str | None) -> StartKind | None:
         """The reply for one delivery, or None for a job to lease."""
         row = self.rows.get(job_id)
-        if row is None or row[11] != self.queue:
+        if row is None or row[12] != self.queue:
             return StartKind.FOREIGN
-        state = row[7]
+        state = row[8]
         if state == "leasing":  # admitted earlier in this call: a duplicate message
             return StartKind.RUNNING
         if state == "active":
-            if not redelivered or not marked_by(row[14], message):
+            if not redelivered or not marked_by(row[15], message):
                 return StartKind.RUNNING
             # (id, state, batch, recoveries, queue, name, cancel_requested) as RECLAIM reads
-            lease_sql.recover(self.cur, self.now, [(row[0], state, row[8], *row[10:14])],
+            lease_sql.recover(self.cur, self.now, [(row[0], state, row[9], *row[11:15])],
                               self.max_recoveries, REDELIVERED)
             row = _rows(self.cur, [job_id])[0]
-            state = row[7]
+            state = row[8]
         if state != "pending":
-            self.rows[job_id] = (*row[:7], state, *row[8:])
+            self.rows[job_id] = (*row[:8], state, *row[9:])
             return StartKind.SKIPPED
         cur, now = self.cur, self.now
-        if row[9] is not None and row[9] < now:
-            moves = jobs.move(cur, now, [(job_id, "pending", row[8])], JobState.DEAD,
+        if row[10] is not None and row[10] < now:
+            moves = jobs.move(cur, now, [(job_id, "pending", row[9])], JobState.DEAD,
                               EventKind.EXPIRED, DEADLINE_PASSED,
                               f"message = :msg, publish_at = NULL, {jobs.FINISH}")
             batches.apply(cur, now, moves, jobs.insert)
-            self.rows[job_id] = (*row[:7], "dead", *row[8:])
+            self.rows[job_id] = (*row[:8], "dead", *row[9:])
             return StartKind.SKIPPED
-        admitted = row[11] not in self.paused and flow.admit_one(cur, now, row[:7], self.gates,
-                                                                 int(row[15]))
+        admitted = row[12] not in self.paused and flow.admit_one(cur, now, row[:8], self.gates,
+                                                                 int(row[16]))
         if self.gates.broken:  # a key that breaks the key rule: it ends here, as in dequeue
             batches.apply(cur, now, flow.end_broken(cur, now, self.gates), jobs.insert)
-            self.rows[job_id] = (*row[:7], "dead", *row[8:])
+            self.rows[job_id] = (*row[:8], "dead", *row[9:])
             return StartKind.SKIPPED
         if not admitted:
             cur.execute("UPDATE jobs SET publish_at = ? WHERE id = ?", (_PARKED, job_id))
             return StartKind.PARKED
-        self.rows[job_id] = (*row[:7], "leasing", *row[8:])
+        self.rows[job_id] = (*row[:8], "leasing", *row[9:])
         return None
 
     def lease_all(self, messages: dict[str, str | None]) -> dict[str, LeasedJob]:

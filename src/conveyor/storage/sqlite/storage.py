@@ -159,7 +159,7 @@ class SqliteStorage:
         self._inspector = SqliteInspector(db, clock, self._wakeup)
         self._gates = SqliteGates(db, clock, self._inspector)
         self._flow = SqliteFlow(db, self._wakeup)
-        self._breakers = SqliteBreakers(db)
+        self._breakers = SqliteBreakers(db, clock)
         self._upkeep = SqliteUpkeep(db, clock, self._wakeup)
         self.durable = SqliteDurable(db, clock, self._wakeup)
         self._schedules = SqliteSchedules(db)
