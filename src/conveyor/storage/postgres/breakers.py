@@ -7,16 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
-
 from conveyor.core.breaker import CLOSED, BreakerState
 from conveyor.storage.breakers import BreakerRow, listed
 from conveyor.storage.postgres.clock import ServerClock
 from conveyor.storage.postgres.connection import Database, reads
 
-__all__ = ["PostgresBreakers", "breaker_row"]
+__all__ = ["COLUMNS", "PostgresBreakers"]
 
-_COLUMNS = "key, state, failures, within, opened_at, probe_at, probe_id, reason, trips"
+#: A ``breakers`` row as ``BreakerRow`` takes it (and ``gate_reads.GateSql.breaker``).
+COLUMNS = "key, state, failures, within, opened_at, probe_at, probe_id, reason, trips"
 
 # Closing by hand forgets the row (closed, log cleared) and rings the queues holding the
 # key's pending jobs, as resuming a queue does (functions/notify_resumed.sql): their idle
@@ -28,17 +27,11 @@ _CLOSE = ("WITH gone AS (DELETE FROM breakers WHERE key = %s RETURNING state), "
           "SELECT (SELECT state FROM gone), (SELECT count(*) FROM rung)")
 
 
-def breaker_row(row: tuple[Any, ...]) -> BreakerRow:
-    """A ``BreakerRow`` of one ``breakers`` row read as ``_COLUMNS`` lists them."""
+def _row(row: tuple[Any, ...]) -> BreakerRow:
+    """A ``BreakerRow`` of one ``breakers`` row read as ``COLUMNS`` lists them."""
     key, state, failures, within, opened_at, probe_at, probe_id, reason, trips = row
     return BreakerRow(key, state, list(failures), within, opened_at, probe_at, probe_id,
                       reason, trips)
-
-
-def read_breaker(cur: psycopg.Cursor[Any], key: str) -> BreakerRow | None:
-    """Breaker ``key``'s row (None: closed, nothing logged)."""
-    found = cur.execute(f"SELECT {_COLUMNS} FROM breakers WHERE key = %s", (key,)).fetchone()
-    return None if found is None else breaker_row(found)
 
 
 class PostgresBreakers:
@@ -52,8 +45,8 @@ class PostgresBreakers:
     def breakers(self) -> list[BreakerState]:
         """Open and half-open breakers first, then closed ones with counted errors."""
         now = self._clock.now()
-        rows = self._db.read().execute(f"SELECT {_COLUMNS} FROM breakers").fetchall()
-        return listed([breaker_row(r).view(now) for r in rows])
+        rows = self._db.read().execute(f"SELECT {COLUMNS} FROM breakers").fetchall()
+        return listed([_row(r).view(now) for r in rows])
 
     def close_breaker(self, key: str) -> bool:
         """Close breaker ``key`` by hand, its log cleared; True when it held jobs back."""

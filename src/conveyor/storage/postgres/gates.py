@@ -1,7 +1,6 @@
 """PostgreSQL's ``Inspector.gate_facts``: ``storage/gate_reads.py`` over the rows, indexes and
 functions its ``dequeue`` decides by (``functions/gate_check.sql``, ``lineup_pick.sql``: the
-turn order is read through ``lineup_next`` itself), and the job's breaker when it holds jobs
-back (``breakers.py``)."""
+turn order is read through ``lineup_next`` itself; a job's breaker is its ``breakers`` row)."""
 
 from __future__ import annotations
 
@@ -9,10 +8,9 @@ from typing import Any
 
 import psycopg
 
-from conveyor.core.breaker import CLOSED
 from conveyor.storage.gate_reads import GateSql, read_gate_facts
 from conveyor.storage.gates import GateFacts
-from conveyor.storage.postgres.breakers import read_breaker
+from conveyor.storage.postgres.breakers import COLUMNS
 from conveyor.storage.postgres.clock import ServerClock
 from conveyor.storage.postgres.connection import Database, reads
 from conveyor.storage.postgres.inspect import PostgresInspector
@@ -45,6 +43,7 @@ _SQL = GateSql(
     node="SELECT node FROM wf_nodes WHERE id = %s",
     states="SELECT id, state FROM jobs WHERE id = ANY(%s::text[])",
     ids=list,
+    breaker=f"SELECT {COLUMNS} FROM breakers WHERE key = %s",
 )
 
 
@@ -61,14 +60,8 @@ class PostgresGates:
         """What the fetch would weigh for ``job_id`` now; None for an unknown id."""
         record = self._inspector.get_job(job_id)
         cur = self._db.read().cursor()
-        facts = read_gate_facts(cur, _SQL, record, self._clock.now(),
-                                lambda queue: _FairKeys(cur, queue), place)
-        key = record.flow.breaker_key if record is not None and record.flow else None
-        if facts is not None and key:
-            row = read_breaker(cur, key)
-            if row is not None and row.state != CLOSED:
-                facts.breaker = row.view(facts.now)
-        return facts
+        return read_gate_facts(cur, _SQL, record, self._clock.now(),
+                               lambda queue: _FairKeys(cur, queue), place)
 
 
 class _FairKeys:
