@@ -49,9 +49,9 @@ _TRIM_RATE_HITS = (  # no key of its own: rows are addressed by their physical p
 # Closed breakers whose logged errors all left their window: the same as no row (an ack of
 # the key forgets its own; this drops those of keys no job acks any more).
 _TRIM_BREAKERS = (
-    "DELETE FROM breakers WHERE key = ANY(ARRAY(SELECT key FROM breakers WHERE state = "
-    "'closed' AND coalesce((SELECT max(t) FROM unnest(failures) AS t), 0) <= %s::float8 - "
-    "within LIMIT %s))")
+    "DELETE FROM breakers WHERE key IN (SELECT key FROM breakers WHERE state = 'closed' "
+    "AND coalesce((SELECT max(t) FROM unnest(failures) AS t), 0) <= %s::float8 - within "
+    "LIMIT %s FOR UPDATE SKIP LOCKED)")
 
 # Node rows of workflow jobs deleted after they settled.
 _TRIM_NODES = (

@@ -67,9 +67,12 @@ $$;
 -- The jobs just leased (p_ids, locked by the caller) that started while their key is open
 -- or half-open: each is its key's probe (half-open, probe_id the job's). The test tells a
 -- probe from a job of a closed key, or of one a concurrent ack has just opened (its probe
--- not due), as breaker_probe_line told it.
+-- not due), as breaker_probe_line told it. Breaker rows are locked in key order, as
+-- breaker_acks locks them: a lease and an ack never wait for each other in a circle.
 CREATE OR REPLACE FUNCTION breaker_probe(p_now float8, p_ids text[]) RETURNS void
 LANGUAGE sql SET search_path FROM CURRENT AS $$
+    SELECT 1 FROM breakers WHERE key IN (SELECT breaker_key FROM jobs WHERE id = ANY(p_ids))
+    ORDER BY key FOR UPDATE;
     UPDATE breakers b SET state = 'half_open', probe_id = j.id
     FROM jobs j
     WHERE j.id = ANY(p_ids) AND j.breaker_key = b.key
@@ -103,6 +106,7 @@ CREATE OR REPLACE FUNCTION breaker_acks(p_now float8, p_ids text[], p_touches te
 RETURNS void
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
+    keys text[];
     i integer;
     j record;
     b record;
@@ -112,16 +116,32 @@ DECLARE
     log float8[];
     said text;
 BEGIN
+    -- Every row this call writes, made (an error or a pause of a key without one) and
+    -- locked in key order first, so that two acks (or an ack and a lease, breaker_probe)
+    -- never wait for each other in a circle.
+    SELECT array_agg(DISTINCT jobs.breaker_key ORDER BY jobs.breaker_key) INTO keys
+    FROM unnest(p_ids, p_touches) AS a(id, touch) JOIN jobs ON jobs.id = a.id
+    WHERE a.touch IS NOT NULL AND jobs.breaker_key IS NOT NULL;
+    IF keys IS NULL THEN
+        RETURN;
+    END IF;
+    INSERT INTO breakers (key)
+    SELECT DISTINCT jobs.breaker_key
+    FROM unnest(p_ids, p_touches) AS a(id, touch) JOIN jobs ON jobs.id = a.id
+    WHERE a.touch IN ('error', 'snooze') AND jobs.breaker_key IS NOT NULL
+    ORDER BY 1 ON CONFLICT (key) DO NOTHING;
+    PERFORM 1 FROM breakers WHERE key = ANY(keys) ORDER BY key FOR UPDATE;
     FOR i IN 1 .. coalesce(cardinality(p_ids), 0) LOOP
         CONTINUE WHEN p_touches[i] IS NULL;
         SELECT id, breaker_key AS key, flow INTO j FROM jobs WHERE id = p_ids[i];
         CONTINUE WHEN j.key IS NULL;
-        SELECT * INTO b FROM breakers WHERE key = j.key FOR UPDATE;
-        IF NOT FOUND THEN
-            CONTINUE WHEN p_touches[i] = 'answer';  -- closed, nothing logged: nothing to do
+        SELECT * INTO b FROM breakers WHERE key = j.key;  -- locked above
+        IF NOT FOUND THEN  -- closed with nothing logged, or forgotten by an earlier ack here
+            CONTINUE WHEN p_touches[i] = 'answer';
             INSERT INTO breakers (key) VALUES (j.key) ON CONFLICT (key) DO NOTHING;
             SELECT * INTO b FROM breakers WHERE key = j.key FOR UPDATE;
         END IF;
+
         f := j.flow::json;
         v_within := coalesce(nullif((f ->> 'breaker_within')::float8, 0), b.within);
         log := ARRAY(SELECT t FROM unnest(b.failures) AS t WHERE t > p_now - v_within);
