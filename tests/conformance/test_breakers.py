@@ -13,12 +13,15 @@ never blocks the others).
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from conveyor.client.explain import explain
 from conveyor.core.clock import FakeClock
 from conveyor.core.job import Ack, FlowControl, JobState, Outcome
 from conveyor.storage import Backend
+from conveyor.storage.outbox import Arrival, Outbox, StartKind
 from conveyor.views.scaling import scale_hints
 from tests.conformance.helpers import (
     ack,
@@ -342,3 +345,26 @@ def test_jobs_behind_an_open_breaker_ask_for_no_worker(backend: Backend,
     assert backend.close_breaker("stripe")
     [hint] = scale_hints(backend, 1, 0.0, ["default"])
     assert (hint.workers, hint.capped) == (22, 0)
+
+
+def test_through_a_broker_an_open_breaker_parks_deliveries_and_one_probe_starts(
+        backend: Backend, clock: FakeClock) -> None:
+    """With a broker the store decides at ``start`` as at ``dequeue``: a delivery of a held
+    key is parked (no attempt), it is due again when the cool-down ends, and of two
+    deliveries then one starts as the probe and the other is parked."""
+    outbox = cast(Outbox, backend)
+    flow = _flow()
+    _fail(backend, 3, flow)
+    first, second = put(backend, flow=flow), put(backend, flow=flow)
+    replies = outbox.start("default", [Arrival(first, False, "m1")], "w1", 30.0)
+    assert [r.kind for r in replies] == [StartKind.PARKED]
+    assert outbox.publish_due("default", 10, 600.0) == [second]  # not published yet: due
+    clock.advance(30.0)
+    assert first in outbox.publish_due("default", 10, 600.0)
+    replies = outbox.start("default", [Arrival(first, False, "m1"), Arrival(second, False, "m2")],
+                           "w1", 30.0)
+    assert [r.kind for r in replies] == [StartKind.STARTED, StartKind.PARKED]
+    assert [e.message for e in events_of(backend, first) if e.kind == "breaker"] == [
+        "probe of breaker 'stripe'"]
+    record = backend.get_job(second)
+    assert record is not None and (record.state, record.attempt) == (JobState.PENDING, 0)

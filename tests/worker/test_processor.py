@@ -10,9 +10,10 @@ from typing import Any
 
 from conveyor import Conveyor, Fail, FakeClock, JobState, Retry, current_job
 from conveyor.core.ids import new_id
-from conveyor.core.job import JobSpec, Outcome
+from conveyor.core.job import Ack, ErrorInfo, JobSpec, Outcome
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.executors import ThreadExecutor
+from conveyor.worker.frames import ack_from_wire, ack_to_wire
 from conveyor.worker.inflight import Entry, InFlight
 from conveyor.worker.processor import Processor, error_info
 from tests.worker.helpers import lease_one, run_one
@@ -367,3 +368,31 @@ def test_a_job_raising_a_base_exception_is_an_error_not_a_dead_thread(app: Conve
     assert first.error.type == "KeyboardInterrupt"
     assert second.outcome is Outcome.RETRY and second.error is not None
     assert second.error.type.endswith("Escape")
+
+
+def test_a_job_that_could_not_be_prepared_is_acked_as_not_run(app: Conveyor) -> None:
+    """An unknown name or an unreadable payload is no error of the downstream: its ack says
+    the job never ran, so a breaker does not count it (storage/breakers.py); a job that ran
+    and raised is acked as run (resilience4j counts only the calls made)."""
+    @app.job(name="known")
+    def known() -> None:
+        raise ConnectionError("downstream down")
+
+    _enqueue_raw(app, "known", "{not json")
+    unreadable, _ = run_one(app)
+    _enqueue_raw(app, "nobody.registered.this", '{"a":[],"k":{}}')
+    unknown, _ = run_one(app)
+    known.enqueue()
+    ran, _ = run_one(app)
+    assert (unreadable.outcome, unreadable.ran) == (Outcome.DEAD, False)
+    assert (unknown.outcome, unknown.ran) == (Outcome.RETRY, False)
+    assert (ran.outcome, ran.ran) == (Outcome.RETRY, True)
+
+
+def test_an_ack_crosses_the_job_process_pipe_whole() -> None:
+    """A job process hands its ack to the worker as JSON (worker/frames.py): whether the job
+    ran survives the trip, as every other field does."""
+    for ran in (True, False):
+        ack = Ack("j1", "t1", Outcome.DEAD, message="m", error=ErrorInfo("E", "m", "tb"),
+                  retry_in=None, resume_at=None, ran=ran)
+        assert ack_from_wire(json.loads(json.dumps(ack_to_wire(ack)))) == ack

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conveyor.core.job import Event, EventKind, FlowControl, JobRecord, JobState
-from conveyor.storage.breakers import HELD, PROBE, BreakerRow, lease_verdict, probe
+from conveyor.storage.breakers import HELD, PROBE, START, BreakerRow, lease_verdict, probe
 
 
 class MemoryFlow:
@@ -155,7 +155,7 @@ class FlowGate:
     def _breaker(self, key: str, now: float, budget: ScanBudget) -> str:
         row = self.breakers.get(key)
         if row is None:
-            return "start"
+            return START
         found = self._lookup(row.probe_id) if row.probe_id else None
         running = key in budget.probed or (
             found is not None and found[0].state is JobState.ACTIVE)
