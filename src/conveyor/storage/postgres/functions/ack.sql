@@ -153,7 +153,7 @@ BEGIN
         PERFORM durable_wake(v_now, s_ids);
     END IF;
     IF k_ids IS NOT NULL THEN
-        PERFORM breaker_acks(v_now, k_ids, k_touches, k_ords, p_retry_in, p_message_json,
+        PERFORM breaker_acks(p_now, k_ids, k_touches, k_ords, p_retry_in, p_message_json,
                              p_data);
     END IF;
     RETURN ok;

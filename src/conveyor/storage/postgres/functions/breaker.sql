@@ -96,7 +96,13 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- The applied acks of jobs with a breaker key, in ack order (the caller holds the jobs'
--- rows; breakers.after_ack): p_touches[i] 'error' (a counted error: the run raised),
+-- rows; breakers.after_ack). They take the gate lock the leases hold while they read the
+-- breakers (gate_check, flow_admits), and their time (p_now: the storage clock's, NULL for
+-- the server's) is read after it: a lease either saw the breaker before this ack moved it
+-- and started its jobs earlier than the move's time, or sees the move. (An ack that names a
+-- pending job with a stale token holds that row while it waits, and a lease that picked the
+-- job waits for it under the lock: PostgreSQL ends that circle with a deadlock error, an
+-- outage the call is retried on, connection.py.) p_touches[i] 'error' (a counted error: the run raised),
 -- 'answer' (succeeded or failed: the downstream answered), 'snooze' (RetryAfter) or NULL
 -- (nothing to count); p_ords[i] the ack's place in the call's arrays: p_secs (a snooze's
 -- seconds), p_messages and p_data (the ack's message and event data, as JSON).
@@ -116,6 +122,8 @@ DECLARE
     log float8[];
     said text;
 BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('conveyor-gate:' || current_schema()));
+    p_now := clock_now(p_now);
     -- Every row this call writes, made (an error or a pause of a key without one) and
     -- locked in key order first, so that two acks (or an ack and a lease, breaker_probe)
     -- never wait for each other in a circle.

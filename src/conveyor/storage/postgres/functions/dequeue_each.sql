@@ -74,6 +74,9 @@ BEGIN
         END IF;
         IF has_gated THEN
             PERFORM pg_advisory_xact_lock(hashtext('conveyor-gate:' || current_schema()));
+            -- the time the gates are read at: an ack that moved a breaker while this call
+            -- waited for the lock wrote its time after taking the lock too (breaker_acks)
+            v_now := clock_now(p_now);
             -- lineup_pick and flow_pick read without row locks: lock the admitted jobs still
             -- pending. The
             -- state test is written so that it matches no partial index: with statistics

@@ -91,6 +91,7 @@ BEGIN
         IF r.gated AND NOT v_paused AND NOT gate_locked THEN
             PERFORM pg_advisory_xact_lock(hashtext('conveyor-gate:' || current_schema()));
             gate_locked := true;
+            v_now := clock_now(p_now);  -- the gates' time, as in dequeue_each
         END IF;
         IF v_paused OR (r.gated AND NOT flow_admits(v_now, j, true)) THEN
             UPDATE jobs SET publish_at = -1 WHERE jobs.id = j;
