@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from typing import cast
 
-import pytest
-
 from conveyor.client.explain import explain
 from conveyor.core.clock import FakeClock
 from conveyor.core.job import Ack, FlowControl, JobState, Outcome
@@ -34,17 +32,6 @@ from tests.conformance.helpers import (
     take,
     take_one,
 )
-
-#: Stores whose breakers are not built yet (the engineers building them delete their entry;
-#: the coordinator makes sure none stays).
-_NOT_YET = {"postgres"}
-
-
-@pytest.fixture(autouse=True)
-def _built(request: pytest.FixtureRequest) -> None:
-    name = request.node.callspec.params.get("backend")
-    if name in _NOT_YET:
-        pytest.skip(f"breakers on {name}: not yet built (issue 56)")
 
 
 def _flow(key: str = "stripe", open_after: int = 3, within: float = 60.0,

@@ -43,6 +43,8 @@ GATES = {
     "concurrency key": lambda key: FlowControl(concurrency_key=key, concurrency_limit=2),
     "order key": lambda key: FlowControl(order_key=key),
     "rate key": lambda key: FlowControl(rate_key=key, rate_limit=100, rate_period=1.0),
+    "breaker key": lambda key: FlowControl(breaker_key=key, breaker_open_after=5,
+                                           breaker_within=60.0, breaker_cool_down=30.0),
 }
 
 

@@ -36,8 +36,6 @@ CONCURRENCY = 8
 #: Seconds the stub answers 503 from its first request (with the breaker: and until one
 #: probe has failed, so the scenario exercises a reopening).
 OUTAGE = 3.0
-#: Stores whose breakers are not built yet (their engineers delete their entry).
-_NOT_YET = {"postgres"}
 
 
 class Stub:
@@ -174,8 +172,6 @@ def test_an_outage_with_and_without_a_breaker(backend: Backend, faults: Faults, 
 @pytest.mark.parametrize("backend", ["postgres", "redis"], indirect=True)
 def test_an_outage_with_a_breaker_smoke(backend: Backend, faults: Faults, stub: Stub) -> None:
     """The same on the server stores, 200 jobs, with the breaker."""
-    if backend.name in _NOT_YET:
-        pytest.skip(f"breakers on {backend.name}: not yet built (issue 56)")
     app, ids, figures = _outage(backend, faults, stub, 200, True)
     records = [r for r in (app.storage.get_job(i) for i in ids) if r is not None]
     figures["probes"] = _leased_only_as_probes_while_open(records)

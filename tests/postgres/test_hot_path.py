@@ -9,6 +9,7 @@ once for its whole life.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ import psycopg
 import pytest
 
 from conveyor.core.ids import new_id
-from conveyor.core.job import Ack, BatchSpec, JobSpec, Node, Outcome
+from conveyor.core.job import Ack, BatchSpec, ErrorInfo, FlowControl, JobSpec, Node, Outcome
 from conveyor.storage.postgres.storage import PostgresStorage, open_postgres
 from tests.postgres import schema_conn
 
@@ -186,6 +187,36 @@ def test_only_a_workflow_s_own_jobs_call_the_mark_trigger(store: PostgresStorage
     conn.execute("SET auto_explain.log_min_duration = -1")
     assert [p for p in plans if "wf_nodes" in p]
     assert [j.id for j in store.dequeue(["wf"], "w1", 5, 30)] == [child]
+
+
+def test_only_a_breaker_job_s_lease_and_ack_read_the_breakers(store: PostgresStorage) -> None:
+    """Migration 23 (issue 56): jobs without a breaker key lease and ack as before, no
+    statement reading ``breakers`` (the usual ack inlines the signature without the list of
+    jobs that never ran); a breaker job's error ack moves its breaker in the same call."""
+    store.enqueue([JobSpec(id=new_id(), name="t.x", queue="default", payload="[]")
+                   for _ in range(3)])
+    conn = store._db.read()
+    plans = _explained(conn)
+    leased = store.dequeue(["default"], "w1", 5, 30)
+    assert store.ack([Ack(j.id, j.token, Outcome.SUCCEEDED) for j in leased]) == [True] * 3
+    assert len(leased) == 3 and not [p for p in plans if _reads_breakers(p)], plans
+    assert not [p for p in plans if "Query Text: SELECT ack(p_now" in p], plans
+    flow = FlowControl(breaker_key="k", breaker_open_after=1, breaker_within=60.0,
+                       breaker_cool_down=30.0)
+    store.enqueue([JobSpec(id=new_id(), name="t.x", queue="default", payload="[]", flow=flow)])
+    [job] = store.dequeue(["default"], "w1", 5, 30)
+    error = ErrorInfo("ValueError", "503")
+    assert store.ack([Ack(job.id, job.token, Outcome.RETRY, error=error, retry_in=60.0)]) == [
+        True]
+    conn.execute("SET auto_explain.log_min_duration = -1")
+    assert [p for p in plans if _reads_breakers(p)], plans
+    assert [b.state for b in store.breakers()] == ["open"]
+
+
+def _reads_breakers(plan: str) -> bool:
+    """The plan reads or writes the breakers table, or calls a breaker function."""
+    return bool(re.search(r"\b(on|using) breakers|breakers_pkey|breaker_(acks|gate|probe)\(",
+                          plan))
 
 
 def test_a_start_of_plain_deliveries_is_one_statement_and_any_other_takes_the_full_path(

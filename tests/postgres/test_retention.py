@@ -124,3 +124,28 @@ def test_trimming_a_state_walks_the_finished_jobs_index(store: PostgresStorage) 
         conn.execute(f"PREPARE t(float8, int) AS {statement.replace('%s', '$2')}")
         plan = "\n".join(row[0] for row in conn.execute("EXPLAIN EXECUTE t(0, 10)"))
     assert "jobs_done" in plan and "Seq Scan" not in plan, plan
+
+
+def test_closed_breakers_whose_errors_left_their_window_are_dropped(
+        store: PostgresStorage) -> None:
+    """A closed breaker with no error left in its window is the same as none (storage/
+    breakers.py ``forgettable``): an ack of its key forgets it, and trimming drops those no
+    job acks any more, so keys used once do not pile up. Open breakers and closed ones with
+    a recent error stay."""
+    with schema_conn(store) as conn:
+        conn.execute(
+            "INSERT INTO breakers (key, state, failures, within) "
+            f"SELECT 'stale' || g, 'closed', ARRAY[{NOW} - 120], 60 "
+            "FROM generate_series(1, 8) AS g")
+        conn.execute(
+            "INSERT INTO breakers (key, state, failures, within, opened_at, probe_at) VALUES "
+            f"('recent', 'closed', ARRAY[{NOW} - 120, {NOW} - 10], 60, NULL, NULL), "
+            f"('open', 'open', ARRAY[{NOW} - 120], 60, {NOW} - 120, {NOW} + 30)")
+        store.trim(Retention())
+        assert len(_keys(conn)) == 4  # bounded: 6 of the 8 dropped
+        store.trim(Retention())
+        assert _keys(conn) == {"recent", "open"}
+
+
+def _keys(conn: psycopg.Connection[Any]) -> set[str]:
+    return {row[0] for row in conn.execute("SELECT key FROM breakers")}

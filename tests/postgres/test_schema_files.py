@@ -105,7 +105,8 @@ def fresh(postgres_server: Any) -> dict[str, str]:
     found = catalog(url)
     assert sum(key.startswith("function ") for key in found) > 30
     assert {k for k in found if k.startswith("trigger ")} == {
-        "trigger batches_finished", "trigger jobs_inserted", "trigger jobs_lined",
+        "trigger batches_finished", "trigger jobs_breaker", "trigger jobs_inserted",
+        "trigger jobs_lined",
         "trigger jobs_pending",
         "trigger queues_resumed", "trigger wf_mark_delete", "trigger wf_mark_move",
         "trigger durable_forget"}
@@ -134,18 +135,27 @@ def test_a_schema_upgraded_from_a_shipped_version_is_a_fresh_one(
 #: docs/durable.md), and schedules a ``RetryAfter``'s snooze (issue 56); a queue's lineup
 #: (issue 54, docs/scheduling.md) counts costs against concurrency limits (flow_admits,
 #: flow_pick through gate_check), leaves lined jobs to lineup_pick (flow_pick) and ages
-#: priorities (promote); a broker's relay publishes lined jobs too (publish_due).
-CHANGED_SINCE_FILES = ("function <schema>.ack(", "function <schema>.flow_admits(",
+#: priorities (promote); a broker's relay publishes lined jobs too (publish_due); a job's
+#: breaker (issue 56, docs/flow-control.md) holds it back (flow_admits, flow_pick), its probe
+#: is marked when a delivery starts it (start_each) and its acks move the breaker (ack).
+_ACK_ARGS = ("double precision,text[],text[],text[],text[],text[],text[],text[],text[],text[],"
+             "boolean[],text[],text[],text[],integer[],text[],text[],double precision[],text[]")
+CHANGED_SINCE_FILES = (f"function <schema>.ack({_ACK_ARGS})", "function <schema>.flow_admits(",
                        "function <schema>.flow_pick(", "function <schema>.promote(",
-                       "function <schema>.publish_due(")
+                       "function <schema>.publish_due(", "function <schema>.start_each(")
 #: Functions and triggers whose file came after the last shipped release, or whose argument
 #: list changed (migration 022 drops the old one): a durable job's records (issue 55,
 #: docs/durable.md); the lineup's walk, gates and trigger, and dequeue with the worker's
-#: capacity (issue 54).
+#: capacity (issue 54); breakers, and the key rule over a breaker key (migration 023 drops
+#: the gates' and broken_key's old argument lists; ``ack`` takes the acks whose job never ran,
+#: its old argument list kept for the usual call; issue 56).
 ADDED_SINCE_FILES = ("function <schema>.durable_", "trigger durable_forget",
                      "function <schema>.gate_", "function <schema>.lineup_",
                      "function <schema>.line_job(", "trigger jobs_lined",
-                     "function <schema>.dequeue(", "function <schema>.dequeue_each(")
+                     "function <schema>.dequeue(", "function <schema>.dequeue_each(",
+                     "function <schema>.breaker_", "trigger jobs_breaker",
+                     "function <schema>.broken_key(",
+                     f"function <schema>.ack({_ACK_ARGS},integer[])")
 
 
 def test_the_function_files_define_what_the_shipped_migrations_left(

@@ -30,6 +30,10 @@ _ACK = (
     "wake_waiters()"
 )
 
+# Acks of which some job never ran (unreadable, unknown: no breaker counts its error) name
+# those acks' places in one more array; the usual call leaves it out (functions/ack.sql).
+_ACK_UNRAN = _ACK.replace("%s::text[]), wf_pending()", "%s::text[], %s::int4[]), wf_pending()")
+
 # The ``ack`` function's arrays after ``p_now``, in its order (``arrays.py``).
 _ENCODERS: tuple[arrays.Encoder, ...] = (
     *[arrays.texts] * 9, arrays.bools, *[arrays.texts] * 3, arrays.ints, arrays.texts,
@@ -68,7 +72,11 @@ def apply(cur: psycopg.Cursor[Any], now: float | None,
     if not acks:
         return [], False
     columns = arrays.columns([_row(a) for a in acks], _ENCODERS)
-    row = cur.execute(_ACK, (now, *columns)).fetchone()
+    unran = [place for place, a in enumerate(acks, 1) if not a.ran]
+    if unran:
+        row = cur.execute(_ACK_UNRAN, (now, *columns, arrays.ints(unran))).fetchone()
+    else:
+        row = cur.execute(_ACK, (now, *columns)).fetchone()
     if not row:
         return [False] * len(acks), False
     return [bool(ok) for ok in row[0]], len(row) > 1 and bool(row[1])

@@ -1,6 +1,6 @@
 """PostgreSQL's ``Inspector.gate_facts``: ``storage/gate_reads.py`` over the rows, indexes and
 functions its ``dequeue`` decides by (``functions/gate_check.sql``, ``lineup_pick.sql``: the
-turn order is read through ``lineup_next`` itself)."""
+turn order is read through ``lineup_next`` itself; a job's breaker is its ``breakers`` row)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import psycopg
 
 from conveyor.storage.gate_reads import GateSql, read_gate_facts
 from conveyor.storage.gates import GateFacts
+from conveyor.storage.postgres.breakers import COLUMNS
 from conveyor.storage.postgres.clock import ServerClock
 from conveyor.storage.postgres.connection import Database, reads
 from conveyor.storage.postgres.inspect import PostgresInspector
@@ -42,6 +43,7 @@ _SQL = GateSql(
     node="SELECT node FROM wf_nodes WHERE id = %s",
     states="SELECT id, state FROM jobs WHERE id = ANY(%s::text[])",
     ids=list,
+    breaker=f"SELECT {COLUMNS} FROM breakers WHERE key = %s",
 )
 
 

@@ -174,7 +174,7 @@ class PostgresStorage:
         self._inspector = PostgresInspector(db, self._clock)
         self._gates = PostgresGates(db, self._clock, self._inspector)
         self._flow = PostgresFlow(db)
-        self._breakers = PostgresBreakers(db)
+        self._breakers = PostgresBreakers(db, self._clock)
         self._upkeep = PostgresUpkeep(db, self._clock, self._notices)
         self._vacuum = PostgresVacuum(db)
         self.durable = PostgresDurable(db, self._clock)

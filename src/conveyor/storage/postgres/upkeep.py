@@ -46,6 +46,12 @@ _TRIM_UNIQUE = (
 _TRIM_RATE_HITS = (  # no key of its own: rows are addressed by their physical place
     "DELETE FROM rate_hits WHERE ctid = ANY(ARRAY(SELECT ctid FROM rate_hits WHERE ts < %s "
     "LIMIT %s))")
+# Closed breakers whose logged errors all left their window: the same as no row (an ack of
+# the key forgets its own; this drops those of keys no job acks any more).
+_TRIM_BREAKERS = (
+    "DELETE FROM breakers WHERE key IN (SELECT key FROM breakers WHERE state = 'closed' "
+    "AND coalesce((SELECT max(t) FROM unnest(failures) AS t), 0) <= %s::float8 - within "
+    "LIMIT %s FOR UPDATE SKIP LOCKED)")
 
 # Node rows of workflow jobs deleted after they settled.
 _TRIM_NODES = (
@@ -159,6 +165,7 @@ class PostgresUpkeep:
         self._bounded(_TRIM_UNIQUE, (now,))
         # Hits of keys still in use are pruned at dequeue; this drops abandoned keys.
         self._bounded(_TRIM_RATE_HITS, (now - retention.succeeded_seconds,))
+        self._bounded(_TRIM_BREAKERS, (now,))
         with self._db.call() as cur:  # one row per worker process (or waiting caller): small
             cur.execute("DELETE FROM workers WHERE last_seen < %s", (now - retention.worker_ttl,))
             # a caller that died waiting (its row is deleted when it stops waiting)

@@ -11,6 +11,11 @@
 -- made pending at once (durable_wake). A snoozed job (RetryAfter, also `scheduled`, event
 -- `snoozed`) carries its delay in seconds there, as a retry does.
 --
+-- The applied acks of jobs with a breaker key move their breakers (breaker.sql) in the same
+-- call; the others pay a column read. An error counts there when the run raised: `p_unran`
+-- lists the places (1-based) of the acks of jobs that never ran (unreadable, unknown), whose
+-- errors do not; the signature without it, for a call with none, passes an empty list.
+--
 -- Each ack finds its job by one primary-key probe: a join testing `state = 'active'` matched
 -- the partial index jobs_active, whose generic plan walked every entry leased since the last
 -- VACUUM. The outcome totals are added in the ack's own statement, and the replies are all
@@ -21,7 +26,7 @@ CREATE OR REPLACE FUNCTION ack(
     p_kinds text[], p_messages text[], p_message_json text[], p_data text[], p_counted text[],
     p_cancels boolean[], p_cancel_messages text[], p_cancel_message_json text[],
     p_cancel_data text[], p_errors integer[], p_results text[], p_progress text[],
-    p_retry_in float8[], p_events text[])
+    p_retry_in float8[], p_events text[], p_unran integer[])
 RETURNS boolean[]
 LANGUAGE plpgsql SET search_path FROM CURRENT
     SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
@@ -33,6 +38,9 @@ DECLARE
     b_ids text[];
     b_to text[];
     s_ids text[];
+    k_ords integer[];
+    k_ids text[];
+    k_touches text[];
 BEGIN
     IF coalesce(cardinality(p_ids), 0) = 0 THEN
         RETURN '{}';
@@ -76,7 +84,13 @@ BEGIN
                                 w.data) END
         FROM w WHERE jobs.id = w.id
         RETURNING jobs.id, w.ord, jobs.queue, jobs.name, jobs.batch_id, jobs.state, w.kind,
-                  CASE WHEN w.cx THEN NULL ELSE w.counted END AS counted
+                  CASE WHEN w.cx THEN NULL ELSE w.counted END AS counted, jobs.breaker_key,
+                  -- what the ack tells the job's breaker (breakers.breaker_touch)
+                  CASE WHEN w.cx THEN NULL
+                       WHEN w.errs > 0 THEN CASE WHEN w.ord::integer = ANY(p_unran) THEN NULL
+                                                 ELSE 'error' END
+                       WHEN w.state IN ('succeeded', 'failed') THEN 'answer'
+                       WHEN w.kind = 'snoozed' THEN 'snooze' END AS touch
     ), all_time AS (  -- outcome totals, as add_totals adds them (rows in key order)
         INSERT INTO job_totals AS t (queue, name, processed, failed, dead, retried)
         SELECT queue, name, count(*) FILTER (WHERE counted = 'processed'),
@@ -102,8 +116,11 @@ BEGIN
     SELECT array_agg(u.id), array_agg(u.ord::integer),
            array_agg(u.batch_id) FILTER (WHERE u.batch_id IS NOT NULL),
            array_agg(u.state) FILTER (WHERE u.batch_id IS NOT NULL),
-           array_agg(u.id) FILTER (WHERE u.state = 'scheduled' AND u.kind = 'suspended')
-    INTO won_ids, won_ords, b_ids, b_to, s_ids FROM u;
+           array_agg(u.id) FILTER (WHERE u.state = 'scheduled' AND u.kind = 'suspended'),
+           array_agg(u.ord::integer ORDER BY u.ord) FILTER (WHERE u.breaker_key IS NOT NULL),
+           array_agg(u.id ORDER BY u.ord) FILTER (WHERE u.breaker_key IS NOT NULL),
+           array_agg(u.touch ORDER BY u.ord) FILTER (WHERE u.breaker_key IS NOT NULL)
+    INTO won_ids, won_ords, b_ids, b_to, s_ids, k_ords, k_ids, k_touches FROM u;
     -- Refusals, after the applied acks (as on every backend): the state the job was in when
     -- the ack came, none when an earlier ack of this call had just ended the attempt. When
     -- every ack applied there is none, and no statement to run.
@@ -135,6 +152,27 @@ BEGIN
     IF s_ids IS NOT NULL THEN
         PERFORM durable_wake(v_now, s_ids);
     END IF;
+    IF k_ids IS NOT NULL THEN
+        PERFORM breaker_acks(p_now, k_ids, k_touches, k_ords, p_retry_in, p_message_json,
+                             p_data);
+    END IF;
     RETURN ok;
 END
+$$;
+
+-- Without `p_unran`: every ack's job ran (the usual call; and a worker of an older release
+-- still running during an upgrade). LANGUAGE sql, no settings: inlined into the caller's
+-- statement, checked against the function above when it is created.
+CREATE OR REPLACE FUNCTION ack(
+    p_now float8, p_ids text[], p_tokens text[], p_outcomes text[], p_states text[],
+    p_kinds text[], p_messages text[], p_message_json text[], p_data text[], p_counted text[],
+    p_cancels boolean[], p_cancel_messages text[], p_cancel_message_json text[],
+    p_cancel_data text[], p_errors integer[], p_results text[], p_progress text[],
+    p_retry_in float8[], p_events text[])
+RETURNS boolean[]
+LANGUAGE sql AS $$
+    SELECT ack(p_now, p_ids, p_tokens, p_outcomes, p_states, p_kinds, p_messages,
+               p_message_json, p_data, p_counted, p_cancels, p_cancel_messages,
+               p_cancel_message_json, p_cancel_data, p_errors, p_results, p_progress,
+               p_retry_in, p_events, '{}'::integer[])
 $$;

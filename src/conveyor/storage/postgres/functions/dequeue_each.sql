@@ -7,7 +7,8 @@
 -- holding a lined job (line_job.sql) is walked by lineup_pick instead: its jobs come back in
 -- the walk's order, each costing its `cost` of p_count's slots (p_capacity: the most one may
 -- cost, 0 for no bound). Other rows come back in queue order, (ready_at, seq) within a queue;
--- batch counters move in the same call.
+-- batch counters move, and a job started while its breaker is open becomes its probe
+-- (breaker.sql), in the same call.
 CREATE OR REPLACE FUNCTION dequeue_each(p_now float8, p_queues text[], p_worker text,
                                         p_count integer, p_lease float8, p_capacity integer)
 RETURNS TABLE (id text, name text, queue text, payload text, token text, attempt integer,
@@ -38,6 +39,7 @@ DECLARE
     l_id text[]; l_name text[]; l_queue text[]; l_payload text[]; l_token text[];
     l_attempt integer[]; l_errors integer[]; l_max_retries integer[]; l_timeout float8[];
     l_batch_id text[]; l_recoveries integer[]; l_batches text[]; l_cost integer[];
+    l_breakers text[];
     l_spent integer;
 BEGIN
     FOREACH q IN ARRAY p_queues LOOP
@@ -72,6 +74,9 @@ BEGIN
         END IF;
         IF has_gated THEN
             PERFORM pg_advisory_xact_lock(hashtext('conveyor-gate:' || current_schema()));
+            -- the time the gates are read at: an ack that moved a breaker while this call
+            -- waited for the lock wrote its time after taking the lock too (breaker_acks)
+            v_now := clock_now(p_now);
             -- lineup_pick and flow_pick read without row locks: lock the admitted jobs still
             -- pending. The
             -- state test is written so that it matches no partial index: with statistics
@@ -102,11 +107,12 @@ BEGIN
                 token = replace(gen_random_uuid()::text, '-', ''),
                 lease_expires_at = v_now + p_lease, started_at = v_now,
                 cancel_requested = false,
-                events = events || event_line(v_now, 'started', 'active', NULL, p_worker,
-                                              attempt + 1)
+                events = events || CASE WHEN breaker_key IS NULL THEN ''
+                                        ELSE breaker_probe_line(v_now, breaker_key) END
+                    || event_line(v_now, 'started', 'active', NULL, p_worker, attempt + 1)
             WHERE id = ANY(ids)  -- locked above, still pending
             RETURNING id, name, queue, payload, token, attempt, errors, max_retries,
-                      timeout, batch_id, recoveries, cost,
+                      timeout, batch_id, recoveries, cost, breaker_key,
                       -- the walk's order, else the queue's
                       coalesce(array_position(walked, id), 0) AS walk, ready_at, seq
         )
@@ -122,11 +128,15 @@ BEGIN
             array_agg(batch_id ORDER BY walk, ready_at, seq),
             array_agg(recoveries ORDER BY walk, ready_at, seq),
             array_agg(cost ORDER BY walk, ready_at, seq), sum(cost)::integer,
-            array_agg(batch_id) FILTER (WHERE batch_id IS NOT NULL)
+            array_agg(batch_id) FILTER (WHERE batch_id IS NOT NULL),
+            array_agg(id) FILTER (WHERE breaker_key IS NOT NULL)
         INTO l_id, l_name, l_queue, l_payload, l_token, l_attempt, l_errors, l_max_retries,
-             l_timeout, l_batch_id, l_recoveries, l_cost, l_spent, l_batches
+             l_timeout, l_batch_id, l_recoveries, l_cost, l_spent, l_batches, l_breakers
         FROM leased;
         CONTINUE WHEN l_id IS NULL;
+        IF l_breakers IS NOT NULL THEN  -- before the next queue's walk reads the breakers
+            PERFORM breaker_probe(v_now, l_breakers);
+        END IF;
         got := got + l_spent;
         o_id := o_id || l_id; o_name := o_name || l_name; o_queue := o_queue || l_queue;
         o_payload := o_payload || l_payload; o_token := o_token || l_token;

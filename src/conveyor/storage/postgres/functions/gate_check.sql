@@ -1,16 +1,18 @@
 -- The flow gates one pending job meets when it would start (flow_pick's and lineup_pick's):
--- its key rule, concurrency (counting costs), order and rate. `st` carries what the call
--- counted so far: {"a": concurrency key -> cost active, "o": order key -> the oldest
--- unfinished job's id, "t": order keys taken, "r": rate key -> starts in the window}. The
+-- its key rule, its breaker, concurrency (counting costs), order and rate. `st` carries what
+-- the call counted so far: {"a": concurrency key -> cost active, "o": order key -> the oldest
+-- unfinished job's id, "t": order keys taken, "r": rate key -> starts in the window, "b":
+-- breaker key -> breaker_gate's word, 'h' once the call takes the key's probe}. The
 -- caller holds the gate lock (dequeue_each's). gate_check's verdict: 'start', 'held' (a limit
 -- holds it back: it stays pending), or 'ended' (its key breaks the key rule: end_broken ended
 -- it dead); gate_take counts a job the caller starts.
 CREATE OR REPLACE FUNCTION gate_check(
     p_now float8, p_id text, p_ckey text, p_climit integer, p_okey text, p_rkey text,
-    p_rlimit integer, p_rperiod float8, p_cost integer, INOUT st jsonb, OUT verdict text)
+    p_rlimit integer, p_rperiod float8, p_bkey text, p_cost integer, INOUT st jsonb,
+    OUT verdict text)
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
-    why text := broken_key(p_ckey, p_okey, p_rkey);
+    why text := broken_key(p_ckey, p_okey, p_rkey, p_bkey);
 BEGIN
     IF why IS NOT NULL THEN
         PERFORM end_broken(p_now, p_id, why);
@@ -18,6 +20,14 @@ BEGIN
         RETURN;
     END IF;
     verdict := 'held';
+    IF p_bkey IS NOT NULL THEN  -- an open breaker holds its jobs back, whatever else admits
+        IF NOT (st -> 'b') ? p_bkey THEN
+            st := jsonb_set(st, ARRAY['b', p_bkey], to_jsonb(breaker_gate(p_now, p_bkey)));
+        END IF;
+        IF st -> 'b' ->> p_bkey = 'h' THEN
+            RETURN;
+        END IF;
+    END IF;
     IF p_ckey IS NOT NULL THEN
         IF NOT (st -> 'a') ? p_ckey THEN
             st := jsonb_set(st, ARRAY['a', p_ckey], to_jsonb((SELECT coalesce(sum(cost), 0)
@@ -55,10 +65,15 @@ BEGIN
 END
 $$;
 
+-- (A probe taken holds its key's other jobs back for the rest of the call; the caller marks
+-- it the probe once leased: breaker_probe.)
 CREATE OR REPLACE FUNCTION gate_take(p_now float8, p_ckey text, p_okey text, p_rkey text,
-                                     p_cost integer, INOUT st jsonb)
+                                     p_bkey text, p_cost integer, INOUT st jsonb)
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
+    IF p_bkey IS NOT NULL AND st -> 'b' ->> p_bkey = 'p' THEN
+        st := jsonb_set(st, ARRAY['b', p_bkey], '"h"');
+    END IF;
     IF p_ckey IS NOT NULL THEN
         st := jsonb_set(st, ARRAY['a', p_ckey],
                         to_jsonb((st -> 'a' ->> p_ckey)::integer + p_cost));

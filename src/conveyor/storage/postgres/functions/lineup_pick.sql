@@ -48,7 +48,7 @@ CREATE OR REPLACE FUNCTION lineup_pick(p_now float8, p_queue text, p_room intege
                                        p_capacity integer) RETURNS text[]
 LANGUAGE plpgsql SET search_path FROM CURRENT SET enable_seqscan = off AS $$
 DECLARE
-    st jsonb := '{"a": {}, "o": {}, "t": [], "r": {}}';
+    st jsonb := '{"a": {}, "o": {}, "t": [], "r": {}, "b": {}}';
     chosen text[] := '{}';
     room integer := p_room;
     pointer text COLLATE "C";
@@ -61,7 +61,7 @@ DECLARE
     r record;
     verdict text;
     -- the key's first job its gates admit
-    h_id text; h_ckey text; h_okey text; h_rkey text; h_cost integer;
+    h_id text; h_ckey text; h_okey text; h_rkey text; h_bkey text; h_cost integer;
 BEGIN
     SELECT fair_pointer INTO pointer FROM queues WHERE name = p_queue;
     served := pointer;
@@ -81,21 +81,24 @@ BEGIN
                 SELECT * FROM (
                     (SELECT j.id, j.concurrency_key AS ckey, j.concurrency_limit AS climit,
                             j.order_key AS okey, j.rate_key AS rkey, j.rate_limit AS rlimit,
-                            j.rate_period AS rperiod, j.cost, j.ready_at, j.seq
+                            j.rate_period AS rperiod, j.breaker_key AS bkey, j.cost,
+                            j.ready_at, j.seq
                      FROM jobs j WHERE j.state = 'pending' AND j.lined AND j.queue = p_queue
                        AND j.priority = band AND fkey <> '' AND j.fair_key = fkey
                        AND j.id <> ALL(chosen)
                      ORDER BY j.ready_at, j.seq LIMIT 64)
                     UNION ALL
                     (SELECT j.id, j.concurrency_key, j.concurrency_limit, j.order_key,
-                            j.rate_key, j.rate_limit, j.rate_period, j.cost, j.ready_at, j.seq
+                            j.rate_key, j.rate_limit, j.rate_period, j.breaker_key, j.cost,
+                            j.ready_at, j.seq
                      FROM jobs j WHERE j.state = 'pending' AND j.lined AND j.queue = p_queue
                        AND j.priority = band AND fkey = '' AND j.fair_key IS NULL
                        AND j.id <> ALL(chosen)
                      ORDER BY j.ready_at, j.seq LIMIT 64)
                     UNION ALL
                     (SELECT j.id, j.concurrency_key, j.concurrency_limit, j.order_key,
-                            j.rate_key, j.rate_limit, j.rate_period, 1, j.ready_at, j.seq
+                            j.rate_key, j.rate_limit, j.rate_period, j.breaker_key, 1,
+                            j.ready_at, j.seq
                      FROM jobs j WHERE j.state = 'pending' AND NOT j.lined
                        AND j.queue = p_queue AND band = 0 AND fkey = ''
                        AND j.id <> ALL(chosen)
@@ -104,10 +107,10 @@ BEGIN
             LOOP
                 CONTINUE WHEN p_capacity > 0 AND r.cost > p_capacity;
                 SELECT g.st, g.verdict INTO st, verdict FROM gate_check(p_now, r.id, r.ckey,
-                    r.climit, r.okey, r.rkey, r.rlimit, r.rperiod, r.cost, st) AS g;
+                    r.climit, r.okey, r.rkey, r.rlimit, r.rperiod, r.bkey, r.cost, st) AS g;
                 IF verdict = 'start' THEN
                     h_id := r.id; h_ckey := r.ckey; h_okey := r.okey; h_rkey := r.rkey;
-                    h_cost := r.cost;
+                    h_bkey := r.bkey; h_cost := r.cost;
                     EXIT;
                 END IF;
             END LOOP;
@@ -116,7 +119,7 @@ BEGIN
                     band := NULL;
                     EXIT;
                 END IF;
-                st := gate_take(p_now, h_ckey, h_okey, h_rkey, h_cost, st);
+                st := gate_take(p_now, h_ckey, h_okey, h_rkey, h_bkey, h_cost, st);
                 chosen := chosen || h_id;
                 room := room - h_cost;
                 served := fkey;

@@ -1,7 +1,8 @@
 -- Deliveries one by one, for start_set's deliveries that are not plain: kind 'started' (the
 -- job leased), 'running' (active under another lease; or a second message in this call),
 -- 'skipped' (finished, expired here, or its key breaks the key rule: it ends dead), 'parked'
--- (flow control or a pause holds it back: it waits in the store, publish_at < 0) or
+-- (flow control, an open breaker or a pause holds it back: it waits in the store,
+-- publish_at < 0; one started while its breaker is open is the probe, breaker.sql) or
 -- 'foreign' (a job of another queue, or an unknown id: the worker drops the delivery and
 -- counts it). A redelivered message takes an active job over, as a lease expiry would
 -- (recover: 'recovered', dead past p_max), only when the job's token ends with '#' and that
@@ -38,7 +39,8 @@ BEGIN
         seen := seen || j;
         SELECT jobs.state, jobs.deadline, jobs.gated, jobs.batch_id AS bid, jobs.token,
                jobs.queue AS q, broken_key(jobs.concurrency_key, jobs.order_key,
-                                           jobs.rate_key) AS why INTO r
+                                           jobs.rate_key, jobs.breaker_key) AS why,
+               jobs.breaker_key AS bkey INTO r
             FROM jobs WHERE jobs.id = j FOR UPDATE;
         IF NOT FOUND OR r.q <> p_queue THEN  -- not a job of this queue: another app's, say
             RETURN QUERY SELECT 'foreign'::text, j, NULL::text, NULL::text, NULL::text,
@@ -52,7 +54,8 @@ BEGIN
             PERFORM recover(v_now, ARRAY[j], p_max, p_why, p_cancelled);
             SELECT jobs.state, jobs.deadline, jobs.gated, jobs.batch_id AS bid, jobs.token,
                    jobs.queue AS q, broken_key(jobs.concurrency_key, jobs.order_key,
-                                               jobs.rate_key) AS why INTO r
+                                               jobs.rate_key, jobs.breaker_key) AS why,
+                   jobs.breaker_key AS bkey INTO r
                 FROM jobs WHERE jobs.id = j;
         ELSIF FOUND AND r.state = 'active' THEN
             RETURN QUERY SELECT 'running'::text, j, NULL::text, NULL::text, NULL::text,
@@ -88,6 +91,7 @@ BEGIN
         IF r.gated AND NOT v_paused AND NOT gate_locked THEN
             PERFORM pg_advisory_xact_lock(hashtext('conveyor-gate:' || current_schema()));
             gate_locked := true;
+            v_now := clock_now(p_now);  -- the gates' time, as in dequeue_each
         END IF;
         IF v_paused OR (r.gated AND NOT flow_admits(v_now, j, true)) THEN
             UPDATE jobs SET publish_at = -1 WHERE jobs.id = j;
@@ -99,12 +103,16 @@ BEGIN
             token = replace(gen_random_uuid()::text, '-', '') || coalesce('#' || p_messages[i], ''),
             lease_expires_at = v_now + p_lease, started_at = v_now, publish_at = NULL,
             cancel_requested = false,
-            events = events || event_line(v_now, 'started', 'active', NULL, p_worker,
-                                          attempt + 1)
+            events = events || CASE WHEN breaker_key IS NULL THEN ''
+                                    ELSE breaker_probe_line(v_now, breaker_key) END
+                || event_line(v_now, 'started', 'active', NULL, p_worker, attempt + 1)
         WHERE jobs.id = j
         RETURNING jobs.id, jobs.name, jobs.queue, jobs.payload, jobs.token, jobs.attempt,
                   jobs.errors, jobs.max_retries, jobs.timeout, jobs.batch_id, jobs.recoveries
         INTO l;
+        IF r.bkey IS NOT NULL THEN  -- started while its breaker is open: the probe
+            PERFORM breaker_probe(v_now, ARRAY[j]);
+        END IF;
         IF l.batch_id IS NOT NULL THEN
             b_ids := b_ids || l.batch_id; b_from := b_from || 'pending'::text;
             b_to := b_to || 'active'::text;
