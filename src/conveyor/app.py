@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from conveyor.client.batch import Batch, Callback, await_batch, batch_status, wait_batch
 from conveyor.client.client import Client
@@ -34,13 +34,12 @@ from conveyor.client.explain import Explanation, explain
 from conveyor.client.messaging import Messaging
 from conveyor.client.middleware import ClientChain, ServerChain
 from conveyor.client.opener import StorageOpener
-from conveyor.client.options import Accepts, Aggregate, Debounce, KeyOption, Throttle, make_options
+from conveyor.client.options import JobOptionArgs, make_options
 from conveyor.client.payloads import JobData, Offload, app_data
 from conveyor.client.periodic import Schedule, validate_cron, validate_tz
 from conveyor.client.refs import JobRef
 from conveyor.client.registry import JobFunction, Registry, default_name
 from conveyor.client.schedules import Schedules
-from conveyor.core.breaker import Breaker
 from conveyor.core.clock import SYSTEM_CLOCK, Clock
 from conveyor.core.encryption import Keys
 from conveyor.core.job import JobRecord, JobState
@@ -52,6 +51,9 @@ from conveyor.storage.aio import Waiter
 from conveyor.workflow.canvas import CANVAS
 from conveyor.workflow.graph import Workflow
 from conveyor.workflow.running import RunningWorkflow
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11's; the package runs on 3.10
+    from typing_extensions import Unpack
 
 __all__ = ["Conveyor"]
 
@@ -182,34 +184,12 @@ worker runs jobs with, and the storage.
     def job(self, func: Callable[..., Any], /) -> JobFunction: ...
 
     @overload
-    def job(
-        self, func: None = None, /, *, name: str | None = None, queue: str = "default",
-        retry: int | bool = 25, timeout: float | None = None, expires_in: float | None = None,
-        retry_in: Callable[[int, BaseException], float] | None = None,
-        unique_for: float | None = None, unique_key: KeyOption = None,
-        concurrency_key: KeyOption = None, concurrency: int = 0, rate_key: KeyOption = None,
-        rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
-        debounce: Debounce | None = None, throttle: Throttle | None = None,
-        aggregate: Aggregate | None = None, executor: str | None = None, priority: int = 0,
-        aging: float | None = None, fair_by: KeyOption = None, cost: int = 1,
-        event_window: float = 0.0, version: int | None = None, accepts: Accepts = None,
-        breaker: Breaker | None = None,
-    ) -> Callable[[Callable[..., Any]], JobFunction]: ...
+    def job(self, func: None = None, /, *, name: str | None = None,
+            **options: Unpack[JobOptionArgs]) -> Callable[[Callable[..., Any]], JobFunction]: ...
 
-    def job(
-        self, func: Callable[..., Any] | None = None, /, *, name: str | None = None,
-        queue: str = "default", retry: int | bool = 25, timeout: float | None = None,
-        expires_in: float | None = None,
-        retry_in: Callable[[int, BaseException], float] | None = None,
-        unique_for: float | None = None, unique_key: KeyOption = None,
-        concurrency_key: KeyOption = None, concurrency: int = 0, rate_key: KeyOption = None,
-        rate_limit: int = 0, rate_period: float = 0.0, order_key: KeyOption = None,
-        debounce: Debounce | None = None, throttle: Throttle | None = None,
-        aggregate: Aggregate | None = None, executor: str | None = None, priority: int = 0,
-        aging: float | None = None, fair_by: KeyOption = None, cost: int = 1,
-        event_window: float = 0.0, version: int | None = None, accepts: Accepts = None,
-        breaker: Breaker | None = None,
-    ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
+    def job(self, func: Callable[..., Any] | None = None, /, *, name: str | None = None,
+            **options: Unpack[JobOptionArgs]
+            ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
         """Register a job function; use as ``@app.job`` or ``@app.job(queue=..., ...)``.
 
         Each option is in docs/api.md, "Options": ``queue``; ``retry`` (25; False: an error
@@ -221,15 +201,7 @@ worker runs jobs with, and the storage.
         (docs/scheduling.md); ``event_window`` (docs/durable.md); ``version``, ``accepts``
         (safe deploys); ``breaker`` (docs/operations.md, "Breakers").
         """
-        opts = make_options(
-            queue=queue, retry=retry, timeout=timeout, expires_in=expires_in, retry_in=retry_in,
-            unique_for=unique_for, unique_key=unique_key, concurrency_key=concurrency_key,
-            concurrency=concurrency, rate_key=rate_key, rate_limit=rate_limit,
-            rate_period=rate_period, order_key=order_key, debounce=debounce,
-            throttle=throttle, aggregate=aggregate, executor=executor, priority=priority,
-            aging=aging, fair_by=fair_by, cost=cost,
-            event_window=event_window, version=version, accepts=accepts, breaker=breaker,
-        )
+        opts = make_options(**options)
 
         def register(f: Callable[..., Any]) -> JobFunction:
             fn = JobFunction(self.client, f, name or default_name(f), opts)
@@ -335,7 +307,7 @@ worker runs jobs with, and the storage.
         delay: float | timedelta | None = None,
         at: datetime | float | None = None,
         connection: object = None,
-        **options: Any,
+        **options: Unpack[JobOptionArgs],
     ) -> JobRef | None:
         """Enqueue a job by name (for operators and other services); ``options`` are those of
         ``job`` and override the registered job's; ``connection`` as in ``transaction``.

@@ -11,7 +11,7 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from conveyor.core.breaker import Breaker
 from conveyor.core.flow_control import PRIORITY_MAX, PRIORITY_MIN
@@ -138,6 +138,38 @@ class JobOptions:
 
 #: The values of ``JobOptions.executor`` (None: the worker's own choice).
 EXECUTORS = (None, "thread", "process")
+
+class JobOptionArgs(TypedDict, total=False):
+    """The keywords of ``Conveyor.job``, ``Conveyor.periodic`` and ``JobFunction.options``
+    (each in docs/api.md, "Options"), typed once: a misspelt option or a value of the wrong
+    type is an error where it is written, under mypy or pyright, not at import."""
+
+    queue: str
+    retry: int | bool
+    timeout: float | None
+    expires_in: float | None
+    retry_in: Callable[[int, BaseException], float] | None
+    unique_for: float | None
+    unique_key: KeyOption
+    concurrency_key: KeyOption
+    concurrency: int
+    rate_key: KeyOption
+    rate_limit: int
+    rate_period: float
+    order_key: KeyOption
+    debounce: Debounce | None
+    throttle: Throttle | None
+    aggregate: Aggregate | None
+    executor: str | None
+    priority: int
+    aging: float | None
+    fair_by: KeyOption
+    cost: int
+    event_window: float
+    version: int | None
+    accepts: Accepts
+    breaker: Breaker | None
+
 
 _OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(JobOptions)) | {
     "retry", "debounce", "throttle"}

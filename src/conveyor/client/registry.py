@@ -13,7 +13,7 @@ import asyncio
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 from conveyor.client.builtin_jobs import (
     COLLECT_JOB,
@@ -23,7 +23,13 @@ from conveyor.client.builtin_jobs import (
     run_errback,
     run_map,
 )
-from conveyor.client.options import JobOptions, KeyOption, by_name_keys, make_options
+from conveyor.client.options import (
+    JobOptionArgs,
+    JobOptions,
+    KeyOption,
+    by_name_keys,
+    make_options,
+)
 from conveyor.client.refs import JobRef
 from conveyor.client.signature import CanvasOps, Signature
 from conveyor.core.calls import CallShape
@@ -36,6 +42,9 @@ from conveyor.core.naming import (
 from conveyor.core.text import check_name
 from conveyor.core.versions import Upcaster, accepted
 from conveyor.errors import UnknownJobError, WorkflowError
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11's; the package runs on 3.10
+    from typing_extensions import Unpack
 
 # JobOptions, KeyOption and make_options lived here before options.py, the names before
 # naming.py: still importable here.
@@ -264,7 +273,7 @@ class JobFunction:
                           expires_in=o.expires_in, retry_in=o.retry_in)
         return Signature(JobFunction(self.enqueuer, func, name, opts), args, {})
 
-    def options(self, **overrides: Any) -> JobFunction:
+    def options(self, **overrides: Unpack[JobOptionArgs]) -> JobFunction:
         """A copy with other options for the next enqueues, e.g. ``.options(queue="low")``.
 
         Takes the keywords of ``Conveyor.job`` (not ``name``); the copy is not registered,

@@ -20,10 +20,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from conveyor.client.options import JobOptions
+from conveyor.client.options import JobOptionArgs, JobOptions
 from conveyor.client.refs import JobRef
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11's; the package runs on 3.10
+    from typing_extensions import Unpack
 
 __all__ = ["CanvasOps", "Signature", "Target"]
 
@@ -53,7 +56,7 @@ class Target(Protocol):
         the arguments to store (typed ones made JSON)."""
         ...
 
-    def options(self, **overrides: Any) -> Target:
+    def options(self, **overrides: Unpack[JobOptionArgs]) -> Target:
         """A copy with other options (``queue=...``)."""
         ...
 
