@@ -89,6 +89,24 @@ def test_scheduled_time(backend: Backend, clock: FakeClock) -> None:
     _runs(backend, job_id)
 
 
+def test_a_suspended_durable_job_names_what_it_waits_for(backend: Backend,
+                                                          clock: FakeClock) -> None:
+    """A durable job that sleeps or waits is ``scheduled``; "scheduled for T" hid why. As
+    Temporal's and DBOS's consoles show a workflow's pending timer or signal, explain says
+    what the job's own code is waiting for (the worker's words in its suspension) and when it
+    runs at the latest."""
+    _live(backend, clock)
+    job_id = put(backend)
+    until = clock.now() + 3600
+    waiting = "waiting for event 'paid' key 'order-7' until 01:00:00 UTC"
+    assert ack(backend, take_one(backend), Outcome.SUSPENDED, resume_at=until,
+               message=waiting)
+    reason = _gate(backend, job_id, "durable")
+    assert reason.until == until
+    assert reason.text == f"durable job {waiting}"
+    assert "scheduled" not in {r.gate for r in _why(backend, job_id).reasons}
+
+
 def test_retrying_time(backend: Backend, clock: FakeClock) -> None:
     _live(backend, clock)
     job_id = put(backend)

@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from conveyor.core.breaker import HALF_OPEN, OPEN
-from conveyor.core.job import JobState
-from conveyor.core.text import shown
+from conveyor.core.job import EventKind, JobRecord, JobState
+from conveyor.core.text import printable, shown
 from conveyor.storage.base import Inspector
 from conveyor.storage.gates import GateFacts, Holder
 from conveyor.storage.workers import WorkerInfo
@@ -163,7 +163,21 @@ def _scheduled(seen: Seen) -> Reason | None:
         moves = "; a call of the key moves it" if flow.fold_moves else ""
         return Reason(kind, f"{kind} window of key {shown(flow.fold_key)}: runs at "
                       f"{_at(run_at)}{moves}", until=run_at)
+    suspended = _suspension(job)
+    if suspended is not None:  # a durable job's own sleep or wait (docs/durable.md)
+        return Reason("durable", f"durable job {suspended}", until=run_at)
     return Reason("scheduled", f"scheduled for {_at(run_at)}", until=run_at)
+
+
+def _suspension(job: JobRecord) -> str | None:
+    """What a durable job said it waits for when it suspended (``sleeping until T``,
+    ``waiting for event 'paid' key '7' until T``, its timeout the time it runs at the
+    latest): the message of the event that made it scheduled, when that is a suspension."""
+    last = next((ev for ev in reversed(job.events or ())
+                 if ev.state == JobState.SCHEDULED.value), None)
+    if last is None or last.kind != EventKind.SUSPENDED:
+        return None
+    return printable((last.message or "suspended")[:200])
 
 
 def _retrying(seen: Seen) -> Reason | None:
