@@ -13,11 +13,12 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 
 from conveyor.core.clock import Clock
 from conveyor.core.job import Ack, LeasedJob, Outcome
 from conveyor.errors import BrokerUnavailable, StorageUnavailable
-from conveyor.storage.base import Storage
+from conveyor.storage.base import Leases, Storage
 from conveyor.worker.acker import Acker
 from conveyor.worker.config import WorkerConfig, queue_order
 from conveyor.worker.executors import AsyncExecutor, ThreadExecutor
@@ -102,16 +103,9 @@ class Fetcher:
             if self.feed is not None:
                 jobs = self.feed.take(order, free + ahead, 0.0)
             else:
-                acks = self.acker.take()
-                try:
-                    leases = self.storage.dequeue(order, self.config.worker_id, free + ahead,
-                                                  self.config.lease, self.inflight.capacity,
-                                                  acks=acks)
-                except BaseException:
-                    self.acker.restore(acks)
-                    raise
-                self.acker.carried(acks, leases.acked)
-                jobs = leases
+                jobs = self._carrying(lambda acks: self.storage.dequeue(
+                    order, self.config.worker_id, free + ahead, self.config.lease,
+                    self.inflight.capacity, acks=acks))
             now = self._split(jobs, free)
         self._dispatch(now)
         return len(jobs)
@@ -134,19 +128,13 @@ class Fetcher:
             # The acks go ahead of the wait; those of jobs ending during it are the
             # acker's to write at once.
             self.acker.carrier(False)
-            acks = self.acker.take()
             try:
-                leases = self.storage.wait_dequeue(self.config.queue_names, order,
-                                                   self.config.worker_id, free + ahead,
-                                                   self.config.lease, self.config.idle_wait,
-                                                   self.inflight.capacity, acks=acks)
-            except BaseException:
-                self.acker.restore(acks)
-                raise
+                jobs = self._carrying(lambda acks: self.storage.wait_dequeue(
+                    self.config.queue_names, order, self.config.worker_id, free + ahead,
+                    self.config.lease, self.config.idle_wait, self.inflight.capacity,
+                    acks=acks))
             finally:
                 self.acker.carrier(not self._quiet.is_set())
-            self.acker.carried(acks, leases.acked)
-            jobs = leases
         self.reserve.waited(time.monotonic() - waiting)  # before these jobs are counted
         with self._fetch_lock:
             if self._quiet.is_set():
@@ -155,6 +143,18 @@ class Fetcher:
             now = self._split(jobs, free)
         self._dispatch(now)
         return len(jobs)
+
+    def _carrying(self, lease: Callable[[list[Ack]], Leases]) -> Leases:
+        """Run ``lease`` with the acker's pending acks (``Storage.dequeue(acks=)``); they go
+        back to the acker if it fails."""
+        acks = self.acker.take()
+        try:
+            leases = lease(acks)
+        except BaseException:
+            self.acker.restore(acks)
+            raise
+        self.acker.carried(acks, leases.acked)
+        return leases
 
     def _hand_back(self, jobs: list[LeasedJob], why: str) -> None:
         """Put leased jobs that never started back to pending (not an error attempt)."""
