@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks.server_cpu import run_child
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 
@@ -78,17 +77,8 @@ def child(url: str, jobs: int, concurrency: int, sleep_ms: float) -> dict[str, A
 
 def run(url: str, args: argparse.Namespace, src: str | None) -> dict[str, Any]:
     """One run in a fresh interpreter, ``src`` first on its path when given."""
-    path = [p for p in (src, ROOT, os.environ.get("PYTHONPATH")) if p]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.carry_probe", "--child", url, str(args.jobs),
-         str(args.concurrency), str(args.sleep_ms)],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    for line in out.stdout.splitlines():
-        if line.startswith("RESULT "):
-            result: dict[str, Any] = json.loads(line[7:])
-            return result
-    raise RuntimeError(f"carry_probe run failed:\n{out.stderr[-3000:]}")
+    return run_child("benchmarks.carry_probe", [url, str(args.jobs), str(args.concurrency),
+                                                str(args.sleep_ms)], src, "carry_probe run")
 
 
 def main() -> None:

@@ -34,25 +34,27 @@ def spy_writes(store: RedisStorage, monkeypatch: pytest.MonkeyPatch) -> list[lis
     return writes
 
 
-def test_the_acks_and_the_lease_travel_in_one_write(
-        store: RedisStorage, monkeypatch: pytest.MonkeyPatch) -> None:
+def _one_done_one_waiting(store: RedisStorage) -> tuple[Ack, str]:
+    """A leased job's ack, and the id of a job waiting behind it."""
     done = put(store)
     job = take_one(store)
-    waiting = put(store)
+    return Ack(done, job.token, Outcome.SUCCEEDED), put(store)
+
+
+def test_the_acks_and_the_lease_travel_in_one_write(
+        store: RedisStorage, monkeypatch: pytest.MonkeyPatch) -> None:
+    ack, waiting = _one_done_one_waiting(store)
     writes = spy_writes(store, monkeypatch)
-    got = store.dequeue(["default"], "w1", 1, 30.0, acks=[Ack(done, job.token, Outcome.SUCCEEDED)])
+    got = store.dequeue(["default"], "w1", 1, 30.0, acks=[ack])
     assert [j.id for j in got] == [waiting] and got.acked == [True]
     assert writes == [["ack", "dequeue"]]
 
 
 def test_a_waiting_lease_writes_the_acks_ahead_of_the_blocking_pop(
         store: RedisStorage, monkeypatch: pytest.MonkeyPatch) -> None:
-    done = put(store)
-    job = take_one(store)
-    waiting = put(store)
+    ack, waiting = _one_done_one_waiting(store)
     writes = spy_writes(store, monkeypatch)
-    got = store.wait_dequeue(["default"], ["default"], "w1", 1, 30.0, 5.0,
-                             acks=[Ack(done, job.token, Outcome.SUCCEEDED)])
+    got = store.wait_dequeue(["default"], ["default"], "w1", 1, 30.0, 5.0, acks=[ack])
     assert [j.id for j in got] == [waiting] and got.acked == [True]
     assert writes == [["ack", "BLPOP", "dequeue"]]
 

@@ -8,8 +8,7 @@ gives its acks back to be written as any batch is (nothing lost, nothing recover
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -19,15 +18,7 @@ from conveyor.core.job import Ack, Outcome
 from conveyor.errors import StorageUnavailable
 from conveyor.worker.config import WorkerConfig
 from conveyor.worker.launcher import Launcher
-
-
-def _until(check: Callable[[], bool], timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.01)
-    return check()
+from tests.support.waiting import wait_until
 
 
 def _leased_ack(app: Conveyor) -> Ack:
@@ -107,8 +98,8 @@ def test_no_ack_is_held_while_the_fetcher_waits(live_app: Conveyor) -> None:
                                                worker_id="carrier"))
     launcher.start()
     try:
-        assert _until(lambda: live_app.get_job(job_id).state  # type: ignore[union-attr]
-                      is JobState.SUCCEEDED)
+        wait_until(lambda: live_app.get_job(job_id).state  # type: ignore[union-attr]
+                   is JobState.SUCCEEDED, 60.0, 0.01, "the job's ack to be written")
     finally:
         launcher.stop(5.0)
     assert launcher.acker.refused == 0
