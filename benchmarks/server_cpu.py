@@ -78,17 +78,24 @@ class Backend:
 
 def run_case(backend: Backend, case: str, n: int, src: str | None) -> dict[str, Any]:
     """Run one case in a fresh interpreter (with ``src`` first on its path when given)."""
+    return run_child("benchmarks.server_cpu", [case, backend.name, backend.url(), str(n),
+                                               str(backend.pid), "" if src else "raw"],
+                     src, f"{case} on {backend.name}")
+
+
+def run_child(module: str, child_args: list[str], src: str | None,
+              what: str) -> dict[str, Any]:
+    """``python -m module --child *child_args`` in a fresh interpreter (``src`` first on its
+    path when given); returns the JSON of its ``RESULT`` line (a probe's own run)."""
     path = [p for p in (src, ROOT, os.environ.get("PYTHONPATH")) if p]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.server_cpu", "--child", case, backend.name,
-         backend.url(), str(n), str(backend.pid), "" if src else "raw"],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    out = subprocess.run([sys.executable, "-m", module, "--child", *child_args],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
             result: dict[str, Any] = json.loads(line[7:])
             return result
-    raise RuntimeError(f"{case} on {backend.name} failed:\n{out.stderr[-3000:]}")
+    raise RuntimeError(f"{what} failed:\n{out.stderr[-3000:]}")
 
 
 def report(name: str, runs: dict[str, list[dict[str, Any]]]) -> str:

@@ -99,6 +99,7 @@ HOMES: dict[str, dict[str, str]] = {
                  "wait_dequeue": "base.py", **dict.fromkeys(UPKEEP, "postgres/upkeep.py")},
     "redis": {
         "now": "redis/context.py", "ack": "redis/acks.py", "gate_facts": "redis/gates.py",
+        **dict.fromkeys(("dequeue", "wait", "wait_dequeue"), "redis/leases.py"),
         **dict.fromkeys(("enqueue", "enqueue_block", "prepare_block", "add_nodes"),
                         "redis/enqueue.py"),
         **dict.fromkeys(("create_batch", "close_batch"), "redis/batches.py"),

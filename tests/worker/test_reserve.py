@@ -115,9 +115,9 @@ def test_a_busy_worker_leases_ahead_and_runs_every_job_once(app: Conveyor) -> No
     dequeue = app.storage.dequeue
 
     def counting(queues: Any, worker_id: str, count: int, lease: float,
-                 capacity: int = 0) -> Any:
+                 capacity: int = 0, acks: Any = ()) -> Any:
         sizes.append(count)
-        return dequeue(queues, worker_id, count, lease, capacity)
+        return dequeue(queues, worker_id, count, lease, capacity, acks)
 
     app.storage.dequeue = counting  # type: ignore[method-assign]
     launcher = Launcher(app, WorkerConfig(concurrency=4, worker_id="w1"))
@@ -305,13 +305,13 @@ def test_a_freed_slot_starts_a_reserved_job_while_the_fetcher_is_in_a_storage_ca
     dequeue = app.storage.dequeue
 
     def slow_second_call(queues: Any, worker_id: str, count: int, lease: float,
-                         capacity: int = 0) -> Any:
+                         capacity: int = 0, acks: Any = ()) -> Any:
         nonlocal calls
         calls += 1
         if calls == 2:  # the first top-up: held in the storage until the test lets it go
             in_top_up.set()
             release.wait(60)
-        return dequeue(queues, worker_id, count, lease, capacity)
+        return dequeue(queues, worker_id, count, lease, capacity, acks)
 
     app.storage.dequeue = slow_second_call  # type: ignore[method-assign]
     launcher = Launcher(app, WorkerConfig(concurrency=1, reserve=4, reserve_window=100.0,

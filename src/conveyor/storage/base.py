@@ -19,7 +19,7 @@ Rules every backend honours (checked by ``tests/conformance``):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Protocol, runtime_checkable
 
@@ -94,8 +94,8 @@ class Storage(Protocol):
 
     def dequeue(
         self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float,
-        capacity: int = 0,
-    ) -> list[LeasedJob]:
+        capacity: int = 0, acks: Sequence[Ack] = (),
+    ) -> Leases:
         """Lease pending jobs whose costs add up to at most ``count`` (a job costs 1 unless
         it says more), taking from ``queues`` in the order given, each queue in its lineup's
         order (``storage/lineup.py``); a job costing more than ``capacity`` (the worker's
@@ -103,6 +103,11 @@ class Storage(Protocol):
 
         Paused queues are skipped, and flow-control limits are honoured. Each job becomes
         ``active`` with a ``started`` event, ``attempt`` + 1, and a fresh lease token.
+
+        ``acks`` (a worker's outcomes carried with its next fetch) are applied first, as
+        ``ack`` applies them, in the same round trip: a slot one of them frees is leased
+        again by this call. Their results are ``Leases.acked``; one refused fences nothing
+        else. An error storing one raises before anything is leased.
         """
         ...
 
@@ -115,11 +120,13 @@ class Storage(Protocol):
 
     def wait_dequeue(
         self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,
-        lease_seconds: float, timeout: float, capacity: int = 0,
-    ) -> list[LeasedJob]:
+        lease_seconds: float, timeout: float, capacity: int = 0, acks: Sequence[Ack] = (),
+    ) -> Leases:
         """Block until a job may be ready on ``watch`` or ``timeout`` passes, then lease up to
         ``count`` slots' worth of jobs from ``queues`` as ``dequeue`` does; returns the leased
         jobs (maybe none). The lease is taken whether the wait was woken or timed out.
+        ``acks`` are applied as ``dequeue`` applies them, before the wait: an ack never
+        waits behind it.
 
         This is how an idle worker waits for work: it must not busy-poll the server (a
         spurious wake-up is allowed, a missed one only delays by ``timeout``). A backend that
@@ -313,19 +320,33 @@ def transactions_refused(url: str, connection: object) -> TransactionUnsupported
         "database as the connection can")
 
 
+class Leases(list[LeasedJob]):
+    """What ``dequeue`` and ``wait_dequeue`` return: the leased jobs, as a list (what every
+    caller of a lease reads), and ``acked``, the result of each ack carried with the call
+    (``Storage.ack``'s: True applied, False refused), in order."""
+
+    def __init__(self, jobs: Iterable[LeasedJob] = (), acked: Sequence[bool] = ()) -> None:
+        super().__init__(jobs)
+        self.acked: list[bool] = list(acked)
+
+
 class WaitsThenDequeues:
     """``Storage.wait_dequeue`` for a backend whose lease costs no extra round trip (memory,
-    SQLite, PostgreSQL): its own ``wait``, then ``dequeue``. A part of those storages."""
+    SQLite, PostgreSQL): its own ``ack`` (carried acks never wait behind the wait), its
+    ``wait``, then ``dequeue``. A part of those storages."""
 
     def __init__(self, wait: Callable[[Sequence[str], float], bool],
-                 dequeue: Callable[[Sequence[str], str, int, float, int], list[LeasedJob]]) -> None:
+                 dequeue: Callable[[Sequence[str], str, int, float, int], list[LeasedJob]],
+                 ack: Callable[[Sequence[Ack]], list[bool]]) -> None:
         self.wait = wait
         self.dequeue = dequeue
+        self.ack = ack
 
     def wait_dequeue(
         self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,
-        lease_seconds: float, timeout: float, capacity: int = 0,
-    ) -> list[LeasedJob]:
-        """Wait on ``watch``, then lease from ``queues``."""
+        lease_seconds: float, timeout: float, capacity: int = 0, acks: Sequence[Ack] = (),
+    ) -> Leases:
+        """Apply ``acks``, wait on ``watch``, then lease from ``queues``."""
+        acked = self.ack(acks) if acks else []
         self.wait(watch, timeout)
-        return self.dequeue(queues, worker_id, count, lease_seconds, capacity)
+        return Leases(self.dequeue(queues, worker_id, count, lease_seconds, capacity), acked)

@@ -6,6 +6,14 @@ load batches grow by themselves, when idle a single ack is written at once, so l
 low. Acks that fail to write (storage outage) are kept and retried; their leases stay in the
 heartbeat until they are written, so nothing is recovered twice meanwhile.
 
+Acks ride with the fetcher's next lease when one comes at once (``take``, then ``carried``;
+``Storage.dequeue(acks=)``: one round trip for both): while the fetcher is not in a blocking
+wait (``carrier``), the acker holds a batch up to ``ack_hold`` for it, then writes it
+itself, so an idle worker's or a long job's neighbour's ack is never held longer. Acks the
+fetcher took are in ``leases`` until stored; a lease call that failed gives them back
+(``restore``), to be written here as any batch is. A worker killed meanwhile leaves them
+unsent, as it leaves the acker's own: the jobs are recovered.
+
 A batch the storage refuses for any other reason holds an outcome it cannot store (one no rule
 above the storage caught). Retrying it whole would hold up every later ack behind it, so it is
 written apart, in halves, down to the ack at fault, which is replaced by a bare ``dead``
@@ -47,6 +55,8 @@ class Acker:
         self.config = config
         self._pending: list[Ack] = []
         self._writing: list[Ack] = []
+        self._carrying: list[Ack] = []  # taken by the fetcher, on their way with a lease
+        self._carrier = False  # a lease that can carry acks is about to be asked for
         self._cond = threading.Condition(threading.Lock())
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -68,11 +78,50 @@ class Acker:
     def leases(self) -> dict[str, str]:
         """Job id → token of acks not yet written: their leases must still be extended."""
         with self._cond:
-            return {a.job_id: a.token for a in (*self._writing, *self._pending)}
+            return {a.job_id: a.token
+                    for a in (*self._writing, *self._carrying, *self._pending)}
 
     def __len__(self) -> int:
         with self._cond:
-            return len(self._pending) + len(self._writing)
+            return len(self._pending) + len(self._writing) + len(self._carrying)
+
+    def carrier(self, ready: bool) -> None:
+        """The fetcher says whether its next lease comes at once (True) or it is about to
+        block in a wait (False: acks pending or to come are written without holding)."""
+        with self._cond:
+            self._carrier = ready
+            if not ready:
+                self._cond.notify()
+
+    def take(self) -> list[Ack]:
+        """Pending acks (one batch at most) for the fetcher to send with its lease; each
+        comes back through ``carried`` or ``restore``."""
+        with self._cond:
+            batch = self._pending[: self.config.ack_batch]
+            del self._pending[: len(batch)]
+            self._carrying.extend(batch)
+            if batch:
+                self._cond.notify()  # a hold for them is over
+            return batch
+
+    def carried(self, acks: list[Ack], results: list[bool]) -> None:
+        """``acks`` were stored with a lease (``results``: the storage's, per ack)."""
+        if acks:
+            self._written(acks, results)
+            self._drop_carried(acks)
+
+    def restore(self, acks: list[Ack]) -> None:
+        """The lease that carried ``acks`` failed: they are written here, first."""
+        if acks:
+            self._drop_carried(acks)
+            with self._cond:
+                self._pending[:0] = acks
+                self._cond.notify()
+
+    def _drop_carried(self, acks: list[Ack]) -> None:
+        done = {id(a) for a in acks}
+        with self._cond:
+            self._carrying = [a for a in self._carrying if id(a) not in done]
 
     def tick(self) -> int:
         """Write one batch of pending acks; returns how many were written (0 on failure)."""
@@ -127,14 +176,17 @@ class Acker:
 
     def _write(self, acks: list[Ack]) -> None:
         """One storage call for ``acks``; they leave ``_writing`` once written."""
-        results = self.storage.ack(acks)
+        self._written(acks, self.storage.ack(acks))
+        self._forget(acks)
+
+    def _written(self, acks: list[Ack], results: list[bool]) -> None:
+        """What follows a stored batch: deliveries settled, refusals counted."""
         self._settle(acks)
         refused = len(results) - sum(1 for ok in results if ok)
         if refused:
             self.refused += refused
             log.warning("%d ack(s) refused: the job's lease had passed to another worker", refused)
         self.written += len(acks)
-        self._forget(acks)
 
     def _forget(self, acks: list[Ack]) -> None:
         """Take written (or given up) acks out of the batch being written."""
@@ -205,8 +257,24 @@ class Acker:
                     self._cond.wait()
                 if self._stopping:
                     return
+                if not self._hold():
+                    continue
             if not self.tick() and self._failures:
                 time.sleep(_RETRY_DELAYS[min(self._failures, len(_RETRY_DELAYS)) - 1])
+
+
+    def _hold(self) -> bool:
+        """Give the fetcher's next lease up to ``ack_hold`` to carry the pending acks
+        (called holding the lock); False when it took them all."""
+        if self._writing or self._failures or not self._carrier:
+            return True
+        deadline = time.monotonic() + self.config.ack_hold
+        while self._pending and self._carrier and not self._stopping:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._cond.wait(left)
+        return bool(self._pending) or self._stopping
 
 
 def _reason(exc: BaseException) -> str:

@@ -86,6 +86,10 @@ class WorkerConfig:
     idle_wait: float = 1.0
     max_recoveries: int = 5
     ack_batch: int = 500
+    #: The longest an ack waits for the fetcher's next lease to carry it (one round trip
+    #: for both, ``Storage.dequeue(acks=)``) before the acker writes it itself; none waits
+    #: while the fetcher is in a blocking wait (worker/acker.py).
+    ack_hold: float = 0.002
     #: Jobs leased ahead of the free slots (worker/reserve.py): at most what this process
     #: starts in ``reserve_window`` seconds at its recent pace, and at most ``reserve``
     #: (None: sixteen times ``concurrency``). ``reserve=0`` leases only for free slots.

@@ -13,11 +13,12 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 
 from conveyor.core.clock import Clock
 from conveyor.core.job import Ack, LeasedJob, Outcome
 from conveyor.errors import BrokerUnavailable, StorageUnavailable
-from conveyor.storage.base import Storage
+from conveyor.storage.base import Leases, Storage
 from conveyor.worker.acker import Acker
 from conveyor.worker.config import WorkerConfig, queue_order
 from conveyor.worker.executors import AsyncExecutor, ThreadExecutor
@@ -102,8 +103,9 @@ class Fetcher:
             if self.feed is not None:
                 jobs = self.feed.take(order, free + ahead, 0.0)
             else:
-                jobs = self.storage.dequeue(order, self.config.worker_id, free + ahead,
-                                            self.config.lease, self.inflight.capacity)
+                jobs = self._carrying(lambda acks: self.storage.dequeue(
+                    order, self.config.worker_id, free + ahead, self.config.lease,
+                    self.inflight.capacity, acks=acks))
             now = self._split(jobs, free)
         self._dispatch(now)
         return len(jobs)
@@ -123,10 +125,16 @@ class Fetcher:
         if self.feed is not None:
             jobs = self.feed.take(order, free + ahead, self.config.idle_wait)
         else:
-            jobs = self.storage.wait_dequeue(self.config.queue_names, order,
-                                             self.config.worker_id, free + ahead,
-                                             self.config.lease, self.config.idle_wait,
-                                             self.inflight.capacity)
+            # The acks go ahead of the wait; those of jobs ending during it are the
+            # acker's to write at once.
+            self.acker.carrier(False)
+            try:
+                jobs = self._carrying(lambda acks: self.storage.wait_dequeue(
+                    self.config.queue_names, order, self.config.worker_id, free + ahead,
+                    self.config.lease, self.config.idle_wait, self.inflight.capacity,
+                    acks=acks))
+            finally:
+                self.acker.carrier(not self._quiet.is_set())
         self.reserve.waited(time.monotonic() - waiting)  # before these jobs are counted
         with self._fetch_lock:
             if self._quiet.is_set():
@@ -135,6 +143,18 @@ class Fetcher:
             now = self._split(jobs, free)
         self._dispatch(now)
         return len(jobs)
+
+    def _carrying(self, lease: Callable[[list[Ack]], Leases]) -> Leases:
+        """Run ``lease`` with the acker's pending acks (``Storage.dequeue(acks=)``); they go
+        back to the acker if it fails."""
+        acks = self.acker.take()
+        try:
+            leases = lease(acks)
+        except BaseException:
+            self.acker.restore(acks)
+            raise
+        self.acker.carried(acks, leases.acked)
+        return leases
 
     def _hand_back(self, jobs: list[LeasedJob], why: str) -> None:
         """Put leased jobs that never started back to pending (not an error attempt)."""
@@ -210,8 +230,9 @@ class Fetcher:
             self.threads.submit(entry)
 
     def start(self) -> None:
-        """Run the fetch loop on a thread."""
+        """Run the fetch loop on a thread; while it runs, its leases carry the acks."""
         if self._thread is None:
+            self.acker.carrier(self.feed is None)
             # never clear ``_quiet`` here: a quiet sent while the worker starts must stand
             self._thread = threading.Thread(target=self._run, name="conveyor-fetcher", daemon=True)
             self._thread.start()
@@ -224,6 +245,7 @@ class Fetcher:
         sent is handed back unrun (``wait_tick``).
         """
         self._quiet.set()
+        self.acker.carrier(False)  # no lease comes to carry them: written at once
         self.inflight.wake()
         with self._fetch_lock, self._start_lock:
             self._hand_back(self.reserve.take_all(), "worker quieted before the job started")
@@ -232,6 +254,7 @@ class Fetcher:
         """Start no more jobs, from any thread and without waiting for a fetch in flight
         (whose jobs still start); ``quiet`` later hands the reserve back."""
         self._quiet.set()
+        self.acker.carrier(False)
         self.inflight.wake()
 
     @property

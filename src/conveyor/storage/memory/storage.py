@@ -29,7 +29,7 @@ from conveyor.core.job import (
 from conveyor.errors import StorageURLError, WorkflowError
 from conveyor.storage import graph
 from conveyor.storage.aio import ThreadedAsync
-from conveyor.storage.base import Storage, WaitsThenDequeues, transactions_refused
+from conveyor.storage.base import Leases, Storage, WaitsThenDequeues, transactions_refused
 from conveyor.storage.batch_wait import BatchWaiter
 from conveyor.storage.blocks import JobBlock
 from conveyor.storage.delegate import delegate
@@ -122,7 +122,7 @@ class MemoryStorage:
         self._outbox = MemoryOutbox(self.state)
         self._lineups = MemoryLineups(self.state)
         self._gates = MemoryGates(self.state, self._inspector, self._lineups, self._outbox)
-        self._waits = WaitsThenDequeues(self.wait, self.dequeue)
+        self._waits = WaitsThenDequeues(self.wait, self.dequeue, self.ack)
         self._async = ThreadedAsync(self.enqueue, self._inspector.get_job)
 
     def bind(self, connection: object) -> Storage:
@@ -150,12 +150,14 @@ class MemoryStorage:
 
     def dequeue(
         self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float,
-        capacity: int = 0,
-    ) -> list[LeasedJob]:
-        """Lease pending jobs up to ``count`` slots; see ``Storage.dequeue``."""
+        capacity: int = 0, acks: Sequence[Ack] = (),
+    ) -> Leases:
+        """Apply ``acks``, then lease pending jobs up to ``count`` slots, under one hold of
+        the lock; see ``Storage.dequeue``."""
         state = self.state
         with state.lock:
             now = state.now()
+            acked = [acks_of.apply(state, self.durable, ack, now) for ack in acks]
             picked: list[Entry] = []
             ended: list[tuple[Entry, str, str]] = []
             budget = ScanBudget()
@@ -172,7 +174,8 @@ class MemoryStorage:
                     room -= self._lineups.scan(queue, now, room, budget, picked, ended)
             for entry, kind, message in ended:
                 state.end_unstarted(entry, kind, message, now)
-            return [state.lease(entry, worker_id, now, lease_seconds) for entry in picked]
+            return Leases((state.lease(entry, worker_id, now, lease_seconds) for entry in picked),
+                          acked)
 
     def wait(self, queues: Sequence[str], timeout: float) -> bool:
         """Block until new work is stored (any queue: spurious wake-ups are allowed). Work

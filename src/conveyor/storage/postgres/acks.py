@@ -12,7 +12,7 @@ all in the one statement.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -69,14 +69,27 @@ def apply(cur: psycopg.Cursor[Any], now: float | None,
           acks: Sequence[Ack]) -> tuple[list[bool], bool]:
     """Apply the acks (``now``: the storage clock, None for the server's); returns
     applied-or-refused per ack, in order, and whether workflow nodes wait to be settled."""
+    return send(cur, now, acks)()
+
+
+def send(cur: psycopg.Cursor[Any], now: float | None,
+         acks: Sequence[Ack]) -> Callable[[], tuple[list[bool], bool]]:
+    """``apply`` in two halves: the statement is executed now (in a pipeline, only queued,
+    so a statement after it travels in the same round trip), the function returned reads
+    its answer."""
     if not acks:
-        return [], False
+        return lambda: ([], False)
     columns = arrays.columns([_row(a) for a in acks], _ENCODERS)
     unran = [place for place, a in enumerate(acks, 1) if not a.ran]
-    if unran:
-        row = cur.execute(_ACK_UNRAN, (now, *columns, arrays.ints(unran))).fetchone()
+    if unran:  # the 20-argument ack: these acks' errors do not count for a breaker
+        cur.execute(_ACK_UNRAN, (now, *columns, arrays.ints(unran)))
     else:
-        row = cur.execute(_ACK, (now, *columns)).fetchone()
-    if not row:
-        return [False] * len(acks), False
-    return [bool(ok) for ok in row[0]], len(row) > 1 and bool(row[1])
+        cur.execute(_ACK, (now, *columns))
+
+    def read() -> tuple[list[bool], bool]:
+        row = cur.fetchone()
+        if not row:
+            return [False] * len(acks), False
+        return [bool(ok) for ok in row[0]], len(row) > 1 and bool(row[1])
+
+    return read

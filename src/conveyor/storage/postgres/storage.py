@@ -27,7 +27,7 @@ from conveyor.core.job import (
 )
 from conveyor.errors import StorageReadOnly
 from conveyor.storage.aio import ThreadedAsync
-from conveyor.storage.base import WaitsThenDequeues
+from conveyor.storage.base import Leases, WaitsThenDequeues
 from conveyor.storage.blocks import JobBlock
 from conveyor.storage.delegate import delegate
 from conveyor.storage.graph import check_added
@@ -181,7 +181,7 @@ class PostgresStorage:
         self._schedules = PostgresSchedules(db)
         self._edits = ScheduleEdits(self.now, self._schedules)
         self._outbox = PostgresOutbox(db, self._clock)
-        self._waits = WaitsThenDequeues(self.wait, self.dequeue)
+        self._waits = WaitsThenDequeues(self.wait, self.dequeue, self.ack)
         self._async = PostgresAsync(db, self._clock, self._notices, self._schema,
                                     ThreadedAsync(self.enqueue, self._inspector.get_job))
 
@@ -229,18 +229,28 @@ class PostgresStorage:
 
     def dequeue(
         self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float,
-        capacity: int = 0,
-    ) -> list[LeasedJob]:
+        capacity: int = 0, acks: Sequence[Ack] = (),
+    ) -> Leases:
         """Lease pending jobs up to ``count`` slots, queue by queue in the order given: one
         call of the server-side ``dequeue`` (pause, deadlines, flow control, the lineup,
-        batch counters)."""
+        batch counters). ``acks`` go first, the server-side ``ack`` pipelined ahead of it:
+        one round trip, one implicit transaction (no Sync between the two)."""
         if count <= 0 or not queues:
-            return []
-        with self._db.call() as cur:
-            rows = cur.execute(_DEQUEUE, (self._clock.arg(), arrays.texts(dict.fromkeys(queues)),
-                                          enc(worker_id), count, lease_seconds, capacity)
-                               ).fetchall()
-        return [_leased(row) for row in rows]
+            return Leases((), self.ack(acks))
+        now = self._clock.arg()
+        args = (now, arrays.texts(dict.fromkeys(queues)), enc(worker_id), count, lease_seconds,
+                capacity)
+        if not acks:
+            with self._db.call() as cur:
+                return Leases(_leased(row) for row in cur.execute(_DEQUEUE, args).fetchall())
+        with self._db.call() as cur, cur.connection.cursor() as lease, cur.connection.pipeline():
+            acked = ack_sql.send(cur, now, acks)
+            lease.execute(_DEQUEUE, args)
+            applied, marked = acked()
+            rows = lease.fetchall()
+        if marked:  # as ``ack``: the settled node's children move in the next transaction
+            self._upkeep.settle_marks(marked=True)
+        return Leases((_leased(row) for row in rows), applied)
 
     def wait(self, queues: Sequence[str], timeout: float) -> bool:
         """Block until work may be ready on ``queues`` (see ``wakeup.py``)."""

@@ -12,18 +12,32 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
+import redis
 from conveyor.core.job import Ack, Outcome
 from conveyor.storage.redis import codec
+from conveyor.storage.redis.connection import REDIRECTS
 from conveyor.storage.redis.context import Move, RedisContext
 from conveyor.storage.redis.graph import RedisGraph
 
-__all__ = ["ACK_CHUNK", "ACK_PATIENCE", "RedisAcks"]
+__all__ = ["ACK_CHUNK", "ACK_PATIENCE", "Carried", "RedisAcks"]
 
 log = logging.getLogger("conveyor.storage.redis")
 
 ACK_PATIENCE = 60.0  # an acknowledgement is retried through outages this long, never dropped
 ACK_CHUNK = 1000  # acks per ack.lua call
+
+
+@dataclass(frozen=True)
+class Carried:
+    """Acks on their way with a lease: the acks, their chunks (queue, indexes into
+    ``acks``) and each chunk's first ack.lua call, to send ahead of the lease."""
+
+    acks: Sequence[Ack]
+    chunks: list[tuple[str, list[int]]]
+    commands: list[tuple[Any, ...]]
 
 
 class RedisAcks:
@@ -38,22 +52,60 @@ class RedisAcks:
     def ack(self, acks: Sequence[Ack]) -> list[bool]:
         """Apply outcomes; a batch job's batch is updated before the job is acknowledged."""
         results = [False] * len(acks)
+        for queue, idxs in self._chunks(acks):
+            self._ack_chunk(queue, acks, idxs, results)
+        return results
+
+    def carry(self, acks: Sequence[Ack]) -> Carried:
+        """The first call of each chunk of ``acks`` (ack.lua's "plan", which applies the
+        outcomes of jobs without a batch) as commands to send ahead of a lease, in the same
+        write (``storage/redis/leases.py``); ``finish`` takes their replies."""
+        chunks = self._chunks(acks)
+        commands = [self.scripts.command("ack", self.keys.queue(queue),
+                                         self._ack_args(queue, acks, idxs, "plan"))
+                    for queue, idxs in chunks]
+        return Carried(acks, chunks, commands)
+
+    def finish(self, carried: Carried, replies: Sequence[Any]) -> tuple[list[bool], bool]:
+        """Complete carried acks from the replies of their ``carry`` commands, as ``ack``
+        completes its own calls (a batch job's second step, batch counters, workflows); a
+        chunk whose script did not run (NOSCRIPT, a slot that moved) is acknowledged anew,
+        after the lease: the second value says so. A script error is raised once every
+        other chunk is complete."""
+        acks, results = carried.acks, [False] * len(carried.acks)
+        error: Exception | None = None
+        late = False
+        for (queue, idxs), reply in zip(carried.chunks, replies, strict=True):
+            if isinstance(reply, (redis.exceptions.NoScriptError, *REDIRECTS)):
+                self._ack_chunk(queue, acks, idxs, results)
+                late = True
+            elif isinstance(reply, Exception):
+                if isinstance(reply, redis.ResponseError):
+                    reply = self.scripts.scripts["ack"].located(reply)
+                error = error or self.link.refused(reply)
+            else:
+                self._ack_chunk(queue, acks, idxs, results, reply)
+        if error is not None:
+            raise error
+        return results, late
+
+    def _chunks(self, acks: Sequence[Ack]) -> list[tuple[str, list[int]]]:
+        """The indexes of ``acks`` per ack.lua call: by queue, ``ACK_CHUNK`` at most."""
         groups: dict[str, list[int]] = defaultdict(list)
         for i, ack in enumerate(acks):
             queue = self.ctx.find_queue(ack.job_id, ack.token)
             if queue is not None:
                 groups[queue].append(i)
-        for queue, idxs in groups.items():
-            for start in range(0, len(idxs), ACK_CHUNK):
-                self._ack_chunk(queue, acks, idxs[start:start + ACK_CHUNK], results)
-        return results
+        return [(queue, idxs[start:start + ACK_CHUNK]) for queue, idxs in groups.items()
+                for start in range(0, len(idxs), ACK_CHUNK)]
 
     def _ack_chunk(self, queue: str, acks: Sequence[Ack], idxs: list[int],
-                   results: list[bool]) -> None:
+                   results: list[bool], planned: list[list[object]] | None = None) -> None:
         later: list[int] = []
         intents: list[Move] = []  # outcomes about to be applied: the jobs are still ours
         moves: list[Move] = []  # what the store answered: applied before, or refused
-        planned = self._ack_call(queue, acks, idxs, "plan")
+        if planned is None:
+            planned = self._ack_call(queue, acks, idxs, "plan")
         for i, (code, batch, value) in zip(idxs, planned, strict=True):
             if code == 2:
                 later.append(i)
@@ -81,15 +133,20 @@ class RedisAcks:
 
     def _ack_call(self, queue: str, acks: Sequence[Ack], idxs: list[int],
                   mode: str) -> list[list[object]]:
-        args = [self.ctx.now_arg(), queue, mode]
+        reply: list[list[object]] = self.scripts.run(
+            "ack", self.keys.queue(queue), self._ack_args(queue, acks, idxs, mode),
+            patience=ACK_PATIENCE)
+        return reply
+
+    def _ack_args(self, queue: str, acks: Sequence[Ack], idxs: list[int],
+                  mode: str) -> list[Any]:
+        args: list[Any] = [self.ctx.now_arg(), queue, mode]
         for i in idxs:
             fields = codec.ack_args(acks[i])
             if acks[i].outcome is Outcome.SUSPENDED and acks[i].resume_at is not None:
                 fields[6] = repr(acks[i].resume_at)  # the wake time, in retry_in's place
             args.extend(fields)
-        reply: list[list[object]] = self.scripts.run("ack", self.keys.queue(queue), args,
-                                                     patience=ACK_PATIENCE)
-        return reply
+        return args
 
     @staticmethod
     def _ack_result(ack: Ack, code: object, batch: object, value: object,

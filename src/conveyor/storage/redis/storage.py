@@ -10,12 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
 
 from redis.cluster import RedisCluster
 
@@ -37,8 +34,6 @@ from conveyor.storage.redis.batch_wait import BatchSubscriptions
 from conveyor.storage.redis.batches import RedisBatches
 from conveyor.storage.redis.breakers import RedisBreakers
 from conveyor.storage.redis.connection import (
-    REDIRECTS,
-    TRANSIENT,
     Link,
     Settings,
     make_client,
@@ -51,6 +46,7 @@ from conveyor.storage.redis.flow import RedisFlow
 from conveyor.storage.redis.gates import RedisGates
 from conveyor.storage.redis.graph import RedisGraph
 from conveyor.storage.redis.inspect import RedisInspector
+from conveyor.storage.redis.leases import RedisLeases
 from conveyor.storage.redis.outbox import RedisOutbox
 from conveyor.storage.redis.repair import PendingRepair
 from conveyor.storage.redis.schedules import RedisSchedules
@@ -59,9 +55,6 @@ from conveyor.storage.schedule_edits import ScheduleEdits
 from conveyor.storage.workers import WorkerInfo
 
 log = logging.getLogger("conveyor.storage.redis")
-
-MAX_DEQUEUE = 1000  # jobs per dequeue.lua call
-MAX_BLOCK = 25.0  # seconds; below the socket timeout
 
 
 def open_redis(url: str, clock: Clock | None = None, *, create: bool = True,
@@ -105,6 +98,9 @@ class RedisStorage:
     prepare_block = delegate("_enqueue", RedisEnqueue.prepare_block)
     add_nodes = delegate("_enqueue", RedisEnqueue.add_nodes)
     ack = delegate("_acks", RedisAcks.ack)
+    dequeue = delegate("_leases", RedisLeases.dequeue)
+    wait = delegate("_leases", RedisLeases.wait)
+    wait_dequeue = delegate("_leases", RedisLeases.wait_dequeue)
     create_batch = delegate("_batches", RedisBatches.create_batch)
     close_batch = delegate("_batches", RedisBatches.close_batch)
     # upkeep: promotion, recovery, cancel, the worker registry, retention
@@ -176,6 +172,7 @@ class RedisStorage:
         self._graph = RedisGraph(ctx, self._batches)
         self._enqueue = RedisEnqueue(ctx, self._batches, self._graph)
         self._acks = RedisAcks(ctx, self._graph)
+        self._leases = RedisLeases(ctx, self._graph, self._acks)
         self._admin = RedisAdmin(ctx, self._graph)
         self.repair = PendingRepair(ctx)
         self.durable = RedisDurable(ctx, self._graph)
@@ -201,108 +198,6 @@ class RedisStorage:
         raise transactions_refused(self.url, connection)
 
     # -- hot path -----------------------------------------------------------------------
-
-    def dequeue(
-        self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float,
-        capacity: int = 0,
-    ) -> list[LeasedJob]:
-        """Lease jobs up to ``count`` slots (a job takes its cost), one script call per
-        queue until filled."""
-        out: list[LeasedJob] = []
-        codec.check_text("worker id", worker_id)
-        used = 0
-        for queue in queues:
-            while used < count:
-                want = min(count - used, MAX_DEQUEUE)
-                leased = self._leased(queue, self.scripts.run(
-                    "dequeue", self.keys.queue(queue),
-                    self._dequeue_args(queue, worker_id, want, lease_seconds, capacity)))
-                out += leased
-                took = sum(job.cost for job in leased)
-                used += took
-                if took < want:
-                    break
-        return out
-
-    def _dequeue_call(self, queue: str, worker_id: str, want: int, lease_seconds: float,
-                      capacity: int) -> tuple[Any, ...]:
-        """One dequeue.lua call as an EVALSHA command, for sending it by hand."""
-        keys = self.scripts.keys("dequeue", self.keys.queue(queue))
-        return ("EVALSHA", self.scripts.shas["dequeue"], len(keys), *keys,
-                *self._dequeue_args(queue, worker_id, want, lease_seconds, capacity))
-
-    def _dequeue_args(self, queue: str, worker_id: str, want: int, lease_seconds: float,
-                      capacity: int) -> list[Any]:
-        prefix = os.urandom(8).hex() + "."  # tokens: prefix, sequence, "/queue"
-        return [self.ctx.now_arg(), queue, worker_id, want, repr(float(lease_seconds)), prefix,
-                capacity]
-
-    def _leased(self, queue: str, reply: Any) -> list[LeasedJob]:
-        """Decode a dequeue.lua reply and feed its batch moves to the batch counters."""
-        rows, moves = reply
-        self._graph.sync_batches(moves, confirm=False)  # its own leases, not run yet
-        return [codec.leased(row, queue) for row in rows]
-
-    def wait(self, queues: Sequence[str], timeout: float) -> bool:
-        """BLPOP the queues' wake-up lists: their notify lists on one server, their
-        doorbells (all in one slot) on Cluster."""
-        if not queues or timeout <= 0:
-            return False
-        try:
-            return self.link.raw(*self._blpop(queues, timeout)) is not None
-        except TRANSIENT as exc:
-            self._wait_failed(exc, timeout)
-            return False
-
-    def wait_dequeue(
-        self, watch: Sequence[str], queues: Sequence[str], worker_id: str, count: int,
-        lease_seconds: float, timeout: float, capacity: int = 0,
-    ) -> list[LeasedJob]:
-        """BLPOP with the first queue's dequeue.lua pipelined behind it: the lease runs the
-        moment the pop returns, with no round trip between. Other queues (and more than
-        ``MAX_DEQUEUE`` jobs) are leased after, as ``dequeue`` does. On Cluster that takes the
-        doorbells' node to own the first queue's slot too; otherwise it waits, then leases."""
-        if not watch or not queues or timeout <= 0 or count <= 0:
-            self.wait(watch, timeout)
-            return self.dequeue(queues, worker_id, count, lease_seconds, capacity)
-        codec.check_text("worker id", worker_id)
-        first, want = queues[0], min(count, MAX_DEQUEUE)
-        blpop = self._blpop(watch, timeout)
-        lease = self._dequeue_call(first, worker_id, want, lease_seconds, capacity)
-        if not self.link.same_node(blpop, lease):
-            self.wait(watch, timeout)
-            return self.dequeue(queues, worker_id, count, lease_seconds, capacity)
-        try:
-            _, reply = self.link.raw_many(blpop, lease)
-        except TRANSIENT as exc:
-            self._wait_failed(exc, timeout)
-            return []
-        if isinstance(reply, Exception):  # NOSCRIPT, or a slot moved: the plain path copes
-            if not isinstance(reply, (redis.exceptions.NoScriptError, *REDIRECTS)):
-                if isinstance(reply, redis.exceptions.ResponseError):
-                    reply = self.scripts.scripts["dequeue"].located(reply)
-                raise self.link.refused(reply)
-            return self.dequeue(queues, worker_id, count, lease_seconds, capacity)
-        out = self._leased(first, reply)
-        used = sum(job.cost for job in out)
-        if used < count:
-            rest = queues if used == want else queues[1:]
-            out += self.dequeue(rest, worker_id, count - used, lease_seconds, capacity)
-        return out
-
-    def _blpop(self, queues: Sequence[str], timeout: float) -> tuple[Any, ...]:
-        if self.settings.cluster:
-            keys = [self.keys.doorbell(q) for q in queues]
-        else:
-            keys = [self.keys.queue(q).notify for q in queues]
-        block = min(max(timeout, 0.01), MAX_BLOCK)
-        return ("BLPOP", *keys, f"{block:.3f}")
-
-    def _wait_failed(self, exc: Exception, timeout: float) -> None:
-        # A restart of Redis: report no work; the worker's next call reconnects.
-        log.warning("waiting for work on Redis at %s failed: %s",
-                    self.link.where, self.link.scrub(exc))
-        time.sleep(min(timeout, 0.5))
 
     def log(self, job_id: str, token: str, events: Sequence[Event],
             progress: tuple[int, int] | None = None) -> bool:

@@ -26,7 +26,7 @@ from conveyor.core.job import (
 )
 from conveyor.errors import StorageMissing, WorkflowError
 from conveyor.storage.aio import ThreadedAsync
-from conveyor.storage.base import Storage, WaitsThenDequeues, transactions_refused
+from conveyor.storage.base import Leases, Storage, WaitsThenDequeues, transactions_refused
 from conveyor.storage.blocks import JobBlock
 from conveyor.storage.delegate import delegate
 from conveyor.storage.graph import check_added
@@ -165,7 +165,7 @@ class SqliteStorage:
         self._schedules = SqliteSchedules(db)
         self._edits = ScheduleEdits(self.now, self._schedules)
         self._outbox = SqliteOutbox(db, clock)
-        self._waits = WaitsThenDequeues(self.wait, self.dequeue)
+        self._waits = WaitsThenDequeues(self.wait, self.dequeue, self.ack)
         self._async = ThreadedAsync(self.enqueue, self._inspector.get_job)
 
     def now(self) -> float:
@@ -201,17 +201,19 @@ class SqliteStorage:
     @reads
     def dequeue(
         self, queues: Sequence[str], worker_id: str, count: int, lease_seconds: float,
-        capacity: int = 0,
-    ) -> list[LeasedJob]:
-        """Lease pending jobs up to ``count`` slots, queue by queue in the order given."""
+        capacity: int = 0, acks: Sequence[Ack] = (),
+    ) -> Leases:
+        """Apply ``acks``, then lease pending jobs up to ``count`` slots, queue by queue in
+        the order given, all in one transaction."""
         if count <= 0 or not queues:
-            return []
-        leased: list[LeasedJob] = []
+            return Leases((), self.ack(acks))
+        leased = Leases()
         # What the next wait compares with, read before the transaction: a commit landing
         # after this point is leased now or wakes that wait (read after, it was missed).
         before = (data_version(self._db.read()), self._wakeup.generation)
         with self._db.write() as cur:
             now = self.now()
+            leased.acked, settled = self._apply_acks(cur, now, acks)
             paused = {r[0] for r in cur.execute("SELECT name FROM queues WHERE paused = 1")}
             moves: list[batches.Move] = []
             params: dict[str, Any] = {"worker": worker_id, "now": now,
@@ -232,6 +234,8 @@ class SqliteStorage:
                     if job.batch_id:
                         moves.append((job.batch_id, "pending", "active"))
             batches.apply(cur, now, moves, jobs.insert)
+        if settled:
+            self._wakeup.notify()
         if room > 0:  # the queues ran dry: the next call is a wait
             self._seen.version = before
         return leased
@@ -283,14 +287,21 @@ class SqliteStorage:
         if not acks:
             return []
         with self._db.write() as cur:
-            now = self.now()
-            applied, moves = ack_sql.apply(cur, now, acks)
-            settled = batches.apply(cur, now, moves, jobs.insert)
-        # Work made pending by this process is announced at once (a handed-back job, a
-        # workflow's released node); other processes see the commit by polling.
-        if settled or any(a.outcome.value == "interrupted" for a in acks):
+            applied, settled = self._apply_acks(cur, self.now(), acks)
+        if settled:
             self._wakeup.notify()
         return applied
+
+    @staticmethod
+    def _apply_acks(cur: Any, now: float, acks: Sequence[Ack]) -> tuple[list[bool], bool]:
+        """Apply ``acks`` in the caller's transaction; returns their results and whether
+        the commit must be announced: work made pending by this process (a handed-back job,
+        a workflow's released node) is announced at once, other processes poll."""
+        if not acks:
+            return [], False
+        applied, moves = ack_sql.apply(cur, now, acks)
+        settled = batches.apply(cur, now, moves, jobs.insert)
+        return applied, bool(settled) or any(a.outcome.value == "interrupted" for a in acks)
 
     def log(self, job_id: str, token: str, events: Sequence[Event],
             progress: tuple[int, int] | None = None) -> bool:
