@@ -49,7 +49,9 @@ def test_skewed_app_moves_the_wall_clock() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["redis", "redis_cluster"], indirect=True)
+# Single Redis only: Cluster runs the same scripts with the same TIME rule, and its nodes here
+# share this machine's clock, so a Cluster run proved nothing more (17 s of the suite's budget).
+@pytest.mark.parametrize("backend", ["redis"], indirect=True)
 def test_skewed_workers_neither_steal_nor_strand(backend: Backend, faults: Faults) -> None:
     """A worker 5 min fast and one 5 min slow share 3 s jobs on 3 s leases: no job is taken
     from a live holder. Then the fast one is SIGKILLed: its jobs are recovered on time."""

@@ -152,7 +152,9 @@ def test_frozen_primary_comes_back_stale(group: RedisSentinelGroup, faults: Faul
             (frozen_at, promoted_at, resumed))
 
 
-@pytest.mark.parametrize("wait", [0, 1])
+# Without wait_replicas only: SENTINEL FAILOVER promotes a replica once it has caught up, so
+# nothing acknowledged can be lost either way; scenario 20 runs the option through a failover.
+@pytest.mark.parametrize("wait", [0])
 def test_failover_by_hand(wait: int, group: RedisSentinelGroup, faults: Faults) -> None:
     """Scenario 22: ``SENTINEL FAILOVER`` while everything runs."""
     app, batch_id, ids, producer = _start(faults, _url(group, f"manual{wait}", wait),
