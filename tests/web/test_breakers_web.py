@@ -8,6 +8,8 @@ operator release it; resilience4j exports its breakers' state and transitions as
 
 from __future__ import annotations
 
+import json
+
 from conveyor.http.metrics import render_inspector
 from tests.cli.test_breakers_cli import open_stripe
 from tests.web.conftest import Site
@@ -39,3 +41,15 @@ def test_the_queues_page_shows_open_breakers_and_closes_one_by_post(site: Site) 
     again = client.post("/action", {**form, "csrf": client.csrf()})  # as "no live worker"
     assert again.status == 400
     assert "breaker &#x27;stripe&#x27; is not open: nothing to close" in again.body
+
+
+def test_the_api_lists_breakers_as_the_cli_json_does(site: Site) -> None:
+    """``/api/breakers``: what a monitor polls (Hatchet's and Sidekiq's dashboards serve their
+    state as JSON beside the pages); the rows are ``conveyor breakers --json``'s."""
+    client = site.client()
+    assert json.loads(client.get("/api/breakers").body) == []
+    open_stripe(site.app.storage)
+    [row] = json.loads(client.get("/api/breakers").body)
+    assert (row["key"], row["state"], row["failures"], row["trips"]) == ("stripe", "open", 2, 1)
+    assert row["reason"] == "2 errors within 60s; last: ConnectionError: stripe down"
+    assert row["probe_at"] > row["opened_at"]

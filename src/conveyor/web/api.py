@@ -8,6 +8,7 @@ import re
 
 from conveyor.http.metrics import CONTENT_TYPE, render_inspector
 from conveyor.storage.totals import HISTORY_MINUTES
+from conveyor.views.breakers import breakers_view
 from conveyor.views.failures import (
     check_batch,
     failure_states,
@@ -56,6 +57,13 @@ async def scale_hint(dash: Dashboard, request: Request, csrf: str,
     target = request.int_arg("latency_target", int(DEFAULT_LATENCY_TARGET), 0, 86_400)
     return json_response(await dash.call(lambda insp: scale_view(
         insp, slots, float(target), None if queue is None else [queue])))
+
+
+async def breakers(dash: Dashboard, request: Request, csrf: str,
+                   m: re.Match[str]) -> Response:
+    """``breakers_view`` as JSON: the open and half-open breakers first, then the keys with
+    recent errors (what ``conveyor breakers --json`` prints)."""
+    return json_response(await dash.call(breakers_view))
 
 
 async def workers(dash: Dashboard, request: Request, csrf: str, m: re.Match[str]) -> Response:

@@ -41,6 +41,7 @@ ROUTES: list[tuple[re.Pattern[str], Page]] = [
         (r"/metrics", api.metrics),
         (r"/api/stats", api.stats), (r"/api/workers", api.workers),
         (r"/api/history", api.history), (r"/api/scale-hint", api.scale_hint),
+        (r"/api/breakers", api.breakers),
         (r"/api/jobs/(?P<id>[^/]+)", api.job), (r"/api/batches/(?P<id>[^/]+)", api.batch),
     )
 ]
