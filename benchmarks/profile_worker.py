@@ -2,6 +2,7 @@
 
 ``python -m benchmarks.profile_worker [--jobs 20000] [--body redis] [--gil] [--top 30]``
 ``python -m benchmarks.profile_worker --enqueue [--cluster] [--jobs 10000]``
+``python -m benchmarks.profile_worker --live [--body sqlite]``
 
 Starts its own redis-server, one idle ``conveyor worker -c 8`` (the W0 setup), attaches
 ``py-spy record --threads -f raw`` to it, enqueues ``--jobs`` jobs of the body in bulk, and
@@ -9,6 +10,9 @@ stops py-spy when the last one is counted. The worker's CPU per job comes from i
 ``getrusage`` (reported by ``peers/body.py``) over the profiled jobs; each function's share of
 py-spy's active samples turns that into microseconds per job, inclusive (the function and
 what it calls) and self. py-spy is not a dependency: ``pip install py-spy`` first.
+
+``--live`` enqueues the jobs one by one from this process while the worker runs them (the
+W0 workloads' live end to end), so the worker leases and acks them a few at a time.
 
 ``--enqueue`` profiles the client instead: one process enqueueing ``--jobs`` no-op jobs one by
 one (``job.enqueue``, as W1 does), on a single Redis or (``--cluster``) a local 3-master Redis
@@ -153,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=20_000)
     p.add_argument("--enqueue", action="store_true", help="profile the client enqueueing")
     p.add_argument("--cluster", action="store_true", help="--enqueue on a Redis Cluster")
+    p.add_argument("--live", action="store_true",
+                   help="enqueue one by one while the worker runs (W0 live), not in bulk first")
     p.add_argument("--child-enqueue", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--body", default="redis", help="redis | aredis | sqlite | noop")
     p.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
@@ -196,8 +202,12 @@ def main(argv: list[str] | None = None) -> int:
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(2)  # py-spy attaches
         t0 = time.perf_counter()
-        for start in range(0, args.jobs, 5_000):
-            job.enqueue_many([(args.body, 0.0)] * min(5_000, args.jobs - start))
+        if args.live:  # W0's live end to end: jobs arrive one at a time while it runs
+            for _ in range(args.jobs):
+                job.enqueue(args.body, 0.0)
+        else:
+            for start in range(0, args.jobs, 5_000):
+                job.enqueue_many([(args.body, 0.0)] * min(5_000, args.jobs - start))
         wait_done(r, 200 + args.jobs, 600)
         wall = time.perf_counter() - t0
         time.sleep(0.2)
@@ -205,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         spy_proc.send_signal(signal.SIGINT)
         spy_proc.wait(60)
         us = (cpu1 - cpu0) / (n1 - n0) * 1e6
-        print(f"{args.jobs:,} jobs of body {args.body!r} in {wall:.2f} s under py-spy "
+        print(f"{args.jobs:,} jobs of body {args.body!r} {'live' if args.live else 'drained'} "
+              f"in {wall:.2f} s under py-spy "
               f"({args.jobs / wall:,.0f} jobs/s, slowed by sampling)\n")
         print(analyse(raw_file, us, args.top))
     finally:
