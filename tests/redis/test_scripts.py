@@ -190,6 +190,29 @@ def test_every_shipped_script_compiles(store: RedisStorage) -> None:
         assert store.link.raw("SCRIPT", "LOAD", script.source) == script.sha
 
 
+# TIME's reply as ARGV 2 and 3: a local ``redis`` ahead of the include shadows the server's
+CLOCKED = {
+    "_clock": script_text("_clock"),
+    "clocked": "-- clocked.lua\nlocal redis = {call = function() return {ARGV[2], ARGV[3]} end}\n"
+               '--- @include "_clock"\n--- @key state\n'
+               "return {NOWS, string.format('%.6f', NOW), string.format('%.17g', NOW)}\n",
+}
+
+
+@pytest.mark.parametrize("usec", ["0", "7", "42", "100000", "999999"])
+def test_the_server_clock_text_is_six_decimals_of_its_time(store: RedisStorage,
+                                                            usec: str) -> None:
+    """NOWS (state lines, events) is "%.6f" of the server's TIME, which codec parses as the
+    float NOW compares with: the text is built from TIME's two parts, so a microsecond value
+    below 100,000 must be padded (x.000042, not x.42) and NOW must be the same instant."""
+    script = assemble("clocked", reader(CLOCKED), QueueKeys)
+    store.scripts.scripts = {**store.scripts.scripts, "clocked": script}
+    text, formatted, number = store.scripts.once("clocked", store.keys.queue("q"),
+                                                 ["", "1795920533", usec])
+    assert text == f"{1795920533 + int(usec) / 1e6:.6f}" == formatted
+    assert float(number) == float(text)
+
+
 # -- the script cache ---------------------------------------------------------------------------
 
 def test_noscript_after_script_flush_reloads(store: RedisStorage, redis_server: object) -> None:

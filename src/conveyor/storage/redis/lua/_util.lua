@@ -1,4 +1,5 @@
 -- _util.lua: small helpers with no knowledge of jobs.
+--- @include "_notify"
 local function num(value)
   return tonumber(value) or 0
 end
@@ -8,14 +9,6 @@ local function bulk(command, K_KEY, args)
   local n = #args
   for i = 1, n, 2000 do
     redis.call(command, K_KEY, unpack(args, i, math.min(i + 1999, n)))
-  end
-end
-
--- Wake up to n idle workers blocked on a wake-up list (a queue's notify list, or its
--- doorbell on Cluster); the list never holds more than 16 tokens.
-local function notify(K_NOTIFY, n)
-  if n > 0 and redis.call('LLEN', K_NOTIFY) < 16 then
-    for _ = 1, math.min(n, 16) do redis.call('LPUSH', K_NOTIFY, '1') end
   end
 end
 
