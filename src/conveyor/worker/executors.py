@@ -15,6 +15,7 @@ import asyncio
 import logging
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable
 
 from conveyor.core.job import Ack
@@ -133,7 +134,16 @@ class ThreadExecutor:
 
 
 class AsyncExecutor:
-    """One asyncio event loop on its own thread, started on the first async job."""
+    """One asyncio event loop on its own thread, started on the first async job.
+
+    A job submitted from another thread (the fetcher's) crosses into the loop with
+    ``call_soon_threadsafe``, which writes to the loop's wake-up pipe for the loop to read:
+    per job, that was the largest cost a short async job paid over a raw asyncio queue. So the
+    crossings are shared: jobs submitted while one is on its way (a fetch's page, dispatched
+    in a loop) wait in ``_pending`` and ride with it, in order. A job submitted on the loop's
+    own thread (one from the reserve, started by the job that ended: ``Launcher.finish``)
+    becomes a task at once, after any still pending, with no crossing at all.
+    """
 
     def __init__(self, processor: Processor, finish: Finish) -> None:
         self.processor = processor
@@ -142,6 +152,11 @@ class AsyncExecutor:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._pending: deque[Entry] = deque()  # submitted, their crossing on its way
+        self._pending_lock = threading.Lock()
+        self._crossing = False  # a ``_take_pending`` is scheduled on the loop
+        #: Crossings into the loop from other threads so far (for tests and probes).
+        self.crossings = 0
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         loop = self._loop
@@ -166,8 +181,28 @@ class AsyncExecutor:
         loop.run_forever()
 
     def submit(self, entry: Entry) -> None:
-        """Start the job as a task on the loop."""
-        self._ensure_loop().call_soon_threadsafe(self._spawn, entry)
+        """Start the job as a task on the loop (jobs start in the order submitted)."""
+        loop = self._ensure_loop()
+        if self._thread is threading.current_thread():
+            if self._pending:
+                self._take_pending()
+            self._spawn(entry)
+            return
+        with self._pending_lock:
+            self._pending.append(entry)
+            if self._crossing:
+                return  # it rides with the crossing on its way
+            self._crossing = True
+            self.crossings += 1
+        loop.call_soon_threadsafe(self._take_pending)
+
+    def _take_pending(self) -> None:
+        with self._pending_lock:
+            entries = list(self._pending)
+            self._pending.clear()
+            self._crossing = False
+        for entry in entries:
+            self._spawn(entry)
 
     def _spawn(self, entry: Entry) -> None:
         task = asyncio.get_running_loop().create_task(self._run(entry))
@@ -187,6 +222,9 @@ class AsyncExecutor:
         loop, self._loop = self._loop, None
         if loop is None:
             return
+        with self._pending_lock:  # a loop started later takes nothing of this one's
+            self._pending.clear()
+            self._crossing = False
 
         def _cancel_all() -> None:
             for task in list(self._tasks):

@@ -69,8 +69,9 @@ class InFlight:
             with self._extra_lock:
                 self._extra += entry.job.cost - 1
 
-    def claim(self, entry: Entry) -> bool:
-        """Take the right to acknowledge ``entry``; True only for the first caller.
+    def claim(self, entry: Entry, wake: bool = True) -> bool:
+        """Take the right to acknowledge ``entry``; True only for the first caller. Without
+        ``wake`` the fetcher is not woken: the caller does (``wake``) if the slot stays free.
 
         ``dict.pop`` is atomic under the GIL, so no lock is needed on this per-job path.
         """
@@ -79,8 +80,8 @@ class InFlight:
         if entry.job.cost > 1:
             with self._extra_lock:
                 self._extra -= entry.job.cost - 1
-        if not self._slot_freed.is_set():
-            self._slot_freed.set()
+        if wake:
+            self.wake()
         return True
 
     @property
@@ -117,8 +118,9 @@ class InFlight:
         return ready()
 
     def wake(self) -> None:
-        """Wake a fetcher waiting for a slot (used at shutdown)."""
-        self._slot_freed.set()
+        """Wake a fetcher waiting for a slot (or for ``wait_until``'s condition)."""
+        if not self._slot_freed.is_set():  # setting it again would notify nobody, at a cost
+            self._slot_freed.set()
 
     def leases(self) -> dict[str, str]:
         """Job id → lease token of every running job this process still owns (the members

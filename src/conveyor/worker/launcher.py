@@ -122,8 +122,13 @@ class Launcher:
     # -- the per-job hand-off -------------------------------------------------------------
     def finish(self, entry: Entry, ack: Ack) -> None:
         """Record a job's outcome unless someone else (timeout, shutdown) already did, and
-        start the next reserved job in the slot it freed (``Fetcher.start_reserved``)."""
-        if self.inflight.claim(entry):
+        start the next reserved job in the slot it freed (``Fetcher.start_reserved``).
+
+        The fetcher is woken only when the slot stays free, or when the job was the suspect
+        it may be waiting on (``Isolation.wait``): it fetches for free slots only, so waking
+        it for a slot a reserved job took cost every short job a thread switch for nothing
+        (the largest single cost of a drain of async jobs after the loop's crossings)."""
+        if self.inflight.claim(entry, wake=False):
             if not entry.lost:
                 self.acker.add(ack)
                 if ack.resume_at is not None:  # a durable job suspended: promote it on time
@@ -134,6 +139,8 @@ class Launcher:
             if entry.executor != "process":  # a job process counts its own jobs
                 self.recycling.job_ended()
             self.fetcher.start_reserved()
+            if self.inflight.free > 0 or entry is self.fetcher.isolation.suspect:
+                self.inflight.wake()
 
     def retire(self, reason: str) -> None:
         """Replace this process (a recycling limit, ``reason``): stop taking jobs, let the
