@@ -3,6 +3,7 @@ ends wakes the fetcher (``Launcher.finish``): counted, never timed (issue 53, W0
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -134,8 +135,11 @@ def test_a_slot_a_reserved_job_takes_again_does_not_wake_the_fetcher(app: Convey
     wakes it, so no work waits for its ``idle_wait`` [Sidekiq, asynq: a processor that
     frees asks for its next job at once]."""
 
+    gate = threading.Event()  # holds the refill in its slot until the test has looked
+
     @app.job(name="quick")
     async def quick(n: int) -> int:
+        await asyncio.to_thread(gate.wait, 10.0)
         return n
 
     for n in range(3):
@@ -162,6 +166,7 @@ def test_a_slot_a_reserved_job_takes_again_does_not_wake_the_fetcher(app: Convey
         assert woken == []
 
         [refill] = list(launcher.inflight)
+        gate.set()
         assert _until(lambda: not launcher.inflight.holds(refill))  # it ran on the loop
         assert woken == [1]  # nothing in the reserve: the slot stays free
     finally:

@@ -155,6 +155,9 @@ class AsyncExecutor:
         self._pending: deque[Entry] = deque()  # submitted, their crossing on its way
         self._pending_lock = threading.Lock()
         self._crossing = False  # a ``_take_pending`` is scheduled on the loop
+        # Which loop the pending jobs are for: a stop starts the next one, so a crossing the
+        # stopped loop runs late (it was blocked past the stop's join) takes nothing of it.
+        self._generation = 0
         #: Crossings into the loop from other threads so far (for tests and probes).
         self.crossings = 0
 
@@ -185,7 +188,7 @@ class AsyncExecutor:
         loop = self._ensure_loop()
         if self._thread is threading.current_thread():
             if self._pending:
-                self._take_pending()
+                self._take_pending(self._generation)
             self._spawn(entry)
             return
         with self._pending_lock:
@@ -194,10 +197,13 @@ class AsyncExecutor:
                 return  # it rides with the crossing on its way
             self._crossing = True
             self.crossings += 1
-        loop.call_soon_threadsafe(self._take_pending)
+            generation = self._generation
+        loop.call_soon_threadsafe(self._take_pending, generation)
 
-    def _take_pending(self) -> None:
+    def _take_pending(self, generation: int) -> None:
         with self._pending_lock:
+            if generation != self._generation:
+                return  # a stopped loop's crossing: the pending jobs are the next loop's
             entries = list(self._pending)
             self._pending.clear()
             self._crossing = False
@@ -225,6 +231,7 @@ class AsyncExecutor:
         with self._pending_lock:  # a loop started later takes nothing of this one's
             self._pending.clear()
             self._crossing = False
+            self._generation += 1
 
         def _cancel_all() -> None:
             for task in list(self._tasks):
