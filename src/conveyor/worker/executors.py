@@ -22,11 +22,14 @@ from conveyor.worker.inflight import Entry
 from conveyor.worker.job_processes import JobProcesses
 from conveyor.worker.processor import Processor
 
-__all__ = ["AsyncExecutor", "Finish", "ThreadExecutor"]
+__all__ = ["AsyncExecutor", "Finish", "Task", "ThreadExecutor"]
 
 log = logging.getLogger("conveyor.worker")
 
 Finish = Callable[[Entry, Ack], None]
+#: Work for a pool thread other than a job: it returns the entry to run on that same thread
+#: next (already registered in ``InFlight``), or None (``ThreadExecutor.call``).
+Task = Callable[[], "Entry | None"]
 
 
 class _Slot:
@@ -49,7 +52,7 @@ class ThreadExecutor:
         self.processor = processor
         self.finish = finish
         self.processes = processes  # where a thread hands an ``executor="process"`` job
-        self._queue: queue.SimpleQueue[Entry | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Entry | Task | None] = queue.SimpleQueue()
         self._slots: list[_Slot] = []
         self._lock = threading.Lock()
         self._counter = 0
@@ -74,13 +77,24 @@ class ThreadExecutor:
         """Queue an entry; a free pool thread picks it up."""
         self._queue.put(entry)
 
+    def call(self, task: Task) -> None:
+        """Have a free pool thread run ``task``, then the entry it returns, on that thread.
+
+        The fetcher's wait for work runs so (``Fetcher.wait_tick``): the first job leased by
+        the wait starts on the thread that leased it, with no hand-off from thread to thread
+        between the lease and the job (the idle latency, issue 53)."""
+        self._queue.put(task)
+
     def _work(self, slot: _Slot) -> None:
         run, finish, get = self.processor.run, self.finish, self._queue.get
         processes = self.processes
         while True:
-            entry = get()
-            if entry is None:
+            item = get()
+            if item is None:
                 return
+            entry = item if isinstance(item, Entry) else item()
+            if entry is None:
+                continue
             slot.current = entry
             if entry.executor == "process" and processes is not None:
                 ack = processes.run(entry)  # it kills the job's process at its deadline
