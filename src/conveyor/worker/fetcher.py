@@ -117,44 +117,9 @@ class Fetcher:
         need not wait for a blocked wait: jobs leased after ``quiet`` are handed straight
         back (``interrupted``, which is not an error attempt) instead of started.
         """
-        return self._wait_lease(ahead, False)[0]
-
-    def wait_in_pool(self) -> int:
-        """``wait_tick`` on an idle pool thread, which then runs the first ``def`` job it
-        leased itself (``ThreadExecutor.call``); the rest are dispatched as usual. Returns
-        how many were leased, once that thread has dispatched them.
-
-        An idle worker's latency is its wake-up: a job leased here and queued for a pool
-        thread waited for that thread to wake and take the GIL (a third of a Redis worker's
-        idle latency), while the thread that leased it was already running."""
-        begun, done = threading.Event(), threading.Event()
-        outcome: list[int | BaseException] = []
-
-        def wait() -> Entry | None:
-            begun.set()
-            here = None
-            try:
-                got, here = self._wait_lease(0, True)
-                outcome.append(got)
-            except BaseException as exc:  # raised on the fetcher's thread, which handles it
-                outcome.append(exc)
-            done.set()
-            return here
-
-        self.threads.call(wait)
-        while not done.wait(self.config.idle_wait):
-            if self._quiet.is_set() and not begun.is_set():
-                return 0  # when a thread takes it, the wait returns at once (quieted)
-        if isinstance(outcome[0], BaseException):
-            raise outcome[0]
-        return outcome[0]
-
-    def _wait_lease(self, ahead: int, here: bool) -> tuple[int, Entry | None]:
-        """``wait_tick``; with ``here``, the first ``def`` job is registered but not
-        submitted: it is returned, for the calling thread to run."""
         free = max(0, self.inflight.free)
         if free <= 0 or self._quiet.is_set():
-            return 0, None
+            return 0
         order = queue_order(self.config.queues, self.config.strict, self._rng)
         waiting = time.monotonic()
         if self.feed is not None:
@@ -174,9 +139,10 @@ class Fetcher:
         with self._fetch_lock:
             if self._quiet.is_set():
                 self._hand_back(jobs, "worker quieted before the job started")
-                return 0, None
+                return 0
             now = self._split(jobs, free)
-        return len(jobs), self._dispatch(now, here)
+        self._dispatch(now, woken=True)
+        return len(jobs)
 
     def _carrying(self, lease: Callable[[list[Ack]], Leases]) -> Leases:
         """Run ``lease`` with the acker's pending acks (``Storage.dequeue(acks=)``); they go
@@ -237,25 +203,25 @@ class Fetcher:
             self._dispatch(jobs)
         return len(jobs)
 
-    def _dispatch(self, jobs: list[LeasedJob], here: bool = False) -> Entry | None:
-        """Prepare and start jobs, each in a free slot; with ``here``, the first ``def`` job
-        is registered but returned instead of submitted (``wait_in_pool``)."""
+    def _dispatch(self, jobs: list[LeasedJob], woken: bool = False) -> None:
+        """Prepare and start jobs, each in a free slot. ``woken``: the jobs of a wait, whose
+        first ``def`` job is on its pool thread before this returns (``ThreadExecutor.hand``:
+        an idle worker's latency is the first job's)."""
         self.fetched += len(jobs)
         self.reserve.started(len(jobs))
         if any(job.recoveries for job in jobs):
             ready = self.isolation.take(jobs)
         else:
             ready = [self.processor.prepare(job) for job in jobs]
-        kept: Entry | None = None
         for prepared in ready:
             if isinstance(prepared, Ack):
                 self.acker.add(prepared)
-            elif here and kept is None and not prepared.fn.is_async:
+            elif woken and not prepared.fn.is_async:
+                woken = False
                 self.inflight.add(prepared)
-                kept = prepared
+                self.threads.hand(prepared, self.config.idle_wait)
             else:
                 self.dispatch(prepared)
-        return kept
 
     def dispatch(self, entry: Entry) -> None:
         """Register a prepared job and hand it to the executor that fits it."""
@@ -327,12 +293,7 @@ class Fetcher:
                 continue
             handed_back = self.isolation.handed_back
             try:
-                if not drained:
-                    got = self.tick(ahead)
-                elif self.feed is None:
-                    got = self.wait_in_pool()
-                else:
-                    got = self.wait_tick()
+                got = self.wait_tick() if drained else self.tick(ahead)
             except Exception as exc:
                 delay = retry_delay(self._errors)
                 self._errors += 1
