@@ -130,3 +130,19 @@ def test_a_waiter_polls_briskly_only_while_work_keeps_coming(tmp_path: Path) -> 
     assert bell.wait(lambda: conn, lambda: False, 0.0) is False  # found none: no change
     assert bell.interval(after + wakeup.BRISK_SECONDS) == wakeup.POLL_SECONDS
     conn.close()
+
+
+def test_a_dequeue_that_leased_jobs_makes_the_next_wait_brisk(tmp_path: Path) -> None:
+    """A worker that drained a backlog with plain dequeues (no wait found the work) polls
+    briskly when it next waits: the work was found by its leases."""
+    from conveyor.storage.sqlite import wakeup
+
+    store = open_sqlite(f"sqlite:///{tmp_path / 'drain.db'}", FakeClock())
+    bell = store._wakeup  # the store's own wake-up: what its waits poll at
+    assert store.dequeue(["q"], "w", 10, 30.0) == []  # nothing leased: no change
+    assert bell.interval(time.monotonic()) == wakeup.POLL_SECONDS
+    store.enqueue([_spec("backlog", "q")])
+    before = time.monotonic()
+    assert [j.id for j in store.dequeue(["q"], "w", 10, 30.0)] == ["backlog"]
+    assert bell.interval(before + 0.99 * wakeup.BRISK_SECONDS) == wakeup.BRISK_POLL_SECONDS
+    store.close()

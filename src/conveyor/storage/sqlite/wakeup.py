@@ -3,8 +3,9 @@
 Enqueues made by this process notify a ``threading.Condition`` at once; commits made by other
 processes are noticed by polling ``PRAGMA data_version`` (it changes when another connection
 commits), which costs microseconds and no disk I/O: every ``BRISK_POLL_SECONDS`` within
-``BRISK_SECONDS`` of the last wait that found work, every ``POLL_SECONDS`` after. The poll
-interval was the most of an idle worker's latency for a job from another process (half of it
+``BRISK_SECONDS`` of the last work found (a wait woken for it, a dequeue that leased jobs: a
+worker that drained a backlog without waiting), every ``POLL_SECONDS`` after. The poll
+interval was most of an idle worker's latency for a job from another process (half of it
 on average: 2 ms of 2.4, issue 53); polling at 0.5 ms costs ~5 % of a core, at 4 ms ~1 %,
 so a worker polls briskly only while work keeps coming.
 """
@@ -34,7 +35,7 @@ class Wakeup:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._generation = 0
-        self._worked = float("-inf")  # monotonic time a wait last found work
+        self._worked = float("-inf")  # monotonic time work was last found (``worked``)
         after_fork_in_child(self._after_fork)
 
     def _after_fork(self) -> None:
@@ -46,6 +47,11 @@ class Wakeup:
         with self._cond:
             self._generation += 1
             self._cond.notify_all()
+
+    def worked(self) -> None:
+        """Work was found just now (a wait woken for it, a dequeue that leased jobs): the
+        waits of the next ``BRISK_SECONDS`` poll briskly."""
+        self._worked = time.monotonic()
 
     def interval(self, now: float) -> float:
         """Seconds between two polls of ``data_version`` by a wait at monotonic ``now``."""
@@ -73,7 +79,7 @@ class Wakeup:
         passed as ``seen`` to the next wait, nothing between the two waits is missed either.
         """
         if self._wait(conn, has_work, timeout, seen, last_seen):
-            self._worked = time.monotonic()
+            self.worked()
             return True
         return False
 
