@@ -8,9 +8,9 @@ Each case runs in a fresh interpreter (``--before``: another checkout's ``src`` 
 path, run beside this one): one in-process worker (``Launcher``, ``--concurrency`` slots;
 for ``raw`` one thread looping on ``BRPOP``) waits idle while a separate enqueuing process
 sends one job every ``--interval-ms``, stamped with ``time.time()``; the job records
-``time.time() - stamp`` as it starts. The enqueuer is another process, as in the suite's
-``w2_latency``: on SQLite a commit from this process would wake the worker through an
-in-process condition, which no real deployment has.
+``time.time() - stamp`` as it starts (the first ``WARM_UP`` of a run are dropped). The
+enqueuer is another process, as in the suite's ``w2_latency``: on SQLite a commit from this
+process would wake the worker through an in-process condition, which no real deployment has.
 
 Times on a loaded machine are noise; the coordinator's quiet run is the figure.
 """
@@ -33,6 +33,7 @@ from benchmarks.server_cpu import run_child
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 RAW_KEY = "idle-probe:raw"
+WARM_UP = 5  # the first jobs of a run pay for connections, script loads and imports: dropped
 
 
 def pct(values: list[float], p: float) -> float:
@@ -156,7 +157,7 @@ def main() -> None:
                                         [case, url, str(args.jobs),
                                          str(args.interval_ms / 1000), str(args.concurrency)],
                                         src, f"idle_probe {case}")
-                        runs.setdefault(case + tag, []).extend(res["lat"])
+                        runs.setdefault(case + tag, []).extend(res["lat"][WARM_UP:])
     finally:
         server.stop()
     print(f"{args.jobs} jobs one every {args.interval_ms} ms, one worker of "
