@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +108,41 @@ def test_a_commit_after_a_dequeue_that_ran_dry_wakes_the_next_wait(tmp_path: Pat
         assert [j.id for j in store.dequeue(["q"], "w", 10, 30.0)] == [f"next{n}"]
     store.close()
     other.close()
+
+
+def test_a_waiter_polls_briskly_only_while_work_keeps_coming(tmp_path: Path) -> None:
+    """Another process's commit is seen by polling ``data_version`` (issue 53: the poll was
+    most of an idle SQLite worker's latency). Within ``BRISK_SECONDS`` of a wait that found
+    work the poll is ``BRISK_POLL_SECONDS``; a worker idle longer polls at ``POLL_SECONDS``,
+    as before, so an idle worker costs no more CPU (River and Oban fall back to polling the
+    same way when no notification comes)."""
+    from conveyor.storage.sqlite import wakeup
+
+    conn = sqlite3.connect(tmp_path / "poll.db", check_same_thread=False)
+    bell = wakeup.Wakeup()
+    assert bell.interval(time.monotonic()) == wakeup.POLL_SECONDS  # never found work
+    before = time.monotonic()
+    # work committed since the last empty dequeue (``seen`` differs): found at once
+    assert bell.wait(lambda: conn, lambda: True, 5.0, seen=(-1, -1)) is True
+    after = time.monotonic()
+    assert bell.interval(before + 0.99 * wakeup.BRISK_SECONDS) == wakeup.BRISK_POLL_SECONDS
+    assert bell.interval(after + wakeup.BRISK_SECONDS) == wakeup.POLL_SECONDS
+    assert bell.wait(lambda: conn, lambda: False, 0.0) is False  # found none: no change
+    assert bell.interval(after + wakeup.BRISK_SECONDS) == wakeup.POLL_SECONDS
+    conn.close()
+
+
+def test_a_dequeue_that_leased_jobs_makes_the_next_wait_brisk(tmp_path: Path) -> None:
+    """A worker that drained a backlog with plain dequeues (no wait found the work) polls
+    briskly when it next waits: the work was found by its leases."""
+    from conveyor.storage.sqlite import wakeup
+
+    store = open_sqlite(f"sqlite:///{tmp_path / 'drain.db'}", FakeClock())
+    bell = store._wakeup  # the store's own wake-up: what its waits poll at
+    assert store.dequeue(["q"], "w", 10, 30.0) == []  # nothing leased: no change
+    assert bell.interval(time.monotonic()) == wakeup.POLL_SECONDS
+    store.enqueue([_spec("backlog", "q")])
+    before = time.monotonic()
+    assert [j.id for j in store.dequeue(["q"], "w", 10, 30.0)] == ["backlog"]
+    assert bell.interval(before + 0.99 * wakeup.BRISK_SECONDS) == wakeup.BRISK_POLL_SECONDS
+    store.close()

@@ -141,7 +141,7 @@ class Fetcher:
                 self._hand_back(jobs, "worker quieted before the job started")
                 return 0
             now = self._split(jobs, free)
-        self._dispatch(now)
+        self._dispatch(now, woken=True)
         return len(jobs)
 
     def _carrying(self, lease: Callable[[list[Ack]], Leases]) -> Leases:
@@ -203,8 +203,10 @@ class Fetcher:
             self._dispatch(jobs)
         return len(jobs)
 
-    def _dispatch(self, jobs: list[LeasedJob]) -> None:
-        """Prepare and start jobs, each in a free slot."""
+    def _dispatch(self, jobs: list[LeasedJob], woken: bool = False) -> None:
+        """Prepare and start jobs, each in a free slot. ``woken``: the jobs of a wait, whose
+        first ``def`` job is on its pool thread before this returns (``ThreadExecutor.hand``:
+        an idle worker's latency is the first job's)."""
         self.fetched += len(jobs)
         self.reserve.started(len(jobs))
         if any(job.recoveries for job in jobs):
@@ -214,6 +216,10 @@ class Fetcher:
         for prepared in ready:
             if isinstance(prepared, Ack):
                 self.acker.add(prepared)
+            elif woken and not prepared.fn.is_async:
+                woken = False
+                self.inflight.add(prepared)
+                self.threads.hand(prepared, self.config.idle_wait)
             else:
                 self.dispatch(prepared)
 

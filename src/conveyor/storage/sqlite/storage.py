@@ -236,6 +236,8 @@ class SqliteStorage:
             batches.apply(cur, now, moves, jobs.insert)
         if settled:
             self._wakeup.notify()
+        if leased:
+            self._wakeup.worked()  # the wait that may follow polls briskly (wakeup.py)
         if room > 0:  # the queues ran dry: the next call is a wait
             self._seen.version = before
         return leased
