@@ -145,7 +145,17 @@ class PostgresServer(ManagedServer):
         self.process = None
 
     def cleanup(self) -> None:
-        """Stop and remove the temp dir."""
-        self.stop()
+        """Stop at once and remove the temp dir. An immediate shutdown (SIGQUIT), not the fast
+        one ``stop`` makes: the cluster is thrown away, and a fast shutdown first writes a
+        checkpoint of every dirty buffer (8 s at the end of a session that made hundreds of
+        schemas; ``stop`` keeps it for the scenarios that restart the server on its data)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGQUIT)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
         with contextlib.suppress(OSError):
             shutil.rmtree(self.dir, ignore_errors=True)
