@@ -76,8 +76,7 @@ def _killed_pids(faults: Faults, kills: dict[int, float]) -> dict[str, list[str]
     indirect=["backend"])
 def test_recycled_processes_under_a_kill9_storm_lose_and_double_nothing(
         backend: Backend, executor: str, faults: Faults) -> None:
-    # In full on SQLite; Redis's smoke still outlasts two kills (800 jobs drew three).
-    count = 1200 if backend.name == "sqlite" else 500
+    count = 1200 if backend.name == "sqlite" else 800
     rng = random.Random(56)
     app, jobs = faults.client(backend.url)
     batch_id, ids = enqueue_batch(app, jobs["faults.work"], [(rng.randint(20, 50),)
