@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 LINT_STAMP := $(VENV)/.installed-lint
 
-.PHONY: install constraints audit system-deps demo test check lint typecheck unit bench bench-io bench-pg clean
+.PHONY: install constraints audit system-deps demo test check lint typecheck unit bench bench-smoke bench-io bench-pg clean
 
 # Everything make test and make check need: the dev extra is the lint and test extras, which
 # hold every user extra (pyproject.toml). It has what make lint needs, so its stamp too.
@@ -96,10 +96,10 @@ typecheck: $(LINT_STAMP)
 test: system-deps install lint
 	$(PY) -m pytest -q --durations=20
 
-# The short loop (under 3 minutes on 2 cores): lint, then the tests below; install first, so
-# that one pip run serves both. The benchmark smoke (python -m benchmarks --smoke) is to join
-# as the last prerequisite, after unit: a red test says more than a slow number.
-check: install lint unit
+# The short loop (under 3 minutes on 2 cores): lint, then the tests below, then the benchmark
+# smoke; install first, so that one pip run serves all. The smoke comes last, after unit: a red
+# test says more than a slow number.
+check: install lint unit bench-smoke
 
 # make check's tests: every folder but those below (so a new folder of in-process tests joins
 # it by itself), each test on memory, SQLite or the session's redis-server only (--stores,
@@ -117,6 +117,14 @@ unit: system-deps install
 
 bench: install system-deps
 	$(PY) -m benchmarks
+
+# make check's benchmark smoke (~10 s): benchmarks.server_cpu at a few hundred jobs, one round,
+# on a private redis-server. It asserts no figure: it proves the probe still runs (its cases'
+# interpreters start, talk to the server and report), so that a change that breaks it is seen
+# before a quiet run is booked for numbers. (``python -m benchmarks`` has no --smoke; its short
+# form, --quick, takes minutes.)
+bench-smoke: install system-deps
+	$(PY) -m benchmarks.server_cpu --smoke
 
 # Only the jobs that do I/O (W0a-c, W3 async) and the runs their targets compare against:
 # ~15 minutes, then republishes the leading section of docs/benchmarks.md and the README table.

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from conveyor import Conveyor
 from tests.faults.checks import (
     assert_batch_exact,
     enqueue_batch,
@@ -79,16 +80,28 @@ def test_kill9_storm_loses_nothing(backend: Backend, faults: Faults) -> None:
     )
 
 
+def _lease_expiry(app: Conveyor, job_id: str) -> float:
+    rec = app.get_job(job_id)
+    assert rec is not None and rec.lease_expires_at is not None, job_id
+    return rec.lease_expires_at
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["redis"], indirect=True)
 def test_kill9_default_settings_recover_within_lease(backend: Backend, faults: Faults) -> None:
     """Default lease (10 s), heartbeat (2 s) and recoverer (~1 s): jobs running on a worker
     that is SIGKILLed are runnable again about 11 s later and finish on another worker."""
     app, jobs = faults.client(backend.url)
-    batch_id, ids = enqueue_batch(app, jobs["faults.work"], [(3000,)] * 2, "default lease")
+    # The first run (30 s) outlasts the kill; the rescue's (100 ms) costs no wait.
+    batch_id, ids = enqueue_batch(app, jobs["faults.long_first"], [(30_000, 100)] * 2,
+                                  "default lease")
     doomed = faults.worker(backend.url, name="doomed", concurrency=2)
     wait_until(lambda: faults.log.starts() == 2, 30, what="both jobs to start")
-    time.sleep(2.5)  # let at least one heartbeat extend the leases first
+    first = {job_id: _lease_expiry(app, job_id) for job_id in ids}
+    # The kill comes once a heartbeat has extended both leases (the rule is the lease as
+    # the heartbeat left it, not as the lease began).
+    wait_until(lambda: all(_lease_expiry(app, job_id) > first[job_id] for job_id in ids), 30,
+               what="a heartbeat to extend both leases")
     killed_at = doomed.kill9()
     faults.worker(backend.url, name="rescuer", concurrency=2)
 

@@ -88,7 +88,9 @@ def test_postgres_killed_and_restarted_workers_resume_nothing_acknowledged_lost(
     back_at = time.time()
     resumed = wait_until(lambda: faults.log.first_start_after(back_at), 30, interval=0.02,
                          what="jobs to flow again")
-    time.sleep(1.0)
+    # and enqueues return again: then the producer stops (every one that returned must run)
+    wait_until(lambda: any(at > back_at for _, at in list(producer.acked)), 30,
+               interval=0.02, what="enqueues to return again")
     producer.halt.set()
     producer.join(timeout=30)
 

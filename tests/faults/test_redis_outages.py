@@ -54,7 +54,11 @@ def test_redis_crash_keeps_every_acknowledged_enqueue(
     time.sleep(2.0)
     aof_server.start()
     back_at = time.time()
-    time.sleep(2.0)
+    # Jobs run again and enqueues return again (a figure, not a wait of fixed length): then
+    # the producer stops, and every enqueue it saw return must run.
+    wait_until(lambda: faults.log.first_start_after(back_at) is not None
+               and any(at > back_at for _, at in list(producer.acked)), 30, interval=0.02,
+               what="jobs to run and enqueues to return again")
     producer.halt.set()
     producer.join(timeout=30)
     resumed = faults.log.first_start_after(back_at)

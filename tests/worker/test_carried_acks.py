@@ -7,6 +7,7 @@ gives its acks back to be written as any batch is (nothing lost, nothing recover
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -99,14 +100,19 @@ def test_acks_of_a_failed_fetch_go_back_to_the_acker(app: Conveyor,
 def test_no_ack_is_held_while_the_fetcher_waits(live_app: Conveyor) -> None:
     """A job that ends while the fetcher blocks in its wait: its ack is the acker's to write
     at once. The hold is far longer than the test may take, so a held ack fails it."""
-    blocked = threading.Event()
+    blocked, released = threading.Event(), threading.Event()
     wait_dequeue = live_app.storage.wait_dequeue
 
     def waiting(*args: Any, **kwargs: Any) -> Any:
         # The job is enqueued before the worker starts, so the first fetch (a plain one)
         # leases it; the fetch coming back short, the next is this wait, with a slot free.
+        # The wait is the test's: it lasts until the ack is seen written (the store's own
+        # 600 s wait cannot be cut short, so the worker's stop would spend its 5 s on it).
         blocked.set()
-        return wait_dequeue(*args, **kwargs)
+        released.wait(60)
+        call = inspect.signature(wait_dequeue).bind(*args, **kwargs)
+        call.arguments["timeout"] = 0.01
+        return wait_dequeue(*call.args, **call.kwargs)
 
     @live_app.job(name="carried.after_wait")
     def after_wait() -> None:
@@ -121,5 +127,6 @@ def test_no_ack_is_held_while_the_fetcher_waits(live_app: Conveyor) -> None:
         wait_until(lambda: live_app.get_job(job_id).state  # type: ignore[union-attr]
                    is JobState.SUCCEEDED, 60.0, 0.01, "the job's ack to be written")
     finally:
+        released.set()
         launcher.stop(5.0)
     assert launcher.acker.refused == 0

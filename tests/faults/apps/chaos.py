@@ -60,6 +60,15 @@ def work(ms: float, processes: int = 0) -> int:
     return os.getpid()
 
 
+def long_first(first_ms: float, later_ms: float) -> int:
+    """``faults.work`` whose first attempt lasts ``first_ms`` and any later one ``later_ms``:
+    a first run long enough to be killed in, a rescue that costs the test no wait."""
+    record("start")
+    time.sleep((first_ms if current_job().attempt == 1 else later_ms) / 1000.0)
+    record("end")
+    return os.getpid()
+
+
 def crash(how: str) -> None:
     """A poison job that kills its own process: ``exit`` (os._exit) or ``segv`` (NULL read)."""
     record("start", how=how)
@@ -250,6 +259,7 @@ def sleeper(seconds: float) -> str:
 
 JOBS: dict[str, Callable[..., Any]] = {
     "faults.work": work,
+    "faults.long_first": long_first,
     "faults.crash": crash,
     "faults.write_then_die": write_then_die,
     "faults.stall": stall,
