@@ -249,8 +249,7 @@ worker runs jobs with, and the storage.
         tick, except that its unique key is replaced by the tick's. Raises ``ValueError`` for
         a bad cron expression or time zone, or a schedule name used twice.
         """
-        return self._decorators.periodic(cron, tz=tz, name=name, queue=queue, args=args,
-                                         kwargs=kwargs, **job_options)
+        return self._decorators.periodic(cron, tz, name, queue, args, kwargs, job_options)
 
     # -- enqueue ----------------------------------------------------------------------------
 

@@ -61,20 +61,14 @@ class JobDecorators:
 
         return register
 
-    def periodic(
-        self,
-        cron: str,
-        *,
-        tz: str = "UTC",
-        name: str | None = None,
-        queue: str | None = None,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        **job_options: Any,
-    ) -> Callable[[Callable[..., Any] | JobFunction], JobFunction]:
-        """``Conveyor.periodic``: the decorator declaring the schedule (and registering the
-        job of a plain function). Raises ``ValueError`` for a bad cron expression or time
-        zone, ``TypeError`` for options given with a job already registered."""
+    def periodic(self, cron: str, tz: str, name: str | None, queue: str | None,
+                 args: Sequence[Any], kwargs: Mapping[str, Any] | None,
+                 job_options: Mapping[str, Any],
+                 ) -> Callable[[Callable[..., Any] | JobFunction], JobFunction]:
+        """``Conveyor.periodic`` (its keywords and their defaults are there): the decorator
+        declaring the schedule, and registering the job of a plain function. Raises
+        ``ValueError`` for a bad cron expression or time zone, ``TypeError`` for options
+        given with a job already registered."""
         validate_cron(cron)
         validate_tz(tz)
 
