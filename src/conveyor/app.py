@@ -29,22 +29,20 @@ from typing import TYPE_CHECKING, Any, overload
 from conveyor.client.batch import Batch, Callback, await_batch, batch_status, wait_batch
 from conveyor.client.client import Client
 from conveyor.client.context import JobRuntime
-from conveyor.client.draft import build_flow
+from conveyor.client.decorators import JobDecorators
 from conveyor.client.explain import Explanation, explain
 from conveyor.client.messaging import Messaging
 from conveyor.client.middleware import ClientChain, ServerChain
 from conveyor.client.opener import StorageOpener
-from conveyor.client.options import JobOptionArgs, make_options
+from conveyor.client.options import JobOptionArgs
 from conveyor.client.payloads import JobData, Offload, app_data
-from conveyor.client.periodic import Schedule, validate_cron, validate_tz
 from conveyor.client.refs import JobRef
-from conveyor.client.registry import JobFunction, Registry, default_name
+from conveyor.client.registry import JobFunction, Registry
 from conveyor.client.schedules import Schedules
 from conveyor.core.clock import SYSTEM_CLOCK, Clock
 from conveyor.core.encryption import Keys
 from conveyor.core.job import JobRecord, JobState
 from conveyor.core.serializer import DEFAULT_MAX_PAYLOAD
-from conveyor.core.text import check_name
 from conveyor.hooks import ErrorHandler
 from conveyor.storage import DEFAULT_URL, Backend, Retention, redact
 from conveyor.storage.aio import Waiter
@@ -116,6 +114,8 @@ worker runs jobs with, and the storage.
         self.messaging = Messaging(self.client)
         #: Declared in code (iterate it), and the store's, changed at run time (its methods)
         self.schedules = Schedules(lambda: self.storage, self.registry.options)
+        #: What ``job``, ``aggregate`` and ``periodic`` do (``conveyor.client.decorators``)
+        self._decorators = JobDecorators(self.client, self.registry, self.schedules)
         self.server_middleware = ServerChain()
         self.error_handlers: list[ErrorHandler] = []  # see on_error
         self._opener = StorageOpener(storage)
@@ -201,14 +201,7 @@ worker runs jobs with, and the storage.
         (docs/scheduling.md); ``event_window`` (docs/durable.md); ``version``, ``accepts``
         (safe deploys); ``breaker`` (docs/operations.md, "Breakers").
         """
-        opts = make_options(**options)
-
-        def register(f: Callable[..., Any]) -> JobFunction:
-            fn = JobFunction(self.client, f, name or default_name(f), opts)
-            self.registry.add(fn)
-            return fn
-
-        return register if func is None else register(func)
+        return self._decorators.job(func, name=name, **options)
 
     def on_error(self, handler: ErrorHandler) -> ErrorHandler:
         """Call ``handler(report)`` in the worker for every job error and death.
@@ -229,13 +222,7 @@ worker runs jobs with, and the storage.
         aggregation, with the members (``conveyor.Member``); each member ends by the outcome
         the aggregator gave it (``member.fail(...)``), else succeeded with the return value
         as its result, or, when it raised, by its own retry rules (docs/aggregation.md)."""
-        name = job.name if isinstance(job, JobFunction) else job
-
-        def register(f: Callable[..., Any]) -> Callable[..., Any]:
-            self.registry.add_aggregator(name, f)
-            return f
-
-        return register
+        return self._decorators.aggregate(job)
 
     def periodic(
         self,
@@ -262,38 +249,7 @@ worker runs jobs with, and the storage.
         tick, except that its unique key is replaced by the tick's. Raises ``ValueError`` for
         a bad cron expression or time zone, or a schedule name used twice.
         """
-        validate_cron(cron)
-        validate_tz(tz)
-
-        def register(f: Callable[..., Any] | JobFunction) -> JobFunction:
-            fn = self._periodic_job(f, queue, job_options)
-            given, named = fn.check_call(tuple(args), dict(kwargs or {}),
-                                         what=f"periodic schedule {name or fn.name}")
-            arguments, keywords = tuple(given), dict(named)
-            schedule = Schedule(
-                name=name or fn.name, cron=cron, job_name=fn.name,
-                queue=queue or fn.opts.queue, args=arguments, kwargs=keywords, tz=tz,
-                max_retries=fn.opts.max_retries, timeout=fn.opts.timeout,
-                expires_in=fn.opts.expires_in, version=fn.opts.version,
-                # args are fixed per schedule, so key callables can run once, here
-                flow=build_flow(fn.name, fn.opts, list(arguments), keywords))
-            check_name("schedule name", schedule.name)
-            check_name("queue", schedule.queue)
-            self.schedules.declare(schedule)
-            return fn
-
-        return register
-
-    def _periodic_job(self, f: Callable[..., Any] | JobFunction, queue: str | None,
-                      job_options: Mapping[str, Any]) -> JobFunction:
-        """The job ``@app.periodic`` schedules: ``f`` itself, or ``f`` registered now."""
-        if not isinstance(f, JobFunction):
-            return self.job(queue=queue or "default", **job_options)(f)
-        if job_options:
-            # Silently dropping them would run the job without the limits the user wrote.
-            raise TypeError(f"{f.name} is already a job, so @app.periodic cannot change its "
-                            f"options ({', '.join(sorted(job_options))}); give them to @app.job")
-        return f
+        return self._decorators.periodic(cron, tz, name, queue, args, kwargs, job_options)
 
     # -- enqueue ----------------------------------------------------------------------------
 

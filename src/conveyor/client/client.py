@@ -2,17 +2,16 @@
 
 An enqueue becomes an ``EnqueueDraft`` (``draft.py``), passes through the client middleware
 (``middleware.py``), becomes a ``JobSpec`` and is pushed to the storage: at once, or through a
-``SpecBuffer`` that stores 1,000 at a time (``enqueue_many`` and ``with app.batch()`` blocks).
-Each push returns a ``JobRef`` (``refs.py``). ``Conveyor`` builds one ``Client`` and hands
-it to every ``JobFunction`` and ``Batch``; the client knows the storage, the clock, the
-registry (options of a job enqueued by name), the payload limit and what is done to job data
-(``payloads.py``), and nothing else of the app.
+``SpecBuffer`` (``spec_buffer.py``) that stores 1,000 at a time (``enqueue_many`` and
+``with app.batch()`` blocks). Each push returns a ``JobRef`` (``refs.py``). ``Conveyor``
+builds one ``Client`` and hands it to every ``JobFunction`` and ``Batch``; the client knows
+the storage, the clock, the registry (options of a job enqueued by name), the payload limit
+and what is done to job data (``payloads.py``), and nothing else of the app.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
@@ -31,6 +30,7 @@ from conveyor.client.refs import JobLookup, JobRef
 from conveyor.client.registry import JobFunction, Registry, check_importable
 from conveyor.client.reveal import texts_opened
 from conveyor.client.signature import CanvasOps
+from conveyor.client.spec_buffer import CHUNK_SIZE, SpecBuffer
 from conveyor.core.calls import split_item
 from conveyor.core.clock import SYSTEM_CLOCK, Clock
 from conveyor.core.job import EnqueueResult, JobRecord, JobSpec
@@ -41,14 +41,12 @@ from conveyor.storage.aio import Waiter
 from conveyor.storage.base import SendsBlocks
 
 # EnqueueDraft, build_spec, run_at_from, JobLookup and JobRef lived here before draft.py and
-# refs.py; they stay importable from here, where client middleware has been importing them.
+# refs.py, CHUNK_SIZE and SpecBuffer before spec_buffer.py; they stay importable from here,
+# where client middleware, batches and workflows have been importing them.
 __all__ = [
     "CHUNK_SIZE", "Client", "EnqueueDraft", "JobLookup", "JobRef", "SpecBuffer", "build_spec",
     "latest_client", "run_at_from",
 ]
-
-CHUNK_SIZE = 1000
-"""Specs per storage call in bulk enqueues: bounds memory and stays far below Lua's unpack limit."""
 
 # What a job argument can be (JSON): a ``connection=`` keyword of any other type could never be
 # stored, so it names the application's connection instead (``Client.enqueue_function``).
@@ -370,42 +368,3 @@ class Client:
 
 def _nothing(block: object) -> None:
     """No step before a block outside a batch."""
-
-
-class SpecBuffer:
-    """Specs collected and handed to the storage ``size`` at a time (bulk and batch enqueues).
-
-    A ``JobRef`` given with a spec is updated in place at the flush, so it ends up with the id
-    the storage reports (an existing unique job's id) and the right ``created`` flag.
-    """
-
-    def __init__(
-        self, store: Callable[[Sequence[JobSpec]], list[EnqueueResult]], size: int = CHUNK_SIZE
-    ) -> None:
-        self._store = store
-        self._size = size
-        self._items: list[tuple[JobSpec, JobRef | None]] = []
-        self._lock = threading.RLock()
-        self.added = 0
-        self.sent = 0
-
-    def add(self, spec: JobSpec, ref: JobRef | None = None) -> None:
-        """Buffer one spec; flushes when the buffer is full."""
-        with self._lock:
-            self._items.append((spec, ref))
-            self.added += 1
-            if len(self._items) >= self._size:
-                self.flush()
-
-    def flush(self) -> int:
-        """Store every buffered spec now; returns how many were sent."""
-        with self._lock:
-            items, self._items = self._items, []
-            if not items:
-                return 0
-            results = self._store([spec for spec, _ in items])
-            for (_, ref), result in zip(items, results, strict=True):
-                if ref is not None:
-                    ref.id, ref.created = result.id, result.created
-            self.sent += len(items)
-            return len(items)

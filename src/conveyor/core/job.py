@@ -4,15 +4,25 @@ These are plain data: no I/O, no backend types. Storage backends receive ``JobSp
 ``Ack`` values and hand back ``LeasedJob`` and ``JobRecord`` values. What the storage reports
 beside a job's lifecycle (batches, workers, schedules, queues) is in the storage package, a
 module per record (``storage/batch_records.py``, ``workers.py``, …); ids are made by ``ids.py``.
+A job's history (``Event``) is in ``events.py``, an execution's acknowledgement (``Ack``,
+``Outcome``) in ``ack.py``: both are re-exported here, where the whole vocabulary is imported.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+# Re-exported: an execution's ack and a job's events are part of the job vocabulary.
+from conveyor.core.ack import Ack as Ack
+from conveyor.core.ack import ErrorInfo as ErrorInfo
+from conveyor.core.ack import Outcome as Outcome
+from conveyor.core.events import Event as Event
+from conveyor.core.events import EventKind as EventKind
+from conveyor.core.events import decode_events as decode_events
 
 # Re-exported: a spec's flow control and node are part of the job vocabulary.
 from conveyor.core.flow_control import FlowControl as FlowControl
@@ -56,115 +66,6 @@ SHOWN_STATES: tuple[JobState, ...] = (
     JobState.ACTIVE, JobState.RETRYING, JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD,
     JobState.CANCELLED,
 )
-
-
-class EventKind:
-    """The ``kind`` of an event in a job's history. Plain strings, stable on the wire."""
-
-    ENQUEUED = "enqueued"
-    SCHEDULED = "scheduled"
-    STARTED = "started"
-    MESSAGE = "message"
-    PROGRESS = "progress"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    ERROR = "error"  # an exception; data says whether a retry was scheduled
-    DEAD = "dead"
-    RECOVERED = "recovered"  # lease expired, put back; not an error attempt
-    INTERRUPTED = "interrupted"  # hard shutdown put it back; not an error attempt
-    CANCELLED = "cancelled"
-    CANCEL_REQUESTED = "cancel_requested"
-    EXPIRED = "expired"  # deadline passed before it could start
-    RETRIED = "retried"  # retried by hand (CLI, web)
-    KILLED = "killed"  # moved to dead by hand
-    ACK_REFUSED = "ack_refused"  # a stale lease holder tried to acknowledge (fencing)
-    RELEASED = "released"  # a workflow node's parents all settled: it is pending now
-    REOPENED = "reopened"  # a parent was retried by hand: the node waits for it again
-    FLUSHED = "flushed"  # its aggregation was due: it leads the aggregation's run
-    # Durable jobs (docs/durable.md): a step recorded, left to sleep or wait, woken at once.
-    STEP, SUSPENDED, WOKEN = "step", "suspended", "woken"
-    SNOOZED = "snoozed"  # RetryAfter: due again at ts + data["retry_after"]; not an error
-    BREAKER = "breaker"  # its breaker opened, closed or paused, or it was leased as the probe
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One entry of a job's history: a state change or a message the job wrote."""
-
-    ts: float
-    kind: str
-    state: str | None = None
-    message: str | None = None
-    worker: str | None = None
-    attempt: int = 0
-    data: Mapping[str, Any] | None = None
-
-    def __post_init__(self) -> None:
-        # Human text is made storable where it is built, once, for every backend (text.py);
-        # ``data`` is data and is stored as JSON, exactly.
-        if self.message is not None and not self.message.isascii():
-            object.__setattr__(self, "message", storable(self.message))
-
-    def to_wire(self) -> dict[str, Any]:
-        """Compact dict form stored by backends (short keys, ``None`` left out)."""
-        out: dict[str, Any] = {"t": self.ts, "k": self.kind}
-        if self.state is not None:
-            out["s"] = self.state
-        if self.message is not None:
-            out["m"] = self.message
-        if self.worker is not None:
-            out["w"] = self.worker
-        if self.attempt:
-            out["a"] = self.attempt
-        if self.data:
-            out["d"] = dict(self.data)
-        return out
-
-    def to_json(self) -> str:
-        """One line of the NDJSON event log that backends append to."""
-        return json.dumps(self.to_wire(), separators=(",", ":"), default=str)
-
-    @classmethod
-    def from_wire(cls, raw: Mapping[str, Any]) -> Event:
-        """Inverse of ``to_wire``."""
-        return cls(
-            ts=float(raw["t"]),
-            kind=str(raw["k"]),
-            state=raw.get("s"),
-            message=raw.get("m"),
-            worker=raw.get("w"),
-            attempt=int(raw.get("a", 0)),
-            data=raw.get("d"),
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        """Readable dict for JSON output (CLI ``--json``, web API)."""
-        return {
-            "ts": self.ts,
-            "kind": self.kind,
-            "state": self.state,
-            "message": self.message,
-            "worker": self.worker,
-            "attempt": self.attempt,
-            "data": dict(self.data) if self.data else None,
-        }
-
-
-def decode_events(log: str | None) -> list[Event]:
-    """Parse a stored NDJSON event log; a damaged line becomes a visible event, not a crash."""
-    events: list[Event] = []
-    # "\n" only: splitlines() would also split at U+2028, U+0085 and others, which JSON
-    # encoders (Lua's cjson, SQLite's json_object) leave unescaped inside strings.
-    for line in (log or "").split("\n"):
-        if not line:
-            continue
-        try:
-            events.append(Event.from_wire(json.loads(line)))
-        except (ValueError, KeyError, TypeError):
-            events.append(
-                Event(ts=0.0, kind=EventKind.MESSAGE, message=f"unreadable event: {line[:200]}")
-            )
-    return events
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,71 +123,6 @@ class LeasedJob:
     #: reason under the lease's fence; the jobs fetched with it are unaffected.
     unreadable: str | None = None
     cost: int = 1  #: the worker slots it takes while it runs (``FlowControl.cost``)
-
-
-class Outcome(str, Enum):
-    """How an execution ended, as reported in an ``Ack``."""
-
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    RETRY = "retry"
-    DEAD = "dead"
-    CANCELLED = "cancelled"
-    INTERRUPTED = "interrupted"
-    SUSPENDED = "suspended"  # a durable job sleeps or waits: scheduled until ``resume_at``
-    SNOOZE = "snooze"  # RetryAfter: scheduled again in retry_in s, the errors untouched
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorInfo:
-    """An exception as stored: type, message and traceback text."""
-
-    type: str
-    message: str
-    traceback: str = ""
-
-    def __post_init__(self) -> None:
-        for name in ("type", "message", "traceback"):  # human text: see text.py
-            value = getattr(self, name)
-            if not value.isascii():
-                object.__setattr__(self, name, storable(value))
-
-    def to_wire(self) -> dict[str, str]:
-        """Dict stored in the error event's data."""
-        return {"type": self.type, "message": self.message, "traceback": self.traceback}
-
-
-@dataclass(frozen=True, slots=True)
-class Ack:
-    """A worker's acknowledgement of one execution, fenced by the lease ``token``.
-
-    ``events`` are the job's own buffered messages, stored before the final event.
-    """
-
-    job_id: str
-    token: str
-    outcome: Outcome
-    result: str | None = None
-    message: str | None = None
-    error: ErrorInfo | None = None
-    retry_in: float | None = None
-    events: tuple[Event, ...] = ()
-    progress: tuple[int, int] | None = None
-    bundle: tuple[Ack, ...] = ()  # the other members' acks of an aggregated run it leads
-    resume_at: float | None = None  # SUSPENDED: when it runs again (the storage's clock)
-    ran: bool = True  # False: never ran (unreadable, unknown): no breaker counts it
-
-    def flatten(self) -> list[Ack]:
-        """This ack and its bundle, each to be written as an ack of its own."""
-        return [replace(self, bundle=()), *self.bundle] if self.bundle else [self]
-
-    def __post_init__(self) -> None:
-        # The message is human text (text.py); ``result`` is JSON the serializer made storable.
-        if self.message is not None and not self.message.isascii():
-            object.__setattr__(self, "message", storable(self.message))
 
 
 @dataclass(slots=True)
