@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
+from conveyor.core.ids import generated
 from conveyor.core.job import EnqueueResult, JobSpec
 from conveyor.errors import WorkflowError
 from conveyor.storage import graph
@@ -18,7 +19,7 @@ from conveyor.storage.redis.context import RedisContext
 from conveyor.storage.redis.graph import RedisGraph
 from conveyor.storage.redis.pipeline import Ready
 
-__all__ = ["ENQUEUE_CHUNK", "RedisEnqueue", "result_of"]
+__all__ = ["ENQUEUE_CHUNK", "RedisEnqueue", "result_of", "taken"]
 
 ENQUEUE_CHUNK = 2000  # jobs per enqueue.lua call; scripts unpack at most 2,000 values
 
@@ -32,8 +33,20 @@ class RedisEnqueue:
         self._graph = graph
 
     def enqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
-        """Store jobs: batch membership first (so a batch never completes without them),
-        then one enqueue.lua call per queue and chunk."""
+        """Store jobs: a caller-chosen id another queue holds is left out (``taken``), then
+        batch membership first (so a batch never completes without them), then one
+        enqueue.lua call per queue and chunk."""
+        left_out = taken(self.ctx, specs)
+        if not left_out:
+            return self._store(specs)
+        stored = iter(self._store([s for i, s in enumerate(specs) if i not in left_out]))
+        return [EnqueueResult(s.id, created=False) if i in left_out else next(stored)
+                for i, s in enumerate(specs)]
+
+    def _store(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+        """``enqueue`` of specs whose ids no other queue holds."""
+        if not specs:
+            return []
         ctx = self.ctx
         nodes = [s for s in specs if s.node is not None]
         if nodes:  # a workflow's graph is stored before any of its jobs can move
@@ -122,6 +135,29 @@ class RedisEnqueue:
         if created:
             self._graph.attach(bk, created)
         return [results.get(s.id, EnqueueResult(s.id, created=False)) for s in specs]
+
+
+def taken(ctx: RedisContext, specs: Sequence[JobSpec]) -> set[int]:
+    """Positions of the specs whose caller-chosen id another queue holds, or an earlier
+    spec of the call for another queue: such a spec is not stored (``created=False``), as
+    every store keeps one job per id (docs/api.md, "Job ids").
+
+    Each queue's jobs live in its own slot, so a queue's script sees only its own ids; the
+    other queues are read here, before the scripts run (one HMGET per queue), and only for
+    ids that are not of the generated shape (``ids.generated``): a generated id is new, and
+    the one-by-one and bulk paths pay nothing. Read first and written after, this is not
+    one atomic step: two clients storing one new id in two queues at the same moment may
+    both store it (docs/internals/storage.md)."""
+    chosen = [(i, s) for i, s in enumerate(specs) if not generated(s.id)]
+    if not chosen:
+        return set()
+    held = {job_id: queue for queue, found in ctx.group_by_queue(s.id for _, s in chosen)
+            .items() for job_id in found}
+    out: set[int] = set()
+    for i, s in chosen:
+        if held.setdefault(s.id, s.queue) != s.queue:
+            out.add(i)
+    return out
 
 
 def result_of(job_id: str, code: str) -> EnqueueResult:
