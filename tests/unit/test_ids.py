@@ -53,3 +53,13 @@ def test_ids_made_in_bulk_are_those_new_id_makes(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(ids._ids, "rand", ids._RAND_MAX - 700)
     assert new_ids(1_000) == one_by_one
     assert one_by_one[700][:12] != one_by_one[699][:12]  # the millisecond moved on there
+
+
+def test_generated_tells_the_shape_new_id_makes_from_chosen_ids() -> None:
+    """Redis checks across queues only the ids ``generated`` refuses (docs/api.md, "Job
+    ids"): every id ``new_id``/``new_ids`` makes must pass, every other shape must not."""
+    assert all(map(ids.generated, [new_id(), *new_ids(300)]))
+    made = "0196a3f2c4e1b7d90a5c3e8f"  # of new_id's shape, with letters to upper-case
+    assert ids.generated(made)
+    for chosen in ("invoice-42", made.upper(), made[:-1], made + "0", f"{made[:-1]}g", ""):
+        assert not ids.generated(chosen), chosen

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 
@@ -24,6 +25,7 @@ class _IdClock:
 _ids = _IdClock()
 os.register_at_fork(after_in_child=_ids.reseed)
 _RAND_MAX = (1 << 48) - 1
+_SHAPE = re.compile(r"[0-9a-f]{24}")  # what new_id makes
 _HEX2 = [f"{i:02x}" for i in range(256)]  # the last two hex digits of an id
 
 
@@ -72,3 +74,12 @@ def new_ids(count: int) -> list[str]:
             out += map(f"{prefix}{r >> 8:010x}".__add__, _HEX2[low:low + step])
             r += step
     return out
+
+
+def generated(job_id: str) -> bool:
+    """True when ``job_id`` has the shape ``new_id`` makes (24 lowercase hex characters).
+
+    A store that keeps ids per queue checks only other ids across its queues: a
+    generated id is new (48 random bits per millisecond), so checking it would cost every
+    enqueue a lookup for nothing."""
+    return _SHAPE.fullmatch(job_id) is not None

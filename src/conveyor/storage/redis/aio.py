@@ -18,6 +18,7 @@ import redis.asyncio as aredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 import redis
+from conveyor.core.ids import generated
 from conveyor.core.job import EnqueueResult, JobSpec
 from conveyor.errors import StorageUnavailable
 from conveyor.storage.aio import ThreadedAsync, Waiter, per_loop
@@ -58,8 +59,10 @@ class RedisAsync:
     async def aenqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
         """``enqueue`` for asyncio code: natively, one script call per queue and chunk."""
         settings = self.link.settings
+        # A caller-chosen id is checked against the other queues first (``enqueue.taken``).
         if (settings.sentinel or settings.wait_replicas
-                or any(s.batch_id or s.node is not None for s in specs)):
+                or any(s.batch_id or s.node is not None or not generated(s.id)
+                       for s in specs)):
             return await self._threaded.aenqueue(specs)
         client = self._aclient(scripts=True)
         out: list[EnqueueResult | None] = [None] * len(specs)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
+from conveyor.core.ids import generated
 from conveyor.core.job import EnqueueResult, JobSpec
 from conveyor.errors import WorkflowError
 from conveyor.storage import graph
@@ -18,7 +19,7 @@ from conveyor.storage.redis.context import RedisContext
 from conveyor.storage.redis.graph import RedisGraph
 from conveyor.storage.redis.pipeline import Ready
 
-__all__ = ["ENQUEUE_CHUNK", "RedisEnqueue", "result_of"]
+__all__ = ["ENQUEUE_CHUNK", "RedisEnqueue", "result_of", "taken"]
 
 ENQUEUE_CHUNK = 2000  # jobs per enqueue.lua call; scripts unpack at most 2,000 values
 
@@ -32,8 +33,22 @@ class RedisEnqueue:
         self._graph = graph
 
     def enqueue(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
-        """Store jobs: batch membership first (so a batch never completes without them),
-        then one enqueue.lua call per queue and chunk."""
+        """Store jobs: a caller-chosen id another queue holds is left out (``taken``), then
+        batch membership first (so a batch never completes without them), then one
+        enqueue.lua call per queue and chunk."""
+        # On one server the scripts read the other queues themselves (``_layout``); on
+        # Cluster those live in other slots, so they are read first.
+        left_out = taken(self.ctx, specs) if self.ctx.settings.cluster else set()
+        if not left_out:
+            return self._store(specs)
+        stored = iter(self._store([s for i, s in enumerate(specs) if i not in left_out]))
+        return [EnqueueResult(s.id, created=False) if i in left_out else next(stored)
+                for i, s in enumerate(specs)]
+
+    def _store(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+        """``enqueue`` of specs whose ids no other queue holds."""
+        if not specs:
+            return []
         ctx = self.ctx
         nodes = [s for s in specs if s.node is not None]
         if nodes:  # a workflow's graph is stored before any of its jobs can move
@@ -43,9 +58,11 @@ class RedisEnqueue:
             qk = ctx.register_queue(spec.queue)
             if codec.plain(spec):
                 code = ctx.scripts.run("enqueue_one", qk,
-                                       [ctx.now_arg(), *codec.enqueue_one_args(spec)])
+                                       [ctx.now_arg(), *codec.enqueue_one_args(spec),
+                                        *self._others(spec.queue, specs)])
             else:
-                code = ctx.scripts.run("enqueue", qk, [ctx.now_arg(), spec.queue, "each",
+                code = ctx.scripts.run("enqueue", qk, [ctx.now_arg(), spec.queue,
+                                                       *self._layout(spec.queue, specs),
                                                        *codec.enqueue_args(spec)])[0]
             ctx.ring(spec.queue, int(code == "1"))
             return [result_of(spec.id, code)]
@@ -60,7 +77,8 @@ class RedisEnqueue:
             qk = ctx.register_queue(queue)
             for start in range(0, len(idxs), ENQUEUE_CHUNK):
                 chunk = idxs[start:start + ENQUEUE_CHUNK]
-                args: list[str] = [ctx.now_arg(), queue, "each"]
+                args: list[str] = [ctx.now_arg(), queue,
+                                    *self._layout(queue, [specs[i] for i in chunk])]
                 for i in chunk:
                     args.extend(codec.enqueue_args(specs[i]))
                 reply = ctx.scripts.run("enqueue", qk, args)
@@ -78,6 +96,22 @@ class RedisEnqueue:
                                   for s, r in zip(specs, done, strict=True)
                                   if s.batch_id and r.id != s.id])
         return done
+
+    def _others(self, queue: str, specs: Sequence[JobSpec]) -> list[str]:
+        """The other queues' jobs hashes a script reads when ``specs`` hold a caller-chosen
+        id, on a single server (Redis, Sentinel): there a script may read any key, so the
+        check across queues is one atomic step with the write. None for generated ids (the
+        hot paths) or on Cluster (``taken``)."""
+        ctx = self.ctx
+        if ctx.settings.cluster or all(generated(s.id) for s in specs):
+            return []
+        return [ctx.keys.queue(q).jobs for q in ctx.known_queues() if q != queue]
+
+    def _layout(self, queue: str, specs: Sequence[JobSpec]) -> list[str]:
+        """enqueue.lua's layout arguments for these specs: "each", or "others" with the
+        other queues' jobs hashes (``_others``)."""
+        others = self._others(queue, specs)
+        return ["others", str(len(others)), *others] if others else ["each"]
 
     def enqueue_block(self, block: JobBlock) -> list[EnqueueResult]:
         """Store a block: per chunk, batch membership first, then one enqueue.lua call in
@@ -122,6 +156,28 @@ class RedisEnqueue:
         if created:
             self._graph.attach(bk, created)
         return [results.get(s.id, EnqueueResult(s.id, created=False)) for s in specs]
+
+
+def taken(ctx: RedisContext, specs: Sequence[JobSpec]) -> set[int]:
+    """On Cluster, the positions of the specs whose caller-chosen id another queue holds,
+    or an earlier spec of the call names for another queue: such a spec is not stored
+    (``created=False``), as every store keeps one job per id (docs/api.md, "Job ids").
+
+    Each queue's jobs live in its own slot, so a queue's script cannot read the others;
+    they are read here, before the scripts run (one HMGET per queue), and only for ids not
+    of the generated shape (``ids.generated``): a generated id is new, and the one-by-one
+    and bulk paths pay nothing. Read first and written after, this is not one atomic step
+    (docs/internals/redis-lua.md, "Ids across queues")."""
+    chosen = [(i, s) for i, s in enumerate(specs) if not generated(s.id)]
+    if not chosen:
+        return set()
+    held = {job_id: queue for queue, found in ctx.group_by_queue(s.id for _, s in chosen)
+            .items() for job_id in found}
+    out: set[int] = set()
+    for i, s in chosen:
+        if held.setdefault(s.id, s.queue) != s.queue:
+            out.add(i)
+    return out
 
 
 def result_of(job_id: str, code: str) -> EnqueueResult:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
+from conveyor.core.ids import generated
 from conveyor.core.job import EnqueueResult, JobSpec
 from conveyor.storage.blocks import BlockResults, JobBlock
 from conveyor.storage.redis import codec
@@ -38,8 +39,9 @@ class Ready:
     """A block made ready to store (``SendsBlocks.prepare_block``): its first chunk's call
     is built and packed, nothing is written until ``send``.
 
-    A block with flow control, an id twice, or (in a batch) ids that cannot be joined by
-    newlines is stored spec by spec instead, at ``send``.
+    A block with flow control, an id twice, a caller-chosen id (``enqueue.taken``), or (in
+    a batch) ids that cannot be joined by newlines is stored spec by spec instead, at
+    ``send``.
     """
 
     def __init__(self, ctx: RedisContext, batches: RedisBatches,
@@ -49,6 +51,7 @@ class Ready:
         self.block, self.chunk = block, chunk
         self.by_spec = bool((block.flows is not None and any(block.flows))
                             or not codec.distinct(block.ids)
+                            or not all(map(generated, block.ids))
                             or (block.batch_id and not codec.joinable(block.ids)))
         self.first: tuple[list[Any], tuple[Any, ...], list[bytes] | None] | None = None
         self.joined = False  # the whole block joined its batch already (``ahead``)

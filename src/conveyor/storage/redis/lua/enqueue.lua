@@ -21,6 +21,8 @@
 --- @key lined          hash id -> its lineup entry
 --- @key aging          zset id -> when aging raises it next
 -- ARGV: 1 now|'', 2 queue, 3 layout, then
+--   layout "others": 4 n, the n other queues' jobs hashes (a caller-chosen id on a single
+--       server, not Cluster: an id another queue holds is taken too), then as "each"
 --   layout "each": 11 per job: id, run_at|''|'w' (a workflow node waiting for its parents),
 --       static JSON, name, batch|'', deadline|'',
 --       unique_key|'', unique_for seconds|'', flow-controlled "1"|lined "l"|member "g..."|'',
@@ -29,7 +31,8 @@
 --       control, no id twice): 4 name, 5 batch|'', 6 deadline|'', 7 run_at|'', then the n
 --       ids, then their n static JSONs (each job's fields are read from ARGV where they
 --       are: no string is cut or copied per job before the writes)
--- Returns: one string per job: "1" created, "0" the id already existed, "=<id>" a unique job
+-- Returns: one string per job: "1" created, "0" the id already existed (in any queue of
+--          the "others" layout), "=<id>" a unique job
 --          holding the lock already exists, or the scheduled job of its fold key that the
 --          call joined (its newest arguments, and under debounce its later run time), "a"
 --          created as a member waiting in its aggregation group; layout "block": those
@@ -91,8 +94,13 @@ end
 
 local BLOCK = ARGV[3] == 'block'
 local ids, statics, at = {}, {}, {}
+local OTHERS, first = {}, 4
+if ARGV[3] == 'others' then
+  for i = 1, tonumber(ARGV[4]) do OTHERS[i] = ARGV[4 + i] end
+  first = 5 + #OTHERS
+end
 if not BLOCK then
-  for i = 4, #ARGV, 11 do
+  for i = first, #ARGV, 11 do
     ids[#ids + 1] = ARGV[i]
     statics[#statics + 1] = ARGV[i + 2]
     at[#at + 1] = i
@@ -189,6 +197,16 @@ if BLOCK then
 end
 
 local exists = existing(ids, 1, #ids)
+-- An id names one job in the store (docs/api.md, "Job ids"): one another queue holds is
+-- taken, read in this same step, so two clients cannot both store it in two queues.
+if #OTHERS > 0 then
+  for j = 1, #ids do
+    for k = 1, #OTHERS do
+      if exists[j] then break end
+      if redis.call('HEXISTS', OTHERS[k], ids[j]) == 1 then exists[j] = true end
+    end
+  end
+end
 local lined_now = 0  -- jobs put in the lineup, not the pending list
 for j = 1, #ids do
   local id = ids[j]

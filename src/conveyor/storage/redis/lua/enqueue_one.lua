@@ -10,10 +10,16 @@
 --- @key pending    list
 --- @key scheduled  zset run_at
 --- @key notify     list
--- ARGV: 1 now|'', 2 id, 3 run_at|'', 4 static JSON, 5 name, 6 deadline|''
--- Returns: "1" created, "0" the id already existed (nothing written).
+-- ARGV: 1 now|'', 2 id, 3 run_at|'', 4 static JSON, 5 name, 6 deadline|'', then for a
+--   caller-chosen id on a single server (not Cluster) the other queues' jobs hashes
+-- Returns: "1" created, "0" the id already existed, here or in another queue (nothing written).
 
 local id, run_at = ARGV[2], ARGV[3]
+-- An id names one job in the store (docs/api.md, "Job ids"): read in this same step, so two
+-- clients cannot both store one id in two queues. A generated id passes no key: no call.
+for i = 7, #ARGV do
+  if redis.call('HEXISTS', ARGV[i], id) == 1 then return '0' end
+end
 if redis.call('HSETNX', K_JOBS, id, ARGV[4]) == 0 then return '0' end
 local when = tonumber(run_at)
 local scheduled = when and when > NOW
