@@ -140,6 +140,8 @@ class Processor:
         """Run a sync job in this thread, through the server middleware."""
         if entry.aggregator:
             return self.aggregator_runs.run(entry)
+        if entry.ctx.cancelled:
+            return self.unstarted(entry)
         call = functools.partial(entry.fn.func, *entry.args, **entry.kwargs)
         try:
             with activate(entry.ctx):
@@ -152,6 +154,8 @@ class Processor:
         """Run an ``async def`` job on the current loop, cancelled at its timeout."""
         if entry.aggregator:
             return await self.aggregator_runs.run_async(entry)
+        if entry.ctx.cancelled:
+            return self.unstarted(entry)
 
         async def call() -> Any:
             return await entry.fn.func(*entry.args, **entry.kwargs)
@@ -174,6 +178,11 @@ class Processor:
         except BaseException as exc:  # the event loop must outlive any job
             return self.failure(entry, exc)
         return self.success(entry, result)
+
+    def unstarted(self, entry: Entry) -> Ack:
+        """CANCELLED without running: the cancel came between the job's lease and its start
+        (for an async job, before its task existed for the heartbeat to cancel)."""
+        return self.ack(entry, Outcome.CANCELLED, message="cancelled before it started")
 
     def success(self, entry: Entry, result: Any) -> Ack:
         """SUCCEEDED with the JSON result (CANCELLED when cancellation was requested)."""
