@@ -25,7 +25,7 @@ import pytest
 from conveyor.core.clock import FakeClock
 from conveyor.core.job import FlowControl, LeasedJob, Outcome
 from conveyor.storage import Backend
-from tests.conformance.helpers import ack, boom, put, take, take_one
+from tests.conformance.helpers import ack, boom, connections, put, take, take_one
 
 _LONG = 30.0  # the watched wait's timeout: far beyond the test's own bound
 _BOUND = 10.0  # seconds the test waits for the woken wait before it fails
@@ -64,6 +64,19 @@ def test_an_ack_that_frees_a_concurrency_slot_wakes_an_idle_worker(backend: Back
     running = take_one(backend)
     assert take(backend) == []  # the slot is taken: the second job is held
     leased = _leased_after(backend, lambda: ack(backend, running) or None)
+    assert [job.id for job in leased] == [held]
+
+
+def test_an_ack_from_another_process_wakes_an_idle_worker(backend: Backend,
+                                                          clock: FakeClock) -> None:
+    """The slot's holder ran in another worker process: its ack, on its own connection,
+    wakes this one's idle worker (memory has one process: the same store)."""
+    flow = FlowControl(concurrency_key="seller:1", concurrency_limit=1)
+    put(backend, flow=flow)
+    held = put(backend, flow=flow)
+    running = take_one(backend)
+    with connections(backend, clock, 1) as (other,):
+        leased = _leased_after(backend, lambda: ack(other, running) or None)
     assert [job.id for job in leased] == [held]
 
 

@@ -105,8 +105,8 @@ def fresh(postgres_server: Any) -> dict[str, str]:
     found = catalog(url)
     assert sum(key.startswith("function ") for key in found) > 30
     assert {k for k in found if k.startswith("trigger ")} == {
-        "trigger batches_finished", "trigger jobs_breaker", "trigger jobs_inserted",
-        "trigger jobs_lined",
+        "trigger batches_finished", "trigger jobs_breaker", "trigger jobs_freed",
+        "trigger jobs_inserted", "trigger jobs_lined",
         "trigger jobs_pending",
         "trigger queues_resumed", "trigger wf_mark_delete", "trigger wf_mark_move",
         "trigger durable_forget"}
