@@ -105,8 +105,8 @@ def fresh(postgres_server: Any) -> dict[str, str]:
     found = catalog(url)
     assert sum(key.startswith("function ") for key in found) > 30
     assert {k for k in found if k.startswith("trigger ")} == {
-        "trigger batches_finished", "trigger jobs_breaker", "trigger jobs_inserted",
-        "trigger jobs_lined",
+        "trigger batches_finished", "trigger jobs_breaker", "trigger jobs_freed",
+        "trigger jobs_inserted", "trigger jobs_lined",
         "trigger jobs_pending",
         "trigger queues_resumed", "trigger wf_mark_delete", "trigger wf_mark_move",
         "trigger durable_forget"}
@@ -148,13 +148,14 @@ CHANGED_SINCE_FILES = (f"function <schema>.ack({_ACK_ARGS})", "function <schema>
 #: docs/durable.md); the lineup's walk, gates and trigger, and dequeue with the worker's
 #: capacity (issue 54); breakers, and the key rule over a breaker key (migration 023 drops
 #: the gates' and broken_key's old argument lists; ``ack`` takes the acks whose job never ran,
-#: its old argument list kept for the usual call; issue 56).
+#: its old argument list kept for the usual call; issue 56); the end of a run of a keyed job
+#: wakes idle workers (jobs_freed: a freed concurrency slot, docs/flow-control.md).
 ADDED_SINCE_FILES = ("function <schema>.durable_", "trigger durable_forget",
                      "function <schema>.gate_", "function <schema>.lineup_",
                      "function <schema>.line_job(", "trigger jobs_lined",
                      "function <schema>.dequeue(", "function <schema>.dequeue_each(",
                      "function <schema>.breaker_", "trigger jobs_breaker",
-                     "function <schema>.broken_key(",
+                     "function <schema>.broken_key(", "trigger jobs_freed",
                      f"function <schema>.ack({_ACK_ARGS},integer[])")
 
 

@@ -106,7 +106,7 @@ class RedisAcks:
         moves: list[Move] = []  # what the store answered: applied before, or refused
         if planned is None:
             planned = self._ack_call(queue, acks, idxs, "plan")
-        for i, (code, batch, value) in zip(idxs, planned, strict=True):
+        for i, (code, batch, value, *_) in zip(idxs, planned, strict=True):
             if code == 2:
                 later.append(i)
                 intents.append((str(batch), acks[i].job_id, str(value)))
@@ -122,14 +122,15 @@ class RedisAcks:
         if later:
             moves = []
             applied = self._ack_call(queue, acks, later, "apply")
-            for i, (code, batch, value) in zip(later, applied, strict=True):
+            for i, (code, batch, value, *_) in zip(later, applied, strict=True):
                 self._ack_result(acks[i], code, batch, value, results, i, moves)
             self._graph.sync_batches(moves)
-        # A job put back in the queue (a stopping worker's "interrupted") is ready at once:
-        # on Cluster the idle workers wait on the doorbell, which ack.lua cannot reach.
-        back = sum(1 for code, _, value in [*planned, *applied]
-                   if code == 1 and str(value).startswith("pending:"))
-        self.ctx.ring(queue, back)
+        # A job put back in the queue (a stopping worker's "interrupted") is ready at once,
+        # and so is a job its key held when a keyed run ended (ack.lua's ``frees``): on
+        # Cluster the idle workers wait on the doorbell, which ack.lua cannot reach.
+        ready = sum(1 for code, _, value, *frees in [*planned, *applied]
+                    if code == 1 and (str(value).startswith("pending:") or frees == [1]))
+        self.ctx.ring(queue, ready)
 
     def _ack_call(self, queue: str, acks: Sequence[Ack], idxs: list[int],
                   mode: str) -> list[list[object]]:

@@ -44,9 +44,11 @@
 -- A suspended durable job is scheduled until retry_in (its wake time, absolute), or pending
 -- at once when its wait was answered while it left its worker (_durable.lua). A snoozed job
 -- (RetryAfter) is scheduled retry_in seconds from now (relative), its errors untouched.
--- Returns: per ack {code, batch id|'', "state:queue"|''}: 1 applied (or the same outcome was
---          applied before with this token: a retried call), 0 refused (stale lease; an
---          ack_refused event is recorded), 2 valid but its batch must be updated first.
+-- Returns: per ack {code, batch id|'', "state:queue"|'' [, frees]}: 1 applied (or the same
+--          outcome was applied before with this token: a retried call), 0 refused (stale
+--          lease; an ack_refused event is recorded), 2 valid but its batch must be updated
+--          first; an applied ack adds 1 when its run's end freed a key (idle workers woken
+--          here on one server, by the caller's ring on Cluster), else 0.
 local mode = ARGV[3]
 local TARGET = {retry = 'retrying', interrupted = 'pending', succeeded = 'succeeded',
                 failed = 'failed', dead = 'dead', cancelled = 'cancelled',
@@ -56,6 +58,9 @@ local CANCELS = {retrying = true, dead = true, pending = true, scheduled = true}
 local WOKEN = 'woken: what it waited for arrived'  -- storage/durable.py's WOKEN_MESSAGE
 local cur, touched, unleased, retrying, requeued, results, messages = {}, {}, {}, {}, {}, {}, {}
 local relined = 0  -- jobs back to pending in their lineup (_lineup.lua), not the list
+-- keyed runs that ended (not back to pending): each frees what held its key's other jobs
+-- (a concurrency slot, an ordered key's turn, a breaker's probe), so it wakes a worker
+local freed = 0
 local scheduled = {}  -- suspended and snoozed jobs: score their run_at
 local cleared = {}
 local any_breaker = false  -- whether a job with a breaker key was acknowledged
@@ -102,6 +107,7 @@ end
 
 local function apply(i, id, job, state)
   local f = job.f
+  local frees = 0
   local msg, err = ARGV[i + 4], ARGV[i + 5]
   local outcome = ARGV[i + 2]
   local delay = ''
@@ -166,7 +172,14 @@ local function apply(i, id, job, state)
     end
   end
   local fl = flow_of(K_JOBS, id, f)
-  if fl then flow_release(K_FLOW, id, fl, true, TERMINAL[state]) end
+  if fl then
+    flow_release(K_FLOW, id, fl, true, TERMINAL[state])
+    if state ~= 'pending' and (type(fl.concurrency_key) == 'string'
+        or type(fl.order_key) == 'string' or type(fl.breaker_key) == 'string') then
+      freed = freed + 1
+      frees = 1
+    end
+  end
   local line = outcome_event(f, state, delay == 'woken' and ARGV[i + 4] or msg, err, delay,
                              outcome)
   if fl and type(fl.breaker_key) == 'string' and ARGV[i + 9] ~= '0' then
@@ -179,6 +192,7 @@ local function apply(i, id, job, state)
   if state == 'pending' then f[F_WORKER] = '' end
   job.events = job.events .. ARGV[i + 7] .. line
   put(id, job)
+  return frees
 end
 
 local ids = {}
@@ -210,8 +224,8 @@ for k = 1, #ids do
     if job.f[F_BATCH] ~= '' and mode == 'plan' then
       out[#out + 1] = {2, job.f[F_BATCH], state .. ':' .. ARGV[2]}
     else
-      apply(i, id, job, state)
-      out[#out + 1] = {1, job.f[F_BATCH], state .. ':' .. ARGV[2]}
+      local frees = apply(i, id, job, state)
+      out[#out + 1] = {1, job.f[F_BATCH], state .. ':' .. ARGV[2], frees}
     end
   end
 end
@@ -235,7 +249,7 @@ bulk('HSET', K_MESSAGES, messages)
 bulk('HDEL', K_MESSAGES, cleared)
 flush_counts(K_META)
 if any_breaker then breaker_acks().forget() end
-notify(K_NOTIFY, #requeued + relined)
+notify(K_NOTIFY, #requeued + relined + freed)
 -- Wake callers waiting on a job that just ended: one SCARD per call when nobody waits; the
 -- ids are published on the channel named as the waiters set (a channel is not a key: on
 -- Cluster a PUBLISH reaches subscribers on every node).
