@@ -21,7 +21,7 @@ def spy_writes(store: RedisStorage, monkeypatch: pytest.MonkeyPatch) -> list[lis
     """Each write sent to the server, as the names of its commands (a script by its name)."""
     for name in ("ack", "dequeue"):  # cached, as on a server that ran them before
         store.link.raw("SCRIPT", "LOAD", store.scripts.scripts[name].source)
-    names = {sha: name for name, sha in store.scripts.shas.items()}
+    names = {script.sha: name for name, script in store.scripts.scripts.items()}
     writes: list[list[str]] = []
     exchange = store.link._exchange
 

@@ -23,7 +23,6 @@ def parsed(store: RedisStorage, raw: str) -> list[object]:
     script = assemble("probe", lambda name: PROBE if name == "probe" else script_text(name),
                       QueueKeys)
     store.scripts.scripts = {**store.scripts.scripts, "probe": script}
-    store.scripts.shas = {**store.scripts.shas, "probe": script.sha}
     return list(store.scripts.once("probe", store.keys.queue("q"), ["", raw]))
 
 

@@ -224,10 +224,10 @@ def test_noscript_after_script_flush_reloads(store: RedisStorage, redis_server: 
     store.enqueue([JobSpec(id="a", name="t", queue="q", payload="{}")])
     client = redis.Redis.from_url(redis_server.url)  # type: ignore[attr-defined]
     client.script_flush()
-    assert client.script_exists(store.scripts.shas["dequeue"]) == [False]
+    assert client.script_exists(store.scripts.scripts["dequeue"].sha) == [False]
     jobs = store.dequeue(["q"], "w", 5, 30)
     assert [j.id for j in jobs] == ["a"]
-    assert client.script_exists(store.scripts.shas["dequeue"]) == [True]
+    assert client.script_exists(store.scripts.scripts["dequeue"].sha) == [True]
     client.script_flush()
     assert store.ack([Ack("a", jobs[0].token, Outcome.SUCCEEDED)]) == [True]
     client.close()
@@ -241,5 +241,5 @@ def test_a_lease_pipelined_behind_a_wait_survives_a_flushed_script_cache(
     client.script_flush()
     jobs = store.wait_dequeue(["q"], ["q"], "w", 5, 30, 1.0)
     assert [j.id for j in jobs] == ["b"]
-    assert client.script_exists(store.scripts.shas["dequeue"]) == [True]
+    assert client.script_exists(store.scripts.scripts["dequeue"].sha) == [True]
     client.close()
