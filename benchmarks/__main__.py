@@ -53,7 +53,9 @@ def machine(redis_version: str, postgres_version: str = "") -> dict[str, Any]:
     except (OSError, StopIteration):
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    # the load before the run's own processes start: what else the machine was doing
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": round(mem),
+            "load_before": round(os.getloadavg()[0], 2),
             "kernel": platform.platform(), "python": platform.python_version(),
             "redis": redis_version, **({"postgres": postgres_version} if postgres_version else {})}
 

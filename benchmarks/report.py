@@ -436,6 +436,17 @@ def cpu_table(d: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def _sharing(m: dict[str, Any]) -> str:
+    """What else the machine did: the 1-minute load average as the run started (a run saved
+    before it was recorded says the machine was shared, as those runs were)."""
+    load = m.get("load_before")
+    if load is None:
+        return "**shared with other users' work while it ran**"
+    if load < 0.5:
+        return f"with nothing else running (load average {load:.2f} as it started)"
+    return f"**shared with other work** (load average {load:.2f} as it started)"
+
+
 def io_page(d: dict[str, Any], results_file: str, analysis: str = "") -> str:
     """The leading section of docs/benchmarks.md: jobs that do I/O, their targets, the
     engine's CPU per job, and ``analysis`` (``benchmarks/analysis_io.md``, by hand)."""
@@ -469,9 +480,9 @@ live (conveyor and the raw queue only), and W3 with an `async def` 20 ms `asynci
 concurrency 50.
 
 Run `{results_file}`: `{d['command']}`, {d['rounds']} interleaved rounds, cells median
-(min–max). {m['cpu']}, {m['cores']} cores **shared with other users' work while it ran** —
-the spread within a row is the machine, so read ratios between engines of the same round
-rather than absolute numbers. Python {m['python']}, redis-server {m['redis']}.
+(min–max). {m['cpu']}, {m['cores']} cores {_sharing(m)} — the spread within a row is the
+machine, so read ratios between engines of the same round rather than absolute numbers.
+Python {m['python']}, redis-server {m['redis']}.
 Rerun: `make bench-io` (`python -m benchmarks --only io --rounds 2`).
 
 ### Targets (issue #17)
